@@ -1,0 +1,31 @@
+"""qkspec: when does self-attention localize? (Bao, Hataya, Karakida, ICML 2024)."""
+import setuptools
+
+setuptools.setup(
+    name="qkspec",
+    version="0.1.0",
+    description=("Signal propagation, QK-eigenspectrum, LocATER, rank and "
+                 "entropy collapse of self-attention in JAX/Flax."),
+    packages=setuptools.find_packages(include=["qkspec", "qkspec.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "jax>=0.4.35",
+        "flax>=0.10",
+        "optax>=0.2.3",
+        "orbax-checkpoint>=0.9",
+        "tensorflow-datasets>=4.9.7",  # used without TensorFlow (array_record)
+        "array_record>=0.5",
+        "grain>=0.2.2",
+        "importlib_resources",
+        "chex>=0.1.87",
+        "absl-py>=2.0",
+        "ml-collections>=0.1.1",
+        "clu>=0.0.12",
+        "matplotlib>=3.7",
+        "numpy>=1.26",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "pytest-xdist>=3", "scipy>=1.11"],
+        "bench": ["torch"],  # reference implementations only, never at run time
+    },
+)
