@@ -22,8 +22,8 @@ def random_walk(key: jax.Array, num_sequences: int, seq_len: int, dim: int,
     num_sequences: N >= 1.
     seq_len: T >= 1.
     dim: d >= 1.
-    cov: step covariance :math:`\Sigma` [d, d] (positive definite); None means
-      the identity.
+    cov: step covariance :math:`\Sigma` [d, d] (symmetric positive
+      semi-definite); None means the identity.
 
   Returns:
     x_NxTxd with :math:`x_t = \sum_{s \le t} \epsilon_s`,
@@ -35,9 +35,20 @@ def random_walk(key: jax.Array, num_sequences: int, seq_len: int, dim: int,
   eps_NxTxd = jax.random.normal(key, (n, t, d))
   if cov is not None:
     _checks.square_matrix("cov", cov, d)
-    chol_dxd = jnp.linalg.cholesky(cov)
-    eps_NxTxd = eps_NxTxd @ chol_dxd.T   # rows ~ N(0, L L^T)
+    eps_NxTxd = eps_NxTxd @ covariance_sqrt(cov)   # rows ~ N(0, Sigma)
   return jnp.cumsum(eps_NxTxd, axis=1)
+
+
+def covariance_sqrt(cov: jax.Array) -> jax.Array:
+  r"""Symmetric square root :math:`\Sigma^{1/2}` by eigendecomposition.
+
+  Used instead of a Cholesky factor because the Fig. 5 covariance
+  :math:`R^\top R/d` is often nearly singular (smallest eigenvalue ~1e-6 at
+  d = 16), where float32 Cholesky can return NaN; tiny negative round-off
+  eigenvalues are clipped to 0.
+  """
+  evals, evecs = jnp.linalg.eigh(cov)
+  return (evecs * jnp.sqrt(jnp.clip(evals, 0.0))[None, :]) @ evecs.T
 
 
 def anisotropic_covariance(key: jax.Array, dim: int,

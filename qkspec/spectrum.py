@@ -15,6 +15,17 @@ part of an asymmetric :math:`W_{QK}`):
   (Eq. 8);
 * the LocATER "scale" :math:`\mathrm{tr}(W_{QK}^\top W_{QK})` (Sec. 6, the
   quantity of Fig. 6B).
+
+Erratum in Eq. (7). The paper prints
+:math:`|\mathrm{tr} W|/(\sqrt d\|\Sigma\|_2) \le \|W_{QK}\|_2 \le
+\|W_{QK}\|_F \le \|W_{QK}\|_1`. With :math:`W_{QK} = \Sigma = I` the first
+step reads :math:`\sqrt d \le 1`, and with the induced 1-norm the last reads
+:math:`\sqrt d \le 1`: both fail for d > 1. Cauchy-Schwarz gives
+:math:`|\mathrm{tr} W| \le \sqrt d\,\|W\|_F \le
+\sqrt d\,\|W_{QK}\|_F\|\Sigma\|_2`, so the chain that holds is
+:math:`|\mathrm{tr} W|/(\sqrt d\|\Sigma\|_2) \le \|W_{QK}\|_F \le
+\|W_{QK}\|_{1,\mathrm{entrywise}}` (tests/spectrum_test.py); `norm_1` below
+is the induced norm that Dong et al.'s bounds use.
 """
 import jax
 import jax.numpy as jnp
@@ -74,8 +85,8 @@ def spectrum_stats(w_qk: jax.Array, cov: jax.Array | None = None,
     A dict of [...] arrays: `trace` tr(W), `trace_sq` tr(W^2), `scale`
     tr(W_QK^T W_QK), `xi`, `eta`, `r` = tr(W)/lambda, `variance`
     d tr(W^2) - tr(W)^2 (Eq. 8), `qk_trace` tr(W_QK), and the norms of
-    W_QK used in Eq. (7): `norm_2` (spectral), `norm_fro`, `norm_1` (max
-    absolute column sum).
+    W_QK used in Eq. (7): `norm_2` (spectral), `norm_fro`, `norm_1` (induced:
+    max absolute column sum), `norm_l1` (entrywise: sum of absolute values).
   """
   _checks.square_matrix("w_qk", w_qk)
   d = w_qk.shape[-1]
@@ -100,4 +111,5 @@ def spectrum_stats(w_qk: jax.Array, cov: jax.Array | None = None,
       norm_2=jnp.linalg.norm(w_qk, ord=2, axis=(-2, -1)),
       norm_fro=jnp.sqrt(jnp.sum(w_qk**2, axis=(-2, -1))),
       norm_1=jnp.max(jnp.sum(jnp.abs(w_qk), axis=-2), axis=-1),
+      norm_l1=jnp.sum(jnp.abs(w_qk), axis=(-2, -1)),
   )

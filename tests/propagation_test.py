@@ -1,0 +1,235 @@
+"""Tests for qkspec.propagation: Definition 1, Lemma 1 (and its erratum), Eq. 6, Lemma 2."""
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from qkspec import propagation as prop
+from qkspec import randomwalk
+from qkspec import softmax
+from qkspec import spectrum
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+def _u_samples(key, w_qk, n, t, cov=None):
+  """Monte Carlo samples of u_i [n, T] (float64 on the host)."""
+  x = randomwalk.random_walk(key, n, t, w_qk.shape[-1], cov)
+  omega = prop.query_logits(x, w_qk)
+  return np.asarray(softmax.linearized_score(omega), np.float64)
+
+
+def _z_moments(samples, mu, v):
+  """z-scores of the sample mean and variance against (mu, v)."""
+  n = samples.shape[0]
+  centred = samples - samples.mean(0)
+  m2 = (centred**2).mean(0)
+  m4 = (centred**4).mean(0)
+  z_mean = (samples.mean(0) - mu) / np.sqrt(m2 / n)
+  z_var = (m2 - v) / np.sqrt((m4 - m2**2) / n)
+  return np.abs(z_mean).max(), np.abs(z_var).max()
+
+
+class ExactMomentsTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(("iso_sym", False, True),
+                                  ("aniso_sym", True, True),
+                                  ("aniso_asym", True, False))
+  def test_exact_moments_match_monte_carlo(self, aniso, symmetric):
+    d, t, n = 4, 7, 200_000
+    k_w, k_c, k_x = jax.random.split(jax.random.key(0), 3)
+    w_qk = jax.random.normal(k_w, (d, d)) * 0.8 + 0.6 * jnp.eye(d)
+    if symmetric:
+      w_qk = spectrum.symmetrize(w_qk)
+    cov = randomwalk.anisotropic_covariance(k_c, d) if aniso else None
+    mu, v = prop.exact_moments(w_qk, t, cov)
+    z_mean, z_var = _z_moments(_u_samples(k_x, w_qk, n, t, cov), mu, v)
+    self.assertLess(z_mean, 5.0)
+    self.assertLess(z_var, 5.0)
+
+  def test_lemma1_exact_equals_exact_moments_for_symmetric(self):
+    d, t = 8, 11
+    k1, k2 = jax.random.split(jax.random.key(1))
+    w_qk = spectrum.sample_qk(k1, d, 0.2, 0.4)
+    cov = randomwalk.anisotropic_covariance(k2, d)
+    stats = spectrum.spectrum_stats(w_qk, cov, 2.0)
+    mu, v = prop.lemma1_moments(t, stats["trace"], stats["trace_sq"], 2.0,
+                                exact=True)
+    mu2, v2 = prop.exact_moments(w_qk, t, cov, 2.0)
+    np.testing.assert_allclose(mu, mu2, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(v, v2, rtol=1e-4)
+
+  def test_exact_moments_tend_to_corrected_asymptotics(self):
+    t = 4000
+    mu_e, v_e = prop.lemma1_moments(t, 3.0, 2.0, 1.5, exact=True)
+    mu_c, v_c = prop.lemma1_moments(t, 3.0, 2.0, 1.5)
+    mu_p, v_p = prop.lemma1_moments(t, 3.0, 2.0, 1.5, variant="paper")
+    np.testing.assert_allclose(mu_e, mu_c, atol=2e-3)
+    np.testing.assert_allclose(mu_p, mu_c)     # the printed mean is right
+    np.testing.assert_allclose(v_e, v_c, rtol=2e-3)
+    # The printed variance is 0.29x too large at theta=1/4, 0.077x at 1/2.
+    i = np.array([t // 4, t // 2]) - 1
+    np.testing.assert_allclose(v_c[i] / v_p[i], [0.2941, 0.0769], rtol=1e-3)
+
+  def test_monte_carlo_variance_at_large_t_refutes_printed_lemma1(self):
+    d, t, n = 16, 400, 3000
+    w_qk = spectrum.sample_qk(jax.random.key(2), d, 0.05, 0.3)
+    stats = spectrum.spectrum_stats(w_qk)
+    lam = np.sqrt(d)
+    samples = _u_samples(jax.random.key(3), w_qk, n, t)
+    i = np.array([t // 4, t // 2]) - 1
+    var = samples.var(0)[i]
+    _, v_c = prop.lemma1_moments(t, stats["trace"], stats["trace_sq"], lam)
+    _, v_p = prop.lemma1_moments(t, stats["trace"], stats["trace_sq"], lam,
+                                 variant="paper")
+    np.testing.assert_allclose(var / v_c[i], 1.0, atol=0.15)
+    np.testing.assert_allclose(var / v_p[i], [0.29, 0.077], rtol=0.2)
+
+
+class RhoTest(parameterized.TestCase):
+
+  def test_query_logits_against_loop(self):
+    x = jax.random.normal(jax.random.key(0), (2, 5, 3))
+    w = jax.random.normal(jax.random.key(1), (3, 3))
+    out = prop.query_logits(x, w, 2.0)
+    xn, wn = np.asarray(x), np.asarray(w)
+    for b in range(2):
+      for j in range(5):
+        self.assertAlmostEqual(float(out[b, j]), xn[b, -1] @ wn @ xn[b, j] / 2,
+                               places=4)
+
+  def test_monte_carlo_matches_manual_estimate(self):
+    w = spectrum.sample_qk(jax.random.key(4), 8, 0.3, 0.2)
+    rho = prop.rho_monte_carlo(jax.random.key(5), w, num_sequences=500,
+                               seq_len=6)
+    x = randomwalk.random_walk(jax.random.key(5), 500, 6, 8)
+    omega = np.einsum("nd,de,nte->nt", x[:, -1], w, x) / np.sqrt(8)
+    u = (omega - omega.mean(1, keepdims=True)) / 6 + 1 / 6
+    np.testing.assert_allclose(rho, ((u >= 0) & (u <= 1)).mean(0), atol=1e-6)
+
+  @parameterized.named_parameters(
+      ("late_site", 0.1, 0.01), ("middle_site", 0.5, 0.01),
+      ("uniform", 0.0, 0.5), ("wide", 0.1, 0.3), ("vanishing", 0.0, 2.0))
+  def test_monte_carlo_closer_to_corrected_than_printed(self, mean, scale):
+    # Regimes where Lemma 1's o(1) terms are small. Near tr(W) = 0 with a
+    # small eta (mean 0, scale 0.2, say) the dropped gamma_0 = 1/T dominates
+    # both asymptotic forms; only exact=True is accurate there (next test).
+    d, t, n = 128, 40, 4000
+    w = spectrum.sample_qk(jax.random.key(6), d, mean, scale)
+    mc = prop.rho_monte_carlo(jax.random.key(7), w, num_sequences=n,
+                              seq_len=t)
+    err = {}
+    for name, kw in dict(paper=dict(variant="paper"), corrected={},
+                         exact=dict(exact=True)).items():
+      err[name] = float(jnp.abs(
+          prop.rho_from_spectrum(w, t, **kw) - mc).mean())
+    self.assertLess(err["corrected"], err["paper"])
+    self.assertLess(err["exact"], err["paper"])
+    self.assertLess(err["exact"], 0.03)
+
+  def test_exact_gaussian_rho_near_uniform_regime(self):
+    w = spectrum.sample_qk(jax.random.key(6), 128, 0.0, 0.2)
+    mc = prop.rho_monte_carlo(jax.random.key(7), w, num_sequences=4000,
+                              seq_len=40)
+    exact = prop.rho_from_spectrum(w, 40, exact=True)
+    self.assertLess(float(jnp.abs(exact - mc).mean()), 0.02)
+    for variant in prop.VARIANTS:
+      asym = prop.rho_from_spectrum(w, 40, variant=variant)
+      self.assertGreater(float(jnp.abs(asym - mc).mean()), 0.05)
+
+  def test_rho_theta_is_rho_gaussian_in_xi_eta(self):
+    t, trace, trace_sq, lam = 50, 7.0, 3.0, 2.0
+    xi, eta = trace / np.sqrt(trace_sq), np.sqrt(trace_sq) / lam
+    theta = np.arange(1, t + 1) / t
+    for variant in prop.VARIANTS:
+      np.testing.assert_allclose(
+          prop.rho_theta(theta, xi, eta, variant),
+          prop.rho_gaussian(t, trace, trace_sq, lam, variant=variant),
+          atol=1e-5)
+
+  def test_rho_from_moments_degenerate_variance(self):
+    rho = prop.rho_from_moments(jnp.array([-0.1, 0.5, 1.2]), jnp.zeros(3))
+    np.testing.assert_array_equal(rho, [0.0, 1.0, 0.0])
+
+  def test_empirical_rho_axis(self):
+    logits = jax.random.normal(jax.random.key(8), (4, 3, 6)) * 20
+    np.testing.assert_allclose(
+        prop.empirical_rho(jnp.moveaxis(logits, -1, 0), axis=0),
+        prop.empirical_rho(logits))
+    expect = np.asarray(softmax.propagation_mask(logits)).reshape(-1, 6)
+    np.testing.assert_allclose(prop.empirical_rho(logits), expect.mean(0))
+
+
+class Lemma2Test(parameterized.TestCase):
+  """Every case of Lemma 2, under the printed and the corrected variance."""
+
+  @parameterized.product(variant=prop.VARIANTS,
+                         r=[0.5, 2.0, 5.0, -1.0, -2.0, -5.0])
+  def test_trace_limits(self, variant, r):
+    theta = np.linspace(0, 1, 2001)
+    edges = [0.5, 0.5 + 1 / r]
+    keep = np.min(np.abs(theta[:, None] - np.array(edges)[None]), 1) > 0.01
+    xi = 1e6 * np.sign(r)
+    rho = prop.rho_theta(theta, xi, r / xi, variant)
+    limit = prop.rho_trace_limit(theta, r)
+    np.testing.assert_allclose(rho[keep], limit[keep], atol=1e-4)
+    # Lemma 2's window: mass 1/r for |r| > 2, 1/2 otherwise.
+    self.assertAlmostEqual(float(limit.mean()), min(0.5, 1 / abs(r)), delta=0.01)
+
+  @parameterized.parameters(*prop.VARIANTS)
+  def test_vanishing(self, variant):
+    theta = np.linspace(0, 1, 101)
+    for xi in (-5.0, 0.0, 5.0):
+      self.assertLess(float(prop.rho_theta(theta, xi, 1e7, variant).max()),
+                      1e-6)
+
+  @parameterized.parameters(*prop.VARIANTS)
+  def test_uniformity(self, variant):
+    theta = np.linspace(0.0, 1.0, 401)
+
+    def slope(xi, eta):
+      rho = np.asarray(prop.rho_theta(theta, xi, eta, variant), np.float64)
+      return np.gradient(rho, theta)
+
+    # The xi-dependent part of rho' vanishes as xi -> 0 ...
+    gaps = [np.abs(slope(xi, 1.0) - slope(0.0, 1.0)).max()
+            for xi in (1.0, 0.1, 0.01)]
+    self.assertLess(gaps[2], 0.02 * gaps[0])
+    # ... and rho is flat (1/2 everywhere) when also eta -> 0.
+    np.testing.assert_allclose(prop.rho_theta(theta, 0.0, 1e-3, variant), 0.5,
+                               atol=1e-6)
+    # Erratum: at finite eta the xi = 0 profile still varies with theta
+    # (through c(theta)), so |rho'| does not tend to 0 for every eta.
+    self.assertGreater(np.abs(slope(0.0, 1.0)).max(), 0.05)
+
+
+class BadInputTest(absltest.TestCase):
+
+  def test_errors(self):
+    w = jnp.eye(3)
+    key = jax.random.key(0)
+    with self.assertRaisesRegex(ValueError, "seq_len must be >= 2"):
+      prop.rho_monte_carlo(key, w, num_sequences=4, seq_len=1)
+    with self.assertRaisesRegex(ValueError, "num_sequences must be >= 1"):
+      prop.rho_monte_carlo(key, w, num_sequences=0, seq_len=4)
+    with self.assertRaisesRegex(ValueError, "square"):
+      prop.rho_monte_carlo(key, jnp.ones((3, 2)), num_sequences=4, seq_len=4)
+    with self.assertRaisesRegex(ValueError, "seq_len must be >= 2"):
+      prop.lemma1_moments(1, 1.0, 1.0, 1.0)
+    with self.assertRaisesRegex(ValueError, "variant"):
+      prop.rho_gaussian(5, 1.0, 1.0, 1.0, variant="printed")
+    with self.assertRaisesRegex(ValueError, "exact=True"):
+      prop.lemma1_moments(5, 1.0, 1.0, 1.0, exact=True, variant="paper")
+    with self.assertRaisesRegex(ValueError, "temperature"):
+      prop.rho_gaussian(5, 1.0, 1.0, -1.0)
+    with self.assertRaisesRegex(ValueError, "trace_sq"):
+      prop.rho_gaussian(5, 1.0, -1.0, 1.0)
+    with self.assertRaisesRegex(ValueError, "eta"):
+      prop.rho_theta(0.5, 1.0, 0.0)
+    with self.assertRaisesRegex(ValueError, "w_qk must be 3 x 3"):
+      prop.query_logits(jnp.ones((5, 3)), jnp.eye(4))
+
+
+if __name__ == "__main__":
+  absltest.main()

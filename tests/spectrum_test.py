@@ -1,0 +1,114 @@
+"""Tests for qkspec.spectrum (Eqs. 5-8, Fig. 5 sampler)."""
+from absl.testing import absltest
+from absl.testing import parameterized
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from qkspec import randomwalk
+from qkspec import spectrum
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+class SpectrumTest(chex.TestCase, parameterized.TestCase):
+
+  def test_haar_orthogonal(self):
+    d = 6
+    bs = jax.vmap(lambda k: spectrum.haar_orthogonal(k, d))(
+        jax.random.split(jax.random.key(0), 4000))
+    eye = jnp.broadcast_to(jnp.eye(d), bs.shape)
+    np.testing.assert_allclose(jnp.swapaxes(bs, -1, -2) @ bs, eye, atol=1e-5)
+    # Haar: every entry has mean 0 and E B_ij^2 = 1/d, E B_ij^4 = 3/(d(d+2)).
+    b = np.asarray(bs, np.float64)
+    se2 = np.sqrt((3 / (d * (d + 2)) - 1 / d**2) / b.shape[0])
+    self.assertLess(np.abs((b**2).mean(0) - 1 / d).max(), 5 * se2)
+    self.assertLess(np.abs(b.mean(0)).max(), 5 * np.sqrt(1 / d / b.shape[0]))
+    np.testing.assert_allclose((b**4).mean(), 3 / (d * (d + 2)), rtol=0.05)
+
+  def test_sample_qk_eigenvalues(self):
+    d, mean, scale = 128, 0.3, 0.05
+    w = spectrum.sample_qk(jax.random.key(1), d, mean, scale)
+    np.testing.assert_allclose(w, w.T, atol=1e-6)
+    evals = np.linalg.eigvalsh(np.asarray(w, np.float64))
+    self.assertAlmostEqual(evals.mean(), mean, delta=5 * scale / np.sqrt(d))
+    self.assertAlmostEqual(evals.std(), scale, delta=0.2 * scale)
+    # scale = 0: every eigenvalue equals the mean.
+    np.testing.assert_allclose(
+        spectrum.sample_qk(jax.random.key(2), 8, 0.7, 0.0), 0.7 * np.eye(8),
+        atol=1e-5)
+
+  def test_sample_qk_vmaps_over_mean_and_scale(self):
+    f = jax.jit(jax.vmap(lambda m, s: spectrum.sample_qk(
+        jax.random.key(3), 4, m, s)))
+    out = f(jnp.array([0.0, 1.0]), jnp.array([0.0, 0.0]))
+    np.testing.assert_allclose(out[1], np.eye(4), atol=1e-5)
+
+  @parameterized.parameters(None, "aniso")
+  def test_stats_against_eigenvalues(self, cov_kind):
+    d = 12
+    k1, k2 = jax.random.split(jax.random.key(4))
+    w_qk = jax.random.normal(k1, (d, d)) * 0.3 + 0.1 * jnp.eye(d)  # asymmetric
+    cov = None if cov_kind is None else randomwalk.anisotropic_covariance(k2, d)
+    lam = 2.5
+    stats = spectrum.spectrum_stats(w_qk, cov, lam)
+    sym = 0.5 * (np.asarray(w_qk) + np.asarray(w_qk).T)
+    big_w = sym if cov is None else sym @ np.asarray(cov)
+    w = np.linalg.eigvals(big_w.astype(np.float64))
+    self.assertLess(np.abs(w.imag).max(), 1e-6)   # similar to a symmetric one
+    w = w.real
+    expect = dict(trace=w.sum(), trace_sq=(w**2).sum(),
+                  xi=w.sum() / np.sqrt((w**2).sum()),
+                  eta=np.sqrt((w**2).sum()) / lam, r=w.sum() / lam,
+                  variance=d**2 * w.var(),                       # Eq. (8)
+                  scale=(np.asarray(w_qk)**2).sum(),
+                  qk_trace=np.trace(np.asarray(w_qk)),
+                  norm_2=np.linalg.norm(np.asarray(w_qk), 2),
+                  norm_fro=np.linalg.norm(np.asarray(w_qk), "fro"),
+                  norm_1=np.linalg.norm(np.asarray(w_qk), 1),
+                  norm_l1=np.abs(np.asarray(w_qk)).sum())
+    for name, value in expect.items():
+      np.testing.assert_allclose(stats[name], value, rtol=2e-4, atol=1e-4,
+                                 err_msg=name)
+
+  def test_default_temperature_and_batching(self):
+    ws = jax.random.normal(jax.random.key(5), (3, 2, 8, 8))
+    batched = spectrum.spectrum_stats(ws)
+    single = spectrum.spectrum_stats(ws[1, 0], temperature=np.sqrt(8))
+    for name in single:
+      np.testing.assert_allclose(batched[name][1, 0], single[name], rtol=1e-5,
+                                 err_msg=name)
+
+  def test_eq5_and_corrected_eq7_bounds(self):
+    d = 10
+    keys = jax.random.split(jax.random.key(6), 50)
+    for k in keys:
+      k1, k2 = jax.random.split(k)
+      w_qk = spectrum.sample_qk(k1, d, jax.random.normal(k2), 0.5)
+      cov = randomwalk.anisotropic_covariance(k2, d)
+      s = spectrum.spectrum_stats(w_qk, cov)
+      bound = np.sqrt(d * s["trace_sq"])
+      self.assertLessEqual(abs(float(s["trace"])), bound * (1 + 1e-5))  # (5)
+      cov_2 = np.linalg.norm(np.asarray(cov), 2)
+      lhs = abs(float(s["trace"])) / (np.sqrt(d) * cov_2)
+      self.assertLessEqual(lhs, float(s["norm_fro"]) * (1 + 1e-5))
+      self.assertLessEqual(float(s["norm_fro"]), float(s["norm_l1"]))
+    # The chain as printed fails: W_QK = Sigma = I.
+    s = spectrum.spectrum_stats(jnp.eye(d), jnp.eye(d))
+    self.assertGreater(float(s["trace"]) / np.sqrt(d), float(s["norm_2"]))
+    self.assertGreater(float(s["norm_fro"]), float(s["norm_1"]))
+
+  def test_bad_arguments(self):
+    with self.assertRaisesRegex(ValueError, "square"):
+      spectrum.spectrum_stats(jnp.ones((3, 4)))
+    with self.assertRaisesRegex(ValueError, "cov must be 3 x 3"):
+      spectrum.spectrum_stats(jnp.eye(3), jnp.eye(4))
+    with self.assertRaisesRegex(ValueError, "scale must be non-negative"):
+      spectrum.sample_qk(jax.random.key(0), 4, 0.0, -1.0)
+    with self.assertRaisesRegex(ValueError, "temperature"):
+      spectrum.spectrum_stats(jnp.eye(3), temperature=-1.0)
+
+
+if __name__ == "__main__":
+  absltest.main()
