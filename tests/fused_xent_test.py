@@ -1,0 +1,70 @@
+"""The fused chunked cross-entropy equals the plain one in value and gradient."""
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from qkspec import fused_xent
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+def _plain(h, kernel, bias, targets, weights):
+  logits = h @ kernel + bias[None, :]
+  ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+  return jnp.sum(weights * ce)
+
+
+def _inputs(n=37, d=8, v=50, seed=0):
+  ks = jax.random.split(jax.random.key(seed), 5)
+  h = jax.random.normal(ks[0], (n, d))
+  kernel = jax.random.normal(ks[1], (d, v)) * 0.5
+  bias = jax.random.normal(ks[2], (v,)) * 0.1
+  targets = jax.random.randint(ks[3], (n,), 0, v)
+  weights = (jax.random.uniform(ks[4], (n,)) > 0.2).astype(jnp.float32)
+  return h, kernel, bias, targets, weights
+
+
+class FusedXentTest(parameterized.TestCase):
+
+  @parameterized.parameters(1, 8, 16, 37, 512)
+  def test_value_and_grads_equal_plain(self, chunk):
+    args = _inputs()
+    fused = lambda h, k, b: fused_xent.fused_cross_entropy(
+        h, k, b, args[3], args[4], chunk)
+    plain = lambda h, k, b: _plain(h, k, b, args[3], args[4])
+    v1, g1 = jax.jit(jax.value_and_grad(fused, (0, 1, 2)))(*args[:3])
+    v2, g2 = jax.value_and_grad(plain, (0, 1, 2))(*args[:3])
+    np.testing.assert_allclose(v1, v2, rtol=1e-5)
+    for a, b in zip(g1, g2):
+      np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+  def test_cotangent_scaling_and_eval_path(self):
+    args = _inputs(seed=1)
+    f = lambda h: 3.0 * fused_xent.fused_cross_entropy(h, *args[1:], 8)
+    p = lambda h: 3.0 * _plain(h, *args[1:])
+    np.testing.assert_allclose(jax.grad(f)(args[0]), jax.grad(p)(args[0]),
+                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        fused_xent.chunked_cross_entropy(*args, chunk_size=5),
+        _plain(*args), rtol=1e-5)
+
+  def test_bfloat16_compute_is_close(self):
+    args = _inputs(seed=2)
+    v = fused_xent.fused_cross_entropy(*args, 16, jnp.bfloat16)
+    np.testing.assert_allclose(v, _plain(*args), rtol=2e-2)
+
+  def test_shape_errors(self):
+    h, kernel, bias, targets, weights = _inputs()
+    with self.assertRaisesRegex(ValueError, "do not match"):
+      fused_xent.fused_cross_entropy(h, kernel.T, bias, targets, weights)
+    with self.assertRaisesRegex(ValueError, "bias"):
+      fused_xent.fused_cross_entropy(h, kernel, bias[:3], targets, weights)
+    with self.assertRaisesRegex(ValueError, "targets and weights"):
+      fused_xent.fused_cross_entropy(h, kernel, bias, targets[:3], weights)
+
+
+if __name__ == "__main__":
+  absltest.main()
