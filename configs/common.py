@@ -1,0 +1,138 @@
+"""Shared pieces of the training configs (theory_task, locater_wt2, ...).
+
+`parse_arg` reads the part after ":" in `--config configs/x.py:smoke,L=3`;
+`theory_config()` and `lm_config()` give complete configs whose fields
+`qkspec.config_checks.validate` knows; experiment files edit them.
+"""
+import ml_collections
+
+from qkspec import data as data_lib
+
+KAPPA2_SWEEP = (0.0, 1e-3, 1e-2, 1e-1, 1.0)   # paper Sec. 7, Figs. 6, 8-12
+
+
+def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
+  """"smoke,L=3,d=32" -> ConfigDict(smoke=True, L=3, d=32) over `defaults`.
+
+  A bare name sets a bool default to True; `k=v` is cast to the type of
+  the default. Unknown names raise ValueError.
+  """
+  out = ml_collections.ConfigDict(defaults)
+  for part in (arg or "").split(","):
+    part = part.strip()
+    if not part:
+      continue
+    key, sep, value = part.partition("=")
+    if key not in defaults:
+      raise ValueError(f"unknown config argument {key!r}; known: "
+                       f"{sorted(defaults)}.")
+    default = defaults[key]
+    if not sep:
+      if not isinstance(default, bool):
+        raise ValueError(f"config argument {key!r} needs a value ({key}=...).")
+      out[key] = True
+    elif isinstance(default, bool):
+      out[key] = value.lower() in ("1", "true", "yes")
+    else:
+      out[key] = type(default)(value)
+  return out
+
+
+def _training(c):
+  """Fields shared by every training config."""
+  c.seed = 0                 # init and dropout PRNG seed
+  c.opt = ml_collections.ConfigDict(dict(
+      lr=2.5e-5,             # learning rate (constant in the paper)
+      b1=0.9, b2=0.999,      # Adam betas (paper: fairseq defaults)
+      eps=1e-8,              # Adam epsilon
+      weight_decay=0.01,     # decoupled (AdamW), as fairseq's Adam
+      schedule="constant",   # constant | warmup_constant | warmup_cosine
+      warmup_steps=0,        # steps of linear warm-up (non-constant schedules)
+      min_lr_fraction=0.0,   # cosine floor as a fraction of lr
+  ))
+  c.locater = ml_collections.ConfigDict(dict(
+      kappa1=0.0,            # scale strength, tr(W_QK^T W_QK) (0 = off)
+      kappa2=0.0,            # mean strength, (tr W_QK - target)^2 (0 = off)
+      target=1.0,            # the eigen-sum tr(W_QK) is held to (paper: 1)
+  ))
+  c.sweep = ml_collections.ConfigDict(dict(
+      mode="zip",            # zip: member i takes entry i | product: all combos
+      seed=(),               # values per member; () = not swept
+      kappa1=(),
+      kappa2=(),
+      target=(),
+  ))
+  c.num_steps = 50_000       # optimizer updates
+  c.log_every = 100          # steps between train metrics + measurements
+  c.eval_every = 1_000       # steps between evaluations
+  c.checkpoint_every = 1_000  # steps between checkpoints
+  c.max_to_keep = 2          # checkpoints kept
+  c.eval_max_batches = 0     # eval batches per split (0 = the whole split)
+  c.compute_dtype = "float32"  # float32 | bfloat16 (params stay float32)
+  c.multihost = False        # call jax.distributed.initialize() first
+  return c
+
+
+def theory_config() -> ml_collections.ConfigDict:
+  """The Sec. 2 model on Assumption-1 random walks (no data set)."""
+  c = ml_collections.ConfigDict()
+  c.task = "theory"
+  c.model = ml_collections.ConfigDict(dict(
+      num_layers=1,          # L
+      d_model=16,            # d, token dimension
+      num_heads=1,           # H (the paper: 1)
+      qk_param="joint",      # joint W_QK (paper Sec. 2) | factored (W_Q, W_K)
+      qkv_bias=False,        # no projection biases in the theory model
+      out_proj=False,        # U = A X W_V^T, no output projection
+      causal=False,          # Eq. (1) attends to every token
+      temperature=0.0,       # lambda; 0 = sqrt(d)
+      attn_dropout=0.0,      # dropout on attention probabilities
+      ffn_dim=16,            # F (W_F1: d -> F, W_F2: F -> d)
+      activation="relu",     # sigma: relu | identity | gelu
+      norm="none",           # none | post | pre (LayerNorm placement)
+      ffn_bias=False,        # FFN biases
+      dropout=0.0,           # residual dropout
+  ))
+  c.data = ml_collections.ConfigDict(dict(
+      seq_len=32,            # T context tokens; the target is x_{T+1}
+      batch_size=64,         # B sequences per step, over all devices
+      seed=0,                # data PRNG seed: batch k depends on (seed, k)
+      cov="isotropic",       # Sigma: isotropic (I) | anisotropic (R^T R/d)
+      eval_sequences=1024,   # held-out sequences for valid/loss
+  ))
+  return _training(c)
+
+
+def lm_config() -> ml_collections.ConfigDict:
+  """fairseq transformer_lm on WikiText-2 as in Sec. 7 and App. D."""
+  c = ml_collections.ConfigDict()
+  c.task = "lm"
+  c.model = ml_collections.ConfigDict(dict(
+      num_layers=1,          # L decoder layers (paper: 1, 3, 6)
+      d_model=128,           # d = embed = attention dim (paper: 32, 128)
+      num_heads=1,           # H (paper: 1)
+      qk_param="factored",   # W_Q, W_K kernels (fairseq) | joint W_QK
+      qkv_bias=True,         # biased q/k/v/out projections (fairseq)
+      out_proj=True,         # attention output projection (fairseq)
+      causal=True,           # decoder self-attention
+      temperature=0.0,       # lambda; 0 = sqrt(head_dim) (fairseq scaling)
+      attn_dropout=0.0,      # fairseq default attention_dropout
+      ffn_dim=128,           # FFN width (paper: = d)
+      activation="relu",     # fairseq default activation_fn
+      norm="post",           # post (fairseq default) | pre | none
+      ffn_bias=True,
+      dropout=0.1,           # fairseq transformer_lm default dropout
+  ))
+  c.data = data_lib.default_config()   # WikiText-2: name, dirs, seq_len, ...
+  c.data.seq_len = 64                  # T (paper)
+  c.data.batch_size = 64               # B sequences per step (paper)
+  return _training(c)
+
+
+def synthetic_data(c, vocab_size=50, train_tokens=4_000, eval_tokens=400):
+  """Switches an lm config to a synthetic bigram stream (smoke tests)."""
+  c.data.name = "synthetic"
+  c.data.vocab_size = vocab_size       # V, including <eos>
+  c.data.train_tokens = train_tokens   # tokens in the train stream
+  c.data.eval_tokens = eval_tokens     # tokens in valid and in test
+  return c

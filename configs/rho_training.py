@@ -1,0 +1,49 @@
+r"""rho_training: signal propagation probability per iteration, paper Fig. 7.
+
+The locater_wt2 model and data (d = 128, 1 layer, 1 head, T = 64, batch 64,
+lr 2.5e-5, 50,000 updates), two members side by side: LocATER with
+kappa1 = 100, kappa2 = 1 and no regularization (kappa1 = kappa2 = 0). Every
+`log_every` steps the empirical rho_i of the last query (the frequency of
+<gamma^i, omega> + gamma_0^i in [0, 1] over the batch, for each key i) is
+written; plot_training turns it into rho_heatmap.png (key position vs step).
+
+Launch::
+
+  python launch/train.py --config configs/rho_training.py \
+      --config.data.manual_dir=../shared/data/wikitext-2 \
+      --config.data.data_dir=/tmp/tfds --workdir /tmp/exp_runs/rho_training
+  python launch/plot_training.py --workdir /tmp/exp_runs/rho_training
+
+  python launch/train.py --config configs/rho_training.py:smoke --workdir /tmp/rho_smoke
+
+Expected (paper): LocATER shows salient horizontal stripes (a few key
+positions with high rho, i.e. localized attention); without it no stripes.
+Runtime: about half of locater_wt2 (2 members); smoke: seconds on a CPU.
+"""
+from configs import common
+
+
+def get_config(arg=None):
+  arg = common.parse_arg(arg, smoke=False)
+  c = common.lm_config()
+  c.opt.lr = 2.5e-5
+  c.num_steps = 50_000
+  c.log_every = 250          # heat-map resolution (steps)
+  c.eval_every = 2_500
+  c.checkpoint_every = 5_000
+  c.sweep.mode = "zip"       # member i: (kappa1[i], kappa2[i])
+  c.sweep.kappa1 = (100.0, 0.0)
+  c.sweep.kappa2 = (1.0, 0.0)
+  if arg.smoke:
+    common.synthetic_data(c)
+    c.model.d_model = 16
+    c.model.ffn_dim = 16
+    c.data.seq_len = 8
+    c.data.batch_size = 8
+    c.opt.lr = 1e-3
+    c.num_steps = 4
+    c.log_every = 2
+    c.eval_every = 2
+    c.checkpoint_every = 2
+    c.eval_max_batches = 2
+  return c

@@ -1,0 +1,28 @@
+r"""Turns a training workdir into the paper's panels (Figs. 6-7, 8-12).
+
+  python launch/plot_training.py --workdir /tmp/tt
+
+Writes fig6_curves.png, fig6_vs_kappa2.png (kappa2 sweeps), rho_heatmap.png
+(Fig. 7) and training_curves.png into the workdir; see
+qkspec/plot_training.py.
+"""
+from absl import app
+from absl import flags
+from absl import logging
+
+from qkspec import plot_training
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "A launch/train.py workdir.")
+_LAYER = flags.DEFINE_integer("layer", 0, "Layer of the rho heat map.")
+flags.mark_flags_as_required(["workdir"])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  for path in plot_training.plot_workdir(_WORKDIR.value, _LAYER.value):
+    logging.info("wrote %s", path)
+
+
+if __name__ == "__main__":
+  app.run(main)

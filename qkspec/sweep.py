@@ -1,0 +1,78 @@
+"""Vmapped sweeps: members differing in seed or LocATER strengths.
+
+`config.sweep` lists values for any of `seed`, `kappa1`, `kappa2`, `target`
+(`qkspec.config_checks.SWEEPABLE`; an empty tuple means not swept); `mode="zip"` pairs them entry by entry
+(length-1 entries broadcast), `mode="product"` takes all combinations.
+All members share the model, optimizer and data; in `qkspec.train` their
+states are stacked on a leading member axis and one `jax.vmap`-ed,
+jit-compiled step trains them side by side. The swept strengths live in
+`TrainState.hparams` (arrays, not closure constants) and the seeds in the
+stacked PRNG keys, so one compiled step serves every member.
+
+A member equals the same config trained alone (`member_config`), up to
+float reassociation in the batched matmuls (tests/sweep_test.py).
+"""
+import itertools
+
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from qkspec import config_checks
+
+
+def swept_keys(config) -> list[str]:
+  sweep = config.get("sweep", None) or {}
+  return [k for k in config_checks.SWEEPABLE if sweep.get(k)]
+
+
+def is_sweep(config) -> bool:
+  return bool(swept_keys(config))
+
+
+def members(config) -> list[dict]:
+  """[{seed, kappa1, kappa2, target}] per member (one if no sweep)."""
+  base = {"seed": int(config.seed),
+          "kappa1": float(config.locater.kappa1),
+          "kappa2": float(config.locater.kappa2),
+          "target": float(config.locater.target)}
+  keys = swept_keys(config)
+  if not keys:
+    return [base]
+  values = {k: tuple(config.sweep[k]) for k in keys}
+  if config.sweep.get("mode", "zip") == "product":
+    combos = list(itertools.product(*values.values()))
+  else:
+    n = max(len(v) for v in values.values())
+    combos = [tuple(v[i] if len(v) > 1 else v[0] for v in values.values())
+              for i in range(n)]
+  cast = {"seed": int, "kappa1": float, "kappa2": float, "target": float}
+  return [{**base, **{k: cast[k](c) for k, c in zip(keys, combo)}}
+          for combo in combos]
+
+
+def member_name(member: dict, keys: list[str]) -> str:
+  """E.g. "kappa1=100,kappa2=0.001" (only the swept keys)."""
+  return ",".join(f"{k}={member[k]:g}" for k in keys) or "run"
+
+
+def member_config(config, member: dict) -> ml_collections.ConfigDict:
+  """`config` with one member's values and no sweep (to train it alone)."""
+  c = ml_collections.ConfigDict(config.to_dict())
+  c.seed = member["seed"]
+  for k in ("kappa1", "kappa2", "target"):
+    c.locater[k] = member[k]
+  for k in config_checks.SWEEPABLE:
+    if k in c.sweep:
+      c.sweep[k] = ()
+  return c
+
+
+def hparams(member: dict) -> dict[str, jnp.ndarray]:
+  """The LocATER strengths of one member as float32 scalars."""
+  return {k: jnp.float32(member[k]) for k in ("kappa1", "kappa2", "target")}
+
+
+def stacked_hparams(ms: list[dict]) -> dict[str, jnp.ndarray]:
+  return {k: jnp.asarray(np.array([m[k] for m in ms], np.float32))
+          for k in ("kappa1", "kappa2", "target")}

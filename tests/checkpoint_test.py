@@ -1,0 +1,105 @@
+"""Tests for qkspec.checkpoint and resuming qkspec.train runs."""
+import os
+import sys
+import tempfile
+from unittest import mock
+
+from absl.testing import absltest
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from configs import rho_training  # pylint: disable=g-import-not-at-top,wrong-import-position
+from configs import theory_task  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec import checkpoint  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec import metric_writer  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec import tasks  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec import train  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+# Reruns of the same steps (straight vs resumed) hit the compilation cache.
+jax.config.update("jax_compilation_cache_dir", os.path.join(
+    tempfile.gettempdir(), "qkspec_test_jax_cache"))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
+
+
+def _assert_trees_equal(a, b):
+  jax.tree.map(lambda x, y: np.testing.assert_array_equal(
+      np.asarray(x), np.asarray(y)), a, b)
+
+
+class CheckpointerTest(absltest.TestCase):
+
+  def test_save_restore_round_trip(self):
+    state = train.TrainState(
+        step=jnp.int32(3), params={"w": jnp.arange(6.0).reshape(2, 3)},
+        opt_state=(jnp.ones(2),), hparams={"kappa2": jnp.float32(0.5)})
+    with tempfile.TemporaryDirectory() as tmp:
+      ckpt = checkpoint.Checkpointer(tmp, max_to_keep=2)
+      self.assertIsNone(ckpt.latest_step())
+      for s in (1, 2, 3):
+        ckpt.save(s, state, force=True)
+      ckpt.wait_until_finished()
+      self.assertEqual(ckpt.all_steps(), [2, 3])          # max_to_keep
+      self.assertFalse(ckpt.save(3, state, force=True))   # already there
+      sharding = jax.NamedSharding(train.make_mesh(), jax.P())
+      abstract = checkpoint.abstract_like(jax.eval_shape(lambda: state),
+                                          sharding)
+      restored, meta = ckpt.restore(3, abstract)
+      ckpt.close()
+    _assert_trees_equal(restored, state)
+    self.assertEqual(meta, {"step": 3, "data_position": 3})
+
+
+class ResumeTest(absltest.TestCase):
+
+  def test_resumed_sweep_is_bit_identical_to_uninterrupted(self):
+    # An LM sweep (two members, dropout 0.1): 2N steps straight vs N, stop,
+    # restart in the same workdir, continue to 2N.
+    cfg = rho_training.get_config("smoke")
+    cfg.num_steps = 4
+    cfg.checkpoint_every = 2
+    cfg.eval_every = 4
+    with tempfile.TemporaryDirectory() as tmp:
+      straight = train.train_and_evaluate(cfg, os.path.join(tmp, "a"))
+      half = rho_training.get_config("smoke")
+      half.num_steps = 2
+      half.checkpoint_every = 2
+      half.eval_every = 4
+      wd = os.path.join(tmp, "b")
+      train.train_and_evaluate(half, wd)
+      self.assertEqual(checkpoint.Checkpointer(wd).all_steps(), [2])
+      resumed = train.train_and_evaluate(cfg, wd)
+      self.assertEqual(checkpoint.Checkpointer(wd).latest_step(), 4)
+      m = metric_writer.read_metrics(os.path.join(wd, "kappa1=100,kappa2=1"))
+      np.testing.assert_array_equal(m["train/loss"][0], [2, 4])
+    self.assertEqual(int(resumed.step[0]), 4)
+    _assert_trees_equal(resumed.params, straight.params)
+    _assert_trees_equal(resumed.opt_state, straight.opt_state)
+
+  def test_keyboard_interrupt_saves_a_checkpoint(self):
+    cfg = theory_task.get_config("smoke")
+    cfg.num_steps = 8
+    cfg.checkpoint_every = 100
+    real = tasks.make_task
+
+    def interrupting(config, sharding):
+      task = real(config, sharding)
+      def batch(step):
+        if step == 3:
+          raise KeyboardInterrupt
+        return task.train_batch(step)
+      return tasks.Task(**{**task.__dict__, "train_batch": batch})
+
+    with tempfile.TemporaryDirectory() as tmp:
+      with mock.patch.object(tasks, "make_task", interrupting):
+        with self.assertRaises(KeyboardInterrupt):
+          train.train_and_evaluate(cfg, tmp)
+      self.assertEqual(checkpoint.Checkpointer(tmp).all_steps(), [3])
+      resumed = train.train_and_evaluate(cfg, tmp)        # resumes at 3
+      self.assertEqual(int(resumed.step[0]), 8)
+
+
+if __name__ == "__main__":
+  absltest.main()

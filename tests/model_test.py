@@ -1,0 +1,164 @@
+"""Tests for qkspec.model: shapes, causality, sown logits vs W_QK, LocATER."""
+# pylint: disable=invalid-name
+import math
+import os
+import sys
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from configs import common  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec import locater  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec import model as model_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec import train  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+B, T, d, V = 2, 8, 16, 50
+
+
+def _lm_model_config(**kw):
+  m = common.lm_config().model
+  m.d_model, m.ffn_dim = d, d
+  m.update(kw)
+  return m
+
+
+def _zero_qk_biases(params):
+  def f(path, x):
+    names = [getattr(p, "key", "") for p in path]
+    if names[-1] == "bias" and ("query" in names or "key" in names):
+      return jnp.zeros_like(x)
+    return x
+  return jax.tree_util.tree_map_with_path(f, params)
+
+
+def _sown(inter, layer, name):
+  block = inter["decoder"][f"block_{layer}"]
+  return (block["attn"][name] if name in ("logits", "probs")
+          else block[name])[0]
+
+
+class ModelTest(parameterized.TestCase):
+
+  @parameterized.parameters(("post", 1), ("pre", 2), ("none", 1))
+  def test_lm_shapes_and_causality(self, norm, heads):
+    m = model_lib.make_model(_lm_model_config(norm=norm, num_heads=heads,
+                                              num_layers=2), "lm", V)
+    tokens = jax.random.randint(jax.random.key(0), (B, T), 0, V)
+    params = m.init(jax.random.key(1), tokens)["params"]
+    logits = m.apply({"params": params}, tokens)
+    chex.assert_shape(logits, (B, T, V))
+    chex.assert_tree_all_finite(logits)
+    chex.assert_shape(model_lib.qk_matrices(params), (2, heads, d, d))
+    # Changing tokens after t leaves logits up to t bit-identical.
+    t = 4
+    other = tokens.at[:, t + 1:].set((tokens[:, t + 1:] + 7) % V)
+    np.testing.assert_array_equal(
+        m.apply({"params": params}, other)[:, :t + 1], logits[:, :t + 1])
+
+  @parameterized.parameters("factored", "joint")
+  def test_gradient_of_past_outputs_wrt_future_inputs_is_zero(self, qk):
+    m = model_lib.Decoder(2, dict(
+        attention=dict(num_heads=2, qk_param=qk, causal=True), ffn_dim=d,
+        norm="post"))
+    x = jax.random.normal(jax.random.key(0), (1, T, d))
+    params = m.init(jax.random.key(1), x)["params"]
+    jac = jax.jit(jax.jacrev(lambda x: m.apply({"params": params}, x)))(x)
+    jac_TxTxdd = jnp.einsum("atibjd->tjid", jac).reshape(T, T, -1)
+    for t in range(T):
+      np.testing.assert_array_equal(jac_TxTxdd[t, t + 1:], 0.0)
+      self.assertGreater(float(jnp.abs(jac_TxTxdd[t, 0]).max()), 0.0)
+
+  @parameterized.parameters(("factored", 1), ("factored", 2), ("joint", 1),
+                            ("joint", 2))
+  def test_sown_logits_equal_x_wqk_x_over_sqrt_D(self, qk, heads):
+    D = d // heads
+    m = model_lib.Decoder(2, dict(
+        attention=dict(num_heads=heads, qk_param=qk, causal=True),
+        ffn_dim=d, norm="pre"))
+    x = jax.random.normal(jax.random.key(2), (B, T, d))
+    params = _zero_qk_biases(m.init(jax.random.key(3), x)["params"])
+    _, state = m.apply({"params": params}, x, mutable=["intermediates"])
+    inter = {"decoder": state["intermediates"]}
+    w_qk = model_lib.qk_matrices({"decoder": params})
+    # Attention inputs: layer 0 sees LN(x), layer 1 sees LN(block_0 output).
+    ln = lambda p, h: model_lib.nn.LayerNorm(epsilon=1e-5).apply(  # noqa: E731
+        {"params": p}, h)
+    h0 = ln(params["block_0"]["attn_ln"], x)
+    h1 = ln(params["block_1"]["attn_ln"], _sown(inter, 0, "out"))
+    for layer, h in enumerate((h0, h1)):
+      want = jnp.einsum("bti,hij,bsj->bhts", h, w_qk[layer], h) / math.sqrt(D)
+      got = _sown(inter, layer, "logits")
+      np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+      probs = _sown(inter, layer, "probs")
+      np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-6)
+      np.testing.assert_array_equal(
+          jnp.where(model_lib.causal_mask(T), 0.0, probs), 0.0)
+
+  def test_theory_model_matches_paper_block(self):
+    c = common.theory_config()
+    c.model.d_model, c.model.ffn_dim, c.model.activation = 8, 8, "relu"
+    m = model_lib.make_model(c.model, "theory")
+    x = jax.random.normal(jax.random.key(4), (B, T, 8))
+    p = m.init(jax.random.key(5), x)["params"]
+    out = m.apply({"params": p}, x)
+    blk = p["decoder"]["block_0"]
+    w_qk = blk["attn"]["w_qk"][0]
+    a = jax.nn.softmax(jnp.einsum("bti,ij,bsj->bts", x, w_qk, x) / math.sqrt(8))
+    u = jnp.einsum("bts,bsi->bti", a, x @ blk["attn"]["value"]["kernel"][:, 0])
+    z = u + x                                                  # Z = U + X
+    want = jax.nn.relu(z @ blk["ffn1"]["kernel"]) @ blk["ffn2"]["kernel"] + z
+    np.testing.assert_allclose(out, want, rtol=2e-5, atol=2e-5)
+
+  def test_locater_term_equals_locater_penalty_of_qk_matrices(self):
+    c = common.lm_config()
+    common.synthetic_data(c)
+    c.model.update(d_model=d, ffn_dim=d, num_layers=3, num_heads=2)
+    m = model_lib.make_model(c.model, "lm", V)
+    tokens = jnp.zeros((B, T), jnp.int32)
+    params = m.init(jax.random.key(6), tokens)["params"]
+    hp = {"kappa1": jnp.float32(100.0), "kappa2": jnp.float32(0.1),
+          "target": jnp.float32(1.0)}
+    w = model_lib.qk_matrices(params)
+    want = 0.0
+    for l in range(3):
+      for h in range(2):
+        want += locater.locater_penalty(w[l, h], 100.0, 0.1, 1.0)
+    np.testing.assert_allclose(train.locater_term(params, hp), want,
+                               rtol=1e-6)
+    # The training objective is loss + that term.
+    task = type("T", (), {"model": m, "loss": staticmethod(
+        lambda o, b: (jnp.sum(o), jnp.float32(o.size)))})
+    batch = {"inputs": tokens, "targets": tokens}
+    key = jax.random.key(0)
+    total, (loss, pen) = train.objective(params, hp, batch, key, task=task,
+                                         deterministic=True)
+    np.testing.assert_allclose(pen, want, rtol=1e-6)
+    np.testing.assert_allclose(total, loss + want, rtol=1e-6)
+
+  def test_bfloat16_compute_keeps_float32_params(self):
+    m = model_lib.make_model(_lm_model_config(), "lm", V, dtype=jnp.bfloat16)
+    tokens = jnp.zeros((B, T), jnp.int32)
+    params = m.init(jax.random.key(0), tokens)["params"]
+    self.assertTrue(all(x.dtype == jnp.float32
+                        for x in jax.tree.leaves(params)))
+    logits = jax.jit(m.apply)({"params": params}, tokens)
+    self.assertEqual(logits.dtype, jnp.float32)
+    chex.assert_tree_all_finite(logits)
+
+  def test_sinusoidal_positions_match_fairseq_layout(self):
+    emb = model_lib.sinusoidal_positions(5, 8)
+    half = 4
+    freq = np.exp(np.arange(half) * -(math.log(10000.0) / (half - 1)))
+    np.testing.assert_allclose(emb[0, :half], np.sin(2 * freq), rtol=1e-6)
+    np.testing.assert_allclose(emb[3, half:], np.cos(5 * freq), rtol=1e-6)
+
+
+if __name__ == "__main__":
+  absltest.main()

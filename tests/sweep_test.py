@@ -1,0 +1,91 @@
+"""Tests for qkspec.sweep: a vmapped member equals the same config alone."""
+import json
+import os
+import sys
+import tempfile
+
+from absl.testing import absltest
+import jax
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from configs import locater_wt2  # pylint: disable=g-import-not-at-top,wrong-import-position
+from configs import theory_task  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec import metric_writer  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec import sweep  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec import train  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+jax.config.update("jax_compilation_cache_dir", os.path.join(
+    tempfile.gettempdir(), "qkspec_test_jax_cache"))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
+
+
+class MembersTest(absltest.TestCase):
+
+  def test_zip_and_product(self):
+    c = theory_task.get_config("smoke")
+    ms = sweep.members(c)
+    self.assertEqual([(m["kappa1"], m["kappa2"], m["target"]) for m in ms],
+                     [(0.0, 0.0, 1.0), (100.0, 1.0, 1.0),
+                      (100.0, 100.0, 12.0)])
+    c.sweep.mode = "product"
+    c.sweep.kappa1, c.sweep.kappa2, c.sweep.target = (), (0.0, 1.0), ()
+    c.sweep.seed = (0, 1, 2)
+    ms = sweep.members(c)
+    self.assertLen(ms, 6)
+    self.assertEqual(sweep.member_name(ms[-1], sweep.swept_keys(c)),
+                     "seed=2,kappa2=1")
+    alone = sweep.member_config(c, ms[-1])
+    self.assertFalse(sweep.is_sweep(alone))
+    self.assertEqual((alone.seed, alone.locater.kappa2), (2, 1.0))
+
+
+class VmappedSweepTest(absltest.TestCase):
+
+  def test_member_of_sweep_equals_the_config_trained_alone(self):
+    # LM with dropout 0.1: members differ in seed (init + dropout keys) and
+    # kappa2 (an array in the state, not a compile-time constant).
+    c = locater_wt2.get_config("smoke")
+    c.sweep.mode = "product"
+    c.sweep.seed = (0, 1)
+    c.sweep.kappa2 = (0.0, 1.0)
+    c.num_steps, c.log_every, c.eval_every = 4, 2, 4
+    ms = sweep.members(c)
+    i = 3
+    self.assertEqual((ms[i]["seed"], ms[i]["kappa2"]), (1, 1.0))
+    with tempfile.TemporaryDirectory() as tmp:
+      swept = train.train_and_evaluate(c, os.path.join(tmp, "sweep"))
+      alone = train.train_and_evaluate(sweep.member_config(c, ms[i]),
+                                       os.path.join(tmp, "alone"))
+      entry = json.load(open(os.path.join(tmp, "sweep", "members.json")))[i]
+      m_swept = metric_writer.read_metrics(
+          os.path.join(tmp, "sweep", entry["dir"]))
+      m_alone = metric_writer.read_metrics(os.path.join(tmp, "alone"))
+    for path, a in jax.tree_util.tree_leaves_with_path(swept.params):
+      name = jax.tree_util.keystr(path)
+      if "['key']['bias']" in name:
+        # Softmax is shift-invariant per query, so the key bias has an
+        # exactly-zero gradient; Adam turns its float noise (~1e-9, below
+        # eps = 1e-8) into updates of up to 0.1 lr that depend on summation
+        # order. It never changes the outputs.
+        continue
+      b = dict(jax.tree_util.tree_leaves_with_path(alone.params))[path]
+      np.testing.assert_allclose(a[i], b, rtol=2e-5, atol=2e-6,
+                                 err_msg=name)
+    self.assertEqual(set(m_swept), set(m_alone))
+    for key, (steps, values) in m_alone.items():
+      if key == "steps_per_sec":
+        continue
+      np.testing.assert_array_equal(m_swept[key][0], steps)
+      atol = 0.13 if key.endswith("rho") else 1e-4   # rho: counts over B=8
+      np.testing.assert_allclose(m_swept[key][1], values, rtol=1e-4,
+                                 atol=atol, err_msg=key)
+    # The members really differ (seeds and kappa2 reach the step).
+    self.assertGreater(float(np.abs(swept.params["output"]["kernel"][0]
+                                    - swept.params["output"]["kernel"][2]
+                                    ).max()), 1e-3)
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,0 +1,190 @@
+"""Tests for qkspec.train: end-to-end smoke runs, NaN stop, config checks."""
+import json
+import os
+import pathlib
+import sys
+import tempfile
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+import ml_collections
+import numpy as np
+
+_REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(_REPO))
+from configs import common  # pylint: disable=g-import-not-at-top,wrong-import-position
+from configs import depth_width  # pylint: disable=g-import-not-at-top,wrong-import-position
+from configs import locater_wt2  # pylint: disable=g-import-not-at-top,wrong-import-position
+from configs import theory_task  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec import checkpoint  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec import config_checks  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec import metric_writer  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec import plot_training  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec import train  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+jax.config.update("jax_compilation_cache_dir", os.path.join(
+    tempfile.gettempdir(), "qkspec_test_jax_cache"))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
+
+_FIXTURE = _REPO / "tests" / "testdata" / "wikitext2_tiny"
+
+
+def _single_theory(**kw):
+  """theory_task smoke without the sweep (one run)."""
+  c = theory_task.get_config("smoke")
+  c.sweep.kappa1, c.sweep.kappa2, c.sweep.target = (), (), ()
+  c.locater.kappa1, c.locater.kappa2 = 1.0, 1.0
+  c.update(kw)
+  return c
+
+
+class EndToEndTest(absltest.TestCase):
+
+  def test_theory_smoke_sweep_writes_metrics_and_plots(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      train.train_and_evaluate(theory_task.get_config("smoke"), tmp)
+      members = json.load(open(os.path.join(tmp, "members.json")))
+      self.assertLen(members, 3)
+      self.assertEqual(checkpoint.Checkpointer(tmp).latest_step(), 4)
+      m = metric_writer.read_metrics(os.path.join(tmp, members[2]["dir"]))
+      steps, rho = m["l0/rho"]
+      np.testing.assert_array_equal(steps, [0, 2, 4])
+      self.assertEqual(rho.shape, (3, 8))            # [log steps, T]
+      self.assertTrue(np.all((rho >= 0) & (rho <= 1)))
+      for key in ("train/loss", "l0/qk_scale", "l0/qk_trace",
+                  "l0/eigen_variance", "l0/entropy", "l0/rank_residual",
+                  "valid/loss", "steps_per_sec"):
+        self.assertIn(key, m)
+        self.assertTrue(np.all(np.isfinite(m[key][1])), key)
+      # Non-causal theory model: entropy <= log T.
+      self.assertLessEqual(m["l0/entropy"][1].max(), np.log(8) + 1e-6)
+      hp = json.load(open(os.path.join(tmp, members[2]["dir"],
+                                       "hparams.json")))
+      self.assertEqual(hp["target"], 12.0)
+      for path in plot_training.plot_workdir(tmp):
+        self.assertGreater(os.path.getsize(path), 1000)
+
+  def test_lm_on_the_wikitext2_fixture(self):
+    c = common.lm_config()
+    c.model.update(d_model=8, ffn_dim=8)
+    c.data.seq_len, c.data.batch_size = 4, 2
+    c.data.manual_dir = str(_FIXTURE)
+    c.data.verify_checksums = False
+    c.num_steps, c.log_every, c.eval_every, c.checkpoint_every = 3, 1, 3, 3
+    c.opt.lr = 1e-2
+    with tempfile.TemporaryDirectory() as tmp:
+      c.data.data_dir = os.path.join(tmp, "tfds")
+      train.train_and_evaluate(c, os.path.join(tmp, "run"))
+      m = metric_writer.read_metrics(os.path.join(tmp, "run"))
+    self.assertEqual(m["l0/rho"][1].shape, (4, 4))
+    for split in ("valid", "test"):
+      loss, ppl = m[f"{split}/loss"][1][-1], m[f"{split}/ppl"][1][-1]
+      self.assertTrue(np.isfinite(loss))
+      np.testing.assert_allclose(ppl, np.exp(loss), rtol=1e-6)
+    np.testing.assert_allclose(m["train/ppl"][1], np.exp(m["train/loss"][1]),
+                               rtol=1e-5)
+    # Causal LM: entropy of query t is at most log(t + 1).
+    self.assertLessEqual(m["l0/entropy"][1].max(),
+                         np.mean(np.log(np.arange(1, 5))) + 1e-5)
+
+
+class NaNTest(absltest.TestCase):
+
+  def test_nonfinite_loss_stops_with_the_step_and_keeps_last_checkpoint(self):
+    # lr = 1e30: the update at step 0 is finite but blows the weights up, so
+    # the loss at step 1 overflows.
+    c = _single_theory(num_steps=6, log_every=3, checkpoint_every=1,
+                       eval_every=100)
+    c.opt.lr = 1e30
+    with tempfile.TemporaryDirectory() as tmp:
+      with self.assertRaisesRegex(FloatingPointError, r"at step 1\b"):
+        train.train_and_evaluate(c, tmp)
+      self.assertEqual(checkpoint.Checkpointer(tmp).all_steps(), [1])
+
+
+class ConfigCheckTest(parameterized.TestCase):
+
+  def _check(self, config, pattern, num_devices=None):
+    with self.assertRaisesRegex(ValueError, pattern):
+      config_checks.validate(config, num_devices)
+
+  def test_shipped_configs_are_valid(self):
+    for c in (theory_task.get_config(), theory_task.get_config("smoke"),
+              locater_wt2.get_config(), locater_wt2.get_config("smoke"),
+              depth_width.get_config("L=6,d=32"),
+              depth_width.get_config("L=3,d=128,smoke")):
+      config_checks.validate(c, num_devices=1)
+    self.assertEqual(depth_width.get_config("L=1,d=32").opt.lr, 1e-4)
+    self.assertLen(locater_wt2.get_sweep(), 5)
+    with self.assertRaisesRegex(ValueError, "unknown config argument 'X'"):
+      depth_width.get_config("X=3")
+
+  def test_unknown_key(self):
+    c = ml_collections.ConfigDict(_single_theory().to_dict())
+    c.locater.kapa2 = 1.0
+    self._check(c, r"'locater.kapa2'")
+
+  @parameterized.parameters(
+      ("locater.kappa1", -1.0, r"locater.kappa1 must be >= 0"),
+      ("locater.kappa2", -0.5, r"locater.kappa2 must be >= 0"),
+      ("model.num_heads", 3, r"model.num_heads=3 does not divide"),
+      ("opt.lr", 0.0, r"opt.lr must be > 0"),
+      ("model.norm", "mid", r"model.norm must be one of"),
+      ("sweep.kappa2", (1.0, -1.0), r"sweep.kappa2 entries must be >= 0"),
+      ("data.seq_len", 1, r"data.seq_len must be an integer >= 2"),
+  )
+  def test_impossible_values(self, key, value, pattern):
+    c = _single_theory()
+    section, _, name = key.rpartition(".")
+    (c[section] if section else c)[name] = value
+    self._check(c, pattern)
+
+  def test_batch_not_divisible_by_devices(self):
+    self._check(_single_theory(), r"data.batch_size=8 .* 3 devices",
+                num_devices=3)
+
+  def test_zip_sweep_lengths(self):
+    c = _single_theory()
+    c.sweep.kappa1, c.sweep.kappa2 = (1.0, 2.0), (1.0, 2.0, 3.0)
+    self._check(c, "equal lengths")
+
+  def test_seq_len_longer_than_the_data_fails_before_training(self):
+    c = locater_wt2.get_config("smoke")
+    c.data.train_tokens = 40           # < seq_len x batch = 64
+    with tempfile.TemporaryDirectory() as tmp:
+      with self.assertRaisesRegex(ValueError, r"data.seq_len=8"):
+        train.train_and_evaluate(c, tmp)
+      self.assertFalse(os.path.exists(os.path.join(tmp, "ckpt")))
+
+
+class MetricWriterTest(absltest.TestCase):
+
+  def test_jsonl_round_trip(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      with metric_writer.MetricWriter(tmp, console=False) as w:
+        w.write_hparams({"lr": 0.1})
+        w.write_scalars(0, {"a": 1.0})
+        w.write_arrays(0, {"rho": np.array([0.5, 1.0])})
+        w.write_scalars(2, {"a": float("nan")})
+        w.write_scalars(2, {"a": 3.0})         # rewritten step: last wins
+      m = metric_writer.read_metrics(tmp)
+    np.testing.assert_array_equal(m["a"][0], [0, 2])
+    np.testing.assert_array_equal(m["a"][1], [1.0, 3.0])
+    np.testing.assert_array_equal(m["rho"][1], [[0.5, 1.0]])
+
+  def test_tensorboard_events_when_installed(self):
+    try:
+      import tensorboard  # pylint: disable=g-import-not-at-top,unused-import
+    except ImportError:
+      self.skipTest("tensorboard is not installed (JSONL only)")
+    with tempfile.TemporaryDirectory() as tmp:
+      with metric_writer.MetricWriter(tmp, console=False) as w:
+        w.write_scalars(1, {"train/loss": 2.5})
+      self.assertTrue(any(f.startswith("events.out.tfevents")
+                          for f in os.listdir(tmp)))
+
+
+if __name__ == "__main__":
+  absltest.main()
