@@ -1,0 +1,117 @@
+r"""The attention-entropy lower bound Eq. (9) against :math:`\nu` (paper Fig. 4).
+
+Shapes: K = sequence lengths T, V = points on the :math:`\nu` grid.
+
+.. math:: \ln(1 + T e^{-\nu}) + \frac{\nu e^{-\nu/2}}{T^{-1} + e^{-\nu}},
+          \qquad \nu = \|XX^\top\|_2\,\|W_{QK}\|_2
+
+(`qkspec.diagnostics.entropy_lower_bound`), drawn with the maximum entropy
+:math:`\ln T` of a T-key attention row. As printed the bound equals
+:math:`\ln(1+T) > \ln T` at :math:`\nu = 0` and stays above :math:`\ln T` on
+a whole interval :math:`[0, \nu^*(T)]` (its peak is many times
+:math:`\ln T`), where no entropy can reach it; the table lists that interval
+per T.
+"""
+# pylint: disable=invalid-name
+from absl import logging
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from qkspec import diagnostics
+from qkspec.experiments import io
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  """Raises ValueError naming the first bad field of an entropy_bound config."""
+  io.require(config.nu_max > 0, "nu_max", "must be > 0", config.nu_max)
+  io.require(config.num_nu >= 2, "num_nu", "must be >= 2", config.num_nu)
+  io.require(len(config.seq_lens) > 0
+             and all(isinstance(t, int) and t >= 2 for t in config.seq_lens),
+             "seq_lens", "must be non-empty integers >= 2", config.seq_lens)
+
+
+def bound_curves(nu_V: jnp.ndarray, seq_lens) -> np.ndarray:
+  """Eq. (9) for each T, [K, V]."""
+  return np.stack([np.asarray(diagnostics.entropy_lower_bound(nu_V, t))
+                   for t in seq_lens])
+
+
+def exceed_intervals(nu_V: np.ndarray, above_V: np.ndarray
+                     ) -> list[tuple[float, float]]:
+  """Closed nu intervals (grid resolution) where `above_V` holds."""
+  intervals, start = [], None
+  for k, flag in enumerate(above_V):
+    if flag and start is None:
+      start = nu_V[k]
+    if start is not None and (not flag or k == len(above_V) - 1):
+      intervals.append((float(start), float(nu_V[k - 1] if not flag
+                                               else nu_V[k])))
+      start = None
+  return intervals
+
+
+def summary_rows(nu_V, bound_KxV, seq_lens) -> list[dict]:
+  rows = []
+  for t, bound_V in zip(seq_lens, bound_KxV):
+    log_t = float(np.log(t))
+    peak = int(np.argmax(bound_V))
+    intervals = exceed_intervals(nu_V, bound_V > log_t)
+    span = "; ".join(f"[{a:.3g}, {b:.3g}]" for a, b in intervals) or "none"
+    rows.append(dict(
+        seq_len=int(t), ln_T=log_t, bound_at_nu0=float(bound_V[0]),
+        ln_1_plus_T=float(np.log1p(t)), peak_nu=float(nu_V[peak]),
+        peak_bound=float(bound_V[peak]), peak_over_ln_T=float(bound_V[peak])
+        / log_t, bound_exceeds_ln_T_on=span,
+        note=("printed bound > max entropy ln T there: not a valid lower "
+              "bound" if intervals else "bound <= ln T everywhere")))
+  return rows
+
+
+def plot(nu_V, bound_KxV, seq_lens, workdir):
+  """Fig. 4: the bound vs nu with ln T dashed, and bound / ln T."""
+  plt = io.pyplot()
+  fig, (ax, ax_ratio) = plt.subplots(1, 2, figsize=(10, 3.8),
+                                     layout="constrained")
+  for t, bound_V in zip(seq_lens, bound_KxV):
+    line, = ax.plot(nu_V, bound_V, label=f"T = {t}")
+    ax.axhline(np.log(t), ls="--", lw=1, color=line.get_color())
+    ratio_V = bound_V / np.log(t)
+    ax_ratio.plot(nu_V, ratio_V, color=line.get_color(), label=f"T = {t}")
+    ax_ratio.fill_between(nu_V, 1.0, ratio_V, where=ratio_V > 1,
+                          color=line.get_color(), alpha=0.15)
+  ax.set_xlabel("nu = ||X X^T||_2 ||W_QK||_2")
+  ax.set_ylabel("Eq. (9) bound [nats]")
+  ax.set_title("Eq. (9) as printed; dashed: ln T (max entropy)", fontsize=9)
+  ax.legend(fontsize=8)
+  ax_ratio.axhline(1.0, color="k", lw=1)
+  ax_ratio.set_yscale("log")
+  ax_ratio.set_xlabel("nu")
+  ax_ratio.set_ylabel("bound / ln T")
+  ax_ratio.set_title("shaded: bound exceeds ln T (impossible entropy)",
+                     fontsize=9)
+  fig.suptitle("Entropy lower bound (cf. paper Fig. 4)")
+  return [io.save_figure(fig, workdir, "fig4_entropy_bound")]
+
+
+def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Draws Fig. 4 and writes the bound curves and a per-T summary."""
+  validate(config)
+  workdir = io.make_workdir(workdir)
+  paths = [io.write_config(config, workdir)]
+  nu_V = np.linspace(0.0, config.nu_max, config.num_nu)
+  seq_lens = list(config.seq_lens)
+  logging.info("Eq. (9) on %d nu points in [0, %g] for T = %s", len(nu_V),
+               config.nu_max, seq_lens)
+  bound_KxV = bound_curves(jnp.asarray(nu_V), seq_lens)
+  rows = summary_rows(nu_V, bound_KxV, seq_lens)
+  logging.info("Eq. (9) vs ln T:\n%s", io.format_table(rows))
+  paths += plot(nu_V, bound_KxV, seq_lens, workdir)
+  paths += io.write_table(rows, workdir, "entropy_bound_summary")
+  curve_rows = [dict(seq_len=int(t), nu=float(nu), bound=float(b),
+                     ln_T=float(np.log(t)), exceeds_ln_T=bool(b > np.log(t)))
+                for t, bound_V in zip(seq_lens, bound_KxV)
+                for nu, b in zip(nu_V, bound_V)]
+  paths += io.write_table(curve_rows, workdir, "entropy_bound")
+  io.log_outputs("entropy_bound", paths)
+  return dict(nu=nu_V, bound=bound_KxV, summary=rows, paths=paths)
