@@ -1,0 +1,235 @@
+r"""Measured attention entropy against Eq. (9) and Zhai et al.'s Theorem 3.1.
+
+Shapes: I = input kinds, P = W_QK settings (Gaussian norms, then sample_qk
+pairs), D = draws, N = sequences, T = tokens (queries and keys), d = dim.
+
+For one attention layer :math:`A = \mathrm{softmax}(XW_{QK}X^\top/\lambda)`
+and every row :math:`A_t`, compares :math:`\mathrm{Ent}(A_t)` with
+
+* Eq. (9) as printed, `diagnostics.entropy_lower_bound(nu, T)`;
+* Zhai's Theorem 3.1, `entropy_bounds.zhai_entropy_lower_bound(nu, T)`;
+* Zhai's bound at the row's own centred logit norm (the sharpest form);
+
+with :math:`\nu = \|XX^\top\|_2\|W_{QK}\|_2/\lambda` (the logit matrix is
+:math:`W_{QK}/\lambda`, see `entropy_bounds`) and with the paper's
+un-normalised :math:`\nu\lambda`. A row violates a bound when its entropy
+is below the bound by more than 1e-4 nats.
+
+One compiled computation per input kind (`vmap` over draws and sequences),
+called once per W_QK setting.
+"""
+# pylint: disable=invalid-name
+import functools
+import time
+
+from absl import logging
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from qkspec import diagnostics
+from qkspec import entropy_bounds
+from qkspec import san
+from qkspec import spectrum
+from qkspec.experiments import io
+
+_TOL = 1e-4
+BOUNDS = ("eq9", "eq9_raw", "zhai", "zhai_raw", "zhai_row")
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  """Raises ValueError naming the first bad field of an entropy_check config."""
+  for field, low in (("dim", 1), ("seq_len", 2), ("num_sequences", 1),
+                     ("num_draws", 1)):
+    value = config[field]
+    io.require(isinstance(value, int) and value >= low, field,
+               f"must be an integer >= {low}", value)
+  io.require(len(config.inputs) > 0 and set(config.inputs) <= set(san.INPUTS),
+             "inputs", f"must be a non-empty subset of {san.INPUTS}",
+             config.inputs)
+  io.require(all(n > 0 for n in config.qk_norms), "qk_norms", "must be > 0",
+             config.qk_norms)
+  io.require(all(len(p) == 2 and p[1] >= 0 for p in config.pairs), "pairs",
+             "must be (mean, scale >= 0) pairs", config.pairs)
+  io.require(len(config.qk_norms) + len(config.pairs) > 0, "qk_norms",
+             "and pairs must not both be empty", config.qk_norms)
+
+
+def settings(config) -> list[dict]:
+  """One dict per W_QK setting, Gaussian norms first."""
+  rows = [dict(kind="gaussian", qk_norm=float(n), mean=float("nan"),
+               scale=float("nan")) for n in config.qk_norms]
+  rows += [dict(kind="spectrum", qk_norm=float("nan"), mean=float(m),
+                scale=float(s)) for m, s in config.pairs]
+  return rows
+
+
+def _draw_qk(key, is_gauss, norm, mean, scale, dim):
+  """Gaussian W_QK rescaled to spectral norm `norm`, or sample_qk(mean, scale)."""
+  g = jax.random.normal(key, (dim, dim))
+  g = norm * g / jnp.linalg.norm(g, ord=2)
+  s = spectrum.sample_qk(key, dim, mean, scale)
+  return jnp.where(is_gauss, g, s)
+
+
+def row_stats(x_NxTxd, w_qk, lam, seq_len):
+  """Per-sequence nu, entropies and the fraction of rows below each bound."""
+  logits = jnp.einsum("ntd,de,nje->ntj", x_NxTxd, w_qk, x_NxTxd) / lam
+  ent_NxT = diagnostics.attention_entropy(jax.nn.softmax(logits, axis=-1),
+                                          reduce=False)
+  nu_N = entropy_bounds.entropy_bound_nu(x_NxTxd, w_qk[None], lam)
+  bounds = dict(
+      eq9=diagnostics.entropy_lower_bound(nu_N, seq_len)[:, None],
+      eq9_raw=diagnostics.entropy_lower_bound(nu_N * lam, seq_len)[:, None],
+      zhai=entropy_bounds.zhai_entropy_lower_bound(nu_N, seq_len)[:, None],
+      zhai_raw=entropy_bounds.zhai_entropy_lower_bound(nu_N * lam,
+                                                       seq_len)[:, None],
+      zhai_row=entropy_bounds.zhai_entropy_lower_bound(
+          entropy_bounds.centred_logit_norm(logits), seq_len))
+  out = dict(nu=nu_N, entropy_mean=ent_NxT.mean(-1),
+             entropy_min=ent_NxT.min(-1))
+  for name, b in bounds.items():
+    out[f"below_{name}"] = jnp.mean(ent_NxT < b - _TOL, axis=-1)
+    out[f"slack_{name}"] = jnp.min(ent_NxT - b, axis=-1)
+    # The paper's reading: the mean entropy of a sequence vs the bound.
+  out["mean_below_eq9"] = (ent_NxT.mean(-1) < bounds["eq9"][:, 0] - _TOL)
+  return out
+
+
+@functools.partial(jax.jit, static_argnames=(
+    "kind", "dim", "seq_len", "num_sequences", "num_draws"))
+def sweep_setting(key, p, is_gauss, norm, mean, scale, *, kind, dim, seq_len,
+                  num_sequences, num_draws):
+  """One W_QK setting p for one input kind: arrays [D, N]."""
+  lam = float(np.sqrt(dim))
+
+  def one(draw):
+    k_x, k_w = jax.random.split(jax.random.fold_in(key, draw))
+    w_qk = _draw_qk(jax.random.fold_in(k_w, p), is_gauss, norm, mean, scale,
+                    dim)
+    x_NxTxd = san.sample_inputs(k_x, kind, num_sequences, seq_len, dim)
+    return row_stats(x_NxTxd, w_qk, lam, seq_len)
+
+  return jax.vmap(one)(jnp.arange(num_draws))
+
+
+def sweep_from_config(config) -> dict:
+  """Per input kind, arrays [P, D, N].
+
+  One compiled `sweep_setting` per input kind, called setting by setting
+  (one `jit` over all settings at once hung with idle threads on the XLA CPU
+  backend of our 2-core machines; see the rank-collapse report).
+  """
+  rows = settings(config)
+  key = jax.random.key(config.seed)
+  out = {}
+  for i, kind in enumerate(config.inputs):
+    per_setting = []
+    for p, r in enumerate(rows):
+      per_setting.append(jax.tree.map(np.asarray, sweep_setting(
+          jax.random.fold_in(key, i), p, r["kind"] == "gaussian",
+          float(np.nan_to_num(r["qk_norm"])), float(np.nan_to_num(r["mean"])),
+          float(np.nan_to_num(r["scale"])), kind=kind, dim=config.dim,
+          seq_len=config.seq_len, num_sequences=config.num_sequences,
+          num_draws=config.num_draws)))
+    out[kind] = jax.tree.map(lambda *a: np.stack(a), *per_setting)
+    logging.info("inputs %s: %d settings done", kind, len(rows))
+  return out
+
+
+def tables(out, config):
+  """Per-setting rows and per-(input, bound) summary rows."""
+  set_rows, summary = [], []
+  log_t = float(np.log(config.seq_len))
+  for kind in config.inputs:
+    o = out[kind]
+    for p, s in enumerate(settings(config)):
+      row = dict(inputs=kind, **s,
+                 nu_median=float(np.median(o["nu"][p])),
+                 entropy_mean=float(o["entropy_mean"][p].mean()),
+                 entropy_min=float(o["entropy_min"][p].min()),
+                 eq9_at_nu_median=float(diagnostics.entropy_lower_bound(
+                     np.median(o["nu"][p]), config.seq_len)),
+                 zhai_at_nu_median=float(
+                     entropy_bounds.zhai_entropy_lower_bound(
+                         np.median(o["nu"][p]), config.seq_len)),
+                 seq_mean_below_eq9=float(o["mean_below_eq9"][p].mean()))
+      for b in BOUNDS:
+        row[f"rows_below_{b}"] = float(o[f"below_{b}"][p].mean())
+        row[f"min_slack_{b}"] = float(o[f"slack_{b}"][p].min())
+      set_rows.append(row)
+    nu_all = o["nu"].ravel()
+    for b in BOUNDS:
+      below = o[f"below_{b}"]
+      summary.append(dict(
+          inputs=kind, bound=b,
+          rows_below_fraction=float(below.mean()),
+          settings_with_violations=int(np.sum(below.max(axis=(1, 2)) > 0)),
+          num_settings=int(below.shape[0]),
+          min_slack=float(o[f"slack_{b}"].min()),
+          nu_range=f"[{nu_all.min():.3g}, {nu_all.max():.3g}]"))
+    summary.append(dict(
+        inputs=kind, bound="eq9_mean_entropy",
+        rows_below_fraction=float(o["mean_below_eq9"].mean()),
+        settings_with_violations=int(np.sum(
+            o["mean_below_eq9"].max(axis=(1, 2)) > 0)),
+        num_settings=int(o["mean_below_eq9"].shape[0]),
+        min_slack=float("nan"), nu_range=f"ln T = {log_t:.3g}"))
+  return set_rows, summary
+
+
+def plot(out, config, workdir):
+  """Entropy vs nu per input kind with both bound curves."""
+  plt = io.pyplot()
+  kinds = list(config.inputs)
+  fig, axes = plt.subplots(1, len(kinds), figsize=(6.5 * len(kinds), 4.5),
+                           squeeze=False, layout="constrained")
+  t = config.seq_len
+  for ax, kind in zip(axes[0], kinds):
+    o = out[kind]
+    num_g = len(config.qk_norms)
+    for sl, marker, label in ((slice(0, num_g), "o", "Gaussian W_QK"),
+                              (slice(num_g, None), "s", "sample_qk")):
+      nu = o["nu"][sl].ravel()
+      if nu.size == 0:
+        continue
+      ax.scatter(nu, o["entropy_mean"][sl].ravel(), s=6, marker=marker,
+                 alpha=0.5, label=f"{label}: mean row entropy")
+      ax.scatter(nu, o["entropy_min"][sl].ravel(), s=6, marker=marker,
+                 alpha=0.5, label=f"{label}: min row entropy")
+    lo = max(float(o["nu"].min()) / 2, 1e-4)
+    grid = np.geomspace(lo, float(o["nu"].max()) * 2, 400)
+    ax.plot(grid, diagnostics.entropy_lower_bound(grid, t), "k-", lw=1.5,
+            label="Eq. (9) as printed")
+    ax.plot(grid, entropy_bounds.zhai_entropy_lower_bound(grid, t), "r--",
+            lw=1.5, label="Zhai Thm 3.1")
+    ax.axhline(np.log(t), color="gray", ls=":", label="ln T")
+    ax.set(xscale="log", xlabel="nu = ||XX^T||_2 ||W_QK||_2 / lambda",
+           ylabel="entropy [nats]", title=f"{kind} inputs, T = {t}, "
+           f"d = {config.dim}", ylim=(-0.1, max(np.log(t) * 1.6, 1)))
+    ax.legend(fontsize=7)
+  return io.save_figure(fig, workdir, "fig_entropy_check")
+
+
+def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Sweeps the settings, writes per-setting rows, a summary and a figure."""
+  validate(config)
+  workdir = io.make_workdir(workdir)
+  paths = [io.write_config(config, workdir)]
+  logging.info("entropy_check: %d settings x %d inputs x %d draws x %d seqs",
+               len(settings(config)), len(config.inputs), config.num_draws,
+               config.num_sequences)
+  start = time.time()
+  out = sweep_from_config(config)
+  logging.info("swept in %.1f s", time.time() - start)
+  set_rows, summary = tables(out, config)
+  text = io.format_table(summary)
+  logging.info("bound violations:\n%s", text)
+  print("entropy_check: fraction of attention rows below each bound\n" + text,
+        flush=True)
+  paths += io.write_table(set_rows, workdir, "entropy_check")
+  paths += io.write_table(summary, workdir, "entropy_check_summary")
+  paths.append(plot(out, config, workdir))
+  io.log_outputs("entropy_check", paths)
+  return dict(raw=out, settings=set_rows, summary=summary, paths=paths)

@@ -1,0 +1,381 @@
+r"""Rank collapse, entropy and :math:`\rho` of deep pure SANs over eigen-(mean, scale).
+
+Shapes: M = eigen-means, S = eigen-scales, G = M*S grid points, D = draws,
+N = sequences, L = layers, H = heads, T = tokens, d = token dimension.
+
+Paper Sec. 5 (A2) claims, for :math:`W = W_{QK}\Sigma`:
+
+* better expressivity: a larger :math:`|\mathrm{tr}\,W|` (eigen-mean) at
+  fixed :math:`\mathrm{tr}(W^2)` slows rank collapse (via Eq. 7 and Dong et
+  al.'s Theorem 2.2);
+* high entropy: a smaller :math:`\mathrm{tr}(W^2)` (eigen-scale) at fixed
+  mean raises the attention entropy (via Eqs. 9-10).
+
+Here every layer of a pure SAN (`san.forward`, no skip/MLP/LN, Haar W_V)
+gets its own :math:`W_{QK}` from `spectrum.sample_qk(mean, scale)`, and on
+random-walk inputs we measure per layer l (attention computed from X^l):
+the relative residual :math:`r_l` (mean-centring), the attention entropy,
+:math:`\rho_i` of the last query (`propagation.empirical_rho`), and the
+fraction of attention rows whose entropy falls below Eq. (9)
+(`diagnostics.entropy_lower_bound`) or Zhai's Theorem 3.1
+(`entropy_bounds.zhai_entropy_lower_bound`), both at
+:math:`\nu = \|X^lX^{l\top}\|_2\|W_{QK}\|_2/\lambda`.
+
+The grid is one `jax.jit`-compiled computation, `vmap` over grid points,
+draws and sequences and `lax.scan` over layers, called on chunks of
+`points_per_batch` grid points to bound memory.
+"""
+# pylint: disable=invalid-name
+import functools
+import time
+
+from absl import logging
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from qkspec import diagnostics
+from qkspec import entropy_bounds
+from qkspec import propagation
+from qkspec import san
+from qkspec.experiments import io
+
+_TOL = 1e-4      # nats: a row "violates" a bound only below bound - _TOL
+_LOG_FLOOR = 1e-30
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  """Raises ValueError naming the first bad field of a spectrum_collapse config."""
+  for field, low in (("dim", 1), ("seq_len", 2), ("num_layers", 1),
+                     ("num_heads", 1), ("num_draws", 1), ("num_sequences", 1),
+                     ("points_per_batch", 1)):
+    value = config[field]
+    io.require(isinstance(value, int) and value >= low, field,
+               f"must be an integer >= {low}", value)
+  io.require(len(config.means) > 0, "means", "must be non-empty", config.means)
+  io.require(len(config.scales) > 0 and all(s >= 0 for s in config.scales),
+             "scales", "must be non-empty and >= 0", config.scales)
+  io.require(config.inputs in san.INPUTS, "inputs", f"must be in {san.INPUTS}",
+             config.inputs)
+  io.require(config.value_init in san.VALUE_INITS, "value_init",
+             f"must be in {san.VALUE_INITS}", config.value_init)
+  io.require(0 < config.collapse_threshold < 1, "collapse_threshold",
+             "must be in (0, 1)", config.collapse_threshold)
+
+
+def measure_draw(key, mean, scale, *, dim, seq_len, num_layers, num_heads,
+                 num_sequences, inputs, value_init):
+  """One weight draw at one grid point: per-layer summaries as a dict."""
+  k_w, k_x = jax.random.split(key)
+  lam = float(np.sqrt(dim))
+  params = san.init_params(k_w, num_layers=num_layers, num_heads=num_heads,
+                           dim=dim, qk_init="spectrum", eigen_mean=mean,
+                           eigen_scale=scale, value_init=value_init)
+  x_NxTxd = san.sample_inputs(k_x, inputs, num_sequences, seq_len, dim)
+  run = jax.vmap(lambda x: san.forward(params, x, temperature=lam))(x_NxTxd)
+  xs_NxKxTxd, logits_NxLxHxTxT = run["outputs"], run["logits"]
+  rel_NxK = diagnostics.relative_residual(xs_NxKxTxd, "mean")
+  ent_NxLxHxT = diagnostics.attention_entropy(run["probs"], reduce=False)
+  # Definition 1 for the last query, per layer: samples = sequences x heads.
+  last_LxNxHxT = jnp.moveaxis(logits_NxLxHxTxT[..., -1, :], 1, 0)
+  rho_LxT = jax.vmap(propagation.empirical_rho)(last_LxNxHxT)
+  # Entropy bounds at nu = ||X X^T||_2 ||W_QK||_2 / lambda (and lambda = 1).
+  nu_NxLxH = entropy_bounds.entropy_bound_nu(
+      xs_NxKxTxd[:, :-1, None], params["w_qk"][None], lam)
+  eq9 = diagnostics.entropy_lower_bound(nu_NxLxH, seq_len)[..., None]
+  eq9_raw = diagnostics.entropy_lower_bound(nu_NxLxH * lam, seq_len)[..., None]
+  zhai = entropy_bounds.zhai_entropy_lower_bound(nu_NxLxH, seq_len)[..., None]
+  below = lambda b: jnp.mean(ent_NxLxHxT < b - _TOL, axis=(0, 2, 3))  # noqa
+  return dict(
+      log_rel_res=jnp.mean(jnp.log(jnp.maximum(rel_NxK, _LOG_FLOOR)), axis=0),
+      entropy=jnp.mean(ent_NxLxHxT, axis=(0, 2, 3)),
+      entropy_min=jnp.min(ent_NxLxHxT, axis=(0, 2, 3)),
+      rho=rho_LxT,
+      log_nu=jnp.mean(jnp.log(nu_NxLxH), axis=(0, 2)),
+      eq9_violation=below(eq9),
+      eq9_raw_violation=below(eq9_raw),
+      zhai_violation=below(zhai),
+      zhai_min_slack=jnp.min(ent_NxLxHxT - zhai, axis=(0, 2, 3)),
+      qk_norm_2=jnp.mean(jnp.linalg.norm(params["w_qk"], ord=2,
+                                         axis=(-2, -1))),
+  )
+
+
+@functools.partial(jax.jit, static_argnames=(
+    "dim", "seq_len", "num_layers", "num_heads", "num_sequences", "inputs",
+    "value_init", "num_draws"))
+def sweep(seed_key, index_G, means_G, scales_G, *, num_draws, **static):
+  """A chunk of grid points (vmapped); every output has leading axes [G, D]."""
+  one_draw = functools.partial(measure_draw, **static)
+
+  def point(g, mean, scale):
+    keys_D = jax.vmap(lambda k: jax.random.fold_in(
+        jax.random.fold_in(seed_key, g), k))(jnp.arange(num_draws))
+    return jax.vmap(one_draw, in_axes=(0, None, None))(keys_D, mean, scale)
+
+  return jax.vmap(point)(index_G, means_G, scales_G)
+
+
+def grid(config):
+  """(means_G, scales_G) with the scale varying fastest."""
+  m, s = np.meshgrid(np.asarray(config.means, np.float32),
+                     np.asarray(config.scales, np.float32), indexing="ij")
+  return m.ravel(), s.ravel()
+
+
+def sweep_from_config(config) -> dict:
+  """Runs `sweep` chunk by chunk; numpy arrays reshaped to [M, S, D, ...].
+
+  Every chunk has `points_per_batch` grid points (the last one padded), so
+  the single compiled `sweep` serves the whole grid. (A `lax.map` over the
+  chunks inside one jit hung with idle threads on the XLA CPU backend here,
+  and a Python loop also gives progress logging.)
+  """
+  means_G, scales_G = grid(config)
+  num_g, b = len(means_G), config.points_per_batch
+  pad = (-num_g) % b
+  index = np.arange(num_g + pad)
+  means = np.concatenate([means_G, np.repeat(means_G[-1:], pad)])
+  scales = np.concatenate([scales_G, np.repeat(scales_G[-1:], pad)])
+  key = jax.random.key(config.seed)
+  chunks = []
+  for start in range(0, num_g + pad, b):
+    sl = slice(start, start + b)
+    t0 = time.time()
+    chunks.append(jax.tree.map(np.asarray, sweep(
+        key, jnp.asarray(index[sl]), jnp.asarray(means[sl]),
+        jnp.asarray(scales[sl]), num_draws=config.num_draws, dim=config.dim,
+        seq_len=config.seq_len, num_layers=config.num_layers,
+        num_heads=config.num_heads, num_sequences=config.num_sequences,
+        inputs=config.inputs, value_init=config.value_init)))
+    logging.info("grid points %d-%d of %d done in %.1f s", start,
+                 min(start + b, num_g) - 1, num_g, time.time() - t0)
+  out = jax.tree.map(lambda *a: np.concatenate(a)[:num_g], *chunks)
+  shape = (len(config.means), len(config.scales))
+  return jax.tree.map(lambda a: a.reshape(shape + a.shape[1:]), out)
+
+
+def collapse_summary(log_r_K: np.ndarray, threshold: float) -> dict:
+  """Collapse depth (first l with r_l < threshold; L+1 if none) and rate.
+
+  The rate is the mean decrease of log10 r per layer up to the collapse
+  depth (or over all L layers if r never falls below the threshold).
+  """
+  log10_r = np.asarray(log_r_K) / np.log(10.0)
+  below = np.nonzero(log10_r < np.log10(threshold))[0]
+  depth = int(below[0]) if below.size else len(log10_r)
+  end = min(depth, len(log10_r) - 1)
+  rate = (log10_r[0] - log10_r[end]) / max(end, 1)
+  return dict(collapse_depth=depth, log10_decay_per_layer=float(rate))
+
+
+def tables(out, config):
+  """Grid rows, per-layer rows, rho rows and the claim checks."""
+  grid_rows, layer_rows, rho_rows = [], [], []
+  num_layers = config.num_layers
+  probe = sorted({1, min(4, num_layers), num_layers})
+  for i, mean in enumerate(config.means):
+    for j, scale in enumerate(config.scales):
+      log_r_K = out["log_rel_res"][i, j].mean(0)
+      ent_L = out["entropy"][i, j].mean(0)
+      summary = collapse_summary(log_r_K, config.collapse_threshold)
+      grid_rows.append(dict(
+          mean=float(mean), scale=float(scale),
+          r_trace=float(mean) * np.sqrt(config.dim),   # tr(W)/lambda, Sigma=I
+          qk_norm_2=float(out["qk_norm_2"][i, j].mean()),
+          **summary,
+          **{f"log10_rel_res_l{l}": float(log_r_K[l] / np.log(10))
+             for l in probe},
+          entropy_l1=float(ent_L[0]), entropy_mean=float(ent_L.mean()),
+          entropy_min_row_l1=float(out["entropy_min"][i, j, :, 0].min()),
+          rho_mean_l1=float(out["rho"][i, j, :, 0].mean()),
+          rho_max_l1=float(out["rho"][i, j, :, 0].mean(0).max()),
+          eq9_violation_l1=float(out["eq9_violation"][i, j, :, 0].mean()),
+          eq9_violation_all=float(out["eq9_violation"][i, j].mean()),
+          eq9_raw_violation_all=float(out["eq9_raw_violation"][i, j].mean()),
+          zhai_violation_all=float(out["zhai_violation"][i, j].mean()),
+          zhai_min_slack=float(out["zhai_min_slack"][i, j].min())))
+      for l in range(num_layers + 1):
+        row = dict(mean=float(mean), scale=float(scale), layer=l,
+                   log10_rel_res=float(log_r_K[l] / np.log(10)))
+        if l < num_layers:   # attention of layer l+1 (from X^l)
+          row.update(entropy=float(ent_L[l]),
+                     log10_nu=float(out["log_nu"][i, j, :, l].mean()
+                                    / np.log(10)),
+                     rho_mean=float(out["rho"][i, j, :, l].mean()),
+                     eq9_violation=float(out["eq9_violation"][i, j, :, l]
+                                         .mean()),
+                     zhai_violation=float(out["zhai_violation"][i, j, :, l]
+                                          .mean()))
+        else:
+          row.update(entropy=float("nan"), log10_nu=float("nan"),
+                     rho_mean=float("nan"), eq9_violation=float("nan"),
+                     zhai_violation=float("nan"))
+        layer_rows.append(row)
+      rho_TL = out["rho"][i, j].mean(0)                      # [L, T]
+      for l in sorted({0, min(1, num_layers - 1), num_layers - 1}):
+        for t in range(config.seq_len):
+          rho_rows.append(dict(mean=float(mean), scale=float(scale),
+                               layer=l + 1, i=t + 1, rho=float(rho_TL[l, t])))
+  return grid_rows, layer_rows, rho_rows
+
+
+_TREND_RTOL = 0.03   # steps smaller than 3% of the larger value are ties
+
+
+def _trend(values):
+  """(# increasing, # decreasing) steps along a sequence, ignoring ties.
+
+  A step counts only if it changes the value by more than `_TREND_RTOL`
+  of the larger magnitude (draw-to-draw noise is ~1-2% here).
+  """
+  v = np.asarray(values, np.float64)
+  d = np.diff(v)
+  big = np.abs(d) > _TREND_RTOL * np.maximum(np.abs(v[1:]), np.abs(v[:-1]))
+  return int(np.sum((d > 0) & big)), int(np.sum((d < 0) & big))
+
+
+def claims(grid_rows, config) -> list[dict]:
+  """The two A2 claims, checked step by step along the grid."""
+  by = {(r["mean"], r["scale"]): r for r in grid_rows}
+  means = [float(m) for m in config.means]
+  scales = [float(s) for s in config.scales]
+  rows = []
+  order = sorted(means, key=abs)
+  for s in scales:
+    depth = [by[(m, s)]["collapse_depth"] for m in order]
+    decay = [by[(m, s)]["log10_decay_per_layer"] for m in order]
+    up, down = _trend(decay)
+    rows.append(dict(
+        claim="larger |mean| at fixed scale slows rank collapse",
+        fixed=f"scale={s:g}", along="|mean|: " + ", ".join(f"{m:g}"
+                                                          for m in order),
+        values="decay/layer: " + ", ".join(f"{v:.3g}" for v in decay)
+        + " | depth: " + ", ".join(str(v) for v in depth),
+        steps_supporting=down, steps_against=up,
+        holds=bool(down > 0 and up == 0)))
+  for m in means:
+    ent = [by[(m, s)]["entropy_l1"] for s in scales]
+    up, down = _trend(ent)
+    rows.append(dict(
+        claim="smaller scale at fixed mean raises entropy (layer 1)",
+        fixed=f"mean={m:g}", along="scale: " + ", ".join(f"{s:g}"
+                                                         for s in scales),
+        values="entropy: " + ", ".join(f"{v:.3g}" for v in ent),
+        steps_supporting=down, steps_against=up,
+        holds=bool(down > 0 and up == 0)))
+  return rows
+
+
+def plot_grid(grid_rows, config, workdir):
+  """Heat maps over (mean, scale): collapse depth, decay rate, entropy, rho."""
+  plt = io.pyplot()
+  num_m, num_s = len(config.means), len(config.scales)
+  panels = (("collapse_depth", f"collapse depth (r < "
+             f"{config.collapse_threshold:g})"),
+            ("log10_decay_per_layer", "log10 decay of r per layer"),
+            ("entropy_l1", "entropy, layer 1 [nats]"),
+            ("entropy_mean", "entropy, mean over layers"),
+            ("rho_mean_l1", "mean rho_i, layer 1"),
+            ("eq9_violation_all", "rows below Eq. (9)"))
+  fig, axes = plt.subplots(2, 3, figsize=(15, 8), layout="constrained")
+  for ax, (key, title) in zip(axes.ravel(), panels):
+    v = np.array([r[key] for r in grid_rows], np.float64).reshape(num_m,
+                                                                   num_s)
+    im = ax.imshow(v, origin="lower", aspect="auto", cmap="viridis")
+    for a in range(num_m):
+      for b in range(num_s):
+        ax.text(b, a, f"{v[a, b]:.3g}", ha="center", va="center",
+                fontsize=7, color="w")
+    ax.set_xticks(range(num_s), [f"{s:g}" for s in config.scales])
+    ax.set_yticks(range(num_m), [f"{m:g}" for m in config.means])
+    ax.set(xlabel="eigen-scale", ylabel="eigen-mean", title=title)
+    fig.colorbar(im, ax=ax, shrink=0.8)
+  fig.suptitle(f"Deep pure SAN, W_QK ~ sample_qk(mean, scale) per layer "
+               f"(L={config.num_layers}, d={config.dim}, T={config.seq_len}, "
+               f"{config.inputs} inputs, ln T = {np.log(config.seq_len):.2f})")
+  return io.save_figure(fig, workdir, "fig_spectrum_collapse")
+
+
+def plot_layers(out, config, workdir):
+  """Per-layer r_l and entropy, one line per mean, one column per scale."""
+  plt = io.pyplot()
+  scales = list(config.scales)
+  fig, axes = plt.subplots(2, len(scales), figsize=(3.4 * len(scales), 6.5),
+                           squeeze=False, layout="constrained", sharey="row")
+  colors = plt.get_cmap("plasma")(np.linspace(0, 0.9, len(config.means)))
+  l_K = np.arange(config.num_layers + 1)
+  for j, s in enumerate(scales):
+    for i, (m, color) in enumerate(zip(config.means, colors)):
+      log_r = out["log_rel_res"][i, j]                    # [D, L+1]
+      axes[0, j].plot(l_K, np.exp(log_r.mean(0)), color=color, label=f"{m:g}")
+      axes[0, j].fill_between(l_K, np.exp(log_r.min(0)), np.exp(log_r.max(0)),
+                              color=color, alpha=0.15)
+      axes[1, j].plot(l_K[1:], out["entropy"][i, j].mean(0), color=color)
+    axes[0, j].set(yscale="log", title=f"scale = {s:g}", ylim=(1e-8, 2))
+    axes[1, j].axhline(np.log(config.seq_len), color="k", ls="--", lw=1)
+    axes[1, j].set(xlabel="layer l")
+  axes[0, 0].set_ylabel("||res(X^l)|| / ||X^l||")
+  axes[1, 0].set_ylabel("attention entropy (layer l)")
+  axes[0, 0].legend(title="eigen-mean", fontsize=7)
+  fig.suptitle("Rank collapse and entropy per layer (geo-mean over draws, "
+               "band: min-max; dashed: ln T)")
+  return io.save_figure(fig, workdir, "fig_spectrum_layers")
+
+
+def plot_rho(out, config, workdir):
+  """rho_i of the last query at layer 1 and layer L, per grid point."""
+  plt = io.pyplot()
+  fig, axes = plt.subplots(2, len(config.scales),
+                           figsize=(3.4 * len(config.scales), 6),
+                           squeeze=False, layout="constrained", sharey=True)
+  colors = plt.get_cmap("plasma")(np.linspace(0, 0.9, len(config.means)))
+  i_T = np.arange(1, config.seq_len + 1)
+  for j, s in enumerate(config.scales):
+    for i, (m, color) in enumerate(zip(config.means, colors)):
+      for row, l in enumerate((0, config.num_layers - 1)):
+        axes[row, j].plot(i_T, out["rho"][i, j, :, l].mean(0), color=color,
+                          label=f"{m:g}")
+    axes[0, j].set(title=f"scale = {s:g}, layer 1")
+    axes[1, j].set(title=f"layer {config.num_layers}", xlabel="position i")
+  axes[0, 0].set_ylabel("rho_i (last query)")
+  axes[1, 0].set_ylabel("rho_i (last query)")
+  axes[0, 0].legend(title="eigen-mean", fontsize=7)
+  return io.save_figure(fig, workdir, "fig_spectrum_rho")
+
+
+def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Sweeps the grid, checks the Sec. 5 claims, writes tables and figures."""
+  validate(config)
+  workdir = io.make_workdir(workdir)
+  paths = [io.write_config(config, workdir)]
+  logging.info("spectrum_collapse: %d x %d grid, %d draws x %d sequences, "
+               "L=%d", len(config.means), len(config.scales), config.num_draws,
+               config.num_sequences, config.num_layers)
+  start = time.time()
+  out = sweep_from_config(config)
+  logging.info("swept in %.1f s", time.time() - start)
+  grid_rows, layer_rows, rho_rows = tables(out, config)
+  claim_rows = claims(grid_rows, config)
+  cols = ["mean", "scale", "r_trace", "collapse_depth",
+          "log10_decay_per_layer", "entropy_l1", "entropy_mean",
+          "rho_mean_l1", "eq9_violation_all", "zhai_violation_all"]
+  text = io.format_table(grid_rows, cols)
+  logging.info("grid:\n%s", text)
+  print("spectrum_collapse grid:\n" + text, flush=True)
+  claim_text = io.format_table(claim_rows, ["claim", "fixed", "values",
+                                            "steps_supporting",
+                                            "steps_against", "holds"])
+  logging.info("claims:\n%s", claim_text)
+  print("Sec. 5 claims:\n" + claim_text, flush=True)
+  paths += io.write_table(grid_rows, workdir, "spectrum_grid")
+  paths += io.write_table(layer_rows, workdir, "spectrum_layers")
+  paths += io.write_table(rho_rows, workdir, "spectrum_rho")
+  paths += io.write_table(claim_rows, workdir, "spectrum_claims")
+  paths += [plot_grid(grid_rows, config, workdir),
+            plot_layers(out, config, workdir),
+            plot_rho(out, config, workdir)]
+  io.log_outputs("spectrum_collapse", paths)
+  return dict(raw=out, grid=grid_rows, layers=layer_rows, rho=rho_rows,
+              claims=claim_rows, paths=paths)

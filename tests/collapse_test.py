@@ -1,0 +1,192 @@
+"""Rank collapse (Dong et al.), entropy bounds (Zhai et al.) and the experiments."""
+import pathlib
+import tempfile
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from qkspec import diagnostics
+from qkspec import entropy_bounds
+from qkspec import paths
+from qkspec import san
+from qkspec.experiments import collapse
+from qkspec.experiments import entropy_check
+from qkspec.experiments import spectrum_collapse
+import testutil
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+forward = jax.jit(san.forward, static_argnames=("arch", "temperature"))
+init_params = jax.jit(san.init_params, static_argnames=(
+    "num_layers", "num_heads", "dim", "head_dim", "mlp_dim", "qk_init",
+    "value_init"))
+
+
+class ResidualTest(parameterized.TestCase):
+
+  @parameterized.parameters(*diagnostics.RESIDUAL_METHODS)
+  def test_relative_residual_invariances(self, method):
+    x = jax.random.normal(jax.random.key(0), (6, 5))
+    r = diagnostics.relative_residual(x, method, num_steps=100)
+    np.testing.assert_allclose(
+        diagnostics.relative_residual(3.7 * x, method, num_steps=100), r,
+        rtol=1e-4)
+    perm = np.array([2, 0, 5, 1, 3, 4])
+    np.testing.assert_allclose(
+        diagnostics.relative_residual(x[perm], method, num_steps=100), r,
+        rtol=1e-3)
+    if method != "svd":   # res(X) ignores 1 c^T (svd does not, documented)
+      c = jax.random.normal(jax.random.key(1), (1, 5))
+      np.testing.assert_allclose(
+          diagnostics.rank_collapse_residual(x + c, method, num_steps=100),
+          diagnostics.rank_collapse_residual(x, method, num_steps=100),
+          rtol=2e-3)
+
+  def test_doubly_exponential_collapse_below_the_bound(self):
+    """1-head SAN with small weights: c r_0^2 < 1, so Dong's bound applies.
+
+    The measured residual stays below B_l = c^((3^l-1)/2) r_0^(3^l), and
+    its order of convergence is ~3 (doubly exponential).
+    """
+    with jax.enable_x64(True):
+      d, t, num_layers = 8, 8, 5
+      p = init_params(jax.random.key(0), num_layers=num_layers, num_heads=1,
+                      dim=d, qk_gain=0.5)
+      x = jax.random.normal(jax.random.key(1), (t, d))
+      lam = float(np.sqrt(d))
+      c_L = paths.cubic_residual_coefficient(p["w_qk"], p["w_v"], lam)
+      res = diagnostics.rank_collapse_residual(
+          forward(p, x, temperature=lam)["outputs"], "mean")
+      # Rescale the input so that c * r_0^2 = 1/4: the bound then contracts.
+      x = x * float(0.5 / (jnp.sqrt(c_L.max()) * res[0]))
+      out = forward(p, x, temperature=lam)["outputs"]
+      res = diagnostics.rank_collapse_residual(out, "mean")
+      bound = paths.cubic_residual_bound(res[0], jnp.full((num_layers,),
+                                                          c_L.max()))
+      self.assertLess(float(c_L.max() * res[0]**2), 0.26)
+      ok = res > 1e-15 * jnp.sqrt(jnp.sum(out**2, axis=(-2, -1)))
+      np.testing.assert_array_less(np.asarray(res)[ok][1:],
+                                   np.asarray(bound)[ok][1:])
+      rel = diagnostics.relative_residual(out, "mean")
+      kappa, _, pairs = collapse.convergence_order(np.asarray(rel), 1e-14,
+                                                   1.0)
+      self.assertGreaterEqual(pairs, 2)
+      self.assertGreater(kappa, 2.5)
+
+  def test_skip_connections_prevent_collapse(self):
+    with jax.enable_x64(True):
+      p = init_params(jax.random.key(0), num_layers=8, num_heads=2, dim=8)
+      x = jax.random.normal(jax.random.key(1), (8, 8))
+      pure = forward(p, x, san.ARCHITECTURES["san"])["outputs"]
+      skip = forward(p, x, san.ARCHITECTURES["san_skip"])["outputs"]
+      r_pure = diagnostics.relative_residual(pure, "mean")
+      r_skip = diagnostics.relative_residual(skip, "mean")
+      self.assertLess(float(r_pure[-1]), 1e-10)
+      self.assertGreater(float(r_skip[-1]), 1e-2)
+
+  def test_fit_helpers(self):
+    r = [0.5]
+    for _ in range(4):
+      r.append(2.0 * r[-1]**3)
+    kappa, a, _ = collapse.convergence_order(np.array(r), 1e-300, 0.9)
+    self.assertAlmostEqual(kappa, 3.0, places=6)
+    self.assertAlmostEqual(a, np.log(2.0), places=6)
+    self.assertGreater(collapse.closed_form_fits(np.array(r), 1e-300)
+                       ["dong_r2"], 0.999999)
+    kappa, _, _ = collapse.convergence_order(0.9**np.arange(10.0), 1e-9, 1.0)
+    self.assertAlmostEqual(kappa, 1.0, places=6)
+    self.assertEqual(collapse.collapse_depth(np.array([1, 0.1, 1e-4]), 1e-3),
+                     2)
+
+
+class EntropyBoundTest(parameterized.TestCase):
+
+  @parameterized.parameters(2, 5, 32)
+  def test_zhai_bound_is_tight_and_holds(self, t):
+    self.assertAlmostEqual(float(entropy_bounds.zhai_entropy_lower_bound(
+        0.0, t)), np.log(t), places=5)
+    rng = np.random.default_rng(t)
+    for sigma in (0.1, 1.0, 3.0, 10.0):
+      # Attained by one key above T-1 equal ones, centred norm = sigma.
+      s = np.zeros(t)
+      s[0] = sigma * np.sqrt(t / (t - 1.0))
+      s -= s.mean()
+      s *= sigma / np.linalg.norm(s)
+      ent = diagnostics.attention_entropy(jax.nn.softmax(jnp.asarray(s)))
+      bound = entropy_bounds.zhai_entropy_lower_bound(sigma, t)
+      self.assertAlmostEqual(float(ent), float(bound), places=4)
+      # Random rows with the same centred norm have more entropy.
+      u = rng.normal(size=(500, t))
+      u -= u.mean(1, keepdims=True)
+      u *= sigma / np.linalg.norm(u, axis=1, keepdims=True)
+      ents = diagnostics.attention_entropy(jax.nn.softmax(jnp.asarray(u)),
+                                           reduce=False)
+      self.assertGreaterEqual(float(ents.min()), float(bound) - 1e-5)
+
+  def test_zhai_bound_from_nu(self):
+    key_x, key_w = jax.random.split(jax.random.key(0))
+    x = jax.random.normal(key_x, (4, 10, 6))
+    for gain in (0.01, 0.3, 3.0):
+      w = gain * jax.random.normal(key_w, (6, 6))
+      nu = entropy_bounds.entropy_bound_nu(x, w[None], 2.0)
+      logits = jnp.einsum("ntd,de,nje->ntj", x, w, x) / 2.0
+      ent = diagnostics.attention_entropy(jax.nn.softmax(logits, -1),
+                                          reduce=False)
+      bound = entropy_bounds.zhai_entropy_lower_bound(nu, 10)
+      np.testing.assert_array_less(
+          np.broadcast_to(bound[:, None] - 1e-5, ent.shape), ent)
+
+  def test_eq9_exceeds_max_entropy_at_small_nu(self):
+    """Eq. (9) as printed: ln(1+T) > ln T at nu = 0, above Zhai's limit after."""
+    t = 16
+    self.assertGreater(float(diagnostics.entropy_lower_bound(0.0, t)),
+                       np.log(t))
+    nu = jnp.array([0.5, 1.0, 2.0, 4.0])
+    gap = (diagnostics.entropy_lower_bound(nu, t)
+           - entropy_bounds.zhai_large_t_limit(nu, t))
+    expected = nu * (jnp.exp(-nu / 2) - jnp.exp(-nu)) / (1 / t + jnp.exp(-nu))
+    np.testing.assert_allclose(gap, expected, rtol=1e-5)
+    np.testing.assert_allclose(
+        entropy_bounds.zhai_large_t_limit(nu, 10_000),
+        entropy_bounds.zhai_entropy_lower_bound(nu, 10_000), rtol=1e-3)
+
+
+class ExperimentSmokeTest(absltest.TestCase):
+
+  def test_rank_collapse_smoke(self):
+    config = testutil.get_config("rank_collapse", "smoke")
+    config.architectures = ("san", "san_skip")   # the others: san_test
+    config.methods = ("mean",)        # svd/composite: diagnostics_test
+    with tempfile.TemporaryDirectory() as workdir:
+      out = collapse.run(config, workdir)
+      names = {p.name for p in out["paths"]}
+    self.assertContainsSubset({"fig_rank_collapse.png", "fig_paths.png",
+                               "collapse_fits.csv", "config.json"}, names)
+    self.assertTrue(all(r["holds"] for r in out["cubic_bound"]))
+    np.testing.assert_allclose(sum(r["path_fraction"]
+                                   for r in out["path_lengths"]), 1.0)
+
+  def test_spectrum_collapse_smoke(self):
+    config = testutil.get_config("spectrum_collapse", "smoke")
+    with tempfile.TemporaryDirectory() as workdir:
+      out = spectrum_collapse.run(config, workdir)
+      names = {p.name for p in out["paths"]}
+    self.assertContainsSubset({"fig_spectrum_collapse.png",
+                               "spectrum_claims.csv"}, names)
+    self.assertLen(out["grid"], 4)
+    self.assertEqual(max(r["zhai_violation_all"] for r in out["grid"]), 0.0)
+
+  def test_entropy_check_smoke(self):
+    config = testutil.get_config("entropy_check", "smoke")
+    with tempfile.TemporaryDirectory() as workdir:
+      out = entropy_check.run(config, workdir)
+    zhai = [r for r in out["summary"] if r["bound"].startswith("zhai")]
+    self.assertTrue(zhai)
+    self.assertTrue(all(r["rows_below_fraction"] == 0.0 for r in zhai))
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,0 +1,123 @@
+"""Tests for qkspec.san: pure self-attention networks (Dong et al. 2021)."""
+from absl.testing import absltest
+from absl.testing import parameterized
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from qkspec import diagnostics
+from qkspec import san
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+# jit once per static signature: eager op-by-op dispatch is slow on CPU.
+init_params = jax.jit(san.init_params, static_argnames=(
+    "num_layers", "num_heads", "dim", "head_dim", "mlp_dim", "qk_init",
+    "value_init"))
+forward = jax.jit(san.forward, static_argnames=("arch", "temperature"))
+
+L, H, D, T = 3, 2, 8, 6
+
+
+def _params(seed=0, **kw):
+  return init_params(jax.random.key(seed), num_layers=L, num_heads=H,
+                         dim=D, mlp_dim=16, **kw)
+
+
+def _x(seed=1, n=1):
+  return san.sample_inputs(jax.random.key(seed), "gaussian", n, T, D)
+
+
+class SanTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(*[(n, n) for n in san.ARCHITECTURES])
+  def test_shapes_and_stochastic_rows(self, name):
+    out = forward(_params(), _x()[0], san.ARCHITECTURES[name])
+    chex.assert_shape(out["outputs"], (L + 1, T, D))
+    chex.assert_shape(out["logits"], (L, H, T, T))
+    chex.assert_shape(out["probs"], (L, H, T, T))
+    chex.assert_tree_all_finite(out)
+    np.testing.assert_allclose(out["probs"].sum(-1), 1.0, rtol=1e-5)
+    np.testing.assert_array_equal(out["outputs"][0], _x()[0])
+
+  def test_self_attention_matches_per_head_loop(self):
+    p = _params()
+    x = _x()[0]
+    out, logits, probs = san.self_attention(x, p["w_qk"][0], p["w_v"][0], 2.0)
+    naive = 0.0
+    for h in range(H):
+      s = np.asarray(x) @ np.asarray(p["w_qk"][0, h]) @ np.asarray(x).T / 2.0
+      a = np.exp(s - s.max(1, keepdims=True))
+      a /= a.sum(1, keepdims=True)
+      np.testing.assert_allclose(logits[h], s, rtol=1e-5, atol=1e-5)
+      np.testing.assert_allclose(probs[h], a, rtol=1e-5, atol=1e-6)
+      naive = naive + a @ np.asarray(x) @ np.asarray(p["w_v"][0, h])
+    np.testing.assert_allclose(out, naive, rtol=1e-4, atol=1e-5)
+
+  @parameterized.named_parameters(*[(n, n) for n in san.ARCHITECTURES])
+  def test_permutation_equivariance(self, name):
+    """No positions: permuting input tokens permutes every layer's output."""
+    p, x = _params(), _x()[0]
+    perm = np.array([3, 0, 5, 1, 4, 2])
+    arch = san.ARCHITECTURES[name]
+    a = forward(p, x, arch)["outputs"][:, perm]
+    b = forward(p, x[perm], arch)["outputs"]
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+  @parameterized.named_parameters(*[(n, n) for n in san.ARCHITECTURES])
+  def test_rank_one_input_stays_rank_one(self, name):
+    """X = 1 x^T is a fixed point of token uniformity for every block."""
+    x = jnp.ones((T, 1)) * jax.random.normal(jax.random.key(3), (1, D))
+    out = forward(_params(), x, san.ARCHITECTURES[name])["outputs"]
+    rel = diagnostics.relative_residual(out, "mean")
+    np.testing.assert_array_less(rel, 1e-5)
+
+  def test_uniform_attention_collapses_in_one_layer(self):
+    """W_QK = 0 gives P = 11^T/T, so X^1 = 1 mean(X)^T W is exactly rank one."""
+    p = _params()
+    p["w_qk"] = jnp.zeros_like(p["w_qk"])
+    out = forward(p, _x()[0])
+    np.testing.assert_allclose(out["probs"], 1.0 / T, rtol=1e-6)
+    rel = diagnostics.relative_residual(out["outputs"], "mean")
+    self.assertGreater(float(rel[0]), 0.5)
+    np.testing.assert_array_less(rel[1:], 1e-6)
+
+  def test_spectrum_init_vmaps_over_grid(self):
+    init = jax.jit(jax.vmap(lambda m, s: san.init_params(
+        jax.random.key(0), num_layers=L, num_heads=H, dim=D,
+        qk_init="spectrum", eigen_mean=m, eigen_scale=s)["w_qk"]))
+    w = init(jnp.array([0.0, 1.0, 0.3]), jnp.array([0.1, 0.1, 0.0]))
+    chex.assert_shape(w, (3, L, H, D, D))
+    eig_mean = jnp.trace(w, axis1=-2, axis2=-1).mean(axis=(1, 2)) / D
+    self.assertLess(abs(float(eig_mean[0])), 0.1)
+    self.assertLess(abs(float(eig_mean[1]) - 1.0), 0.1)
+    np.testing.assert_allclose(w, jnp.swapaxes(w, -1, -2), atol=1e-5)
+    # Zero scale: every eigenvalue is the mean, W_QK = mean * I.
+    np.testing.assert_allclose(w[2], 0.3 * jnp.broadcast_to(
+        jnp.eye(D), (L, H, D, D)), atol=1e-5)
+
+  def test_value_inits(self):
+    kw = dict(num_layers=1, num_heads=H, dim=D)
+    ident = san.init_params(jax.random.key(0), value_init="identity",
+                            **kw)["w_v"]
+    np.testing.assert_allclose(ident.sum(1), jnp.eye(D)[None])
+    orth = san.init_params(jax.random.key(0), value_init="orthogonal",
+                           **kw)["w_v"] * np.sqrt(H)
+    np.testing.assert_allclose(
+        jnp.einsum("lhij,lhkj->lhik", orth, orth),
+        jnp.broadcast_to(jnp.eye(D), (1, H, D, D)), atol=1e-5)
+
+  def test_inputs_and_bad_arguments(self):
+    chex.assert_shape(san.sample_inputs(jax.random.key(0), "random_walk", 3,
+                                        T, D), (3, T, D))
+    with self.assertRaises(ValueError):
+      san.sample_inputs(jax.random.key(0), "text", 3, T, D)
+    with self.assertRaises(ValueError):
+      _params(qk_init="orthogonal")
+    with self.assertRaises(ValueError):
+      forward(_params(), _x(n=2))          # one sequence at a time
+
+
+if __name__ == "__main__":
+  absltest.main()
