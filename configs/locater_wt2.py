@@ -27,7 +27,7 @@ the smoke variant (synthetic bigram data, d = 16) runs in seconds on a CPU.
 Deviations from fairseq: bf16 instead of FP16 if compute_dtype=bfloat16;
 random-start-free consecutive blocks (see qkspec/data.py).
 """
-from configs import common
+from qkspec import config_lib as common
 
 
 def get_config(arg=None):

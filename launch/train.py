@@ -8,8 +8,6 @@ Add `:smoke` to the config path for a tiny run and `--config.x=y` to
 override a field. Rerunning with the same workdir resumes from the latest
 checkpoint. Plot with launch/plot_training.py. See each config's docstring.
 """
-import os
-import sys
 
 from absl import app
 from absl import flags
@@ -17,9 +15,6 @@ from absl import logging
 from ml_collections import config_flags
 
 from qkspec import train
-
-# Config files import their shared helpers as `configs.common`.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Path to a training config file.", lock_config=True)

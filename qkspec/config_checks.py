@@ -111,6 +111,10 @@ _THEORY_DATA = {
     "data.cov": _choice("isotropic", "anisotropic"),
     "data.eval_sequences": _int(1),
 }
+_LM_MODEL = {
+    "model.fused_loss": _bool,            # qkspec.fused_xent, no [B,T,V] logits
+    "model.loss_chunk": _int(1),          # rows per fused-loss chunk
+}
 _LM_DATA = {
     "data.name": _str,
     "data.data_dir": _str,
@@ -138,13 +142,17 @@ def validate(config, num_devices: int | None = None) -> None:
   """Raises ValueError naming the key of the first problem in `config`.
 
   Args:
-    config: a training ConfigDict (see configs/common.py).
+    config: a training ConfigDict (see qkspec/config_lib.py).
     num_devices: if given, the batch must split evenly over this many.
   """
   flat = flatten(config)
   task = flat.get("task")
   schema = dict(_COMMON)
-  schema.update(_THEORY_DATA if task == "theory" else _LM_DATA)
+  if task == "theory":
+    schema.update(_THEORY_DATA)
+  else:
+    schema.update(_LM_MODEL)
+    schema.update(_LM_DATA)
   for key in flat:
     if key not in schema:
       raise ValueError(f"unknown config key {key!r}.")

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from qkspec import fused_xent
 from qkspec import locater
 
 QK_PARAMS = ("factored", "joint")
@@ -192,6 +193,38 @@ def sinusoidal_positions(seq_len: int, d: int, offset: int = 2) -> np.ndarray:
   return emb.astype(np.float32)
 
 
+class OutputHead(nn.Module):
+  r"""Untied output projection (no bias, as fairseq), or its fused loss.
+
+  Called with targets it returns the weighted sum of token cross-entropies
+  and the total weight through `qkspec.fused_xent.fused_cross_entropy`, so
+  the [B, T, V] logits are never materialised (same parameters as
+  `nn.Dense(V, use_bias=False)`).
+  """
+  vocab_size: int
+  loss_chunk: int = 512
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxTxd: jax.Array, targets_BxT: jax.Array | None = None,
+               weights_BxT: jax.Array | None = None):
+    d = x_BxTxd.shape[-1]
+    kernel_dxV = self.param("kernel", nn.initializers.normal(d**-0.5),
+                            (d, self.vocab_size))
+    if targets_BxT is None:
+      logits_BxTxV = jnp.einsum("btd,dv->btv", x_BxTxd.astype(self.dtype),
+                                kernel_dxV.astype(self.dtype),
+                                preferred_element_type=jnp.float32)
+      return logits_BxTxV.astype(jnp.float32)
+    if weights_BxT is None:
+      weights_BxT = jnp.ones(targets_BxT.shape, jnp.float32)
+    loss_sum = fused_xent.fused_cross_entropy(
+        x_BxTxd.reshape(-1, d), kernel_dxV, jnp.zeros((self.vocab_size,)),
+        targets_BxT.reshape(-1), weights_BxT.reshape(-1).astype(jnp.float32),
+        self.loss_chunk, self.dtype)
+    return loss_sum, jnp.sum(weights_BxT)
+
+
 class LanguageModel(nn.Module):
   r"""fairseq `transformer_lm` (Sec. 7, App. D): tokens [B, T] -> logits [B, T, V].
 
@@ -204,9 +237,13 @@ class LanguageModel(nn.Module):
   block: dict
   dropout: float = 0.0
   dtype: Any = jnp.float32
+  loss_chunk: int = 512
 
   @nn.compact
-  def __call__(self, tokens_BxT: jax.Array, deterministic: bool = True):
+  def __call__(self, tokens_BxT: jax.Array, deterministic: bool = True,
+               targets_BxT: jax.Array | None = None,
+               weights_BxT: jax.Array | None = None):
+    """Logits [B, T, V]; with `targets_BxT`, the fused (loss sum, weight)."""
     d = self.d_model
     embed = nn.Embed(self.vocab_size, d,
                      embedding_init=nn.initializers.normal(d**-0.5),
@@ -216,10 +253,8 @@ class LanguageModel(nn.Module):
     x_BxTxd = nn.Dropout(self.dropout)(x_BxTxd, deterministic=deterministic)
     x_BxTxd = Decoder(self.num_layers, self.block, self.dtype, name="decoder")(
         x_BxTxd.astype(self.dtype), deterministic)
-    logits_BxTxV = nn.Dense(self.vocab_size, use_bias=False, dtype=self.dtype,
-                            kernel_init=nn.initializers.normal(d**-0.5),
-                            name="output")(x_BxTxd)
-    return logits_BxTxV.astype(jnp.float32)
+    return OutputHead(self.vocab_size, self.loss_chunk, self.dtype,
+                      name="output")(x_BxTxd, targets_BxT, weights_BxT)
 
 
 def make_model(model_config, task: str, vocab_size: int | None = None,
@@ -238,7 +273,7 @@ def make_model(model_config, task: str, vocab_size: int | None = None,
   if vocab_size is None:
     raise ValueError("the lm task needs vocab_size.")
   return LanguageModel(vocab_size, m.d_model, m.num_layers, block, m.dropout,
-                       dtype)
+                       dtype, m.loss_chunk)
 
 
 def _layer_index(name: str) -> int:

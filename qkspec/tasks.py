@@ -38,6 +38,19 @@ class Task:
   loss: Callable[[jax.Array, Batch], tuple[jax.Array, jax.Array]]
   causal: bool
   vocab_size: int | None = None
+  fused_loss: bool = False                    # LM: loss inside the model
+
+  def summed_loss(self, params, batch: Batch, *, deterministic: bool,
+                  rngs=None) -> tuple[jax.Array, jax.Array]:
+    """(weighted loss sum, weight) of `batch` under `params`."""
+    variables = {"params": params}
+    if self.fused_loss:
+      return self.model.apply(variables, batch["inputs"], deterministic,
+                              batch["targets"], batch.get("weights"),
+                              rngs=rngs)
+    outputs = self.model.apply(variables, batch["inputs"],
+                               deterministic=deterministic, rngs=rngs)
+    return self.loss(outputs, batch)
 
 
 def squared_loss(outputs_BxTxd: jax.Array, batch: Batch):
@@ -161,7 +174,8 @@ def _lm_task(config, batch_sharding, dtype) -> Task:
                                          dtype),
               jnp.zeros((1, T), jnp.int32), train_batch,
               {"valid": make_eval("valid"), "test": make_eval("test")},
-              token_loss, config.model.causal, data.vocab_size)
+              token_loss, config.model.causal, data.vocab_size,
+              config.model.fused_loss)
 
 
 def make_task(config, batch_sharding) -> Task:

@@ -89,10 +89,9 @@ def locater_term(params, hparams) -> jax.Array:
 def objective(params, hparams, batch, dropout_key, *, task: tasks.Task,
               deterministic: bool = False):
   """(loss + penalty, (loss, penalty)); loss = mean over weighted items."""
-  outputs = task.model.apply({"params": params}, batch["inputs"],
-                             deterministic=deterministic,
-                             rngs={"dropout": dropout_key})
-  loss_sum, weight = task.loss(outputs, batch)
+  loss_sum, weight = task.summed_loss(params, batch,
+                                     deterministic=deterministic,
+                                     rngs={"dropout": dropout_key})
   loss = loss_sum / weight
   penalty = locater_term(params, hparams)
   return loss + penalty, (loss, penalty)
@@ -118,9 +117,7 @@ def train_step(state: TrainState, batch, key: jax.Array, *, task: tasks.Task,
 
 def eval_step(params, batch, *, task: tasks.Task) -> dict[str, jax.Array]:
   """Summed loss and weight of one (padded) eval batch, dropout off."""
-  outputs = task.model.apply({"params": params}, batch["inputs"],
-                             deterministic=True)
-  loss_sum, weight = task.loss(outputs, batch)
+  loss_sum, weight = task.summed_loss(params, batch, deterministic=True)
   return {"loss_sum": loss_sum, "weight": weight}
 
 

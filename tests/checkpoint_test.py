@@ -1,6 +1,5 @@
 """Tests for qkspec.checkpoint and resuming qkspec.train runs."""
 import os
-import sys
 import tempfile
 from unittest import mock
 
@@ -9,13 +8,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from configs import rho_training  # pylint: disable=g-import-not-at-top,wrong-import-position
-from configs import theory_task  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec import checkpoint  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec import metric_writer  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec import tasks  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec import train  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec import checkpoint
+from qkspec import metric_writer
+from qkspec import tasks
+from qkspec import train
+import testutil
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 # Reruns of the same steps (straight vs resumed) hit the compilation cache.
@@ -57,13 +54,13 @@ class ResumeTest(absltest.TestCase):
   def test_resumed_sweep_is_bit_identical_to_uninterrupted(self):
     # An LM sweep (two members, dropout 0.1): 2N steps straight vs N, stop,
     # restart in the same workdir, continue to 2N.
-    cfg = rho_training.get_config("smoke")
+    cfg = testutil.get_config("rho_training", "smoke")
     cfg.num_steps = 4
     cfg.checkpoint_every = 2
     cfg.eval_every = 4
     with tempfile.TemporaryDirectory() as tmp:
       straight = train.train_and_evaluate(cfg, os.path.join(tmp, "a"))
-      half = rho_training.get_config("smoke")
+      half = testutil.get_config("rho_training", "smoke")
       half.num_steps = 2
       half.checkpoint_every = 2
       half.eval_every = 4
@@ -79,7 +76,7 @@ class ResumeTest(absltest.TestCase):
     _assert_trees_equal(resumed.opt_state, straight.opt_state)
 
   def test_keyboard_interrupt_saves_a_checkpoint(self):
-    cfg = theory_task.get_config("smoke")
+    cfg = testutil.get_config("theory_task", "smoke")
     cfg.num_steps = 8
     cfg.checkpoint_every = 100
     real = tasks.make_task

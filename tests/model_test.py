@@ -1,8 +1,7 @@
 """Tests for qkspec.model: shapes, causality, sown logits vs W_QK, LocATER."""
 # pylint: disable=invalid-name
+import dataclasses
 import math
-import os
-import sys
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -11,11 +10,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from configs import common  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec import locater  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec import model as model_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec import train  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec import config_lib as common
+from qkspec import locater
+from qkspec import model as model_lib
+from qkspec import tasks
+from qkspec import train
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
@@ -133,14 +132,36 @@ class ModelTest(parameterized.TestCase):
     np.testing.assert_allclose(train.locater_term(params, hp), want,
                                rtol=1e-6)
     # The training objective is loss + that term.
-    task = type("T", (), {"model": m, "loss": staticmethod(
-        lambda o, b: (jnp.sum(o), jnp.float32(o.size)))})
-    batch = {"inputs": tokens, "targets": tokens}
+    task = tasks.Task("lm", m, tokens, None, {}, tasks.token_loss, True, V,
+                      fused_loss=True)
+    batch = {"inputs": tokens, "targets": tokens + 1}
     key = jax.random.key(0)
     total, (loss, pen) = train.objective(params, hp, batch, key, task=task,
                                          deterministic=True)
     np.testing.assert_allclose(pen, want, rtol=1e-6)
     np.testing.assert_allclose(total, loss + want, rtol=1e-6)
+    # The fused loss equals the plain cross-entropy of the logits.
+    plain = dataclasses.replace(task, fused_loss=False)
+    np.testing.assert_allclose(
+        train.objective(params, hp, batch, key, task=plain,
+                        deterministic=True)[1][0], loss, rtol=1e-5)
+
+  def test_fused_loss_gradients_equal_plain(self):
+    c = common.lm_config()
+    c.model.update(d_model=d, ffn_dim=d, num_layers=2, loss_chunk=5)
+    m = model_lib.make_model(c.model, "lm", V)
+    k1, k2 = jax.random.split(jax.random.key(7))
+    tokens = jax.random.randint(k1, (B, T), 0, V)
+    batch = {"inputs": tokens, "targets": jnp.roll(tokens, -1, axis=1),
+             "weights": (jax.random.uniform(k2, (B, T)) > 0.3) * 1.0}
+    params = m.init(jax.random.key(8), tokens)["params"]
+    fused = tasks.Task("lm", m, tokens, None, {}, tasks.token_loss, True, V,
+                       fused_loss=True)
+    plain = dataclasses.replace(fused, fused_loss=False)
+    grads = [jax.grad(lambda p, t=t: t.summed_loss(
+        p, batch, deterministic=True)[0])(params) for t in (fused, plain)]
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4,
+                                                         atol=1e-6), *grads)
 
   def test_bfloat16_compute_keeps_float32_params(self):
     m = model_lib.make_model(_lm_model_config(), "lm", V, dtype=jnp.bfloat16)

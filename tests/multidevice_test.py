@@ -26,11 +26,9 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
 from absl.testing import absltest
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from configs import locater_wt2
-from configs import theory_task
 from qkspec import sweep
 from qkspec import train
+import testutil
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 
@@ -78,7 +76,7 @@ class MultiDeviceTest(absltest.TestCase):
 
   def test_four_devices_equal_one(self):
     self.assertEqual(jax.device_count(), 4)
-    c = locater_wt2.get_config("smoke")          # dropout 0.1 on
+    c = testutil.get_config("locater_wt2", "smoke")   # dropout 0.1 on
     c.sweep.kappa2 = ()
     c.locater.kappa2 = 1.0
     s4, m4, steps4 = _run(c, _mesh(4), 3)
@@ -99,9 +97,10 @@ class MultiDeviceTest(absltest.TestCase):
 
   def test_train_and_evaluate_on_four_devices(self):
     with tempfile.TemporaryDirectory() as tmp:
-      state = train.train_and_evaluate(theory_task.get_config("smoke"), tmp)
+      state = train.train_and_evaluate(
+          testutil.get_config("theory_task", "smoke"), tmp)
     self.assertEqual(int(state.step[0]), 4)
-    bad = theory_task.get_config("smoke")
+    bad = testutil.get_config("theory_task", "smoke")
     bad.data.batch_size = 6
     with self.assertRaisesRegex(ValueError, r"data.batch_size=6 .* 4 devices"):
       train.train_and_evaluate(bad, "/nonexistent/never/written")

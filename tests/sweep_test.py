@@ -1,19 +1,17 @@
 """Tests for qkspec.sweep: a vmapped member equals the same config alone."""
 import json
 import os
-import sys
 import tempfile
 
 from absl.testing import absltest
 import jax
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from configs import locater_wt2  # pylint: disable=g-import-not-at-top,wrong-import-position
-from configs import theory_task  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec import metric_writer  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec import sweep  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec import train  # pylint: disable=g-import-not-at-top,wrong-import-position
+from configs import locater_wt2
+from configs import theory_task
+from qkspec import metric_writer
+from qkspec import sweep
+from qkspec import train
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_compilation_cache_dir", os.path.join(

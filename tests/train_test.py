@@ -2,7 +2,6 @@
 import json
 import os
 import pathlib
-import sys
 import tempfile
 
 from absl.testing import absltest
@@ -12,16 +11,15 @@ import ml_collections
 import numpy as np
 
 _REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(_REPO))
-from configs import common  # pylint: disable=g-import-not-at-top,wrong-import-position
-from configs import depth_width  # pylint: disable=g-import-not-at-top,wrong-import-position
-from configs import locater_wt2  # pylint: disable=g-import-not-at-top,wrong-import-position
-from configs import theory_task  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec import checkpoint  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec import config_checks  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec import metric_writer  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec import plot_training  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec import train  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec import config_lib as common
+from configs import depth_width
+from configs import locater_wt2
+from configs import theory_task
+from qkspec import checkpoint
+from qkspec import config_checks
+from qkspec import metric_writer
+from qkspec import plot_training
+from qkspec import train
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_compilation_cache_dir", os.path.join(
