@@ -5,11 +5,24 @@ optimizer state, LocATER hyperparameters; with a leading member axis for a
 vmapped sweep) and `meta` (JSON: the step and the data position, which is
 the step because every batch is a pure function of (data seed, step)).
 """
+import logging
 import os
 from typing import Any
 
+from absl import logging as absl_logging
 import jax
 import orbax.checkpoint as ocp
+
+
+class _QuietOrbax(logging.Filter):
+  """Drops orbax's per-save INFO chatter (dozens of lines per checkpoint)."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return (record.levelno >= logging.WARNING
+            or f"{os.sep}orbax{os.sep}" not in record.pathname)
+
+
+absl_logging.get_absl_logger().addFilter(_QuietOrbax())
 
 
 class Checkpointer:

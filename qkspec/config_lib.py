@@ -4,6 +4,9 @@
 `theory_config()` and `lm_config()` give complete configs whose fields
 `qkspec.config_checks.validate` knows; experiment files edit them.
 """
+import importlib.util
+import pathlib
+
 import ml_collections
 
 from qkspec import data as data_lib
@@ -36,6 +39,18 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
     else:
       out[key] = type(default)(value)
   return out
+
+
+def load_config_file(path: str | pathlib.Path,
+                     arg: str | None = None) -> ml_collections.ConfigDict:
+  """`get_config(arg)` of a config file, as `--config path:arg` would load it."""
+  path = pathlib.Path(path)
+  if not path.is_file():
+    raise ValueError(f"no config file at {path}.")
+  spec = importlib.util.spec_from_file_location(f"_config_{path.stem}", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(arg)
 
 
 def _training(c):
