@@ -45,16 +45,7 @@ def get_config(arg=None):
   c.locater.kappa1 = 100.0
   c.sweep.kappa2 = common.KAPPA2_SWEEP
   if arg.smoke:
-    common.synthetic_data(c)
-    c.model.d_model = arg.d // 8
-    c.model.ffn_dim = arg.d // 8
-    c.data.seq_len = 8
-    c.data.batch_size = 8
-    c.num_steps = 4
-    c.log_every = 2
-    c.eval_every = 2
-    c.checkpoint_every = 2
-    c.eval_max_batches = 2
+    common.smoke(c, d_model=arg.d // 8)
   return c
 
 

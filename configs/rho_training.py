@@ -35,15 +35,5 @@ def get_config(arg=None):
   c.sweep.kappa1 = (100.0, 0.0)
   c.sweep.kappa2 = (1.0, 0.0)
   if arg.smoke:
-    common.synthetic_data(c)
-    c.model.d_model = 16
-    c.model.ffn_dim = 16
-    c.data.seq_len = 8
-    c.data.batch_size = 8
-    c.opt.lr = 1e-3
-    c.num_steps = 4
-    c.log_every = 2
-    c.eval_every = 2
-    c.checkpoint_every = 2
-    c.eval_max_batches = 2
+    common.smoke(c)
   return c

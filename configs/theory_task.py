@@ -51,13 +51,5 @@ def get_config(arg=None):
   c.sweep.kappa2 = (0.0, 1.0, 100.0)
   c.sweep.target = (1.0, 1.0, 12.0)
   if arg.smoke:
-    c.model.d_model = 8
-    c.model.ffn_dim = 8
-    c.data.seq_len = 8
-    c.data.batch_size = 8
-    c.data.eval_sequences = 16
-    c.num_steps = 4
-    c.log_every = 2
-    c.eval_every = 2
-    c.checkpoint_every = 2
+    common.smoke(c, d_model=8)
   return c

@@ -153,3 +153,18 @@ def synthetic_data(c, vocab_size=50, train_tokens=4_000, eval_tokens=400):
   c.data.train_tokens = train_tokens   # tokens in the train stream
   c.data.eval_tokens = eval_tokens     # tokens in valid and in test
   return c
+
+
+def smoke(c, d_model: int = 16) -> ml_collections.ConfigDict:
+  """Shrinks a training config to a seconds-long CPU run (`:smoke`, tests)."""
+  if c.task == "lm":
+    synthetic_data(c)
+    c.opt.lr = 1e-3
+    c.eval_max_batches = 2
+  else:
+    c.data.eval_sequences = 16
+  c.model.d_model = c.model.ffn_dim = d_model
+  c.data.seq_len = c.data.batch_size = 8
+  c.num_steps = 4
+  c.log_every = c.eval_every = c.checkpoint_every = 2
+  return c
