@@ -1,0 +1,74 @@
+r"""A 5-member kappa2 sweep as one vmapped program vs 5 sequential runs.
+
+Workload: the d = 32 WikiText-2-sized LM (L = 1, H = 1, vocabulary 33,278,
+T = 64, batch 64, lr 1e-4, kappa1 = 100, kappa2 in {0, 1e-3, 1e-2, 1e-1,
+1}), a fixed number of train steps after compilation. The tokens are a
+synthetic stream of the real vocabulary size (the step's cost does not
+depend on which tokens they are). Prints both throughputs in member-steps
+per second and their ratio, from one process.
+
+  python bench/sweep.py [--steps 5]
+"""
+import argparse
+import time
+
+import jax.numpy as jnp
+
+from qkspec import config_lib
+from qkspec import sweep as sweep_lib
+from qkspec import train
+
+KAPPA2 = (0.0, 1e-3, 1e-2, 1e-1, 1.0)
+
+
+def _config(kappa2: tuple[float, ...] = (), alone: float = 0.0):
+  """The sweep over `kappa2`, or (empty) one run with kappa2 = `alone`."""
+  c = config_lib.lm_config()
+  config_lib.synthetic_data(c, vocab_size=33_278, train_tokens=64 * 64 * 8,
+                            eval_tokens=64 * 64)
+  c.model.d_model = c.model.ffn_dim = 32
+  c.opt.lr = 1e-4
+  c.locater.kappa1 = 100.0
+  c.locater.kappa2 = alone
+  c.sweep.kappa2 = kappa2
+  return c
+
+
+def member_steps_per_second(config, steps):
+  """Compiles, runs one warm-up step, then times `steps` steps."""
+  built = train.build_steps(config)
+  members = sweep_lib.members(config)
+  if sweep_lib.swept_keys(config):
+    keys = [train.member_keys(m["seed"]) for m in members]
+    init_keys = jnp.stack([k[0] for k in keys])
+    dropout_keys = jnp.stack([k[1] for k in keys])
+    hparams = sweep_lib.stacked_hparams(members)
+  else:
+    init_keys, dropout_keys = train.member_keys(members[0]["seed"])
+    hparams = sweep_lib.hparams(members[0])
+  state = built.init(init_keys, hparams)
+  batches = [built.task.train_batch(i) for i in range(steps + 1)]
+  state, metrics = built.train(state, batches[0], dropout_keys)
+  metrics["loss"].block_until_ready()
+  t0 = time.perf_counter()
+  for batch in batches[1:]:
+    state, metrics = built.train(state, batch, dropout_keys)
+  metrics["loss"].block_until_ready()
+  return len(members) * steps / (time.perf_counter() - t0)
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--steps", type=int, default=5)
+  args = parser.parse_args()
+  vmapped = member_steps_per_second(_config(KAPPA2), args.steps)
+  seconds = sum(1 / member_steps_per_second(_config(alone=k), args.steps)
+                for k in KAPPA2)
+  sequential = len(KAPPA2) / seconds
+  print(f"vmapped sweep ({len(KAPPA2)} members): {vmapped:.3f} member-steps/s")
+  print(f"sequential runs:            {sequential:.3f} member-steps/s")
+  print(f"vmapped / sequential:       {vmapped / sequential:.2f}x")
+
+
+if __name__ == "__main__":
+  main()
