@@ -68,7 +68,10 @@ class MetricWriter:
     if just_logging:
       return
     os.makedirs(logdir, exist_ok=True)
-    self._file = open(os.path.join(logdir, JSONL), "a", encoding="utf-8")
+    # Line-buffered: every record reaches the disk as it is written, so an
+    # interrupted or killed run loses no metrics.
+    self._file = open(os.path.join(logdir, JSONL), "a", encoding="utf-8",
+                      buffering=1)
     if tensorboard is not False:
       self._tb = _tensorboard_writer(logdir)
 

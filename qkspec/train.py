@@ -331,6 +331,8 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
                            or step == config.num_steps):
         _check_finite(pending, names)
         ckpt.save(step, state, force=True)
+        for w in writers:
+          w.flush()
       if step >= config.num_steps:
         break
       batch = steps.task.train_batch(step)

@@ -172,6 +172,14 @@ class MetricWriterTest(absltest.TestCase):
     np.testing.assert_array_equal(m["a"][1], [1.0, 3.0])
     np.testing.assert_array_equal(m["rho"][1], [[0.5, 1.0]])
 
+  def test_records_reach_disk_before_close(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      w = metric_writer.MetricWriter(tmp, console=False)
+      w.write_scalars(5, {"a": 2.0})
+      m = metric_writer.read_metrics(tmp)      # a killed run keeps this
+      w.close()
+    np.testing.assert_array_equal(m["a"][0], [5])
+
   def test_tensorboard_events_when_installed(self):
     try:
       import tensorboard  # pylint: disable=g-import-not-at-top,unused-import
