@@ -183,18 +183,20 @@ def lemma1_moments(seq_len: int, trace: jax.Array, trace_sq: jax.Array,
   _checks.choice("variant", variant, VARIANTS)
   _checks.nonnegative("trace_sq", trace_sq)
   _checks.positive("temperature", temperature)
-  trace = jnp.asarray(trace)[..., None] / temperature
-  trace_sq = jnp.asarray(trace_sq)[..., None] / temperature**2
+  trace = jnp.asarray(trace / temperature)[..., None]
+  trace_sq = jnp.asarray(trace_sq / temperature**2)[..., None]
+  lead = lambda c_T: c_T.reshape((1,) * (trace.ndim - 1) + c_T.shape)
   if exact:
     if variant != "corrected":
       raise ValueError("exact=True gives the exact moments; variant='paper' "
                        "only exists for the asymptotic formula.")
     inv_t, a_g, t_a_g_a = _exact_coefficients(seq_len)
-    return inv_t + a_g * trace, (a_g**2 + t_a_g_a) * trace_sq
+    return (inv_t + lead(a_g) * trace,
+            lead(a_g**2 + t_a_g_a) * trace_sq)
   t, i = _positions(seq_len)
   theta = i / t
-  mu = (theta - 0.5) * trace
-  return mu, _asymptotic_variance_coefficient(theta, variant) * trace_sq
+  mu = lead(theta - 0.5) * trace
+  return mu, lead(_asymptotic_variance_coefficient(theta, variant)) * trace_sq
 
 
 def exact_moments(w_qk: jax.Array, seq_len: int, cov: jax.Array | None = None,

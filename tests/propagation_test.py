@@ -148,6 +148,16 @@ class RhoTest(parameterized.TestCase):
           prop.rho_gaussian(t, trace, trace_sq, lam, variant=variant),
           atol=1e-5)
 
+  def test_batched_traces_broadcast(self):
+    traces = jnp.array([[1.0, 2.0, 3.0]])
+    traces_sq = jnp.array([[1.0, 4.0, 2.0]])
+    for kw in (dict(exact=True), {}, dict(variant="paper")):
+      batched = prop.rho_gaussian(9, traces, traces_sq, 2.0, **kw)
+      self.assertEqual(batched.shape, (1, 3, 9))
+      for j in range(3):
+        np.testing.assert_allclose(batched[0, j], prop.rho_gaussian(
+            9, traces[0, j], traces_sq[0, j], 2.0, **kw), rtol=1e-6)
+
   def test_rho_from_moments_degenerate_variance(self):
     rho = prop.rho_from_moments(jnp.array([-0.1, 0.5, 1.2]), jnp.zeros(3))
     np.testing.assert_array_equal(rho, [0.0, 1.0, 0.0])
