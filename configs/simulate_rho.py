@@ -7,11 +7,22 @@ Launch (from the repository root)::
   python launch/simulate.py --config configs/simulate_rho.py --workdir /tmp/w \
       --config.num_draws=3 --config.pairs="((0.0, 0.1), (0.5, 0.01))" \
       --config.regimes="('uniform', 'middle-site')"
+  python launch/simulate.py --config configs/simulate_rho.py --workdir /tmp/w \
+      --config.design=fresh      # the paper's procedure read literally
 
-Expected runtime: ~25 s on a 2-core CPU (jit compile ~7-10 s, sweep ~15 s
-with OPENBLAS_NUM_THREADS=1; several times longer when other jobs share the
-cores, as multi-threaded OpenBLAS LAPACK calls then stall); smoke: a few
-seconds plus compile. bench/simulate.py times it.
+Expected runtime on a 2-core CPU shared with a training job, with
+OPENBLAS_NUM_THREADS=1: design "shared" (default): jit compile ~9 s, sweep
+~0.5 s, figures a few s; design "fresh": compile ~13 s, sweep ~13 s.
+bench/simulate.py times both against a NumPy reference.
+
+Sampling design (`design`, see qkspec/sweep_fast.py): "shared" reuses one
+set of N walks and one spectrum (B_k, z_k) per draw index k across all pairs
+and both covariances (common random numbers): every pair's estimate is
+unbiased, with standard errors from the crossed draw x walk design
+(`rho_mc_se`, `entropy_se` in the tables). Because the walks are not
+renewed per draw, these errors are larger than the fresh design's at the
+same N and D where the walk-to-walk variation dominates (about 1.8x for
+rho_i and 3x for the entropy at the median, bench/simulate.py).
 
 As in the paper: d = 128, T = 40, 300 random walks, 10 W_QK draws per
 (mean, scale) pair, W_QK = B diag(w) B^T with w_i ~ N(mean, scale^2), for
@@ -62,7 +73,10 @@ def get_config(arg=None):
                "middle-site", "vanishing", "vanishing")  # label per pair
   c.covariances = ("isotropic", "anisotropic")  # Sigma of Assumption 1
   c.aniso_half_width = 2.5   # R_ij ~ Unif(-a, a) of the anisotropic Sigma
-  c.cells_per_batch = 4      # (covariance, pair) cells vmapped at once (memory)
+  c.design = "shared"        # "shared": common random numbers (sweep_fast);
+                             # "fresh": new W_QK and walks per pair and draw
+  c.entropy_sequences = 0    # shared design: walks for the entropy (0: all N)
+  c.cells_per_batch = 4      # fresh design: (cov, pair) cells vmapped at once
   if smoke:
     c.dim = 16
     c.seq_len = 8

@@ -134,6 +134,9 @@ class SimulationTest(parameterized.TestCase):
   def setUpClass(cls):
     super().setUpClass()
     cls.config = testutil.get_config("simulate_rho", "smoke")
+    # The draw-by-draw identities below are those of the fresh design; the
+    # shared (default) design is tested in sweep_fast_test.py.
+    cls.config.design = "fresh"
     cls.workdir = pathlib.Path(tempfile.mkdtemp()) / "simulate"
     cls.addClassCleanup(shutil.rmtree, cls.workdir.parent, ignore_errors=True)
     cls.result = simulation.run(cls.config, cls.workdir)

@@ -17,9 +17,20 @@ with :math:`w_i \sim \mathcal N(\mathrm{mean}, \mathrm{scale}^2)`
   :math:`\mathrm{tr}(W), \mathrm{tr}(W^2)`, :math:`W = W_{QK}\Sigma`, in the
   printed, corrected and exact finite-T versions.
 
-The whole sweep is one `jax.jit` computation: `vmap` over draws inside
-`lax.map(..., batch_size)` over the (covariance, pair) cells, which is a
-`vmap` over `cells_per_batch` cells at a time (to bound memory).
+Two sampling designs (`config.design`), both one `jax.jit` computation:
+
+* "shared" (the default): common random numbers, `qkspec.sweep_fast`. One
+  set of N walks and, per draw index k, one (B_k, z_k) shared by every pair
+  and covariance, :math:`W_{QK} = B_k\,\mathrm{diag}(\mathrm{mean} +
+  \mathrm{scale}\,z_k)B_k^\top`; the logits are linear in (mean, scale), so
+  each pair costs an affine combination. Unbiased per pair; standard errors
+  from the crossed (draw x walk) design; the entropy may use the first
+  `entropy_sequences` walks.
+* "fresh": the paper's procedure read literally: every (covariance, pair,
+  draw) samples its own W_QK and N walks. `vmap` over draws inside
+  `lax.map(..., batch_size)` over the (covariance, pair) cells, which is a
+  `vmap` over `cells_per_batch` cells at a time (to bound memory). Standard
+  errors: std over the independent draws / sqrt(D).
 """
 # pylint: disable=invalid-name
 import functools
@@ -36,13 +47,15 @@ from qkspec import propagation
 from qkspec import randomwalk
 from qkspec import softmax
 from qkspec import spectrum
+from qkspec import sweep_fast
 from qkspec.experiments import io
 
 COVARIANCES = ("isotropic", "anisotropic")
 # name -> (exact, variant) of propagation.rho_gaussian.
 GAUSSIAN = {"paper": (False, "paper"), "corrected": (False, "corrected"),
             "exact": (True, "corrected")}
-_DRAW_STREAM, _COV_STREAM = 0, 1      # fold_in tags of the config seed
+DESIGNS = ("shared", "fresh")
+_DRAW_STREAM, _COV_STREAM, _SHARED_STREAM = 0, 1, 2  # fold_in tags of the seed
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
@@ -66,6 +79,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
              config.covariances)
   io.require(config.aniso_half_width > 0, "aniso_half_width", "must be > 0",
              config.aniso_half_width)
+  io.require(config.design in DESIGNS, "design", f"must be one of {DESIGNS}",
+             config.design)
+  io.require(isinstance(config.entropy_sequences, int)
+             and 0 <= config.entropy_sequences <= config.num_sequences,
+             "entropy_sequences", "must be an integer in [0, num_sequences] "
+             "(0: all)", config.entropy_sequences)
 
 
 def covariances(config: ml_collections.ConfigDict) -> jax.Array:
@@ -129,14 +148,66 @@ def sweep(seed_key, means_P, scales_P, covs_Cxdxd, *, dim, num_sequences,
       lambda a: a.reshape((num_c, num_p) + a.shape[1:]), out)
 
 
+def gaussian_rho(seq_len, trace, trace_sq, lam, **kwargs):
+  """`propagation.rho_gaussian` mapped over any shape of traces: [..., T]."""
+  rho = jax.vmap(lambda tr, tr2: propagation.rho_gaussian(
+      seq_len, tr, tr2, lam, **kwargs))(trace.ravel(), trace_sq.ravel())
+  return rho.reshape(trace.shape + (seq_len,))
+
+
+def shared_key(seed_key: jax.Array) -> jax.Array:
+  """The key of `sweep_fast.sample_bases` (shared design) for a seed key."""
+  return jax.random.fold_in(seed_key, _SHARED_STREAM)
+
+
+@functools.partial(jax.jit, static_argnames=(
+    "num_sequences", "entropy_sequences", "seq_len", "num_draws"))
+def sweep_shared(seed_key, means_P, scales_P, covs_Cxdxd, *, num_sequences,
+                 entropy_sequences, seq_len, num_draws):
+  """The Fig. 5 sweep, shared design; outputs as `sweep` plus `*_se`."""
+  lam = float(np.sqrt(covs_Cxdxd.shape[-1]))
+  bases = sweep_fast.sample_bases(
+      shared_key(seed_key), covs_Cxdxd,
+      num_draws=num_draws, num_sequences=num_sequences,
+      entropy_sequences=entropy_sequences, seq_len=seq_len, temperature=lam)
+  stats = sweep_fast.grid_stats(bases, means_P, scales_P)
+  trace, trace_sq = stats["trace"], stats["trace_sq"]            # [P, D, C]
+  root = jnp.sqrt(trace_sq)
+  out = dict(rho=stats["rho"], entropy=stats["entropy"], r=trace / lam,
+             xi=trace / root, eta=root / lam)
+  for name, (exact, variant) in GAUSSIAN.items():
+    out[f"rho_{name}"] = gaussian_rho(seq_len, trace, trace_sq, lam,
+                                      exact=exact, variant=variant)
+  out = {k: jnp.moveaxis(v, 2, 0) for k, v in out.items()}       # [C, P, D]
+  out["rho_se"] = jnp.moveaxis(stats["rho_se"], 1, 0)             # [C, P, T]
+  out["entropy_se"] = stats["entropy_se"].T                       # [C, P]
+  return out
+
+
 def sweep_from_config(config: ml_collections.ConfigDict) -> dict:
-  """Runs `sweep` on a (validated) config; returns numpy arrays [C, P, D, ...]."""
+  """Runs `config.design`'s sweep; numpy arrays [C, P, D, ...] and `*_se`.
+
+  `rho_se` [C, P, T] and `entropy_se` [C, P] are the standard errors of the
+  means over draws (and walks): see the module docstring.
+  """
   means, scales = (jnp.asarray(v, jnp.float32) for v in zip(*config.pairs))
-  out = sweep(jax.random.key(config.seed), means, scales, covariances(config),
+  key, covs = jax.random.key(config.seed), covariances(config)
+  if config.design == "shared":
+    out = sweep_shared(
+        key, means, scales, covs, num_sequences=config.num_sequences,
+        entropy_sequences=config.entropy_sequences or config.num_sequences,
+        seq_len=config.seq_len, num_draws=config.num_draws)
+    return jax.tree.map(np.asarray, out)
+  out = sweep(key, means, scales, covs,
               dim=config.dim, num_sequences=config.num_sequences,
               seq_len=config.seq_len, num_draws=config.num_draws,
               cells_per_batch=config.cells_per_batch)
-  return jax.tree.map(np.asarray, out)
+  out = jax.tree.map(np.asarray, out)
+  root_d = np.sqrt(config.num_draws)
+  with np.errstate(invalid="ignore", divide="ignore"):   # D = 1: NaN
+    out["rho_se"] = out["rho"].std(2, ddof=1) / root_d
+    out["entropy_se"] = out["entropy"].std(2, ddof=1) / root_d
+  return out
 
 
 def tables(out: dict, config: ml_collections.ConfigDict):
@@ -160,6 +231,8 @@ def tables(out: dict, config: ml_collections.ConfigDict):
           base, **{k: float(out[k][c, p].mean()) for k in ("r", "xi", "eta")},
           entropy=float(out["entropy"][c, p].mean()),
           entropy_std=float(out["entropy"][c, p].std()),
+          entropy_se=float(out["entropy_se"][c, p]),
+          rho_mc_se_max=float(out["rho_se"][c, p].max()),
           rho_mc_max=float(rho_mean[c, p].max()),
           rho_mc_mean=float(rho_mean[c, p].mean()),
           **{f"max_err_{n}": float(e[c, p].max()) for n, e in err.items()}))
@@ -245,18 +318,18 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   validate(config)
   workdir = io.make_workdir(workdir)
   paths = [io.write_config(config, workdir)]
-  logging.info("Fig. 5 sweep: %d covariances x %d pairs x %d draws, N=%d "
-               "walks, T=%d, d=%d", len(config.covariances),
-               len(config.pairs), config.num_draws, config.num_sequences,
-               config.seq_len, config.dim)
+  logging.info("Fig. 5 sweep (%s design): %d covariances x %d pairs x %d "
+               "draws, N=%d walks, T=%d, d=%d", config.design,
+               len(config.covariances), len(config.pairs), config.num_draws,
+               config.num_sequences, config.seq_len, config.dim)
   start = time.perf_counter()
   out = sweep_from_config(config)
   logging.info("sweep (compile + run) took %.1f s", time.perf_counter() - start)
   positions, pairs, errors = tables(out, config)
   logging.info("Per pair:\n%s", io.format_table(pairs, (
       "covariance", "mean", "scale", "regime", "r", "xi", "eta", "entropy",
-      "rho_mc_max", "rho_mc_mean", "max_err_paper", "max_err_corrected",
-      "max_err_exact")))
+      "entropy_se", "rho_mc_max", "rho_mc_se_max", "rho_mc_mean",
+      "max_err_paper", "max_err_corrected", "max_err_exact")))
   logging.info("Gaussian approximation vs Monte Carlo, |mean over draws| "
                "error over pairs and positions:\n%s", io.format_table(errors))
   paths += plot_fig5(out, config, workdir)

@@ -1,0 +1,271 @@
+"""Tests of the common-random-number grid estimator (qkspec.sweep_fast)."""
+# pylint: disable=invalid-name
+import math
+import pathlib
+import shutil
+import tempfile
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from qkspec import diagnostics
+from qkspec import propagation
+from qkspec import randomwalk
+from qkspec import softmax
+from qkspec import spectrum
+from qkspec import sweep_fast
+from qkspec.experiments import simulation
+from qkspec.experiments import simulation_grid
+import testutil
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+# The smoke grid's sizes, so that every test shares its compiled functions.
+GRID = testutil.get_config("simulate_grid", "smoke")
+D, N, E = GRID.num_draws, GRID.num_sequences, GRID.entropy_sequences
+T, DIM = GRID.seq_len, GRID.dim
+LAM = math.sqrt(DIM)
+MEANS = (0.0, 0.5, -0.3, 0.2)
+SCALES = (1.0, 0.05, 0.2, 3.0)
+_grid_stats = jax.jit(sweep_fast.grid_stats)
+
+
+def _covariances():
+  return simulation.covariances(GRID)        # [I, R^T R / d]
+
+
+def _bases(key):
+  return simulation_grid.sample_bases(
+      key, _covariances(), num_draws=D, num_sequences=N, entropy_sequences=E,
+      seq_len=T, temperature=LAM)
+
+
+def _numpy_fresh_rho(covs, means, scales, num_draws, num_walks, seed):
+  """The paper's procedure in NumPy: new W_QK and walks per draw, [C, P, T]."""
+  rng = np.random.default_rng(seed)
+  out = np.zeros((len(covs), len(means), num_draws, T))
+  for c, cov in enumerate(covs):
+    evals, evecs = np.linalg.eigh(cov)
+    root = (evecs * np.sqrt(np.clip(evals, 0, None))) @ evecs.T
+    for p, (mean, scale) in enumerate(zip(means, scales)):
+      q, r = np.linalg.qr(rng.standard_normal((num_draws, DIM, DIM)))
+      basis = q * np.sign(np.diagonal(r, axis1=1, axis2=2))[:, None, :]
+      eig = mean + scale * rng.standard_normal((num_draws, 1, DIM))
+      w = (basis * eig) @ basis.transpose(0, 2, 1)
+      x = np.cumsum(rng.standard_normal((num_draws, num_walks, T, DIM))
+                    @ root, axis=2)
+      omega = np.einsum("kne,kef,kntf->knt", x[:, :, -1], w, x) / LAM
+      u = (omega - omega.mean(-1, keepdims=True)) / T + 1 / T
+      out[c, p] = ((u >= 0) & (u <= 1)).mean(1)
+  return out
+
+
+class BasesTest(parameterized.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    rng = np.random.default_rng(0)      # NumPy: no PRNG kernels to compile
+    cls.x = jnp.asarray(np.cumsum(rng.standard_normal((5, T, DIM)), axis=1)
+                        @ np.asarray(randomwalk.covariance_sqrt(
+                            _covariances()[1])), jnp.float32)
+    q, r = np.linalg.qr(rng.standard_normal((DIM, DIM)))
+    cls.basis = jnp.asarray(q * np.sign(np.diag(r)), jnp.float32)
+    cls.z = jnp.asarray(rng.standard_normal(DIM), jnp.float32)
+
+  @parameterized.parameters(zip(MEANS, SCALES))
+  def test_query_bases_equal_direct_logits(self, mean, scale):
+    a, b = sweep_fast.query_bases(self.x, self.basis, self.z, LAM)
+    w = sweep_fast.qk_matrix(self.basis, self.z, mean, scale)
+    direct = propagation.query_logits(self.x, w, LAM)
+    tol = 1e-5 * float(jnp.abs(direct).max())
+    np.testing.assert_allclose(mean * a + scale * b, direct, atol=tol)
+
+  @parameterized.parameters(zip(MEANS, SCALES))
+  def test_attention_bases_equal_direct_logits(self, mean, scale):
+    g, h = sweep_fast.attention_bases(self.x, self.basis, self.z, LAM)
+    w = sweep_fast.qk_matrix(self.basis, self.z, mean, scale)
+    direct = jnp.einsum("nte,nse->nts", self.x @ w, self.x) / LAM
+    tol = 1e-5 * float(jnp.abs(direct).max())
+    np.testing.assert_allclose(mean * g + scale * h, direct, atol=tol)
+
+  def test_draw_spectra_give_sample_qk(self):
+    key, means, scales = jax.random.key(3), jnp.asarray(MEANS), jnp.asarray(
+        SCALES)
+
+    @jax.jit
+    def both():
+      basis, z = sweep_fast.draw_spectra(key, 4, DIM)
+      fast = jax.vmap(jax.vmap(sweep_fast.qk_matrix, (None, None, 0, 0)),
+                      (0, 0, None, None))(basis, z, means, scales)
+      keys = jax.vmap(lambda k: jax.random.fold_in(key, k))(jnp.arange(4))
+      direct = jax.vmap(jax.vmap(lambda k, m, s: spectrum.sample_qk(
+          k, DIM, m, s), (None, 0, 0)), (0, None, None))(keys, means, scales)
+      return fast, direct
+
+    fast, direct = both()
+    np.testing.assert_allclose(fast, direct, atol=1e-5)
+
+  def test_spectrum_traces_equal_spectrum_stats(self):
+    cov = _covariances()[1]
+    coef = sweep_fast.trace_coefficients(self.basis, self.z, cov)
+    for mean, scale in zip(MEANS, SCALES):
+      stats = spectrum.spectrum_stats(
+          sweep_fast.qk_matrix(self.basis, self.z, mean, scale), cov)
+      trace, trace_sq = sweep_fast.spectrum_traces(coef, mean, scale)
+      np.testing.assert_allclose(trace, stats["trace"], rtol=1e-4, atol=1e-4)
+      np.testing.assert_allclose(trace_sq, stats["trace_sq"], rtol=1e-4)
+
+  def test_row_entropy_equals_attention_entropy(self):
+    rng = np.random.default_rng(1)
+    logits = jnp.asarray(rng.standard_normal((100, 9))
+                         * np.repeat([1.0, 300.0], 50)[:, None], jnp.float32)
+    np.testing.assert_allclose(
+        sweep_fast.row_entropy(logits),
+        diagnostics.attention_entropy(softmax.softmax(logits), reduce=False),
+        atol=2e-5)
+
+  def test_crossed_standard_error_formula(self):
+    f = np.random.default_rng(0).random((5, 30)) < 0.3   # D x N table
+    se = sweep_fast.crossed_standard_error(
+        jnp.asarray(f.mean(1)), jnp.asarray(np.sum(f.sum(0)**2.0)), 30)
+    expected = np.sqrt(f.mean(1).var(ddof=1) / 5 + f.mean(0).var(ddof=1) / 30)
+    np.testing.assert_allclose(se, expected, rtol=1e-5)
+
+
+class GridStatsTest(absltest.TestCase):
+  """grid_stats equals the paper's procedure run draw by draw on its walks."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.key = jax.random.key(11)
+    cls.covs = _covariances()
+    cls.bases = _bases(cls.key)
+    cls.stats = _grid_stats(cls.bases, jnp.asarray(MEANS), jnp.asarray(SCALES))
+
+  def test_shapes_and_finite(self):
+    p, c = len(MEANS), len(self.covs)
+    chex.assert_shape(self.stats["rho"], (p, D, c, T))
+    chex.assert_shape(self.stats["rho_se"], (p, c, T))
+    chex.assert_shape(self.stats["entropy"], (p, D, c))
+    chex.assert_tree_all_finite(self.stats)
+
+  def test_equals_direct_computation(self):
+    # sample_bases: fold_in(key, 0) gives the spectra, fold_in(key, 1) walks.
+    key_spectra = jax.random.fold_in(self.key, 0)
+
+    @jax.jit
+    def direct(key_w, x, cov, mean, scale):
+      """Definition 1 and Eq. (1) with an explicit W_QK = sample_qk(...)."""
+      w = spectrum.sample_qk(key_w, DIM, mean, scale)
+      rho = propagation.empirical_rho(propagation.query_logits(x, w, LAM))
+      logits = jnp.einsum("nte,nse->nts", x[:E] @ w, x[:E]) / LAM
+      entropy = diagnostics.attention_entropy(softmax.softmax(logits))
+      st = spectrum.spectrum_stats(w, cov)
+      return rho, entropy, st["trace"], st["trace_sq"]
+
+    basis, _ = sweep_fast.draw_spectra(key_spectra, D, DIM)
+    s = randomwalk.random_walk(jax.random.fold_in(self.key, 1), N, T, DIM)
+    for c, cov in enumerate(self.covs):
+      x = s @ randomwalk.covariance_sqrt(cov)
+      for k in range(D):
+        # Sigma = I: draw k sees the rotated walks x B_k^T (module doc).
+        x_k = x @ basis[k].T if c == 0 else x
+        for p, (mean, scale) in enumerate(zip(MEANS, SCALES)):
+          rho, entropy, trace, trace_sq = direct(
+              jax.random.fold_in(key_spectra, k), x_k, cov, mean, scale)
+          # Same walks and W: only round-off may flip one walk's event.
+          np.testing.assert_allclose(self.stats["rho"][p, k, c], rho,
+                                     atol=1.0 / N + 1e-6)
+          np.testing.assert_allclose(self.stats["entropy"][p, k, c], entropy,
+                                     rtol=1e-4, atol=1e-5)
+          np.testing.assert_allclose(self.stats["trace"][p, k, c], trace,
+                                     rtol=1e-4, atol=1e-4)
+          np.testing.assert_allclose(self.stats["trace_sq"][p, k, c],
+                                     trace_sq, rtol=1e-4)
+
+  def test_chunks_equal_whole(self):
+    half = jax.jit(sweep_fast.grid_stats)(
+        self.bases, jnp.asarray(MEANS[2:]), jnp.asarray(SCALES[2:]))
+    for name in ("rho", "rho_se", "entropy", "entropy_se"):
+      np.testing.assert_allclose(half[name], self.stats[name][2:], atol=1e-6)
+
+  def test_shared_design_matches_fresh_design(self):
+    """Mean over seeds of the shared estimate == the paper's rho (MC error)."""
+    seeds = 200
+    rho_S, se_S = [], []
+    for seed in range(seeds):
+      stats = _grid_stats(_bases(jax.random.key(1000 + seed)),
+                          jnp.asarray(MEANS), jnp.asarray(SCALES))
+      rho_S.append(np.asarray(stats["rho_mean"]))       # [P, C, T]
+      se_S.append(np.asarray(stats["rho_se"]))
+    rho_S, se_S = np.moveaxis(rho_S, 2, 1), np.moveaxis(se_S, 2, 1)
+    rho_F = _numpy_fresh_rho(np.asarray(self.covs), MEANS, SCALES,
+                             num_draws=1_000, num_walks=16, seed=0)
+    err_S = rho_S.std(0, ddof=1) / math.sqrt(seeds)
+    err_F = rho_F.std(2, ddof=1) / math.sqrt(rho_F.shape[2])
+    z = np.abs(rho_S.mean(0) - rho_F.mean(2)) / np.sqrt(
+        err_S**2 + err_F**2 + 1e-12)
+    self.assertLess(z.max(), 4.5, f"z-scores {z}")
+    # The crossed-design SE is calibrated: its mean matches the spread of the
+    # estimates over seeds (slightly conservative by construction).
+    ratio = rho_S.std(0, ddof=1) / se_S.mean(0)
+    informative = se_S.mean(0) > 0.02
+    self.assertGreater(int(informative.sum()), 10)
+    self.assertBetween(float(np.median(ratio[informative])), 0.7, 1.15)
+
+
+class ExperimentsTest(absltest.TestCase):
+
+  def _workdir(self):
+    parent = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, parent, ignore_errors=True)
+    return pathlib.Path(parent) / "run"
+
+  def test_smoke_grid_run(self):
+    config = testutil.get_config("simulate_grid", "smoke")
+    workdir = self._workdir()
+    result = simulation_grid.run(config, workdir)
+    for name in ("config.json", "fig_grid_localization.png", "fig_grid_rho.png",
+                 "simulate_grid.csv", "simulate_grid.npz"):
+      self.assertGreater((workdir / name).stat().st_size, 0, name)
+    out = result["out"]
+    shape = (len(config.covariances), config.num_means, config.num_scales)
+    chex.assert_shape(out["rho"], shape + (config.seq_len,))
+    chex.assert_shape(out["entropy"], shape)
+    self.assertLen(result["rows"], math.prod(shape))
+    self.assertTrue(np.all((out["rho"] >= 0) & (out["rho"] <= 1)))
+    self.assertTrue(np.all(out["rho_se"] >= 0))
+    self.assertTrue(np.all(out["entropy"] <= math.log(config.seq_len) + 1e-5))
+    # Axis order [C, M, S]: with Sigma = I, E_k tr(W)/lambda is affine in
+    # (mean, scale) with slope d/lambda in the mean.
+    means, _ = simulation_grid.grid_axes(config)
+    slope = ((out["r"][0, 1:] - out["r"][0, :1])
+             / (means[1:] - means[0])[:, None])
+    np.testing.assert_allclose(slope, math.sqrt(config.dim), rtol=1e-4)
+
+  def test_simulate_rho_shared_design(self):
+    config = testutil.get_config("simulate_rho", "smoke")
+    self.assertEqual(config.design, "shared")
+    simulation.validate(config)
+    out = simulation.sweep_from_config(config)
+    num_c, num_p = len(config.covariances), len(config.pairs)
+    chex.assert_shape(out["rho"], (num_c, num_p, config.num_draws,
+                                   config.seq_len))
+    chex.assert_shape(out["rho_exact"], out["rho"].shape)
+    chex.assert_shape(out["rho_se"], (num_c, num_p, config.seq_len))
+    chex.assert_shape(out["entropy_se"], (num_c, num_p))
+    chex.assert_tree_all_finite(out)
+    positions, pairs, _ = simulation.tables(out, config)
+    self.assertLen(positions, num_c * num_p * config.seq_len)
+    for row in pairs:
+      self.assertGreaterEqual(row["entropy_se"], 0.0)
+
+
+if __name__ == "__main__":
+  absltest.main()
