@@ -69,7 +69,8 @@ def plot_fig6(members, path):
     for m, c in zip(members, _colors(members)):
       if key in m["metrics"]:
         steps, vals = m["metrics"][key]
-        ax.plot(steps, vals, color=c, label=_label(m))
+        ax.plot(steps, vals, color=c, label=_label(m),
+                marker="o" if len(steps) < 20 else None, markersize=3)
     ax.set_title(title)
     ax.set_xlabel("step")
     if log:
