@@ -19,10 +19,7 @@ import testutil
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
-forward = jax.jit(san.forward, static_argnames=("arch", "temperature"))
-init_params = jax.jit(san.init_params, static_argnames=(
-    "num_layers", "num_heads", "dim", "head_dim", "mlp_dim", "qk_init",
-    "value_init"))
+init_params, forward = testutil.jitted_san()
 
 
 class ResidualTest(parameterized.TestCase):

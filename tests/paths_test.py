@@ -11,14 +11,11 @@ import numpy as np
 from qkspec import diagnostics
 from qkspec import paths
 from qkspec import san
+import testutil
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
-# jit once per static signature: eager op-by-op dispatch is slow on CPU.
-init_params = jax.jit(san.init_params, static_argnames=(
-    "num_layers", "num_heads", "dim", "head_dim", "mlp_dim", "qk_init",
-    "value_init"))
-forward = jax.jit(san.forward, static_argnames=("arch", "temperature"))
+init_params, forward = testutil.jitted_san()
 
 L, H, D, T = 3, 2, 8, 6
 
