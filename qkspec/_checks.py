@@ -8,6 +8,7 @@ the caller is responsible for it.
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -80,4 +81,15 @@ def seq_axis_length(name: str, x: Any, axis: int, minimum: int = 2) -> int:
 def choice(name: str, value: Any, options: tuple[str, ...]) -> str:
   if value not in options:
     raise ValueError(f"{name} must be one of {options}, got {value!r}.")
+  return value
+
+
+def temperature(value: Any, dim: int) -> Any:
+  r"""The softmax temperature :math:`\lambda`: None means :math:`\sqrt d`.
+
+  Raises ValueError if a concrete `value` is not positive.
+  """
+  if value is None:
+    return jnp.sqrt(jnp.float32(dim))
+  positive("temperature", value)
   return value

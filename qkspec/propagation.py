@@ -61,13 +61,6 @@ from qkspec import spectrum
 VARIANTS = ("corrected", "paper")
 
 
-def _temperature(temperature, dim):
-  if temperature is None:
-    return jnp.sqrt(jnp.float32(dim))
-  _checks.positive("temperature", temperature)
-  return temperature
-
-
 def query_logits(x: jax.Array, w_qk: jax.Array,
                  temperature: float | None = None) -> jax.Array:
   r"""Last-token logits :math:`\omega_j = x_T^\top W_{QK} x_j/\lambda` (Def. 1).
@@ -82,7 +75,7 @@ def query_logits(x: jax.Array, w_qk: jax.Array,
   """
   _checks.min_ndim("x", x, 2, "[..., T, d]")
   _checks.square_matrix("w_qk", w_qk, x.shape[-1])
-  lam = _temperature(temperature, x.shape[-1])
+  lam = _checks.temperature(temperature, x.shape[-1])
   query_d = jnp.einsum("...d,...de->...e", x[..., -1, :], w_qk)
   return jnp.einsum("...e,...te->...t", query_d, x) / lam
 
@@ -212,7 +205,7 @@ def exact_moments(w_qk: jax.Array, seq_len: int, cov: jax.Array | None = None,
   """
   _checks.square_matrix("w_qk", w_qk)
   d = w_qk.shape[-1]
-  lam = _temperature(temperature, d)
+  lam = _checks.temperature(temperature, d)
   m_sigma = w_qk if cov is None else w_qk @ cov
   mt_sigma = w_qk.T if cov is None else w_qk.T @ cov
   if cov is not None:
@@ -305,6 +298,6 @@ def rho_from_spectrum(w_qk: jax.Array, seq_len: int,
                       variant: str = "corrected") -> jax.Array:
   """`rho_gaussian` on the statistics of `w_qk` (symmetric part), [..., T]."""
   stats = spectrum.spectrum_stats(w_qk, cov, temperature)
-  lam = _temperature(temperature, w_qk.shape[-1])
+  lam = _checks.temperature(temperature, w_qk.shape[-1])
   return rho_gaussian(seq_len, stats["trace"], stats["trace_sq"], lam,
                       exact=exact, variant=variant)

@@ -135,13 +135,6 @@ def init_params(key: jax.Array, *, num_layers: int, num_heads: int, dim: int,
   )
 
 
-def _temperature(temperature, dim):
-  if temperature is None:
-    return jnp.sqrt(jnp.float32(dim))
-  _checks.positive("temperature", temperature)
-  return temperature
-
-
 def attention_logits(x_Txd: jax.Array, w_qk_Hxdxd: jax.Array,
                      temperature: float | None = None) -> jax.Array:
   r"""Per-head logits :math:`\omega_{h,tj} = x_t^\top W_{QK,h} x_j/\lambda`.
@@ -149,7 +142,7 @@ def attention_logits(x_Txd: jax.Array, w_qk_Hxdxd: jax.Array,
   Returns:
     logits [H, T, T] (query t along axis 1, key j along axis 2).
   """
-  lam = _temperature(temperature, x_Txd.shape[-1])
+  lam = _checks.temperature(temperature, x_Txd.shape[-1])
   return jnp.einsum("td,hde,je->htj", x_Txd, w_qk_Hxdxd, x_Txd) / lam
 
 

@@ -90,8 +90,7 @@ def spectrum_stats(w_qk: jax.Array, cov: jax.Array | None = None,
   """
   _checks.square_matrix("w_qk", w_qk)
   d = w_qk.shape[-1]
-  lam = jnp.sqrt(d) if temperature is None else temperature
-  _checks.positive("temperature", temperature)
+  lam = _checks.temperature(temperature, d)
   w = symmetrize(w_qk)
   if cov is not None:
     _checks.square_matrix("cov", cov, d)
