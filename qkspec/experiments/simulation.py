@@ -148,13 +148,6 @@ def sweep(seed_key, means_P, scales_P, covs_Cxdxd, *, dim, num_sequences,
       lambda a: a.reshape((num_c, num_p) + a.shape[1:]), out)
 
 
-def gaussian_rho(seq_len, trace, trace_sq, lam, **kwargs):
-  """`propagation.rho_gaussian` mapped over any shape of traces: [..., T]."""
-  rho = jax.vmap(lambda tr, tr2: propagation.rho_gaussian(
-      seq_len, tr, tr2, lam, **kwargs))(trace.ravel(), trace_sq.ravel())
-  return rho.reshape(trace.shape + (seq_len,))
-
-
 def shared_key(seed_key: jax.Array) -> jax.Array:
   """The key of `sweep_fast.sample_bases` (shared design) for a seed key."""
   return jax.random.fold_in(seed_key, _SHARED_STREAM)
@@ -176,8 +169,8 @@ def sweep_shared(seed_key, means_P, scales_P, covs_Cxdxd, *, num_sequences,
   out = dict(rho=stats["rho"], entropy=stats["entropy"], r=trace / lam,
              xi=trace / root, eta=root / lam)
   for name, (exact, variant) in GAUSSIAN.items():
-    out[f"rho_{name}"] = gaussian_rho(seq_len, trace, trace_sq, lam,
-                                      exact=exact, variant=variant)
+    out[f"rho_{name}"] = propagation.rho_gaussian(
+        seq_len, trace, trace_sq, lam, exact=exact, variant=variant)
   out = {k: jnp.moveaxis(v, 2, 0) for k, v in out.items()}       # [C, P, D]
   out["rho_se"] = jnp.moveaxis(stats["rho_se"], 1, 0)             # [C, P, T]
   out["entropy_se"] = stats["entropy_se"].T                       # [C, P]

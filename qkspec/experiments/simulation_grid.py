@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from qkspec import propagation
 from qkspec import sweep_fast
 from qkspec.experiments import io
 from qkspec.experiments import simulation
@@ -80,8 +81,8 @@ def chunk_stats(bases, means_P, scales_P, *, seq_len, temperature):
   """One chunk: means over draws, standard errors and the Gaussian rho."""
   stats = sweep_fast.grid_stats(bases, means_P, scales_P)
   trace, trace_sq = stats["trace"], stats["trace_sq"]           # [P, D, C]
-  rho_exact = simulation.gaussian_rho(seq_len, trace, trace_sq, temperature,
-                                      exact=True)
+  rho_exact = propagation.rho_gaussian(seq_len, trace, trace_sq, temperature,
+                                       exact=True)
   return dict(rho=stats["rho_mean"], rho_se=stats["rho_se"],
               rho_exact=jnp.mean(rho_exact, axis=1),
               entropy=stats["entropy_mean"], entropy_se=stats["entropy_se"],
