@@ -41,16 +41,24 @@ class Task:
   fused_loss: bool = False                    # LM: loss inside the model
 
   def summed_loss(self, params, batch: Batch, *, deterministic: bool,
-                  rngs=None) -> tuple[jax.Array, jax.Array]:
-    """(weighted loss sum, weight) of `batch` under `params`."""
+                  rngs=None, mutable=False):
+    """(weighted loss sum, weight) of `batch` under `params`.
+
+    With `mutable` (e.g. ["intermediates"]) returns `((sum, weight),
+    state)` with the sown collections, still through the fused loss, so
+    measuring never materialises the [B, T, V] logits either.
+    """
     variables = {"params": params}
     if self.fused_loss:
       return self.model.apply(variables, batch["inputs"], deterministic,
                               batch["targets"], batch.get("weights"),
-                              rngs=rngs)
-    outputs = self.model.apply(variables, batch["inputs"],
-                               deterministic=deterministic, rngs=rngs)
-    return self.loss(outputs, batch)
+                              rngs=rngs, mutable=mutable)
+    out = self.model.apply(variables, batch["inputs"],
+                           deterministic=deterministic, rngs=rngs,
+                           mutable=mutable)
+    if mutable:
+      return self.loss(out[0], batch), out[1]
+    return self.loss(out, batch)
 
 
 def squared_loss(outputs_BxTxd: jax.Array, batch: Batch):

@@ -43,9 +43,8 @@ def _stack_sown(decoder_inter, *path):
 
 def measure(params, batch, *, task) -> dict[str, jax.Array]:
   """Per-layer measurements on `batch` (dropout off). See the module doc."""
-  outputs, state = task.model.apply({"params": params}, batch["inputs"],
-                                    deterministic=True,
-                                    mutable=["intermediates"])
+  (loss_sum, weight), state = task.summed_loss(
+      params, batch, deterministic=True, mutable=["intermediates"])
   inter = state["intermediates"]["decoder"]
   logits_LxBxHxTxT = _stack_sown(inter, "attn", "logits")
   probs_LxBxHxTxT = _stack_sown(inter, "attn", "probs")
@@ -59,7 +58,6 @@ def measure(params, batch, *, task) -> dict[str, jax.Array]:
   last_LxHxBxT = jnp.swapaxes(logits_LxBxHxTxT[..., -1, :], 1, 2)
   rho_LxHxT = jax.vmap(jax.vmap(propagation.empirical_rho))(last_LxHxBxT)
   res_LxB = diagnostics.relative_residual(out_LxBxTxd, "mean")
-  loss_sum, weight = task.loss(outputs, batch)
   return dict(
       qk_scale=stats["scale"], qk_trace=stats["qk_trace"],
       eigen_variance=stats["variance"],

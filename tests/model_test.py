@@ -15,6 +15,7 @@ from qkspec import locater
 from qkspec import model as model_lib
 from qkspec import tasks
 from qkspec import train
+from qkspec import train_metrics
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
@@ -162,6 +163,24 @@ class ModelTest(parameterized.TestCase):
         p, batch, deterministic=True)[0])(params) for t in (fused, plain)]
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4,
                                                          atol=1e-6), *grads)
+
+  def test_measurements_through_the_fused_loss_equal_plain(self):
+    # train_metrics.measure keeps the fused loss (no [B, T, V] logits) and
+    # still reads the sown attention: every measurement matches.
+    c = common.lm_config()
+    c.model.update(d_model=d, ffn_dim=d, num_layers=2, loss_chunk=5)
+    m = model_lib.make_model(c.model, "lm", V)
+    tokens = jax.random.randint(jax.random.key(9), (B, T), 0, V)
+    batch = {"inputs": tokens, "targets": jnp.roll(tokens, -1, axis=1)}
+    params = m.init(jax.random.key(10), tokens)["params"]
+    fused = tasks.Task("lm", m, tokens, None, {}, tasks.token_loss, True, V,
+                       fused_loss=True)
+    got = [train_metrics.measure(params, batch, task=t)
+           for t in (fused, dataclasses.replace(fused, fused_loss=False))]
+    self.assertEqual(set(got[0]), set(got[1]))
+    for k in got[0]:
+      np.testing.assert_allclose(got[0][k], got[1][k], rtol=1e-5, atol=1e-6,
+                                 err_msg=k)
 
   def test_bfloat16_compute_keeps_float32_params(self):
     m = model_lib.make_model(_lm_model_config(), "lm", V, dtype=jnp.bfloat16)
