@@ -50,11 +50,13 @@ def step_flops():
   return 3 * forward
 
 
-def qkspec_step(fused, repeats):
+def qkspec_step(fused, repeats, chunk=None):
   c = config_lib.lm_config()
   config_lib.synthetic_data(c, vocab_size=V, train_tokens=B * T * 8,
                             eval_tokens=B * T)
   c.model.fused_loss = fused
+  if chunk:
+    c.model.loss_chunk = chunk
   c.locater.kappa1, c.locater.kappa2 = 100.0, 1.0
   c.num_steps = 1000
   steps = train.build_steps(c)
@@ -118,13 +120,18 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--steps", type=int, default=5, help="timed repeats")
   parser.add_argument("--no_torch", action="store_true")
+  parser.add_argument("--chunks", default="",
+                      help="also time these model.loss_chunk values, e.g. "
+                      "64,256 (the default is the config's)")
   args = parser.parse_args()
   peak = matmul_peak(args.steps)
   floor = step_flops() / peak / 1e9
   print(f"matmul peak (2048^3 float32): {peak:.1f} GFLOP/s; step "
         f"{step_flops() / 1e9:.1f} GFLOP -> arithmetic floor {floor:.3f} s")
-  times = {"qkspec fused": qkspec_step(True, args.steps),
-           "qkspec plain": qkspec_step(False, args.steps)}
+  times = {"qkspec fused": qkspec_step(True, args.steps)}
+  for chunk in filter(None, args.chunks.split(",")):
+    times[f"fused C={chunk}"] = qkspec_step(True, args.steps, int(chunk))
+  times["qkspec plain"] = qkspec_step(False, args.steps)
   if not args.no_torch:
     try:
       times["torch eager"] = torch_step(False, args.steps)

@@ -138,7 +138,7 @@ def lm_config() -> ml_collections.ConfigDict:
       ffn_bias=True,
       dropout=0.1,           # fairseq transformer_lm default dropout
       fused_loss=True,       # fused chunked output projection + CE (same maths)
-      loss_chunk=512,        # tokens per fused-loss chunk (memory ~ chunk x V)
+      loss_chunk=128,        # tokens per fused-loss chunk (memory ~ chunk x V)
   ))
   c.data = data_lib.default_config()   # WikiText-2: name, dirs, seq_len, ...
   c.data.seq_len = 64                  # T (paper)

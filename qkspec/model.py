@@ -202,7 +202,7 @@ class OutputHead(nn.Module):
   `nn.Dense(V, use_bias=False)`).
   """
   vocab_size: int
-  loss_chunk: int = 512
+  loss_chunk: int = 128
   dtype: Any = jnp.float32
 
   @nn.compact
@@ -219,7 +219,7 @@ class OutputHead(nn.Module):
     if weights_BxT is None:
       weights_BxT = jnp.ones(targets_BxT.shape, jnp.float32)
     loss_sum = fused_xent.fused_cross_entropy(
-        x_BxTxd.reshape(-1, d), kernel_dxV, jnp.zeros((self.vocab_size,)),
+        x_BxTxd.reshape(-1, d), kernel_dxV, None,
         targets_BxT.reshape(-1), weights_BxT.reshape(-1).astype(jnp.float32),
         self.loss_chunk, self.dtype)
     return loss_sum, jnp.sum(weights_BxT)
@@ -237,7 +237,7 @@ class LanguageModel(nn.Module):
   block: dict
   dropout: float = 0.0
   dtype: Any = jnp.float32
-  loss_chunk: int = 512
+  loss_chunk: int = 128
 
   @nn.compact
   def __call__(self, tokens_BxT: jax.Array, deterministic: bool = True,

@@ -15,7 +15,7 @@ jax.config.update("jax_default_matmul_precision", "highest")
 
 
 def _plain(h, kernel, bias, targets, weights):
-  logits = h @ kernel + bias[None, :]
+  logits = h @ kernel + (0.0 if bias is None else bias[None, :])
   ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
   return jnp.sum(weights * ce)
 
@@ -44,6 +44,20 @@ class FusedXentTest(parameterized.TestCase):
     for a, b in zip(g1, g2):
       np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
+  @parameterized.parameters(1, 16, 37)
+  def test_without_bias(self, chunk):
+    h, kernel, _, targets, weights = _inputs(seed=3)
+    fused = lambda h, k: fused_xent.fused_cross_entropy(
+        h, k, None, targets, weights, chunk)
+    plain = lambda h, k: _plain(h, k, None, targets, weights)
+    v1, g1 = jax.jit(jax.value_and_grad(fused, (0, 1)))(h, kernel)
+    v2, g2 = jax.value_and_grad(plain, (0, 1))(h, kernel)
+    np.testing.assert_allclose(v1, v2, rtol=1e-5)
+    for a, b in zip(g1, g2):
+      np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(fused_xent.chunked_cross_entropy(
+        h, kernel, None, targets, weights, chunk), v2, rtol=1e-5)
+
   def test_cotangent_scaling_and_eval_path(self):
     args = _inputs(seed=1)
     f = lambda h: 3.0 * fused_xent.fused_cross_entropy(h, *args[1:], 8)
@@ -67,6 +81,8 @@ class FusedXentTest(parameterized.TestCase):
       fused_xent.fused_cross_entropy(h, kernel, bias[:3], targets, weights)
     with self.assertRaisesRegex(ValueError, "targets and weights"):
       fused_xent.fused_cross_entropy(h, kernel, bias, targets[:3], weights)
+    with self.assertRaisesRegex(ValueError, "chunk_size"):
+      fused_xent.fused_cross_entropy(h, kernel, bias, targets, weights, 0)
 
 
 if __name__ == "__main__":
