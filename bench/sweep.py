@@ -4,8 +4,10 @@ Workload: the d = 32 WikiText-2-sized LM (L = 1, H = 1, vocabulary 33,278,
 T = 64, batch 64, lr 1e-4, kappa1 = 100, kappa2 in {0, 1e-3, 1e-2, 1e-1,
 1}), a fixed number of train steps after compilation. The tokens are a
 synthetic stream of the real vocabulary size (the step's cost does not
-depend on which tokens they are). Prints both throughputs in member-steps
-per second and their ratio, from one process.
+depend on which tokens they are). Prints, from one process, the sweep's
+throughput in member-steps per second with its members vmapped
+(`sweep.member_batch=0`) and looped inside the compiled step
+(`member_batch=1`, the CPU default), that of 5 sequential runs, and ratios.
 
   python bench/sweep.py [--steps 5]
 """
@@ -21,9 +23,11 @@ from qkspec import train
 KAPPA2 = (0.0, 1e-3, 1e-2, 1e-1, 1.0)
 
 
-def _config(kappa2: tuple[float, ...] = (), alone: float = 0.0):
+def _config(kappa2: tuple[float, ...] = (), alone: float = 0.0,
+            member_batch: int = 0):
   """The sweep over `kappa2`, or (empty) one run with kappa2 = `alone`."""
   c = config_lib.lm_config()
+  c.sweep.member_batch = member_batch
   config_lib.synthetic_data(c, vocab_size=33_278, train_tokens=64 * 64 * 8,
                             eval_tokens=64 * 64)
   c.model.d_model = c.model.ffn_dim = 32
@@ -62,12 +66,20 @@ def main():
   parser.add_argument("--steps", type=int, default=5)
   args = parser.parse_args()
   vmapped = member_steps_per_second(_config(KAPPA2), args.steps)
+  looped = member_steps_per_second(_config(KAPPA2, member_batch=1),
+                                   args.steps)
   seconds = sum(1 / member_steps_per_second(_config(alone=k), args.steps)
                 for k in KAPPA2)
   sequential = len(KAPPA2) / seconds
-  print(f"vmapped sweep ({len(KAPPA2)} members): {vmapped:.3f} member-steps/s")
-  print(f"sequential runs:            {sequential:.3f} member-steps/s")
-  print(f"vmapped / sequential:       {vmapped / sequential:.2f}x")
+  n = len(KAPPA2)
+  print(f"sweep, {n} members vmapped (member_batch=0): {vmapped:.3f} "
+        f"member-steps/s")
+  print(f"sweep, {n} members looped  (member_batch=1): {looped:.3f} "
+        f"member-steps/s")
+  print(f"{n} sequential runs:                       {sequential:.3f} "
+        f"member-steps/s")
+  print(f"vmapped / sequential: {vmapped / sequential:.2f}x   "
+        f"looped / sequential: {looped / sequential:.2f}x")
 
 
 if __name__ == "__main__":

@@ -95,6 +95,7 @@ _COMMON: dict[str, Callable[[Any], str | None]] = {
     "sweep.kappa1": _tuple_of(_real(0.0)),
     "sweep.kappa2": _tuple_of(_real(0.0)),
     "sweep.target": _tuple_of(_real()),
+    "sweep.member_batch": _int(-1),
     "num_steps": _int(0),
     "log_every": _int(1),
     "eval_every": _int(1),

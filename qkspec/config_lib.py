@@ -76,6 +76,8 @@ def _training(c):
       kappa1=(),
       kappa2=(),
       target=(),
+      member_batch=-1,       # members batched per step: 0 all (vmap), k: k at
+                             # a time (lax.map), -1 auto (CPU 1, else all)
   ))
   c.num_steps = 50_000       # optimizer updates
   c.log_every = 100          # steps between train metrics + measurements

@@ -1,19 +1,23 @@
 """Vmapped sweeps: members differing in seed or LocATER strengths.
 
 `config.sweep` lists values for any of `seed`, `kappa1`, `kappa2`, `target`
-(`qkspec.config_checks.SWEEPABLE`; an empty tuple means not swept); `mode="zip"` pairs them entry by entry
-(length-1 entries broadcast), `mode="product"` takes all combinations.
+(`qkspec.config_checks.SWEEPABLE`; an empty tuple means not swept);
+`mode="zip"` pairs them entry by entry (length-1 entries broadcast), `mode="product"` takes all combinations.
 All members share the model, optimizer and data; in `qkspec.train` their
 states are stacked on a leading member axis and one `jax.vmap`-ed,
 jit-compiled step trains them side by side. The swept strengths live in
 `TrainState.hparams` (arrays, not closure constants) and the seeds in the
 stacked PRNG keys, so one compiled step serves every member.
+`config.sweep.member_batch` chooses how that step runs them: all at once
+(0, `jax.vmap`), or k at a time in a loop inside the compiled step (k >= 1,
+`jax.lax.map`); -1 picks 1 on a CPU and 0 elsewhere (`over_members`).
 
 A member equals the same config trained alone (`member_config`), up to
 float reassociation in the batched matmuls (tests/sweep_test.py).
 """
 import itertools
 
+import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
@@ -76,3 +80,27 @@ def hparams(member: dict) -> dict[str, jnp.ndarray]:
 def stacked_hparams(ms: list[dict]) -> dict[str, jnp.ndarray]:
   return {k: jnp.asarray(np.array([m[k] for m in ms], np.float32))
           for k in ("kappa1", "kappa2", "target")}
+
+
+def over_members(fn, in_axes: tuple, member_batch: int = 0):
+  """`fn` over the leading member axis of the args whose `in_axes` is 0.
+
+  `member_batch` = 0 is `jax.vmap(fn, in_axes)`: all members in one batched
+  computation. Otherwise `jax.lax.map`: members run one after another inside
+  the same compiled program, `member_batch` at a time (vmapped within a
+  group; 1 = no batch axis at all, the single run's code). Same results;
+  on a CPU the batched [M, C, V] logits blocks fall out of cache and
+  member_batch = 1 is the fastest (bench/sweep.py).
+  """
+  if not member_batch:
+    return jax.vmap(fn, in_axes=in_axes)
+
+  def mapped(*args):
+    swept = tuple(a for a, ax in zip(args, in_axes) if ax == 0)
+
+    def one(xs):
+      it = iter(xs)
+      return fn(*(next(it) if ax == 0 else a for a, ax in zip(args, in_axes)))
+    return jax.lax.map(one, swept,
+                       batch_size=member_batch if member_batch > 1 else None)
+  return mapped

@@ -138,6 +138,19 @@ def make_mesh() -> jax.sharding.Mesh:
                        axis_types=(jax.sharding.AxisType.Auto,))
 
 
+def member_batch(config) -> int:
+  """Sweep members batched together (`config.sweep.member_batch`; -1: auto).
+
+  Auto is every member at once (0, a plain vmap) on a GPU or TPU and one at
+  a time (1, a loop inside the compiled step) on a CPU, where the batched
+  logits blocks fall out of cache (bench/sweep.py).
+  """
+  batch = config.sweep.get("member_batch", -1)
+  if batch >= 0:
+    return batch
+  return 1 if jax.default_backend() == "cpu" else 0
+
+
 def build_steps(config, mesh=None) -> Steps:
   """Builds the task and the jit-compiled (vmapped if sweeping) functions."""
   mesh = mesh or make_mesh()
@@ -150,10 +163,11 @@ def build_steps(config, mesh=None) -> Steps:
   evaluate = functools.partial(eval_step, task=task)
   measure = functools.partial(train_metrics.measure, task=task)
   if sweep_lib.is_sweep(config):
+    batch = member_batch(config)
     init = jax.vmap(init)
-    step = jax.vmap(step, in_axes=(0, None, 0))
-    evaluate = jax.vmap(evaluate, in_axes=(0, None))
-    measure = jax.vmap(measure, in_axes=(0, None))
+    step = sweep_lib.over_members(step, (0, None, 0), batch)
+    evaluate = sweep_lib.over_members(evaluate, (0, None), batch)
+    measure = sweep_lib.over_members(measure, (0, None), batch)
   return Steps(
       mesh=mesh, task=task, replicated=replicated,
       init=jax.jit(init, out_shardings=replicated),

@@ -4,6 +4,7 @@ import os
 import tempfile
 
 from absl.testing import absltest
+from absl.testing import parameterized
 import jax
 import numpy as np
 
@@ -39,12 +40,17 @@ class MembersTest(absltest.TestCase):
     self.assertEqual((alone.seed, alone.locater.kappa2), (2, 1.0))
 
 
-class VmappedSweepTest(absltest.TestCase):
+class VmappedSweepTest(parameterized.TestCase):
 
-  def test_member_of_sweep_equals_the_config_trained_alone(self):
+  # member_batch: -1 auto (1 on a CPU: a loop with no batch axis), 0 all
+  # members vmapped, 3 vmapped groups of 3 and 1 in a loop.
+  @parameterized.parameters(-1, 0, 3)
+  def test_member_of_sweep_equals_the_config_trained_alone(self,
+                                                          member_batch):
     # LM with dropout 0.1: members differ in seed (init + dropout keys) and
     # kappa2 (an array in the state, not a compile-time constant).
     c = locater_wt2.get_config("smoke")
+    c.sweep.member_batch = member_batch
     c.sweep.mode = "product"
     c.sweep.seed = (0, 1)
     c.sweep.kappa2 = (0.0, 1.0)

@@ -132,6 +132,7 @@ class ConfigCheckTest(parameterized.TestCase):
       ("model.norm", "mid", r"model.norm must be one of"),
       ("sweep.kappa2", (1.0, -1.0), r"sweep.kappa2 entries must be >= 0"),
       ("data.seq_len", 1, r"data.seq_len must be an integer >= 2"),
+      ("sweep.member_batch", -2, r"sweep.member_batch must be an integer"),
   )
   def test_impossible_values(self, key, value, pattern):
     c = _single_theory()
