@@ -12,7 +12,7 @@ Launch (from the repository root)::
 
 Expected runtime on a 2-core CPU shared with a training job, with
 OPENBLAS_NUM_THREADS=1: design "shared" (default): jit compile ~9 s, sweep
-~0.5 s, figures a few s; design "fresh": compile ~13 s, sweep ~13 s.
+~0.2 s, figures a few s; design "fresh": compile ~13 s, sweep ~13 s.
 bench/simulate.py times both against a NumPy reference.
 
 Sampling design (`design`, see qkspec/sweep_fast.py): "shared" reuses one

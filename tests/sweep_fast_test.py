@@ -1,5 +1,6 @@
 """Tests of the common-random-number grid estimator (qkspec.sweep_fast)."""
 # pylint: disable=invalid-name
+import functools
 import math
 import pathlib
 import shutil
@@ -76,22 +77,57 @@ class BasesTest(parameterized.TestCase):
     q, r = np.linalg.qr(rng.standard_normal((DIM, DIM)))
     cls.basis = jnp.asarray(q * np.sign(np.diag(r)), jnp.float32)
     cls.z = jnp.asarray(rng.standard_normal(DIM), jnp.float32)
+    q, r = np.linalg.qr(rng.standard_normal((DIM, DIM)))   # a second draw
+    cls.bases_Dxdxd = jnp.stack([cls.basis, jnp.asarray(
+        q * np.sign(np.diag(r)), jnp.float32)])
+    cls.z_Dxd = jnp.stack([cls.z, jnp.asarray(rng.standard_normal(DIM),
+                                              jnp.float32)])
+
+  def _direct_w(self, k, mean, scale):
+    return sweep_fast.qk_matrix(self.bases_Dxdxd[k], self.z_Dxd[k], mean,
+                                scale)
 
   @parameterized.parameters(zip(MEANS, SCALES))
   def test_query_bases_equal_direct_logits(self, mean, scale):
-    a, b = sweep_fast.query_bases(self.x, self.basis, self.z, LAM)
-    w = sweep_fast.qk_matrix(self.basis, self.z, mean, scale)
-    direct = propagation.query_logits(self.x, w, LAM)
-    tol = 1e-5 * float(jnp.abs(direct).max())
-    np.testing.assert_allclose(mean * a + scale * b, direct, atol=tol)
+    x = self.x / math.sqrt(LAM)          # the bases take x / sqrt(lambda)
+    zcat = sweep_fast.draw_operators(self.bases_Dxdxd, self.z_Dxd, False)
+    a, b = sweep_fast.query_bases(x, sweep_fast.times_z(x[:, -1], zcat,
+                                                        False))
+    for k in range(2):
+      direct = propagation.query_logits(self.x, self._direct_w(k, mean, scale),
+                                        LAM)
+      tol = 1e-5 * float(jnp.abs(direct).max())
+      np.testing.assert_allclose((mean * a + scale * b[k]).T, direct,
+                                 atol=tol)
 
   @parameterized.parameters(zip(MEANS, SCALES))
   def test_attention_bases_equal_direct_logits(self, mean, scale):
-    g, h = sweep_fast.attention_bases(self.x, self.basis, self.z, LAM)
-    w = sweep_fast.qk_matrix(self.basis, self.z, mean, scale)
-    direct = jnp.einsum("nte,nse->nts", self.x @ w, self.x) / LAM
-    tol = 1e-5 * float(jnp.abs(direct).max())
-    np.testing.assert_allclose(mean * g + scale * h, direct, atol=tol)
+    x = self.x / math.sqrt(LAM)
+    zcat = sweep_fast.draw_operators(self.bases_Dxdxd, self.z_Dxd, False)
+    g, h = sweep_fast.attention_bases(x, sweep_fast.times_z(x, zcat, False))
+    for k in range(2):
+      w = self._direct_w(k, mean, scale)
+      direct = jnp.einsum("nte,nse->nts", self.x @ w, self.x) / LAM
+      tol = 1e-5 * float(jnp.abs(direct).max())
+      np.testing.assert_allclose(mean * g + scale * h[:, :, k], direct,
+                                 atol=tol)
+
+  def test_times_z_diagonal_shortcut_equals_product(self):
+    # Isotropic Sigma: Z_k = diag(z_k), applied elementwise instead of by GEMM.
+    zcat = sweep_fast.draw_operators(self.bases_Dxdxd, self.z_Dxd, True)
+    np.testing.assert_allclose(
+        sweep_fast.times_z(self.x, zcat, True),
+        self.x[..., None, :] * self.z_Dxd[None, None], rtol=1e-6)
+    np.testing.assert_allclose(
+        sweep_fast.times_z(self.x, zcat, True),
+        sweep_fast.times_z(self.x, zcat, False),
+        atol=1e-5 * float(jnp.abs(self.x).max()))
+
+  def test_random_walks_equal_random_walk(self):
+    key = jax.random.key(2)
+    np.testing.assert_allclose(sweep_fast.random_walks(key, 3, T, DIM),
+                               randomwalk.random_walk(key, 3, T, DIM),
+                               rtol=1e-5, atol=1e-5)
 
   def test_draw_spectra_give_sample_qk(self):
     key, means, scales = jax.random.key(3), jnp.asarray(MEANS), jnp.asarray(
@@ -128,6 +164,8 @@ class BasesTest(parameterized.TestCase):
         sweep_fast.row_entropy(logits),
         diagnostics.attention_entropy(softmax.softmax(logits), reduce=False),
         atol=2e-5)
+    np.testing.assert_allclose(sweep_fast.row_entropy(logits.T, axis=0),
+                               sweep_fast.row_entropy(logits), rtol=1e-6)
 
   def test_crossed_standard_error_formula(self):
     f = np.random.default_rng(0).random((5, 30)) < 0.3   # D x N table
@@ -194,6 +232,17 @@ class GridStatsTest(absltest.TestCase):
         self.bases, jnp.asarray(MEANS[2:]), jnp.asarray(SCALES[2:]))
     for name in ("rho", "rho_se", "entropy", "entropy_se"):
       np.testing.assert_allclose(half[name], self.stats[name][2:], atol=1e-6)
+
+  def test_entropy_batches_do_not_matter(self):
+    args = (self.bases["x"], self.bases["zcat"], self.bases["isotropic"],
+            jnp.asarray(MEANS), jnp.asarray(SCALES))
+    whole = jax.jit(functools.partial(
+        sweep_fast.entropy_grid, walks_per_batch=E,
+        points_per_batch=len(MEANS)))(*args)
+    ragged = jax.jit(functools.partial(      # with remainders
+        sweep_fast.entropy_grid, walks_per_batch=3, points_per_batch=3))(*args)
+    for a, b in zip(whole, ragged):
+      np.testing.assert_allclose(a, b, rtol=1e-5)
 
   def test_shared_design_matches_fresh_design(self):
     """Mean over seeds of the shared estimate == the paper's rho (MC error)."""
