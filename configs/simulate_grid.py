@@ -7,10 +7,10 @@ Launch (from the repository root)::
   python launch/simulate_grid.py --config configs/simulate_grid.py --workdir /tmp/w \
       --config.covariances="('isotropic',)" --config.num_means=32
 
-Expected runtime: ~35 s wall on a 2-core CPU shared with a training job
-(compile ~8 s, grid ~17 s in 16 chunks with a progress line each, figures
-and tables ~5 s; peak RSS ~0.55 GB); bench/simulate.py times it. Smoke: ~15 s,
-mostly compilation.
+Expected runtime: ~13 s wall on an idle 2-core CPU, ~24 s shared with a
+training job (compile ~2.5 s, grid ~6.5 s idle in 16 chunks with a progress
+line each, figures and tables a few s; peak RSS ~0.55 GB); bench/simulate.py
+times it. Smoke: a few s, mostly compilation.
 
 Fig. 5 of the paper (d = 128, T = 40, 10 W_QK draws, both covariances)
 extended from 8 (mean, scale) pairs to the plane: 64 eigen-means in
