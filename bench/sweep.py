@@ -39,7 +39,12 @@ def _config(kappa2: tuple[float, ...] = (), alone: float = 0.0,
 
 
 def member_steps_per_second(config, steps):
-  """Compiles, runs one warm-up step, then times `steps` steps."""
+  """Compiles, runs one warm-up step, then times `steps` steps.
+
+  Returns (member-steps/s after compilation, wall seconds from building the
+  step to the last step, compilation and the warm-up step included).
+  """
+  start = time.perf_counter()
   built = train.build_steps(config)
   members = sweep_lib.members(config)
   if sweep_lib.swept_keys(config):
@@ -58,28 +63,35 @@ def member_steps_per_second(config, steps):
   for batch in batches[1:]:
     state, metrics = built.train(state, batch, dropout_keys)
   metrics["loss"].block_until_ready()
-  return len(members) * steps / (time.perf_counter() - t0)
+  end = time.perf_counter()
+  return len(members) * steps / (end - t0), end - start
 
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--steps", type=int, default=5)
   args = parser.parse_args()
-  vmapped = member_steps_per_second(_config(KAPPA2), args.steps)
-  looped = member_steps_per_second(_config(KAPPA2, member_batch=1),
-                                   args.steps)
-  seconds = sum(1 / member_steps_per_second(_config(alone=k), args.steps)
-                for k in KAPPA2)
-  sequential = len(KAPPA2) / seconds
+  vmapped, vmapped_wall = member_steps_per_second(_config(KAPPA2),
+                                                  args.steps)
+  looped, looped_wall = member_steps_per_second(
+      _config(KAPPA2, member_batch=1), args.steps)
+  runs = [member_steps_per_second(_config(alone=k), args.steps)
+          for k in KAPPA2]
+  sequential = len(KAPPA2) / sum(1 / rate for rate, _ in runs)
+  sequential_wall = sum(wall for _, wall in runs)
   n = len(KAPPA2)
-  print(f"sweep, {n} members vmapped (member_batch=0): {vmapped:.3f} "
-        f"member-steps/s")
-  print(f"sweep, {n} members looped  (member_batch=1): {looped:.3f} "
-        f"member-steps/s")
-  print(f"{n} sequential runs:                       {sequential:.3f} "
-        f"member-steps/s")
-  print(f"vmapped / sequential: {vmapped / sequential:.2f}x   "
-        f"looped / sequential: {looped / sequential:.2f}x")
+  print(f"member-steps/s after compilation, and wall time for {args.steps} "
+        f"steps (+1 warm-up) including compilation:")
+  print(f"  sweep, {n} members vmapped (member_batch=0): {vmapped:6.3f}  "
+        f"{vmapped_wall:6.1f} s")
+  print(f"  sweep, {n} members looped  (member_batch=1): {looped:6.3f}  "
+        f"{looped_wall:6.1f} s")
+  print(f"  {n} sequential runs:                       {sequential:6.3f}  "
+        f"{sequential_wall:6.1f} s")
+  print(f"vmapped / sequential: {vmapped / sequential:.2f}x   looped / "
+        f"sequential: {looped / sequential:.2f}x   (wall: "
+        f"{sequential_wall / vmapped_wall:.2f}x and "
+        f"{sequential_wall / looped_wall:.2f}x)")
 
 
 if __name__ == "__main__":
