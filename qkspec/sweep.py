@@ -2,7 +2,8 @@
 
 `config.sweep` lists values for any of `seed`, `kappa1`, `kappa2`, `target`
 (`qkspec.config_checks.SWEEPABLE`; an empty tuple means not swept);
-`mode="zip"` pairs them entry by entry (length-1 entries broadcast), `mode="product"` takes all combinations.
+`mode="zip"` pairs them entry by entry (length-1 entries broadcast),
+`mode="product"` takes all combinations.
 All members share the model, optimizer and data; in `qkspec.train` their
 states are stacked on a leading member axis and one `jax.vmap`-ed,
 jit-compiled step trains them side by side. The swept strengths live in
