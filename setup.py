@@ -7,7 +7,7 @@ setuptools.setup(
     description=("Signal propagation, QK-eigenspectrum, LocATER, rank and "
                  "entropy collapse of self-attention in JAX/Flax."),
     packages=setuptools.find_packages(include=["qkspec", "qkspec.*"]),
-    package_data={"qkspec.wikitext2": ["checksums.tsv"]},
+    package_data={"qkspec.data.wikitext2": ["checksums.tsv"]},
     python_requires=">=3.10",
     install_requires=[
         "jax>=0.4.35",

@@ -12,9 +12,9 @@ over D W_QK draws (W_QK = B diag(w) B^T) and N random walks.
   over walks: every (covariance, pair, draw) samples its own W_QK and N
   fresh walks (numpy.random), forms X W_QK X^T and the softmax.
 * qkspec (config.design="shared", the default): common random numbers
-  (`qkspec.sweep_fast`): one set of walks and D spectra shared by every pair,
+  (`qkspec.theory.grid_estimator`): one set of walks and D spectra shared by every pair,
   logits affine in (mean, scale); one jit-compiled computation. Also timed
-  once: qkspec's jit-compiled fresh design (`simulation.sweep`).
+  once: qkspec's jit-compiled fresh design (`simulate_rho.sweep`).
 
 Compile time is reported separately; run times are the best of `--repeats`
 runs (median in brackets). The designs use different random numbers, so the
@@ -45,9 +45,9 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import special
 
-from qkspec import config_lib
-from qkspec.experiments import simulation
-from qkspec.experiments import simulation_grid
+from qkspec.config import defaults
+from qkspec.experiments import simulate_rho
+from qkspec.experiments import simulate_grid
 
 _QUICK = flags.DEFINE_bool("quick", False, "3 pairs x 3 draws instead of the "
                            "full grid.")
@@ -63,7 +63,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def load_config(name, arg=None):
-  return config_lib.load_config_file(ROOT / "configs" / f"{name}.py", arg)
+  return defaults.load_config_file(ROOT / "configs" / f"{name}.py", arg)
 
 
 def rho_config(quick):
@@ -102,7 +102,7 @@ def numpy_sweep(config, covs):
   lam = np.sqrt(d)
   rho = np.zeros((len(covs), len(config.pairs), config.num_draws, t))
   entropy = np.zeros(rho.shape[:3])
-  gauss = {k: np.zeros_like(rho) for k in simulation.GAUSSIAN}
+  gauss = {k: np.zeros_like(rho) for k in simulate_rho.GAUSSIAN}
   for c, cov in enumerate(covs):
     evals, evecs = np.linalg.eigh(cov)
     sqrt_cov = (evecs * np.sqrt(np.clip(evals, 0, None))) @ evecs.T
@@ -159,7 +159,7 @@ def _agreement(a_mean, a_se, b_mean, b_se):
 def main(argv):
   del argv
   config = rho_config(_QUICK.value)
-  covs = simulation.covariances(config)
+  covs = simulate_rho.covariances(config)
   means, scales = (jnp.asarray(v, jnp.float32) for v in zip(*config.pairs))
   args = (jax.random.key(config.seed), means, scales, covs)
   grid = (f"{len(config.covariances)} covariances x {len(config.pairs)} pairs"
@@ -169,7 +169,7 @@ def main(argv):
         f"{os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}")
 
   shared, compile_s = _timed_compile(
-      simulation.sweep_shared, *args, num_sequences=config.num_sequences,
+      simulate_rho.sweep_shared, *args, num_sequences=config.num_sequences,
       entropy_sequences=config.num_sequences, seq_len=config.seq_len,
       num_draws=config.num_draws)
   out, jax_best, jax_median = _best(
@@ -177,7 +177,7 @@ def main(argv):
   out = jax.tree.map(np.asarray, out)
   if _FRESH.value:
     fresh, fresh_compile_s = _timed_compile(
-        simulation.sweep, *args, dim=config.dim,
+        simulate_rho.sweep, *args, dim=config.dim,
         num_sequences=config.num_sequences, seq_len=config.seq_len,
         num_draws=config.num_draws, cells_per_batch=config.cells_per_batch)
     _, fresh_s, _ = _best(lambda: jax.block_until_ready(fresh(*args)), 1)
@@ -230,7 +230,7 @@ def main(argv):
   if _GRID.value:
     grid_config = load_config("simulate_grid",
                               "smoke" if _QUICK.value else None)
-    grid_out = simulation_grid.compute(grid_config)
+    grid_out = simulate_grid.compute(grid_config)
     g = grid_config
     print(f"{g.num_means}x{g.num_scales} grid ({len(g.covariances)} "
           f"covariances, D={g.num_draws}, N={g.num_sequences}, entropy on "

@@ -16,9 +16,9 @@ import time
 
 import jax.numpy as jnp
 
-from qkspec import config_lib
-from qkspec import sweep as sweep_lib
-from qkspec import train
+from qkspec.config import defaults
+from qkspec.training import sweep as sweep_lib
+from qkspec.training import loop
 
 KAPPA2 = (0.0, 1e-3, 1e-2, 1e-1, 1.0)
 
@@ -26,9 +26,9 @@ KAPPA2 = (0.0, 1e-3, 1e-2, 1e-1, 1.0)
 def _config(kappa2: tuple[float, ...] = (), alone: float = 0.0,
             member_batch: int = 0):
   """The sweep over `kappa2`, or (empty) one run with kappa2 = `alone`."""
-  c = config_lib.lm_config()
+  c = defaults.lm_config()
   c.sweep.member_batch = member_batch
-  config_lib.synthetic_data(c, vocab_size=33_278, train_tokens=64 * 64 * 8,
+  defaults.synthetic_data(c, vocab_size=33_278, train_tokens=64 * 64 * 8,
                             eval_tokens=64 * 64)
   c.model.d_model = c.model.ffn_dim = 32
   c.opt.lr = 1e-4
@@ -45,15 +45,15 @@ def member_steps_per_second(config, steps):
   step to the last step, compilation and the warm-up step included).
   """
   start = time.perf_counter()
-  built = train.build_steps(config)
+  built = loop.build_steps(config)
   members = sweep_lib.members(config)
   if sweep_lib.swept_keys(config):
-    keys = [train.member_keys(m["seed"]) for m in members]
+    keys = [loop.member_keys(m["seed"]) for m in members]
     init_keys = jnp.stack([k[0] for k in keys])
     dropout_keys = jnp.stack([k[1] for k in keys])
     hparams = sweep_lib.stacked_hparams(members)
   else:
-    init_keys, dropout_keys = train.member_keys(members[0]["seed"])
+    init_keys, dropout_keys = loop.member_keys(members[0]["seed"])
     hparams = sweep_lib.hparams(members[0])
   state = built.init(init_keys, hparams)
   batches = [built.task.train_batch(i) for i in range(steps + 1)]

@@ -6,7 +6,7 @@
 #
 #   bash bench/train_memory.sh WIKITEXT_DIR [STEPS]      (default 20 steps)
 #
-# WIKITEXT_DIR holds the WikiText-2 token files (see qkspec/data.py). The
+# WIKITEXT_DIR holds the WikiText-2 token files (see qkspec/data/pipeline.py). The
 # array_record files are built once first, outside the measured runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -16,9 +16,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from qkspec import config_lib
-from qkspec import sweep as sweep_lib
-from qkspec import train
+from qkspec.config import defaults
+from qkspec.training import sweep as sweep_lib
+from qkspec.training import loop
 
 D, V, T, B = 128, 33_278, 64, 64
 
@@ -51,17 +51,17 @@ def step_flops():
 
 
 def qkspec_step(fused, repeats, chunk=None):
-  c = config_lib.lm_config()
-  config_lib.synthetic_data(c, vocab_size=V, train_tokens=B * T * 8,
+  c = defaults.lm_config()
+  defaults.synthetic_data(c, vocab_size=V, train_tokens=B * T * 8,
                             eval_tokens=B * T)
   c.model.fused_loss = fused
   if chunk:
     c.model.loss_chunk = chunk
   c.locater.kappa1, c.locater.kappa2 = 100.0, 1.0
   c.num_steps = 1000
-  steps = train.build_steps(c)
+  steps = loop.build_steps(c)
   member = sweep_lib.members(c)[0]
-  init_key, dropout_key = train.member_keys(member["seed"])
+  init_key, dropout_key = loop.member_keys(member["seed"])
   state = steps.init(init_key, sweep_lib.hparams(member))
   batch = steps.task.train_batch(0)
   holder = [state]

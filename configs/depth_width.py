@@ -23,7 +23,7 @@ improves. The Fig. 6 panels average the per-layer measurements over layers;
 per-layer values are in metrics.jsonl (l{layer}/...). Smoke: synthetic
 bigram data, d scaled down 8x, seconds on a CPU.
 """
-from qkspec import config_lib as common
+from qkspec.config import defaults as common
 
 PAPER_LR = {32: 1e-4, 128: 2.5e-5}   # App. D
 

@@ -15,12 +15,12 @@ the maximum entropy ln T, so cannot bound the entropy there).
 """
 import ml_collections
 
-from qkspec.experiments import io
+from qkspec.experiments import outputs
 
 
 def get_config(arg=None):
   """Full config; `arg="smoke"` gives a coarse nu grid and two T."""
-  smoke = io.parse_config_arg(arg)
+  smoke = outputs.parse_config_arg(arg)
   c = ml_collections.ConfigDict()
   c.nu_max = 30.0            # right end of the nu grid (dimensionless)
   c.num_nu = 3001            # points on nu in [0, nu_max]

@@ -11,7 +11,7 @@ One attention layer A = softmax(X W_QK X^T / lambda), lambda = sqrt(d), on
 random-walk and i.i.d. Gaussian token inputs, with W_QK either a Gaussian
 matrix rescaled to spectral norm `qk_norms[k]` or `sample_qk(mean, scale)`
 for each of `pairs`. Every attention row's entropy is compared with
-Eq. (9) (`diagnostics.entropy_lower_bound`) and Zhai's bound
+Eq. (9) (`diagnostics.eq9_entropy`) and Zhai's bound
 (`entropy_bounds.zhai_entropy_lower_bound`) at nu = ||XX^T||_2 ||W_QK||_2
 / lambda, and at the un-normalised nu * lambda. Writes
 `fig_entropy_check.png`, `entropy_check.csv` (per setting) and
@@ -23,12 +23,12 @@ exceeds ln T) and by many rows at moderate nu.
 """
 import ml_collections
 
-from qkspec.experiments import io
+from qkspec.experiments import outputs
 
 
 def get_config(arg=None):
   """Full config; `arg="smoke"` gives a tiny sweep."""
-  smoke = io.parse_config_arg(arg)
+  smoke = outputs.parse_config_arg(arg)
   c = ml_collections.ConfigDict()
   c.seed = 0                 # PRNG seed: W_QK draws and inputs
   c.dim = 64                 # d (lambda = sqrt(d))

@@ -26,9 +26,9 @@ x 5 members of a 1-layer d=128 model take about 8 minutes on one H200
 (~104 steps/s, bench/gpu_fig6.sh);
 the smoke variant (synthetic bigram data, d = 16) runs in seconds on a CPU.
 Deviations from fairseq: bf16 instead of FP16 if compute_dtype=bfloat16;
-random-start-free consecutive blocks (see qkspec/data.py).
+random-start-free consecutive blocks (see qkspec/data/pipeline.py).
 """
-from qkspec import config_lib as common
+from qkspec.config import defaults as common
 
 
 def get_config(arg=None):

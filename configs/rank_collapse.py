@@ -25,12 +25,12 @@ nets decay with kappa ~ 1 (at most exponentially, no collapse in 24 layers).
 """
 import ml_collections
 
-from qkspec.experiments import io
+from qkspec.experiments import outputs
 
 
 def get_config(arg=None):
   """Full config; `arg="smoke"` gives a tiny net for tests."""
-  smoke = io.parse_config_arg(arg)
+  smoke = outputs.parse_config_arg(arg)
   c = ml_collections.ConfigDict()
   c.seed = 0                 # PRNG seed: weights and inputs
   c.num_seeds = 5            # independent weight draws (spread in the figure)

@@ -20,7 +20,7 @@ Expected (paper): LocATER shows salient horizontal stripes (a few key
 positions with high rho, i.e. localized attention); without it no stripes.
 Runtime: about half of locater_wt2 (2 members); smoke: seconds on a CPU.
 """
-from qkspec import config_lib as common
+from qkspec.config import defaults as common
 
 
 def get_config(arg=None):

@@ -16,7 +16,7 @@ Fig. 5 of the paper (d = 128, T = 40, 10 W_QK draws, both covariances)
 extended from 8 (mean, scale) pairs to the plane: 64 eigen-means in
 [-1, 1] x 64 log-spaced eigen-scales in [0.01, 10], 1,000 random walks per
 W_QK draw for rho_i, with the shared (common random numbers) design of
-`qkspec.sweep_fast`. The attention entropy (all 40 queries) uses the first
+`qkspec.theory.grid_estimator`. The attention entropy (all 40 queries) uses the first
 `entropy_sequences` walks: its T x T softmax per (point, draw, walk) costs
 T times the rho_i event, and its standard error (simulate_grid.csv,
 `entropy_se`) stays small.
@@ -29,12 +29,12 @@ boundary), fig_grid_rho.png (rho_i at `positions`), simulate_grid.csv|json
 """
 import ml_collections
 
-from qkspec.experiments import io
+from qkspec.experiments import outputs
 
 
 def get_config(arg=None):
   """Full 64 x 64 grid; `arg="smoke"` gives a tiny grid for tests."""
-  smoke = io.parse_config_arg(arg)
+  smoke = outputs.parse_config_arg(arg)
   c = ml_collections.ConfigDict()
   c.seed = 0                 # PRNG seed: spectra, walks, anisotropic Sigma
   c.dim = 128                # d, token dimension (lambda = sqrt(d))

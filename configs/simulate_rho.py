@@ -15,7 +15,7 @@ OPENBLAS_NUM_THREADS=1: design "shared" (default): jit compile ~9 s, sweep
 ~0.2 s, figures a few s; design "fresh": compile ~13 s, sweep ~13 s.
 bench/simulate.py times both against a NumPy reference.
 
-Sampling design (`design`, see qkspec/sweep_fast.py): "shared" reuses one
+Sampling design (`design`, see qkspec/theory/grid_estimator.py): "shared" reuses one
 set of N walks and one spectrum (B_k, z_k) per draw index k across all pairs
 and both covariances (common random numbers): every pair's estimate is
 unbiased, with standard errors from the crossed draw x walk design
@@ -55,12 +55,12 @@ against the Monte Carlo rho (mean over draws); see simulate_errors.csv.
 """
 import ml_collections
 
-from qkspec.experiments import io
+from qkspec.experiments import outputs
 
 
 def get_config(arg=None):
   """Full Fig. 5 config; `arg="smoke"` gives a tiny sweep for tests."""
-  smoke = io.parse_config_arg(arg)
+  smoke = outputs.parse_config_arg(arg)
   c = ml_collections.ConfigDict()
   c.seed = 0                 # PRNG seed: W_QK draws, walks, anisotropic Sigma
   c.dim = 128                # d, token dimension (lambda = sqrt(d))

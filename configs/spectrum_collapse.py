@@ -21,12 +21,12 @@ bounds. Writes `fig_spectrum_collapse.png` (heat maps over the grid),
 """
 import ml_collections
 
-from qkspec.experiments import io
+from qkspec.experiments import outputs
 
 
 def get_config(arg=None):
   """Full config; `arg="smoke"` gives a 2x2 grid on a tiny net."""
-  smoke = io.parse_config_arg(arg)
+  smoke = outputs.parse_config_arg(arg)
   c = ml_collections.ConfigDict()
   c.seed = 0                 # PRNG seed: W_QK, W_V draws and inputs
   c.dim = 64                 # d, token dimension (lambda = sqrt(d))

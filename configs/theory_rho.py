@@ -27,12 +27,12 @@ Writes into the workdir:
 """
 import ml_collections
 
-from qkspec.experiments import io
+from qkspec.experiments import outputs
 
 
 def get_config(arg=None):
   """Full config; `arg="smoke"` gives coarse grids for a quick run."""
-  smoke = io.parse_config_arg(arg)
+  smoke = outputs.parse_config_arg(arg)
   c = ml_collections.ConfigDict()
   c.num_theta = 401          # points on theta = i/T in [0, 1] (dimensionless)
   c.num_xi = 201             # heat-map columns on xi in [-xi_max, xi_max]

@@ -35,7 +35,7 @@ layer input is exactly Assumption 1, so Lemma 2 applies to layer 0):
   shrinks the attention output, which the optimal predictor x_T does not
   need) with a large eigen-variance: a blurred early-site pattern.
 """
-from qkspec import config_lib as common
+from qkspec.config import defaults as common
 
 
 def get_config(arg=None):

@@ -6,7 +6,7 @@ Add `:smoke` to the config path for a quick run, and `--config.x=y` to
 override a field (e.g. `--config.num_layers=12`). See configs/rank_collapse.py.
 """
 from qkspec.experiments import cli
-from qkspec.experiments import collapse
+from qkspec.experiments import rank_collapse
 
 if __name__ == "__main__":
-  cli.main(collapse.run, "rank_collapse config")
+  cli.main(rank_collapse.run, "rank_collapse config")

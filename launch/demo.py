@@ -4,14 +4,14 @@ r"""The main job: every figure that needs no data set (README's first command).
   python launch/demo.py --workdir /tmp/demo --smoke          # seconds
   python launch/demo.py --workdir /tmp/demo --only=simulate_rho
 
-See qkspec/demo.py for what runs.
+See qkspec/experiments/demo.py for what runs.
 """
 import pathlib
 
 from absl import app
 from absl import flags
 
-from qkspec import demo
+from qkspec.experiments import demo
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/demo",
                                "Directory for figures, tables and configs.")

@@ -6,7 +6,7 @@ Add `:smoke` to the config path for a quick run, and `--config.x=y` to
 override a field (e.g. `--config.num_draws=3`). See configs/simulate_rho.py.
 """
 from qkspec.experiments import cli
-from qkspec.experiments import simulation
+from qkspec.experiments import simulate_rho
 
 if __name__ == "__main__":
-  cli.main(simulation.run, "simulate_rho config")
+  cli.main(simulate_rho.run, "simulate_rho config")

@@ -6,7 +6,7 @@ Add `:smoke` to the config path for a quick run, and `--config.x=y` to
 override a field (e.g. `--config.num_means=32`). See configs/simulate_grid.py.
 """
 from qkspec.experiments import cli
-from qkspec.experiments import simulation_grid
+from qkspec.experiments import simulate_grid
 
 if __name__ == "__main__":
-  cli.main(simulation_grid.run, "simulate_grid config")
+  cli.main(simulate_grid.run, "simulate_grid config")

@@ -1,13 +1,38 @@
 """qkspec: when self-attention localizes (Bao, Hataya, Karakida, ICML 2024).
 
-The pure maths lives in small modules, imported here as namespaces:
-`softmax`, `randomwalk`, `spectrum`, `propagation`, `locater`, `diagnostics`.
+The package is grouped by layer; each layer imports only the ones above it
+in this list (tests/layering_test.py checks it):
+
+* `qkspec.theory`: the paper's maths as pure functions of arrays (jax and
+  numpy only): softmax, randomwalk, spectrum, propagation, locater,
+  diagnostics, entropy_bounds, san, san_paths, grid_estimator;
+* `qkspec.config`: config defaults, the `:arg` grammar and validation
+  (ml_collections only);
+* `qkspec.data`: WikiText-2 (tfds builder, grain) and token batches;
+* `qkspec.training`: the Flax model, losses, train step, loop, sweeps,
+  checkpoints and metrics (the only place flax, optax and orbax live);
+* `qkspec.experiments`: one module per figure family, `run(config, workdir)`,
+  the demo, the training plots and the command-line runner.
+
+The maths modules are the public face: `from qkspec import propagation` is
+`qkspec.theory.propagation`. They load on first use, so `import
+qkspec.config` (what a config file does) does not import jax. Old module
+paths (`qkspec.model`, `qkspec.train`, ...) still work; see `_moved.py`.
 """
-from qkspec import diagnostics
-from qkspec import locater
-from qkspec import propagation
-from qkspec import randomwalk
-from qkspec import softmax
-from qkspec import spectrum
+import importlib
+
+from qkspec import _moved
 
 __version__ = "0.1.0"
+
+_moved.install()
+
+_THEORY = ("softmax", "randomwalk", "spectrum", "propagation", "locater",
+           "diagnostics", "entropy_bounds", "san", "san_paths",
+           "grid_estimator")
+
+
+def __getattr__(name):
+  if name in _THEORY:       # qkspec.spectrum after a plain `import qkspec`
+    return importlib.import_module(f"qkspec.theory.{name}")
+  raise AttributeError(f"module 'qkspec' has no attribute {name!r}")

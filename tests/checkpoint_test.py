@@ -1,4 +1,4 @@
-"""Tests for qkspec.checkpoint and resuming qkspec.train runs."""
+"""Tests for qkspec.training.checkpoint and resuming qkspec.training.loop runs."""
 import os
 import tempfile
 from unittest import mock
@@ -8,10 +8,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from qkspec import checkpoint
-from qkspec import metric_writer
-from qkspec import tasks
-from qkspec import train
+from qkspec.training import checkpoint
+from qkspec.training import metric_writer
+from qkspec.training import tasks
+from qkspec.training import loop
 import testutil
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
@@ -29,7 +29,7 @@ def _assert_trees_equal(a, b):
 class CheckpointerTest(absltest.TestCase):
 
   def test_save_restore_round_trip(self):
-    state = train.TrainState(
+    state = loop.TrainState(
         step=jnp.int32(3), params={"w": jnp.arange(6.0).reshape(2, 3)},
         opt_state=(jnp.ones(2),), hparams={"kappa2": jnp.float32(0.5)})
     with tempfile.TemporaryDirectory() as tmp:
@@ -40,7 +40,7 @@ class CheckpointerTest(absltest.TestCase):
       ckpt.wait_until_finished()
       self.assertEqual(ckpt.all_steps(), [2, 3])          # max_to_keep
       self.assertFalse(ckpt.save(3, state, force=True))   # already there
-      sharding = jax.NamedSharding(train.make_mesh(), jax.P())
+      sharding = jax.NamedSharding(loop.make_mesh(), jax.P())
       abstract = checkpoint.abstract_like(jax.eval_shape(lambda: state),
                                           sharding)
       restored, meta = ckpt.restore(3, abstract)
@@ -59,15 +59,15 @@ class ResumeTest(absltest.TestCase):
     cfg.checkpoint_every = 2
     cfg.eval_every = 4
     with tempfile.TemporaryDirectory() as tmp:
-      straight = train.train_and_evaluate(cfg, os.path.join(tmp, "a"))
+      straight = loop.train_and_evaluate(cfg, os.path.join(tmp, "a"))
       half = testutil.get_config("rho_training", "smoke")
       half.num_steps = 2
       half.checkpoint_every = 2
       half.eval_every = 4
       wd = os.path.join(tmp, "b")
-      train.train_and_evaluate(half, wd)
+      loop.train_and_evaluate(half, wd)
       self.assertEqual(checkpoint.Checkpointer(wd).all_steps(), [2])
-      resumed = train.train_and_evaluate(cfg, wd)
+      resumed = loop.train_and_evaluate(cfg, wd)
       self.assertEqual(checkpoint.Checkpointer(wd).latest_step(), 4)
       m = metric_writer.read_metrics(os.path.join(wd, "kappa1=100,kappa2=1"))
       np.testing.assert_array_equal(m["train/loss"][0], [2, 4])
@@ -92,9 +92,9 @@ class ResumeTest(absltest.TestCase):
     with tempfile.TemporaryDirectory() as tmp:
       with mock.patch.object(tasks, "make_task", interrupting):
         with self.assertRaises(KeyboardInterrupt):
-          train.train_and_evaluate(cfg, tmp)
+          loop.train_and_evaluate(cfg, tmp)
       self.assertEqual(checkpoint.Checkpointer(tmp).all_steps(), [3])
-      resumed = train.train_and_evaluate(cfg, tmp)        # resumes at 3
+      resumed = loop.train_and_evaluate(cfg, tmp)        # resumes at 3
       self.assertEqual(int(resumed.step[0]), 8)
 
 

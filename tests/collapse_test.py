@@ -8,11 +8,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from qkspec import diagnostics
-from qkspec import entropy_bounds
-from qkspec import paths
-from qkspec import san
-from qkspec.experiments import collapse
+from qkspec.theory import diagnostics
+from qkspec.theory import entropy_bounds
+from qkspec.theory import san_paths
+from qkspec.theory import san
+from qkspec.experiments import rank_collapse
 from qkspec.experiments import entropy_check
 from qkspec.experiments import spectrum_collapse
 import testutil
@@ -54,21 +54,21 @@ class ResidualTest(parameterized.TestCase):
                       dim=d, qk_gain=0.5)
       x = jax.random.normal(jax.random.key(1), (t, d))
       lam = float(np.sqrt(d))
-      c_L = paths.cubic_residual_coefficient(p["w_qk"], p["w_v"], lam)
+      c_L = san_paths.cubic_residual_coefficient(p["w_qk"], p["w_v"], lam)
       res = diagnostics.rank_collapse_residual(
           forward(p, x, temperature=lam)["outputs"], "mean")
       # Rescale the input so that c * r_0^2 = 1/4: the bound then contracts.
       x = x * float(0.5 / (jnp.sqrt(c_L.max()) * res[0]))
       out = forward(p, x, temperature=lam)["outputs"]
       res = diagnostics.rank_collapse_residual(out, "mean")
-      bound = paths.cubic_residual_bound(res[0], jnp.full((num_layers,),
+      bound = san_paths.cubic_residual_bound(res[0], jnp.full((num_layers,),
                                                           c_L.max()))
       self.assertLess(float(c_L.max() * res[0]**2), 0.26)
       ok = res > 1e-15 * jnp.sqrt(jnp.sum(out**2, axis=(-2, -1)))
       np.testing.assert_array_less(np.asarray(res)[ok][1:],
                                    np.asarray(bound)[ok][1:])
       rel = diagnostics.relative_residual(out, "mean")
-      kappa, _, pairs = collapse.convergence_order(np.asarray(rel), 1e-14,
+      kappa, _, pairs = rank_collapse.convergence_order(np.asarray(rel), 1e-14,
                                                    1.0)
       self.assertGreaterEqual(pairs, 2)
       self.assertGreater(kappa, 2.5)
@@ -88,14 +88,14 @@ class ResidualTest(parameterized.TestCase):
     r = [0.5]
     for _ in range(4):
       r.append(2.0 * r[-1]**3)
-    kappa, a, _ = collapse.convergence_order(np.array(r), 1e-300, 0.9)
+    kappa, a, _ = rank_collapse.convergence_order(np.array(r), 1e-300, 0.9)
     self.assertAlmostEqual(kappa, 3.0, places=6)
     self.assertAlmostEqual(a, np.log(2.0), places=6)
-    self.assertGreater(collapse.closed_form_fits(np.array(r), 1e-300)
+    self.assertGreater(rank_collapse.closed_form_fits(np.array(r), 1e-300)
                        ["dong_r2"], 0.999999)
-    kappa, _, _ = collapse.convergence_order(0.9**np.arange(10.0), 1e-9, 1.0)
+    kappa, _, _ = rank_collapse.convergence_order(0.9**np.arange(10.0), 1e-9, 1.0)
     self.assertAlmostEqual(kappa, 1.0, places=6)
-    self.assertEqual(collapse.collapse_depth(np.array([1, 0.1, 1e-4]), 1e-3),
+    self.assertEqual(rank_collapse.collapse_depth(np.array([1, 0.1, 1e-4]), 1e-3),
                      2)
 
 
@@ -139,10 +139,10 @@ class EntropyBoundTest(parameterized.TestCase):
   def test_eq9_exceeds_max_entropy_at_small_nu(self):
     """Eq. (9) as printed: ln(1+T) > ln T at nu = 0, above Zhai's limit after."""
     t = 16
-    self.assertGreater(float(diagnostics.entropy_lower_bound(0.0, t)),
+    self.assertGreater(float(diagnostics.eq9_entropy(0.0, t)),
                        np.log(t))
     nu = jnp.array([0.5, 1.0, 2.0, 4.0])
-    gap = (diagnostics.entropy_lower_bound(nu, t)
+    gap = (diagnostics.eq9_entropy(nu, t)
            - entropy_bounds.zhai_large_t_limit(nu, t))
     expected = nu * (jnp.exp(-nu / 2) - jnp.exp(-nu)) / (1 / t + jnp.exp(-nu))
     np.testing.assert_allclose(gap, expected, rtol=1e-5)
@@ -158,7 +158,7 @@ class ExperimentSmokeTest(absltest.TestCase):
     config.architectures = ("san", "san_skip")   # the others: san_test
     config.methods = ("mean",)        # svd/composite: diagnostics_test
     with tempfile.TemporaryDirectory() as workdir:
-      out = collapse.run(config, workdir)
+      out = rank_collapse.run(config, workdir)
       names = {p.name for p in out["paths"]}
     self.assertContainsSubset({"fig_rank_collapse.png", "fig_paths.png",
                                "collapse_fits.csv", "config.json"}, names)

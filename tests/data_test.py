@@ -17,9 +17,9 @@ import jax
 import numpy as np
 import tensorflow_datasets as tfds
 
-from qkspec import data as qdata
-from qkspec.wikitext2 import tokens
-from qkspec.wikitext2 import Wikitext2
+from qkspec.data import pipeline as qdata
+from qkspec.data.wikitext2 import tokens
+from qkspec.data.wikitext2 import Wikitext2
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 

@@ -4,7 +4,7 @@ import tempfile
 
 from absl.testing import absltest
 
-from qkspec import demo
+from qkspec.experiments import demo
 import testutil
 
 

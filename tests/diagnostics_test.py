@@ -1,4 +1,4 @@
-"""Tests for qkspec.diagnostics: entropy (Zhai et al.), rank collapse (Dong et al.)."""
+"""Tests for qkspec.theory.diagnostics: entropy (Zhai et al.), rank collapse (Dong et al.)."""
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import optimize
 
-from qkspec import diagnostics as dg
+from qkspec.theory import diagnostics as dg
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
@@ -95,13 +95,13 @@ class EntropyTest(parameterized.TestCase):
     nu = jnp.array([0.0, 1.0, 10.0, 100.0])
     expect = (np.log(1 + t * np.exp(-nu))
               + nu * np.exp(-nu / 2) / (1 / t + np.exp(-nu)))
-    np.testing.assert_allclose(dg.entropy_lower_bound(nu, t), expect,
+    np.testing.assert_allclose(dg.eq9_entropy(nu, t), expect,
                                rtol=1e-5)
-    self.assertLess(float(dg.entropy_lower_bound(200.0, t)), 1e-10)
+    self.assertLess(float(dg.eq9_entropy(200.0, t)), 1e-10)
     # As printed it exceeds the maximum entropy ln T at small nu.
-    self.assertGreater(float(dg.entropy_lower_bound(0.0, t)), np.log(t))
+    self.assertGreater(float(dg.eq9_entropy(0.0, t)), np.log(t))
     with self.assertRaisesRegex(ValueError, "nu must be non-negative"):
-      dg.entropy_lower_bound(-1.0, t)
+      dg.eq9_entropy(-1.0, t)
 
 
 class RankCollapseTest(parameterized.TestCase):

@@ -14,14 +14,14 @@ import chex
 import jax
 import numpy as np
 
-from qkspec import diagnostics
-from qkspec import propagation
-from qkspec import randomwalk
-from qkspec import spectrum
+from qkspec.theory import diagnostics
+from qkspec.theory import propagation
+from qkspec.theory import randomwalk
+from qkspec.theory import spectrum
 from qkspec.experiments import entropy_bound
-from qkspec.experiments import io
-from qkspec.experiments import simulation
-from qkspec.experiments import theory
+from qkspec.experiments import outputs
+from qkspec.experiments import simulate_rho
+from qkspec.experiments import theory_rho
 import testutil
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
@@ -47,7 +47,7 @@ class TheoryTest(parameterized.TestCase):
     super().setUpClass()
     cls.workdir = pathlib.Path(tempfile.mkdtemp()) / "theory"
     cls.addClassCleanup(shutil.rmtree, cls.workdir.parent, ignore_errors=True)
-    cls.result = theory.run(testutil.get_config("theory_rho", "smoke"),
+    cls.result = theory_rho.run(testutil.get_config("theory_rho", "smoke"),
                             cls.workdir)
 
   def test_writes_figures_tables_and_config(self):
@@ -55,7 +55,7 @@ class TheoryTest(parameterized.TestCase):
         "config.json", "fig2_paper.png", "fig2_corrected.png",
         "fig2_compare.png", "fig3_localized.png", "fig2_rho.csv",
         "fig3_rho.json", "lemma2.csv", "lemma2.json"])
-    rows = io.read_csv(self.workdir / "lemma2.csv")
+    rows = outputs.read_csv(self.workdir / "lemma2.csv")
     self.assertLen(rows, len(self.result["lemma2"]))
     saved = json.loads((self.workdir / "config.json").read_text())
     self.assertEqual(saved["num_theta"], 101)
@@ -118,7 +118,7 @@ class EntropyBoundTest(absltest.TestCase):
       self.assertTrue(row["bound_exceeds_ln_T_on"].startswith("[0,"), row)
     bound = result["bound"]
     np.testing.assert_allclose(
-        bound[1], diagnostics.entropy_lower_bound(result["nu"], 256),
+        bound[1], diagnostics.eq9_entropy(result["nu"], 256),
         rtol=1e-6)
 
   def test_exceed_intervals(self):
@@ -139,7 +139,7 @@ class SimulationTest(parameterized.TestCase):
     cls.config.design = "fresh"
     cls.workdir = pathlib.Path(tempfile.mkdtemp()) / "simulate"
     cls.addClassCleanup(shutil.rmtree, cls.workdir.parent, ignore_errors=True)
-    cls.result = simulation.run(cls.config, cls.workdir)
+    cls.result = simulate_rho.run(cls.config, cls.workdir)
 
   def test_writes_figures_tables_and_config(self):
     _assert_files(self, self.workdir, [
@@ -148,7 +148,7 @@ class SimulationTest(parameterized.TestCase):
         "simulate_errors.json"])
     c = self.config
     num_c, num_p = len(c.covariances), len(c.pairs)
-    self.assertLen(io.read_csv(self.workdir / "simulate_rho.csv"),
+    self.assertLen(outputs.read_csv(self.workdir / "simulate_rho.csv"),
                    num_c * num_p * c.seq_len)
     out = self.result["out"]
     chex.assert_shape(out["rho"], (num_c, num_p, c.num_draws, c.seq_len))
@@ -163,8 +163,8 @@ class SimulationTest(parameterized.TestCase):
     cfg = self.config
     out = self.result["out"]
     mean, scale = cfg.pairs[p]
-    cov = simulation.covariances(cfg)[c]
-    key = simulation.draw_key(jax.random.key(cfg.seed), c, p, k)
+    cov = simulate_rho.covariances(cfg)[c]
+    key = simulate_rho.draw_key(jax.random.key(cfg.seed), c, p, k)
     key_w, key_x = jax.random.split(key)
     w = spectrum.sample_qk(key_w, cfg.dim, mean, scale)
     rho = propagation.rho_monte_carlo(
@@ -183,7 +183,7 @@ class SimulationTest(parameterized.TestCase):
     entropy = -np.sum(probs * np.log(np.maximum(probs, 1e-300)), -1).mean()
     np.testing.assert_allclose(out["entropy"][c, p, k], entropy, rtol=2e-3,
                                atol=2e-3)
-    for name, (exact, variant) in simulation.GAUSSIAN.items():
+    for name, (exact, variant) in simulate_rho.GAUSSIAN.items():
       np.testing.assert_allclose(
           out[f"rho_{name}"][c, p, k],
           propagation.rho_from_spectrum(w, cfg.seq_len, cov, exact=exact,
@@ -194,7 +194,7 @@ class SimulationTest(parameterized.TestCase):
     self.assertLen(errors, len(self.config.covariances))
     for row, cov in zip(errors, self.config.covariances):
       rows = [r for r in self.result["positions"] if r["covariance"] == cov]
-      for name in simulation.GAUSSIAN:
+      for name in simulate_rho.GAUSSIAN:
         worst = max(abs(r[f"rho_{name}"] - r["rho_mc"]) for r in rows)
         np.testing.assert_allclose(row[f"max_abs_err_{name}"], worst,
                                    rtol=1e-6)
@@ -218,7 +218,7 @@ class ConfigTest(parameterized.TestCase):
   def test_bad_config_raises_naming_the_field(self, name, field, value):
     config = testutil.get_config(name, "smoke")
     config[field] = value
-    module = {"simulate_rho": simulation, "theory_rho": theory,
+    module = {"simulate_rho": simulate_rho, "theory_rho": theory_rho,
               "entropy_bound": entropy_bound}[name]
     workdir = _workdir(self)
     with self.assertRaisesRegex(ValueError, f"config.{field}"):

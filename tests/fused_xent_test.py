@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from qkspec import fused_xent
+from qkspec.training import fused_xent
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 # Full float32 matmuls: these tests compare algorithms, and GPUs otherwise

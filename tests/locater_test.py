@@ -1,11 +1,11 @@
-"""Tests for qkspec.locater (paper Sec. 6)."""
+"""Tests for qkspec.theory.locater (paper Sec. 6)."""
 from absl.testing import absltest
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from qkspec import locater
+from qkspec.theory import locater
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 

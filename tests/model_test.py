@@ -1,4 +1,4 @@
-"""Tests for qkspec.model: shapes, causality, sown logits vs W_QK, LocATER."""
+"""Tests for qkspec.training.model: shapes, causality, sown logits vs W_QK, LocATER."""
 # pylint: disable=invalid-name
 import dataclasses
 import math
@@ -10,12 +10,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from qkspec import config_lib as common
-from qkspec import locater
-from qkspec import model as model_lib
-from qkspec import tasks
-from qkspec import train
-from qkspec import train_metrics
+from qkspec.config import defaults as common
+from qkspec.theory import locater
+from qkspec.training import model as model_lib
+from qkspec.training import tasks
+from qkspec.training import loop
+from qkspec.training import layer_stats
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
@@ -130,21 +130,21 @@ class ModelTest(parameterized.TestCase):
     for l in range(3):
       for h in range(2):
         want += locater.locater_penalty(w[l, h], 100.0, 0.1, 1.0)
-    np.testing.assert_allclose(train.locater_term(params, hp), want,
+    np.testing.assert_allclose(loop.locater_term(params, hp), want,
                                rtol=1e-6)
     # The training objective is loss + that term.
     task = tasks.Task("lm", m, tokens, None, {}, tasks.token_loss, True, V,
                       fused_loss=True)
     batch = {"inputs": tokens, "targets": tokens + 1}
     key = jax.random.key(0)
-    total, (loss, pen) = train.objective(params, hp, batch, key, task=task,
+    total, (loss, pen) = loop.objective(params, hp, batch, key, task=task,
                                          deterministic=True)
     np.testing.assert_allclose(pen, want, rtol=1e-6)
     np.testing.assert_allclose(total, loss + want, rtol=1e-6)
     # The fused loss equals the plain cross-entropy of the logits.
     plain = dataclasses.replace(task, fused_loss=False)
     np.testing.assert_allclose(
-        train.objective(params, hp, batch, key, task=plain,
+        loop.objective(params, hp, batch, key, task=plain,
                         deterministic=True)[1][0], loss, rtol=1e-5)
 
   def test_fused_loss_gradients_equal_plain(self):
@@ -165,7 +165,7 @@ class ModelTest(parameterized.TestCase):
                                                          atol=1e-6), *grads)
 
   def test_measurements_through_the_fused_loss_equal_plain(self):
-    # train_metrics.measure keeps the fused loss (no [B, T, V] logits) and
+    # layer_stats.measure keeps the fused loss (no [B, T, V] logits) and
     # still reads the sown attention: every measurement matches.
     c = common.lm_config()
     c.model.update(d_model=d, ffn_dim=d, num_layers=2, loss_chunk=5)
@@ -175,7 +175,7 @@ class ModelTest(parameterized.TestCase):
     params = m.init(jax.random.key(10), tokens)["params"]
     fused = tasks.Task("lm", m, tokens, None, {}, tasks.token_loss, True, V,
                        fused_loss=True)
-    got = [train_metrics.measure(params, batch, task=t)
+    got = [layer_stats.measure(params, batch, task=t)
            for t in (fused, dataclasses.replace(fused, fused_loss=False))]
     self.assertEqual(set(got[0]), set(got[1]))
     for k in got[0]:

@@ -26,8 +26,8 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
 from absl.testing import absltest
 import numpy as np
 
-from qkspec import sweep
-from qkspec import train
+from qkspec.training import sweep
+from qkspec.training import loop
 import testutil
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
@@ -38,9 +38,9 @@ def _mesh(n):
 
 
 def _run(config, mesh, num_steps):
-  steps = train.build_steps(config, mesh)
+  steps = loop.build_steps(config, mesh)
   member = sweep.members(config)[0]
-  init_key, dropout_key = train.member_keys(member["seed"])
+  init_key, dropout_key = loop.member_keys(member["seed"])
   state = steps.init(init_key, sweep.hparams(member))
   metrics = []
   for step in range(num_steps):
@@ -97,13 +97,13 @@ class MultiDeviceTest(absltest.TestCase):
 
   def test_train_and_evaluate_on_four_devices(self):
     with tempfile.TemporaryDirectory() as tmp:
-      state = train.train_and_evaluate(
+      state = loop.train_and_evaluate(
           testutil.get_config("theory_task", "smoke"), tmp)
     self.assertEqual(int(state.step[0]), 4)
     bad = testutil.get_config("theory_task", "smoke")
     bad.data.batch_size = 6
     with self.assertRaisesRegex(ValueError, r"data.batch_size=6 .* 4 devices"):
-      train.train_and_evaluate(bad, "/nonexistent/never/written")
+      loop.train_and_evaluate(bad, "/nonexistent/never/written")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Tests for qkspec.paths: Dong et al.'s path decomposition and cubic bound."""
+"""Tests for qkspec.theory.san_paths: Dong et al.'s path decomposition and cubic bound."""
 import itertools
 import math
 
@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from qkspec import diagnostics
-from qkspec import paths
-from qkspec import san
+from qkspec.theory import diagnostics
+from qkspec.theory import san_paths
+from qkspec.theory import san
 import testutil
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
@@ -33,7 +33,7 @@ class PathsTest(parameterized.TestCase):
     """X^L = sum over the H^L single-head paths, attention from the full net."""
     with jax.enable_x64(True):
       p, x, out = _net("san")
-      y_KxTxd, heads = paths.enumerate_paths(x, out["probs"], p["w_v"])
+      y_KxTxd, heads = san_paths.enumerate_paths(x, out["probs"], p["w_v"])
       self.assertEqual(y_KxTxd.shape, (H**L, T, D))
       self.assertEqual(heads.shape, (H**L, L))
       np.testing.assert_allclose(y_KxTxd.sum(0), out["outputs"][-1],
@@ -49,7 +49,7 @@ class PathsTest(parameterized.TestCase):
   def test_skip_san_path_lengths_sum_to_output_and_match_enumeration(self):
     with jax.enable_x64(True):
       p, x, out = _net("san_skip")
-      z_KxTxd = paths.path_length_components(x, out["probs"], p["w_v"])
+      z_KxTxd = san_paths.path_length_components(x, out["probs"], p["w_v"])
       np.testing.assert_allclose(z_KxTxd.sum(0), out["outputs"][-1],
                                  rtol=1e-12, atol=1e-12)
       # Naive: the (H+1)^L paths with head H meaning the skip (P, W) = (I, I).
@@ -65,7 +65,7 @@ class PathsTest(parameterized.TestCase):
 
   @parameterized.parameters((3, 2), (6, 4), (12, 8))
   def test_path_length_fractions(self, num_layers, num_heads):
-    frac = paths.path_length_fractions(num_layers, num_heads)
+    frac = san_paths.path_length_fractions(num_layers, num_heads)
     self.assertAlmostEqual(float(frac.sum()), 1.0, places=12)
     if num_layers <= 6:      # count the (H+1)^L paths directly
       counts = np.zeros(num_layers + 1)
@@ -79,7 +79,7 @@ class PathsTest(parameterized.TestCase):
   def test_too_many_paths_raises(self):
     probs = jnp.ones((13, 2, T, T)) / T
     with self.assertRaises(ValueError):
-      paths.enumerate_paths(jnp.ones((T, D)), probs, jnp.ones((13, 2, D, D)))
+      san_paths.enumerate_paths(jnp.ones((T, D)), probs, jnp.ones((13, 2, D, D)))
 
   @parameterized.parameters(0, 1, 2, 3)
   def test_cubic_bound_holds_every_layer(self, seed):
@@ -87,12 +87,12 @@ class PathsTest(parameterized.TestCase):
     with jax.enable_x64(True):
       p, x, out = _net("san", seed=seed, qk_gain=1.5 + seed, value_gain=2.0)
       lam = float(np.sqrt(D))
-      c_L = paths.cubic_residual_coefficient(p["w_qk"], p["w_v"], lam)
+      c_L = san_paths.cubic_residual_coefficient(p["w_qk"], p["w_v"], lam)
       res = diagnostics.rank_collapse_residual(out["outputs"], "mean")
       np.testing.assert_array_less(res[1:], c_L * res[:-1]**3 * (1 + 1e-9))
 
   def test_cubic_bound_closed_form(self):
-    b = paths.cubic_residual_bound(jnp.float32(0.5), jnp.full((4,), 2.0))
+    b = san_paths.cubic_residual_bound(jnp.float32(0.5), jnp.full((4,), 2.0))
     l = np.arange(5)
     np.testing.assert_allclose(b, 2.0**((3.0**l - 1) / 2) * 0.5**(3.0**l),
                                rtol=1e-5)

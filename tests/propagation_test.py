@@ -1,14 +1,14 @@
-"""Tests for qkspec.propagation: Definition 1, Lemma 1 (and its erratum), Eq. 6, Lemma 2."""
+"""Tests for qkspec.theory.propagation: Definition 1, Lemma 1 (and its erratum), Eq. 6, Lemma 2."""
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from qkspec import propagation as prop
-from qkspec import randomwalk
-from qkspec import softmax
-from qkspec import spectrum
+from qkspec.theory import propagation as prop
+from qkspec.theory import randomwalk
+from qkspec.theory import softmax
+from qkspec.theory import spectrum
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 

@@ -1,10 +1,10 @@
-"""Tests for qkspec.randomwalk (Assumption 1, Fig. 5 covariances)."""
+"""Tests for qkspec.theory.randomwalk (Assumption 1, Fig. 5 covariances)."""
 from absl.testing import absltest
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from qkspec import randomwalk
+from qkspec.theory import randomwalk
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 

@@ -1,4 +1,4 @@
-"""Tests for qkspec.san: pure self-attention networks (Dong et al. 2021)."""
+"""Tests for qkspec.theory.san: pure self-attention networks (Dong et al. 2021)."""
 from absl.testing import absltest
 from absl.testing import parameterized
 import chex
@@ -6,8 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from qkspec import diagnostics
-from qkspec import san
+from qkspec.theory import diagnostics
+from qkspec.theory import san
 import testutil
 
 jax.config.update("jax_numpy_rank_promotion", "raise")

@@ -1,4 +1,4 @@
-"""Tests for qkspec.softmax (paper Sec. 2)."""
+"""Tests for qkspec.theory.softmax (paper Sec. 2)."""
 from absl.testing import absltest
 from absl.testing import parameterized
 import chex
@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from qkspec import softmax as sm
+from qkspec.theory import softmax as sm
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 

@@ -1,4 +1,4 @@
-"""Tests for qkspec.spectrum (Eqs. 5-8, Fig. 5 sampler)."""
+"""Tests for qkspec.theory.spectrum (Eqs. 5-8, Fig. 5 sampler)."""
 from absl.testing import absltest
 from absl.testing import parameterized
 import chex
@@ -6,8 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from qkspec import randomwalk
-from qkspec import spectrum
+from qkspec.theory import randomwalk
+from qkspec.theory import spectrum
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
@@ -104,7 +104,7 @@ class SpectrumTest(chex.TestCase, parameterized.TestCase):
       spectrum.spectrum_stats(jnp.ones((3, 4)))
     with self.assertRaisesRegex(ValueError, "cov must be 3 x 3"):
       spectrum.spectrum_stats(jnp.eye(3), jnp.eye(4))
-    with self.assertRaisesRegex(ValueError, "scale must be non-negative"):
+    with self.assertRaisesRegex(ValueError, "eigen_std must be non-negative"):
       spectrum.sample_qk(jax.random.key(0), 4, 0.0, -1.0)
     with self.assertRaisesRegex(ValueError, "temperature"):
       spectrum.spectrum_stats(jnp.eye(3), temperature=-1.0)

@@ -1,4 +1,4 @@
-"""Tests of the common-random-number grid estimator (qkspec.sweep_fast)."""
+"""Tests of the common-random-number grid estimator (qkspec.theory.grid_estimator)."""
 # pylint: disable=invalid-name
 import functools
 import math
@@ -13,14 +13,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from qkspec import diagnostics
-from qkspec import propagation
-from qkspec import randomwalk
-from qkspec import softmax
-from qkspec import spectrum
-from qkspec import sweep_fast
-from qkspec.experiments import simulation
-from qkspec.experiments import simulation_grid
+from qkspec.theory import diagnostics
+from qkspec.theory import propagation
+from qkspec.theory import randomwalk
+from qkspec.theory import softmax
+from qkspec.theory import spectrum
+from qkspec.theory import grid_estimator
+from qkspec.experiments import simulate_rho
+from qkspec.experiments import simulate_grid
 import testutil
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
@@ -32,15 +32,15 @@ T, DIM = GRID.seq_len, GRID.dim
 LAM = math.sqrt(DIM)
 MEANS = (0.0, 0.5, -0.3, 0.2)
 SCALES = (1.0, 0.05, 0.2, 3.0)
-_grid_stats = jax.jit(sweep_fast.grid_stats)
+_grid_stats = jax.jit(grid_estimator.grid_stats)
 
 
 def _covariances():
-  return simulation.covariances(GRID)        # [I, R^T R / d]
+  return simulate_rho.covariances(GRID)        # [I, R^T R / d]
 
 
 def _bases(key):
-  return simulation_grid.sample_bases(
+  return simulate_grid.sample_bases(
       key, _covariances(), num_draws=D, num_sequences=N, entropy_sequences=E,
       seq_len=T, temperature=LAM)
 
@@ -84,14 +84,14 @@ class BasesTest(parameterized.TestCase):
                                               jnp.float32)])
 
   def _direct_w(self, k, mean, scale):
-    return sweep_fast.qk_matrix(self.bases_Dxdxd[k], self.z_Dxd[k], mean,
+    return grid_estimator.qk_matrix(self.bases_Dxdxd[k], self.z_Dxd[k], mean,
                                 scale)
 
   @parameterized.parameters(zip(MEANS, SCALES))
   def test_query_bases_equal_direct_logits(self, mean, scale):
     x = self.x / math.sqrt(LAM)          # the bases take x / sqrt(lambda)
-    zcat = sweep_fast.draw_operators(self.bases_Dxdxd, self.z_Dxd, False)
-    a, b = sweep_fast.query_bases(x, sweep_fast.times_z(x[:, -1], zcat,
+    zcat = grid_estimator.draw_operators(self.bases_Dxdxd, self.z_Dxd, False)
+    a, b = grid_estimator.query_bases(x, grid_estimator.times_z(x[:, -1], zcat,
                                                         False))
     for k in range(2):
       direct = propagation.query_logits(self.x, self._direct_w(k, mean, scale),
@@ -103,8 +103,8 @@ class BasesTest(parameterized.TestCase):
   @parameterized.parameters(zip(MEANS, SCALES))
   def test_attention_bases_equal_direct_logits(self, mean, scale):
     x = self.x / math.sqrt(LAM)
-    zcat = sweep_fast.draw_operators(self.bases_Dxdxd, self.z_Dxd, False)
-    g, h = sweep_fast.attention_bases(x, sweep_fast.times_z(x, zcat, False))
+    zcat = grid_estimator.draw_operators(self.bases_Dxdxd, self.z_Dxd, False)
+    g, h = grid_estimator.attention_bases(x, grid_estimator.times_z(x, zcat, False))
     for k in range(2):
       w = self._direct_w(k, mean, scale)
       direct = jnp.einsum("nte,nse->nts", self.x @ w, self.x) / LAM
@@ -114,18 +114,18 @@ class BasesTest(parameterized.TestCase):
 
   def test_times_z_diagonal_shortcut_equals_product(self):
     # Isotropic Sigma: Z_k = diag(z_k), applied elementwise instead of by GEMM.
-    zcat = sweep_fast.draw_operators(self.bases_Dxdxd, self.z_Dxd, True)
+    zcat = grid_estimator.draw_operators(self.bases_Dxdxd, self.z_Dxd, True)
     np.testing.assert_allclose(
-        sweep_fast.times_z(self.x, zcat, True),
+        grid_estimator.times_z(self.x, zcat, True),
         self.x[..., None, :] * self.z_Dxd[None, None], rtol=1e-6)
     np.testing.assert_allclose(
-        sweep_fast.times_z(self.x, zcat, True),
-        sweep_fast.times_z(self.x, zcat, False),
+        grid_estimator.times_z(self.x, zcat, True),
+        grid_estimator.times_z(self.x, zcat, False),
         atol=1e-5 * float(jnp.abs(self.x).max()))
 
   def test_random_walks_equal_random_walk(self):
     key = jax.random.key(2)
-    np.testing.assert_allclose(sweep_fast.random_walks(key, 3, T, DIM),
+    np.testing.assert_allclose(grid_estimator.random_walks(key, 3, T, DIM),
                                randomwalk.random_walk(key, 3, T, DIM),
                                rtol=1e-5, atol=1e-5)
 
@@ -135,8 +135,8 @@ class BasesTest(parameterized.TestCase):
 
     @jax.jit
     def both():
-      basis, z = sweep_fast.draw_spectra(key, 4, DIM)
-      fast = jax.vmap(jax.vmap(sweep_fast.qk_matrix, (None, None, 0, 0)),
+      basis, z = grid_estimator.draw_spectra(key, 4, DIM)
+      fast = jax.vmap(jax.vmap(grid_estimator.qk_matrix, (None, None, 0, 0)),
                       (0, 0, None, None))(basis, z, means, scales)
       keys = jax.vmap(lambda k: jax.random.fold_in(key, k))(jnp.arange(4))
       direct = jax.vmap(jax.vmap(lambda k, m, s: spectrum.sample_qk(
@@ -148,11 +148,11 @@ class BasesTest(parameterized.TestCase):
 
   def test_spectrum_traces_equal_spectrum_stats(self):
     cov = _covariances()[1]
-    coef = sweep_fast.trace_coefficients(self.basis, self.z, cov)
+    coef = grid_estimator.trace_coefficients(self.basis, self.z, cov)
     for mean, scale in zip(MEANS, SCALES):
       stats = spectrum.spectrum_stats(
-          sweep_fast.qk_matrix(self.basis, self.z, mean, scale), cov)
-      trace, trace_sq = sweep_fast.spectrum_traces(coef, mean, scale)
+          grid_estimator.qk_matrix(self.basis, self.z, mean, scale), cov)
+      trace, trace_sq = grid_estimator.spectrum_traces(coef, mean, scale)
       np.testing.assert_allclose(trace, stats["trace"], rtol=1e-4, atol=1e-4)
       np.testing.assert_allclose(trace_sq, stats["trace_sq"], rtol=1e-4)
 
@@ -161,15 +161,15 @@ class BasesTest(parameterized.TestCase):
     logits = jnp.asarray(rng.standard_normal((100, 9))
                          * np.repeat([1.0, 300.0], 50)[:, None], jnp.float32)
     np.testing.assert_allclose(
-        sweep_fast.row_entropy(logits),
+        grid_estimator.row_entropy(logits),
         diagnostics.attention_entropy(softmax.softmax(logits), reduce=False),
         atol=2e-5)
-    np.testing.assert_allclose(sweep_fast.row_entropy(logits.T, axis=0),
-                               sweep_fast.row_entropy(logits), rtol=1e-6)
+    np.testing.assert_allclose(grid_estimator.row_entropy(logits.T, axis=0),
+                               grid_estimator.row_entropy(logits), rtol=1e-6)
 
   def test_crossed_standard_error_formula(self):
     f = np.random.default_rng(0).random((5, 30)) < 0.3   # D x N table
-    se = sweep_fast.crossed_standard_error(
+    se = grid_estimator.crossed_standard_error(
         jnp.asarray(f.mean(1)), jnp.asarray(np.sum(f.sum(0)**2.0)), 30)
     expected = np.sqrt(f.mean(1).var(ddof=1) / 5 + f.mean(0).var(ddof=1) / 30)
     np.testing.assert_allclose(se, expected, rtol=1e-5)
@@ -207,7 +207,7 @@ class GridStatsTest(absltest.TestCase):
       st = spectrum.spectrum_stats(w, cov)
       return rho, entropy, st["trace"], st["trace_sq"]
 
-    basis, _ = sweep_fast.draw_spectra(key_spectra, D, DIM)
+    basis, _ = grid_estimator.draw_spectra(key_spectra, D, DIM)
     s = randomwalk.random_walk(jax.random.fold_in(self.key, 1), N, T, DIM)
     for c, cov in enumerate(self.covs):
       x = s @ randomwalk.covariance_sqrt(cov)
@@ -228,7 +228,7 @@ class GridStatsTest(absltest.TestCase):
                                      trace_sq, rtol=1e-4)
 
   def test_chunks_equal_whole(self):
-    half = jax.jit(sweep_fast.grid_stats)(
+    half = jax.jit(grid_estimator.grid_stats)(
         self.bases, jnp.asarray(MEANS[2:]), jnp.asarray(SCALES[2:]))
     for name in ("rho", "rho_se", "entropy", "entropy_se"):
       np.testing.assert_allclose(half[name], self.stats[name][2:], atol=1e-6)
@@ -237,10 +237,10 @@ class GridStatsTest(absltest.TestCase):
     args = (self.bases["x"], self.bases["zcat"], self.bases["isotropic"],
             jnp.asarray(MEANS), jnp.asarray(SCALES))
     whole = jax.jit(functools.partial(
-        sweep_fast.entropy_grid, walks_per_batch=E,
+        grid_estimator.entropy_grid, walks_per_batch=E,
         points_per_batch=len(MEANS)))(*args)
     ragged = jax.jit(functools.partial(      # with remainders
-        sweep_fast.entropy_grid, walks_per_batch=3, points_per_batch=3))(*args)
+        grid_estimator.entropy_grid, walks_per_batch=3, points_per_batch=3))(*args)
     for a, b in zip(whole, ragged):
       np.testing.assert_allclose(a, b, rtol=1e-5)
 
@@ -279,7 +279,7 @@ class ExperimentsTest(absltest.TestCase):
   def test_smoke_grid_run(self):
     config = testutil.get_config("simulate_grid", "smoke")
     workdir = self._workdir()
-    result = simulation_grid.run(config, workdir)
+    result = simulate_grid.run(config, workdir)
     for name in ("config.json", "fig_grid_localization.png", "fig_grid_rho.png",
                  "simulate_grid.csv", "simulate_grid.npz"):
       self.assertGreater((workdir / name).stat().st_size, 0, name)
@@ -293,7 +293,7 @@ class ExperimentsTest(absltest.TestCase):
     self.assertTrue(np.all(out["entropy"] <= math.log(config.seq_len) + 1e-5))
     # Axis order [C, M, S]: with Sigma = I, E_k tr(W)/lambda is affine in
     # (mean, scale) with slope d/lambda in the mean.
-    means, _ = simulation_grid.grid_axes(config)
+    means, _ = simulate_grid.grid_axes(config)
     slope = ((out["r"][0, 1:] - out["r"][0, :1])
              / (means[1:] - means[0])[:, None])
     np.testing.assert_allclose(slope, math.sqrt(config.dim), rtol=1e-4)
@@ -301,8 +301,8 @@ class ExperimentsTest(absltest.TestCase):
   def test_simulate_rho_shared_design(self):
     config = testutil.get_config("simulate_rho", "smoke")
     self.assertEqual(config.design, "shared")
-    simulation.validate(config)
-    out = simulation.sweep_from_config(config)
+    simulate_rho.validate(config)
+    out = simulate_rho.sweep_from_config(config)
     num_c, num_p = len(config.covariances), len(config.pairs)
     chex.assert_shape(out["rho"], (num_c, num_p, config.num_draws,
                                    config.seq_len))
@@ -310,7 +310,7 @@ class ExperimentsTest(absltest.TestCase):
     chex.assert_shape(out["rho_se"], (num_c, num_p, config.seq_len))
     chex.assert_shape(out["entropy_se"], (num_c, num_p))
     chex.assert_tree_all_finite(out)
-    positions, pairs, _ = simulation.tables(out, config)
+    positions, pairs, _ = simulate_rho.tables(out, config)
     self.assertLen(positions, num_c * num_p * config.seq_len)
     for row in pairs:
       self.assertGreaterEqual(row["entropy_se"], 0.0)

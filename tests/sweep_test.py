@@ -1,4 +1,4 @@
-"""Tests for qkspec.sweep: a vmapped member equals the same config alone."""
+"""Tests for qkspec.training.sweep: a vmapped member equals the same config alone."""
 import json
 import os
 import tempfile
@@ -10,9 +10,9 @@ import numpy as np
 
 from configs import locater_wt2
 from configs import theory_task
-from qkspec import metric_writer
-from qkspec import sweep
-from qkspec import train
+from qkspec.training import metric_writer
+from qkspec.training import sweep
+from qkspec.training import loop
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_compilation_cache_dir", os.path.join(
@@ -59,8 +59,8 @@ class VmappedSweepTest(parameterized.TestCase):
     i = 3
     self.assertEqual((ms[i]["seed"], ms[i]["kappa2"]), (1, 1.0))
     with tempfile.TemporaryDirectory() as tmp:
-      swept = train.train_and_evaluate(c, os.path.join(tmp, "sweep"))
-      alone = train.train_and_evaluate(sweep.member_config(c, ms[i]),
+      swept = loop.train_and_evaluate(c, os.path.join(tmp, "sweep"))
+      alone = loop.train_and_evaluate(sweep.member_config(c, ms[i]),
                                        os.path.join(tmp, "alone"))
       entry = json.load(open(os.path.join(tmp, "sweep", "members.json")))[i]
       m_swept = metric_writer.read_metrics(

@@ -3,15 +3,15 @@ import pathlib
 
 import jax
 
-from qkspec import config_lib
-from qkspec import san
+from qkspec.config import defaults
+from qkspec.theory import san
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def get_config(name, arg=None):
   """`configs/<name>.py`'s get_config(arg), as `--config configs/<name>.py:arg`."""
-  return config_lib.load_config_file(ROOT / "configs" / f"{name}.py", arg)
+  return defaults.load_config_file(ROOT / "configs" / f"{name}.py", arg)
 
 
 def jitted_san():

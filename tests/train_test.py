@@ -1,4 +1,4 @@
-"""Tests for qkspec.train: end-to-end smoke runs, NaN stop, config checks."""
+"""Tests for qkspec.training.loop: end-to-end smoke runs, NaN stop, config checks."""
 import json
 import os
 import pathlib
@@ -11,15 +11,15 @@ import ml_collections
 import numpy as np
 
 _REPO = pathlib.Path(__file__).resolve().parents[1]
-from qkspec import config_lib as common
+from qkspec.config import defaults as common
 from configs import depth_width
 from configs import locater_wt2
 from configs import theory_task
-from qkspec import checkpoint
-from qkspec import config_checks
-from qkspec import metric_writer
-from qkspec import plot_training
-from qkspec import train
+from qkspec.training import checkpoint
+from qkspec.config import schema
+from qkspec.training import metric_writer
+from qkspec.experiments import training_plots
+from qkspec.training import loop
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_compilation_cache_dir", os.path.join(
@@ -42,7 +42,7 @@ class EndToEndTest(absltest.TestCase):
 
   def test_theory_smoke_sweep_writes_metrics_and_plots(self):
     with tempfile.TemporaryDirectory() as tmp:
-      train.train_and_evaluate(theory_task.get_config("smoke"), tmp)
+      loop.train_and_evaluate(theory_task.get_config("smoke"), tmp)
       members = json.load(open(os.path.join(tmp, "members.json")))
       self.assertLen(members, 3)
       self.assertEqual(checkpoint.Checkpointer(tmp).latest_step(), 4)
@@ -61,7 +61,7 @@ class EndToEndTest(absltest.TestCase):
       hp = json.load(open(os.path.join(tmp, members[2]["dir"],
                                        "hparams.json")))
       self.assertEqual(hp["target"], 12.0)
-      for path in plot_training.plot_workdir(tmp):
+      for path in training_plots.plot_workdir(tmp):
         self.assertGreater(os.path.getsize(path), 1000)
 
   def test_lm_on_the_wikitext2_fixture(self):
@@ -74,7 +74,7 @@ class EndToEndTest(absltest.TestCase):
     c.opt.lr = 1e-2
     with tempfile.TemporaryDirectory() as tmp:
       c.data.data_dir = os.path.join(tmp, "tfds")
-      train.train_and_evaluate(c, os.path.join(tmp, "run"))
+      loop.train_and_evaluate(c, os.path.join(tmp, "run"))
       m = metric_writer.read_metrics(os.path.join(tmp, "run"))
     self.assertEqual(m["l0/rho"][1].shape, (4, 4))
     for split in ("valid", "test"):
@@ -98,7 +98,7 @@ class NaNTest(absltest.TestCase):
     c.opt.lr = 1e30
     with tempfile.TemporaryDirectory() as tmp:
       with self.assertRaisesRegex(FloatingPointError, r"at step 1\b"):
-        train.train_and_evaluate(c, tmp)
+        loop.train_and_evaluate(c, tmp)
       self.assertEqual(checkpoint.Checkpointer(tmp).all_steps(), [1])
 
 
@@ -106,14 +106,14 @@ class ConfigCheckTest(parameterized.TestCase):
 
   def _check(self, config, pattern, num_devices=None):
     with self.assertRaisesRegex(ValueError, pattern):
-      config_checks.validate(config, num_devices)
+      schema.validate(config, num_devices)
 
   def test_shipped_configs_are_valid(self):
     for c in (theory_task.get_config(), theory_task.get_config("smoke"),
               locater_wt2.get_config(), locater_wt2.get_config("smoke"),
               depth_width.get_config("L=6,d=32"),
               depth_width.get_config("L=3,d=128,smoke")):
-      config_checks.validate(c, num_devices=1)
+      schema.validate(c, num_devices=1)
     self.assertEqual(depth_width.get_config("L=1,d=32").opt.lr, 1e-4)
     self.assertLen(locater_wt2.get_sweep(), 5)
     with self.assertRaisesRegex(ValueError, "unknown config argument 'X'"):
@@ -154,7 +154,7 @@ class ConfigCheckTest(parameterized.TestCase):
     c.data.train_tokens = 40           # < seq_len x batch = 64
     with tempfile.TemporaryDirectory() as tmp:
       with self.assertRaisesRegex(ValueError, r"data.seq_len=8"):
-        train.train_and_evaluate(c, tmp)
+        loop.train_and_evaluate(c, tmp)
       self.assertFalse(os.path.exists(os.path.join(tmp, "ckpt")))
 
 

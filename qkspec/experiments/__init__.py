@@ -1,9 +1,13 @@
 """Paper experiments: one module per figure family, each with `run(config, workdir)`.
 
 * `theory`: Eq. (6) over (xi, eta), Figs. 2-3, the Lemma 2 table;
-* `entropy_bound`: the entropy lower bound Eq. (9) vs nu, Fig. 4;
+* `entropy_bound`: the Eq. (9) curve vs nu, Fig. 4;
 * `simulation`: Monte Carlo rho_i and attention entropy, Fig. 5;
-* `io`: workdir, config, table and figure helpers shared by the above.
-
-The launch scripts in `launch/` only parse flags and call one `run`.
+* `simulation_grid`: the same on a dense eigen-(mean, std) grid;
+* `collapse`, `spectrum_collapse`, `entropy_check`: rank collapse (Dong) and
+  entropy bounds (Zhai, Eq. 9) in random pure self-attention networks;
+* `training_plots`: a training workdir's figures (Figs. 6-7 panels);
+* `demo`: the main job (every figure that needs no data set);
+* `outputs`: workdir, config, table and figure helpers shared by the above;
+* `cli`: the absl command line of `launch/`.
 """

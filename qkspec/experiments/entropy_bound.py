@@ -5,7 +5,7 @@ Shapes: K = sequence lengths T, V = points on the :math:`\nu` grid.
 .. math:: \ln(1 + T e^{-\nu}) + \frac{\nu e^{-\nu/2}}{T^{-1} + e^{-\nu}},
           \qquad \nu = \|XX^\top\|_2\,\|W_{QK}\|_2
 
-(`qkspec.diagnostics.entropy_lower_bound`), drawn with the maximum entropy
+(`qkspec.theory.diagnostics.eq9_entropy`), drawn with the maximum entropy
 :math:`\ln T` of a T-key attention row. As printed the bound equals
 :math:`\ln(1+T) > \ln T` at :math:`\nu = 0` and stays above :math:`\ln T` on
 a whole interval :math:`[0, \nu^*(T)]` (its peak is many times
@@ -18,22 +18,22 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from qkspec import diagnostics
-from qkspec.experiments import io
+from qkspec.theory import diagnostics
+from qkspec.experiments import outputs
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field of an entropy_bound config."""
-  io.require(config.nu_max > 0, "nu_max", "must be > 0", config.nu_max)
-  io.require(config.num_nu >= 2, "num_nu", "must be >= 2", config.num_nu)
-  io.require(len(config.seq_lens) > 0
+  outputs.require(config.nu_max > 0, "nu_max", "must be > 0", config.nu_max)
+  outputs.require(config.num_nu >= 2, "num_nu", "must be >= 2", config.num_nu)
+  outputs.require(len(config.seq_lens) > 0
              and all(isinstance(t, int) and t >= 2 for t in config.seq_lens),
              "seq_lens", "must be non-empty integers >= 2", config.seq_lens)
 
 
 def bound_curves(nu_V: jnp.ndarray, seq_lens) -> np.ndarray:
   """Eq. (9) for each T, [K, V]."""
-  return np.stack([np.asarray(diagnostics.entropy_lower_bound(nu_V, t))
+  return np.stack([np.asarray(diagnostics.eq9_entropy(nu_V, t))
                    for t in seq_lens])
 
 
@@ -70,7 +70,7 @@ def summary_rows(nu_V, bound_KxV, seq_lens) -> list[dict]:
 
 def plot(nu_V, bound_KxV, seq_lens, workdir):
   """Fig. 4: the bound vs nu with ln T dashed, and bound / ln T."""
-  plt = io.pyplot()
+  plt = outputs.pyplot()
   fig, (ax, ax_ratio) = plt.subplots(1, 2, figsize=(10, 3.8),
                                      layout="constrained")
   for t, bound_V in zip(seq_lens, bound_KxV):
@@ -91,27 +91,27 @@ def plot(nu_V, bound_KxV, seq_lens, workdir):
   ax_ratio.set_title("shaded: bound exceeds ln T (impossible entropy)",
                      fontsize=9)
   fig.suptitle("Entropy lower bound (cf. paper Fig. 4)")
-  return [io.save_figure(fig, workdir, "fig4_entropy_bound")]
+  return [outputs.save_figure(fig, workdir, "fig4_entropy_bound")]
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Draws Fig. 4 and writes the bound curves and a per-T summary."""
   validate(config)
-  workdir = io.make_workdir(workdir)
-  paths = [io.write_config(config, workdir)]
+  workdir = outputs.make_workdir(workdir)
+  paths = [outputs.write_config(config, workdir)]
   nu_V = np.linspace(0.0, config.nu_max, config.num_nu)
   seq_lens = list(config.seq_lens)
   logging.info("Eq. (9) on %d nu points in [0, %g] for T = %s", len(nu_V),
                config.nu_max, seq_lens)
   bound_KxV = bound_curves(jnp.asarray(nu_V), seq_lens)
   rows = summary_rows(nu_V, bound_KxV, seq_lens)
-  logging.info("Eq. (9) vs ln T:\n%s", io.format_table(rows))
+  logging.info("Eq. (9) vs ln T:\n%s", outputs.format_table(rows))
   paths += plot(nu_V, bound_KxV, seq_lens, workdir)
-  paths += io.write_table(rows, workdir, "entropy_bound_summary")
+  paths += outputs.write_table(rows, workdir, "entropy_bound_summary")
   curve_rows = [dict(seq_len=int(t), nu=float(nu), bound=float(b),
                      ln_T=float(np.log(t)), exceeds_ln_T=bool(b > np.log(t)))
                 for t, bound_V in zip(seq_lens, bound_KxV)
                 for nu, b in zip(nu_V, bound_V)]
-  paths += io.write_table(curve_rows, workdir, "entropy_bound")
-  io.log_outputs("entropy_bound", paths)
+  paths += outputs.write_table(curve_rows, workdir, "entropy_bound")
+  outputs.log_outputs("entropy_bound", paths)
   return dict(nu=nu_V, bound=bound_KxV, summary=rows, paths=paths)

@@ -6,7 +6,7 @@ pairs), D = draws, N = sequences, T = tokens (queries and keys), d = dim.
 For one attention layer :math:`A = \mathrm{softmax}(XW_{QK}X^\top/\lambda)`
 and every row :math:`A_t`, compares :math:`\mathrm{Ent}(A_t)` with
 
-* Eq. (9) as printed, `diagnostics.entropy_lower_bound(nu, T)`;
+* Eq. (9) as printed, `diagnostics.eq9_entropy(nu, T)`;
 * Zhai's Theorem 3.1, `entropy_bounds.zhai_entropy_lower_bound(nu, T)`;
 * Zhai's bound at the row's own centred logit norm (the sharpest form);
 
@@ -28,11 +28,11 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from qkspec import diagnostics
-from qkspec import entropy_bounds
-from qkspec import san
-from qkspec import spectrum
-from qkspec.experiments import io
+from qkspec.theory import diagnostics
+from qkspec.theory import entropy_bounds
+from qkspec.theory import san
+from qkspec.theory import spectrum
+from qkspec.experiments import outputs
 
 _TOL = 1e-4
 BOUNDS = ("eq9", "eq9_raw", "zhai", "zhai_raw", "zhai_row")
@@ -43,16 +43,16 @@ def validate(config: ml_collections.ConfigDict) -> None:
   for field, low in (("dim", 1), ("seq_len", 2), ("num_sequences", 1),
                      ("num_draws", 1)):
     value = config[field]
-    io.require(isinstance(value, int) and value >= low, field,
+    outputs.require(isinstance(value, int) and value >= low, field,
                f"must be an integer >= {low}", value)
-  io.require(len(config.inputs) > 0 and set(config.inputs) <= set(san.INPUTS),
+  outputs.require(len(config.inputs) > 0 and set(config.inputs) <= set(san.INPUTS),
              "inputs", f"must be a non-empty subset of {san.INPUTS}",
              config.inputs)
-  io.require(all(n > 0 for n in config.qk_norms), "qk_norms", "must be > 0",
+  outputs.require(all(n > 0 for n in config.qk_norms), "qk_norms", "must be > 0",
              config.qk_norms)
-  io.require(all(len(p) == 2 and p[1] >= 0 for p in config.pairs), "pairs",
+  outputs.require(all(len(p) == 2 and p[1] >= 0 for p in config.pairs), "pairs",
              "must be (mean, scale >= 0) pairs", config.pairs)
-  io.require(len(config.qk_norms) + len(config.pairs) > 0, "qk_norms",
+  outputs.require(len(config.qk_norms) + len(config.pairs) > 0, "qk_norms",
              "and pairs must not both be empty", config.qk_norms)
 
 
@@ -80,8 +80,8 @@ def row_stats(x_NxTxd, w_qk, lam, seq_len):
                                           reduce=False)
   nu_N = entropy_bounds.entropy_bound_nu(x_NxTxd, w_qk[None], lam)
   bounds = dict(
-      eq9=diagnostics.entropy_lower_bound(nu_N, seq_len)[:, None],
-      eq9_raw=diagnostics.entropy_lower_bound(nu_N * lam, seq_len)[:, None],
+      eq9=diagnostics.eq9_entropy(nu_N, seq_len)[:, None],
+      eq9_raw=diagnostics.eq9_entropy(nu_N * lam, seq_len)[:, None],
       zhai=entropy_bounds.zhai_entropy_lower_bound(nu_N, seq_len)[:, None],
       zhai_raw=entropy_bounds.zhai_entropy_lower_bound(nu_N * lam,
                                                        seq_len)[:, None],
@@ -149,7 +149,7 @@ def tables(out, config):
                  nu_median=float(np.median(o["nu"][p])),
                  entropy_mean=float(o["entropy_mean"][p].mean()),
                  entropy_min=float(o["entropy_min"][p].min()),
-                 eq9_at_nu_median=float(diagnostics.entropy_lower_bound(
+                 eq9_at_nu_median=float(diagnostics.eq9_entropy(
                      np.median(o["nu"][p]), config.seq_len)),
                  zhai_at_nu_median=float(
                      entropy_bounds.zhai_entropy_lower_bound(
@@ -181,7 +181,7 @@ def tables(out, config):
 
 def plot(out, config, workdir):
   """Entropy vs nu per input kind with both bound curves."""
-  plt = io.pyplot()
+  plt = outputs.pyplot()
   kinds = list(config.inputs)
   fig, axes = plt.subplots(1, len(kinds), figsize=(6.5 * len(kinds), 4.5),
                            squeeze=False, layout="constrained")
@@ -200,7 +200,7 @@ def plot(out, config, workdir):
                  alpha=0.5, label=f"{label}: min row entropy")
     lo = max(float(o["nu"].min()) / 2, 1e-4)
     grid = np.geomspace(lo, float(o["nu"].max()) * 2, 400)
-    ax.plot(grid, diagnostics.entropy_lower_bound(grid, t), "k-", lw=1.5,
+    ax.plot(grid, diagnostics.eq9_entropy(grid, t), "k-", lw=1.5,
             label="Eq. (9) as printed")
     ax.plot(grid, entropy_bounds.zhai_entropy_lower_bound(grid, t), "r--",
             lw=1.5, label="Zhai Thm 3.1")
@@ -209,14 +209,14 @@ def plot(out, config, workdir):
            ylabel="entropy [nats]", title=f"{kind} inputs, T = {t}, "
            f"d = {config.dim}", ylim=(-0.1, max(np.log(t) * 1.6, 1)))
     ax.legend(fontsize=7)
-  return io.save_figure(fig, workdir, "fig_entropy_check")
+  return outputs.save_figure(fig, workdir, "fig_entropy_check")
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Sweeps the settings, writes per-setting rows, a summary and a figure."""
   validate(config)
-  workdir = io.make_workdir(workdir)
-  paths = [io.write_config(config, workdir)]
+  workdir = outputs.make_workdir(workdir)
+  paths = [outputs.write_config(config, workdir)]
   logging.info("entropy_check: %d settings x %d inputs x %d draws x %d seqs",
                len(settings(config)), len(config.inputs), config.num_draws,
                config.num_sequences)
@@ -224,12 +224,12 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   out = sweep_from_config(config)
   logging.info("swept in %.1f s", time.time() - start)
   set_rows, summary = tables(out, config)
-  text = io.format_table(summary)
+  text = outputs.format_table(summary)
   logging.info("bound violations:\n%s", text)
   print("entropy_check: fraction of attention rows below each bound\n" + text,
         flush=True)
-  paths += io.write_table(set_rows, workdir, "entropy_check")
-  paths += io.write_table(summary, workdir, "entropy_check_summary")
+  paths += outputs.write_table(set_rows, workdir, "entropy_check")
+  paths += outputs.write_table(summary, workdir, "entropy_check_summary")
   paths.append(plot(out, config, workdir))
-  io.log_outputs("entropy_check", paths)
+  outputs.log_outputs("entropy_check", paths)
   return dict(raw=out, settings=set_rows, summary=summary, paths=paths)

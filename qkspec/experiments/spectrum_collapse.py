@@ -17,7 +17,7 @@ random-walk inputs we measure per layer l (attention computed from X^l):
 the relative residual :math:`r_l` (mean-centring), the attention entropy,
 :math:`\rho_i` of the last query (`propagation.empirical_rho`), and the
 fraction of attention rows whose entropy falls below Eq. (9)
-(`diagnostics.entropy_lower_bound`) or Zhai's Theorem 3.1
+(`diagnostics.eq9_entropy`) or Zhai's Theorem 3.1
 (`entropy_bounds.zhai_entropy_lower_bound`), both at
 :math:`\nu = \|X^lX^{l\top}\|_2\|W_{QK}\|_2/\lambda`.
 
@@ -35,11 +35,11 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from qkspec import diagnostics
-from qkspec import entropy_bounds
-from qkspec import propagation
-from qkspec import san
-from qkspec.experiments import io
+from qkspec.theory import diagnostics
+from qkspec.theory import entropy_bounds
+from qkspec.theory import propagation
+from qkspec.theory import san
+from qkspec.experiments import outputs
 
 _TOL = 1e-4      # nats: a row "violates" a bound only below bound - _TOL
 _LOG_FLOOR = 1e-30
@@ -51,16 +51,16 @@ def validate(config: ml_collections.ConfigDict) -> None:
                      ("num_heads", 1), ("num_draws", 1), ("num_sequences", 1),
                      ("points_per_batch", 1)):
     value = config[field]
-    io.require(isinstance(value, int) and value >= low, field,
+    outputs.require(isinstance(value, int) and value >= low, field,
                f"must be an integer >= {low}", value)
-  io.require(len(config.means) > 0, "means", "must be non-empty", config.means)
-  io.require(len(config.scales) > 0 and all(s >= 0 for s in config.scales),
+  outputs.require(len(config.means) > 0, "means", "must be non-empty", config.means)
+  outputs.require(len(config.scales) > 0 and all(s >= 0 for s in config.scales),
              "scales", "must be non-empty and >= 0", config.scales)
-  io.require(config.inputs in san.INPUTS, "inputs", f"must be in {san.INPUTS}",
+  outputs.require(config.inputs in san.INPUTS, "inputs", f"must be in {san.INPUTS}",
              config.inputs)
-  io.require(config.value_init in san.VALUE_INITS, "value_init",
+  outputs.require(config.value_init in san.VALUE_INITS, "value_init",
              f"must be in {san.VALUE_INITS}", config.value_init)
-  io.require(0 < config.collapse_threshold < 1, "collapse_threshold",
+  outputs.require(0 < config.collapse_threshold < 1, "collapse_threshold",
              "must be in (0, 1)", config.collapse_threshold)
 
 
@@ -83,8 +83,8 @@ def measure_draw(key, mean, scale, *, dim, seq_len, num_layers, num_heads,
   # Entropy bounds at nu = ||X X^T||_2 ||W_QK||_2 / lambda (and lambda = 1).
   nu_NxLxH = entropy_bounds.entropy_bound_nu(
       xs_NxKxTxd[:, :-1, None], params["w_qk"][None], lam)
-  eq9 = diagnostics.entropy_lower_bound(nu_NxLxH, seq_len)[..., None]
-  eq9_raw = diagnostics.entropy_lower_bound(nu_NxLxH * lam, seq_len)[..., None]
+  eq9 = diagnostics.eq9_entropy(nu_NxLxH, seq_len)[..., None]
+  eq9_raw = diagnostics.eq9_entropy(nu_NxLxH * lam, seq_len)[..., None]
   zhai = entropy_bounds.zhai_entropy_lower_bound(nu_NxLxH, seq_len)[..., None]
   below = lambda b: jnp.mean(ent_NxLxHxT < b - _TOL, axis=(0, 2, 3))  # noqa
   return dict(
@@ -270,7 +270,7 @@ def claims(grid_rows, config) -> list[dict]:
 
 def plot_grid(grid_rows, config, workdir):
   """Heat maps over (mean, scale): collapse depth, decay rate, entropy, rho."""
-  plt = io.pyplot()
+  plt = outputs.pyplot()
   num_m, num_s = len(config.means), len(config.scales)
   panels = (("collapse_depth", f"collapse depth (r < "
              f"{config.collapse_threshold:g})"),
@@ -295,12 +295,12 @@ def plot_grid(grid_rows, config, workdir):
   fig.suptitle(f"Deep pure SAN, W_QK ~ sample_qk(mean, scale) per layer "
                f"(L={config.num_layers}, d={config.dim}, T={config.seq_len}, "
                f"{config.inputs} inputs, ln T = {np.log(config.seq_len):.2f})")
-  return io.save_figure(fig, workdir, "fig_spectrum_collapse")
+  return outputs.save_figure(fig, workdir, "fig_spectrum_collapse")
 
 
 def plot_layers(out, config, workdir):
   """Per-layer r_l and entropy, one line per mean, one column per scale."""
-  plt = io.pyplot()
+  plt = outputs.pyplot()
   scales = list(config.scales)
   fig, axes = plt.subplots(2, len(scales), figsize=(3.4 * len(scales), 6.5),
                            squeeze=False, layout="constrained", sharey="row")
@@ -321,12 +321,12 @@ def plot_layers(out, config, workdir):
   axes[0, 0].legend(title="eigen-mean", fontsize=7)
   fig.suptitle("Rank collapse and entropy per layer (geo-mean over draws, "
                "band: min-max; dashed: ln T)")
-  return io.save_figure(fig, workdir, "fig_spectrum_layers")
+  return outputs.save_figure(fig, workdir, "fig_spectrum_layers")
 
 
 def plot_rho(out, config, workdir):
   """rho_i of the last query at layer 1 and layer L, per grid point."""
-  plt = io.pyplot()
+  plt = outputs.pyplot()
   fig, axes = plt.subplots(2, len(config.scales),
                            figsize=(3.4 * len(config.scales), 6),
                            squeeze=False, layout="constrained", sharey=True)
@@ -342,14 +342,14 @@ def plot_rho(out, config, workdir):
   axes[0, 0].set_ylabel("rho_i (last query)")
   axes[1, 0].set_ylabel("rho_i (last query)")
   axes[0, 0].legend(title="eigen-mean", fontsize=7)
-  return io.save_figure(fig, workdir, "fig_spectrum_rho")
+  return outputs.save_figure(fig, workdir, "fig_spectrum_rho")
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Sweeps the grid, checks the Sec. 5 claims, writes tables and figures."""
   validate(config)
-  workdir = io.make_workdir(workdir)
-  paths = [io.write_config(config, workdir)]
+  workdir = outputs.make_workdir(workdir)
+  paths = [outputs.write_config(config, workdir)]
   logging.info("spectrum_collapse: %d x %d grid, %d draws x %d sequences, "
                "L=%d", len(config.means), len(config.scales), config.num_draws,
                config.num_sequences, config.num_layers)
@@ -361,21 +361,21 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   cols = ["mean", "scale", "r_trace", "collapse_depth",
           "log10_decay_per_layer", "entropy_l1", "entropy_mean",
           "rho_mean_l1", "eq9_violation_all", "zhai_violation_all"]
-  text = io.format_table(grid_rows, cols)
+  text = outputs.format_table(grid_rows, cols)
   logging.info("grid:\n%s", text)
   print("spectrum_collapse grid:\n" + text, flush=True)
-  claim_text = io.format_table(claim_rows, ["claim", "fixed", "values",
+  claim_text = outputs.format_table(claim_rows, ["claim", "fixed", "values",
                                             "steps_supporting",
                                             "steps_against", "holds"])
   logging.info("claims:\n%s", claim_text)
   print("Sec. 5 claims:\n" + claim_text, flush=True)
-  paths += io.write_table(grid_rows, workdir, "spectrum_grid")
-  paths += io.write_table(layer_rows, workdir, "spectrum_layers")
-  paths += io.write_table(rho_rows, workdir, "spectrum_rho")
-  paths += io.write_table(claim_rows, workdir, "spectrum_claims")
+  paths += outputs.write_table(grid_rows, workdir, "spectrum_grid")
+  paths += outputs.write_table(layer_rows, workdir, "spectrum_layers")
+  paths += outputs.write_table(rho_rows, workdir, "spectrum_rho")
+  paths += outputs.write_table(claim_rows, workdir, "spectrum_claims")
   paths += [plot_grid(grid_rows, config, workdir),
             plot_layers(out, config, workdir),
             plot_rho(out, config, workdir)]
-  io.log_outputs("spectrum_collapse", paths)
+  outputs.log_outputs("spectrum_collapse", paths)
   return dict(raw=out, grid=grid_rows, layers=layer_rows, rho=rho_rows,
               claims=claim_rows, paths=paths)

@@ -1,0 +1,49 @@
+"""The `--config file.py:ARG` grammar and loading a config file.
+
+Every file in configs/ reads the part after ":" with `parse_arg`:
+`"smoke,L=3,d=32"` -> `ConfigDict(smoke=True, L=3, d=32)` over the file's
+defaults. Imports only ml_collections.
+"""
+import importlib.util
+import pathlib
+
+import ml_collections
+
+
+def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
+  """"smoke,L=3,d=32" -> ConfigDict(smoke=True, L=3, d=32) over `defaults`.
+
+  A bare name sets a bool default to True; `k=v` is cast to the type of
+  the default. Unknown names raise ValueError.
+  """
+  out = ml_collections.ConfigDict(defaults)
+  for part in (arg or "").split(","):
+    part = part.strip()
+    if not part:
+      continue
+    key, sep, value = part.partition("=")
+    if key not in defaults:
+      raise ValueError(f"unknown config argument {key!r}; known: "
+                       f"{sorted(defaults)}.")
+    default = defaults[key]
+    if not sep:
+      if not isinstance(default, bool):
+        raise ValueError(f"config argument {key!r} needs a value ({key}=...).")
+      out[key] = True
+    elif isinstance(default, bool):
+      out[key] = value.lower() in ("1", "true", "yes")
+    else:
+      out[key] = type(default)(value)
+  return out
+
+
+def load_config_file(path: str | pathlib.Path,
+                     arg: str | None = None) -> ml_collections.ConfigDict:
+  """`get_config(arg)` of a config file, as `--config path:arg` would load it."""
+  path = pathlib.Path(path)
+  if not path.is_file():
+    raise ValueError(f"no config file at {path}.")
+  spec = importlib.util.spec_from_file_location(f"_config_{path.stem}", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(arg)

@@ -1,0 +1,144 @@
+"""Defaults of the training configs (theory_task, locater_wt2, ...).
+
+`theory_config()` and `lm_config()` give complete configs whose fields
+`qkspec.config.schema.validate` knows; the files in configs/ edit them.
+`parse_arg` and `load_config_file` (from `qkspec.config.args`) are
+re-exported here, so a config file needs this one import.
+"""
+import ml_collections
+
+from qkspec.config.args import load_config_file  # noqa: F401  (re-export)
+from qkspec.config.args import parse_arg  # noqa: F401  (re-export)
+
+KAPPA2_SWEEP = (0.0, 1e-3, 1e-2, 1e-1, 1.0)   # paper Sec. 7, Figs. 6, 8-12
+
+
+def _training(c):
+  """Fields shared by every training config."""
+  c.seed = 0                 # init and dropout PRNG seed
+  c.opt = ml_collections.ConfigDict(dict(
+      lr=2.5e-5,             # learning rate (constant in the paper)
+      b1=0.9, b2=0.999,      # Adam betas (paper: fairseq defaults)
+      eps=1e-8,              # Adam epsilon
+      weight_decay=0.01,     # decoupled (AdamW), as fairseq's Adam
+      schedule="constant",   # constant | warmup_constant | warmup_cosine
+      warmup_steps=0,        # steps of linear warm-up (non-constant schedules)
+      min_lr_fraction=0.0,   # cosine floor as a fraction of lr
+  ))
+  c.locater = ml_collections.ConfigDict(dict(
+      kappa1=0.0,            # scale strength, tr(W_QK^T W_QK) (0 = off)
+      kappa2=0.0,            # mean strength, (tr W_QK - target)^2 (0 = off)
+      target=1.0,            # the eigen-sum tr(W_QK) is held to (paper: 1)
+  ))
+  c.sweep = ml_collections.ConfigDict(dict(
+      mode="zip",            # zip: member i takes entry i | product: all combos
+      seed=(),               # values per member; () = not swept
+      kappa1=(),
+      kappa2=(),
+      target=(),
+      member_batch=-1,       # members batched per step: 0 all (vmap), k: k at
+                             # a time (lax.map), -1 auto (CPU 1, else all)
+  ))
+  c.num_steps = 50_000       # optimizer updates
+  c.log_every = 100          # steps between train metrics + measurements
+  c.eval_every = 1_000       # steps between evaluations
+  c.checkpoint_every = 1_000  # steps between checkpoints
+  c.max_to_keep = 2          # checkpoints kept
+  c.eval_max_batches = 0     # eval batches per split (0 = the whole split)
+  c.compute_dtype = "float32"  # float32 | bfloat16 (params stay float32)
+  c.multihost = False        # call jax.distributed.initialize() first
+  return c
+
+
+def theory_config() -> ml_collections.ConfigDict:
+  """The Sec. 2 model on Assumption-1 random walks (no data set)."""
+  c = ml_collections.ConfigDict()
+  c.task = "theory"
+  c.model = ml_collections.ConfigDict(dict(
+      num_layers=1,          # L
+      d_model=16,            # d, token dimension
+      num_heads=1,           # H (the paper: 1)
+      qk_param="joint",      # joint W_QK (paper Sec. 2) | factored (W_Q, W_K)
+      qkv_bias=False,        # no projection biases in the theory model
+      out_proj=False,        # U = A X W_V^T, no output projection
+      causal=False,          # Eq. (1) attends to every token
+      temperature=0.0,       # lambda; 0 = sqrt(d)
+      attn_dropout=0.0,      # dropout on attention probabilities
+      ffn_dim=16,            # F (W_F1: d -> F, W_F2: F -> d)
+      activation="relu",     # sigma: relu | identity | gelu
+      norm="none",           # none | post | pre (LayerNorm placement)
+      ffn_bias=False,        # FFN biases
+      dropout=0.0,           # residual dropout
+  ))
+  c.data = ml_collections.ConfigDict(dict(
+      seq_len=32,            # T context tokens; the target is x_{T+1}
+      batch_size=64,         # B sequences per step, over all devices
+      seed=0,                # data PRNG seed: batch k depends on (seed, k)
+      cov="isotropic",       # Sigma: isotropic (I) | anisotropic (R^T R/d)
+      eval_sequences=1024,   # held-out sequences for valid/loss
+  ))
+  return _training(c)
+
+
+def data_config() -> ml_collections.ConfigDict:
+  """The `data` section of an lm config (read by `qkspec.data.pipeline`)."""
+  c = ml_collections.ConfigDict()
+  c.name = "wikitext2"  # tfds builder name (qkspec/data/wikitext2)
+  c.data_dir = ""  # tfds data dir; "" = $TFDS_DATA_DIR or ~/tensorflow_datasets
+  c.manual_dir = ""  # dir with the 3 token files; "" = download the zip
+  c.seq_len = 64  # T, tokens per sample (paper App. D)
+  c.batch_size = 64  # B, sequences per step over all hosts (paper App. D)
+  c.seed = 0  # shuffling seed (int >= 0); batch k depends on (seed, k) only
+  return c
+
+
+def lm_config() -> ml_collections.ConfigDict:
+  """fairseq transformer_lm on WikiText-2 as in Sec. 7 and App. D."""
+  c = ml_collections.ConfigDict()
+  c.task = "lm"
+  c.model = ml_collections.ConfigDict(dict(
+      num_layers=1,          # L decoder layers (paper: 1, 3, 6)
+      d_model=128,           # d = embed = attention dim (paper: 32, 128)
+      num_heads=1,           # H (paper: 1)
+      qk_param="factored",   # W_Q, W_K kernels (fairseq) | joint W_QK
+      qkv_bias=True,         # biased q/k/v/out projections (fairseq)
+      out_proj=True,         # attention output projection (fairseq)
+      causal=True,           # decoder self-attention
+      temperature=0.0,       # lambda; 0 = sqrt(head_dim) (fairseq scaling)
+      attn_dropout=0.0,      # fairseq default attention_dropout
+      ffn_dim=128,           # FFN width (paper: = d)
+      activation="relu",     # fairseq default activation_fn
+      norm="post",           # post (fairseq default) | pre | none
+      ffn_bias=True,
+      dropout=0.1,           # fairseq transformer_lm default dropout
+      fused_loss=True,       # fused chunked output projection + CE (same maths)
+      loss_chunk=128,        # tokens per fused-loss chunk (memory ~ chunk x V)
+  ))
+  c.data = data_config()               # WikiText-2: name, dirs, seq_len, ...
+  c.data.seq_len = 64                  # T (paper)
+  c.data.batch_size = 64               # B sequences per step (paper)
+  return _training(c)
+
+
+def synthetic_data(c, vocab_size=50, train_tokens=4_000, eval_tokens=400):
+  """Switches an lm config to a synthetic bigram stream (smoke tests)."""
+  c.data.name = "synthetic"
+  c.data.vocab_size = vocab_size       # V, including <eos>
+  c.data.train_tokens = train_tokens   # tokens in the train stream
+  c.data.eval_tokens = eval_tokens     # tokens in valid and in test
+  return c
+
+
+def smoke(c, d_model: int = 16) -> ml_collections.ConfigDict:
+  """Shrinks a training config to a seconds-long CPU run (`:smoke`, tests)."""
+  if c.task == "lm":
+    synthetic_data(c)
+    c.opt.lr = 1e-3
+    c.eval_max_batches = 2
+  else:
+    c.data.eval_sequences = 16
+  c.model.d_model = c.model.ffn_dim = d_model
+  c.data.seq_len = c.data.batch_size = 8
+  c.num_steps = 4
+  c.log_every = c.eval_every = c.checkpoint_every = 2
+  return c

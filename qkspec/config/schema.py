@@ -1,0 +1,196 @@
+"""Validation of training configs, before anything is built or trained.
+
+`validate(config)` raises ValueError naming the offending key for an unknown
+key, a wrong type or an impossible value (negative kappa, d not divisible by
+the heads, a batch that does not split over the devices, ...). Checks that
+need the data (seq_len longer than a split) run in `qkspec.training.tasks`.
+"""
+from typing import Any, Callable
+
+
+SWEEPABLE = ("seed", "kappa1", "kappa2", "target")
+
+# Allowed values of the model's string options (qkspec/training/model.py
+# implements each one).
+QK_PARAMS = ("factored", "joint")      # W_Q, W_K kernels | one joint W_QK
+NORMS = ("post", "pre", "none")        # LayerNorm placement
+ACTIVATIONS = ("relu", "identity", "gelu")
+
+
+def _is_int(v):
+  return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _int(minimum):
+  def check(v):
+    if not _is_int(v) or v < minimum:
+      return f"must be an integer >= {minimum}"
+  return check
+
+
+def _real(minimum=None, maximum=None, strict=False):
+  def check(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+      return "must be a number"
+    if minimum is not None and (v <= minimum if strict else v < minimum):
+      return f"must be {'>' if strict else '>='} {minimum}"
+    if maximum is not None and v > maximum:
+      return f"must be <= {maximum}"
+  return check
+
+
+def _bool(v):
+  if not isinstance(v, bool):
+    return "must be True or False"
+
+
+def _str(v):
+  if not isinstance(v, str):
+    return "must be a string"
+
+
+def _choice(*options):
+  def check(v):
+    if v not in options:
+      return f"must be one of {options}"
+  return check
+
+
+def _tuple_of(check_item):
+  def check(v):
+    if not isinstance(v, (tuple, list)):
+      return "must be a tuple (empty: not swept)"
+    for item in v:
+      msg = check_item(item)
+      if msg:
+        return f"entries {msg} (got {item!r})"
+  return check
+
+
+_COMMON: dict[str, Callable[[Any], str | None]] = {
+    "task": _choice("theory", "lm"),
+    "seed": _int(0),
+    "model.num_layers": _int(1),
+    "model.d_model": _int(1),
+    "model.num_heads": _int(1),
+    "model.qk_param": _choice(*QK_PARAMS),
+    "model.qkv_bias": _bool,
+    "model.out_proj": _bool,
+    "model.causal": _bool,
+    "model.temperature": _real(0.0),
+    "model.attn_dropout": _real(0.0, 1.0),
+    "model.ffn_dim": _int(1),
+    "model.activation": _choice(*ACTIVATIONS),
+    "model.norm": _choice(*NORMS),
+    "model.ffn_bias": _bool,
+    "model.dropout": _real(0.0, 1.0),
+    "opt.lr": _real(0.0, strict=True),
+    "opt.b1": _real(0.0, 1.0),
+    "opt.b2": _real(0.0, 1.0),
+    "opt.eps": _real(0.0),
+    "opt.weight_decay": _real(0.0),
+    "opt.schedule": _choice("constant", "warmup_constant", "warmup_cosine"),
+    "opt.warmup_steps": _int(0),
+    "opt.min_lr_fraction": _real(0.0, 1.0),
+    "locater.kappa1": _real(0.0),
+    "locater.kappa2": _real(0.0),
+    "locater.target": _real(),
+    "sweep.mode": _choice("zip", "product"),
+    "sweep.seed": _tuple_of(_int(0)),
+    "sweep.kappa1": _tuple_of(_real(0.0)),
+    "sweep.kappa2": _tuple_of(_real(0.0)),
+    "sweep.target": _tuple_of(_real()),
+    "sweep.member_batch": _int(-1),
+    "num_steps": _int(0),
+    "log_every": _int(1),
+    "eval_every": _int(1),
+    "checkpoint_every": _int(1),
+    "max_to_keep": _int(1),
+    "eval_max_batches": _int(0),
+    "compute_dtype": _choice("float32", "bfloat16"),
+    "multihost": _bool,
+    "data.seq_len": _int(2),
+    "data.batch_size": _int(1),
+    "data.seed": _int(0),
+}
+_THEORY_DATA = {
+    "data.cov": _choice("isotropic", "anisotropic"),
+    "data.eval_sequences": _int(1),
+}
+_LM_MODEL = {
+    "model.fused_loss": _bool,            # qkspec.training.fused_xent, no [B,T,V] logits
+    "model.loss_chunk": _int(1),          # rows per fused-loss chunk
+}
+_LM_DATA = {
+    "data.name": _str,
+    "data.data_dir": _str,
+    "data.manual_dir": _str,
+    "data.verify_checksums": _bool,       # tests with fixtures only
+    "data.vocab_size": _int(2),           # synthetic only
+    "data.train_tokens": _int(2),         # synthetic only
+    "data.eval_tokens": _int(2),          # synthetic only
+}
+
+
+def flatten(config, prefix: str = "") -> dict:
+  """{"model.d_model": 16, ...}: the dotted keys of a (nested) config."""
+  items = config.items() if hasattr(config, "items") else []
+  out = {}
+  for k, v in items:
+    if hasattr(v, "items"):
+      out.update(flatten(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out
+
+
+def validate(config, num_devices: int | None = None) -> None:
+  """Raises ValueError naming the key of the first problem in `config`.
+
+  Args:
+    config: a training ConfigDict (see qkspec/config/defaults.py).
+    num_devices: if given, the batch must split evenly over this many.
+  """
+  flat = flatten(config)
+  task = flat.get("task")
+  schema = dict(_COMMON)
+  if task == "theory":
+    schema.update(_THEORY_DATA)
+  else:
+    schema.update(_LM_MODEL)
+    schema.update(_LM_DATA)
+  for key in flat:
+    if key not in schema:
+      raise ValueError(f"unknown config key {key!r}.")
+  for key, check in schema.items():
+    if key in flat:
+      msg = check(flat[key])
+      if msg:
+        raise ValueError(f"config.{key} {msg}, got {flat[key]!r}.")
+    elif not key.startswith("sweep.") and key not in _LM_DATA:
+      raise ValueError(f"config.{key} is missing.")
+
+  m = config.model
+  if m.d_model % m.num_heads:
+    raise ValueError(f"config.model.num_heads={m.num_heads} does not divide "
+                     f"config.model.d_model={m.d_model}.")
+  if task == "theory" and m.num_heads != 1 and not m.out_proj:
+    raise ValueError("config.model.out_proj must be True with num_heads > 1 "
+                     "unless heads are concatenated (head_dim = d / H).")
+  if task == "lm" and config.data.name == "synthetic":
+    for key in ("vocab_size", "train_tokens", "eval_tokens"):
+      if f"data.{key}" not in flat:
+        raise ValueError(f"config.data.{key} is missing (synthetic data).")
+  if config.opt.schedule != "constant" and (
+      config.opt.warmup_steps > config.num_steps):
+    raise ValueError("config.opt.warmup_steps exceeds config.num_steps.")
+  if num_devices is not None and config.data.batch_size % num_devices:
+    raise ValueError(f"config.data.batch_size={config.data.batch_size} is not "
+                     f"divisible by the {num_devices} devices.")
+  sweep = {k: flat[f"sweep.{k}"] for k in SWEEPABLE if flat.get(f"sweep.{k}")}
+  if flat.get("sweep.mode", "zip") == "zip" and sweep:
+    lengths = {len(v) for v in sweep.values()} - {1}
+    if len(lengths) > 1:
+      raise ValueError(f"config.sweep entries must have equal lengths (or 1) "
+                       f"with mode 'zip', got "
+                       f"{ {k: len(v) for k, v in sweep.items()} }.")

@@ -1,0 +1,269 @@
+"""WikiText-2 input pipeline: tfds builder -> array_record -> token blocks.
+
+B=global batch (all hosts), b=B/process_count rows per host, T=seq_len,
+N=tokens in a split (one `<eos>` per line).
+
+Blocks (fairseq `--sample-break-mode none`): a split's stream is its N tokens
+with one `<eos>` in front, s = [<eos>] + tokens, as fairseq's
+TokenBlockDataset does for its first block. Block j is the T+1 tokens
+s[jT : jT+T+1] (consecutive blocks overlap by one token):
+
+  inputs  = s[jT     : jT+T]
+  targets = s[jT + 1 : jT+T+1] = tokens[jT : jT+T]
+
+so every token of a split is a target exactly once.
+
+Training reads the floor(N/T) full blocks in an epoch-wise permutation that
+is a pure function of (seed, epoch), S = floor(N/T) // B steps per epoch
+(the < B leftover blocks of an epoch's permutation are skipped in that
+epoch only). Batch k is a pure function of (seed, k): a resumed run needs no
+iterator state beyond the step. The permutation ranks a splitmix64 hash of
+(seed, epoch, block), so it does not depend on numpy's RNG version.
+
+Evaluation reads all ceil(N/T) blocks in order. The last block is padded,
+and the last batch is padded with empty rows so shapes stay [b, T]; padding
+has id 0 and weight 0, and sum(weights) = N over a split.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+import dataclasses
+import functools
+import os
+
+import grain
+import jax
+import ml_collections
+import numpy as np
+
+from qkspec.config import defaults
+
+Batch = dict[str, np.ndarray]
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """The `data` section that lm configs embed as `config.data`."""
+  return defaults.data_config()
+
+
+@dataclasses.dataclass(frozen=True)
+class LMData:
+  """A vocabulary and the three flat token streams (int32[N] each)."""
+  vocab: tuple[str, ...]
+  train: np.ndarray
+  valid: np.ndarray
+  test: np.ndarray
+
+  @property
+  def vocab_size(self) -> int:
+    return len(self.vocab)
+
+  @property
+  def eos_id(self) -> int:
+    return self.vocab.index("<eos>")
+
+  def split(self, name: str) -> np.ndarray:
+    """The int32[N] stream of "train", "valid" (or "validation"), "test"."""
+    return getattr(self, {"validation": "valid"}.get(name, name))
+
+
+def load_splits(config: ml_collections.ConfigDict, *,
+                verify_checksums: bool = True) -> LMData:
+  """Prepares `config.name` in `config.data_dir` if needed and reads it.
+
+  The first call builds the array_record files (from `config.manual_dir` if
+  set, else by downloading); later calls only read them (checksums are
+  verified at build time only). On several hosts,
+  prepare once beforehand or give each host its own `data_dir`.
+
+  Args:
+    config: a `default_config()`-like section.
+    verify_checksums: check the source files' sha256. Tests only: False.
+  """
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  import qkspec.data.wikitext2  # pylint: disable=g-import-not-at-top,unused-import
+
+  data_dir = os.path.expanduser(config.data_dir) if config.data_dir else None
+  builder = tfds.builder(config.name, data_dir=data_dir,
+                         file_format="array_record",
+                         verify_checksums=verify_checksums)
+  builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+      manual_dir=config.manual_dir or None, try_download_gcs=False))
+  sources = builder.as_data_source()
+
+  def stream(split: str) -> np.ndarray:
+    src = sources[split]
+    ids = [ex["ids"] for ex in src.__getitems__(range(len(src)))]
+    return np.concatenate(ids).astype(np.int32) if ids else np.zeros(
+        0, np.int32)
+
+  return LMData(vocab=tuple(builder.info.metadata["vocab"]),
+                train=stream("train"), valid=stream("validation"),
+                test=stream("test"))
+
+
+def num_batches(num_tokens: int, seq_len: int, batch_size: int, *,
+                train: bool) -> int:
+  """Steps per epoch (train=True) or batches to cover a split (train=False)."""
+  if train:
+    return (num_tokens // seq_len) // batch_size
+  ceil_div = lambda a, b: -(-a // b)
+  return ceil_div(ceil_div(num_tokens, seq_len), batch_size)
+
+
+def host_rows(batch_size: int, process_index: int | None = None,
+              process_count: int | None = None) -> slice:
+  """This host's rows of a global batch (defaults: jax.process_index/count)."""
+  p = jax.process_index() if process_index is None else process_index
+  n = jax.process_count() if process_count is None else process_count
+  if batch_size % n or not 0 <= p < n:
+    raise ValueError(f"batch_size {batch_size} must split evenly over "
+                     f"{n} hosts (process {p})")
+  b = batch_size // n
+  return slice(p * b, (p + 1) * b)
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+  """A bijection of uint64 arrays (Steele et al., SplitMix64 finaliser)."""
+  x = x + np.uint64(0x9E3779B97F4A7C15)
+  x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+  x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+  return x ^ (x >> np.uint64(31))
+
+
+@functools.lru_cache(maxsize=8)
+def epoch_permutation(seed: int, epoch: int, num_blocks: int) -> np.ndarray:
+  """int64[num_blocks]: the order of the train blocks in `epoch`."""
+  if seed < 0 or epoch < 0:
+    raise ValueError(f"seed and epoch must be >= 0, got {seed}, {epoch}")
+  base = _splitmix64(_splitmix64(np.array([seed], np.uint64))
+                     ^ np.array([epoch], np.uint64))
+  keys = _splitmix64(base ^ np.arange(num_blocks, dtype=np.uint64))
+  perm = np.argsort(keys)  # keys are distinct: a bijection of distinct inputs
+  perm.flags.writeable = False
+  return perm
+
+
+def _blocks(tokens: np.ndarray, eos_id: int, starts: np.ndarray,
+            seq_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Blocks whose targets start at tokens[starts] (see module docstring).
+
+  Returns:
+    inputs, targets int32[R, T] and valid bool[R, T] (False past the end).
+  """
+  pos = np.asarray(starts, np.int64)[:, None] + np.arange(seq_len)
+  n = tokens.shape[0]
+  valid = pos < n
+  targets = np.where(valid, tokens[np.clip(pos, 0, n - 1)], 0)
+  inputs = np.where(pos == 0, eos_id, tokens[np.clip(pos - 1, 0, n - 1)])
+  inputs = np.where(valid, inputs, 0)
+  return inputs.astype(np.int32), targets.astype(np.int32), valid
+
+
+def _train_block_ids(num_tokens: int, step: int, seq_len: int,
+                     batch_size: int, seed: int) -> np.ndarray:
+  """int64[B]: the train blocks of global batch `step`."""
+  num_blocks = num_tokens // seq_len
+  steps = num_batches(num_tokens, seq_len, batch_size, train=True)
+  if steps == 0:
+    raise ValueError(f"{num_tokens} tokens make no batch of {batch_size} x "
+                     f"{seq_len}")
+  epoch, k = divmod(int(step), steps)
+  perm = epoch_permutation(int(seed), epoch, num_blocks)
+  return perm[k * batch_size:(k + 1) * batch_size]
+
+
+def train_batch(data: LMData, step: int, *, seq_len: int, batch_size: int,
+                seed: int, process_index: int | None = None,
+                process_count: int | None = None) -> Batch:
+  """This host's rows of training batch `step`, a pure function of (seed, step).
+
+  Returns:
+    {"inputs": int32[b, T], "targets": int32[b, T]}, targets = next tokens.
+  """
+  rows = host_rows(batch_size, process_index, process_count)
+  ids = _train_block_ids(data.train.shape[0], step, seq_len, batch_size, seed)
+  inputs, targets, _ = _blocks(data.train, data.eos_id, ids[rows] * seq_len,
+                               seq_len)
+  return {"inputs": inputs, "targets": targets}
+
+
+def eval_batch(data: LMData, split: str, index: int, *, seq_len: int,
+               batch_size: int, process_index: int | None = None,
+               process_count: int | None = None) -> Batch:
+  """This host's rows of evaluation batch `index` of `split`, in order.
+
+  Returns:
+    {"inputs", "targets": int32[b, T], "weights": float32[b, T]}, weights 1
+    on real targets and 0 on padding.
+  """
+  rows = host_rows(batch_size, process_index, process_count)
+  tokens = data.split(split)
+  global_rows = index * batch_size + np.arange(rows.start, rows.stop)
+  inputs, targets, valid = _blocks(tokens, data.eos_id,
+                                   global_rows * seq_len, seq_len)
+  return {"inputs": inputs, "targets": targets,
+          "weights": valid.astype(np.float32)}
+
+
+def eval_batches(data: LMData, split: str, *, seq_len: int, batch_size: int,
+                 process_index: int | None = None,
+                 process_count: int | None = None) -> Iterator[Batch]:
+  """All evaluation batches of `split`; together they weight each token once."""
+  n = num_batches(data.split(split).shape[0], seq_len, batch_size,
+                  train=False)
+  for index in range(n):
+    yield eval_batch(data, split, index, seq_len=seq_len,
+                     batch_size=batch_size, process_index=process_index,
+                     process_count=process_count)
+
+
+class _TrainRows:
+  """Random-access source: item j is row j % b of host batch j // b."""
+
+  def __init__(self, data: LMData, seq_len: int, batch_size: int, seed: int,
+               rows: slice, length: int):
+    self._data, self._seq_len, self._batch_size = data, seq_len, batch_size
+    self._seed, self._rows, self._len = seed, rows, length
+
+  def __len__(self) -> int:
+    return self._len
+
+  def __getitem__(self, j: int) -> Batch:
+    step, r = divmod(int(j), self._rows.stop - self._rows.start)
+    ids = _train_block_ids(self._data.train.shape[0], step, self._seq_len,
+                           self._batch_size, self._seed)
+    start = ids[self._rows.start + r] * self._seq_len
+    inputs, targets, _ = _blocks(self._data.train, self._data.eos_id,
+                                 np.array([start]), self._seq_len)
+    return {"inputs": inputs[0], "targets": targets[0]}
+
+
+def make_grain_loader(data: LMData, *, seq_len: int, batch_size: int,
+                      seed: int, start_step: int = 0,
+                      num_steps: int | None = None,
+                      process_index: int | None = None,
+                      process_count: int | None = None,
+                      read_options: grain.ReadOptions | None = None
+                      ) -> grain.IterDataset:
+  """A grain pipeline yielding `train_batch(data, k, ...)` for k = start_step..
+
+  grain reads single blocks from a random-access source, batches them and
+  prefetches with threads; the order is the same (seed, epoch) permutation,
+  so resuming needs only `start_step`.
+
+  Args:
+    num_steps: stop before this global step (None: practically endless).
+    read_options: grain threads / prefetch (default: 2 threads, 4 batches).
+
+  Returns:
+    An iterable of {"inputs", "targets": int32[b, T]}.
+  """
+  rows = host_rows(batch_size, process_index, process_count)
+  b = rows.stop - rows.start
+  length = (num_steps if num_steps is not None else 2**62 // b) * b
+  ds = grain.MapDataset.source(
+      _TrainRows(data, seq_len, batch_size, seed, rows, length))
+  ds = ds.batch(b, drop_remainder=True)[start_step:]
+  return ds.to_iter_dataset(read_options or grain.ReadOptions(
+      num_threads=2, prefetch_buffer_size=4))

@@ -1,0 +1,340 @@
+r"""Rank collapse per layer in random SANs: pure, +skip, +MLP, +LN, full block.
+
+Shapes: A = architectures, S = weight draws (seeds), N = sequences per draw,
+L = layers, T = tokens, d = token dimension, K = L + 1 path lengths.
+
+For every architecture of `san.ARCHITECTURES`, draw and input, the relative
+residual :math:`r_l = \|\mathrm{res}(X^l)\|/\|X^l\|` for each definition of
+`diagnostics.RESIDUAL_METHODS` (Dong et al., Fig. 1 style). Then, per curve:
+
+* the order of convergence :math:`\kappa`, the slope of
+  :math:`\log r_{l+1} = \kappa \log r_l + a` over the layers with
+  floor < :math:`r_l \le` `fit_max_residual`: Dong et al.'s Theorem 2.2,
+  :math:`r_{l+1} \lesssim c\,r_l^3`, predicts :math:`\kappa = 3`
+  (doubly exponential); an exponential decay gives :math:`\kappa = 1`;
+* Dong's closed form :math:`\log r_l = a + b\,3^l` and an exponential
+  :math:`\log r_l = a + b\,l`, with their :math:`R^2`;
+* for the pure SAN, the measured mean-residual against the proven bound
+  :math:`\|\mathrm{res}(X^{l+1})\|_F \le c_l \|\mathrm{res}(X^l)\|_F^3`
+  (`san_paths.cubic_residual_coefficient`);
+* for the skip SAN, the output carried by paths of each length
+  (`san_paths.path_length_components`) next to the path count
+  :math:`\binom Lk H^k/(H+1)^L`.
+
+All draws and architectures run in one `jax.jit` computation.
+"""
+# pylint: disable=invalid-name
+import functools
+import time
+
+from absl import logging
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from qkspec.theory import diagnostics
+from qkspec.theory import san_paths
+from qkspec.theory import san
+from qkspec.experiments import outputs
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  """Raises ValueError naming the first bad field of a rank_collapse config."""
+  for field, low in (("num_seeds", 1), ("num_sequences", 1), ("num_layers", 1),
+                     ("num_heads", 1), ("dim", 1), ("head_dim", 1),
+                     ("mlp_dim", 1), ("seq_len", 2), ("composite_steps", 1)):
+    value = config[field]
+    outputs.require(isinstance(value, int) and value >= low, field,
+               f"must be an integer >= {low}", value)
+  outputs.require(len(config.architectures) > 0
+             and set(config.architectures) <= set(san.ARCHITECTURES),
+             "architectures", f"must be a subset of {tuple(san.ARCHITECTURES)}",
+             config.architectures)
+  outputs.require(len(config.methods) > 0
+             and set(config.methods) <= set(diagnostics.RESIDUAL_METHODS),
+             "methods", f"must be a subset of {diagnostics.RESIDUAL_METHODS}",
+             config.methods)
+  outputs.require(config.inputs in san.INPUTS, "inputs", f"must be in {san.INPUTS}",
+             config.inputs)
+  outputs.require(config.value_init in san.VALUE_INITS, "value_init",
+             f"must be in {san.VALUE_INITS}", config.value_init)
+  outputs.require(config.temperature >= 0, "temperature", "must be >= 0",
+             config.temperature)
+  outputs.require(0 < config.floor < config.fit_max_residual <= 1, "floor",
+             "and fit_max_residual must satisfy 0 < floor < fit_max <= 1",
+             (config.floor, config.fit_max_residual))
+
+
+def temperature(config) -> float:
+  return float(config.temperature or np.sqrt(config.head_dim))
+
+
+@functools.partial(jax.jit, static_argnames=(
+    "architectures", "methods", "num_seeds", "num_sequences", "num_layers",
+    "num_heads", "dim", "head_dim", "mlp_dim", "seq_len", "inputs",
+    "value_init", "composite_steps"))
+def measure(key, qk_gain, lam, *, architectures, methods, num_seeds,
+            num_sequences, num_layers, num_heads, dim, head_dim, mlp_dim,
+            seq_len, inputs, value_init, composite_steps):
+  """Relative residuals [S, N, L+1] per (arch, method), bound and path data."""
+
+  def one_seed(seed):
+    k_w, k_x = jax.random.split(jax.random.fold_in(key, seed))
+    params = san.init_params(
+        k_w, num_layers=num_layers, num_heads=num_heads, dim=dim,
+        head_dim=head_dim, mlp_dim=mlp_dim, qk_gain=qk_gain,
+        value_init=value_init)
+    x_NxTxd = san.sample_inputs(k_x, inputs, num_sequences, seq_len, dim)
+    out = {}
+    for name in architectures:
+      run = jax.vmap(lambda x, a=san.ARCHITECTURES[name]:   # noqa: B023
+                     san.forward(params, x, a, lam))(x_NxTxd)
+      xs_NxKxTxd = run["outputs"]
+      for method in methods:
+        out[f"rel/{name}/{method}"] = diagnostics.relative_residual(
+            xs_NxKxTxd, method, composite_steps)
+      if name == "san":
+        out["abs_res_san"] = diagnostics.rank_collapse_residual(
+            xs_NxKxTxd, "mean")
+        out["norm_san"] = jnp.sqrt(jnp.sum(xs_NxKxTxd**2, axis=(-2, -1)))
+      if name == "san_skip":
+        z_NxKxTxd = jax.vmap(san_paths.path_length_components,
+                             in_axes=(0, 0, None))(
+                                 x_NxTxd, run["probs"], params["w_v"])
+        norm_N = jnp.sqrt(jnp.sum(xs_NxKxTxd[:, -1]**2, axis=(-2, -1)))
+        out["path_share"] = jnp.sqrt(jnp.sum(z_NxKxTxd**2, axis=(-2, -1))
+                                     ) / norm_N[:, None]
+        out["path_rel_res"] = diagnostics.relative_residual(z_NxKxTxd, "mean")
+    out["cubic_c"] = san_paths.cubic_residual_coefficient(
+        params["w_qk"], params["w_v"], lam)
+    return out
+
+  return jax.vmap(one_seed)(jnp.arange(num_seeds))
+
+
+def run_measure(config) -> dict:
+  """`measure` on a validated config, numpy out."""
+  with jax.enable_x64(bool(config.float64)):
+    out = measure(jax.random.key(config.seed), config.qk_gain,
+                  temperature(config),
+                  architectures=tuple(config.architectures),
+                  methods=tuple(config.methods), num_seeds=config.num_seeds,
+                  num_sequences=config.num_sequences,
+                  num_layers=config.num_layers, num_heads=config.num_heads,
+                  dim=config.dim, head_dim=config.head_dim,
+                  mlp_dim=config.mlp_dim, seq_len=config.seq_len,
+                  inputs=config.inputs, value_init=config.value_init,
+                  composite_steps=config.composite_steps)
+    return jax.tree.map(lambda a: np.asarray(a, np.float64), out)
+
+
+# ---------------------------------------------------------------- fits ----
+
+
+def convergence_order(r_K: np.ndarray, floor: float, max_r: float
+                      ) -> tuple[float, float, int]:
+  r"""Least-squares :math:`\log r_{l+1} = \kappa\log r_l + a` over valid pairs.
+
+  A pair is valid when floor < :math:`r_l \le` max_r and
+  :math:`r_{l+1} >` floor. Returns (kappa, a, number of pairs); NaN if
+  fewer than 2 pairs.
+  """
+  r_K = np.asarray(r_K, np.float64)
+  ok = (r_K[:-1] > floor) & (r_K[:-1] <= max_r) & (r_K[1:] > floor)
+  if ok.sum() < 2:
+    return float("nan"), float("nan"), int(ok.sum())
+  x, y = np.log(r_K[:-1][ok]), np.log(r_K[1:][ok])
+  kappa, a = np.polyfit(x, y, 1)
+  return float(kappa), float(a), int(ok.sum())
+
+
+def _linear_fit(feature, y):
+  """(intercept, slope, R^2) of y ~ a + b feature."""
+  if len(y) < 3:
+    return float("nan"), float("nan"), float("nan")
+  b, a = np.polyfit(feature, y, 1)
+  resid = y - (a + b * feature)
+  ss = np.sum((y - y.mean())**2)
+  return float(a), float(b), float(1 - np.sum(resid**2) / ss) if ss else 1.0
+
+
+def closed_form_fits(r_K: np.ndarray, floor: float) -> dict[str, float]:
+  r"""Dong's :math:`\log r_l = a + b\,3^l` and :math:`\log r_l = a + b\,l`.
+
+  Fitted on the layers with :math:`r_l >` floor.
+  """
+  r_K = np.asarray(r_K, np.float64)
+  l_K = np.arange(len(r_K), dtype=np.float64)
+  ok = r_K > floor
+  y = np.log(r_K[ok])
+  a3, b3, r2_3 = _linear_fit(3.0**l_K[ok], y)
+  a1, b1, r2_1 = _linear_fit(l_K[ok], y)
+  return dict(dong_a=a3, dong_b=b3, dong_r2=r2_3, exp_a=a1, exp_rate=b1,
+              exp_r2=r2_1, fit_layers=int(ok.sum()))
+
+
+def collapse_depth(r_K: np.ndarray, threshold: float) -> int:
+  """First layer l with r_l < threshold; len(r_K) (= L+1) if none."""
+  below = np.nonzero(np.asarray(r_K) < threshold)[0]
+  return int(below[0]) if below.size else len(r_K)
+
+
+def _geo_mean(a, floor, axis):
+  return np.exp(np.mean(np.log(np.maximum(a, floor)), axis=axis))
+
+
+# -------------------------------------------------------------- tables ----
+
+
+def tables(out: dict, config) -> dict[str, list[dict]]:
+  """Curve, fit, bound and path-length rows."""
+  floor = config.floor
+  plot_floor = floor * 1e-2
+  curves, fits = [], []
+  for name in config.architectures:
+    for method in config.methods:
+      rel_SxNxK = out[f"rel/{name}/{method}"]
+      per_seed_SxK = _geo_mean(rel_SxNxK, plot_floor, axis=1)
+      geo_K = _geo_mean(per_seed_SxK, plot_floor, axis=0)
+      for l in range(rel_SxNxK.shape[-1]):
+        curves.append(dict(
+            architecture=name, method=method, layer=l,
+            rel_res_geomean=float(geo_K[l]),
+            rel_res_min=float(per_seed_SxK[:, l].min()),
+            rel_res_max=float(per_seed_SxK[:, l].max()),
+            below_floor_fraction=float(np.mean(rel_SxNxK[..., l] <= floor))))
+      kappas = [convergence_order(r, floor, config.fit_max_residual)[0]
+                for r in per_seed_SxK]
+      kappa, a, pairs = convergence_order(geo_K, floor,
+                                          config.fit_max_residual)
+      fits.append(dict(
+          architecture=name, method=method, kappa=kappa, kappa_intercept=a,
+          kappa_pairs=pairs, kappa_seed_mean=float(np.nanmean(kappas))
+          if np.isfinite(kappas).any() else float("nan"),
+          kappa_seed_std=float(np.nanstd(kappas))
+          if np.isfinite(kappas).any() else float("nan"),
+          **closed_form_fits(geo_K, floor),
+          collapse_depth_1e_6=collapse_depth(geo_K, 1e-6),
+          rel_res_last=float(geo_K[-1])))
+  bound = []
+  if "abs_res_san" in out:
+    res_SxNxK = out["abs_res_san"]
+    c_SxL = out["cubic_c"]
+    for s in range(res_SxNxK.shape[0]):
+      for n in range(res_SxNxK.shape[1]):
+        for l in range(c_SxL.shape[1]):
+          r_now, r_next = res_SxNxK[s, n, l], res_SxNxK[s, n, l + 1]
+          one_step = c_SxL[s, l] * r_now**3
+          # Below the float floor the residual is rounding noise, not maths.
+          at_floor = r_next <= config.floor * out["norm_san"][s, n, l + 1]
+          bound.append(dict(seed=s, sequence=n, layer=l + 1,
+                            residual=float(r_next), one_step_bound=one_step,
+                            at_float_floor=bool(at_floor),
+                            holds=bool(r_next <= one_step * (1 + 1e-9)
+                                       or at_floor),
+                            contraction=float(c_SxL[s, l] * r_now**2)))
+  lengths = []
+  if "path_share" in out:
+    frac_K = san_paths.path_length_fractions(config.num_layers, config.num_heads)
+    share_K = out["path_share"].mean(axis=(0, 1))
+    relres_K = _geo_mean(out["path_rel_res"], plot_floor, axis=(0, 1))
+    for k in range(len(frac_K)):
+      lengths.append(dict(length=k, path_fraction=float(frac_K[k]),
+                          norm_share=float(share_K[k]),
+                          rel_res_geomean=float(relres_K[k])))
+  return dict(collapse_curves=curves, collapse_fits=fits, cubic_bound=bound,
+              path_lengths=lengths)
+
+
+# -------------------------------------------------------------- figures ----
+
+
+def plot_collapse(out, config, workdir):
+  """Dong Fig. 1 style: r_l per architecture, one panel per residual method."""
+  plt = outputs.pyplot()
+  methods = list(config.methods)
+  plot_floor = config.floor * 1e-2
+  fig, axes = plt.subplots(1, len(methods), figsize=(5 * len(methods), 4),
+                           squeeze=False, layout="constrained", sharey=True)
+  colors = plt.get_cmap("tab10")(np.arange(len(config.architectures)))
+  l_K = np.arange(config.num_layers + 1)
+  for ax, method in zip(axes[0], methods):
+    for color, name in zip(colors, config.architectures):
+      per_seed = _geo_mean(out[f"rel/{name}/{method}"], plot_floor, axis=1)
+      geo = _geo_mean(per_seed, plot_floor, axis=0)
+      ax.plot(l_K, geo, color=color, lw=2, label=name)
+      ax.fill_between(l_K, per_seed.min(0), per_seed.max(0), color=color,
+                      alpha=0.2)
+    ax.axhline(config.floor, color="k", ls=":", lw=1)
+    ax.set_yscale("log")
+    ax.set_ylim(plot_floor, 2.0)
+    ax.set_xlabel("layer l")
+    ax.set_title(f"residual: {method}", fontsize=10)
+  axes[0, 0].set_ylabel("||res(X^l)|| / ||X^l||")
+  axes[0, 0].legend(fontsize=8, loc="lower left")
+  fig.suptitle(f"Rank collapse at init (L={config.num_layers}, "
+               f"H={config.num_heads}, d={config.dim}, T={config.seq_len}, "
+               f"{config.inputs} inputs; line: geo-mean over "
+               f"{config.num_seeds} seeds, band: min-max; dotted: floor)",
+               fontsize=10)
+  return outputs.save_figure(fig, workdir, "fig_rank_collapse")
+
+
+def plot_paths(rows, config, workdir):
+  """Path-length distribution of the skip SAN vs the norm each length carries."""
+  plt = outputs.pyplot()
+  k = np.array([r["length"] for r in rows])
+  fig, (ax, ax_res) = plt.subplots(1, 2, figsize=(10, 3.8),
+                                   layout="constrained")
+  ax.bar(k - 0.2, [r["path_fraction"] for r in rows], width=0.4,
+         label="fraction of paths C(L,k)H^k/(H+1)^L")
+  ax.bar(k + 0.2, [r["norm_share"] for r in rows], width=0.4,
+         label="||Z_k|| / ||X^L|| (measured)")
+  ax.set(xlabel="path length k (attention layers used)", ylabel="fraction")
+  ax.legend(fontsize=8)
+  ax_res.semilogy(k, [max(r["rel_res_geomean"], config.floor * 1e-2)
+                      for r in rows], "o-")
+  ax_res.set(xlabel="path length k", ylabel="rel. residual of Z_k (mean)",
+             title="sum of paths of length k", ylim=(config.floor * 1e-2, 2))
+  fig.suptitle(f"Skip SAN as an ensemble of paths (L={config.num_layers}, "
+               f"H={config.num_heads})", fontsize=10)
+  return outputs.save_figure(fig, workdir, "fig_paths")
+
+
+def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Measures, fits, writes tables and figures into `workdir`."""
+  validate(config)
+  workdir = outputs.make_workdir(workdir)
+  paths_out = [outputs.write_config(config, workdir)]
+  logging.info("rank_collapse: %d archs x %d seeds x %d sequences, L=%d",
+               len(config.architectures), config.num_seeds,
+               config.num_sequences, config.num_layers)
+  start = time.time()
+  out = run_measure(config)
+  logging.info("measured in %.1f s", time.time() - start)
+  rows = tables(out, config)
+  fit_cols = ["architecture", "method", "kappa", "kappa_seed_mean",
+              "kappa_seed_std", "kappa_pairs", "dong_r2", "exp_r2",
+              "exp_rate", "collapse_depth_1e_6", "rel_res_last"]
+  summary = outputs.format_table(rows["collapse_fits"], fit_cols)
+  logging.info("collapse fits:\n%s", summary)
+  print("rank_collapse fits (kappa: order of convergence, 3 = Dong's cubic, "
+        "1 = exponential):\n" + summary, flush=True)
+  if rows["cubic_bound"]:
+    holds = np.mean([r["holds"] for r in rows["cubic_bound"]])
+    floor_steps = sum(r["at_float_floor"] for r in rows["cubic_bound"])
+    msg = (f"pure SAN: ||res(X^(l+1))||_F <= c_l ||res(X^l)||_F^3 holds on "
+           f"{100 * holds:.1f}% of {len(rows['cubic_bound'])} layer steps "
+           f"({floor_steps} steps at the float floor (rel. res <= "
+           f"{config.floor:g}) count as holding)")
+    logging.info(msg)
+    print(msg, flush=True)
+  for name, table in rows.items():
+    if table:
+      paths_out += outputs.write_table(table, workdir, name)
+  paths_out.append(plot_collapse(out, config, workdir))
+  if rows["path_lengths"]:
+    paths_out.append(plot_paths(rows["path_lengths"], config, workdir))
+  outputs.log_outputs("rank_collapse", paths_out)
+  return dict(raw=out, **rows, paths=paths_out)

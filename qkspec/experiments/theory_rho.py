@@ -1,0 +1,252 @@
+r"""Analytic :math:`\rho(\theta)` of Eq. (6): Figs. 2-3 and the Lemma 2 table.
+
+Shapes: E = eta values, X = xi values, Th = theta points in [0, 1].
+
+Everything is drawn for both variances of Lemma 1 (`qkspec.theory.propagation`):
+`variant="paper"` (:math:`c(\theta) = 2\theta^2 + 7/12`, as printed) and
+`variant="corrected"` (:math:`2\theta^2 - 2\theta + 7/12`, re-derived).
+
+Lemma 2 is checked numerically at :math:`|\xi| = ` `config.lemma2.xi` with
+:math:`\eta = |r|/|\xi|`. Cases 1-2 (late/middle/early site) and 4
+(vanishing) hold for both variants. Case 3 (uniformity) holds only in part:
+at :math:`\xi = 0`, Eq. (6) is :math:`\tfrac12\mathrm{erf}(1/(\eta
+\sqrt{2c(\theta)}))`, which still depends on :math:`\theta` through
+:math:`c(\theta)`; the paper's proof drops that derivative. The table shows
+both the part that does vanish (the :math:`\xi`-dependent part of
+:math:`\rho'`) and :math:`\max|\rho'|` at :math:`\xi = 0`, flat only as
+:math:`\eta \to 0` or :math:`\eta \to \infty`.
+"""
+# pylint: disable=invalid-name
+import functools
+
+from absl import logging
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from qkspec.theory import propagation
+from qkspec.experiments import outputs
+
+VARIANTS = propagation.VARIANTS
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  """Raises ValueError naming the first bad field of a theory_rho config."""
+  outputs.require(config.num_theta >= 2, "num_theta", "must be >= 2",
+             config.num_theta)
+  outputs.require(config.num_xi >= 2, "num_xi", "must be >= 2", config.num_xi)
+  outputs.require(config.xi_max > 0, "xi_max", "must be > 0", config.xi_max)
+  outputs.require(len(config.eta_values) > 0 and min(config.eta_values) > 0,
+             "eta_values", "must be non-empty and all > 0", config.eta_values)
+  outputs.require(len(config.xi_values) > 0, "xi_values", "must be non-empty",
+             config.xi_values)
+  outputs.require(len(config.variants) > 0 and set(config.variants) <= set(VARIANTS),
+             "variants", f"must be a non-empty subset of {VARIANTS}",
+             config.variants)
+  outputs.require(all(len(p) == 2 and p[1] > 0 for p in config.localized),
+             "localized", "must hold (xi, eta) pairs with eta > 0",
+             config.localized)
+  lem = config.lemma2
+  outputs.require(lem.xi > 0, "lemma2.xi", "must be > 0", lem.xi)
+  outputs.require(all(r != 0 for r in lem.r_values), "lemma2.r_values",
+             "must be non-zero (Lemma 2 needs r != 0)", lem.r_values)
+  outputs.require(0 < lem.exclude < 0.5, "lemma2.exclude", "must be in (0, 0.5)",
+             lem.exclude)
+  for field in ("tol", "slope_tol", "vanish_eta"):
+    outputs.require(lem[field] > 0, f"lemma2.{field}", "must be > 0", lem[field])
+  for field in ("uniform_etas", "zero_xi_etas"):
+    outputs.require(len(lem[field]) > 0 and min(lem[field]) > 0,
+               f"lemma2.{field}", "must be non-empty and all > 0", lem[field])
+  outputs.require(len(lem.uniform_xis) > 0 and min(lem.uniform_xis) > 0,
+             "lemma2.uniform_xis", "must be non-empty and all > 0",
+             lem.uniform_xis)
+
+
+def rho_grid(theta_Th, xi_X, eta_E, variant):
+  """Eq. (6) on the grid, [E, X, Th]."""
+  return propagation.rho_theta(theta_Th[None, None, :], xi_X[None, :, None],
+                               eta_E[:, None, None], variant)
+
+
+@functools.partial(jax.jit, static_argnames="variant")
+def rho_slope(theta_Th, xi, eta, variant):
+  r""":math:`\partial\rho/\partial\theta` of Eq. (6) by autodiff, [Th]."""
+  grad = jax.grad(lambda th: propagation.rho_theta(th, xi, eta, variant))
+  return jax.vmap(grad)(theta_Th)
+
+
+def _limit_name(r):
+  if 0 < r <= 2:
+    return "1{theta>=1/2}"
+  if r > 2:
+    return f"1{{1/2<=theta<=1/2+1/r={0.5 + 1 / r:.3g}}}"
+  if -2 <= r < 0:
+    return "1{theta<=1/2}"
+  return f"1{{1/2+1/r={0.5 + 1 / r:.3g}<=theta<=1/2}}"
+
+
+def _case_name(r):
+  if abs(r) <= 2:
+    return "1 late-site" if r > 0 else "2 early-site"
+  return "1 middle-site" if r > 0 else "2 middle-site (mirrored)"
+
+
+def _row(case, variant, params, predicted, deviation, tol, note=""):
+  return dict(case=case, variant=variant, parameters=params,
+              predicted=predicted, max_abs_deviation=float(deviation),
+              tolerance=tol, passed=bool(deviation <= tol), note=note)
+
+
+def lemma2_table(config: ml_collections.ConfigDict) -> list[dict]:
+  """Numerical check of every case of Lemma 2 under each variant."""
+  lem = config.lemma2
+  theta = jnp.linspace(0.0, 1.0, config.num_theta)
+  theta_np = np.asarray(theta)
+  rows = []
+  for variant in config.variants:
+    for r in lem.r_values:                                   # Lemma 2 (1-2)
+      xi, eta = np.sign(r) * lem.xi, abs(r) / lem.xi
+      rho = np.asarray(propagation.rho_theta(theta, xi, eta, variant))
+      limit = np.asarray(propagation.rho_trace_limit(theta, r))
+      keep = ((np.abs(theta_np - 0.5) > lem.exclude)
+              & (np.abs(theta_np - (0.5 + 1 / r)) > lem.exclude))
+      dev = np.max(np.abs(rho - limit)[keep])
+      rows.append(_row(_case_name(r), variant,
+                       f"xi={xi:g}, eta={eta:.3g}, r={r:g}", _limit_name(r),
+                       dev, lem.tol,
+                       f"theta within {lem.exclude} of the jumps excluded"))
+    xi_small = min(lem.uniform_xis)                          # Lemma 2 (3)
+    for eta in lem.uniform_etas:
+      base = rho_slope(theta, 0.0, eta, variant)
+      devs = {xi: float(jnp.max(jnp.abs(rho_slope(theta, xi, eta, variant)
+                                        - base)))
+              for xi in sorted(lem.uniform_xis, reverse=True)}
+      trend = ", ".join(f"xi={xi:g}: {d:.2g}" for xi, d in devs.items())
+      rows.append(_row("3 uniformity (xi-part of rho')", variant,
+                       f"xi={xi_small:g}, eta={eta:g}",
+                       "max|rho'(xi)-rho'(0)| -> 0", devs[xi_small],
+                       lem.slope_tol, f"O(xi): {trend}"))
+    for eta in lem.zero_xi_etas:
+      dev = float(jnp.max(jnp.abs(rho_slope(theta, 0.0, eta, variant))))
+      flat = dev <= lem.slope_tol
+      note = ("flat only because eta is extreme (rho -> 1/2 or 0)" if flat
+              else "claim fails: rho=erf(1/(eta sqrt(2c(theta))))/2 "
+                   "depends on theta")
+      rows.append(_row("3 uniformity as printed (|rho'| at xi=0)", variant,
+                       f"xi=0, eta={eta:g}", "|rho'| -> 0 (paper)", dev,
+                       lem.slope_tol, note))
+    for xi in lem.vanish_xis:                                # Lemma 2 (4)
+      rho = propagation.rho_theta(theta, xi, lem.vanish_eta, variant)
+      rows.append(_row("4 vanishing", variant,
+                       f"xi={xi:g}, eta={lem.vanish_eta:g}", "0",
+                       float(jnp.max(jnp.abs(rho))), lem.tol))
+  return rows
+
+
+def _heatmaps(axes_row, maps_ExXxTh, config, cmap, vmin, vmax, xlabel=True):
+  extent = (-config.xi_max, config.xi_max, 0.0, 1.0)
+  for ax, rho_XxTh, eta in zip(axes_row, maps_ExXxTh, config.eta_values):
+    image = ax.imshow(np.asarray(rho_XxTh).T, origin="lower", aspect="auto",
+                      extent=extent, cmap=cmap, vmin=vmin, vmax=vmax)
+    ax.set_title(f"eta = {eta:g}", fontsize=9)
+    if xlabel:
+      ax.set_xlabel("xi")
+  axes_row[0].set_ylabel("theta = i/T")
+  return image
+
+
+def plot_fig2(maps, config, workdir):
+  """Fig. 2 per variant, and paper / corrected / difference side by side."""
+  plt = outputs.pyplot()
+  num_eta = len(config.eta_values)
+  paths = []
+  for variant, maps_ExXxTh in maps.items():
+    fig, axes = plt.subplots(1, num_eta, figsize=(2.6 * num_eta, 2.8),
+                             squeeze=False, sharey=True, layout="constrained")
+    image = _heatmaps(axes[0], maps_ExXxTh, config, "viridis", 0.0, 1.0)
+    fig.colorbar(image, ax=axes[0].tolist(), label="rho(theta)")
+    fig.suptitle(f"Eq. (6), variant={variant!r} (cf. paper Fig. 2)")
+    paths.append(outputs.save_figure(fig, workdir, f"fig2_{variant}"))
+  if set(maps) == set(VARIANTS):
+    fig, axes = plt.subplots(3, num_eta, figsize=(2.6 * num_eta, 7.6),
+                             squeeze=False, sharex=True, sharey=True,
+                             layout="constrained")
+    for row, variant in zip(axes[:2], VARIANTS[::-1]):      # paper first
+      image = _heatmaps(row, maps[variant], config, "viridis", 0.0, 1.0,
+                        xlabel=False)
+      row[0].set_ylabel(f"{variant}\ntheta")
+    fig.colorbar(image, ax=axes[:2].ravel().tolist(), label="rho(theta)")
+    diff = maps["corrected"] - maps["paper"]
+    image = _heatmaps(axes[2], diff, config, "RdBu_r", -1.0, 1.0)
+    axes[2][0].set_ylabel("corrected - paper\ntheta")
+    fig.colorbar(image, ax=axes[2].tolist(), label="difference")
+    fig.suptitle("Eq. (6): printed vs corrected Lemma 1 variance")
+    paths.append(outputs.save_figure(fig, workdir, "fig2_compare"))
+  return paths
+
+
+def plot_fig3(theta, curves, config, workdir):
+  """Fig. 3: the localized cases, both variants and the Lemma 2 limit."""
+  plt = outputs.pyplot()
+  cases = list(config.localized)
+  fig, axes = plt.subplots(1, len(cases), figsize=(4.2 * len(cases), 3.4),
+                           squeeze=False, layout="constrained")
+  for ax, (xi, eta) in zip(axes[0], cases):
+    for variant, style in zip(config.variants, ("-", "--")):
+      ax.plot(theta, curves[(variant, xi, eta)], style, label=variant)
+    limit = propagation.rho_trace_limit(theta, xi * eta)
+    ax.plot(theta, limit, ":", color="gray", label="Lemma 2 limit")
+    ax.set_title(f"xi = {xi:g}, eta = {eta:g}, xi*eta = {xi * eta:.3g}")
+    ax.set_xlabel("theta = i/T")
+    ax.set_ylim(-0.03, 1.03)
+  axes[0][0].set_ylabel("rho(theta)")
+  axes[0][0].legend(fontsize=8)
+  fig.suptitle("Localized rho(theta) (cf. paper Fig. 3; eta = 0.01, "
+               "not the 0.02 of the text)")
+  return [outputs.save_figure(fig, workdir, "fig3_localized")]
+
+
+def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Draws Figs. 2-3 and writes the Lemma 2 table into `workdir`."""
+  validate(config)
+  workdir = outputs.make_workdir(workdir)
+  paths = [outputs.write_config(config, workdir)]
+  theta = jnp.linspace(0.0, 1.0, config.num_theta)
+  xi_dense = jnp.linspace(-config.xi_max, config.xi_max, config.num_xi)
+  eta = jnp.asarray(config.eta_values, jnp.float32)
+  xi_table = jnp.asarray(config.xi_values, jnp.float32)
+
+  logging.info("Fig. 2: Eq. (6) on %d eta x %d xi x %d theta, variants %s",
+               len(eta), config.num_xi, config.num_theta, config.variants)
+  maps = {v: np.asarray(rho_grid(theta, xi_dense, eta, v))
+          for v in config.variants}
+  paths += plot_fig2(maps, config, workdir)
+  fig2_rows = []
+  eta_np, xi_np, theta_np = (np.asarray(a) for a in (eta, xi_table, theta))
+  for v in config.variants:
+    table_ExXxTh = np.asarray(rho_grid(theta, xi_table, eta, v))
+    fig2_rows += [dict(variant=v, xi=float(xi_np[x]), eta=float(eta_np[e]),
+                       theta=float(theta_np[t]), rho=float(rho))
+                  for (e, x, t), rho in np.ndenumerate(table_ExXxTh)]
+  paths += outputs.write_table(fig2_rows, workdir, "fig2_rho")
+
+  logging.info("Fig. 3: localized cases %s", list(config.localized))
+  curves, fig3_rows = {}, []
+  for v in config.variants:
+    for xi, eta_k in config.localized:
+      rho = np.asarray(propagation.rho_theta(theta, xi, eta_k, v))
+      curves[(v, xi, eta_k)] = rho
+      fig3_rows += [dict(variant=v, xi=xi, eta=eta_k, r=xi * eta_k,
+                         theta=float(t), rho=float(p))
+                    for t, p in zip(theta_np, rho)]
+  paths += plot_fig3(theta_np, curves, config, workdir)
+  paths += outputs.write_table(fig3_rows, workdir, "fig3_rho")
+
+  rows = lemma2_table(config)
+  logging.info("Lemma 2 numerical check:\n%s", outputs.format_table(
+      rows, ("case", "variant", "parameters", "predicted",
+             "max_abs_deviation", "passed", "note")))
+  paths += outputs.write_table(rows, workdir, "lemma2")
+  outputs.log_outputs("theory_rho", paths)
+  return dict(lemma2=rows, fig2=maps, fig3=curves, paths=paths)

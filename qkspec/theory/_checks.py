@@ -1,0 +1,114 @@
+"""Argument checks shared by the pure functions.
+
+Shapes are static under `jax.jit`, so shape checks always run before tracing.
+Value checks (a negative scale, say) run only when the value is concrete; a
+traced value cannot be inspected without a host sync, and under `vmap`/`jit`
+the caller is responsible for it.
+"""
+from typing import Any
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def is_concrete(x: Any) -> bool:
+  """True if `x` holds a value now (not a tracer inside jit/vmap/grad)."""
+  return not isinstance(x, jax.core.Tracer)
+
+
+def positive_int(name: str, value: Any, minimum: int = 1) -> int:
+  """Returns `value` as an int, or raises ValueError if it is below `minimum`."""
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
+  if value < minimum:
+    raise ValueError(f"{name} must be >= {minimum}, got {value}.")
+  return int(value)
+
+
+def nonnegative(name: str, value: Any) -> None:
+  """Raises ValueError if a concrete `value` has a negative (or NaN) entry."""
+  if value is None or not is_concrete(value):
+    return
+  arr = np.asarray(value)
+  if np.any(np.isnan(arr)) or np.any(arr < 0):
+    raise ValueError(f"{name} must be non-negative, got {value!r}.")
+
+
+def positive(name: str, value: Any) -> None:
+  """Raises ValueError if a concrete `value` has an entry <= 0 (or NaN)."""
+  if value is None or not is_concrete(value):
+    return
+  arr = np.asarray(value)
+  if np.any(np.isnan(arr)) or np.any(arr <= 0):
+    raise ValueError(f"{name} must be positive, got {value!r}.")
+
+
+def square_matrix(name: str, x: Any, dim: int | None = None) -> None:
+  """Raises ValueError unless `x` has shape [..., n, n] (with n == dim if set)."""
+  shape = np.shape(x)
+  if len(shape) < 2 or shape[-1] != shape[-2]:
+    raise ValueError(f"{name} must be a square matrix [..., n, n], got shape "
+                     f"{tuple(shape)}.")
+  if dim is not None and shape[-1] != dim:
+    raise ValueError(f"{name} must be {dim} x {dim} to match the token "
+                     f"dimension, got shape {tuple(shape)}.")
+
+
+def min_ndim(name: str, x: Any, ndim: int, legend: str) -> None:
+  """Raises ValueError if `x` has fewer than `ndim` axes."""
+  if np.ndim(x) < ndim:
+    raise ValueError(f"{name} must have shape {legend}, got shape "
+                     f"{tuple(np.shape(x))}.")
+
+
+def seq_axis_length(name: str, x: Any, axis: int, minimum: int = 2) -> int:
+  """Length of `axis` of `x`; raises ValueError if it is below `minimum`."""
+  shape = np.shape(x)
+  if not shape:
+    raise ValueError(f"{name} must have at least one axis, got a scalar.")
+  try:
+    n = shape[axis]
+  except IndexError:
+    raise ValueError(f"axis {axis} is out of range for {name} of shape "
+                     f"{tuple(shape)}.") from None
+  if n < minimum:
+    raise ValueError(f"{name} needs at least {minimum} entries along axis "
+                     f"{axis} (the sequence), got {n}.")
+  return n
+
+
+def choice(name: str, value: Any, options: tuple[str, ...]) -> str:
+  if value not in options:
+    raise ValueError(f"{name} must be one of {options}, got {value!r}.")
+  return value
+
+
+def temperature(value: Any, dim: int) -> Any:
+  r"""The softmax temperature :math:`\lambda`: None means :math:`\sqrt d`.
+
+  Raises ValueError if a concrete `value` is not positive.
+  """
+  if value is None:
+    return jnp.sqrt(jnp.float32(dim))
+  positive("temperature", value)
+  return value
+
+
+def renamed(function: str, old: str, old_value: Any, new: str,
+            new_value: Any) -> Any:
+  """The value of argument `new`, accepting its old keyword `old` (warns).
+
+  Raises ValueError if both or neither are given.
+  """
+  if old_value is not None:
+    if new_value is not None:
+      raise ValueError(f"{function}: give {new}, not both {new} and {old} "
+                       f"(the old name).")
+    warnings.warn(f"{function}({old}=...) is now {function}({new}=...).",
+                  DeprecationWarning, stacklevel=3)
+    return old_value
+  if new_value is None:
+    raise ValueError(f"{function}: missing argument {new}.")
+  return new_value

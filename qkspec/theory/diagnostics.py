@@ -1,0 +1,160 @@
+r"""Attention entropy (Zhai et al. 2023) and rank collapse (Dong et al. 2021).
+
+Shapes: T = tokens (rows of X), d = features; probs are [..., Tq, Tk].
+"""
+import warnings
+
+import jax
+import jax.numpy as jnp
+
+from qkspec.theory import _checks
+
+RESIDUAL_METHODS = ("mean", "svd", "composite")
+
+
+def attention_entropy(probs: jax.Array, mask: jax.Array | None = None,
+                      axis: int = -1, reduce: bool = True) -> jax.Array:
+  r"""Shannon entropy of attention rows (Zhai et al. 2023, Sec. 3).
+
+  .. math:: \mathrm{Ent}(A_t) = -\sum_{j \in \mathcal V(t)} A_{tj}\log A_{tj}
+
+  over the keys :math:`\mathcal V(t)` that query t may see (`mask` True), with
+  :math:`0 \log 0 = 0`. Masked keys contribute nothing.
+
+  Args:
+    probs: attention probabilities, keys along `axis`.
+    mask: bool, broadcastable to `probs`; True where a key is visible. A row
+      with no visible key (a padded query) is excluded from the mean.
+    axis: the key axis.
+    reduce: True returns the mean over all valid rows (every axis but
+      `axis`: queries, batch, heads); False returns the per-row entropy
+      (shape of `probs` without `axis`; 0 for excluded rows).
+
+  Returns:
+    A scalar (reduce=True) or per-row entropies, in nats.
+  """
+  _checks.seq_axis_length("probs", probs, axis, minimum=1)
+  terms = -jax.scipy.special.xlogy(probs, probs)
+  if mask is None:
+    per_row = jnp.sum(terms, axis=axis)
+    return jnp.mean(per_row) if reduce else per_row
+  mask = jnp.broadcast_to(mask, probs.shape)
+  per_row = jnp.sum(jnp.where(mask, terms, 0.0), axis=axis)
+  if not reduce:
+    return per_row
+  valid = jnp.any(mask, axis=axis)
+  return jnp.sum(jnp.where(valid, per_row, 0.0)) / jnp.maximum(
+      jnp.sum(valid), 1)
+
+
+def eq9_entropy(nu: jax.Array, seq_len: int) -> jax.Array:
+  r"""The expression the paper prints as an attention-entropy lower bound, Eq. (9).
+
+  .. math:: \ln(1 + T e^{-\nu}) + \frac{\nu e^{-\nu/2}}{T^{-1} + e^{-\nu}},
+            \qquad \nu = \|XX^\top\|_2\,\|W_{QK}\|_2,
+
+  attributed to Zhai et al. (2023, Theorem 3.1) as an asymptotic (large T)
+  lower bound. Note: as printed it equals :math:`\ln(1+T) > \ln T` at
+  :math:`\nu = 0` and stays above the maximum entropy :math:`\ln T` for
+  small :math:`\nu`, so it cannot bound the entropy of every attention row
+  there; qkspec plots it against :math:`\ln T` (configs/entropy_bound.py).
+  """
+  t = _checks.positive_int("seq_len", seq_len, minimum=1)
+  _checks.nonnegative("nu", nu)
+  nu = jnp.asarray(nu, dtype=jnp.float32)
+  return (jnp.log1p(t * jnp.exp(-nu))
+          + nu * jnp.exp(-nu / 2) / (1.0 / t + jnp.exp(-nu)))
+
+
+def entropy_lower_bound(nu: jax.Array, seq_len: int) -> jax.Array:
+  """Deprecated name of `eq9_entropy` (Eq. (9) is not a lower bound)."""
+  warnings.warn("diagnostics.eq9_entropy is now "
+                "diagnostics.eq9_entropy: Eq. (9) as printed is not a lower "
+                "bound.", DeprecationWarning, stacklevel=2)
+  return eq9_entropy(nu, seq_len)
+
+
+def composite_norm(x: jax.Array) -> jax.Array:
+  r"""Dong et al.'s composite norm :math:`\sqrt{\|X\|_1\|X\|_\infty}`, [...].
+
+  Induced norms: :math:`\|X\|_1` is the largest absolute column sum and
+  :math:`\|X\|_\infty` the largest absolute row sum.
+  """
+  _checks.min_ndim("x", x, 2, "[..., T, d]")
+  abs_x = jnp.abs(x)
+  norm_1 = jnp.max(jnp.sum(abs_x, axis=-2), axis=-1)
+  norm_inf = jnp.max(jnp.sum(abs_x, axis=-1), axis=-1)
+  return jnp.sqrt(norm_1 * norm_inf)
+
+
+def _composite_argmin(x_Txd, num_steps):
+  """Approximate argmin_c ||X - 1 c^T||_{1,inf} for one [T, d] matrix.
+
+  Starts at the column-wise median (the exact minimiser of the ||.||_1
+  factor) and runs normalised subgradient descent with step a0/sqrt(k+1),
+  keeping the best point. Translation equivariant: X + 1 c^T gives c + the
+  same path.
+  """
+  def objective(c_d):
+    return composite_norm(x_Txd - c_d[None, :])
+  grad = jax.grad(objective)
+  c0 = jnp.median(x_Txd, axis=0)
+  a0 = 0.5 * jnp.mean(jnp.abs(x_Txd - c0[None, :])) + 1e-30
+
+  def body(k, carry):
+    c, best_c, best_f = carry
+    g = grad(c)
+    c = c - a0 / jnp.sqrt(k + 1.0) * g / (jnp.linalg.norm(g) + 1e-30)
+    f = objective(c)
+    better = f < best_f
+    return c, jnp.where(better, c, best_c), jnp.where(better, f, best_f)
+
+  _, _, best_f = jax.lax.fori_loop(0, num_steps, body,
+                                   (c0, c0, objective(c0)))
+  return best_f
+
+
+def rank_collapse_residual(x: jax.Array, method: str = "mean",
+                           num_steps: int = 300) -> jax.Array:
+  r"""Norm of Dong et al.'s residual :math:`\mathrm{res}(X) = X - \mathbf 1 x^\top`, [...].
+
+  Methods:
+    * "mean": :math:`x` = the token mean, Frobenius norm (as Dong et al.'s
+      released code measures it);
+    * "svd": the Frobenius distance to the best rank-1 matrix,
+      :math:`\sqrt{\sum_{k \ge 2}\sigma_k^2}` (not restricted to the form
+      :math:`\mathbf 1 x^\top`, so not invariant to adding
+      :math:`\mathbf 1 c^\top`);
+    * "composite": :math:`\min_x \|X - \mathbf 1 x^\top\|_{1,\infty}`
+      (Dong et al., Sec. 2), approximated by `num_steps` of subgradient
+      descent from the column-wise median; an upper bound on the minimum.
+
+  Args:
+    x: [..., T, d], tokens as rows.
+    method: "mean", "svd" or "composite".
+    num_steps: iterations for "composite".
+  """
+  _checks.choice("method", method, RESIDUAL_METHODS)
+  _checks.min_ndim("x", x, 2, "[..., T, d]")
+  if method == "mean":
+    res = x - jnp.mean(x, axis=-2, keepdims=True)
+    return jnp.sqrt(jnp.sum(res**2, axis=(-2, -1)))
+  if method == "svd":
+    sigma = jnp.linalg.svd(x, compute_uv=False)
+    return jnp.sqrt(jnp.sum(sigma[..., 1:]**2, axis=-1))
+  flat = x.reshape((-1,) + x.shape[-2:])
+  out = jax.vmap(lambda m: _composite_argmin(m, num_steps))(flat)
+  return out.reshape(x.shape[:-2])
+
+
+def relative_residual(x: jax.Array, method: str = "mean",
+                      num_steps: int = 300) -> jax.Array:
+  r""":math:`\|\mathrm{res}(X)\| / \|X\|` with the norm of `method` (Dong et al.).
+
+  Frobenius for "mean" and "svd", composite for "composite". 0 means the
+  tokens have collapsed to one row.
+  """
+  res = rank_collapse_residual(x, method, num_steps)
+  if method == "composite":
+    return res / composite_norm(x)
+  return res / jnp.sqrt(jnp.sum(x**2, axis=(-2, -1)))

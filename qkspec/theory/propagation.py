@@ -1,0 +1,303 @@
+r"""Signal propagation probability :math:`\rho_i` (Definition 1, Lemmas 1-2, Eq. 6).
+
+Shapes: N = sequences, T = tokens, d = token dimension; tokens are rows.
+
+The query is the last token, so the logits over keys j are
+:math:`\omega_j = x_T^\top W_{QK} x_j / \lambda` and the event of Definition 1
+is :math:`u_i = (\omega_i - \bar\omega)/T + 1/T \in [0, 1]`.
+
+Erratum in Lemma 1 (variance)
+-----------------------------
+The paper prints :math:`v^i = (2\theta^2 + 7/12)\,\mathrm{tr}(W^2)/\lambda^2`
+with :math:`\theta = i/T`. Re-deriving Appendix C, the term (B2) of the proof,
+:math:`2\sum_{j>i} E[\omega_i\omega_j]`, has the leading
+:math:`\mathrm{tr}(W^2)` coefficient :math:`3T^2 i - 2T i^2 - i^3`, not the
+printed :math:`T^2 i - 2T i^2 - i^3` (the sum :math:`2\sum_{j>i} T i` was
+dropped). Keeping it gives
+
+.. math:: v^i = \Big(2\theta^2 - 2\theta + \tfrac{7}{12}\Big)
+                \frac{\mathrm{tr}(W^2)}{\lambda^2}
+              = \Big(2(\theta - \tfrac12)^2 + \tfrac{1}{12}\Big)
+                \frac{\mathrm{tr}(W^2)}{\lambda^2} + o(1).
+
+The two agree only at :math:`\theta \to 0`; at :math:`\theta = 1/4` the
+correct variance is 0.29x the printed one and at :math:`\theta = 1/2` 0.077x.
+qkspec checks it three ways (tests/propagation_test.py): the exact
+finite-T moments below, Monte Carlo, and their large-T limit.
+
+Exact finite-T moments
+----------------------
+:math:`u_i - 1/T = x_T^\top M y / \lambda` with :math:`y = \sum_j a_j x_j`,
+:math:`a = (e_i - \mathbf 1/T)/T`, is a Gaussian quadratic form. With
+:math:`G_{jk} = \min(j, k)` (Assumption 1 as stated, :math:`x_1 \sim
+\mathcal N(0,\Sigma)`) and :math:`g = G e_T = (1, \dots, T)`:
+
+.. math::
+   E u_i &= \tfrac1T + (a^\top g)\,\mathrm{tr}(M\Sigma)/\lambda, \\
+   V u_i &= \big[(a^\top g)^2\,\mathrm{tr}((M\Sigma)^2)
+           + T\,(a^\top G a)\,\mathrm{tr}(M\Sigma M^\top\Sigma)\big]/\lambda^2,
+
+with :math:`a^\top g = (i - \tfrac{T+1}{2})/T` and :math:`T^2 a^\top G a = i -
+\tfrac{2}{T}(iT - \tfrac{i(i-1)}{2}) + \tfrac{(T+1)(2T+1)}{6T}`. For symmetric
+:math:`W_{QK}` both traces in the variance equal :math:`\mathrm{tr}(W^2)`.
+(The paper's proof takes :math:`x_1 = 0`, which shifts i by one; this changes
+nothing at leading order.)
+
+Where the asymptotics fail: near :math:`\mathrm{tr}(W) = 0` with a small
+:math:`\eta` the standard deviation of :math:`u_i` is comparable to the
+dropped :math:`\gamma_0^i = 1/T`, and both asymptotic forms miss Monte Carlo
+by ~0.1 (d = 128, T = 40, eigen-mean 0, scale 0.2); the exact moments stay
+within Monte Carlo error. Use `exact=True` for finite-T comparisons.
+"""
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import erf
+
+from qkspec.theory import _checks
+from qkspec.theory import randomwalk
+from qkspec.theory import softmax
+from qkspec.theory import spectrum
+
+VARIANTS = ("corrected", "paper")
+
+
+def query_logits(x: jax.Array, w_qk: jax.Array,
+                 temperature: float | None = None) -> jax.Array:
+  r"""Last-token logits :math:`\omega_j = x_T^\top W_{QK} x_j/\lambda` (Def. 1).
+
+  Args:
+    x: [..., T, d] token sequences (rows are tokens).
+    w_qk: [d, d] (or [..., d, d] broadcasting with x's batch axes).
+    temperature: :math:`\lambda`; None means :math:`\sqrt d`.
+
+  Returns:
+    omega [..., T].
+  """
+  _checks.min_ndim("x", x, 2, "[..., T, d]")
+  _checks.square_matrix("w_qk", w_qk, x.shape[-1])
+  lam = _checks.temperature(temperature, x.shape[-1])
+  query_d = jnp.einsum("...d,...de->...e", x[..., -1, :], w_qk)
+  return jnp.einsum("...e,...te->...t", query_d, x) / lam
+
+
+def rho_monte_carlo(key: jax.Array, w_qk: jax.Array, *, num_sequences: int,
+                    seq_len: int, cov: jax.Array | None = None,
+                    temperature: float | None = None) -> jax.Array:
+  r"""Monte Carlo estimate of :math:`\rho_i` (Definition 1), query = last token.
+
+  Draws `num_sequences` random walks (Assumption 1) and returns the frequency
+  of :math:`u_i \in [0, 1]` for each key position i. The standard error of
+  entry i is :math:`\sqrt{\rho_i(1-\rho_i)/N}`.
+
+  Returns:
+    rho [T].
+  """
+  _checks.square_matrix("w_qk", w_qk)
+  n = _checks.positive_int("num_sequences", num_sequences)
+  t = _checks.positive_int("seq_len", seq_len, minimum=2)
+  d = w_qk.shape[-1]
+  x_NxTxd = randomwalk.random_walk(key, n, t, d, cov)
+  omega_NxT = query_logits(x_NxTxd, w_qk, temperature)
+  return empirical_rho(omega_NxT)
+
+
+def empirical_rho(logits: jax.Array, axis: int = -1) -> jax.Array:
+  r"""Frequency of :math:`u_i \in [0,1]` over every axis but `axis` (Fig. 7).
+
+  Args:
+    logits: query logits [..., T] (e.g. the last query's row of a trained
+      model's attention logits over a batch).
+    axis: the key axis.
+
+  Returns:
+    rho [T] as float32.
+  """
+  _checks.seq_axis_length("logits", logits, axis)
+  mask = softmax.propagation_mask(logits, axis=axis)
+  mask = jnp.moveaxis(mask, axis, -1).reshape(-1, mask.shape[axis])
+  return jnp.mean(mask.astype(jnp.float32), axis=0)
+
+
+def _positions(seq_len):
+  t = _checks.positive_int("seq_len", seq_len, minimum=2)
+  i = jnp.arange(1, t + 1, dtype=jnp.float32)
+  return t, i
+
+
+def _exact_coefficients(seq_len):
+  """(1/T, a^T g, T a^T G a) per position i, see the module docstring."""
+  t, i = _positions(seq_len)
+  a_g = (i - (t + 1) / 2) / t
+  sum_min_i = i * t - i * (i - 1) / 2                  # sum_j min(i, j)
+  mean_min = (t + 1) * (2 * t + 1) / (6 * t)           # sum_jk min(j,k) / T^2
+  t_a_g_a = (i - 2 * sum_min_i / t + mean_min) / t     # T * a^T G a
+  return 1.0 / t, a_g, t_a_g_a
+
+
+def _asymptotic_variance_coefficient(theta, variant):
+  _checks.choice("variant", variant, VARIANTS)
+  if variant == "paper":
+    return 2 * theta**2 + 7 / 12                       # Lemma 1 as printed
+  return 2 * theta**2 - 2 * theta + 7 / 12             # re-derived, see above
+
+
+def lemma1_moments(seq_len: int, trace: jax.Array, trace_sq: jax.Array,
+                   temperature: jax.Array, exact: bool = False,
+                   variant: str = "corrected") -> tuple[jax.Array, jax.Array]:
+  r"""Mean and variance of :math:`u_i` (Lemma 1), i = 1..T.
+
+  Asymptotic (`exact=False`), :math:`\theta = i/T`:
+
+  .. math:: \mu^i = (\theta - \tfrac12)\,\mathrm{tr}(W)/\lambda,\quad
+            v^i = c(\theta)\,\mathrm{tr}(W^2)/\lambda^2,
+
+  with :math:`c(\theta) = 2\theta^2 + 7/12` for `variant="paper"` (as
+  printed) and :math:`c(\theta) = 2\theta^2 - 2\theta + 7/12` for
+  `variant="corrected"` (the default; see the erratum in the module
+  docstring).
+
+  `exact=True` returns the exact finite-T mean and variance under Assumption 1
+  as stated (:math:`x_1 \sim \mathcal N(0,\Sigma)`) for symmetric
+  :math:`W_{QK}` and any :math:`\Sigma` (see `exact_moments` for asymmetric
+  ones); `variant` must then be "corrected" (the printed variance is not an
+  exact formula).
+
+  Args:
+    seq_len: T >= 2.
+    trace: tr(W), scalar or [...] (broadcast against a trailing T axis).
+    trace_sq: tr(W^2), same shape.
+    temperature: :math:`\lambda > 0`.
+    exact: exact finite-T moments instead of the asymptotic ones.
+    variant: "corrected" or "paper".
+
+  Returns:
+    (mu [..., T], v [..., T]).
+  """
+  _checks.choice("variant", variant, VARIANTS)
+  _checks.nonnegative("trace_sq", trace_sq)
+  _checks.positive("temperature", temperature)
+  trace = jnp.asarray(trace / temperature)[..., None]
+  trace_sq = jnp.asarray(trace_sq / temperature**2)[..., None]
+  lead = lambda c_T: c_T.reshape((1,) * (trace.ndim - 1) + c_T.shape)
+  if exact:
+    if variant != "corrected":
+      raise ValueError("exact=True gives the exact moments; variant='paper' "
+                       "only exists for the asymptotic formula.")
+    inv_t, a_g, t_a_g_a = _exact_coefficients(seq_len)
+    return (inv_t + lead(a_g) * trace,
+            lead(a_g**2 + t_a_g_a) * trace_sq)
+  t, i = _positions(seq_len)
+  theta = i / t
+  mu = lead(theta - 0.5) * trace
+  return mu, lead(_asymptotic_variance_coefficient(theta, variant)) * trace_sq
+
+
+def exact_moments(w_qk: jax.Array, seq_len: int, cov: jax.Array | None = None,
+                  temperature: float | None = None
+                  ) -> tuple[jax.Array, jax.Array]:
+  r"""Exact mean and variance of :math:`u_i` for any (asymmetric) :math:`W_{QK}`.
+
+  See the module docstring; reduces to `lemma1_moments(..., exact=True)` for
+  symmetric :math:`W_{QK}`.
+
+  Returns:
+    (mu [T], v [T]).
+  """
+  _checks.square_matrix("w_qk", w_qk)
+  d = w_qk.shape[-1]
+  lam = _checks.temperature(temperature, d)
+  m_sigma = w_qk if cov is None else w_qk @ cov
+  mt_sigma = w_qk.T if cov is None else w_qk.T @ cov
+  if cov is not None:
+    _checks.square_matrix("cov", cov, d)
+  tr1 = jnp.trace(m_sigma) / lam
+  tr2 = jnp.einsum("ij,ji->", m_sigma, m_sigma) / lam**2
+  tr_cross = jnp.einsum("ij,ji->", m_sigma, mt_sigma) / lam**2
+  inv_t, a_g, t_a_g_a = _exact_coefficients(seq_len)
+  return inv_t + a_g * tr1, a_g**2 * tr2 + t_a_g_a * tr_cross
+
+
+def rho_from_moments(mu: jax.Array, v: jax.Array) -> jax.Array:
+  r"""Gaussian approximation :math:`P\{u \in [0,1]\}`, :math:`u \sim \mathcal N(\mu, v)`.
+
+  .. math:: \rho = \tfrac12\Big[\mathrm{erf}\frac{1-\mu}{\sqrt{2v}}
+                  + \mathrm{erf}\frac{\mu}{\sqrt{2v}}\Big]
+
+  (Sec. 4); v = 0 gives the indicator of :math:`\mu \in [0, 1]`.
+  """
+  safe_v = jnp.where(v > 0, v, 1.0)
+  root = jnp.sqrt(2 * safe_v)
+  gauss = 0.5 * (erf((1 - mu) / root) + erf(mu / root))
+  point = ((mu >= 0) & (mu <= 1)).astype(gauss.dtype)
+  return jnp.where(v > 0, gauss, point)
+
+
+def rho_gaussian(seq_len: int, trace: jax.Array, trace_sq: jax.Array,
+                 temperature: jax.Array, exact: bool = False,
+                 variant: str = "corrected") -> jax.Array:
+  """Gaussian-approximation :math:`\\rho_i` on Lemma 1's moments, [..., T].
+
+  Arguments as in `lemma1_moments`.
+  """
+  mu, v = lemma1_moments(seq_len, trace, trace_sq, temperature, exact=exact,
+                         variant=variant)
+  return rho_from_moments(mu, v)
+
+
+def rho_theta(theta: jax.Array, xi: jax.Array, eta: jax.Array,
+              variant: str = "corrected") -> jax.Array:
+  r"""The continuous signal propagation probability, Eq. (6).
+
+  .. math:: \rho(\theta) = \Phi((\theta-\tfrac12)\xi;\theta)
+                         - \Phi((\theta-\tfrac12)\xi - 1/\eta;\theta),\quad
+            \Phi(z;\theta) = \tfrac12\,\mathrm{erf}\frac{z}{\sqrt{2c(\theta)}},
+
+  with :math:`c(\theta) = 2\theta^2 + 7/12` (`variant="paper"`) or
+  :math:`2\theta^2 - 2\theta + 7/12` (`"corrected"`, from the corrected
+  Lemma 1 variance). :math:`\xi = \mathrm{tr}(W)/\sqrt{\mathrm{tr}(W^2)}`,
+  :math:`\eta = \sqrt{\mathrm{tr}(W^2)}/\lambda`.
+
+  Errata followed here: the Fig. 2 caption writes :math:`\lambda^2` in
+  :math:`\eta`; the derivation (substituting Lemma 1 into the erf formula)
+  gives :math:`\lambda`. Fig. 3's text says :math:`\eta = 0.02` with
+  :math:`\xi = 512, \xi\eta = 5.12`, which needs :math:`\eta = 0.01`.
+
+  `theta`, `xi` and `eta` broadcast against each other; `eta = inf` is allowed.
+  """
+  _checks.positive("eta", eta)
+  theta = jnp.asarray(theta, dtype=jnp.float32)
+  root = jnp.sqrt(2 * _asymptotic_variance_coefficient(theta, variant))
+  z = (theta - 0.5) * xi
+  return 0.5 * (erf(z / root) - erf((z - 1.0 / eta) / root))
+
+
+def rho_trace_limit(theta: jax.Array, r: float) -> jax.Array:
+  r"""Lemma 2 (1-2): the limit of :math:`\rho(\theta)` as :math:`|\xi| \to \infty`,
+  :math:`\eta \to 0`, :math:`\xi\eta \to r` (either variant).
+
+  .. math:: \rho \to \mathbb 1\{\tfrac12 \le \theta \le \tfrac12 + \tfrac1r\}
+            \;(r > 0),\qquad
+            \mathbb 1\{\tfrac12 + \tfrac1r \le \theta \le \tfrac12\}\;(r < 0).
+
+  (For :math:`0 < r \le 2` the upper end :math:`\tfrac12 + \tfrac1r \ge 1`
+  is inactive, giving :math:`\mathbb 1\{\theta \ge \tfrac12\}`.)
+  """
+  theta = jnp.asarray(theta, dtype=jnp.float32)
+  if r == 0:
+    raise ValueError("r = 0 has no sharp limit (Lemma 2 needs r != 0).")
+  if r > 0:
+    inside = (theta >= 0.5) & (theta <= 0.5 + 1.0 / r)
+  else:
+    inside = (theta <= 0.5) & (theta >= 0.5 + 1.0 / r)
+  return inside.astype(jnp.float32)
+
+
+def rho_from_spectrum(w_qk: jax.Array, seq_len: int,
+                      cov: jax.Array | None = None,
+                      temperature: float | None = None, exact: bool = False,
+                      variant: str = "corrected") -> jax.Array:
+  """`rho_gaussian` on the statistics of `w_qk` (symmetric part), [..., T]."""
+  stats = spectrum.spectrum_stats(w_qk, cov, temperature)
+  lam = _checks.temperature(temperature, w_qk.shape[-1])
+  return rho_gaussian(seq_len, stats["trace"], stats["trace_sq"], lam,
+                      exact=exact, variant=variant)

@@ -1,0 +1,66 @@
+r"""Random-walk token sequences of Assumption 1 and the covariances of Fig. 5.
+
+Shapes: N = sequences, T = tokens, d = token dimension. Tokens are rows.
+
+.. math:: x_1 \sim \mathcal N(0, \Sigma),\qquad
+          x_{t+1} \sim \mathcal N(x_t, \Sigma),
+
+so :math:`\mathrm{Cov}(x_i, x_j) = \min(i, j)\,\Sigma` (1-based).
+"""
+import jax
+import jax.numpy as jnp
+
+from qkspec.theory import _checks
+
+
+def random_walk(key: jax.Array, num_sequences: int, seq_len: int, dim: int,
+                cov: jax.Array | None = None) -> jax.Array:
+  r"""Samples Gaussian random walks (Assumption 1).
+
+  Args:
+    key: PRNG key.
+    num_sequences: N >= 1.
+    seq_len: T >= 1.
+    dim: d >= 1.
+    cov: step covariance :math:`\Sigma` [d, d] (symmetric positive
+      semi-definite); None means the identity.
+
+  Returns:
+    x_NxTxd with :math:`x_t = \sum_{s \le t} \epsilon_s`,
+    :math:`\epsilon_s \sim \mathcal N(0, \Sigma)` i.i.d.
+  """
+  n = _checks.positive_int("num_sequences", num_sequences)
+  t = _checks.positive_int("seq_len", seq_len)
+  d = _checks.positive_int("dim", dim)
+  eps_NxTxd = jax.random.normal(key, (n, t, d))
+  if cov is not None:
+    _checks.square_matrix("cov", cov, d)
+    eps_NxTxd = eps_NxTxd @ covariance_sqrt(cov)   # rows ~ N(0, Sigma)
+  return jnp.cumsum(eps_NxTxd, axis=1)
+
+
+def covariance_sqrt(cov: jax.Array) -> jax.Array:
+  r"""Symmetric square root :math:`\Sigma^{1/2}` by eigendecomposition.
+
+  Used instead of a Cholesky factor because the Fig. 5 covariance
+  :math:`R^\top R/d` is often nearly singular (smallest eigenvalue ~1e-6 at
+  d = 16), where float32 Cholesky can return NaN; tiny negative round-off
+  eigenvalues are clipped to 0.
+  """
+  evals, evecs = jnp.linalg.eigh(cov)
+  return (evecs * jnp.sqrt(jnp.clip(evals, 0.0))[None, :]) @ evecs.T
+
+
+def anisotropic_covariance(key: jax.Array, dim: int,
+                           half_width: float = 2.5) -> jax.Array:
+  r"""The anisotropic covariance of Fig. 5: :math:`\Sigma = R^\top R / d`.
+
+  :math:`R_{ij} \sim \mathrm{Unif}(-a, a)` with `a = half_width` (2.5 in the
+  paper), so :math:`E\,\Sigma = (a^2/3) I` with a Wishart-like spread of
+  eigenvalues.
+  """
+  d = _checks.positive_int("dim", dim)
+  _checks.positive("half_width", half_width)
+  r_dxd = jax.random.uniform(key, (d, d), minval=-half_width,
+                             maxval=half_width)
+  return r_dxd.T @ r_dxd / d

@@ -1,0 +1,187 @@
+r"""Dong et al.'s path view of a SAN (Sec. 2) and a cubic residual bound.
+
+Shapes: L = layers, H = heads, T = tokens, d = token dimension, K = paths.
+
+Path decomposition. Unrolling L layers of :math:`X \mapsto \sum_h P_h X W_h`
+(no skip, MLP or LayerNorm) gives a sum over the :math:`H^L` head sequences
+("paths") :math:`\pi = (h_1, \dots, h_L)`:
+
+.. math:: X^L = \sum_{\pi \in [H]^L} P^L_{h_L} \cdots P^1_{h_1}\, X\,
+          W^1_{h_1} \cdots W^L_{h_L},
+
+where every :math:`P^l_h` is the attention matrix the *full* network computes
+at layer l (so the identity is exact, but the paths are not independent
+networks: their attention depends on the whole input of the layer).
+
+With skip connections, :math:`X + \mathrm{SA}(X)` adds an identity "head"
+:math:`(P, W) = (I, I)`, so there are :math:`(H+1)^L` paths and the number
+using exactly k attention layers (length k) is :math:`\binom Lk H^k`: a
+fraction :math:`\binom Lk H^k/(H+1)^L` (Dong et al., Sec. 3.1).
+
+Cubic residual bound (a Frobenius-norm variant of Dong et al.'s Lemma 2.1 /
+Theorem 2.2, derived here). Write :math:`X = \mathbf 1 m^\top + R` with m the
+token mean, so :math:`\|R\|_F` is `diagnostics.rank_collapse_residual(X,
+"mean")`. The logits of head h are, up to terms constant along each row
+(which softmax ignores), :math:`a_j + b_{tj}` with
+:math:`a_j = m^\top W_{QK} r_j/\lambda` shared by all rows and
+:math:`b_{tj} = r_t^\top W_{QK} r_j/\lambda`. Let
+:math:`p = \mathrm{softmax}(a)`. Because the softmax Jacobian
+:math:`\mathrm{diag}(p) - pp^\top` has spectral norm at most 1/2,
+:math:`\|P_{t:} - p\|_2 \le \|b_{t:}\|_2/2`, so
+:math:`\|P - \mathbf 1 p^\top\|_F \le \|R W_{QK}^\top R^\top\|_F/(2\lambda)`.
+Since :math:`\mathrm{res}(PXW) = (I - \mathbf 1\mathbf 1^\top/T)
+(P - \mathbf 1 p^\top) R W`:
+
+.. math:: \|\mathrm{res}(\mathrm{SA}(X))\|_F \le c\,\|\mathrm{res}(X)\|_F^3,
+          \qquad c = \sum_h \frac{\|W_{QK,h}\|_2 \|W_h\|_2}{2\lambda},
+
+and by induction :math:`\|\mathrm{res}(X^L)\|_F \le
+c^{(3^L - 1)/2}\|\mathrm{res}(X^0)\|_F^{3^L}` for equal c per layer: the
+doubly exponential collapse of Dong et al.'s Theorem 2.2 (there in the
+composite norm, with :math:`4\gamma\beta H/\sqrt{d_{qk}}` in place of c).
+
+References:
+  Dong, Cordonnier, Loukas, Attention is Not All You Need: Pure Attention
+  Loses Rank Doubly Exponentially with Depth, ICML 2021, arXiv:2103.03404.
+"""
+# pylint: disable=invalid-name
+import itertools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from qkspec.theory import _checks
+
+MAX_PATHS = 4096   # enumerating more paths than this is refused
+
+
+def _check_path_args(x_Txd, probs_LxHxTxT, w_v_LxHxdxd):
+  _checks.min_ndim("probs", probs_LxHxTxT, 4, "[L, H, T, T]")
+  _checks.min_ndim("w_v", w_v_LxHxdxd, 4, "[L, H, d, d]")
+  L, H, T, T2 = probs_LxHxTxT.shape
+  if T != T2 or x_Txd.shape[0] != T:
+    raise ValueError(f"probs {probs_LxHxTxT.shape} must be [L, H, T, T] with "
+                     f"T = x.shape[0] = {x_Txd.shape[0]}.")
+  if w_v_LxHxdxd.shape[:2] != (L, H):
+    raise ValueError(f"w_v {w_v_LxHxdxd.shape} must be [L, H, d, d] with "
+                     f"(L, H) = {(L, H)}.")
+  return L, H
+
+
+def enumerate_paths(x_Txd: jax.Array, probs_LxHxTxT: jax.Array,
+                    w_v_LxHxdxd: jax.Array) -> tuple[jax.Array, np.ndarray]:
+  r"""Every single-head path output (Dong et al., Sec. 2.2, no skip).
+
+  .. math:: Y_\pi = P^L_{h_L} \cdots P^1_{h_1} X W^1_{h_1} \cdots W^L_{h_L}
+
+  Args:
+    x_Txd: the network input X^0.
+    probs_LxHxTxT: the attention matrices of the full network
+      (`san.forward(...)["probs"]`).
+    w_v_LxHxdxd: the value matrices (W_O folded in).
+
+  Returns:
+    (y_KxTxd, heads_KxL): the K = H^L path outputs and each path's heads
+    (row-major: the last layer's head varies fastest). Their sum is the
+    output of the pure SAN.
+  """
+  L, H = _check_path_args(x_Txd, probs_LxHxTxT, w_v_LxHxdxd)
+  if H**L > MAX_PATHS:
+    raise ValueError(f"H^L = {H}^{L} paths exceed MAX_PATHS = {MAX_PATHS}; "
+                     "use path_length_components for sums over paths.")
+  heads_KxL = np.array(list(itertools.product(range(H), repeat=L)),
+                       dtype=np.int32).reshape(-1, L)
+  layers_L = np.arange(L)
+
+  def one_path(heads_L):
+    p_LxTxT = probs_LxHxTxT[layers_L, heads_L]
+    w_Lxdxd = w_v_LxHxdxd[layers_L, heads_L]
+
+    def body(y, pw):
+      p, w = pw
+      return p @ y @ w, None
+
+    y, _ = jax.lax.scan(body, x_Txd, (p_LxTxT, w_Lxdxd))
+    return y
+
+  return jax.vmap(one_path)(jnp.asarray(heads_KxL)), heads_KxL
+
+
+def path_length_components(x_Txd: jax.Array, probs_LxHxTxT: jax.Array,
+                           w_v_LxHxdxd: jax.Array) -> jax.Array:
+  r"""Sums of the skip-SAN paths by length (number of attention layers used).
+
+  With :math:`X^{l+1} = X^l + \sum_h P^l_h X^l W^l_h`, the sum
+  :math:`Z^l_k` of the paths of length k after l layers obeys
+
+  .. math:: Z^{l+1}_k = Z^l_k + \sum_h P^l_h Z^l_{k-1} W^l_h,
+            \qquad Z^0_0 = X,
+
+  so :math:`\sum_k Z^L_k = X^L` in O(L^2 H) products instead of
+  :math:`(H+1)^L` (with the attention of the full skip network).
+
+  Returns:
+    z_KxTxd with K = L + 1: the output carried by paths of length 0..L.
+  """
+  L, _ = _check_path_args(x_Txd, probs_LxHxTxT, w_v_LxHxdxd)
+  z = jnp.zeros((L + 1,) + x_Txd.shape, x_Txd.dtype).at[0].set(x_Txd)
+
+  def body(z_KxTxd, pw):
+    p_HxTxT, w_Hxdxd = pw
+    mixed = jnp.einsum("htj,kjd,hde->kte", p_HxTxT, z_KxTxd, w_Hxdxd)
+    shifted = jnp.concatenate([jnp.zeros_like(mixed[:1]), mixed[:-1]], axis=0)
+    return z_KxTxd + shifted, None
+
+  z, _ = jax.lax.scan(body, z, (probs_LxHxTxT, w_v_LxHxdxd))
+  return z
+
+
+def path_length_fractions(num_layers: int, num_heads: int) -> np.ndarray:
+  r"""Fraction of skip-SAN paths of each length k = 0..L (Dong et al., Sec. 3.1).
+
+  .. math:: \binom{L}{k} H^k / (H + 1)^L
+  """
+  L = _checks.positive_int("num_layers", num_layers)
+  H = _checks.positive_int("num_heads", num_heads)
+  total = (H + 1)**L
+  return np.array([math.comb(L, k) * H**k / total for k in range(L + 1)])
+
+
+def cubic_residual_coefficient(w_qk_LxHxdxd: jax.Array,
+                               w_v_LxHxdxd: jax.Array,
+                               temperature: float | jax.Array) -> jax.Array:
+  r"""Per-layer :math:`c_l = \sum_h \|W^l_{QK,h}\|_2\|W^l_h\|_2/(2\lambda)`.
+
+  The constant of :math:`\|\mathrm{res}(\mathrm{SA}(X))\|_F \le
+  c\,\|\mathrm{res}(X)\|_F^3` (module docstring) for a pure SAN layer.
+
+  Returns:
+    c [L].
+  """
+  _checks.positive("temperature", temperature)
+  norm_qk = jnp.linalg.norm(w_qk_LxHxdxd, ord=2, axis=(-2, -1))
+  norm_v = jnp.linalg.norm(w_v_LxHxdxd, ord=2, axis=(-2, -1))
+  return jnp.sum(norm_qk * norm_v, axis=-1) / (2.0 * temperature)
+
+
+def cubic_residual_bound(residual0: jax.Array, coeffs_L: jax.Array
+                         ) -> jax.Array:
+  r"""The bound :math:`B_{l+1} = c_l B_l^3`, :math:`B_0 = \|\mathrm{res}(X^0)\|_F`.
+
+  For equal :math:`c_l = c`: :math:`B_l = c^{(3^l-1)/2} B_0^{3^l}` (Dong et
+  al., Theorem 2.2, Frobenius variant). Computed in log space, so tiny
+  values underflow to 0 instead of producing NaN.
+
+  Returns:
+    B [L+1], an upper bound on `rank_collapse_residual(X^l, "mean")` of the
+    pure SAN.
+  """
+  def body(log_b, log_c):
+    nxt = log_c + 3.0 * log_b
+    return nxt, nxt
+
+  log_b0 = jnp.log(residual0)
+  _, logs = jax.lax.scan(body, log_b0, jnp.log(coeffs_L))
+  return jnp.exp(jnp.concatenate([log_b0[None], logs]))

@@ -1,0 +1,52 @@
+r"""Softmax and its piecewise-linear approximation (paper Sec. 2).
+
+Shapes: `omega` is `[..., T]` along `axis` (T = number of keys).
+
+The Taylor expansion of softmax at the origin has coefficients
+:math:`\gamma^i = e^i/T - \mathbf{1}/T^2` and :math:`\gamma_0^i = 1/T`, so
+the linearised score of key :math:`i` is
+
+.. math:: u_i = \langle \gamma^i, \omega \rangle + \gamma_0^i
+              = \frac{\omega_i - \bar\omega}{T} + \frac{1}{T}.
+
+The piecewise-linear softmax clips it to [0, 1]; the "signal propagates"
+event of Definition 1 is :math:`u_i \in [0, 1]`.
+"""
+import jax
+import jax.numpy as jnp
+
+from qkspec.theory import _checks
+
+
+def softmax(omega: jax.Array, axis: int = -1) -> jax.Array:
+  r"""Softmax :math:`S(\omega)_i = e^{\omega_i} / \sum_j e^{\omega_j}` (Sec. 2)."""
+  _checks.seq_axis_length("omega", omega, axis, minimum=1)
+  return jax.nn.softmax(omega, axis=axis)
+
+
+def linearized_score(omega: jax.Array, axis: int = -1) -> jax.Array:
+  r"""First-order Taylor expansion of softmax at 0, :math:`u_i` (Sec. 2).
+
+  .. math:: u_i = \langle \gamma^i, \omega\rangle + \gamma_0^i
+                = (\omega_i - \mathrm{mean}(\omega)) / T + 1/T
+  """
+  t = _checks.seq_axis_length("omega", omega, axis, minimum=1)
+  mean = jnp.mean(omega, axis=axis, keepdims=True)
+  return (omega - mean) / t + 1.0 / t
+
+
+def piecewise_linear_softmax(omega: jax.Array, axis: int = -1) -> jax.Array:
+  r"""The piecewise-linear softmax :math:`\tilde S` of Sec. 2.
+
+  .. math:: \tilde S(\omega)_i = \max\{0, \min\{1, u_i\}\},\quad
+            u_i = (\omega_i - \bar\omega)/T + 1/T.
+
+  Unlike softmax it does not sum to one outside the linear region.
+  """
+  return jnp.clip(linearized_score(omega, axis), 0.0, 1.0)
+
+
+def propagation_mask(omega: jax.Array, axis: int = -1) -> jax.Array:
+  r"""Boolean event :math:`u_i \in [0, 1]` of Definition 1 (closed interval)."""
+  u = linearized_score(omega, axis)
+  return (u >= 0.0) & (u <= 1.0)

@@ -1,0 +1,133 @@
+r"""QK-eigenspectrum statistics (Eqs. 5, 7, 8) and controlled spectra (Fig. 5).
+
+Shapes: d = token dimension; every function accepts leading batch axes
+`[..., d, d]`.
+
+With :math:`W = \mathrm{sym}(W_{QK})\,\Sigma` (Lemma 1 uses the symmetric
+part of an asymmetric :math:`W_{QK}`):
+
+* mean-like :math:`\mathrm{tr}(W) = \sum_i w_i`, scale-like
+  :math:`\mathrm{tr}(W^2) = \sum_i w_i^2` (eigenvalues :math:`w_i` of W);
+* :math:`\xi = \mathrm{tr}(W)/\sqrt{\mathrm{tr}(W^2)}`,
+  :math:`\eta = \sqrt{\mathrm{tr}(W^2)}/\lambda` (Eq. 6),
+  :math:`r = \xi\eta = \mathrm{tr}(W)/\lambda` (Lemma 2);
+* eigen-variance :math:`d^2 V[w] = d\,\mathrm{tr}(W^2) - \mathrm{tr}(W)^2`
+  (Eq. 8);
+* the LocATER "scale" :math:`\mathrm{tr}(W_{QK}^\top W_{QK})` (Sec. 6, the
+  quantity of Fig. 6B).
+
+Erratum in Eq. (7). The paper prints
+:math:`|\mathrm{tr} W|/(\sqrt d\|\Sigma\|_2) \le \|W_{QK}\|_2 \le
+\|W_{QK}\|_F \le \|W_{QK}\|_1`. With :math:`W_{QK} = \Sigma = I` the first
+step reads :math:`\sqrt d \le 1`, and with the induced 1-norm the last reads
+:math:`\sqrt d \le 1`: both fail for d > 1. Cauchy-Schwarz gives
+:math:`|\mathrm{tr} W| \le \sqrt d\,\|W\|_F \le
+\sqrt d\,\|W_{QK}\|_F\|\Sigma\|_2`, so the chain that holds is
+:math:`|\mathrm{tr} W|/(\sqrt d\|\Sigma\|_2) \le \|W_{QK}\|_F \le
+\|W_{QK}\|_{1,\mathrm{entrywise}}` (tests/spectrum_test.py); `norm_1` below
+is the induced norm that Dong et al.'s bounds use.
+"""
+import jax
+import jax.numpy as jnp
+
+from qkspec.theory import _checks
+
+
+def symmetrize(w: jax.Array) -> jax.Array:
+  """:math:`(W + W^T)/2` over the last two axes."""
+  return 0.5 * (w + jnp.swapaxes(w, -1, -2))
+
+
+def haar_orthogonal(key: jax.Array, dim: int) -> jax.Array:
+  """A Haar-distributed orthogonal matrix [d, d] (QR of a Gaussian, sign-fixed).
+
+  References:
+    Mezzadri, How to generate random matrices from the classical compact
+    groups, Notices of the AMS 54 (2007).
+  """
+  d = _checks.positive_int("dim", dim)
+  q, r = jnp.linalg.qr(jax.random.normal(key, (d, d)))
+  return q * jnp.sign(jnp.diagonal(r))[None, :]   # makes the law exactly Haar
+
+
+def compose_qk(basis_dxd: jax.Array, eigenvalues_d: jax.Array) -> jax.Array:
+  r""":math:`W_{QK} = B\,\mathrm{diag}(w)\,B^\top` for an orthogonal basis B (Fig. 5).
+
+  Args:
+    basis_dxd: B, orthogonal (columns are the eigenvectors).
+    eigenvalues_d: w, broadcast against B's columns.
+  """
+  return (basis_dxd * eigenvalues_d[..., None, :]) @ jnp.swapaxes(
+      basis_dxd, -1, -2)
+
+
+def sample_qk(key: jax.Array, dim: int, eigen_mean: float | jax.Array = None,
+              eigen_std: float | jax.Array = None, *, mean=None,
+              scale=None) -> jax.Array:
+  r"""A symmetric :math:`W_{QK}` with a controlled eigenspectrum (Fig. 5).
+
+  .. math:: W_{QK} = B\,\mathrm{diag}(w)\,B^\top,\quad
+            w_i \sim \mathcal N(\text{eigen\_mean}, \text{eigen\_std}^2),
+
+  B Haar-orthogonal. The paper calls (eigen_mean, eigen_std) the "mean" and
+  "scale" of the eigenvalue distribution; qkspec keeps "scale" for
+  :math:`\mathrm{tr}(W_{QK}^\top W_{QK})` (Sec. 6, `spectrum_stats`), so
+  the old keywords `mean=` and `scale=` still work but warn.
+  `eigen_mean` and `eigen_std` may be traced (for `vmap` over a grid); a
+  concrete negative `eigen_std` raises ValueError.
+  """
+  eigen_mean = _checks.renamed("sample_qk", "mean", mean, "eigen_mean",
+                               eigen_mean)
+  eigen_std = _checks.renamed("sample_qk", "scale", scale, "eigen_std",
+                              eigen_std)
+  d = _checks.positive_int("dim", dim)
+  _checks.nonnegative("eigen_std", eigen_std)
+  key_b, key_w = jax.random.split(key)
+  w_d = eigen_mean + eigen_std * jax.random.normal(key_w, (d,))
+  return compose_qk(haar_orthogonal(key_b, d), w_d)
+
+
+def _trace(x: jax.Array) -> jax.Array:
+  return jnp.trace(x, axis1=-2, axis2=-1)
+
+
+def spectrum_stats(w_qk: jax.Array, cov: jax.Array | None = None,
+                   temperature: float | None = None) -> dict[str, jax.Array]:
+  r"""Eigenspectrum statistics of :math:`W = \mathrm{sym}(W_{QK})\Sigma`.
+
+  Args:
+    w_qk: [..., d, d] query-key matrix :math:`W_Q^\top W_K`.
+    cov: [d, d] token covariance :math:`\Sigma`; None means the identity.
+    temperature: :math:`\lambda`; None means :math:`\sqrt d`.
+
+  Returns:
+    A dict of [...] arrays: `trace` tr(W), `trace_sq` tr(W^2), `scale`
+    tr(W_QK^T W_QK), `xi`, `eta`, `r` = tr(W)/lambda, `variance`
+    d tr(W^2) - tr(W)^2 (Eq. 8), `qk_trace` tr(W_QK), and the norms of
+    W_QK used in Eq. (7): `norm_2` (spectral), `norm_fro`, `norm_1` (induced:
+    max absolute column sum), `norm_l1` (entrywise: sum of absolute values).
+  """
+  _checks.square_matrix("w_qk", w_qk)
+  d = w_qk.shape[-1]
+  lam = _checks.temperature(temperature, d)
+  w = symmetrize(w_qk)
+  if cov is not None:
+    _checks.square_matrix("cov", cov, d)
+    w = w @ cov
+  trace = _trace(w)
+  trace_sq = jnp.einsum("...ij,...ji->...", w, w)   # tr(W^2) without W @ W
+  root = jnp.sqrt(trace_sq)
+  return dict(
+      trace=trace,
+      trace_sq=trace_sq,
+      scale=jnp.sum(w_qk**2, axis=(-2, -1)),
+      qk_trace=_trace(w_qk),
+      xi=trace / root,
+      eta=root / lam,
+      r=trace / lam,
+      variance=d * trace_sq - trace**2,                       # Eq. (8)
+      norm_2=jnp.linalg.norm(w_qk, ord=2, axis=(-2, -1)),
+      norm_fro=jnp.sqrt(jnp.sum(w_qk**2, axis=(-2, -1))),
+      norm_1=jnp.max(jnp.sum(jnp.abs(w_qk), axis=-2), axis=-1),
+      norm_l1=jnp.sum(jnp.abs(w_qk), axis=(-2, -1)),
+  )

@@ -1,0 +1,12 @@
+"""Training with LocATER: Flax model, loss, step, loop, sweeps, checkpoints.
+
+The only layer that imports flax, optax and orbax.
+
+* `model`: the Sec. 2 theory model and the fairseq-style LM (Flax linen);
+* `fused_xent`: the chunked output projection + cross-entropy (custom VJP);
+* `tasks`: what is learned (random-walk regression or next-token LM);
+* `loop`: train state, jit-compiled steps and `train_and_evaluate`;
+* `sweep`: members of a vmapped kappa/seed sweep;
+* `layer_stats`: per-layer spectrum, entropy, rho and rank measurements;
+* `checkpoint`, `metric_writer`: Orbax checkpoints and metric files.
+"""

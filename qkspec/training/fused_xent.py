@@ -1,0 +1,183 @@
+r"""Fused, chunked output projection + softmax cross-entropy with a custom VJP.
+
+Shapes: N = tokens (batch x sequence, flattened), d = model width,
+V = vocabulary, C = rows per chunk.
+
+The language model's last step maps hidden states :math:`h \in \mathbb
+R^{N \times d}` to logits :math:`z = hW + b \in \mathbb R^{N \times V}` and
+takes the cross-entropy against targets :math:`y`:
+
+.. math:: L = \sum_n w_n\,(\mathrm{logsumexp}(z_n) - z_{n, y_n}),\qquad
+          \frac{\partial L}{\partial z_n} = w_n\,(\mathrm{softmax}(z_n)
+          - e_{y_n}).
+
+At the paper's LM size (N = 4096, V = 33,278) a plain implementation
+materialises z and several same-sized temporaries (545 MB each) and runs the
+matmuls in a backward pass that re-reads them. Here the loss is a scalar
+leaf of the computation, so its gradient can be formed *during the forward
+pass*:
+
+1. Split the N rows into chunks of C (padding with zero-weight rows).
+2. For each chunk (a `lax.scan`): :math:`z_c = h_c W + b`; the row maxima
+   :math:`m`, :math:`e = \exp(z_c - m)` and :math:`s = \sum_v e`; the
+   chunk's loss :math:`\sum_n w_n(\log s_n + m_n - z_{n,y_n})`; then
+   :math:`g_c = e\,w/s - w\,\mathrm{onehot}(y_c)` (one fused elementwise
+   pass: the one-hot is an iota comparison, not a scatter), and
+   :math:`\partial h_c = g_c W^\top`,
+   :math:`\partial W^\top \mathrel{+}= g_c^\top h_c`,
+   :math:`\partial b \mathrel{+}= \sum_n g_c` (only when a bias is given).
+3. The custom VJP's backward pass only scales the stored gradients by the
+   incoming cotangent.
+
+So the three matmuls of the plain forward+backward (z, dh, dW: 6NdV FLOPs)
+run once each, with no recomputation, and only a [C, V] block of logits is
+live at a time. The weight gradient is accumulated as [V, d] and transposed
+once at the end: on XLA:CPU, :math:`g^\top h` runs about twice as fast as
+:math:`h^\top g` at these shapes (bench/train_step.py). C is a tuning knob:
+a block of C x V floats should stay in the last-level cache on a CPU
+(C = 128 at V = 33,278 on the 2-core machines here), while a GPU prefers
+large chunks (bench/gpu_fig6.sh probes 512 and 4096). The value and
+gradients equal the plain `optax.softmax_cross_entropy_with_integer_labels`
+path to float32 rounding (tests/fused_xent_test.py). Use
+`chunked_cross_entropy` (no gradient work) for evaluation.
+"""
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from qkspec.theory import _checks
+
+
+def _pad_rows(x, rows):
+  pad = rows - x.shape[0]
+  if pad == 0:
+    return x
+  return jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1))
+
+
+def _chunks(h, targets, weights, chunk_size):
+  """Pads to a multiple of C and reshapes to [num_chunks, C, ...]."""
+  if chunk_size < 1:
+    raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
+  n = h.shape[0]
+  c = min(chunk_size, n)
+  rows = -(-n // c) * c
+  split = lambda x: _pad_rows(x, rows).reshape((rows // c, c) + x.shape[1:])
+  return split(h), split(targets), split(weights), n
+
+
+def _chunk_logits(h_c, kernel, bias, compute_dtype):
+  z = jnp.dot(h_c.astype(compute_dtype), kernel.astype(compute_dtype),
+              preferred_element_type=jnp.float32)
+  return z if bias is None else z + bias.astype(jnp.float32)[None, :]
+
+
+def _chunk_loss_and_grad(z, y, w):
+  """(sum_n w_n CE(z_n, y_n), dL/dz) of one [C, V] block (module, step 2)."""
+  m = jnp.max(z, axis=-1, keepdims=True)
+  e = jnp.exp(z - m)
+  s = jnp.sum(e, axis=-1, keepdims=True)
+  hit = jax.lax.broadcasted_iota(y.dtype, z.shape, 1) == y[:, None]
+  g = e * (w[:, None] / s) - jnp.where(hit, w[:, None], 0.0)
+  target = jnp.take_along_axis(z, y[:, None], axis=-1)[:, 0]
+  loss = jnp.sum(w * (jnp.log(s[:, 0]) + m[:, 0] - target))
+  return loss, g
+
+
+def _check(h, kernel, bias, targets, weights):
+  _checks.min_ndim("h", h, 2, "[N, d]")
+  if h.ndim != 2 or kernel.ndim != 2 or h.shape[1] != kernel.shape[0]:
+    raise ValueError(f"h [N, d] and kernel [d, V] do not match: {h.shape}, "
+                     f"{kernel.shape}.")
+  if bias is not None and bias.shape != (kernel.shape[1],):
+    raise ValueError(f"bias must be None or [V] = [{kernel.shape[1]}], got "
+                     f"{bias.shape}.")
+  if targets.shape != h.shape[:1] or weights.shape != h.shape[:1]:
+    raise ValueError(f"targets and weights must be [N] = [{h.shape[0]}], got "
+                     f"{targets.shape} and {weights.shape}.")
+
+
+def chunked_cross_entropy(h: jax.Array, kernel: jax.Array,
+                          bias: jax.Array | None, targets: jax.Array,
+                          weights: jax.Array, chunk_size: int = 128,
+                          compute_dtype=jnp.float32) -> jax.Array:
+  """Weighted sum of token cross-entropies, chunked, forward only (eval)."""
+  _check(h, kernel, bias, targets, weights)
+  h_k, y_k, w_k, _ = _chunks(h, targets, weights, chunk_size)
+
+  def body(total, chunk):
+    h_c, y_c, w_c = chunk
+    z = _chunk_logits(h_c, kernel, bias, compute_dtype)
+    loss, _ = _chunk_loss_and_grad(z, y_c, w_c)   # XLA drops the unused grad
+    return total + loss, None
+
+  total, _ = jax.lax.scan(body, jnp.float32(0.0), (h_k, y_k, w_k))
+  return total
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def fused_cross_entropy(h: jax.Array, kernel: jax.Array,
+                        bias: jax.Array | None, targets: jax.Array,
+                        weights: jax.Array, chunk_size: int = 128,
+                        compute_dtype=jnp.float32) -> jax.Array:
+  r"""Weighted sum :math:`\sum_n w_n \mathrm{CE}(h_n W + b, y_n)`, fused (see module).
+
+  Args:
+    h: [N, d] hidden states (float32 or bfloat16).
+    kernel: [d, V] output projection.
+    bias: [V], or None for none (fairseq's LM output has none).
+    targets: int [N].
+    weights: float [N] (0 for padding). Not differentiated.
+    chunk_size: rows per chunk C (memory ~ C x V floats; see module).
+    compute_dtype: matmul input dtype (float32, or bfloat16 with float32
+      accumulation).
+
+  Returns:
+    A float32 scalar; divide by `sum(weights)` for the mean.
+  """
+  return chunked_cross_entropy(h, kernel, bias, targets, weights, chunk_size,
+                               compute_dtype)
+
+
+def _fused_fwd(h, kernel, bias, targets, weights, chunk_size, compute_dtype):
+  _check(h, kernel, bias, targets, weights)
+  h_k, y_k, w_k, n = _chunks(h, targets, weights, chunk_size)
+  kernel_c = kernel.astype(compute_dtype)
+
+  def body(carry, chunk):
+    total, d_kernel_t, d_bias = carry
+    h_c, y_c, w_c = chunk
+    loss, g = _chunk_loss_and_grad(
+        _chunk_logits(h_c, kernel, bias, compute_dtype), y_c, w_c)
+    g_c = g.astype(compute_dtype)
+    d_h = jnp.dot(g_c, kernel_c.T, preferred_element_type=jnp.float32)
+    d_kernel_t = d_kernel_t + jnp.dot(g_c.T, h_c.astype(compute_dtype),
+                                      preferred_element_type=jnp.float32)
+    if bias is not None:
+      d_bias = d_bias + jnp.sum(g, axis=0)
+    return (total + loss, d_kernel_t, d_bias), d_h
+
+  d_bias = None if bias is None else jnp.zeros(bias.shape, jnp.float32)
+  init = (jnp.float32(0.0), jnp.zeros(kernel.shape[::-1], jnp.float32),
+          d_bias)
+  (total, d_kernel_t, d_bias), d_h = jax.lax.scan(body, init,
+                                                  (h_k, y_k, w_k))
+  d_h = d_h.reshape(-1, h.shape[1])[:n]
+  grads = (d_h.astype(h.dtype), d_kernel_t.T.astype(kernel.dtype),
+           None if bias is None else d_bias.astype(bias.dtype))
+  return total, (grads, targets, weights)
+
+
+def _fused_bwd(chunk_size, compute_dtype, residuals, cotangent):
+  del chunk_size, compute_dtype
+  (d_h, d_kernel, d_bias), targets, weights = residuals
+  scale = lambda g: None if g is None else (cotangent * g).astype(g.dtype)
+  zero_targets = (jnp.zeros(targets.shape, jax.dtypes.float0)
+                  if jnp.issubdtype(targets.dtype, jnp.integer)
+                  else jnp.zeros_like(targets))
+  return (scale(d_h), scale(d_kernel), scale(d_bias), zero_targets,
+          jnp.zeros_like(weights))
+
+
+fused_cross_entropy.defvjp(_fused_fwd, _fused_bwd)

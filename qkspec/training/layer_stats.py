@@ -1,0 +1,88 @@
+r"""Per-layer measurements of a model during training (paper Figs. 6-7).
+
+Shapes: L=layers, H=heads, B=batch, T=tokens, d=width.
+
+At each log step, one deterministic forward pass with the sown
+intermediates gives, per layer (and head):
+
+* `qk_scale` :math:`\mathrm{tr}(W_{QK}^\top W_{QK})` (Fig. 6B),
+  `qk_trace` :math:`\mathrm{tr}(W_{QK})`, `eigen_variance`
+  :math:`d\,\mathrm{tr}(W^2) - \mathrm{tr}(W)^2` of the symmetric part (Eq. 8),
+  all from `qkspec.theory.spectrum.spectrum_stats`;
+* `entropy`: mean attention entropy over the keys each query may see (Zhai;
+  Fig. 6C), `qkspec.theory.diagnostics.attention_entropy`;
+* `rho` [T]: empirical signal propagation probability of each key for the
+  LAST query, over the batch (Fig. 7), `qkspec.theory.propagation.empirical_rho`;
+* `rank_residual`: Dong's relative residual of the block output, "mean"
+  method, averaged over the batch.
+"""
+# pylint: disable=invalid-name
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from qkspec.theory import diagnostics
+from qkspec.training import model as model_lib
+from qkspec.theory import propagation
+from qkspec.theory import spectrum
+
+SCALARS = ("qk_scale", "qk_trace", "eigen_variance", "entropy")
+
+
+def _stack_sown(decoder_inter, *path):
+  names = sorted((n for n in decoder_inter if n.startswith("block_")),
+                 key=lambda n: int(n.split("_")[1]))
+  out = []
+  for n in names:
+    node = decoder_inter[n]
+    for p in path:
+      node = node[p]
+    out.append(node[0])                  # sow stores a tuple
+  return jnp.stack(out)
+
+
+def measure(params, batch, *, task) -> dict[str, jax.Array]:
+  """Per-layer measurements on `batch` (dropout off). See the module doc."""
+  (loss_sum, weight), state = task.summed_loss(
+      params, batch, deterministic=True, mutable=["intermediates"])
+  inter = state["intermediates"]["decoder"]
+  logits_LxBxHxTxT = _stack_sown(inter, "attn", "logits")
+  probs_LxBxHxTxT = _stack_sown(inter, "attn", "probs")
+  out_LxBxTxd = _stack_sown(inter, "out")
+  T = logits_LxBxHxTxT.shape[-1]
+
+  stats = spectrum.spectrum_stats(model_lib.qk_matrices(params))
+  mask = model_lib.causal_mask(T) if task.causal else None
+  ent_LxBxHxT = diagnostics.attention_entropy(probs_LxBxHxTxT, mask,
+                                              reduce=False)
+  last_LxHxBxT = jnp.swapaxes(logits_LxBxHxTxT[..., -1, :], 1, 2)
+  rho_LxHxT = jax.vmap(jax.vmap(propagation.empirical_rho))(last_LxHxBxT)
+  res_LxB = diagnostics.relative_residual(out_LxBxTxd, "mean")
+  return dict(
+      qk_scale=stats["scale"], qk_trace=stats["qk_trace"],
+      eigen_variance=stats["variance"],
+      entropy=jnp.mean(ent_LxBxHxT, axis=(1, 3)),
+      rho=rho_LxHxT, rank_residual=jnp.mean(res_LxB, axis=1),
+      loss=loss_sum / weight)
+
+
+def flatten(m: dict[str, np.ndarray]) -> tuple[dict, dict]:
+  """Host measurements of one run -> (scalars, arrays) for the writer.
+
+  Keys are `l{layer}/{name}` for single-head models and
+  `l{layer}/h{head}/{name}` otherwise, plus `mean/{name}` (over layers and
+  heads); `rho` goes to the arrays as `l{layer}[/h{head}]/rho`.
+  """
+  scalars, arrays = {}, {}
+  L, H = np.shape(m["qk_scale"])
+  for l in range(L):
+    for h in range(H):
+      prefix = f"l{l}/" if H == 1 else f"l{l}/h{h}/"
+      for name in SCALARS:
+        scalars[prefix + name] = float(m[name][l, h])
+      arrays[prefix + "rho"] = np.asarray(m["rho"][l, h]).tolist()
+    scalars[f"l{l}/rank_residual"] = float(m["rank_residual"][l])
+  for name in SCALARS:
+    scalars["mean/" + name] = float(np.mean(m[name]))
+  scalars["measure/loss"] = float(m["loss"])
+  return scalars, arrays

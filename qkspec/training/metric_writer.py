@@ -1,0 +1,145 @@
+"""A small metric writer: JSONL + console (+ TensorBoard if installed).
+
+`clu.metric_writers` imports TensorFlow, which qkspec does not depend on, so
+this module keeps clu's MetricWriter method names (`write_scalars`,
+`write_hparams`, `flush`, `close`) and writes
+
+* `<logdir>/metrics.jsonl`: one JSON object per write, `{"step": s, ...}`;
+  `write_arrays` adds lists (e.g. rho per key position) that
+  `read_metrics` and `qkspec.experiments.training_plots` read back;
+* `<logdir>/hparams.json`;
+* TensorBoard event files (scalars only) if the `tensorboard` package is
+  importable (`tensorboard.summary.writer.event_file_writer`; no TensorFlow).
+"""
+import json
+import math
+import os
+import time
+from typing import Any, Mapping
+
+from absl import logging
+import numpy as np
+
+JSONL = "metrics.jsonl"
+
+
+def _tensorboard_writer(logdir):
+  try:
+    # pylint: disable=g-import-not-at-top
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.compat.proto import summary_pb2
+    from tensorboard.summary.writer import event_file_writer
+  except ImportError:
+    return None
+  writer = event_file_writer.EventFileWriter(logdir)
+
+  def write(step, scalars):
+    values = [summary_pb2.Summary.Value(tag=k, simple_value=float(v))
+              for k, v in scalars.items()]
+    writer.add_event(event_pb2.Event(wall_time=time.time(), step=int(step),
+                                     summary=summary_pb2.Summary(value=values)))
+  return writer, write
+
+
+def _plain(v: Any) -> Any:
+  if isinstance(v, (np.ndarray, np.generic)) or hasattr(v, "__array__"):
+    v = np.asarray(v).tolist()
+  if isinstance(v, float) and not math.isfinite(v):
+    return str(v)                          # JSON has no NaN/Inf
+  return v
+
+
+class MetricWriter:
+  """Writes scalars/arrays to JSONL, the console and TensorBoard.
+
+  Args:
+    logdir: directory for the files (created).
+    just_logging: only log to the console (non-zero processes).
+    console: also log scalars with absl logging.
+    tensorboard: None = if importable, False = never.
+  """
+
+  def __init__(self, logdir: str, *, just_logging: bool = False,
+               console: bool = True, tensorboard: bool | None = None):
+    self.logdir = logdir
+    self._console = console
+    self._file = None
+    self._tb = None
+    if just_logging:
+      return
+    os.makedirs(logdir, exist_ok=True)
+    # Line-buffered: every record reaches the disk as it is written, so an
+    # interrupted or killed run loses no metrics.
+    self._file = open(os.path.join(logdir, JSONL), "a", encoding="utf-8",
+                      buffering=1)
+    if tensorboard is not False:
+      self._tb = _tensorboard_writer(logdir)
+
+  def _append(self, record):
+    if self._file is not None:
+      self._file.write(json.dumps(record) + "\n")
+
+  def write_scalars(self, step: int, scalars: Mapping[str, Any]):
+    scalars = {k: float(v) for k, v in scalars.items()}
+    self._append({"step": int(step), **{k: _plain(v)
+                                        for k, v in scalars.items()}})
+    if self._tb is not None:
+      self._tb[1](step, scalars)
+    if self._console:
+      logging.info("[%d] %s", step, ", ".join(
+          f"{k}={v:.6g}" for k, v in scalars.items()))
+
+  def write_arrays(self, step: int, arrays: Mapping[str, Any]):
+    """Vector-valued metrics (JSONL only)."""
+    self._append({"step": int(step), **{k: _plain(v)
+                                        for k, v in arrays.items()}})
+
+  def write_hparams(self, hparams: Mapping[str, Any]):
+    if self._file is None:
+      return
+    with open(os.path.join(self.logdir, "hparams.json"), "w",
+              encoding="utf-8") as f:
+      json.dump({k: _plain(v) for k, v in hparams.items()}, f, indent=1,
+                default=str)
+
+  def flush(self):
+    if self._file is not None:
+      self._file.flush()
+    if self._tb is not None:
+      self._tb[0].flush()
+
+  def close(self):
+    self.flush()
+    if self._file is not None:
+      self._file.close()
+      self._file = None
+    if self._tb is not None:
+      self._tb[0].close()
+      self._tb = None
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.close()
+
+
+def read_metrics(logdir: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+  """`metrics.jsonl` -> {name: (steps int[n], values [n, ...])}.
+
+  A step written twice (a resumed run re-logging a step) keeps the last value.
+  """
+  series: dict[str, dict[int, Any]] = {}
+  with open(os.path.join(logdir, JSONL), encoding="utf-8") as f:
+    for line in f:
+      if not line.strip():
+        continue
+      rec = json.loads(line)
+      step = rec.pop("step")
+      for k, v in rec.items():
+        series.setdefault(k, {})[step] = float(v) if isinstance(v, str) else v
+  out = {}
+  for k, by_step in series.items():
+    steps = np.array(sorted(by_step))
+    out[k] = (steps, np.array([by_step[s] for s in steps], dtype=np.float64))
+  return out

@@ -1,0 +1,307 @@
+r"""Flax modules: the theory model (paper Sec. 2) and the LM of Sec. 7 / App. D.
+
+Shapes: B=batch, T=tokens, d=model width, H=heads, D=head width, F=FFN
+width, V=vocab, L=layers. Tokens are rows (the paper stores them as columns).
+
+The modules only wire parameters; the maths they feed lives in the pure core:
+`qk_matrices` returns each layer/head's :math:`W_{QK} = W_Q^\top W_K` through
+`qkspec.theory.locater.qk_matrix`, and every attention layer sows its logits and
+probabilities (collection "intermediates") so that rho, entropy and rank
+collapse are measured on the real model (`qkspec.training.layer_stats`).
+"""
+# pylint: disable=invalid-name
+import math
+import re
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from qkspec.config import schema
+from qkspec.training import fused_xent
+from qkspec.theory import locater
+
+QK_PARAMS = schema.QK_PARAMS
+NORMS = schema.NORMS
+ACTIVATIONS = {"relu": nn.relu, "identity": lambda x: x, "gelu": nn.gelu}
+assert tuple(ACTIVATIONS) == schema.ACTIVATIONS
+
+# fairseq initialisations (fairseq/modules/multihead_attention.py,
+# fairseq/models/transformer_lm.py): xavier_uniform everywhere, gain
+# 1/sqrt(2) for q/k/v, embeddings N(0, d^-1/2).
+_xavier = nn.initializers.xavier_uniform()
+_xavier_qkv = nn.initializers.variance_scaling(0.5, "fan_avg", "uniform")
+
+
+def causal_mask(seq_len: int) -> jax.Array:
+  """Bool [T, T], True where query t may see key j (j <= t)."""
+  return jnp.tril(jnp.ones((seq_len, seq_len), dtype=bool))
+
+
+class SelfAttention(nn.Module):
+  r"""Multi-head self-attention with an inspectable :math:`W_{QK}` (Eq. 1-2).
+
+  .. math:: \omega_{tj} = (x_t W_Q^\top + b_q)(x_j W_K^\top + b_k)^\top/\lambda,
+            \qquad A = \mathrm{softmax}_j(\omega),\qquad U = A\,(X W_V^\top + b_v)
+
+  per head, :math:`\lambda = \sqrt D` unless `temperature` is set. With
+  `qk_param="joint"` the logits are :math:`x_t W_{QK} x_j^\top/\lambda` from
+  one parameter `w_qk` [H, d, d] (no q/k biases), as in the paper's analysis.
+
+  Sows `logits` (raw, before masking) and `probs` (after the mask), both
+  [B, H, T, T] in float32.
+  """
+  num_heads: int = 1
+  head_dim: int | None = None          # D; None means d // H
+  qk_param: str = "factored"
+  use_bias: bool = True                # q/k/v(/out) biases, as fairseq
+  out_proj: bool = True                # False: concat heads (needs H*D == d)
+  causal: bool = True
+  temperature: float | None = None     # lambda; None means sqrt(D)
+  attn_dropout: float = 0.0
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxTxd: jax.Array, deterministic: bool = True):
+    B, T, d = x_BxTxd.shape
+    H = self.num_heads
+    D = self.head_dim or d // H
+    lam = math.sqrt(D) if self.temperature is None else self.temperature
+    dense = lambda name, init: nn.DenseGeneral(  # noqa: E731
+        (H, D), use_bias=self.use_bias, dtype=self.dtype, kernel_init=init,
+        name=name)
+    if self.qk_param == "joint":
+      w_qk_HxDxd = self.param(
+          "w_qk", nn.initializers.normal(0.5 / math.sqrt(d)), (H, d, d))
+      # 0.5/sqrt(d): the std of W_Q^T W_K for two fairseq-initialised kernels.
+      xw_BxTxHxd = jnp.einsum("bti,hij->bthj", x_BxTxd,
+                              w_qk_HxDxd.astype(self.dtype))
+      logits_BxHxTxT = jnp.einsum("bqhj,bkj->bhqk", xw_BxTxHxd, x_BxTxd)
+    else:
+      q_BxTxHxD = dense("query", _xavier_qkv)(x_BxTxd)
+      k_BxTxHxD = dense("key", _xavier_qkv)(x_BxTxd)
+      logits_BxHxTxT = jnp.einsum("bqhd,bkhd->bhqk", q_BxTxHxD, k_BxTxHxD)
+    v_BxTxHxD = dense("value", _xavier_qkv)(x_BxTxd)
+    logits_BxHxTxT = logits_BxHxTxT.astype(jnp.float32) / lam
+    self.sow("intermediates", "logits", logits_BxHxTxT)
+    if self.causal:
+      masked = jnp.where(causal_mask(T), logits_BxHxTxT,
+                         jnp.finfo(jnp.float32).min)
+    else:
+      masked = logits_BxHxTxT
+    probs_BxHxTxT = jax.nn.softmax(masked, axis=-1)
+    self.sow("intermediates", "probs", probs_BxHxTxT)
+    probs_BxHxTxT = nn.Dropout(self.attn_dropout)(
+        probs_BxHxTxT, deterministic=deterministic)
+    u_BxTxHxD = jnp.einsum("bhqk,bkhd->bqhd", probs_BxHxTxT.astype(self.dtype),
+                           v_BxTxHxD)
+    if self.out_proj:
+      return nn.DenseGeneral(d, axis=(-2, -1), use_bias=self.use_bias,
+                             dtype=self.dtype, kernel_init=_xavier,
+                             name="out")(u_BxTxHxD)
+    if H * D != d:
+      raise ValueError(f"out_proj=False needs heads*head_dim == d, got "
+                       f"{H}*{D} != {d}.")
+    return u_BxTxHxD.reshape(B, T, d)
+
+
+class Block(nn.Module):
+  r"""One transformer block (paper Sec. 2), Post-LN, Pre-LN or no LN.
+
+  .. math:: Z = U(X) + X,\qquad X' = W_{F_2}\sigma(W_{F_1} Z) + Z
+
+  (Post-LN normalises Z and X'; Pre-LN normalises the inputs of U and of the
+  FFN.) Dropout follows the attention and the FFN, as in fairseq. Sows the
+  block output `out` [B, T, d].
+  """
+  attention: dict
+  ffn_dim: int
+  activation: str = "relu"
+  norm: str = "post"
+  ffn_bias: bool = True
+  dropout: float = 0.0
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxTxd: jax.Array, deterministic: bool = True):
+    d = x_BxTxd.shape[-1]
+    ln = lambda name: nn.LayerNorm(epsilon=1e-5, dtype=self.dtype,  # noqa: E731
+                                   name=name)
+    drop = nn.Dropout(self.dropout)
+    h = ln("attn_ln")(x_BxTxd) if self.norm == "pre" else x_BxTxd
+    u = SelfAttention(**self.attention, dtype=self.dtype, name="attn")(
+        h, deterministic)
+    z_BxTxd = x_BxTxd + drop(u, deterministic=deterministic)
+    if self.norm == "post":
+      z_BxTxd = ln("attn_ln")(z_BxTxd)
+    h = ln("ffn_ln")(z_BxTxd) if self.norm == "pre" else z_BxTxd
+    h_BxTxF = nn.Dense(self.ffn_dim, use_bias=self.ffn_bias, dtype=self.dtype,
+                       kernel_init=_xavier, name="ffn1")(h)
+    h_BxTxF = ACTIVATIONS[self.activation](h_BxTxF)
+    h = nn.Dense(d, use_bias=self.ffn_bias, dtype=self.dtype,
+                 kernel_init=_xavier, name="ffn2")(h_BxTxF)
+    x_BxTxd = z_BxTxd + drop(h, deterministic=deterministic)
+    if self.norm == "post":
+      x_BxTxd = ln("ffn_ln")(x_BxTxd)
+    self.sow("intermediates", "out", x_BxTxd)
+    return x_BxTxd
+
+
+class Decoder(nn.Module):
+  """L blocks, plus a final LayerNorm for Pre-LN (fairseq's decoder)."""
+  num_layers: int
+  block: dict
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxTxd: jax.Array, deterministic: bool = True):
+    for layer in range(self.num_layers):
+      x_BxTxd = Block(**self.block, dtype=self.dtype, name=f"block_{layer}")(
+          x_BxTxd, deterministic)
+    if self.block.get("norm") == "pre":
+      x_BxTxd = nn.LayerNorm(epsilon=1e-5, dtype=self.dtype,
+                             name="final_ln")(x_BxTxd)
+    return x_BxTxd
+
+
+class TheoryModel(nn.Module):
+  r"""The model of paper Sec. 2: no embedding, :math:`F(X) = X^L` [B, T, d].
+
+  The prediction of :math:`x_{T+1}` is the last row :math:`F(X)_T`.
+  """
+  num_layers: int
+  block: dict
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxTxd: jax.Array, deterministic: bool = True):
+    return Decoder(self.num_layers, self.block, self.dtype, name="decoder")(
+        x_BxTxd.astype(self.dtype), deterministic).astype(jnp.float32)
+
+
+def sinusoidal_positions(seq_len: int, d: int, offset: int = 2) -> np.ndarray:
+  """fairseq's SinusoidalPositionalEmbedding [T, d]: [sin | cos] halves.
+
+  Positions start at padding_idx + 1 = 2, as fairseq numbers them.
+  """
+  half = d // 2
+  freq = np.exp(np.arange(half) * -(math.log(10000.0) / max(half - 1, 1)))
+  pos = np.arange(offset, offset + seq_len)[:, None] * freq[None, :]
+  emb = np.concatenate([np.sin(pos), np.cos(pos)], axis=1)
+  if d % 2:
+    emb = np.concatenate([emb, np.zeros((seq_len, 1))], axis=1)
+  return emb.astype(np.float32)
+
+
+class OutputHead(nn.Module):
+  r"""Untied output projection (no bias, as fairseq), or its fused loss.
+
+  Called with targets it returns the weighted sum of token cross-entropies
+  and the total weight through `qkspec.training.fused_xent.fused_cross_entropy`, so
+  the [B, T, V] logits are never materialised (same parameters as
+  `nn.Dense(V, use_bias=False)`).
+  """
+  vocab_size: int
+  loss_chunk: int = 128
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxTxd: jax.Array, targets_BxT: jax.Array | None = None,
+               weights_BxT: jax.Array | None = None):
+    d = x_BxTxd.shape[-1]
+    kernel_dxV = self.param("kernel", nn.initializers.normal(d**-0.5),
+                            (d, self.vocab_size))
+    if targets_BxT is None:
+      logits_BxTxV = jnp.einsum("btd,dv->btv", x_BxTxd.astype(self.dtype),
+                                kernel_dxV.astype(self.dtype),
+                                preferred_element_type=jnp.float32)
+      return logits_BxTxV.astype(jnp.float32)
+    if weights_BxT is None:
+      weights_BxT = jnp.ones(targets_BxT.shape, jnp.float32)
+    loss_sum = fused_xent.fused_cross_entropy(
+        x_BxTxd.reshape(-1, d), kernel_dxV, None,
+        targets_BxT.reshape(-1), weights_BxT.reshape(-1).astype(jnp.float32),
+        self.loss_chunk, self.dtype)
+    return loss_sum, jnp.sum(weights_BxT)
+
+
+class LanguageModel(nn.Module):
+  r"""fairseq `transformer_lm` (Sec. 7, App. D): tokens [B, T] -> logits [B, T, V].
+
+  Embedding scaled by :math:`\sqrt d`, sinusoidal positions, dropout, L
+  causal decoder blocks, untied output projection (no bias).
+  """
+  vocab_size: int
+  d_model: int
+  num_layers: int
+  block: dict
+  dropout: float = 0.0
+  dtype: Any = jnp.float32
+  loss_chunk: int = 128
+
+  @nn.compact
+  def __call__(self, tokens_BxT: jax.Array, deterministic: bool = True,
+               targets_BxT: jax.Array | None = None,
+               weights_BxT: jax.Array | None = None):
+    """Logits [B, T, V]; with `targets_BxT`, the fused (loss sum, weight)."""
+    d = self.d_model
+    embed = nn.Embed(self.vocab_size, d,
+                     embedding_init=nn.initializers.normal(d**-0.5),
+                     name="embed")
+    x_BxTxd = embed(tokens_BxT) * math.sqrt(d)
+    x_BxTxd = x_BxTxd + sinusoidal_positions(tokens_BxT.shape[-1], d)[None]
+    x_BxTxd = nn.Dropout(self.dropout)(x_BxTxd, deterministic=deterministic)
+    x_BxTxd = Decoder(self.num_layers, self.block, self.dtype, name="decoder")(
+        x_BxTxd.astype(self.dtype), deterministic)
+    return OutputHead(self.vocab_size, self.loss_chunk, self.dtype,
+                      name="output")(x_BxTxd, targets_BxT, weights_BxT)
+
+
+def make_model(model_config, task: str, vocab_size: int | None = None,
+               dtype: Any = jnp.float32) -> nn.Module:
+  """Builds the module of `task` ("theory" or "lm") from `config.model`."""
+  m = model_config
+  attention = dict(num_heads=m.num_heads, head_dim=m.d_model // m.num_heads,
+                   qk_param=m.qk_param, use_bias=m.qkv_bias,
+                   out_proj=m.out_proj, causal=m.causal,
+                   temperature=m.temperature or None,
+                   attn_dropout=m.attn_dropout)
+  block = dict(attention=attention, ffn_dim=m.ffn_dim, activation=m.activation,
+               norm=m.norm, ffn_bias=m.ffn_bias, dropout=m.dropout)
+  if task == "theory":
+    return TheoryModel(m.num_layers, block, dtype)
+  if vocab_size is None:
+    raise ValueError("the lm task needs vocab_size.")
+  return LanguageModel(vocab_size, m.d_model, m.num_layers, block, m.dropout,
+                       dtype, m.loss_chunk)
+
+
+def _layer_index(name: str) -> int:
+  return int(re.fullmatch(r"block_(\d+)", name).group(1))
+
+
+def attention_params(params) -> list[dict]:
+  """The `attn` parameter dicts of every block, ordered by layer."""
+  decoder = params["decoder"]
+  names = sorted((n for n in decoder if n.startswith("block_")),
+                 key=_layer_index)
+  return [decoder[n]["attn"] for n in names]
+
+
+def qk_matrices(params) -> jax.Array:
+  r""":math:`W_{QK} = W_Q^\top W_K` of every layer and head, [L, H, d, d].
+
+  Unscaled (the logits divide by :math:`\lambda` separately), as LocATER and
+  Fig. 6B use them. Works on a params tree with leading (e.g. sweep) axes
+  only under `jax.vmap`.
+  """
+  out = []
+  for attn in attention_params(params):
+    if "w_qk" in attn:
+      out.append(attn["w_qk"])
+    else:
+      out.append(locater.qk_matrix(attn["query"]["kernel"],
+                                   attn["key"]["kernel"]))
+  return jnp.stack(out)

@@ -1,0 +1,107 @@
+"""Vmapped sweeps: members differing in seed or LocATER strengths.
+
+`config.sweep` lists values for any of `seed`, `kappa1`, `kappa2`, `target`
+(`qkspec.config.schema.SWEEPABLE`; an empty tuple means not swept);
+`mode="zip"` pairs them entry by entry (length-1 entries broadcast),
+`mode="product"` takes all combinations.
+All members share the model, optimizer and data; in `qkspec.training.loop` their
+states are stacked on a leading member axis and one `jax.vmap`-ed,
+jit-compiled step trains them side by side. The swept strengths live in
+`TrainState.hparams` (arrays, not closure constants) and the seeds in the
+stacked PRNG keys, so one compiled step serves every member.
+`config.sweep.member_batch` chooses how that step runs them: all at once
+(0, `jax.vmap`), or k at a time in a loop inside the compiled step (k >= 1,
+`jax.lax.map`); -1 picks 1 on a CPU and 0 elsewhere (`over_members`).
+
+A member equals the same config trained alone (`member_config`), up to
+float reassociation in the batched matmuls (tests/sweep_test.py).
+"""
+import itertools
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from qkspec.config import schema
+
+
+def swept_keys(config) -> list[str]:
+  sweep = config.get("sweep", None) or {}
+  return [k for k in schema.SWEEPABLE if sweep.get(k)]
+
+
+def is_sweep(config) -> bool:
+  return bool(swept_keys(config))
+
+
+def members(config) -> list[dict]:
+  """[{seed, kappa1, kappa2, target}] per member (one if no sweep)."""
+  base = {"seed": int(config.seed),
+          "kappa1": float(config.locater.kappa1),
+          "kappa2": float(config.locater.kappa2),
+          "target": float(config.locater.target)}
+  keys = swept_keys(config)
+  if not keys:
+    return [base]
+  values = {k: tuple(config.sweep[k]) for k in keys}
+  if config.sweep.get("mode", "zip") == "product":
+    combos = list(itertools.product(*values.values()))
+  else:
+    n = max(len(v) for v in values.values())
+    combos = [tuple(v[i] if len(v) > 1 else v[0] for v in values.values())
+              for i in range(n)]
+  cast = {"seed": int, "kappa1": float, "kappa2": float, "target": float}
+  return [{**base, **{k: cast[k](c) for k, c in zip(keys, combo)}}
+          for combo in combos]
+
+
+def member_name(member: dict, keys: list[str]) -> str:
+  """E.g. "kappa1=100,kappa2=0.001" (only the swept keys)."""
+  return ",".join(f"{k}={member[k]:g}" for k in keys) or "run"
+
+
+def member_config(config, member: dict) -> ml_collections.ConfigDict:
+  """`config` with one member's values and no sweep (to train it alone)."""
+  c = ml_collections.ConfigDict(config.to_dict())
+  c.seed = member["seed"]
+  for k in ("kappa1", "kappa2", "target"):
+    c.locater[k] = member[k]
+  for k in schema.SWEEPABLE:
+    if k in c.sweep:
+      c.sweep[k] = ()
+  return c
+
+
+def hparams(member: dict) -> dict[str, jnp.ndarray]:
+  """The LocATER strengths of one member as float32 scalars."""
+  return {k: jnp.float32(member[k]) for k in ("kappa1", "kappa2", "target")}
+
+
+def stacked_hparams(ms: list[dict]) -> dict[str, jnp.ndarray]:
+  return {k: jnp.asarray(np.array([m[k] for m in ms], np.float32))
+          for k in ("kappa1", "kappa2", "target")}
+
+
+def over_members(fn, in_axes: tuple, member_batch: int = 0):
+  """`fn` over the leading member axis of the args whose `in_axes` is 0.
+
+  `member_batch` = 0 is `jax.vmap(fn, in_axes)`: all members in one batched
+  computation. Otherwise `jax.lax.map`: members run one after another inside
+  the same compiled program, `member_batch` at a time (vmapped within a
+  group; 1 = no batch axis at all, the single run's code). Same results;
+  on a CPU the batched [M, C, V] logits blocks fall out of cache and
+  member_batch = 1 is the fastest (bench/sweep.py).
+  """
+  if not member_batch:
+    return jax.vmap(fn, in_axes=in_axes)
+
+  def mapped(*args):
+    swept = tuple(a for a, ax in zip(args, in_axes) if ax == 0)
+
+    def one(xs):
+      it = iter(xs)
+      return fn(*(next(it) if ax == 0 else a for a, ax in zip(args, in_axes)))
+    return jax.lax.map(one, swept,
+                       batch_size=member_batch if member_batch > 1 else None)
+  return mapped

@@ -1,0 +1,196 @@
+r"""What is learned: the random-walk regression of Sec. 2 or next-token LM (Sec. 7).
+
+Shapes: B=batch, T=tokens, d=width, V=vocab.
+
+A `Task` bundles the model, a deterministic batch source (`train_batch(step)`
+depends only on the data seed and the step, so a resumed run sees the same
+data as an uninterrupted one) and a loss returning `(sum, weight)` so that
+means over sharded batches and padded eval batches are exact.
+
+* theory: :math:`J = \tfrac12 E\|x_{T+1} - F(X)_T\|^2` on Gaussian random
+  walks (Assumption 1, `qkspec.theory.randomwalk`), generated on device.
+* lm: mean token cross-entropy (nats) on int32 token streams, from
+  `qkspec.data` (WikiText-2) or a synthetic bigram stream (`data.name`).
+"""
+# pylint: disable=invalid-name
+import dataclasses
+from typing import Callable, Iterator
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from qkspec.training import model as model_lib
+from qkspec.theory import randomwalk
+
+Batch = dict[str, jax.Array]
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  kind: str                                   # "theory" or "lm"
+  model: nn.Module
+  example_inputs: jax.Array                   # for model.init
+  train_batch: Callable[[int], Batch]         # step -> global, sharded batch
+  eval_splits: dict[str, Callable[[], Iterator[Batch]]]
+  loss: Callable[[jax.Array, Batch], tuple[jax.Array, jax.Array]]
+  causal: bool
+  vocab_size: int | None = None
+  fused_loss: bool = False                    # LM: loss inside the model
+
+  def summed_loss(self, params, batch: Batch, *, deterministic: bool,
+                  rngs=None, mutable=False):
+    """(weighted loss sum, weight) of `batch` under `params`.
+
+    With `mutable` (e.g. ["intermediates"]) returns `((sum, weight),
+    state)` with the sown collections, still through the fused loss, so
+    measuring never materialises the [B, T, V] logits either.
+    """
+    variables = {"params": params}
+    if self.fused_loss:
+      return self.model.apply(variables, batch["inputs"], deterministic,
+                              batch["targets"], batch.get("weights"),
+                              rngs=rngs, mutable=mutable)
+    out = self.model.apply(variables, batch["inputs"],
+                           deterministic=deterministic, rngs=rngs,
+                           mutable=mutable)
+    if mutable:
+      return self.loss(out[0], batch), out[1]
+    return self.loss(out, batch)
+
+
+def squared_loss(outputs_BxTxd: jax.Array, batch: Batch):
+  r""":math:`\tfrac12\|y - F(X)_T\|^2` summed over the batch (Sec. 2), and B."""
+  err_Bxd = batch["targets"] - outputs_BxTxd[:, -1, :]
+  per_seq_B = 0.5 * jnp.sum(err_Bxd**2, axis=-1)
+  w_B = batch.get("weights", jnp.ones_like(per_seq_B))
+  return jnp.sum(per_seq_B * w_B), jnp.sum(w_B)
+
+
+def token_loss(logits_BxTxV: jax.Array, batch: Batch):
+  """Token cross-entropy in nats summed over weighted tokens, and the weight."""
+  ce_BxT = optax.softmax_cross_entropy_with_integer_labels(
+      logits_BxTxV, batch["targets"])
+  w_BxT = batch.get("weights", jnp.ones_like(ce_BxT))
+  return jnp.sum(ce_BxT * w_BxT), jnp.sum(w_BxT)
+
+
+# ---------------------------------------------------------------- theory ----
+
+def _theory_task(config, batch_sharding, dtype) -> Task:
+  d, T, B = config.model.d_model, config.data.seq_len, config.data.batch_size
+  train_key, eval_key = jax.random.split(jax.random.key(config.data.seed))
+  cov = None
+  if config.data.cov == "anisotropic":
+    cov = randomwalk.anisotropic_covariance(
+        jax.random.fold_in(eval_key, 1), d)
+
+  def sample(key):
+    x_BxT1xd = randomwalk.random_walk(key, B, T + 1, d, cov)
+    return {"inputs": x_BxT1xd[:, :T], "targets": x_BxT1xd[:, T]}
+
+  sample_jit = jax.jit(sample, out_shardings=batch_sharding)
+
+  def train_batch(step):
+    return sample_jit(jax.random.fold_in(train_key, step))
+
+  def valid():
+    n = -(-config.data.eval_sequences // B)
+    for i in range(n):
+      yield sample_jit(jax.random.fold_in(eval_key, 1000 + i))
+
+  return Task("theory", model_lib.make_model(config.model, "theory",
+                                             dtype=dtype),
+              jnp.zeros((1, T, d), jnp.float32), train_batch,
+              {"valid": valid}, squared_loss, config.model.causal)
+
+
+# -------------------------------------------------------------------- lm ----
+
+def synthetic_stream(seed: int, num_tokens: int, vocab_size: int,
+                     fanout: int = 3) -> np.ndarray:
+  """A random bigram chain: each token has `fanout` likely successors.
+
+  Learnable structure (entropy about log(fanout) nats) for smoke tests while
+  no corpus is at hand.
+  """
+  rng = np.random.default_rng(seed)
+  succ = rng.integers(0, vocab_size, size=(vocab_size, fanout))
+  choice = rng.integers(0, fanout, size=num_tokens)
+  noise = rng.random(num_tokens) < 0.1
+  rand = rng.integers(0, vocab_size, size=num_tokens)
+  out = np.empty(num_tokens, np.int32)
+  tok = 0
+  for i in range(num_tokens):
+    tok = rand[i] if noise[i] else succ[tok, choice[i]]
+    out[i] = tok
+  return out
+
+
+def load_lm_data(config):
+  """`qkspec.data.LMData` for `config.data`.
+
+  `data.name == "synthetic"` gives bigram streams over `data.vocab_size`
+  tokens (the last is `<eos>`); `data.verify_checksums = False` (tests with
+  small fixtures only) skips the source files' sha256 check.
+  """
+  from qkspec.data import pipeline as data_lib  # pylint: disable=g-import-not-at-top
+  dc = config.data
+  if dc.name != "synthetic":
+    return data_lib.load_splits(
+        dc, verify_checksums=dc.get("verify_checksums", True))
+  v = dc.vocab_size
+  vocab = tuple(f"w{i}" for i in range(v - 1)) + ("<eos>",)
+  train, valid, test = (synthetic_stream(dc.seed + i, n, v) for i, n in
+                        enumerate((dc.train_tokens, dc.eval_tokens,
+                                   dc.eval_tokens)))
+  return data_lib.LMData(vocab=vocab, train=train, valid=valid, test=test)
+
+
+def _lm_task(config, batch_sharding, dtype) -> Task:
+  from qkspec.data import pipeline as data_lib  # pylint: disable=g-import-not-at-top
+  dc = config.data
+  data = load_lm_data(config)
+  T, B = dc.seq_len, dc.batch_size
+  if data.train.shape[0] // T < B:
+    raise ValueError(
+        f"data.seq_len={T} x data.batch_size={B} is longer than the train "
+        f"split ({data.train.shape[0]} tokens): not one batch fits.")
+  if min(data.valid.shape[0], data.test.shape[0]) < 1:
+    raise ValueError("data: the valid/test splits are empty.")
+
+  def put(local):
+    return {k: jax.make_array_from_process_local_data(batch_sharding, v)
+            for k, v in local.items()}
+
+  def train_batch(step):
+    return put(data_lib.train_batch(data, step, seq_len=T, batch_size=B,
+                                    seed=dc.seed))
+
+  def make_eval(split):
+    def it():
+      batches = data_lib.eval_batches(data, split, seq_len=T, batch_size=B)
+      for i, b in enumerate(batches):
+        if config.eval_max_batches and i >= config.eval_max_batches:
+          break
+        yield put(b)
+    return it
+
+  return Task("lm", model_lib.make_model(config.model, "lm", data.vocab_size,
+                                         dtype),
+              jnp.zeros((1, T), jnp.int32), train_batch,
+              {"valid": make_eval("valid"), "test": make_eval("test")},
+              token_loss, config.model.causal, data.vocab_size,
+              config.model.fused_loss)
+
+
+def make_task(config, batch_sharding) -> Task:
+  """The task of `config.task`, its batches laid out with `batch_sharding`."""
+  dtype = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[
+      config.compute_dtype]
+  if config.task == "theory":
+    return _theory_task(config, batch_sharding, dtype)
+  return _lm_task(config, batch_sharding, dtype)
+

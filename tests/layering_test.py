@@ -1,0 +1,128 @@
+"""The package's layers, checked: what each layer may import.
+
+qkspec/theory (the maths) imports only jax and numpy; qkspec/config only
+ml_collections; and no layer imports one below it in
+theory -> config -> data -> training -> experiments.
+"""
+import ast
+import json
+import pathlib
+import subprocess
+import sys
+
+from absl.testing import absltest
+from absl.testing import parameterized
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "qkspec"
+LAYERS = ("theory", "config", "data", "training", "experiments")
+HEAVY = ("flax", "optax", "orbax", "grain", "tensorflow_datasets",
+         "tensorflow", "ml_collections", "matplotlib", "clu", "torch")
+
+
+def _loaded_after(code: str) -> list[str]:
+  """Top-level packages in sys.modules after `code`, in a fresh interpreter."""
+  probe = (f"import sys\n{code}\nimport json\n"
+           "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")
+  out = subprocess.run([sys.executable, "-c", probe], check=True,
+                       capture_output=True, text=True, cwd=ROOT).stdout
+  return json.loads(out.strip().splitlines()[-1])
+
+
+def _qkspec_imports(path: pathlib.Path) -> set[str]:
+  """Every qkspec module a file imports, at top level or inside functions."""
+  tree = ast.parse(path.read_text())
+  out = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      out.update(a.name for a in node.names if a.name.startswith("qkspec"))
+    elif isinstance(node, ast.ImportFrom) and node.module and (
+        node.module.startswith("qkspec")):
+      out.update(f"{node.module}.{a.name}" for a in node.names)
+  return out
+
+
+def _layer(module: str) -> str | None:
+  parts = module.split(".")
+  return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+class LayeringTest(parameterized.TestCase):
+
+  def test_theory_imports_no_framework(self):
+    modules = sorted(p.stem for p in (PACKAGE / "theory").glob("*.py"))
+    self.assertContainsSubset(
+        {"softmax", "randomwalk", "spectrum", "propagation", "locater",
+         "diagnostics", "entropy_bounds", "san", "san_paths",
+         "grid_estimator"}, modules)
+    code = "\n".join(f"import qkspec.theory.{m}" for m in modules)
+    code += ("\nfrom qkspec import softmax, randomwalk, spectrum, "
+             "propagation, locater, diagnostics")
+    loaded = _loaded_after(code)
+    self.assertIn("jax", loaded)        # the probe itself is not vacuous
+    self.assertEmpty([m for m in HEAVY if m in loaded],
+                     msg="the theory layer must import only jax and numpy")
+
+  def test_probe_sees_heavy_imports(self):
+    # The check above can fail: importing the model does load flax.
+    self.assertIn("flax", _loaded_after("import qkspec.training.model"))
+
+  def test_configs_import_only_config_helpers(self):
+    files = sorted((ROOT / "configs").glob("*.py"))
+    self.assertGreater(len(files), 5)
+    code = ("from qkspec.config import args\n" + "\n".join(
+        f"args.load_config_file({str(f)!r})" for f in files
+        if f.stem != "__init__"))
+    loaded = _loaded_after(code)
+    heavy = [m for m in HEAVY if m in loaded and m != "ml_collections"]
+    self.assertEmpty(heavy + [m for m in ("jax",) if m in loaded],
+                     msg="configs must load without jax, flax or the data "
+                     "pipeline")
+
+  @parameterized.parameters(*LAYERS)
+  def test_no_layer_imports_a_later_one(self, layer):
+    allowed = set(LAYERS[:LAYERS.index(layer) + 1])
+    bad = []
+    for path in sorted((PACKAGE / layer).rglob("*.py")):
+      for module in _qkspec_imports(path):
+        target = _layer(module)
+        if target is not None and target not in allowed:
+          bad.append(f"{path.relative_to(ROOT)} imports {module}")
+    self.assertEmpty(bad)
+
+  def test_flat_package_holds_no_code_modules(self):
+    flat = sorted(p.name for p in PACKAGE.glob("*.py"))
+    self.assertEqual(flat, ["__init__.py", "_moved.py"])
+
+  def test_old_module_paths_still_work(self):
+    code = """
+import sys, warnings
+with warnings.catch_warnings(record=True) as caught:
+  warnings.simplefilter("always")
+  from qkspec import softmax, propagation          # the public face: silent
+  import qkspec.locater
+assert not caught, [str(w.message) for w in caught]
+assert "flax" not in sys.modules
+with warnings.catch_warnings(record=True) as caught:
+  warnings.simplefilter("always")
+  from qkspec import train, sweep_fast
+  import qkspec.model
+  from qkspec.experiments import io
+messages = " ".join(str(w.message) for w in caught)
+for new in ("qkspec.training.loop", "qkspec.theory.grid_estimator",
+            "qkspec.training.model", "qkspec.experiments.outputs"):
+  assert new in messages, (new, messages)
+import qkspec.theory.locater, qkspec.training.model
+assert qkspec.locater is qkspec.theory.locater          # the same module
+assert qkspec.model is qkspec.training.model
+assert qkspec.theory.locater.__spec__.name == "qkspec.theory.locater"
+assert callable(train.train_and_evaluate) and callable(io.write_table)
+assert callable(sweep_fast.grid_stats)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, cwd=ROOT)
+    self.assertEqual(out.returncode, 0, out.stderr)
+
+
+if __name__ == "__main__":
+  absltest.main()
