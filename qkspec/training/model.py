@@ -4,10 +4,11 @@ Shapes: B=batch, T=tokens, d=model width, H=heads, D=head width, F=FFN
 width, V=vocab, L=layers. Tokens are rows (the paper stores them as columns).
 
 The modules only wire parameters; the maths they feed lives in the pure core:
-`qk_matrices` returns each layer/head's :math:`W_{QK} = W_Q^\top W_K` through
-`qkspec.theory.locater.qk_matrix`, and every attention layer sows its logits and
-probabilities (collection "intermediates") so that rho, entropy and rank
-collapse are measured on the real model (`qkspec.training.layer_stats`).
+`qk_matrices` returns each layer/head's :math:`W_{QK} = W_Q^\top W_K` (from
+the Flax kernels by `qk_from_kernels`), and every attention layer sows its
+logits and probabilities (collection "intermediates") so that rho, entropy
+and rank collapse are measured on the real model
+(`qkspec.training.layer_stats`).
 """
 # pylint: disable=invalid-name
 import math
@@ -21,7 +22,6 @@ import numpy as np
 
 from qkspec.config import schema
 from qkspec.training import fused_xent
-from qkspec.theory import locater
 
 QK_PARAMS = schema.QK_PARAMS
 NORMS = schema.NORMS
@@ -290,6 +290,33 @@ def attention_params(params) -> list[dict]:
   return [decoder[n]["attn"] for n in names]
 
 
+def qk_from_kernels(wq_kernel: jax.Array, wk_kernel: jax.Array) -> jax.Array:
+  r""":math:`W_{QK} = W_Q^\top W_K` from Flax `Dense`/`DenseGeneral` kernels.
+
+  A Flax kernel maps rows, `q = x @ kernel`, so the paper's
+  :math:`W_Q` (:math:`D \times d`) is `wq_kernel.T` and
+
+  .. math:: W_{QK} = \texttt{wq\_kernel} \cdot \texttt{wk\_kernel}^\top,\qquad
+            q_t^\top k_j = x_t^\top W_{QK} x_j.
+
+  Args:
+    wq_kernel: [d, D], or [d, H, D] (`DenseGeneral` with heads).
+    wk_kernel: same shape.
+
+  Returns:
+    W_QK [d, d], or [H, d, d] per head.
+  """
+  if jnp.shape(wq_kernel) != jnp.shape(wk_kernel):
+    raise ValueError("wq_kernel and wk_kernel must have the same shape, got "
+                     f"{jnp.shape(wq_kernel)} and {jnp.shape(wk_kernel)}.")
+  if wq_kernel.ndim == 2:
+    return wq_kernel @ wk_kernel.T
+  if wq_kernel.ndim == 3:
+    return jnp.einsum("ihk,jhk->hij", wq_kernel, wk_kernel)
+  raise ValueError("kernels must be [d, D] or [d, H, D], got shape "
+                   f"{jnp.shape(wq_kernel)}.")
+
+
 def qk_matrices(params) -> jax.Array:
   r""":math:`W_{QK} = W_Q^\top W_K` of every layer and head, [L, H, d, d].
 
@@ -302,6 +329,6 @@ def qk_matrices(params) -> jax.Array:
     if "w_qk" in attn:
       out.append(attn["w_qk"])
     else:
-      out.append(locater.qk_matrix(attn["query"]["kernel"],
-                                   attn["key"]["kernel"]))
+      out.append(qk_from_kernels(attn["query"]["kernel"],
+                                 attn["key"]["kernel"]))
   return jnp.stack(out)
