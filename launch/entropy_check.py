@@ -1,12 +1,8 @@
-r"""Measured attention entropy vs Eq. (9) and Zhai et al. Theorem 3.1.
+"""Old name of `launch/run.py` for entropy_check, kept so that old commands work."""
+import functools
 
-  python launch/entropy_check.py --config configs/entropy_check.py --workdir /tmp/collapse_runs/entropy_check
-
-Add `:smoke` to the config path for a quick run, and `--config.x=y` to
-override a field (e.g. `--config.dim=32`). See configs/entropy_check.py.
-"""
 from qkspec.experiments import cli
-from qkspec.experiments import entropy_check
 
 if __name__ == "__main__":
-  cli.main(entropy_check.run, "entropy_check config")
+  cli.main(functools.partial(cli.run_experiment, default="entropy_check"),
+           "experiment config", alias_of="launch/run.py")

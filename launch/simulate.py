@@ -1,12 +1,8 @@
-r"""Monte Carlo rho_i and attention entropy over eigen-(mean, scale): paper Fig. 5.
+"""Old name of `launch/run.py` for simulate_rho, kept so that old commands work."""
+import functools
 
-  python launch/simulate.py --config configs/simulate_rho.py --workdir /tmp/exp_runs/simulate_rho
-
-Add `:smoke` to the config path for a quick run, and `--config.x=y` to
-override a field (e.g. `--config.num_draws=3`). See configs/simulate_rho.py.
-"""
 from qkspec.experiments import cli
-from qkspec.experiments import simulate_rho
 
 if __name__ == "__main__":
-  cli.main(simulate_rho.run, "simulate_rho config")
+  cli.main(functools.partial(cli.run_experiment, default="simulate_rho"),
+           "experiment config", alias_of="launch/run.py")

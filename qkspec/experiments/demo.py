@@ -1,7 +1,8 @@
 """The main job on the embedded default: the paper's theory, simulation and
 theory-model training figures, with no data set, in a few minutes on a CPU.
 
-Runs, each into its own sub-directory of `workdir`:
+Runs, each into its own sub-directory of `workdir` and through the same
+`cli.run_experiment` as `launch/run.py`:
 
 1. theory_rho     Figs. 2-3 and the Lemma 2 table (printed vs corrected);
 2. entropy_bound  Fig. 4;
@@ -14,27 +15,10 @@ import time
 
 from absl import logging
 
-from qkspec.config import defaults
-from qkspec.experiments import training_plots
-from qkspec.training import loop
-from qkspec.experiments import entropy_bound
-from qkspec.experiments import simulate_rho
-from qkspec.experiments import theory_rho
+from qkspec.config import args
+from qkspec.experiments import cli
 
 EXPERIMENTS = ("theory_rho", "entropy_bound", "simulate_rho", "theory_task")
-
-
-def _train_and_plot(config, workdir):
-  loop.train_and_evaluate(config, workdir)
-  return training_plots.plot_workdir(workdir)
-
-
-_RUNNERS = {
-    "theory_rho": theory_rho.run,
-    "entropy_bound": entropy_bound.run,
-    "simulate_rho": simulate_rho.run,
-    "theory_task": _train_and_plot,
-}
 
 
 def run(workdir: str, configs_dir: str, smoke: bool = False,
@@ -53,9 +37,9 @@ def run(workdir: str, configs_dir: str, smoke: bool = False,
   for i, name in enumerate(only, 1):
     start = time.time()
     logging.info("[%d/%d] %s ...", i, len(only), name)
-    config = defaults.load_config_file(
+    config = args.load_config_file(
         pathlib.Path(configs_dir) / f"{name}.py", "smoke" if smoke else None)
-    _RUNNERS[name](config, str(root / name))
+    cli.run_experiment(config, str(root / name), default=name)
     figures[name] = sorted(str(p) for p in (root / name).glob("*.png"))
     logging.info("[%d/%d] %s done in %.0f s", i, len(only), name,
                  time.time() - start)
