@@ -14,11 +14,9 @@ throughput in member-steps per second with its members vmapped
 import argparse
 import time
 
-import jax.numpy as jnp
-
 from qkspec.config import defaults
+from qkspec.training import step as step_lib
 from qkspec.training import sweep as sweep_lib
-from qkspec.training import loop
 
 KAPPA2 = (0.0, 1e-3, 1e-2, 1e-1, 1.0)
 
@@ -45,16 +43,10 @@ def member_steps_per_second(config, steps):
   step to the last step, compilation and the warm-up step included).
   """
   start = time.perf_counter()
-  built = loop.build_steps(config)
+  built = step_lib.build_steps(config)
   members = sweep_lib.members(config)
-  if sweep_lib.swept_keys(config):
-    keys = [loop.member_keys(m["seed"]) for m in members]
-    init_keys = jnp.stack([k[0] for k in keys])
-    dropout_keys = jnp.stack([k[1] for k in keys])
-    hparams = sweep_lib.stacked_hparams(members)
-  else:
-    init_keys, dropout_keys = loop.member_keys(members[0]["seed"])
-    hparams = sweep_lib.hparams(members[0])
+  init_keys, dropout_keys, hparams = step_lib.member_inputs(
+      members, sweep_lib.is_sweep(config))
   state = built.init(init_keys, hparams)
   batches = [built.task.train_batch(i) for i in range(steps + 1)]
   state, metrics = built.train(state, batches[0], dropout_keys)

@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from qkspec.config import defaults
+from qkspec.training import step as step_lib
 from qkspec.training import sweep as sweep_lib
-from qkspec.training import loop
 
 D, V, T, B = 128, 33_278, 64, 64
 
@@ -59,10 +59,10 @@ def qkspec_step(fused, repeats, chunk=None):
     c.model.loss_chunk = chunk
   c.locater.kappa1, c.locater.kappa2 = 100.0, 1.0
   c.num_steps = 1000
-  steps = loop.build_steps(c)
-  member = sweep_lib.members(c)[0]
-  init_key, dropout_key = loop.member_keys(member["seed"])
-  state = steps.init(init_key, sweep_lib.hparams(member))
+  steps = step_lib.build_steps(c)
+  init_key, dropout_key, hparams = step_lib.member_inputs(
+      sweep_lib.members(c), False)
+  state = steps.init(init_key, hparams)
   batch = steps.task.train_batch(0)
   holder = [state]
 

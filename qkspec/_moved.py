@@ -31,7 +31,7 @@ MOVED: dict[str, tuple[tuple[str, ...], bool]] = {
     "qkspec.sweep": (("qkspec.training.sweep",), True),
     "qkspec.checkpoint": (("qkspec.training.checkpoint",), True),
     "qkspec.metric_writer": (("qkspec.training.metric_writer",), True),
-    "qkspec.train": (("qkspec.training.loop",), True),
+    "qkspec.train": (("qkspec.training.loop", "qkspec.training.step"), True),
     "qkspec.train_metrics": (("qkspec.training.layer_stats",), True),
     "qkspec.config_lib": (("qkspec.config.defaults",), True),
     "qkspec.config_checks": (("qkspec.config.schema",), True),

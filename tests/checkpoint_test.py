@@ -1,5 +1,6 @@
 """Tests for qkspec.training.checkpoint and resuming qkspec.training.loop runs."""
 import os
+import shutil
 import tempfile
 from unittest import mock
 
@@ -8,10 +9,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from qkspec.theory import locater
 from qkspec.training import checkpoint
-from qkspec.training import metric_writer
-from qkspec.training import tasks
 from qkspec.training import loop
+from qkspec.training import metric_writer
+from qkspec.training import step as step_lib
+from qkspec.training import sweep
+from qkspec.training import tasks
 import testutil
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
@@ -29,9 +33,10 @@ def _assert_trees_equal(a, b):
 class CheckpointerTest(absltest.TestCase):
 
   def test_save_restore_round_trip(self):
-    state = loop.TrainState(
+    state = step_lib.TrainState(
         step=jnp.int32(3), params={"w": jnp.arange(6.0).reshape(2, 3)},
-        opt_state=(jnp.ones(2),), hparams={"kappa2": jnp.float32(0.5)})
+        opt_state=(jnp.ones(2),),
+        hparams=locater.LocaterHParams(*jnp.float32([0.0, 0.5, 1.0])))
     with tempfile.TemporaryDirectory() as tmp:
       ckpt = checkpoint.Checkpointer(tmp, max_to_keep=2)
       self.assertIsNone(ckpt.latest_step())
@@ -40,7 +45,7 @@ class CheckpointerTest(absltest.TestCase):
       ckpt.wait_until_finished()
       self.assertEqual(ckpt.all_steps(), [2, 3])          # max_to_keep
       self.assertFalse(ckpt.save(3, state, force=True))   # already there
-      sharding = jax.NamedSharding(loop.make_mesh(), jax.P())
+      sharding = jax.NamedSharding(step_lib.make_mesh(), jax.P())
       abstract = checkpoint.abstract_like(jax.eval_shape(lambda: state),
                                           sharding)
       restored, meta = ckpt.restore(3, abstract)
@@ -71,6 +76,38 @@ class ResumeTest(absltest.TestCase):
       self.assertEqual(checkpoint.Checkpointer(wd).latest_step(), 4)
       m = metric_writer.read_metrics(os.path.join(wd, "kappa1=100,kappa2=1"))
       np.testing.assert_array_equal(m["train/loss"][0], [2, 4])
+    self.assertEqual(int(resumed.step[0]), 4)
+    _assert_trees_equal(resumed.params, straight.params)
+    _assert_trees_equal(resumed.opt_state, straight.opt_state)
+
+  def test_resumes_a_checkpoint_with_the_old_dict_hparams(self):
+    # Checkpoints written before TrainState.hparams became a LocaterHParams
+    # held a {"kappa1", "kappa2", "target"} dict. Rewrite a checkpoint in
+    # that layout, resume from it: bit-identical to an uninterrupted run.
+    cfg = testutil.get_config("theory_task", "smoke")      # 3-member sweep
+    half = testutil.get_config("theory_task", "smoke")
+    half.num_steps = 2
+    with tempfile.TemporaryDirectory() as tmp:
+      straight = loop.train_and_evaluate(cfg, os.path.join(tmp, "a"))
+      wd = os.path.join(tmp, "b")
+      loop.train_and_evaluate(half, wd)
+      steps = step_lib.build_steps(half)
+      init_keys, _, hparams = step_lib.member_inputs(sweep.members(half),
+                                                     True)
+      abstract = checkpoint.abstract_like(
+          jax.eval_shape(steps.init, init_keys, hparams), steps.replicated)
+      ckpt = checkpoint.Checkpointer(wd)
+      state, _ = ckpt.restore(2, abstract)
+      ckpt.close()
+      old = state.replace(hparams=dict(state.hparams._asdict()))
+      self.assertEqual(sorted(old.hparams), ["kappa1", "kappa2", "target"])
+      shutil.rmtree(os.path.join(wd, "ckpt"))
+      ckpt = checkpoint.Checkpointer(wd)
+      ckpt.save(2, old, force=True)
+      ckpt.close()
+      resumed = loop.train_and_evaluate(cfg, wd)
+    self.assertIsInstance(resumed.hparams, locater.LocaterHParams)
+    np.testing.assert_array_equal(resumed.hparams.target, [1.0, 1.0, 12.0])
     self.assertEqual(int(resumed.step[0]), 4)
     _assert_trees_equal(resumed.params, straight.params)
     _assert_trees_equal(resumed.opt_state, straight.opt_state)

@@ -1,5 +1,6 @@
 """Tests for qkspec.training.model: shapes, causality, sown logits vs W_QK, LocATER."""
 # pylint: disable=invalid-name
+import contextlib
 import dataclasses
 import math
 
@@ -15,7 +16,7 @@ from qkspec.config import defaults as common
 from qkspec.theory import locater
 from qkspec.training import model as model_lib
 from qkspec.training import tasks
-from qkspec.training import loop
+from qkspec.training import step as step_lib
 from qkspec.training import layer_stats
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
@@ -143,6 +144,27 @@ class ModelTest(parameterized.TestCase):
       np.testing.assert_array_equal(
           jnp.where(model_lib.causal_mask(T), 0.0, probs), 0.0)
 
+  def test_temperature_none_is_sqrt_head_width(self):
+    # H = 2: lambda = sqrt(D) = sqrt(d / 2), not sqrt(d). None (the
+    # default), sqrt(D) and the old spelling 0.0 give identical logits.
+    D = d // 2
+    tokens = jax.random.randint(jax.random.key(11), (B, T), 0, V)
+    logits = {}
+    for t in (None, math.sqrt(D), 0.0, 2.0):
+      mc = _lm_model_config(num_heads=2, temperature=t)
+      old = t is not None and t == 0.0
+      with (self.assertWarnsRegex(FutureWarning, "old spelling of None")
+            if old else contextlib.nullcontext()):
+        self.assertEqual(model_lib.attention_temperature(mc),
+                         math.sqrt(D) if t is None or old else t)
+        m = model_lib.make_model(mc, "lm", V)
+      params = m.init(jax.random.key(12), tokens)["params"]
+      logits[t] = m.apply({"params": params}, tokens)
+    self.assertIsNone(_lm_model_config().temperature)
+    np.testing.assert_array_equal(logits[None], logits[math.sqrt(D)])
+    np.testing.assert_array_equal(logits[None], logits[0.0])
+    self.assertGreater(float(jnp.abs(logits[None] - logits[2.0]).max()), 0.0)
+
   def test_theory_model_matches_paper_block(self):
     c = common.theory_config()
     c.model.d_model, c.model.ffn_dim, c.model.activation = 8, 8, "relu"
@@ -165,29 +187,31 @@ class ModelTest(parameterized.TestCase):
     m = model_lib.make_model(c.model, "lm", V)
     tokens = jnp.zeros((B, T), jnp.int32)
     params = m.init(jax.random.key(6), tokens)["params"]
-    hp = {"kappa1": jnp.float32(100.0), "kappa2": jnp.float32(0.1),
-          "target": jnp.float32(1.0)}
+    hp = locater.LocaterHParams(kappa1=jnp.float32(100.0),
+                                kappa2=jnp.float32(0.1),
+                                target=jnp.float32(1.0))
     w = model_lib.qk_matrices(params)
     want = 0.0
     for l in range(3):
       for h in range(2):
         want += locater.locater_penalty(w[l, h], 100.0, 0.1, 1.0)
-    np.testing.assert_allclose(loop.locater_term(params, hp), want,
+    np.testing.assert_allclose(step_lib.locater_term(params, hp), want,
                                rtol=1e-6)
     # The training objective is loss + that term.
-    task = tasks.Task("lm", m, tokens, None, {}, tasks.token_loss, True, V,
+    task = tasks.Task("lm", m, tokens, None, {}, tasks.token_loss, True,
+                      model_lib.attention_temperature(c.model), V,
                       fused_loss=True)
     batch = {"inputs": tokens, "targets": tokens + 1}
     key = jax.random.key(0)
-    total, (loss, pen) = loop.objective(params, hp, batch, key, task=task,
-                                         deterministic=True)
+    total, (loss, pen) = step_lib.objective(params, hp, batch, key,
+                                            task=task, deterministic=True)
     np.testing.assert_allclose(pen, want, rtol=1e-6)
     np.testing.assert_allclose(total, loss + want, rtol=1e-6)
     # The fused loss equals the plain cross-entropy of the logits.
     plain = dataclasses.replace(task, fused_loss=False)
     np.testing.assert_allclose(
-        loop.objective(params, hp, batch, key, task=plain,
-                        deterministic=True)[1][0], loss, rtol=1e-5)
+        step_lib.objective(params, hp, batch, key, task=plain,
+                           deterministic=True)[1][0], loss, rtol=1e-5)
 
   def test_fused_loss_gradients_equal_plain(self):
     c = common.lm_config()
@@ -198,7 +222,8 @@ class ModelTest(parameterized.TestCase):
     batch = {"inputs": tokens, "targets": jnp.roll(tokens, -1, axis=1),
              "weights": (jax.random.uniform(k2, (B, T)) > 0.3) * 1.0}
     params = m.init(jax.random.key(8), tokens)["params"]
-    fused = tasks.Task("lm", m, tokens, None, {}, tasks.token_loss, True, V,
+    fused = tasks.Task("lm", m, tokens, None, {}, tasks.token_loss, True,
+                       model_lib.attention_temperature(c.model), V,
                        fused_loss=True)
     plain = dataclasses.replace(fused, fused_loss=False)
     grads = [jax.grad(lambda p, t=t: t.summed_loss(
@@ -215,7 +240,8 @@ class ModelTest(parameterized.TestCase):
     tokens = jax.random.randint(jax.random.key(9), (B, T), 0, V)
     batch = {"inputs": tokens, "targets": jnp.roll(tokens, -1, axis=1)}
     params = m.init(jax.random.key(10), tokens)["params"]
-    fused = tasks.Task("lm", m, tokens, None, {}, tasks.token_loss, True, V,
+    fused = tasks.Task("lm", m, tokens, None, {}, tasks.token_loss, True,
+                       model_lib.attention_temperature(c.model), V,
                        fused_loss=True)
     got = [layer_stats.measure(params, batch, task=t)
            for t in (fused, dataclasses.replace(fused, fused_loss=False))]

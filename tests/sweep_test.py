@@ -10,9 +10,12 @@ import numpy as np
 
 from configs import locater_wt2
 from configs import theory_task
+from qkspec.config import defaults
+from qkspec.config import schema
+from qkspec.theory import locater
+from qkspec.training import loop
 from qkspec.training import metric_writer
 from qkspec.training import sweep
-from qkspec.training import loop
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_compilation_cache_dir", os.path.join(
@@ -38,6 +41,31 @@ class MembersTest(absltest.TestCase):
     alone = sweep.member_config(c, ms[-1])
     self.assertFalse(sweep.is_sweep(alone))
     self.assertEqual((alone.seed, alone.locater.kappa2), (2, 1.0))
+
+
+class HParamsTest(absltest.TestCase):
+
+  def test_config_fields_are_the_locater_hparams(self):
+    # The config layer loads without jax, so it names LocaterHParams'
+    # fields itself (schema.LOCATER_FIELDS); names and defaults must agree.
+    fields = locater.LocaterHParams._fields
+    self.assertEqual(schema.LOCATER_FIELDS, fields)
+    self.assertEqual(schema.SWEEPABLE, ("seed",) + fields)
+    for c in (defaults.theory_config(), defaults.lm_config()):
+      self.assertEqual(c.locater.to_dict(),
+                       locater.LocaterHParams()._asdict())
+      self.assertContainsSubset(schema.SWEEPABLE, set(c.sweep))
+
+  def test_hparams_of_members(self):
+    ms = sweep.members(theory_task.get_config("smoke"))
+    one = sweep.hparams(ms[2])
+    self.assertIsInstance(one, locater.LocaterHParams)
+    self.assertEqual(tuple(float(x) for x in one), (100.0, 100.0, 12.0))
+    stacked = sweep.stacked_hparams(ms)
+    self.assertIsInstance(stacked, locater.LocaterHParams)
+    np.testing.assert_array_equal(stacked.kappa1, [0.0, 100.0, 100.0])
+    np.testing.assert_array_equal(stacked.target, [1.0, 1.0, 12.0])
+    self.assertEqual(stacked.kappa2.dtype, np.float32)
 
 
 class VmappedSweepTest(parameterized.TestCase):

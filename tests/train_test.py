@@ -20,6 +20,7 @@ from qkspec.config import schema
 from qkspec.training import metric_writer
 from qkspec.experiments import training_plots
 from qkspec.training import loop
+from qkspec.training import model as model_lib
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_compilation_cache_dir", os.path.join(
@@ -88,6 +89,34 @@ class EndToEndTest(absltest.TestCase):
                          np.mean(np.log(np.arange(1, 5))) + 1e-5)
 
 
+class MeasurementTest(absltest.TestCase):
+
+  def test_logged_eta_and_r_use_the_head_temperature(self):
+    # H = 2 heads of width D = d / 2: lambda = sqrt(D), not sqrt(d). The
+    # logged xi, eta and r of each head equal Lemma 1's statistics of the
+    # final W_QK with that lambda.
+    c = _single_theory(num_steps=2, log_every=2, eval_every=2,
+                       checkpoint_every=2)
+    c.model.num_heads, c.model.out_proj = 2, True
+    d = c.model.d_model
+    with tempfile.TemporaryDirectory() as tmp:
+      state = loop.train_and_evaluate(c, tmp)
+      m = metric_writer.read_metrics(tmp)
+    w = np.asarray(model_lib.qk_matrices(state.params), np.float64)[0]
+    sym = (w + np.swapaxes(w, -1, -2)) / 2
+    trace = np.trace(sym, axis1=-2, axis2=-1)
+    root = np.sqrt(np.einsum("hij,hji->h", sym, sym))
+    lam = np.sqrt(d / 2)
+    for h in range(2):
+      np.testing.assert_array_equal(m[f"l0/h{h}/eta"][0], [0, 2])
+      got = {k: m[f"l0/h{h}/{k}"][1][-1] for k in ("xi", "eta", "r")}
+      np.testing.assert_allclose(got["xi"], trace[h] / root[h], rtol=1e-4)
+      np.testing.assert_allclose(got["eta"], root[h] / lam, rtol=1e-4)
+      np.testing.assert_allclose(got["r"], trace[h] / lam, rtol=1e-4,
+                                 atol=1e-6)
+      self.assertGreater(abs(got["eta"] - root[h] / np.sqrt(d)), 1e-3)
+
+
 class NaNTest(absltest.TestCase):
 
   def test_nonfinite_loss_stops_with_the_step_and_keeps_last_checkpoint(self):
@@ -133,12 +162,21 @@ class ConfigCheckTest(parameterized.TestCase):
       ("sweep.kappa2", (1.0, -1.0), r"sweep.kappa2 entries must be >= 0"),
       ("data.seq_len", 1, r"data.seq_len must be an integer >= 2"),
       ("sweep.member_batch", -2, r"sweep.member_batch must be an integer"),
+      ("model.temperature", -1.0, r"model.temperature must be > 0"),
   )
   def test_impossible_values(self, key, value, pattern):
     c = _single_theory()
     section, _, name = key.rpartition(".")
     (c[section] if section else c)[name] = value
     self._check(c, pattern)
+
+  def test_temperature_is_none_or_positive(self):
+    c = _single_theory()
+    self.assertIsNone(c.model.temperature)            # sqrt(head width)
+    schema.validate(c)
+    for value in (2.0, 0.0):     # 0.0: the old spelling of None, still valid
+      c.model.temperature = value
+      schema.validate(c)
 
   def test_batch_not_divisible_by_devices(self):
     self._check(_single_theory(), r"data.batch_size=8 .* 3 devices",

@@ -6,7 +6,9 @@
 re-exported here, so a config file needs this one import.
 """
 import ml_collections
+from ml_collections import config_dict
 
+from qkspec.config import schema
 from qkspec.config.args import load_config_file  # noqa: F401  (re-export)
 from qkspec.config.args import parse_arg  # noqa: F401  (re-export)
 
@@ -25,6 +27,8 @@ def _training(c):
       warmup_steps=0,        # steps of linear warm-up (non-constant schedules)
       min_lr_fraction=0.0,   # cosine floor as a fraction of lr
   ))
+  # The fields of qkspec.theory.locater.LocaterHParams (schema.LOCATER_FIELDS;
+  # tests/sweep_test.py checks that the names and defaults agree).
   c.locater = ml_collections.ConfigDict(dict(
       kappa1=0.0,            # scale strength, tr(W_QK^T W_QK) (0 = off)
       kappa2=0.0,            # mean strength, (tr W_QK - target)^2 (0 = off)
@@ -32,10 +36,9 @@ def _training(c):
   ))
   c.sweep = ml_collections.ConfigDict(dict(
       mode="zip",            # zip: member i takes entry i | product: all combos
-      seed=(),               # values per member; () = not swept
-      kappa1=(),
-      kappa2=(),
-      target=(),
+      # seed, kappa1, kappa2, target (schema.SWEEPABLE): values per member;
+      # () = not swept
+      **dict.fromkeys(schema.SWEEPABLE, ()),
       member_batch=-1,       # members batched per step: 0 all (vmap), k: k at
                              # a time (lax.map), -1 auto (CPU 1, else all)
   ))
@@ -62,7 +65,8 @@ def theory_config() -> ml_collections.ConfigDict:
       qkv_bias=False,        # no projection biases in the theory model
       out_proj=False,        # U = A X W_V^T, no output projection
       causal=False,          # Eq. (1) attends to every token
-      temperature=0.0,       # lambda; 0 = sqrt(d)
+      temperature=config_dict.placeholder(float),  # lambda; None = sqrt(d)
+                             # (one head; sqrt(d / num_heads) in general)
       attn_dropout=0.0,      # dropout on attention probabilities
       ffn_dim=16,            # F (W_F1: d -> F, W_F2: F -> d)
       activation="relu",     # sigma: relu | identity | gelu
@@ -104,7 +108,8 @@ def lm_config() -> ml_collections.ConfigDict:
       qkv_bias=True,         # biased q/k/v/out projections (fairseq)
       out_proj=True,         # attention output projection (fairseq)
       causal=True,           # decoder self-attention
-      temperature=0.0,       # lambda; 0 = sqrt(head_dim) (fairseq scaling)
+      temperature=config_dict.placeholder(float),  # lambda; None =
+                             # sqrt(d / num_heads), the head width (fairseq)
       attn_dropout=0.0,      # fairseq default attention_dropout
       ffn_dim=128,           # FFN width (paper: = d)
       activation="relu",     # fairseq default activation_fn

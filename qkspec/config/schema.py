@@ -8,8 +8,6 @@ need the data (seq_len longer than a split) run in `qkspec.training.tasks`.
 from typing import Any, Callable
 
 
-SWEEPABLE = ("seed", "kappa1", "kappa2", "target")
-
 # Allowed values of the model's string options (qkspec/training/model.py
 # implements each one).
 QK_PARAMS = ("factored", "joint")      # W_Q, W_K kernels | one joint W_QK
@@ -67,6 +65,28 @@ def _tuple_of(check_item):
   return check
 
 
+def _temperature(v):
+  # None: sqrt(head width). 0.0 is its old spelling, still accepted (the
+  # model warns: qkspec.training.model.attention_temperature).
+  if v is None or (not isinstance(v, bool) and v == 0):
+    return None
+  msg = _real(0.0, strict=True)(v)
+  if msg:
+    return f"{msg} (or None: the square root of the head width)"
+
+
+# LocATER's hyperparameters, the `locater.*` fields: the fields of
+# `qkspec.theory.locater.LocaterHParams`, in order (the config layer loads
+# without jax, so it names them here; qkspec/training/sweep.py asserts that
+# the two agree). Every one of them, and the seed, can be swept.
+LOCATER_CHECKS = {
+    "kappa1": _real(0.0),                 # scale strength
+    "kappa2": _real(0.0),                 # mean strength
+    "target": _real(),                    # tau
+}
+LOCATER_FIELDS = tuple(LOCATER_CHECKS)
+SWEEPABLE = ("seed",) + LOCATER_FIELDS
+
 _COMMON: dict[str, Callable[[Any], str | None]] = {
     "task": _choice("theory", "lm"),
     "seed": _int(0),
@@ -77,7 +97,7 @@ _COMMON: dict[str, Callable[[Any], str | None]] = {
     "model.qkv_bias": _bool,
     "model.out_proj": _bool,
     "model.causal": _bool,
-    "model.temperature": _real(0.0),
+    "model.temperature": _temperature,
     "model.attn_dropout": _real(0.0, 1.0),
     "model.ffn_dim": _int(1),
     "model.activation": _choice(*ACTIVATIONS),
@@ -92,14 +112,10 @@ _COMMON: dict[str, Callable[[Any], str | None]] = {
     "opt.schedule": _choice("constant", "warmup_constant", "warmup_cosine"),
     "opt.warmup_steps": _int(0),
     "opt.min_lr_fraction": _real(0.0, 1.0),
-    "locater.kappa1": _real(0.0),
-    "locater.kappa2": _real(0.0),
-    "locater.target": _real(),
+    **{f"locater.{k}": check for k, check in LOCATER_CHECKS.items()},
     "sweep.mode": _choice("zip", "product"),
     "sweep.seed": _tuple_of(_int(0)),
-    "sweep.kappa1": _tuple_of(_real(0.0)),
-    "sweep.kappa2": _tuple_of(_real(0.0)),
-    "sweep.target": _tuple_of(_real()),
+    **{f"sweep.{k}": _tuple_of(check) for k, check in LOCATER_CHECKS.items()},
     "sweep.member_batch": _int(-1),
     "num_steps": _int(0),
     "log_every": _int(1),

@@ -8,7 +8,12 @@ intermediates gives, per layer (and head):
 * `qk_scale` :math:`\mathrm{tr}(W_{QK}^\top W_{QK})` (Fig. 6B),
   `qk_trace` :math:`\mathrm{tr}(W_{QK})`, `eigen_variance`
   :math:`d\,\mathrm{tr}(W^2) - \mathrm{tr}(W)^2` of the symmetric part (Eq. 8),
-  all from `qkspec.theory.spectrum.spectrum_stats`;
+  and Lemma 1's `xi` :math:`\mathrm{tr}(W)/\sqrt{\mathrm{tr}(W^2)}`,
+  `eta` :math:`\sqrt{\mathrm{tr}(W^2)}/\lambda` and `r`
+  :math:`\mathrm{tr}(W)/\lambda`, all from
+  `qkspec.theory.spectrum.spectrum_stats` with the model's own
+  :math:`\lambda` (`task.temperature`: :math:`\sqrt D` per head by default,
+  not :math:`\sqrt d`);
 * `entropy`: mean attention entropy over the keys each query may see (Zhai;
   Fig. 6C), `qkspec.theory.diagnostics.attention_entropy`;
 * `rho` [T]: empirical signal propagation probability of each key for the
@@ -26,7 +31,8 @@ from qkspec.training import model as model_lib
 from qkspec.theory import propagation
 from qkspec.theory import spectrum
 
-SCALARS = ("qk_scale", "qk_trace", "eigen_variance", "entropy")
+SCALARS = ("qk_scale", "qk_trace", "eigen_variance", "xi", "eta", "r",
+           "entropy")
 
 
 def _stack_sown(decoder_inter, *path):
@@ -51,7 +57,8 @@ def measure(params, batch, *, task) -> dict[str, jax.Array]:
   out_LxBxTxd = _stack_sown(inter, "out")
   T = logits_LxBxHxTxT.shape[-1]
 
-  stats = spectrum.spectrum_stats(model_lib.qk_matrices(params))
+  stats = spectrum.spectrum_stats(model_lib.qk_matrices(params),
+                                  temperature=task.temperature)
   mask = model_lib.causal_mask(T) if task.causal else None
   ent_LxBxHxT = diagnostics.attention_entropy(probs_LxBxHxTxT, mask,
                                               reduce=False)
@@ -60,7 +67,8 @@ def measure(params, batch, *, task) -> dict[str, jax.Array]:
   res_LxB = diagnostics.relative_residual(out_LxBxTxd, "mean")
   return dict(
       qk_scale=stats["scale"], qk_trace=stats["qk_trace"],
-      eigen_variance=stats["variance"],
+      eigen_variance=stats["variance"], xi=stats["xi"], eta=stats["eta"],
+      r=stats["r"],
       entropy=jnp.mean(ent_LxBxHxT, axis=(1, 3)),
       rho=rho_LxHxT, rank_residual=jnp.mean(res_LxB, axis=1),
       loss=loss_sum / weight)

@@ -14,6 +14,7 @@ and rank collapse are measured on the real model
 import math
 import re
 from typing import Any
+import warnings
 
 import flax.linen as nn
 import jax
@@ -46,7 +47,8 @@ class SelfAttention(nn.Module):
   .. math:: \omega_{tj} = (x_t W_Q^\top + b_q)(x_j W_K^\top + b_k)^\top/\lambda,
             \qquad A = \mathrm{softmax}_j(\omega),\qquad U = A\,(X W_V^\top + b_v)
 
-  per head, :math:`\lambda = \sqrt D` unless `temperature` is set. With
+  per head, :math:`\lambda` = `temperature`, None meaning :math:`\sqrt D`
+  (`head_temperature`; `make_model` passes `attention_temperature`). With
   `qk_param="joint"` the logits are :math:`x_t W_{QK} x_j^\top/\lambda` from
   one parameter `w_qk` [H, d, d] (no q/k biases), as in the paper's analysis.
 
@@ -68,7 +70,7 @@ class SelfAttention(nn.Module):
     B, T, d = x_BxTxd.shape
     H = self.num_heads
     D = self.head_dim or d // H
-    lam = math.sqrt(D) if self.temperature is None else self.temperature
+    lam = head_temperature(self.temperature, D)
     dense = lambda name, init: nn.DenseGeneral(  # noqa: E731
         (H, D), use_bias=self.use_bias, dtype=self.dtype, kernel_init=init,
         name=name)
@@ -259,6 +261,38 @@ class LanguageModel(nn.Module):
                       name="output")(x_BxTxd, targets_BxT, weights_BxT)
 
 
+def head_temperature(temperature: float | None, head_dim: int) -> float:
+  r"""The softmax temperature :math:`\lambda`: `temperature`, or :math:`\sqrt D`.
+
+  None means :math:`\sqrt D` with D = `head_dim`, fairseq's scaling (the
+  paper's :math:`\sqrt d` for one head). The one place this default lives.
+  """
+  return math.sqrt(head_dim) if temperature is None else temperature
+
+
+def attention_temperature(model_config) -> float:
+  r"""The :math:`\lambda` of every attention layer of `config.model`.
+
+  `model.temperature`; None means :math:`\sqrt{d/H}`, the square root of
+  the head width. The attention divides its logits by it, and
+  `qkspec.training.layer_stats` passes it to
+  `qkspec.theory.spectrum.spectrum_stats` (per head: W_QK is d x d but
+  :math:`\lambda = \sqrt D`).
+
+  `temperature=0.0` is the old spelling of None: it still means
+  :math:`\sqrt D`, with a FutureWarning.
+  """
+  m = model_config
+  temperature = m.temperature
+  if temperature is not None and temperature == 0:
+    warnings.warn("config.model.temperature=0.0 is the old spelling of "
+                  "None, which replaced it: None means sqrt(head width). "
+                  "Leave the field unset (or pass a value > 0).",
+                  FutureWarning, stacklevel=2)
+    temperature = None
+  return head_temperature(temperature, m.d_model // m.num_heads)
+
+
 def make_model(model_config, task: str, vocab_size: int | None = None,
                dtype: Any = jnp.float32) -> nn.Module:
   """Builds the module of `task` ("theory" or "lm") from `config.model`."""
@@ -266,7 +300,7 @@ def make_model(model_config, task: str, vocab_size: int | None = None,
   attention = dict(num_heads=m.num_heads, head_dim=m.d_model // m.num_heads,
                    qk_param=m.qk_param, use_bias=m.qkv_bias,
                    out_proj=m.out_proj, causal=m.causal,
-                   temperature=m.temperature or None,
+                   temperature=attention_temperature(m),
                    attn_dropout=m.attn_dropout)
   block = dict(attention=attention, ffn_dim=m.ffn_dim, activation=m.activation,
                norm=m.norm, ffn_bias=m.ffn_bias, dropout=m.dropout)

@@ -1,14 +1,16 @@
 """Vmapped sweeps: members differing in seed or LocATER strengths.
 
-`config.sweep` lists values for any of `seed`, `kappa1`, `kappa2`, `target`
-(`qkspec.config.schema.SWEEPABLE`; an empty tuple means not swept);
+`config.sweep` lists values for any of `seed` and the fields of
+`qkspec.theory.locater.LocaterHParams` (`kappa1`, `kappa2`, `target`:
+`qkspec.config.schema.SWEEPABLE`; an empty tuple means not swept);
 `mode="zip"` pairs them entry by entry (length-1 entries broadcast),
 `mode="product"` takes all combinations.
-All members share the model, optimizer and data; in `qkspec.training.loop` their
-states are stacked on a leading member axis and one `jax.vmap`-ed,
-jit-compiled step trains them side by side. The swept strengths live in
-`TrainState.hparams` (arrays, not closure constants) and the seeds in the
-stacked PRNG keys, so one compiled step serves every member.
+All members share the model, optimizer and data; in `qkspec.training.loop`
+their states are stacked on a leading member axis and one `jax.vmap`-ed,
+jit-compiled step (`qkspec.training.step`) trains them side by side. The
+swept strengths live in `TrainState.hparams` (a `LocaterHParams` of arrays,
+not closure constants) and the seeds in the stacked PRNG keys, so one
+compiled step serves every member.
 `config.sweep.member_batch` chooses how that step runs them: all at once
 (0, `jax.vmap`), or k at a time in a loop inside the compiled step (k >= 1,
 `jax.lax.map`); -1 picks 1 on a CPU and 0 elsewhere (`over_members`).
@@ -21,9 +23,12 @@ import itertools
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 
 from qkspec.config import schema
+from qkspec.theory import locater
+
+HPARAMS = locater.LocaterHParams._fields    # kappa1, kappa2, target
+assert HPARAMS == schema.LOCATER_FIELDS, (HPARAMS, schema.LOCATER_FIELDS)
 
 
 def swept_keys(config) -> list[str]:
@@ -35,12 +40,14 @@ def is_sweep(config) -> bool:
   return bool(swept_keys(config))
 
 
+def _cast(key: str, value):
+  return int(value) if key == "seed" else float(value)
+
+
 def members(config) -> list[dict]:
   """[{seed, kappa1, kappa2, target}] per member (one if no sweep)."""
   base = {"seed": int(config.seed),
-          "kappa1": float(config.locater.kappa1),
-          "kappa2": float(config.locater.kappa2),
-          "target": float(config.locater.target)}
+          **{k: float(config.locater[k]) for k in HPARAMS}}
   keys = swept_keys(config)
   if not keys:
     return [base]
@@ -51,8 +58,7 @@ def members(config) -> list[dict]:
     n = max(len(v) for v in values.values())
     combos = [tuple(v[i] if len(v) > 1 else v[0] for v in values.values())
               for i in range(n)]
-  cast = {"seed": int, "kappa1": float, "kappa2": float, "target": float}
-  return [{**base, **{k: cast[k](c) for k, c in zip(keys, combo)}}
+  return [{**base, **{k: _cast(k, c) for k, c in zip(keys, combo)}}
           for combo in combos]
 
 
@@ -65,7 +71,7 @@ def member_config(config, member: dict) -> ml_collections.ConfigDict:
   """`config` with one member's values and no sweep (to train it alone)."""
   c = ml_collections.ConfigDict(config.to_dict())
   c.seed = member["seed"]
-  for k in ("kappa1", "kappa2", "target"):
+  for k in HPARAMS:
     c.locater[k] = member[k]
   for k in schema.SWEEPABLE:
     if k in c.sweep:
@@ -73,14 +79,20 @@ def member_config(config, member: dict) -> ml_collections.ConfigDict:
   return c
 
 
-def hparams(member: dict) -> dict[str, jnp.ndarray]:
+def hparams(member: dict) -> locater.LocaterHParams:
   """The LocATER strengths of one member as float32 scalars."""
-  return {k: jnp.float32(member[k]) for k in ("kappa1", "kappa2", "target")}
+  return locater.LocaterHParams(
+      **{k: jnp.float32(member[k]) for k in HPARAMS})
 
 
-def stacked_hparams(ms: list[dict]) -> dict[str, jnp.ndarray]:
-  return {k: jnp.asarray(np.array([m[k] for m in ms], np.float32))
-          for k in ("kappa1", "kappa2", "target")}
+def stack(trees: list):
+  """Per-member pytrees stacked on a new leading member axis."""
+  return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+
+
+def stacked_hparams(ms: list[dict]) -> locater.LocaterHParams:
+  """`hparams` of every member, [N] arrays."""
+  return stack([hparams(m) for m in ms])
 
 
 def over_members(fn, in_axes: tuple, member_batch: int = 0):

@@ -37,6 +37,7 @@ class Task:
   eval_splits: dict[str, Callable[[], Iterator[Batch]]]
   loss: Callable[[jax.Array, Batch], tuple[jax.Array, jax.Array]]
   causal: bool
+  temperature: float                          # lambda of every attention layer
   vocab_size: int | None = None
   fused_loss: bool = False                    # LM: loss inside the model
 
@@ -104,7 +105,8 @@ def _theory_task(config, batch_sharding, dtype) -> Task:
   return Task("theory", model_lib.make_model(config.model, "theory",
                                              dtype=dtype),
               jnp.zeros((1, T, d), jnp.float32), train_batch,
-              {"valid": valid}, squared_loss, config.model.causal)
+              {"valid": valid}, squared_loss, config.model.causal,
+              model_lib.attention_temperature(config.model))
 
 
 # -------------------------------------------------------------------- lm ----
@@ -182,7 +184,8 @@ def _lm_task(config, batch_sharding, dtype) -> Task:
                                          dtype),
               jnp.zeros((1, T), jnp.int32), train_batch,
               {"valid": make_eval("valid"), "test": make_eval("test")},
-              token_loss, config.model.causal, data.vocab_size,
+              token_loss, config.model.causal,
+              model_lib.attention_temperature(config.model), data.vocab_size,
               config.model.fused_loss)
 
 

@@ -1,0 +1,187 @@
+r"""One training step with LocATER (paper Secs. 6-7), compiled for a mesh.
+
+Shapes: B=batch, T=tokens, L=layers, H=heads, d=width, N=sweep members.
+
+The objective is the task loss plus the LocATER penalty summed over every
+layer and head,
+
+.. math:: J(\Theta) + \sum_{\ell, h} \kappa_1\,\mathrm{tr}(W_{QK}^\top W_{QK})
+          + \kappa_2\,(\mathrm{tr}\,W_{QK} - \tau)^2,
+
+with :math:`W_{QK}` from `qkspec.training.model.qk_matrices`, the penalty
+from `qkspec.theory.locater.locater_penalty` and
+:math:`(\kappa_1, \kappa_2, \tau)` a `qkspec.theory.locater.LocaterHParams`
+held in the state; Adam(0.9, 0.999, 1e-8) with decoupled weight decay 0.01,
+constant learning rate and no clipping, as the paper's fairseq setup.
+
+`train_step(state, batch, key) -> (state, metrics)` is pure and compiled
+once with `jax.jit` over a ("data",) mesh of all devices: the batch sharded
+on its leading axis, the state replicated and donated. The step's dropout key
+is `fold_in(key, state.step)`. A vmapped sweep (`qkspec.training.sweep`)
+stacks the states of its members and runs `jax.vmap(train_step)` in the same
+jit. `build_steps` builds them all; `qkspec.training.loop` runs them.
+"""
+# pylint: disable=invalid-name
+import functools
+from typing import Any
+
+from flax import struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from qkspec.theory import locater
+from qkspec.training import layer_stats
+from qkspec.training import model as model_lib
+from qkspec.training import sweep as sweep_lib
+from qkspec.training import tasks
+
+
+class TrainState(struct.PyTreeNode):
+  step: jax.Array           # int32 [], updates done
+  params: Any
+  opt_state: Any
+  hparams: locater.LocaterHParams   # (kappa1, kappa2, target): float32 []
+
+
+def make_optimizer(opt, num_steps: int) -> optax.GradientTransformation:
+  """AdamW (decoupled weight decay) with a constant or warm-up schedule."""
+  lr = opt.lr
+  if opt.schedule == "warmup_constant":
+    lr = optax.join_schedules([optax.linear_schedule(0.0, opt.lr,
+                                                     opt.warmup_steps),
+                               optax.constant_schedule(opt.lr)],
+                              [opt.warmup_steps])
+  elif opt.schedule == "warmup_cosine":
+    lr = optax.warmup_cosine_decay_schedule(
+        0.0, opt.lr, opt.warmup_steps, max(num_steps, opt.warmup_steps + 1),
+        end_value=opt.lr * opt.min_lr_fraction)
+  return optax.adamw(lr, b1=opt.b1, b2=opt.b2, eps=opt.eps,
+                     weight_decay=opt.weight_decay)
+
+
+def member_keys(seed) -> tuple[jax.Array, jax.Array]:
+  """(init key, dropout key) of a run with `seed`."""
+  init_key, dropout_key = jax.random.split(jax.random.key(seed))
+  return init_key, dropout_key
+
+
+def member_inputs(members: list[dict], stacked: bool
+                  ) -> tuple[jax.Array, jax.Array, locater.LocaterHParams]:
+  """(init keys, dropout keys, hparams) of `sweep.members(config)`.
+
+  Stacked on a leading member axis for a vmapped sweep (`stacked`), else
+  those of the one member.
+  """
+  per_member = [(*member_keys(m["seed"]), sweep_lib.hparams(m))
+                for m in members]
+  return sweep_lib.stack(per_member) if stacked else per_member[0]
+
+
+def init_state(init_key: jax.Array, hparams: locater.LocaterHParams, *,
+               task: tasks.Task, tx: optax.GradientTransformation
+               ) -> TrainState:
+  params = task.model.init(init_key, task.example_inputs)["params"]
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                    opt_state=tx.init(params), hparams=hparams)
+
+
+def locater_term(params, hparams: locater.LocaterHParams) -> jax.Array:
+  """The LocATER penalty summed over layers and heads (Sec. 6)."""
+  w_qk_LxHxdxd = model_lib.qk_matrices(params)
+  return jnp.sum(locater.locater_penalty(
+      w_qk_LxHxdxd, hparams.kappa1, hparams.kappa2, hparams.target))
+
+
+def objective(params, hparams: locater.LocaterHParams, batch, dropout_key, *,
+              task: tasks.Task, deterministic: bool = False):
+  """(loss + penalty, (loss, penalty)); loss = mean over weighted items."""
+  loss_sum, weight = task.summed_loss(params, batch,
+                                     deterministic=deterministic,
+                                     rngs={"dropout": dropout_key})
+  loss = loss_sum / weight
+  penalty = locater_term(params, hparams)
+  return loss + penalty, (loss, penalty)
+
+
+def train_step(state: TrainState, batch, key: jax.Array, *, task: tasks.Task,
+               tx: optax.GradientTransformation):
+  """One AdamW update on loss + LocATER. Returns (state, metrics)."""
+  step_key = jax.random.fold_in(key, state.step)
+  grad_fn = jax.value_and_grad(functools.partial(objective, task=task),
+                               has_aux=True)
+  (total, (loss, penalty)), grads = grad_fn(state.params, state.hparams,
+                                            batch, step_key)
+  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  finite = jnp.isfinite(total) & jnp.all(jnp.stack(
+      [jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)]))
+  metrics = {"loss": loss, "penalty": penalty, "finite": finite,
+             "grad_norm": optax.tree.norm(grads)}
+  return state.replace(step=state.step + 1, params=params,
+                       opt_state=opt_state), metrics
+
+
+def eval_step(params, batch, *, task: tasks.Task) -> dict[str, jax.Array]:
+  """Summed loss and weight of one (padded) eval batch, dropout off."""
+  loss_sum, weight = task.summed_loss(params, batch, deterministic=True)
+  return {"loss_sum": loss_sum, "weight": weight}
+
+
+class Steps(struct.PyTreeNode):
+  """The compiled functions of a run (vmapped over members for a sweep)."""
+  mesh: Any = struct.field(pytree_node=False)
+  task: Any = struct.field(pytree_node=False)
+  init: Any = struct.field(pytree_node=False)      # (init_keys, hparams)
+  train: Any = struct.field(pytree_node=False)     # (state, batch, keys)
+  eval: Any = struct.field(pytree_node=False)      # (params, batch)
+  measure: Any = struct.field(pytree_node=False)   # (params, batch)
+  replicated: Any = struct.field(pytree_node=False)
+
+
+def make_mesh() -> jax.sharding.Mesh:
+  """A 1-D ("data",) mesh of all devices, with automatic (GSPMD) sharding."""
+  return jax.make_mesh((jax.device_count(),), ("data",),
+                       axis_types=(jax.sharding.AxisType.Auto,))
+
+
+def member_batch(config) -> int:
+  """Sweep members batched together (`config.sweep.member_batch`; -1: auto).
+
+  Auto is every member at once (0, a plain vmap) on a GPU or TPU and one at
+  a time (1, a loop inside the compiled step) on a CPU, where the batched
+  logits blocks fall out of cache (bench/sweep.py).
+  """
+  batch = config.sweep.get("member_batch", -1)
+  if batch >= 0:
+    return batch
+  return 1 if jax.default_backend() == "cpu" else 0
+
+
+def build_steps(config, mesh=None) -> Steps:
+  """Builds the task and the jit-compiled (vmapped if sweeping) functions."""
+  mesh = mesh or make_mesh()
+  replicated = jax.NamedSharding(mesh, jax.P())
+  batch_sharding = jax.NamedSharding(mesh, jax.P("data"))
+  task = tasks.make_task(config, batch_sharding)
+  tx = make_optimizer(config.opt, config.num_steps)
+  init = functools.partial(init_state, task=task, tx=tx)
+  step = functools.partial(train_step, task=task, tx=tx)
+  evaluate = functools.partial(eval_step, task=task)
+  measure = functools.partial(layer_stats.measure, task=task)
+  if sweep_lib.is_sweep(config):
+    batch = member_batch(config)
+    init = jax.vmap(init)
+    step = sweep_lib.over_members(step, (0, None, 0), batch)
+    evaluate = sweep_lib.over_members(evaluate, (0, None), batch)
+    measure = sweep_lib.over_members(measure, (0, None), batch)
+  return Steps(
+      mesh=mesh, task=task, replicated=replicated,
+      init=jax.jit(init, out_shardings=replicated),
+      train=jax.jit(step, in_shardings=(replicated, batch_sharding,
+                                        replicated),
+                    out_shardings=(replicated, replicated), donate_argnums=0),
+      eval=jax.jit(evaluate, in_shardings=(replicated, batch_sharding),
+                   out_shardings=replicated),
+      measure=jax.jit(measure, in_shardings=(replicated, batch_sharding),
+                      out_shardings=replicated))
