@@ -64,6 +64,19 @@ class RandomWalkTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "half_width"):
       randomwalk.anisotropic_covariance(key, 4, -1.0)
 
+  def test_covariance_must_be_symmetric_psd(self):
+    key = jax.random.key(0)
+    with self.assertRaisesRegex(ValueError, "cov must be symmetric"):
+      randomwalk.random_walk(key, 2, 5, 2, jnp.array([[1.0, 0.5], [0.0, 1.0]]))
+    with self.assertRaisesRegex(ValueError, "cov must be positive semi-def"):
+      randomwalk.random_walk(key, 2, 5, 2, jnp.array([[1.0, 2.0], [2.0, 1.0]]))
+    # A singular covariance (the edge of PSD) and a list are fine.
+    x = randomwalk.random_walk(key, 2, 5, 2, [[1.0, 1.0], [1.0, 1.0]])
+    np.testing.assert_allclose(x[..., 0], x[..., 1], rtol=1e-5, atol=1e-6)
+    # Under jit the value is not inspected (no host sync): no error.
+    walk = jax.jit(lambda c: randomwalk.random_walk(key, 2, 5, 2, c))
+    self.assertEqual(walk(-jnp.eye(2)).shape, (2, 5, 2))
+
 
 if __name__ == "__main__":
   absltest.main()

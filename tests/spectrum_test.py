@@ -99,6 +99,23 @@ class SpectrumTest(chex.TestCase, parameterized.TestCase):
     self.assertGreater(float(s["trace"]) / np.sqrt(d), float(s["norm_2"]))
     self.assertGreater(float(s["norm_fro"]), float(s["norm_1"]))
 
+  def test_array_likes_and_zero_matrix(self):
+    # Python lists are accepted at the boundary.
+    lists = spectrum.spectrum_stats([[1.0, 0.0], [0.0, 2.0]],
+                                    [[1.0, 0.0], [0.0, 1.0]], 1.0)
+    self.assertAlmostEqual(float(lists["trace"]), 3.0, places=6)
+    self.assertAlmostEqual(float(lists["xi"]), 3.0 / np.sqrt(5.0), places=6)
+    # W_QK = 0: tr(W^2) = 0 and xi is defined as 0 (not 0/0 = nan).
+    zero = spectrum.spectrum_stats(jnp.zeros((4, 4)))
+    self.assertEqual(float(zero["xi"]), 0.0)
+    chex.assert_tree_all_finite(zero)
+    # The safe denominator keeps the gradient of xi exact where W != 0.
+    w = jnp.asarray([[1.0, 0.5], [0.5, -2.0]])
+    grad = jax.grad(lambda m: spectrum.spectrum_stats(m)["xi"])(w)
+    t, q = np.trace(np.asarray(w)), np.sum(np.asarray(w)**2)
+    expect = np.eye(2) / np.sqrt(q) - t * np.asarray(w) / q**1.5
+    np.testing.assert_allclose(grad, expect, rtol=1e-5, atol=1e-6)
+
   def test_bad_arguments(self):
     with self.assertRaisesRegex(ValueError, "square"):
       spectrum.spectrum_stats(jnp.ones((3, 4)))

@@ -1,11 +1,12 @@
 """Argument checks shared by the pure functions.
 
 Shapes are static under `jax.jit`, so shape checks always run before tracing.
-Value checks (a negative scale, say) run only when the value is concrete; a
+Value checks (a negative temperature, say) run only when the value is concrete; a
 traced value cannot be inspected without a host sync, and under `vmap`/`jit`
 the caller is responsible for it.
 """
-from typing import Any
+import functools
+from typing import Any, Callable
 import warnings
 
 import jax
@@ -85,15 +86,89 @@ def choice(name: str, value: Any, options: tuple[str, ...]) -> str:
   return value
 
 
-def temperature(value: Any, dim: int) -> Any:
+def temperature(value: Any, dim: int | None) -> Any:
   r"""The softmax temperature :math:`\lambda`: None means :math:`\sqrt d`.
 
+  `dim` is the token dimension d the caller sees; a caller that only sees
+  traces passes None, and then a missing `value` raises ValueError.
   Raises ValueError if a concrete `value` is not positive.
   """
   if value is None:
+    if dim is None:
+      raise ValueError("temperature is required here (this function sees "
+                       "traces, not the token dimension d): pass "
+                       "temperature=sqrt(d), the default of the functions "
+                       "that take W_QK.")
     return jnp.sqrt(jnp.float32(dim))
   positive("temperature", value)
   return value
+
+
+def unit_interval(name: str, value: Any) -> None:
+  """Raises ValueError if a concrete `value` has an entry outside [0, 1]."""
+  if not is_concrete(value):
+    return
+  arr = np.asarray(value, dtype=np.float64)
+  if np.any(np.isnan(arr)) or np.any((arr < 0) | (arr > 1)):
+    raise ValueError(f"{name} must lie in [0, 1], got {value!r}.")
+
+
+def covariance(name: str, cov: Any, tol: float = 1e-5) -> None:
+  """Raises ValueError unless a concrete `cov` is symmetric PSD [..., d, d].
+
+  Tolerances are relative to the largest absolute entry / eigenvalue (float32
+  round-off: the Fig. 5 covariance has eigenvalues down to ~1e-6).
+  """
+  if not is_concrete(cov):
+    return
+  arr = np.asarray(cov, dtype=np.float64)
+  size = np.max(np.abs(arr), initial=0.0)
+  if not np.all(np.isfinite(arr)):
+    raise ValueError(f"{name} must be finite, got {cov!r}.")
+  if np.any(np.abs(arr - np.swapaxes(arr, -1, -2)) > tol * size):
+    raise ValueError(f"{name} must be symmetric (a covariance), got {cov!r}.")
+  evals = np.linalg.eigvalsh(arr)
+  if np.any(evals < -tol * np.max(np.abs(evals), initial=0.0)):
+    raise ValueError(f"{name} must be positive semi-definite (a covariance), "
+                     f"its smallest eigenvalue is {evals.min():.3g}.")
+
+
+def probabilities(name: str, probs: Any, mask: Any, axis: int,
+                  rtol: float = 1e-3) -> None:
+  """Raises ValueError if concrete `probs` are not probability rows.
+
+  Checks, over the keys where `mask` is True (all keys if None), that no
+  entry is negative and that every row with a visible key sums to 1 within
+  `rtol`. NaN entries are let through (they propagate).
+  """
+  if not (is_concrete(probs) and is_concrete(mask)):
+    return
+  arr = np.asarray(probs, dtype=np.float64)
+  visible = (np.ones(arr.shape, bool) if mask is None
+             else np.broadcast_to(np.asarray(mask, bool), arr.shape))
+  if np.any(visible & (arr < 0)):
+    raise ValueError(f"{name} must be non-negative (probabilities), got a "
+                     f"minimum of {arr[visible].min():.3g}.")
+  sums = np.sum(np.where(visible, arr, 0.0), axis=axis)
+  rows = np.any(visible, axis=axis)
+  bad = rows & (np.abs(sums - 1.0) > rtol)
+  if np.any(bad):
+    raise ValueError(f"{name} rows must sum to 1 over the visible keys "
+                     f"(axis {axis}, tolerance {rtol}), got a row sum of "
+                     f"{sums[bad].flat[0]:.6g}.")
+
+
+def deprecated_alias(function: Callable, old: str, new: str,
+                     note: str = "") -> Callable:
+  """`function` under its old name `old`: each call warns, naming `new`."""
+  @functools.wraps(function)
+  def alias(*args, **kwargs):
+    warnings.warn(f"{old} is now {new}{note}.", DeprecationWarning,
+                  stacklevel=2)
+    return function(*args, **kwargs)
+  alias.__name__ = alias.__qualname__ = old.rsplit(".", 1)[-1]
+  alias.__doc__ = f"Deprecated name of `{new}`{note}."
+  return alias
 
 
 def renamed(function: str, old: str, old_value: Any, new: str,

@@ -22,8 +22,9 @@ def random_walk(key: jax.Array, num_sequences: int, seq_len: int, dim: int,
     num_sequences: N >= 1.
     seq_len: T >= 1.
     dim: d >= 1.
-    cov: step covariance :math:`\Sigma` [d, d] (symmetric positive
-      semi-definite); None means the identity.
+    cov: step covariance :math:`\Sigma` [d, d], symmetric positive
+      semi-definite (checked when concrete: ValueError otherwise); None
+      means the identity.
 
   Returns:
     x_NxTxd with :math:`x_t = \sum_{s \le t} \epsilon_s`,
@@ -35,7 +36,8 @@ def random_walk(key: jax.Array, num_sequences: int, seq_len: int, dim: int,
   eps_NxTxd = jax.random.normal(key, (n, t, d))
   if cov is not None:
     _checks.square_matrix("cov", cov, d)
-    eps_NxTxd = eps_NxTxd @ covariance_sqrt(cov)   # rows ~ N(0, Sigma)
+    _checks.covariance("cov", cov)
+    eps_NxTxd = eps_NxTxd @ covariance_sqrt(jnp.asarray(cov))   # rows ~ N(0, Sigma)
   return jnp.cumsum(eps_NxTxd, axis=1)
 
 
@@ -46,6 +48,9 @@ def covariance_sqrt(cov: jax.Array) -> jax.Array:
   :math:`R^\top R/d` is often nearly singular (smallest eigenvalue ~1e-6 at
   d = 16), where float32 Cholesky can return NaN; tiny negative round-off
   eigenvalues are clipped to 0.
+
+  Args:
+    cov: :math:`\Sigma` [d, d], symmetric positive semi-definite.
   """
   evals, evecs = jnp.linalg.eigh(cov)
   return (evecs * jnp.sqrt(jnp.clip(evals, 0.0))[None, :]) @ evecs.T
@@ -58,6 +63,11 @@ def anisotropic_covariance(key: jax.Array, dim: int,
   :math:`R_{ij} \sim \mathrm{Unif}(-a, a)` with `a = half_width` (2.5 in the
   paper), so :math:`E\,\Sigma = (a^2/3) I` with a Wishart-like spread of
   eigenvalues.
+
+  Args:
+    key: PRNG key.
+    dim: d >= 1.
+    half_width: a > 0.
   """
   d = _checks.positive_int("dim", dim)
   _checks.positive("half_width", half_width)

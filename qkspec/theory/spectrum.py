@@ -6,15 +6,16 @@ Shapes: d = token dimension; every function accepts leading batch axes
 With :math:`W = \mathrm{sym}(W_{QK})\,\Sigma` (Lemma 1 uses the symmetric
 part of an asymmetric :math:`W_{QK}`):
 
-* mean-like :math:`\mathrm{tr}(W) = \sum_i w_i`, scale-like
+* the eigen-sums :math:`\mathrm{tr}(W) = \sum_i w_i` and
   :math:`\mathrm{tr}(W^2) = \sum_i w_i^2` (eigenvalues :math:`w_i` of W);
 * :math:`\xi = \mathrm{tr}(W)/\sqrt{\mathrm{tr}(W^2)}`,
   :math:`\eta = \sqrt{\mathrm{tr}(W^2)}/\lambda` (Eq. 6),
   :math:`r = \xi\eta = \mathrm{tr}(W)/\lambda` (Lemma 2);
 * eigen-variance :math:`d^2 V[w] = d\,\mathrm{tr}(W^2) - \mathrm{tr}(W)^2`
   (Eq. 8);
-* the LocATER "scale" :math:`\mathrm{tr}(W_{QK}^\top W_{QK})` (Sec. 6, the
-  quantity of Fig. 6B).
+* the "scale" :math:`\mathrm{tr}(W_{QK}^\top W_{QK})` (Sec. 6, LocATER and
+  Fig. 6B): in qkspec "scale" means only this. The eigenvalue distribution of
+  Fig. 5 is (`eigen_mean`, `eigen_std`).
 
 Erratum in Eq. (7). The paper prints
 :math:`|\mathrm{tr} W|/(\sqrt d\|\Sigma\|_2) \le \|W_{QK}\|_2 \le
@@ -41,6 +42,10 @@ def symmetrize(w: jax.Array) -> jax.Array:
 def haar_orthogonal(key: jax.Array, dim: int) -> jax.Array:
   """A Haar-distributed orthogonal matrix [d, d] (QR of a Gaussian, sign-fixed).
 
+  Args:
+    key: PRNG key.
+    dim: d >= 1.
+
   References:
     Mezzadri, How to generate random matrices from the classical compact
     groups, Notices of the AMS 54 (2007).
@@ -54,8 +59,11 @@ def compose_qk(basis_dxd: jax.Array, eigenvalues_d: jax.Array) -> jax.Array:
   r""":math:`W_{QK} = B\,\mathrm{diag}(w)\,B^\top` for an orthogonal basis B (Fig. 5).
 
   Args:
-    basis_dxd: B, orthogonal (columns are the eigenvectors).
-    eigenvalues_d: w, broadcast against B's columns.
+    basis_dxd: B [..., d, d], orthogonal (columns are the eigenvectors).
+    eigenvalues_d: w [..., d], broadcast against B's columns.
+
+  Returns:
+    W_QK [..., d, d].
   """
   return (basis_dxd * eigenvalues_d[..., None, :]) @ jnp.swapaxes(
       basis_dxd, -1, -2)
@@ -75,6 +83,17 @@ def sample_qk(key: jax.Array, dim: int, eigen_mean: float | jax.Array = None,
   the old keywords `mean=` and `scale=` still work but warn.
   `eigen_mean` and `eigen_std` may be traced (for `vmap` over a grid); a
   concrete negative `eigen_std` raises ValueError.
+
+  Args:
+    key: PRNG key (split into the basis' and the eigenvalues' keys).
+    dim: d >= 1.
+    eigen_mean: mean of the eigenvalues w_i.
+    eigen_std: standard deviation of the eigenvalues, >= 0.
+    mean: deprecated name of `eigen_mean`.
+    scale: deprecated name of `eigen_std`.
+
+  Returns:
+    W_QK [d, d], symmetric.
   """
   eigen_mean = _checks.renamed("sample_qk", "mean", mean, "eigen_mean",
                                eigen_mean)
@@ -96,33 +115,39 @@ def spectrum_stats(w_qk: jax.Array, cov: jax.Array | None = None,
   r"""Eigenspectrum statistics of :math:`W = \mathrm{sym}(W_{QK})\Sigma`.
 
   Args:
-    w_qk: [..., d, d] query-key matrix :math:`W_Q^\top W_K`.
+    w_qk: [..., d, d] query-key matrix :math:`W_Q^\top W_K` (any array-like).
     cov: [d, d] token covariance :math:`\Sigma`; None means the identity.
     temperature: :math:`\lambda`; None means :math:`\sqrt d`.
 
   Returns:
     A dict of [...] arrays: `trace` tr(W), `trace_sq` tr(W^2), `scale`
-    tr(W_QK^T W_QK), `xi`, `eta`, `r` = tr(W)/lambda, `variance`
-    d tr(W^2) - tr(W)^2 (Eq. 8), `qk_trace` tr(W_QK), and the norms of
-    W_QK used in Eq. (7): `norm_2` (spectral), `norm_fro`, `norm_1` (induced:
-    max absolute column sum), `norm_l1` (entrywise: sum of absolute values).
+    tr(W_QK^T W_QK), `xi` (defined as 0 where tr(W^2) = 0, i.e. W = 0),
+    `eta`, `r` = tr(W)/lambda, `variance` d tr(W^2) - tr(W)^2 (Eq. 8),
+    `qk_trace` tr(W_QK), and the norms of W_QK used in Eq. (7): `norm_2`
+    (spectral), `norm_fro`, `norm_1` (induced: max absolute column sum),
+    `norm_l1` (entrywise: sum of absolute values).
   """
+  w_qk = jnp.asarray(w_qk)
   _checks.square_matrix("w_qk", w_qk)
   d = w_qk.shape[-1]
   lam = _checks.temperature(temperature, d)
   w = symmetrize(w_qk)
   if cov is not None:
     _checks.square_matrix("cov", cov, d)
-    w = w @ cov
+    w = w @ jnp.asarray(cov)
   trace = _trace(w)
   trace_sq = jnp.einsum("...ij,...ji->...", w, w)   # tr(W^2) without W @ W
   root = jnp.sqrt(trace_sq)
+  nonzero = trace_sq > 0
+  # xi = 0 for W = 0 (tr W = 0 too); the safe denominator keeps gradients
+  # finite where tr(W^2) > 0.
+  xi = jnp.where(nonzero, trace / jnp.where(nonzero, root, 1.0), 0.0)
   return dict(
       trace=trace,
       trace_sq=trace_sq,
       scale=jnp.sum(w_qk**2, axis=(-2, -1)),
       qk_trace=_trace(w_qk),
-      xi=trace / root,
+      xi=xi,
       eta=root / lam,
       r=trace / lam,
       variance=d * trace_sq - trace**2,                       # Eq. (8)
