@@ -64,13 +64,36 @@ class ExactMomentsTest(parameterized.TestCase):
     t = 4000
     mu_e, v_e = prop.lemma1_moments(t, 3.0, 2.0, 1.5, exact=True)
     mu_c, v_c = prop.lemma1_moments(t, 3.0, 2.0, 1.5)
-    mu_p, v_p = prop.lemma1_moments(t, 3.0, 2.0, 1.5, variant="paper")
+    _, v_p = prop.lemma1_moments(t, 3.0, 2.0, 1.5, variant="paper")
     np.testing.assert_allclose(mu_e, mu_c, atol=2e-3)
-    np.testing.assert_allclose(mu_p, mu_c)     # the printed mean is right
     np.testing.assert_allclose(v_e, v_c, rtol=2e-3)
     # The printed variance is 0.29x too large at theta=1/4, 0.077x at 1/2.
     i = np.array([t // 4, t // 2]) - 1
     np.testing.assert_allclose(v_c[i] / v_p[i], [0.2941, 0.0769], rtol=1e-3)
+
+  def test_lemma1_mean_by_hand(self):
+    """Lemma 1's mean mu^i = (i/T - 1/2) tr(W)/lambda, W = sym(W_QK) Sigma.
+
+    Both variants print the same mean; tr(W) is worked out by hand.
+    """
+    w_qk = np.array([[0.8, 0.3, 0.0], [0.3, -0.2, 0.1], [0.0, 0.1, 1.5]])
+    sigma = np.array([[2.0, 0.5, 0.0], [0.5, 1.0, -0.3], [0.0, -0.3, 0.5]])
+    # tr(W_QK Sigma) = (1.6 + 0.15) + (0.15 - 0.2 - 0.03) + (-0.03 + 0.75).
+    tr_w, t, lam = 2.39, 8, 1.7
+    theta = np.arange(1, t + 1) / t
+    stats = spectrum.spectrum_stats(w_qk, sigma, lam)
+    self.assertAlmostEqual(float(stats["trace"]), tr_w, places=5)
+    for variant in prop.VARIANTS:
+      mu, _ = prop.lemma1_moments(t, stats["trace"], stats["trace_sq"], lam,
+                                  variant=variant)
+      np.testing.assert_allclose(mu, (theta - 0.5) * tr_w / lam, rtol=1e-5,
+                                 atol=1e-6, err_msg=variant)
+    # The exact finite-T mean (module doc) is 1/T + (i - (T+1)/2)/T tr/lambda,
+    # the asymptotic one shifted by (1 - tr/(2 lambda))/T.
+    mu_exact, _ = prop.exact_moments(w_qk, t, sigma, lam)
+    np.testing.assert_allclose(
+        mu_exact, 1 / t + (theta - 0.5 - 0.5 / t) * tr_w / lam, rtol=1e-5,
+        atol=1e-6)
 
   def test_monte_carlo_variance_at_large_t_refutes_printed_lemma1(self):
     d, t, n = 16, 400, 3000
@@ -239,6 +262,35 @@ class BadInputTest(absltest.TestCase):
       prop.rho_theta(0.5, 1.0, 0.0)
     with self.assertRaisesRegex(ValueError, "w_qk must be 3 x 3"):
       prop.query_logits(jnp.ones((5, 3)), jnp.eye(4))
+
+  def test_exact_moments_cov_shape(self):
+    with self.assertRaisesRegex(ValueError, "cov must be 3 x 3"):
+      prop.exact_moments(jnp.eye(3), 5, jnp.eye(4))
+    with self.assertRaisesRegex(ValueError, "w_qk must be one"):
+      prop.exact_moments(jnp.ones((2, 3, 3)), 5)
+    # Lists are accepted.
+    mu, _ = prop.exact_moments([[1.0, 0.0], [0.0, 1.0]], 4, [[1.0, 0.0],
+                                                            [0.0, 1.0]], 1.0)
+    self.assertEqual(mu.shape, (4,))
+
+  def test_traces_need_a_temperature(self):
+    # Traces do not tell d: no sqrt(d) default, a clear error instead.
+    for fn in (prop.rho_gaussian, prop.lemma1_moments):
+      with self.assertRaisesRegex(ValueError, r"temperature=sqrt\(d\)"):
+        fn(5, 1.0, 1.0)
+      with self.assertRaisesRegex(ValueError, r"temperature=sqrt\(d\)"):
+        fn(5, 1.0, 1.0, None)
+    # The positional signature still works.
+    np.testing.assert_allclose(
+        prop.rho_gaussian(5, 1.0, 2.0, 2.0, True, "corrected"),
+        prop.rho_gaussian(5, 1.0, 2.0, temperature=2.0, exact=True))
+
+  def test_theta_outside_unit_interval(self):
+    for theta in (-0.1, 1.5, [0.2, 1.01]):
+      with self.assertRaisesRegex(ValueError, r"theta must lie in \[0, 1\]"):
+        prop.rho_theta(theta, 1.0, 1.0)
+    self.assertEqual(prop.rho_theta(np.array([0.0, 1.0]), 1.0, 1.0).shape,
+                     (2,))
 
 
 if __name__ == "__main__":

@@ -46,8 +46,13 @@ nothing at leading order.)
 Where the asymptotics fail: near :math:`\mathrm{tr}(W) = 0` with a small
 :math:`\eta` the standard deviation of :math:`u_i` is comparable to the
 dropped :math:`\gamma_0^i = 1/T`, and both asymptotic forms miss Monte Carlo
-by ~0.1 (d = 128, T = 40, eigen-mean 0, scale 0.2); the exact moments stay
+by ~0.1 (d = 128, T = 40, eigen_mean 0, eigen_std 0.2); the exact moments stay
 within Monte Carlo error. Use `exact=True` for finite-T comparisons.
+
+Temperature. Functions that see :math:`W_{QK}` (or tokens) take
+`temperature=None` to mean :math:`\lambda = \sqrt d`; those that see only
+traces (`lemma1_moments`, `rho_gaussian`) cannot know d and raise ValueError
+without one: pass `temperature=sqrt(d)`.
 """
 import jax
 import jax.numpy as jnp
@@ -73,6 +78,7 @@ def query_logits(x: jax.Array, w_qk: jax.Array,
   Returns:
     omega [..., T].
   """
+  x, w_qk = jnp.asarray(x), jnp.asarray(w_qk)
   _checks.min_ndim("x", x, 2, "[..., T, d]")
   _checks.square_matrix("w_qk", w_qk, x.shape[-1])
   lam = _checks.temperature(temperature, x.shape[-1])
@@ -89,9 +95,19 @@ def rho_monte_carlo(key: jax.Array, w_qk: jax.Array, *, num_sequences: int,
   of :math:`u_i \in [0, 1]` for each key position i. The standard error of
   entry i is :math:`\sqrt{\rho_i(1-\rho_i)/N}`.
 
+  Args:
+    key: PRNG key of the walks.
+    w_qk: [d, d] query-key matrix :math:`W_{QK}`.
+    num_sequences: N >= 1 walks.
+    seq_len: T >= 2 tokens per walk.
+    cov: [d, d] step covariance :math:`\Sigma` of Assumption 1 (symmetric
+      positive semi-definite); None means the identity.
+    temperature: :math:`\lambda`; None means :math:`\sqrt d`.
+
   Returns:
     rho [T].
   """
+  w_qk = jnp.asarray(w_qk)
   _checks.square_matrix("w_qk", w_qk)
   n = _checks.positive_int("num_sequences", num_sequences)
   t = _checks.positive_int("seq_len", seq_len, minimum=2)
@@ -142,7 +158,7 @@ def _asymptotic_variance_coefficient(theta, variant):
 
 
 def lemma1_moments(seq_len: int, trace: jax.Array, trace_sq: jax.Array,
-                   temperature: jax.Array, exact: bool = False,
+                   temperature: jax.Array | None = None, exact: bool = False,
                    variant: str = "corrected") -> tuple[jax.Array, jax.Array]:
   r"""Mean and variance of :math:`u_i` (Lemma 1), i = 1..T.
 
@@ -166,7 +182,8 @@ def lemma1_moments(seq_len: int, trace: jax.Array, trace_sq: jax.Array,
     seq_len: T >= 2.
     trace: tr(W), scalar or [...] (broadcast against a trailing T axis).
     trace_sq: tr(W^2), same shape.
-    temperature: :math:`\lambda > 0`.
+    temperature: :math:`\lambda > 0`, required (usually :math:`\sqrt d`):
+      the traces do not tell d, so None raises ValueError.
     exact: exact finite-T moments instead of the asymptotic ones.
     variant: "corrected" or "paper".
 
@@ -175,7 +192,7 @@ def lemma1_moments(seq_len: int, trace: jax.Array, trace_sq: jax.Array,
   """
   _checks.choice("variant", variant, VARIANTS)
   _checks.nonnegative("trace_sq", trace_sq)
-  _checks.positive("temperature", temperature)
+  temperature = _checks.temperature(temperature, None)
   trace = jnp.asarray(trace / temperature)[..., None]
   trace_sq = jnp.asarray(trace_sq / temperature**2)[..., None]
   lead = lambda c_T: c_T.reshape((1,) * (trace.ndim - 1) + c_T.shape)
@@ -200,16 +217,28 @@ def exact_moments(w_qk: jax.Array, seq_len: int, cov: jax.Array | None = None,
   See the module docstring; reduces to `lemma1_moments(..., exact=True)` for
   symmetric :math:`W_{QK}`.
 
+  Args:
+    w_qk: [d, d] query-key matrix :math:`W_{QK}` (one matrix, no batch axes).
+    seq_len: T >= 2.
+    cov: [d, d] step covariance :math:`\Sigma` of Assumption 1; None means
+      the identity.
+    temperature: :math:`\lambda`; None means :math:`\sqrt d`.
+
   Returns:
     (mu [T], v [T]).
   """
+  w_qk = jnp.asarray(w_qk)
   _checks.square_matrix("w_qk", w_qk)
+  if w_qk.ndim != 2:
+    raise ValueError(f"w_qk must be one [d, d] matrix (vmap over a batch), "
+                     f"got shape {w_qk.shape}.")
   d = w_qk.shape[-1]
   lam = _checks.temperature(temperature, d)
-  m_sigma = w_qk if cov is None else w_qk @ cov
-  mt_sigma = w_qk.T if cov is None else w_qk.T @ cov
   if cov is not None:
     _checks.square_matrix("cov", cov, d)
+    cov = jnp.asarray(cov)
+  m_sigma = w_qk if cov is None else w_qk @ cov
+  mt_sigma = w_qk.T if cov is None else w_qk.T @ cov
   tr1 = jnp.trace(m_sigma) / lam
   tr2 = jnp.einsum("ij,ji->", m_sigma, m_sigma) / lam**2
   tr_cross = jnp.einsum("ij,ji->", m_sigma, mt_sigma) / lam**2
@@ -224,6 +253,13 @@ def rho_from_moments(mu: jax.Array, v: jax.Array) -> jax.Array:
                   + \mathrm{erf}\frac{\mu}{\sqrt{2v}}\Big]
 
   (Sec. 4); v = 0 gives the indicator of :math:`\mu \in [0, 1]`.
+
+  Args:
+    mu: mean :math:`\mu` of u, [...].
+    v: variance :math:`v \ge 0` of u, broadcasting with `mu`.
+
+  Returns:
+    rho, the broadcast shape of `mu` and `v`.
   """
   safe_v = jnp.where(v > 0, v, 1.0)
   root = jnp.sqrt(2 * safe_v)
@@ -233,11 +269,23 @@ def rho_from_moments(mu: jax.Array, v: jax.Array) -> jax.Array:
 
 
 def rho_gaussian(seq_len: int, trace: jax.Array, trace_sq: jax.Array,
-                 temperature: jax.Array, exact: bool = False,
+                 temperature: jax.Array | None = None, exact: bool = False,
                  variant: str = "corrected") -> jax.Array:
-  """Gaussian-approximation :math:`\\rho_i` on Lemma 1's moments, [..., T].
+  r"""Gaussian-approximation :math:`\rho_i` on Lemma 1's moments (Sec. 4).
 
-  Arguments as in `lemma1_moments`.
+  `rho_from_moments` of `lemma1_moments`.
+
+  Args:
+    seq_len: T >= 2.
+    trace: tr(W), scalar or [...].
+    trace_sq: tr(W^2) >= 0, same shape.
+    temperature: :math:`\lambda > 0`, required (usually :math:`\sqrt d`):
+      the traces do not tell d, so None raises ValueError.
+    exact: exact finite-T moments instead of the asymptotic ones.
+    variant: "corrected" or "paper" (Lemma 1 as printed).
+
+  Returns:
+    rho [..., T].
   """
   mu, v = lemma1_moments(seq_len, trace, trace_sq, temperature, exact=exact,
                          variant=variant)
@@ -262,8 +310,19 @@ def rho_theta(theta: jax.Array, xi: jax.Array, eta: jax.Array,
   gives :math:`\lambda`. Fig. 3's text says :math:`\eta = 0.02` with
   :math:`\xi = 512, \xi\eta = 5.12`, which needs :math:`\eta = 0.01`.
 
-  `theta`, `xi` and `eta` broadcast against each other; `eta = inf` is allowed.
+  Args:
+    theta: :math:`\theta = i/T \in [0, 1]` (ValueError outside, when
+      concrete).
+    xi: :math:`\xi`, any real.
+    eta: :math:`\eta > 0`; `inf` is allowed.
+    variant: "corrected" or "paper".
+
+  `theta`, `xi` and `eta` broadcast against each other.
+
+  Returns:
+    rho, their broadcast shape.
   """
+  _checks.unit_interval("theta", theta)
   _checks.positive("eta", eta)
   theta = jnp.asarray(theta, dtype=jnp.float32)
   root = jnp.sqrt(2 * _asymptotic_variance_coefficient(theta, variant))
@@ -281,6 +340,14 @@ def rho_trace_limit(theta: jax.Array, r: float) -> jax.Array:
 
   (For :math:`0 < r \le 2` the upper end :math:`\tfrac12 + \tfrac1r \ge 1`
   is inactive, giving :math:`\mathbb 1\{\theta \ge \tfrac12\}`.)
+
+  Args:
+    theta: :math:`\theta \in [0, 1]`, any shape.
+    r: :math:`r = \xi\eta = \mathrm{tr}(W)/\lambda`, a nonzero Python
+      float.
+
+  Returns:
+    The indicator, shape of `theta`, float32.
   """
   theta = jnp.asarray(theta, dtype=jnp.float32)
   if r == 0:
@@ -296,7 +363,20 @@ def rho_from_spectrum(w_qk: jax.Array, seq_len: int,
                       cov: jax.Array | None = None,
                       temperature: float | None = None, exact: bool = False,
                       variant: str = "corrected") -> jax.Array:
-  """`rho_gaussian` on the statistics of `w_qk` (symmetric part), [..., T]."""
+  r"""`rho_gaussian` on the statistics of `w_qk` (symmetric part).
+
+  Args:
+    w_qk: [..., d, d] query-key matrix :math:`W_{QK}`.
+    seq_len: T >= 2.
+    cov: [d, d] step covariance :math:`\Sigma`; None means the identity.
+    temperature: :math:`\lambda`; None means :math:`\sqrt d`.
+    exact: exact finite-T moments instead of the asymptotic ones.
+    variant: "corrected" or "paper".
+
+  Returns:
+    rho [..., T].
+  """
+  w_qk = jnp.asarray(w_qk)
   stats = spectrum.spectrum_stats(w_qk, cov, temperature)
   lam = _checks.temperature(temperature, w_qk.shape[-1])
   return rho_gaussian(seq_len, stats["trace"], stats["trace_sq"], lam,
