@@ -90,18 +90,68 @@ class EntropyTest(parameterized.TestCase):
     self.assertAlmostEqual(float(dg.attention_entropy(probs)), expect,
                            places=5)
 
-  def test_eq9_bound(self):
+  def test_probabilities_are_checked(self):
+    with self.assertRaisesRegex(ValueError, "probs must be non-negative"):
+      dg.attention_entropy(jnp.array([[1.2, -0.2]]))
+    with self.assertRaisesRegex(ValueError, "probs rows must sum to 1"):
+      dg.attention_entropy(jnp.array([[0.5, 0.2]]))
+    # With a mask the rows are checked over the visible keys only: a row
+    # normalised over all keys but not over the visible ones is rejected.
+    mask = jnp.array([[True, False]])
+    with self.assertRaisesRegex(ValueError, "probs rows must sum to 1"):
+      dg.attention_entropy(jnp.array([[0.5, 0.5]]), mask)
+    self.assertAlmostEqual(float(dg.attention_entropy(
+        jnp.array([[1.0, -3.0]]), mask)), 0.0)
+    # Round-off within the 1e-3 tolerance passes; under jit nothing is
+    # inspected (the caller is responsible).
+    self.assertGreater(float(dg.attention_entropy(
+        jnp.array([[0.5, 0.5004]]))), 0.69)
+    self.assertTrue(np.isfinite(float(jax.jit(dg.attention_entropy)(
+        jnp.array([[0.5, 0.2]])))))
+
+
+class Eq9Test(absltest.TestCase):
+  """Eq. (9) as printed, against values computed without its formula."""
+
+  def test_nu_zero_is_log_one_plus_t(self):
+    for t in (1, 16, 64, 1000):
+      self.assertAlmostEqual(float(dg.eq9_entropy(0.0, t)), np.log1p(t),
+                             places=5)
+
+  def test_value_at_one_point(self):
+    # ln(1 + 64/e) + e^(-1/2) / (1/64 + 1/e), worked out once in float64.
+    self.assertAlmostEqual(float(dg.eq9_entropy(1.0, 64)), 4.782026947825798,
+                           places=5)
+
+  def test_large_nu_limit(self):
+    # nu -> inf: ln(1 + T e^-nu) ~ T e^-nu is negligible and the second term
+    # tends to T nu e^(-nu/2).
     t = 64
-    nu = jnp.array([0.0, 1.0, 10.0, 100.0])
-    expect = (np.log(1 + t * np.exp(-nu))
-              + nu * np.exp(-nu / 2) / (1 / t + np.exp(-nu)))
-    np.testing.assert_allclose(dg.eq9_entropy(nu, t), expect,
-                               rtol=1e-5)
+    for nu in (40.0, 60.0):
+      self.assertAlmostEqual(
+          float(dg.eq9_entropy(nu, t)) / (t * nu * np.exp(-nu / 2)), 1.0,
+          places=5)
     self.assertLess(float(dg.eq9_entropy(200.0, t)), 1e-10)
-    # As printed it exceeds the maximum entropy ln T at small nu.
-    self.assertGreater(float(dg.eq9_entropy(0.0, t)), np.log(t))
+
+  def test_exceeds_max_entropy_below_nu_star(self):
+    """README errata: Eq. (9) > ln T on [0, nu*], so it bounds nothing there.
+
+    nu* = 7.5, 10.1, 12.8, 15.5 for T = 16, 64, 256, 1024, peak up to 17 ln T.
+    """
+    for t, nu_star in ((16, 7.5), (64, 10.1), (256, 12.8), (1024, 15.5)):
+      below = np.linspace(0.0, nu_star - 0.05, 500)
+      values = np.asarray(dg.eq9_entropy(below, t))
+      self.assertTrue(np.all(values > np.log(t)), t)
+      self.assertLess(float(dg.eq9_entropy(nu_star + 0.05, t)), np.log(t))
+    peak = float(np.max(np.asarray(dg.eq9_entropy(below, 1024))))
+    self.assertBetween(peak / np.log(1024), 16.0, 17.0)
+
+  def test_bad_nu_and_deprecated_name(self):
     with self.assertRaisesRegex(ValueError, "nu must be non-negative"):
-      dg.eq9_entropy(-1.0, t)
+      dg.eq9_entropy(-1.0, 64)
+    with self.assertWarnsRegex(DeprecationWarning, "eq9_entropy"):
+      old = dg.entropy_lower_bound(2.0, 64)
+    self.assertEqual(float(old), float(dg.eq9_entropy(2.0, 64)))
 
 
 class RankCollapseTest(parameterized.TestCase):

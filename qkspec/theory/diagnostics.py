@@ -2,8 +2,6 @@ r"""Attention entropy (Zhai et al. 2023) and rank collapse (Dong et al. 2021).
 
 Shapes: T = tokens (rows of X), d = features; probs are [..., Tq, Tk].
 """
-import warnings
-
 import jax
 import jax.numpy as jnp
 
@@ -21,6 +19,11 @@ def attention_entropy(probs: jax.Array, mask: jax.Array | None = None,
   over the keys :math:`\mathcal V(t)` that query t may see (`mask` True), with
   :math:`0 \log 0 = 0`. Masked keys contribute nothing.
 
+  When `probs` (and `mask`) are concrete, raises ValueError if a visible
+  entry is negative or a row with a visible key does not sum to 1 over its
+  visible keys within 1e-3 (NaN entries pass and give NaN). Under `jit` the
+  caller is responsible for passing probabilities.
+
   Args:
     probs: attention probabilities, keys along `axis`.
     mask: bool, broadcastable to `probs`; True where a key is visible. A row
@@ -33,7 +36,9 @@ def attention_entropy(probs: jax.Array, mask: jax.Array | None = None,
   Returns:
     A scalar (reduce=True) or per-row entropies, in nats.
   """
+  probs = jnp.asarray(probs)
   _checks.seq_axis_length("probs", probs, axis, minimum=1)
+  _checks.probabilities("probs", probs, mask, axis)
   terms = -jax.scipy.special.xlogy(probs, probs)
   if mask is None:
     per_row = jnp.sum(terms, axis=axis)
@@ -48,16 +53,25 @@ def attention_entropy(probs: jax.Array, mask: jax.Array | None = None,
 
 
 def eq9_entropy(nu: jax.Array, seq_len: int) -> jax.Array:
-  r"""The expression the paper prints as an attention-entropy lower bound, Eq. (9).
+  r"""Eq. (9) as printed. It is NOT a lower bound on attention entropy.
 
   .. math:: \ln(1 + T e^{-\nu}) + \frac{\nu e^{-\nu/2}}{T^{-1} + e^{-\nu}},
-            \qquad \nu = \|XX^\top\|_2\,\|W_{QK}\|_2,
+            \qquad \nu = \|XX^\top\|_2\,\|W_{QK}\|_2.
 
-  attributed to Zhai et al. (2023, Theorem 3.1) as an asymptotic (large T)
-  lower bound. Note: as printed it equals :math:`\ln(1+T) > \ln T` at
-  :math:`\nu = 0` and stays above the maximum entropy :math:`\ln T` for
-  small :math:`\nu`, so it cannot bound the entropy of every attention row
-  there; qkspec plots it against :math:`\ln T` (configs/entropy_bound.py).
+  The paper presents it as an asymptotic (large T) lower bound taken from
+  Zhai et al. (2023, Theorem 3.1). As printed it is not one: it equals
+  :math:`\ln(1+T) > \ln T` at :math:`\nu = 0` and stays above the
+  maximum entropy :math:`\ln T` on :math:`[0, \nu^*]` (README errata), so
+  no attention row can reach it there. For a true bound use
+  `entropy_bounds.zhai_entropy_lower_bound`; qkspec plots this one against
+  :math:`\ln T` (configs/entropy_bound.py).
+
+  Args:
+    nu: :math:`\nu \ge 0`, any shape.
+    seq_len: T >= 1, the number of keys.
+
+  Returns:
+    The expression in nats, shape of `nu`, float32.
   """
   t = _checks.positive_int("seq_len", seq_len, minimum=1)
   _checks.nonnegative("nu", nu)
@@ -66,12 +80,9 @@ def eq9_entropy(nu: jax.Array, seq_len: int) -> jax.Array:
           + nu * jnp.exp(-nu / 2) / (1.0 / t + jnp.exp(-nu)))
 
 
-def entropy_lower_bound(nu: jax.Array, seq_len: int) -> jax.Array:
-  """Deprecated name of `eq9_entropy` (Eq. (9) is not a lower bound)."""
-  warnings.warn("diagnostics.eq9_entropy is now "
-                "diagnostics.eq9_entropy: Eq. (9) as printed is not a lower "
-                "bound.", DeprecationWarning, stacklevel=2)
-  return eq9_entropy(nu, seq_len)
+entropy_lower_bound = _checks.deprecated_alias(
+    eq9_entropy, "diagnostics.entropy_lower_bound", "diagnostics.eq9_entropy",
+    " (Eq. (9) as printed is not a lower bound)")
 
 
 def composite_norm(x: jax.Array) -> jax.Array:
@@ -79,6 +90,9 @@ def composite_norm(x: jax.Array) -> jax.Array:
 
   Induced norms: :math:`\|X\|_1` is the largest absolute column sum and
   :math:`\|X\|_\infty` the largest absolute row sum.
+
+  Args:
+    x: [..., T, d].
   """
   _checks.min_ndim("x", x, 2, "[..., T, d]")
   abs_x = jnp.abs(x)
@@ -133,6 +147,9 @@ def rank_collapse_residual(x: jax.Array, method: str = "mean",
     x: [..., T, d], tokens as rows.
     method: "mean", "svd" or "composite".
     num_steps: iterations for "composite".
+
+  Returns:
+    The residual norm [...].
   """
   _checks.choice("method", method, RESIDUAL_METHODS)
   _checks.min_ndim("x", x, 2, "[..., T, d]")
@@ -153,6 +170,14 @@ def relative_residual(x: jax.Array, method: str = "mean",
 
   Frobenius for "mean" and "svd", composite for "composite". 0 means the
   tokens have collapsed to one row.
+
+  Args:
+    x: [..., T, d], tokens as rows.
+    method: "mean", "svd" or "composite" (see `rank_collapse_residual`).
+    num_steps: iterations for "composite".
+
+  Returns:
+    The ratio [...].
   """
   res = rank_collapse_residual(x, method, num_steps)
   if method == "composite":
