@@ -1,6 +1,7 @@
 """Tests for qkspec.theory.locater (paper Sec. 6)."""
+import importlib
+
 from absl.testing import absltest
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,8 +22,8 @@ class LocaterTest(absltest.TestCase):
     self.wk = jax.random.normal(kk, (self.dh, self.d))
 
   def _penalty(self, kappa1, kappa2, target):
-    return lambda wq, wk: locater.locater_penalty(
-        locater.qk_matrix(wq.T, wk.T), kappa1, kappa2, target)
+    return lambda wq, wk: locater.locater_penalty(wq.T @ wk, kappa1, kappa2,
+                                                  target)
 
   def test_value(self):
     w = np.asarray(self.wq).T @ np.asarray(self.wk)
@@ -30,6 +31,12 @@ class LocaterTest(absltest.TestCase):
     self.assertAlmostEqual(
         float(self._penalty(3.0, 0.5, 2.0)(self.wq, self.wk)), expect,
         places=3)
+
+  def test_leading_axes_kept_and_array_likes(self):
+    w = jnp.ones((2, 3, 4, 4))           # [L, H, d, d]
+    self.assertEqual(locater.locater_penalty(w, 1.0, 1.0).shape, (2, 3))
+    self.assertAlmostEqual(float(locater.locater_penalty(
+        [[1.0, 2.0], [0.0, 1.0]], 1.0, 1.0)), 6.0 + 1.0, places=6)
 
   def test_scale_gradient_closed_form(self):
     gq, gk = jax.grad(self._penalty(1.0, 0.0, 1.0), (0, 1))(self.wq, self.wk)
@@ -50,26 +57,22 @@ class LocaterTest(absltest.TestCase):
     printed = (tr - target) * tr * self.wk      # Sec. 6 as printed
     self.assertGreater(float(jnp.abs(gq - printed).max()), 1e-2)
 
-  def test_qk_matrix_matches_flax_dense_logits(self):
-    x = jax.random.normal(jax.random.key(1), (5, self.d))
-    dense = nn.Dense(self.dh, use_bias=False)
-    pq = dense.init(jax.random.key(2), x)
-    pk = dense.init(jax.random.key(3), x)
-    logits = dense.apply(pq, x) @ dense.apply(pk, x).T
-    w_qk = locater.qk_matrix(pq["params"]["kernel"], pk["params"]["kernel"])
-    np.testing.assert_allclose(logits, x @ w_qk @ x.T, rtol=1e-4, atol=1e-4)
+  def test_qk_matrix_is_a_deprecated_alias(self):
+    # W_QK from Flax kernels lives in the model (tests/model_test.py).
+    model = importlib.import_module("qkspec.training.model")
+    if not hasattr(model, "qk_from_kernels"):
+      self.skipTest("qkspec.training.model.qk_from_kernels not added yet")
+    with self.assertWarnsRegex(DeprecationWarning, "qk_from_kernels"):
+      alias = locater.qk_matrix
+    self.assertIs(alias, model.qk_from_kernels)
+    kq = jax.random.normal(jax.random.key(4), (self.d, 3, 2))
+    kk = jax.random.normal(jax.random.key(5), (self.d, 3, 2))
+    np.testing.assert_array_equal(alias(kq, kk), model.qk_from_kernels(kq, kk))
 
-  def test_qk_matrix_per_head(self):
-    h = 3
-    kq = jax.random.normal(jax.random.key(4), (self.d, h, 2))
-    kk = jax.random.normal(jax.random.key(5), (self.d, h, 2))
-    out = locater.qk_matrix(kq, kk)
-    self.assertEqual(out.shape, (h, self.d, self.d))
-    for i in range(h):
-      np.testing.assert_allclose(out[i], locater.qk_matrix(kq[:, i],
-                                                           kk[:, i]),
-                                 rtol=1e-5, atol=1e-5)
-    self.assertEqual(locater.locater_penalty(out, 1.0, 1.0).shape, (h,))
+  def test_locater_hparams(self):
+    self.assertEqual(locater.LocaterHParams._fields,
+                     ("kappa1", "kappa2", "target"))
+    self.assertEqual(locater.LocaterHParams(), (0.0, 0.0, 1.0))
 
   def test_bad_arguments(self):
     with self.assertRaisesRegex(ValueError, "kappa1"):
@@ -78,8 +81,8 @@ class LocaterTest(absltest.TestCase):
       locater.locater_penalty(jnp.eye(3), 0.0, -1.0)
     with self.assertRaisesRegex(ValueError, "square"):
       locater.locater_penalty(jnp.ones((3, 2)), 1.0, 1.0)
-    with self.assertRaisesRegex(ValueError, "same shape"):
-      locater.qk_matrix(jnp.ones((3, 2)), jnp.ones((3, 4)))
+    with self.assertRaises(AttributeError):
+      locater.no_such_name  # pylint: disable=pointless-statement
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-r"""The LocATER penalty (paper Sec. 6) and W_QK from Flax kernels.
+r"""The LocATER penalty (paper Sec. 6).
 
-Shapes: d = model width, D = head width, H = heads.
+Shapes: d = model width, D = head width.
 
 .. math:: \kappa_1\,\mathrm{tr}(W_{QK}^\top W_{QK})
           + \kappa_2\,(\mathrm{tr}(W_{QK}) - \tau)^2,\qquad \tau = 1
@@ -19,40 +19,19 @@ Erratum: the paper prints the second as
 :math:`d\,\mathrm{tr}(W_Q^\top W_K) = \langle dW_Q, W_K\rangle`, the chain
 rule gives the factor 2 and no extra :math:`\mathrm{tr}(W_{QK})`;
 tests/locater_test.py checks autodiff against the correct form.
+
+W_QK from Flax kernels is `qkspec.training.model.qk_from_kernels`; the old
+`locater.qk_matrix` still resolves to it (lazily, so that importing the
+maths does not import Flax) and warns.
 """
+import importlib
 from typing import NamedTuple
+import warnings
 
 import jax
 import jax.numpy as jnp
 
 from qkspec.theory import _checks
-
-
-def qk_matrix(wq_kernel: jax.Array, wk_kernel: jax.Array) -> jax.Array:
-  r""":math:`W_{QK} = W_Q^\top W_K` from Flax `Dense` kernels.
-
-  A Flax kernel maps rows, `q = x @ kernel`, so the paper's
-  :math:`W_Q` (:math:`D \times d`) is `wq_kernel.T` and
-
-  .. math:: W_{QK} = \texttt{wq\_kernel} \cdot \texttt{wk\_kernel}^\top,\qquad
-            q_t^\top k_j = x_t^\top W_{QK} x_j.
-
-  Args:
-    wq_kernel: [d, D], or [d, H, D] (`DenseGeneral` with heads).
-    wk_kernel: same shape.
-
-  Returns:
-    W_QK [d, d], or [H, d, d] per head.
-  """
-  if jnp.shape(wq_kernel) != jnp.shape(wk_kernel):
-    raise ValueError("wq_kernel and wk_kernel must have the same shape, got "
-                     f"{jnp.shape(wq_kernel)} and {jnp.shape(wk_kernel)}.")
-  if wq_kernel.ndim == 2:
-    return wq_kernel @ wk_kernel.T
-  if wq_kernel.ndim == 3:
-    return jnp.einsum("ihk,jhk->hij", wq_kernel, wk_kernel)
-  raise ValueError("kernels must be [d, D] or [d, H, D], got shape "
-                   f"{jnp.shape(wq_kernel)}.")
 
 
 class LocaterHParams(NamedTuple):
@@ -72,7 +51,8 @@ def locater_penalty(w_qk: jax.Array, kappa1: float, kappa2: float,
   r"""LocATER (Sec. 6): :math:`\kappa_1\|W_{QK}\|_F^2 + \kappa_2(\mathrm{tr}\,W_{QK} - \tau)^2`.
 
   Args:
-    w_qk: [..., d, d]; leading axes (layers, heads) are kept.
+    w_qk: [..., d, d] (any array-like); leading axes (layers, heads) are
+      kept.
     kappa1: scale strength :math:`\kappa_1 \ge 0`.
     kappa2: mean strength :math:`\kappa_2 \ge 0`.
     target: :math:`\tau`, the eigen-sum the penalty holds tr(W_QK) to.
@@ -80,9 +60,21 @@ def locater_penalty(w_qk: jax.Array, kappa1: float, kappa2: float,
   Returns:
     The penalty [...]; sum it over layers and heads for the loss.
   """
+  w_qk = jnp.asarray(w_qk)
   _checks.square_matrix("w_qk", w_qk)
   _checks.nonnegative("kappa1", kappa1)
   _checks.nonnegative("kappa2", kappa2)
   scale = jnp.sum(w_qk**2, axis=(-2, -1))              # tr(W_QK^T W_QK)
   trace = jnp.trace(w_qk, axis1=-2, axis2=-1)
   return kappa1 * scale + kappa2 * (trace - target)**2
+
+
+def __getattr__(name: str):
+  """The deprecated `qk_matrix`: `qkspec.training.model.qk_from_kernels`."""
+  if name != "qk_matrix":
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+  warnings.warn("qkspec.theory.locater.qk_matrix is now "
+                "qkspec.training.model.qk_from_kernels (W_QK from Flax "
+                "kernels is model wiring, not maths).", DeprecationWarning,
+                stacklevel=2)
+  return importlib.import_module("qkspec.training.model").qk_from_kernels
