@@ -91,6 +91,17 @@ class PathsTest(parameterized.TestCase):
       res = diagnostics.rank_collapse_residual(out["outputs"], "mean")
       np.testing.assert_array_less(res[1:], c_L * res[:-1]**3 * (1 + 1e-9))
 
+  def test_cubic_coefficient_default_temperature(self):
+    k1, k2 = jax.random.split(jax.random.key(0))
+    w_qk = jax.random.normal(k1, (2, 3, D, D))
+    w_v = jax.random.normal(k2, (2, 3, D, D))
+    np.testing.assert_allclose(
+        san_paths.cubic_residual_coefficient(w_qk, w_v),
+        san_paths.cubic_residual_coefficient(w_qk, w_v, np.sqrt(D)),
+        rtol=1e-6)
+    with self.assertRaisesRegex(ValueError, "temperature"):
+      san_paths.cubic_residual_coefficient(w_qk, w_v, -1.0)
+
   def test_cubic_bound_closed_form(self):
     b = san_paths.cubic_residual_bound(jnp.float32(0.5), jnp.full((4,), 2.0))
     l = np.arange(5)

@@ -83,7 +83,7 @@ class SanTest(parameterized.TestCase):
   def test_spectrum_init_vmaps_over_grid(self):
     init = jax.jit(jax.vmap(lambda m, s: san.init_params(
         jax.random.key(0), num_layers=L, num_heads=H, dim=D,
-        qk_init="spectrum", eigen_mean=m, eigen_scale=s)["w_qk"]))
+        qk_init="spectrum", eigen_mean=m, eigen_std=s)["w_qk"]))
     w = init(jnp.array([0.0, 1.0, 0.3]), jnp.array([0.1, 0.1, 0.0]))
     chex.assert_shape(w, (3, L, H, D, D))
     eig_mean = jnp.trace(w, axis1=-2, axis2=-1).mean(axis=(1, 2)) / D
@@ -93,6 +93,20 @@ class SanTest(parameterized.TestCase):
     # Zero scale: every eigenvalue is the mean, W_QK = mean * I.
     np.testing.assert_allclose(w[2], 0.3 * jnp.broadcast_to(
         jnp.eye(D), (L, H, D, D)), atol=1e-5)
+
+  def test_eigen_scale_is_a_deprecated_name(self):
+    kw = dict(num_layers=1, num_heads=H, dim=D, qk_init="spectrum",
+              eigen_mean=0.2)
+    new = san.init_params(jax.random.key(0), eigen_std=0.3, **kw)
+    with self.assertWarnsRegex(DeprecationWarning, "eigen_std"):
+      old = san.init_params(jax.random.key(0), eigen_scale=0.3, **kw)
+    np.testing.assert_array_equal(old["w_qk"], new["w_qk"])
+    with self.assertRaisesRegex(ValueError, "not both"):
+      san.init_params(jax.random.key(0), eigen_std=0.3, eigen_scale=0.3, **kw)
+    # The default eigen_std is 1.
+    np.testing.assert_array_equal(
+        san.init_params(jax.random.key(0), **kw)["w_qk"],
+        san.init_params(jax.random.key(0), eigen_std=1.0, **kw)["w_qk"])
 
   def test_value_inits(self):
     kw = dict(num_layers=1, num_heads=H, dim=D)

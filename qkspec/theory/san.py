@@ -66,9 +66,11 @@ def init_params(key: jax.Array, *, num_layers: int, num_heads: int, dim: int,
                 head_dim: int | None = None, mlp_dim: int | None = None,
                 qk_init: str = "gaussian", qk_gain: float | jax.Array = 1.0,
                 eigen_mean: float | jax.Array = 0.0,
-                eigen_scale: float | jax.Array = 1.0,
+                eigen_std: float | jax.Array | None = None,
                 value_init: str = "gaussian",
-                value_gain: float | jax.Array = 1.0) -> dict[str, jax.Array]:
+                value_gain: float | jax.Array = 1.0,
+                eigen_scale: float | jax.Array | None = None
+                ) -> dict[str, jax.Array]:
   r"""Random SAN weights, stacked over layers.
 
   Query-key, per layer and head (`qk_init`):
@@ -77,8 +79,8 @@ def init_params(key: jax.Array, *, num_layers: int, num_heads: int, dim: int,
     :math:`W_Q, W_K \in \mathbb R^{D \times d}` i.i.d. N(0, 1/d) (D =
     `head_dim`, g = `qk_gain`), the usual fan-in initialisation;
   * "spectrum": :math:`W_{QK} = B\,\mathrm{diag}(w)B^\top`,
-    :math:`w_i \sim \mathcal N(\mathrm{eigen\_mean}, \mathrm{eigen\_scale}^2)`
-    (`spectrum.sample_qk`, paper Fig. 5); mean and scale may be traced.
+    :math:`w_i \sim \mathcal N(\mathrm{eigen\_mean}, \mathrm{eigen\_std}^2)`
+    (`spectrum.sample_qk`, paper Fig. 5); both may be traced.
 
   Value (output projection folded in), per head (`value_init`):
 
@@ -90,10 +92,30 @@ def init_params(key: jax.Array, *, num_layers: int, num_heads: int, dim: int,
   MLP (always drawn, used only if the architecture has one): He-initialised
   :math:`W_1` [d, F] ~ N(0, 2/d), :math:`W_2` [F, d] ~ N(0, 1/F), zero biases.
 
+  Args:
+    key: PRNG key.
+    num_layers: L >= 1.
+    num_heads: H >= 1.
+    dim: d >= 1, the token dimension.
+    head_dim: D; None means max(d // H, 1).
+    mlp_dim: F; None means 4 d.
+    qk_init: "gaussian" or "spectrum".
+    qk_gain: g of the "gaussian" query-key init.
+    eigen_mean: mean of the eigenvalues for "spectrum".
+    eigen_std: standard deviation of the eigenvalues for "spectrum"; None
+      means 1.
+    value_init: "gaussian", "orthogonal" or "identity".
+    value_gain: g of the value init.
+    eigen_scale: deprecated name of `eigen_std` (warns).
+
   Returns:
     dict with `w_qk` [L, H, d, d], `w_v` [L, H, d, d], `w1` [L, d, F],
     `b1` [L, F], `w2` [L, F, d], `b2` [L, d].
   """
+  if eigen_std is None and eigen_scale is None:
+    eigen_std = 1.0
+  eigen_std = _checks.renamed("init_params", "eigen_scale", eigen_scale,
+                              "eigen_std", eigen_std)
   L = _checks.positive_int("num_layers", num_layers)
   H = _checks.positive_int("num_heads", num_heads)
   d = _checks.positive_int("dim", dim)
@@ -111,7 +133,7 @@ def init_params(key: jax.Array, *, num_layers: int, num_heads: int, dim: int,
   else:
     keys_LH = jax.random.split(k_qk, L * H)
     w_qk = jax.vmap(lambda k: spectrum.sample_qk(k, d, eigen_mean,
-                                                 eigen_scale))(keys_LH)
+                                                 eigen_std))(keys_LH)
     w_qk = w_qk.reshape(L, H, d, d)
 
   if value_init == "gaussian":
@@ -139,6 +161,11 @@ def attention_logits(x_Txd: jax.Array, w_qk_Hxdxd: jax.Array,
                      temperature: float | None = None) -> jax.Array:
   r"""Per-head logits :math:`\omega_{h,tj} = x_t^\top W_{QK,h} x_j/\lambda`.
 
+  Args:
+    x_Txd: tokens X (rows).
+    w_qk_Hxdxd: one layer's :math:`W_{QK,h}`.
+    temperature: :math:`\lambda`; None means :math:`\sqrt d`.
+
   Returns:
     logits [H, T, T] (query t along axis 1, key j along axis 2).
   """
@@ -150,6 +177,12 @@ def self_attention(x_Txd: jax.Array, w_qk_Hxdxd: jax.Array,
                    w_v_Hxdxd: jax.Array, temperature: float | None = None
                    ) -> tuple[jax.Array, jax.Array, jax.Array]:
   r""":math:`\mathrm{SA}(X) = \sum_h P_h X W_h` (Dong et al., Sec. 2.1).
+
+  Args:
+    x_Txd: tokens X (rows).
+    w_qk_Hxdxd: one layer's :math:`W_{QK,h}`.
+    w_v_Hxdxd: one layer's :math:`W_h = W_{V,h} W_{O,h}`.
+    temperature: :math:`\lambda`; None means :math:`\sqrt d`.
 
   Returns:
     (out [T, d], logits [H, T, T], probs [H, T, T]).
@@ -176,13 +209,13 @@ def mlp(x_Txd: jax.Array, w1_dxF: jax.Array, b1_F: jax.Array,
 def layer(params_l: dict[str, jax.Array], x_Txd: jax.Array,
           arch: Architecture, temperature: float | None = None
           ) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """One SAN layer (attention, then optionally the MLP), Post-LN order.
+  r"""One SAN layer (attention, then optionally the MLP), Post-LN order.
 
   Args:
     params_l: one layer's slice of `init_params` (no leading L axis).
     x_Txd: input tokens.
     arch: the static switches.
-    temperature: lambda; None means sqrt(d).
+    temperature: :math:`\lambda`; None means :math:`\sqrt d`.
 
   Returns:
     (x_out [T, d], logits [H, T, T], probs [H, T, T]).
@@ -204,13 +237,13 @@ def layer(params_l: dict[str, jax.Array], x_Txd: jax.Array,
 def forward(params: dict[str, jax.Array], x_Txd: jax.Array,
             arch: Architecture = Architecture(),
             temperature: float | None = None) -> dict[str, jax.Array]:
-  """Runs the L layers on one sequence (`jax.vmap` it over sequences).
+  r"""Runs the L layers on one sequence (`jax.vmap` it over sequences).
 
   Args:
     params: from `init_params`.
     x_Txd: input tokens X^0.
     arch: the static switches (default: the pure SAN).
-    temperature: lambda; None means sqrt(d).
+    temperature: :math:`\lambda`; None means :math:`\sqrt d`.
 
   Returns:
     dict with `outputs` [L+1, T, d] (X^0, ..., X^L), `logits` and `probs`

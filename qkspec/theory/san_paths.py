@@ -151,16 +151,23 @@ def path_length_fractions(num_layers: int, num_heads: int) -> np.ndarray:
 
 def cubic_residual_coefficient(w_qk_LxHxdxd: jax.Array,
                                w_v_LxHxdxd: jax.Array,
-                               temperature: float | jax.Array) -> jax.Array:
+                               temperature: float | jax.Array | None = None
+                               ) -> jax.Array:
   r"""Per-layer :math:`c_l = \sum_h \|W^l_{QK,h}\|_2\|W^l_h\|_2/(2\lambda)`.
 
   The constant of :math:`\|\mathrm{res}(\mathrm{SA}(X))\|_F \le
   c\,\|\mathrm{res}(X)\|_F^3` (module docstring) for a pure SAN layer.
 
+  Args:
+    w_qk_LxHxdxd: query-key matrices (`san.init_params`' `w_qk`).
+    w_v_LxHxdxd: value matrices (`san.init_params`' `w_v`).
+    temperature: :math:`\lambda`; None means :math:`\sqrt d`.
+
   Returns:
     c [L].
   """
-  _checks.positive("temperature", temperature)
+  _checks.square_matrix("w_qk", w_qk_LxHxdxd)
+  temperature = _checks.temperature(temperature, np.shape(w_qk_LxHxdxd)[-1])
   norm_qk = jnp.linalg.norm(w_qk_LxHxdxd, ord=2, axis=(-2, -1))
   norm_v = jnp.linalg.norm(w_v_LxHxdxd, ord=2, axis=(-2, -1))
   return jnp.sum(norm_qk * norm_v, axis=-1) / (2.0 * temperature)
