@@ -17,8 +17,9 @@ from qkspec.theory import diagnostics
 from qkspec.theory import propagation
 from qkspec.theory import randomwalk
 from qkspec.theory import softmax
-from qkspec.theory import spectrum
+from qkspec.theory import grid_bases
 from qkspec.theory import grid_estimator
+from qkspec.theory import spectrum
 from qkspec.experiments import simulate_rho
 from qkspec.experiments import simulate_grid
 import testutil
@@ -27,11 +28,11 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 
 # The smoke grid's sizes, so that every test shares its compiled functions.
 GRID = testutil.get_config("simulate_grid", "smoke")
-D, N, E = GRID.num_draws, GRID.num_sequences, GRID.entropy_sequences
+K, N, E = GRID.num_draws, GRID.num_sequences, GRID.entropy_sequences
 T, DIM = GRID.seq_len, GRID.dim
 LAM = math.sqrt(DIM)
-MEANS = (0.0, 0.5, -0.3, 0.2)
-SCALES = (1.0, 0.05, 0.2, 3.0)
+MEANS = (0.0, 0.5, -0.3, 0.2)     # eigen_mean of each grid point
+STDS = (1.0, 0.05, 0.2, 3.0)      # eigen_std
 _grid_stats = jax.jit(grid_estimator.grid_stats)
 
 
@@ -41,21 +42,21 @@ def _covariances():
 
 def _bases(key):
   return simulate_grid.sample_bases(
-      key, _covariances(), num_draws=D, num_sequences=N, entropy_sequences=E,
+      key, _covariances(), num_draws=K, num_sequences=N, entropy_sequences=E,
       seq_len=T, temperature=LAM)
 
 
-def _numpy_fresh_rho(covs, means, scales, num_draws, num_walks, seed):
+def _numpy_fresh_rho(covs, means, stds, num_draws, num_walks, seed):
   """The paper's procedure in NumPy: new W_QK and walks per draw, [C, P, T]."""
   rng = np.random.default_rng(seed)
   out = np.zeros((len(covs), len(means), num_draws, T))
   for c, cov in enumerate(covs):
     evals, evecs = np.linalg.eigh(cov)
     root = (evecs * np.sqrt(np.clip(evals, 0, None))) @ evecs.T
-    for p, (mean, scale) in enumerate(zip(means, scales)):
+    for p, (mean, std) in enumerate(zip(means, stds)):
       q, r = np.linalg.qr(rng.standard_normal((num_draws, DIM, DIM)))
       basis = q * np.sign(np.diagonal(r, axis1=1, axis2=2))[:, None, :]
-      eig = mean + scale * rng.standard_normal((num_draws, 1, DIM))
+      eig = mean + std * rng.standard_normal((num_draws, 1, DIM))
       w = (basis * eig) @ basis.transpose(0, 2, 1)
       x = np.cumsum(rng.standard_normal((num_draws, num_walks, T, DIM))
                     @ root, axis=2)
@@ -78,46 +79,46 @@ class BasesTest(parameterized.TestCase):
     cls.basis = jnp.asarray(q * np.sign(np.diag(r)), jnp.float32)
     cls.z = jnp.asarray(rng.standard_normal(DIM), jnp.float32)
     q, r = np.linalg.qr(rng.standard_normal((DIM, DIM)))   # a second draw
-    cls.bases_Dxdxd = jnp.stack([cls.basis, jnp.asarray(
+    cls.bases_Kxdxd = jnp.stack([cls.basis, jnp.asarray(
         q * np.sign(np.diag(r)), jnp.float32)])
-    cls.z_Dxd = jnp.stack([cls.z, jnp.asarray(rng.standard_normal(DIM),
+    cls.z_Kxd = jnp.stack([cls.z, jnp.asarray(rng.standard_normal(DIM),
                                               jnp.float32)])
 
-  def _direct_w(self, k, mean, scale):
-    return grid_estimator.qk_matrix(self.bases_Dxdxd[k], self.z_Dxd[k], mean,
-                                scale)
+  def _direct_w(self, k, mean, std):
+    return spectrum.compose_qk(self.bases_Kxdxd[k],
+                               mean + std * self.z_Kxd[k])
 
-  @parameterized.parameters(zip(MEANS, SCALES))
-  def test_query_bases_equal_direct_logits(self, mean, scale):
+  @parameterized.parameters(zip(MEANS, STDS))
+  def test_query_bases_equal_direct_logits(self, mean, std):
     x = self.x / math.sqrt(LAM)          # the bases take x / sqrt(lambda)
-    zcat = grid_estimator.draw_operators(self.bases_Dxdxd, self.z_Dxd, False)
-    a, b = grid_estimator.query_bases(x, grid_estimator.times_z(x[:, -1], zcat,
-                                                        False))
+    zcat = grid_estimator.draw_operators(self.bases_Kxdxd, self.z_Kxd, False)
+    a, b = grid_estimator.query_bases(
+        x, grid_estimator.times_z(x[:, -1], zcat, False))
     for k in range(2):
-      direct = propagation.query_logits(self.x, self._direct_w(k, mean, scale),
+      direct = propagation.query_logits(self.x, self._direct_w(k, mean, std),
                                         LAM)
       tol = 1e-5 * float(jnp.abs(direct).max())
-      np.testing.assert_allclose((mean * a + scale * b[k]).T, direct,
-                                 atol=tol)
+      np.testing.assert_allclose((mean * a + std * b[k]).T, direct, atol=tol)
 
-  @parameterized.parameters(zip(MEANS, SCALES))
-  def test_attention_bases_equal_direct_logits(self, mean, scale):
+  @parameterized.parameters(zip(MEANS, STDS))
+  def test_attention_bases_equal_direct_logits(self, mean, std):
     x = self.x / math.sqrt(LAM)
-    zcat = grid_estimator.draw_operators(self.bases_Dxdxd, self.z_Dxd, False)
-    g, h = grid_estimator.attention_bases(x, grid_estimator.times_z(x, zcat, False))
+    zcat = grid_estimator.draw_operators(self.bases_Kxdxd, self.z_Kxd, False)
+    g, h = grid_estimator.attention_bases(
+        x, grid_estimator.times_z(x, zcat, False))
     for k in range(2):
-      w = self._direct_w(k, mean, scale)
+      w = self._direct_w(k, mean, std)
       direct = jnp.einsum("nte,nse->nts", self.x @ w, self.x) / LAM
       tol = 1e-5 * float(jnp.abs(direct).max())
-      np.testing.assert_allclose(mean * g + scale * h[:, :, k], direct,
+      np.testing.assert_allclose(mean * g + std * h[:, :, k], direct,
                                  atol=tol)
 
   def test_times_z_diagonal_shortcut_equals_product(self):
     # Isotropic Sigma: Z_k = diag(z_k), applied elementwise instead of by GEMM.
-    zcat = grid_estimator.draw_operators(self.bases_Dxdxd, self.z_Dxd, True)
+    zcat = grid_estimator.draw_operators(self.bases_Kxdxd, self.z_Kxd, True)
     np.testing.assert_allclose(
         grid_estimator.times_z(self.x, zcat, True),
-        self.x[..., None, :] * self.z_Dxd[None, None], rtol=1e-6)
+        self.x[..., None, :] * self.z_Kxd[None, None], rtol=1e-6)
     np.testing.assert_allclose(
         grid_estimator.times_z(self.x, zcat, True),
         grid_estimator.times_z(self.x, zcat, False),
@@ -130,17 +131,17 @@ class BasesTest(parameterized.TestCase):
                                rtol=1e-5, atol=1e-5)
 
   def test_draw_spectra_give_sample_qk(self):
-    key, means, scales = jax.random.key(3), jnp.asarray(MEANS), jnp.asarray(
-        SCALES)
+    key, means, stds = jax.random.key(3), jnp.asarray(MEANS), jnp.asarray(
+        STDS)
 
     @jax.jit
     def both():
-      basis, z = grid_estimator.draw_spectra(key, 4, DIM)
-      fast = jax.vmap(jax.vmap(grid_estimator.qk_matrix, (None, None, 0, 0)),
-                      (0, 0, None, None))(basis, z, means, scales)
+      basis_Kxdxd, z_Kxd = grid_estimator.draw_spectra(key, 4, DIM)
+      eig_KxPxd = means[None, :, None] + stds[None, :, None] * z_Kxd[:, None]
+      fast = spectrum.compose_qk(basis_Kxdxd[:, None], eig_KxPxd)
       keys = jax.vmap(lambda k: jax.random.fold_in(key, k))(jnp.arange(4))
       direct = jax.vmap(jax.vmap(lambda k, m, s: spectrum.sample_qk(
-          k, DIM, m, s), (None, 0, 0)), (0, None, None))(keys, means, scales)
+          k, DIM, m, s), (None, 0, 0)), (0, None, None))(keys, means, stds)
       return fast, direct
 
     fast, direct = both()
@@ -149,10 +150,10 @@ class BasesTest(parameterized.TestCase):
   def test_spectrum_traces_equal_spectrum_stats(self):
     cov = _covariances()[1]
     coef = grid_estimator.trace_coefficients(self.basis, self.z, cov)
-    for mean, scale in zip(MEANS, SCALES):
+    for mean, std in zip(MEANS, STDS):
       stats = spectrum.spectrum_stats(
-          grid_estimator.qk_matrix(self.basis, self.z, mean, scale), cov)
-      trace, trace_sq = grid_estimator.spectrum_traces(coef, mean, scale)
+          spectrum.compose_qk(self.basis, mean + std * self.z), cov)
+      trace, trace_sq = grid_estimator.spectrum_traces(coef, mean, std)
       np.testing.assert_allclose(trace, stats["trace"], rtol=1e-4, atol=1e-4)
       np.testing.assert_allclose(trace_sq, stats["trace_sq"], rtol=1e-4)
 
@@ -168,11 +169,28 @@ class BasesTest(parameterized.TestCase):
                                grid_estimator.row_entropy(logits), rtol=1e-6)
 
   def test_crossed_standard_error_formula(self):
-    f = np.random.default_rng(0).random((5, 30)) < 0.3   # D x N table
+    f = np.random.default_rng(0).random((5, 30)) < 0.3   # K x N table
     se = grid_estimator.crossed_standard_error(
         jnp.asarray(f.mean(1)), jnp.asarray(np.sum(f.sum(0)**2.0)), 30)
     expected = np.sqrt(f.mean(1).var(ddof=1) / 5 + f.mean(0).var(ddof=1) / 30)
     np.testing.assert_allclose(se, expected, rtol=1e-5)
+
+  def test_public_face_and_deprecated_names(self):
+    for name in ("sample_bases", "draw_spectra", "query_bases",
+                 "attention_bases", "trace_coefficients"):
+      self.assertIs(getattr(grid_estimator, name), getattr(grid_bases, name))
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((1, T, 3)), rng.standard_normal((2, 1, T, 3))
+    grid = (jnp.asarray([0.0, 2.0]), jnp.asarray([1.0, 0.5]))
+    new = grid_estimator.rho_per_draw(a, b, *grid)
+    with self.assertWarnsRegex(DeprecationWarning, "rho_per_draw"):
+      old = grid_estimator.rho_grid(a, b, *grid)
+    for x, y in zip(old, new):
+      np.testing.assert_array_equal(x, y)
+    with self.assertWarnsRegex(DeprecationWarning, "compose_qk"):
+      w = grid_estimator.qk_matrix(self.basis, self.z, 0.3, 2.0)
+    np.testing.assert_allclose(
+        w, spectrum.compose_qk(self.basis, 0.3 + 2.0 * self.z), rtol=1e-6)
 
 
 class GridStatsTest(absltest.TestCase):
@@ -184,13 +202,13 @@ class GridStatsTest(absltest.TestCase):
     cls.key = jax.random.key(11)
     cls.covs = _covariances()
     cls.bases = _bases(cls.key)
-    cls.stats = _grid_stats(cls.bases, jnp.asarray(MEANS), jnp.asarray(SCALES))
+    cls.stats = _grid_stats(cls.bases, jnp.asarray(MEANS), jnp.asarray(STDS))
 
   def test_shapes_and_finite(self):
     p, c = len(MEANS), len(self.covs)
-    chex.assert_shape(self.stats["rho"], (p, D, c, T))
+    chex.assert_shape(self.stats["rho"], (p, K, c, T))
     chex.assert_shape(self.stats["rho_se"], (p, c, T))
-    chex.assert_shape(self.stats["entropy"], (p, D, c))
+    chex.assert_shape(self.stats["entropy"], (p, K, c))
     chex.assert_tree_all_finite(self.stats)
 
   def test_equals_direct_computation(self):
@@ -198,25 +216,25 @@ class GridStatsTest(absltest.TestCase):
     key_spectra = jax.random.fold_in(self.key, 0)
 
     @jax.jit
-    def direct(key_w, x, cov, mean, scale):
+    def direct(key_w, x, cov, mean, std):
       """Definition 1 and Eq. (1) with an explicit W_QK = sample_qk(...)."""
-      w = spectrum.sample_qk(key_w, DIM, mean, scale)
+      w = spectrum.sample_qk(key_w, DIM, mean, std)
       rho = propagation.empirical_rho(propagation.query_logits(x, w, LAM))
       logits = jnp.einsum("nte,nse->nts", x[:E] @ w, x[:E]) / LAM
       entropy = diagnostics.attention_entropy(softmax.softmax(logits))
       st = spectrum.spectrum_stats(w, cov)
       return rho, entropy, st["trace"], st["trace_sq"]
 
-    basis, _ = grid_estimator.draw_spectra(key_spectra, D, DIM)
+    basis, _ = grid_estimator.draw_spectra(key_spectra, K, DIM)
     s = randomwalk.random_walk(jax.random.fold_in(self.key, 1), N, T, DIM)
     for c, cov in enumerate(self.covs):
       x = s @ randomwalk.covariance_sqrt(cov)
-      for k in range(D):
+      for k in range(K):
         # Sigma = I: draw k sees the rotated walks x B_k^T (module doc).
         x_k = x @ basis[k].T if c == 0 else x
-        for p, (mean, scale) in enumerate(zip(MEANS, SCALES)):
+        for p, (mean, std) in enumerate(zip(MEANS, STDS)):
           rho, entropy, trace, trace_sq = direct(
-              jax.random.fold_in(key_spectra, k), x_k, cov, mean, scale)
+              jax.random.fold_in(key_spectra, k), x_k, cov, mean, std)
           # Same walks and W: only round-off may flip one walk's event.
           np.testing.assert_allclose(self.stats["rho"][p, k, c], rho,
                                      atol=1.0 / N + 1e-6)
@@ -229,13 +247,13 @@ class GridStatsTest(absltest.TestCase):
 
   def test_chunks_equal_whole(self):
     half = jax.jit(grid_estimator.grid_stats)(
-        self.bases, jnp.asarray(MEANS[2:]), jnp.asarray(SCALES[2:]))
+        self.bases, jnp.asarray(MEANS[2:]), jnp.asarray(STDS[2:]))
     for name in ("rho", "rho_se", "entropy", "entropy_se"):
       np.testing.assert_allclose(half[name], self.stats[name][2:], atol=1e-6)
 
   def test_entropy_batches_do_not_matter(self):
     args = (self.bases["x"], self.bases["zcat"], self.bases["isotropic"],
-            jnp.asarray(MEANS), jnp.asarray(SCALES))
+            jnp.asarray(MEANS), jnp.asarray(STDS))
     whole = jax.jit(functools.partial(
         grid_estimator.entropy_grid, walks_per_batch=E,
         points_per_batch=len(MEANS)))(*args)
@@ -250,11 +268,11 @@ class GridStatsTest(absltest.TestCase):
     rho_S, se_S = [], []
     for seed in range(seeds):
       stats = _grid_stats(_bases(jax.random.key(1000 + seed)),
-                          jnp.asarray(MEANS), jnp.asarray(SCALES))
+                          jnp.asarray(MEANS), jnp.asarray(STDS))
       rho_S.append(np.asarray(stats["rho_mean"]))       # [P, C, T]
       se_S.append(np.asarray(stats["rho_se"]))
     rho_S, se_S = np.moveaxis(rho_S, 2, 1), np.moveaxis(se_S, 2, 1)
-    rho_F = _numpy_fresh_rho(np.asarray(self.covs), MEANS, SCALES,
+    rho_F = _numpy_fresh_rho(np.asarray(self.covs), MEANS, STDS,
                              num_draws=1_000, num_walks=16, seed=0)
     err_S = rho_S.std(0, ddof=1) / math.sqrt(seeds)
     err_F = rho_F.std(2, ddof=1) / math.sqrt(rho_F.shape[2])
@@ -284,7 +302,8 @@ class ExperimentsTest(absltest.TestCase):
                  "simulate_grid.csv", "simulate_grid.npz"):
       self.assertGreater((workdir / name).stat().st_size, 0, name)
     out = result["out"]
-    shape = (len(config.covariances), config.num_means, config.num_scales)
+    shape = (len(config.covariances), config.num_eigen_means,
+             config.num_eigen_stds)
     chex.assert_shape(out["rho"], shape + (config.seq_len,))
     chex.assert_shape(out["entropy"], shape)
     self.assertLen(result["rows"], math.prod(shape))
@@ -292,7 +311,7 @@ class ExperimentsTest(absltest.TestCase):
     self.assertTrue(np.all(out["rho_se"] >= 0))
     self.assertTrue(np.all(out["entropy"] <= math.log(config.seq_len) + 1e-5))
     # Axis order [C, M, S]: with Sigma = I, E_k tr(W)/lambda is affine in
-    # (mean, scale) with slope d/lambda in the mean.
+    # (eigen_mean, eigen_std) with slope d/lambda in eigen_mean.
     means, _ = simulate_grid.grid_axes(config)
     slope = ((out["r"][0, 1:] - out["r"][0, :1])
              / (means[1:] - means[0])[:, None])

@@ -16,5 +16,6 @@ Imports only jax and numpy (tests/layering_test.py checks it).
 * `san`, `san_paths`: pure self-attention networks and their path
   decomposition (Dong);
 * `grid_estimator`: the common-random-number estimator of rho_i and entropy
-  over an eigen-(mean, std) grid (Fig. 5 on the plane).
+  over an (eigen_mean, eigen_std) grid (Fig. 5 on the plane); `grid_bases`
+  draws the shared walks and spectra it evaluates.
 """

@@ -1,0 +1,289 @@
+r"""Common random numbers for the eigen-(mean, std) grid: walks, spectra, bases.
+
+Shapes: C = covariances, K = W_QK draws, N = sequences, E = sequences used
+for the attention entropy (the first E of the N), T = tokens, d = token
+dimension. Tokens are rows.
+
+The Fig. 5 procedure (Sec. 5, "Numerical simulation") estimates, per
+(eigen_mean, eigen_std), the signal propagation probability :math:`\rho_i`
+of Definition 1 and the attention entropy, averaging over K draws of
+:math:`W_{QK} = B\,\mathrm{diag}(w)B^\top`, :math:`w \sim \mathcal
+N(\mu_w, \sigma_w^2 I)` (:math:`\mu_w` = eigen_mean, :math:`\sigma_w` =
+eigen_std), B Haar, and over N random walks (Assumption 1). Sampling
+everything afresh per grid point spends almost all of its time drawing
+random numbers and forming :math:`X W_{QK} X^\top`.
+
+Design (common random numbers). Draw once, and share across every grid
+point and covariance,
+
+* per draw index k: a Haar basis :math:`B_k` and :math:`z_k \sim \mathcal
+  N(0, I_d)`, so that :math:`W_{QK}(\mu_w, \sigma_w, k) =
+  B_k\,\mathrm{diag}(\mu_w + \sigma_w z_k)\,B_k^\top = \mu_w I + \sigma_w
+  Z_k`, :math:`Z_k = B_k \mathrm{diag}(z_k) B_k^\top` (`draw_spectra`; the
+  same key gives the same matrix as `spectrum.sample_qk`);
+* one set of N walks :math:`S` (identity covariance); covariance c uses
+  :math:`X = S\,\Sigma_c^{1/2}`, which has the law of Assumption 1, and is
+  shared by all K draws ("we sampled 300 sequences with 40 tokens"). For
+  :math:`\Sigma = cI` draw k uses the rotated walks :math:`X B_k^\top`
+  instead (again exactly Assumption 1, the law being rotation invariant), so
+  its logits :math:`X\,\mathrm{diag}(w)X^\top` need no d x d product;
+  the pairs (walk, draw) keep their joint law.
+
+The logits are then linear in (eigen_mean, eigen_std):
+
+.. math:: \omega_{tj} = \mu_w\,\frac{x_t^\top x_j}{\lambda}
+        + \sigma_w\,\frac{x_t^\top Z_k x_j}{\lambda}
+        = \mu_w\,g_{tj} + \sigma_w\,h^{(k)}_{tj},
+
+so each grid point is an affine combination of "bases" computed once per
+(draw, walk) (`query_bases`, `attention_bases`), and the traces of Lemma 1
+are quadratic in (eigen_mean, eigen_std) (`trace_coefficients`). The walks
+are kept divided by :math:`\sqrt\lambda`, so every quadratic form is a
+logit, and the K draws' :math:`Z_k` act through one GEMM with
+:math:`[Z_1 \cdots Z_K]` side by side (`draw_operators`, `times_z`; an
+elementwise product for :math:`\Sigma = cI`). `grid_estimator` evaluates
+the grid on these bases and gives the statistics of the crossed design.
+
+References:
+  Bao, Hataya, Karakida, Self-attention Networks Localize When
+  QK-eigenspectrum Concentrates, arXiv:2402.02098 (Definition 1, Sec. 5,
+  Fig. 5).
+"""
+# pylint: disable=invalid-name
+import jax
+import jax.numpy as jnp
+
+from qkspec.theory import _checks
+from qkspec.theory import randomwalk
+from qkspec.theory import spectrum
+
+_SPECTRA_STREAM, _WALK_STREAM = 0, 1     # fold_in tags of `sample_bases`' key
+
+
+def draw_spectra(key: jax.Array, num_draws: int,
+                 dim: int) -> tuple[jax.Array, jax.Array]:
+  r"""K common spectra: Haar bases and standard-normal eigenvalue noise.
+
+  Draw k uses `jax.random.fold_in(key, k)` split as in `spectrum.sample_qk`,
+  so `spectrum.compose_qk(basis[k], eigen_mean + eigen_std * z[k])` equals
+  `spectrum.sample_qk(fold_in(key, k), dim, eigen_mean, eigen_std)`.
+
+  Args:
+    key: PRNG key.
+    num_draws: K >= 1.
+    dim: d >= 1.
+
+  Returns:
+    basis_Kxdxd (orthogonal) and z_Kxd (i.i.d. N(0, 1)).
+  """
+  num_draws = _checks.positive_int("num_draws", num_draws)
+  d = _checks.positive_int("dim", dim)
+
+  def one(k):
+    key_b, key_w = jax.random.split(jax.random.fold_in(key, k))
+    return (spectrum.haar_orthogonal(key_b, d),
+            jax.random.normal(key_w, (d,)))
+
+  return jax.vmap(one)(jnp.arange(num_draws))
+
+
+def _matmul_rows(x_xd: jax.Array, m_dxe: jax.Array) -> jax.Array:
+  """x @ m as one flat GEMM over every leading axis (faster on XLA:CPU)."""
+  flat = x_xd.reshape(-1, x_xd.shape[-1]) @ m_dxe
+  return flat.reshape(x_xd.shape[:-1] + m_dxe.shape[-1:])
+
+
+def random_walks(key: jax.Array, num_sequences: int, seq_len: int,
+                 dim: int) -> jax.Array:
+  """`randomwalk.random_walk(key, num_sequences, seq_len, dim)`, Sigma = I.
+
+  The same increments, summed by a prefix scan (`lax.associative_scan`):
+  equal up to float round-off and 2.5x faster on XLA:CPU, where `jnp.cumsum`
+  of freshly drawn normals costs twice the draws themselves.
+
+  Args:
+    key: PRNG key (the same as `randomwalk.random_walk`'s).
+    num_sequences: N.
+    seq_len: T.
+    dim: d.
+
+  Returns:
+    x_NxTxd.
+  """
+  eps_NxTxd = jax.random.normal(key, (num_sequences, seq_len, dim))
+  return jax.lax.associative_scan(jnp.add, eps_NxTxd, axis=1)
+
+
+def draw_operators(basis_Kxdxd: jax.Array, z_Kxd: jax.Array,
+                   isotropic: jax.Array | bool) -> jax.Array:
+  r"""The K draws' eigen_std parts :math:`Z_k`, side by side, for one covariance.
+
+  Args:
+    basis_Kxdxd, z_Kxd: `draw_spectra`.
+    isotropic: :math:`\Sigma = cI`: then :math:`Z_k` is
+      :math:`\mathrm{diag}(z_k)`, as draw k sees the rotated walks
+      :math:`XB_k^\top` (module doc); else
+      :math:`Z_k = B_k\,\mathrm{diag}(z_k)B_k^\top`.
+
+  Returns:
+    zcat_dxKd with `zcat[:, k*d:(k+1)*d]` = :math:`Z_k`.
+  """
+  num_draws, d = z_Kxd.shape
+  zmat_Kxdxd = jnp.where(isotropic, jax.vmap(jnp.diag)(z_Kxd),
+                         spectrum.compose_qk(basis_Kxdxd, z_Kxd))
+  return jnp.moveaxis(zmat_Kxdxd, 0, 1).reshape(d, num_draws * d)
+
+
+def times_z(v_Xxd: jax.Array, zcat_dxKd: jax.Array,
+            diagonal: jax.Array | bool) -> jax.Array:
+  """:math:`v Z_k` for every draw k: [..., d] -> [..., K, d].
+
+  Args:
+    v_Xxd: row vectors [..., d].
+    zcat_dxKd: `draw_operators`.
+    diagonal: the :math:`Z_k` are diagonal (an isotropic Sigma): an
+      elementwise product instead of one GEMM with `zcat`.
+  """
+  d = zcat_dxKd.shape[0]
+  shape = v_Xxd.shape[:-1] + (zcat_dxKd.shape[1] // d, d)
+
+  def diag():
+    z_Kxd = jnp.diagonal(zcat_dxKd.reshape(d, -1, d), axis1=0, axis2=2)
+    return v_Xxd[..., None, :] * z_Kxd[(None,) * (v_Xxd.ndim - 1)]
+
+  return jax.lax.cond(diagonal, diag,
+                      lambda: _matmul_rows(v_Xxd, zcat_dxKd).reshape(shape))
+
+
+def query_bases(x_NxTxd: jax.Array,
+                zlast_NxKxd: jax.Array) -> tuple[jax.Array, jax.Array]:
+  r"""Last-query bases: :math:`\omega_j = \mu_w\,a_j + \sigma_w\,b^{(k)}_j`.
+
+  .. math:: a_j = x_T^\top x_j,\qquad b^{(k)}_j = x_T^\top Z_k x_j,
+
+  so that `eigen_mean * a + eigen_std * b[k]` is the transpose of
+  `propagation.query_logits` of :math:`\sqrt\lambda x` for draw k's
+  :math:`W_{QK}` (Definition 1).
+
+  Args:
+    x_NxTxd: walks already divided by :math:`\sqrt\lambda`.
+    zlast_NxKxd: `times_z(x[:, -1], ...)`.
+
+  Returns:
+    a_TxN, b_KxTxN (sequences on the minor axis, for
+    `grid_estimator.rho_per_draw`).
+  """
+  _checks.min_ndim("x", x_NxTxd, 3, "[N, T, d]")
+  return (jnp.einsum("nd,ntd->tn", x_NxTxd[:, -1, :], x_NxTxd),
+          jnp.einsum("nkd,ntd->ktn", zlast_NxKxd, x_NxTxd))
+
+
+def attention_bases(x_XxTxd: jax.Array,
+                    zx_XxTxKxd: jax.Array) -> tuple[jax.Array, jax.Array]:
+  r"""All-query bases: :math:`X W_{QK} X^\top/\lambda = \mu_w\,g + \sigma_w\,h^{(k)}`.
+
+  .. math:: g = X X^\top,\qquad h^{(k)} = (X Z_k) X^\top;
+
+  h is one batched product per walk, the K draws stacked as (T K) rows.
+
+  Args:
+    x_XxTxd: walks already divided by :math:`\sqrt\lambda` (any leading
+      axes).
+    zx_XxTxKxd: `times_z(x, ...)`.
+
+  Returns:
+    g_XxTxT, h_XxTxKxT (query axis first, key axis last).
+  """
+  return (jnp.einsum("...td,...sd->...ts", x_XxTxd, x_XxTxd),
+          jnp.einsum("...tkd,...sd->...tks", zx_XxTxKxd, x_XxTxd))
+
+
+def trace_coefficients(basis_dxd: jax.Array, z_d: jax.Array,
+                       cov_dxd: jax.Array) -> dict[str, jax.Array]:
+  r"""Traces making tr(W), tr(W^2) of :math:`W = W_{QK}\Sigma` quadratic in (eigen_mean, eigen_std).
+
+  With :math:`W_{QK} = \mu_w I + \sigma_w Z`, :math:`Z =
+  B\,\mathrm{diag}(z)B^\top`: :math:`\mathrm{tr}\,W = \mu_w\,
+  \mathrm{tr}\,\Sigma + \sigma_w\,\mathrm{tr}(Z\Sigma)` and
+  :math:`\mathrm{tr}\,W^2 = \mu_w^2\mathrm{tr}\,\Sigma^2 +
+  2\mu_w\sigma_w\,\mathrm{tr}(Z\Sigma^2) +
+  \sigma_w^2\mathrm{tr}(Z\Sigma Z\Sigma)`
+  (`grid_estimator.spectrum_traces` evaluates them).
+
+  Args:
+    basis_dxd, z_d: one draw of `draw_spectra`.
+    cov_dxd: :math:`\Sigma`.
+
+  Returns:
+    A dict of scalars: `cov` tr(Sigma), `cov2` tr(Sigma^2), `zc`
+    tr(Z Sigma), `zc2` tr(Z Sigma^2), `zczc` tr(Z Sigma Z Sigma).
+  """
+  zc = spectrum.compose_qk(basis_dxd, z_d) @ cov_dxd       # Z Sigma
+  return dict(cov=jnp.trace(cov_dxd),
+              cov2=jnp.einsum("ij,ji->", cov_dxd, cov_dxd),
+              zc=jnp.trace(zc),
+              zc2=jnp.einsum("ij,ji->", zc, cov_dxd),
+              zczc=jnp.einsum("ij,ji->", zc, zc))
+
+
+def sample_bases(key: jax.Array, covs_Cxdxd: jax.Array, *, num_draws: int,
+                 num_sequences: int, entropy_sequences: int, seq_len: int,
+                 temperature: float | None = None) -> dict[str, jax.Array]:
+  r"""Draws the common random numbers and returns what `grid_stats` needs.
+
+  Args:
+    key: PRNG key; `fold_in(key, 0)` gives the spectra (`draw_spectra`),
+      `fold_in(key, 1)` the walks.
+    covs_Cxdxd: step covariances of Assumption 1.
+    num_draws: K, the W_QK draws.
+    num_sequences: N, the walks.
+    entropy_sequences: E <= N; the first E walks also give the entropy.
+    seq_len: T.
+    temperature: :math:`\lambda`; None means :math:`\sqrt d`.
+
+  Returns:
+    A dict: `a` [C, T, N], `b` [K, C, T, N] (`query_bases`); for the
+    entropy, `x` [C, E, T, d] (the first E walks under each covariance,
+    divided by sqrt(lambda)), `zcat` [C, d, K d] (`draw_operators`) and
+    `isotropic` [C]; and `trace_coefficients` entries `cov`, `cov2` [C] and
+    `zc`, `zc2`, `zczc` [K, C].
+  """
+  _checks.square_matrix("covs", covs_Cxdxd)
+  d = covs_Cxdxd.shape[-1]
+  lam = _checks.temperature(temperature, d)
+  n = _checks.positive_int("num_sequences", num_sequences)
+  e = _checks.positive_int("entropy_sequences", entropy_sequences)
+  if e > n:
+    raise ValueError(f"entropy_sequences ({e}) must be <= num_sequences "
+                     f"({n}).")
+  basis_Kxdxd, z_Kxd = draw_spectra(jax.random.fold_in(key, _SPECTRA_STREAM),
+                                    num_draws, d)
+  s_NxTxd = random_walks(jax.random.fold_in(key, _WALK_STREAM), n, seq_len,
+                         d)                                  # Sigma = I
+
+  a, b, x, zcat, isotropic, coef = [], [], [], [], [], []
+  for cov_dxd in covs_Cxdxd:
+    iso = jnp.all(cov_dxd == cov_dxd[0, 0] * jnp.eye(d))
+    zcat_dxKd = draw_operators(basis_Kxdxd, z_Kxd, iso)
+    # X = S Sigma^(1/2): the cumulative sum commutes with the right factor,
+    # so X has the law (and, up to round-off, the numbers) of
+    # random_walk(key, ..., cov). Divided by sqrt(lambda), every quadratic
+    # form below is a logit.
+    x_NxTxd = jax.lax.cond(
+        iso, lambda c=cov_dxd: s_NxTxd * jnp.sqrt(c[0, 0] / lam),
+        lambda c=cov_dxd: _matmul_rows(
+            s_NxTxd, randomwalk.covariance_sqrt(c) / lam**0.5))
+    a_TxN, b_KxTxN = query_bases(
+        x_NxTxd, times_z(x_NxTxd[:, -1, :], zcat_dxKd, iso))
+    a.append(a_TxN)
+    b.append(b_KxTxN)
+    x.append(x_NxTxd[:e])
+    zcat.append(zcat_dxKd)
+    isotropic.append(iso)
+    coef.append(jax.vmap(trace_coefficients, in_axes=(0, 0, None))(
+        basis_Kxdxd, z_Kxd, cov_dxd))
+  coef = {k: jnp.stack([c[k] for c in coef], axis=-1) for k in coef[0]}
+  return dict(a=jnp.stack(a), b=jnp.stack(b, axis=1), x=jnp.stack(x),
+              zcat=jnp.stack(zcat), isotropic=jnp.stack(isotropic),
+              cov=coef["cov"][0], cov2=coef["cov2"][0], zc=coef["zc"],
+              zc2=coef["zc2"], zczc=coef["zczc"])
