@@ -5,8 +5,12 @@ setting it at import time would leak into every test that pytest (or a
 pytest-xdist worker) collects into the same process. So `RunInOwnProcess`
 re-runs this file in a fresh interpreter with QKSPEC_MULTIDEVICE_CHILD=1,
 where `jax_num_cpu_devices = 4` is set before any device is touched and
-`MultiDeviceTest` runs.
+`MultiDeviceTest` runs. The child writes what it measured (losses, params,
+steps) to the JSON file named by QKSPEC_MULTIDEVICE_RESULT, and the parent
+compares those numbers itself: a child that ran nothing, or ran on one
+device, cannot pass.
 """
+import json
 import os
 import subprocess
 import sys
@@ -26,10 +30,13 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
 from absl.testing import absltest
 import numpy as np
 
-from qkspec.training import sweep
 from qkspec.training import loop
+from qkspec.training import step as step_lib
+from qkspec.training import sweep
 import testutil
 # pylint: enable=g-import-not-at-top,wrong-import-position
+
+_RESULT = "QKSPEC_MULTIDEVICE_RESULT"
 
 
 def _mesh(n):
@@ -38,18 +45,38 @@ def _mesh(n):
 
 
 def _run(config, mesh, num_steps):
-  steps = loop.build_steps(config, mesh)
-  member = sweep.members(config)[0]
-  init_key, dropout_key = loop.member_keys(member["seed"])
-  state = steps.init(init_key, sweep.hparams(member))
-  metrics = []
+  steps = step_lib.build_steps(config, mesh)
+  init_key, dropout_key, hparams = step_lib.member_inputs(
+      sweep.members(config), False)
+  state = steps.init(init_key, hparams)
+  metrics, shards = [], []
   for step in range(num_steps):
     batch = steps.task.train_batch(step)
-    if step == 0:
-      assert len(batch["inputs"].sharding.device_set) == mesh.size
+    shards.append(len(batch["inputs"].sharding.device_set))
     state, m = steps.train(state, batch, dropout_key)
     metrics.append(jax.device_get(m))
-  return jax.device_get(state), metrics, steps
+  return jax.device_get(state), metrics, shards, steps
+
+
+def _record(**values):
+  """Adds `values` to the child's JSON result file."""
+  path = os.environ[_RESULT]
+  result = {}
+  if os.path.exists(path):
+    with open(path) as f:
+      result = json.load(f)
+  result.update(values)
+  with open(path, "w") as f:
+    json.dump(result, f)
+
+
+def _params(state):
+  """{path: flat list} of the params, without the key bias (see below)."""
+  return {jax.tree_util.keystr(path): np.ravel(a).tolist()
+          for path, a in jax.tree_util.tree_leaves_with_path(state.params)
+          # A zero-gradient parameter whose Adam noise depends on summation
+          # order (tests/sweep_test.py).
+          if "['key']['bias']" not in jax.tree_util.keystr(path)}
 
 
 class RunInOwnProcess(absltest.TestCase):
@@ -57,14 +84,37 @@ class RunInOwnProcess(absltest.TestCase):
   def test_multidevice_tests_pass_in_a_fresh_process(self):
     if _CHILD:
       self.skipTest("this is the child process")
-    env = {**os.environ, "QKSPEC_MULTIDEVICE_CHILD": "1"}
-    r = subprocess.run([sys.executable, os.path.abspath(__file__)], env=env,
-                       capture_output=True, text=True, timeout=900,
-                       check=False)
-    out = r.stdout[-4000:] + r.stderr[-8000:]
-    self.assertEqual(r.returncode, 0, out)
-    self.assertIn("Ran 3 tests", r.stderr, out)
-    self.assertIn("OK (skipped=1)", r.stderr, out)
+    with tempfile.TemporaryDirectory() as tmp:
+      path = os.path.join(tmp, "result.json")
+      env = {**os.environ, "QKSPEC_MULTIDEVICE_CHILD": "1", _RESULT: path}
+      r = subprocess.run([sys.executable, os.path.abspath(__file__)],
+                         env=env, capture_output=True, text=True, timeout=900,
+                         check=False)
+      out = r.stdout[-4000:] + r.stderr[-8000:]
+      self.assertEqual(r.returncode, 0, out)
+      self.assertTrue(os.path.exists(path), f"the child wrote no result\n{out}")
+      with open(path) as f:
+        res = json.load(f)
+    # Train steps on 4 devices (the batch split over all 4) equal 1 device.
+    self.assertEqual(res["device_count"], 4)
+    self.assertEqual(res["shards_4"], [4, 4, 4])
+    self.assertEqual(res["shards_1"], [1, 1, 1])
+    for key in ("loss", "penalty"):
+      self.assertLen(res[f"{key}_4"], 3)
+      np.testing.assert_allclose(res[f"{key}_4"], res[f"{key}_1"], rtol=1e-5,
+                                 err_msg=key)
+    self.assertTrue(np.all(np.asarray(res["penalty_4"]) > 0))  # kappa2 = 1
+    self.assertEqual(set(res["params_4"]), set(res["params_1"]))
+    self.assertGreater(len(res["params_4"]), 5)
+    for name, a in res["params_4"].items():
+      np.testing.assert_allclose(a, res["params_1"][name], rtol=1e-5,
+                                 atol=1e-6, err_msg=name)
+    # Eval sums over the sharded batch count every token once.
+    self.assertEqual(res["eval_weight_4"], 8 * 8)
+    # train_and_evaluate on 4 devices: a 3-member sweep to step 4; a batch
+    # that does not split over the devices fails before training.
+    self.assertEqual(res["train_and_evaluate_steps"], [4, 4, 4])
+    self.assertRegex(res["bad_batch_error"], r"data.batch_size=6 .* 4 devices")
 
 
 class MultiDeviceTest(absltest.TestCase):
@@ -75,35 +125,32 @@ class MultiDeviceTest(absltest.TestCase):
       self.skipTest("runs in a child process (RunInOwnProcess)")
 
   def test_four_devices_equal_one(self):
-    self.assertEqual(jax.device_count(), 4)
     c = testutil.get_config("locater_wt2", "smoke")   # dropout 0.1 on
     c.sweep.kappa2 = ()
     c.locater.kappa2 = 1.0
-    s4, m4, steps4 = _run(c, _mesh(4), 3)
-    s1, m1, _ = _run(c, _mesh(1), 3)
-    for a, b in zip(m4, m1):
-      np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-5)
-      np.testing.assert_allclose(a["penalty"], b["penalty"], rtol=1e-5)
-    for path, a in jax.tree_util.tree_leaves_with_path(s4.params):
-      if "['key']['bias']" in jax.tree_util.keystr(path):
-        continue   # zero-gradient parameter, see tests/sweep_test.py
-      b = dict(jax.tree_util.tree_leaves_with_path(s1.params))[path]
-      np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6,
-                                 err_msg=jax.tree_util.keystr(path))
-    # Eval sums over the sharded batch equal the single-device ones.
+    s4, m4, shards4, steps4 = _run(c, _mesh(4), 3)
+    s1, m1, shards1, _ = _run(c, _mesh(1), 3)
     batch = steps4.task.train_batch(7)
     e4 = jax.device_get(steps4.eval(s4.params, batch))
-    self.assertEqual(float(e4["weight"]), 8 * 8)
+    _record(device_count=jax.device_count(), shards_4=shards4,
+            shards_1=shards1,
+            loss_4=[float(m["loss"]) for m in m4],
+            loss_1=[float(m["loss"]) for m in m1],
+            penalty_4=[float(m["penalty"]) for m in m4],
+            penalty_1=[float(m["penalty"]) for m in m1],
+            params_4=_params(s4), params_1=_params(s1),
+            eval_weight_4=float(e4["weight"]))
 
   def test_train_and_evaluate_on_four_devices(self):
     with tempfile.TemporaryDirectory() as tmp:
       state = loop.train_and_evaluate(
           testutil.get_config("theory_task", "smoke"), tmp)
-    self.assertEqual(int(state.step[0]), 4)
     bad = testutil.get_config("theory_task", "smoke")
     bad.data.batch_size = 6
-    with self.assertRaisesRegex(ValueError, r"data.batch_size=6 .* 4 devices"):
+    with self.assertRaises(ValueError) as caught:
       loop.train_and_evaluate(bad, "/nonexistent/never/written")
+    _record(train_and_evaluate_steps=np.asarray(state.step).tolist(),
+            bad_batch_error=str(caught.exception))
 
 
 if __name__ == "__main__":
