@@ -20,7 +20,8 @@ Launch (from the repository root)::
 Expected runtime: about 40 s on a 2-core CPU (smoke: a few seconds).
 
 What it shows (`rho_heatmap.png`, Fig. 7 style: key position i vs step; the
-layer input is exactly Assumption 1, so Lemma 2 applies to layer 0):
+layer input is exactly Assumption 1, so Lemma 2 applies to layer 0; xi, eta
+and r are logged per member as `l0/xi`, `l0/eta`, `l0/r`):
 
 * LocATER drives W_QK towards c I with c = kappa2 target / (kappa1 +
   kappa2 d): the eigen-variance (Eq. 8) collapses while the mean stays

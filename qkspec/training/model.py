@@ -288,7 +288,7 @@ def attention_temperature(model_config) -> float:
     warnings.warn("config.model.temperature=0.0 is the old spelling of "
                   "None, which replaced it: None means sqrt(head width). "
                   "Leave the field unset (or pass a value > 0).",
-                  FutureWarning, stacklevel=2)
+                  FutureWarning)   # one location: shown once per process
     temperature = None
   return head_temperature(temperature, m.d_model // m.num_heads)
 
