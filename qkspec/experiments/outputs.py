@@ -1,4 +1,4 @@
-"""Small I/O helpers shared by the experiments: workdir, config, tables, PNGs.
+"""Helpers shared by the experiments: workdir, config, tables, PNGs, checks.
 
 Every experiment writes into one flat workdir:
 
@@ -6,32 +6,57 @@ Every experiment writes into one flat workdir:
 * `<table>.csv` and `<table>.json`: one row per dict, same columns;
 * `<figure>.png`: matplotlib figures drawn with the Agg backend.
 
-Nothing here knows about the maths; the experiments pass plain Python rows.
+Config checks (`require`, `require_ints`, ...) raise ValueError naming the
+field; `renamed_fields` keeps an old field name working as an alias and
+`temperature` resolves the softmax temperature. Nothing here knows about the
+maths; the experiments pass plain Python rows.
 """
+import copy
 import csv
 import json
 import math
 import pathlib
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
+import warnings
 
 from absl import logging
 import ml_collections
 import numpy as np
 
-CONFIG_VARIANTS = ("full", "smoke")
+from qkspec.config import args
 
 
 def parse_config_arg(arg: str | None) -> bool:
-  """Returns True for the `smoke` variant of `--config file.py:smoke`.
+  """Deprecated: configs parse `:arg` with `qkspec.config.args.parse_arg`.
 
-  Accepts None or "" (the full run), "full" and "smoke"; anything else raises
-  ValueError so a typo does not silently launch the full sweep.
+  Returns True for `--config file.py:smoke` ("full", the old name of no
+  argument, is still accepted).
   """
-  variant = arg or "full"
-  if variant not in CONFIG_VARIANTS:
-    raise ValueError(f"config argument must be one of {CONFIG_VARIANTS}, got "
-                     f"{arg!r} (use --config path.py:smoke).")
-  return variant == "smoke"
+  warnings.warn("outputs.parse_config_arg is now qkspec.config.args."
+                "parse_arg(arg, smoke=False).smoke.", DeprecationWarning,
+                stacklevel=2)
+  return args.parse_arg(None if arg == "full" else arg, smoke=False).smoke
+
+
+def start_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path,
+              validate: Callable[[ml_collections.ConfigDict], None],
+              renamed: Mapping[str, str] | None = None
+              ) -> tuple[ml_collections.ConfigDict, pathlib.Path,
+                         list[pathlib.Path]]:
+  """The first steps of every experiment's `run`.
+
+  Copies old field names to new ones (`renamed_fields`), validates the
+  config (before anything is written), creates the workdir and writes
+  `config.json`.
+
+  Returns:
+    (the resolved config, the workdir as a Path, [the config.json path]).
+  """
+  if renamed:
+    config = renamed_fields(config, renamed)
+  validate(config)
+  workdir = make_workdir(workdir)
+  return config, workdir, [write_config(config, workdir)]
 
 
 def make_workdir(workdir: str | pathlib.Path) -> pathlib.Path:
@@ -137,3 +162,62 @@ def require(ok: bool, field: str, what: str, value: Any) -> None:
   """Raises ValueError naming the config field unless `ok` (config checks)."""
   if not ok:
     raise ValueError(f"config.{field} {what}, got {value!r}.")
+
+
+def require_ints(config: ml_collections.ConfigDict,
+                 minimums: Mapping[str, int]) -> None:
+  """Raises ValueError unless each `config[field]` is an int >= its minimum."""
+  for field, low in minimums.items():
+    value = config[field]
+    require(isinstance(value, int) and not isinstance(value, bool)
+            and value >= low, field, f"must be an integer >= {low}", value)
+
+
+def require_experiment(config: ml_collections.ConfigDict, name: str) -> None:
+  """Raises ValueError if `config.experiment` is set and is not `name`."""
+  value = config.get("experiment", name)
+  require(value == name, "experiment", f"must be {name!r} to run "
+          f"qkspec.experiments.{name}", value)
+
+
+def require_temperature(config: ml_collections.ConfigDict) -> None:
+  """Raises ValueError unless `config.temperature` is None or > 0."""
+  value = config.temperature
+  require(value is None or (isinstance(value, (int, float))
+                            and not isinstance(value, bool) and value > 0),
+          "temperature", "must be None (the default sqrt(head width)) or > 0",
+          value)
+
+
+def temperature(config: ml_collections.ConfigDict, width: int) -> float:
+  r"""The softmax temperature :math:`\lambda` of a simulation config.
+
+  `config.temperature` if set, else :math:`\sqrt{\mathrm{width}}`: pass the
+  head width (the token dimension d for the single-head experiments).
+  """
+  if config.temperature is None:
+    return float(np.sqrt(width))
+  return float(config.temperature)
+
+
+def renamed_fields(config: ml_collections.ConfigDict,
+                   renamed: Mapping[str, str]) -> ml_collections.ConfigDict:
+  """A copy of `config` with each old field name's value moved to the new one.
+
+  `renamed` maps old -> new field names. An old field is kept in the config
+  files as an alias defaulting to None; if it is set, its value replaces the
+  new field's (with a warning naming the new field) and the alias is reset
+  to None, so validation and the run see only the new name.
+  """
+  config = copy.deepcopy(config)
+  for old, new in renamed.items():
+    value = config.get(old, None)
+    if value is None:
+      continue
+    msg = (f"config.{old} is an old name of config.{new}; using its value "
+           f"{value!r} for config.{new} (set config.{new} instead).")
+    logging.warning(msg)
+    with config.unlocked():
+      config[new] = value
+      config[old] = None
+  return config
