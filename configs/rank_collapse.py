@@ -2,8 +2,8 @@ r"""rank_collapse: relative residual per layer, SAN / +skip / +MLP / +LN / block
 
 Launch (from the repository root)::
 
-  python launch/collapse.py --config configs/rank_collapse.py --workdir /tmp/collapse_runs/rank_collapse
-  python launch/collapse.py --config configs/rank_collapse.py:smoke --workdir /tmp/w
+  python launch/run.py --config configs/rank_collapse.py --workdir runs/rank_collapse
+  python launch/run.py --config configs/rank_collapse.py:smoke --workdir /tmp/w
 
 Expected runtime: ~1 min on a 2-core CPU (smoke: a few seconds).
 
@@ -14,24 +14,30 @@ residual ||res(X^l)|| / ||X^l|| vs l, log y, geometric mean over seeds with
 min-max band, one panel per residual definition), `fig_paths.png` (path
 length distribution and what each length carries in the skip SAN),
 `collapse_curves.csv` (per arch, method, layer), `collapse_fits.csv` (order
-of convergence kappa: log r_{l+1} ~ kappa log r_l + a; Dong's form
+of convergence q, column `order`: log r_{l+1} ~ q log r_l + a; Dong's form
 log r_l = a + b 3^l; an exponential fit log r_l = a + b l),
 `cubic_bound.csv` (the pure SAN against ||res|| <= c ||res||^3) and
 `path_lengths.csv`.
 
 Expected result: the pure SAN (and +MLP, +LN) collapse to the float64 floor
-within ~4-5 layers with kappa ~ 3 (Dong's cubic rate), the skip and block
-nets decay with kappa ~ 1 (at most exponentially, no collapse in 24 layers).
+within ~4-5 layers with order q ~ 3 (Dong's cubic rate), the skip and block
+nets decay with q ~ 1 (at most exponentially, no collapse in 24 layers).
+
+`temperature` = None means lambda = sqrt(head_dim); the old spelling 0.0
+still works (with a warning).
 """
 import ml_collections
+from ml_collections import config_dict
 
-from qkspec.experiments import outputs
+from qkspec.config import args
 
 
 def get_config(arg=None):
   """Full config; `arg="smoke"` gives a tiny net for tests."""
-  smoke = outputs.parse_config_arg(arg)
+  arg = args.parse_arg(arg, smoke=False)
   c = ml_collections.ConfigDict()
+  # Which qkspec.experiments module runs this config; read by launch/run.py.
+  c.experiment = "rank_collapse"
   c.seed = 0                 # PRNG seed: weights and inputs
   c.num_seeds = 5            # independent weight draws (spread in the figure)
   c.num_sequences = 4        # input sequences per weight draw
@@ -44,14 +50,14 @@ def get_config(arg=None):
   c.inputs = "gaussian"      # gaussian (i.i.d. N(0,1)) | random_walk
   c.qk_gain = 1.0            # W_Q, W_K scale (1 = fan-in N(0, 1/d))
   c.value_init = "gaussian"  # gaussian | orthogonal | identity (W_V W_O)
-  c.temperature = 0.0        # lambda; 0 = sqrt(head_dim)
+  c.temperature = config_dict.placeholder(float)  # lambda; None: sqrt(head_dim)
   c.architectures = ("san", "san_skip", "san_mlp", "san_ln", "block")
   c.methods = ("mean", "svd", "composite")   # residual definitions
   c.composite_steps = 200    # subgradient steps of the composite residual
   c.float64 = True           # run in float64 (floor ~1e-16 instead of ~1e-7)
   c.floor = 1e-14            # relative residuals below this count as collapsed
   c.fit_max_residual = 0.9   # fit only layers with floor < r_l <= this
-  if smoke:
+  if arg.smoke:
     c.num_seeds = 2
     c.num_sequences = 2
     c.num_layers = 4

@@ -1,11 +1,11 @@
-r"""simulate_grid: rho_i and attention entropy on a 64 x 64 eigen-(mean, scale) grid.
+r"""simulate_grid: rho_i and attention entropy on a 64 x 64 (eigen_mean, eigen_std) grid.
 
 Launch (from the repository root)::
 
-  python launch/simulate_grid.py --config configs/simulate_grid.py --workdir /tmp/exp_runs/simulate_grid
-  python launch/simulate_grid.py --config configs/simulate_grid.py:smoke --workdir /tmp/w
-  python launch/simulate_grid.py --config configs/simulate_grid.py --workdir /tmp/w \
-      --config.covariances="('isotropic',)" --config.num_means=32
+  python launch/run.py --config configs/simulate_grid.py --workdir runs/simulate_grid
+  python launch/run.py --config configs/simulate_grid.py:smoke --workdir /tmp/w
+  python launch/run.py --config configs/simulate_grid.py --workdir runs/simulate_grid \
+      --config.covariances="('isotropic',)" --config.num_eigen_means=32
 
 Expected runtime: ~13 s wall on an idle 2-core CPU, ~24 s shared with a
 training job (compile ~2.5 s, grid ~6.5 s idle in 16 chunks with a progress
@@ -13,8 +13,8 @@ line each, figures and tables a few s; peak RSS ~0.55 GB); bench/simulate.py
 times it. Smoke: a few s, mostly compilation.
 
 Fig. 5 of the paper (d = 128, T = 40, 10 W_QK draws, both covariances)
-extended from 8 (mean, scale) pairs to the plane: 64 eigen-means in
-[-1, 1] x 64 log-spaced eigen-scales in [0.01, 10], 1,000 random walks per
+extended from 8 (eigen_mean, eigen_std) pairs to the plane: 64 eigen-means
+in [-1, 1] x 64 log-spaced eigen-stds in [0.01, 10], 1,000 random walks per
 W_QK draw for rho_i, with the shared (common random numbers) design of
 `qkspec.theory.grid_estimator`. The attention entropy (all 40 queries) uses the first
 `entropy_sequences` walks: its T x T softmax per (point, draw, walk) costs
@@ -23,41 +23,56 @@ T times the rho_i event, and its standard error (simulate_grid.csv,
 
 Writes fig_grid_localization.png (per covariance: the number of positions
 with rho_i > 1/2, the argmax position, max_i rho_i and the entropy; dashed:
-the eigen-means where E r = mean tr(Sigma)/lambda = +-2, Lemma 2's regime
-boundary), fig_grid_rho.png (rho_i at `positions`), simulate_grid.csv|json
-(one row per covariance and grid point) and simulate_grid.npz (the arrays).
+the eigen-means where E r = eigen_mean tr(Sigma)/lambda = +-2, Lemma 2's
+regime boundary), fig_grid_rho.png (rho_i at `positions`),
+simulate_grid.csv|json (one row per covariance and grid point) and
+simulate_grid.npz (the arrays). lambda = sqrt(d) unless `temperature` is
+set.
+
+Renamed fields (the old names still work, with a warning): mean_range ->
+eigen_mean_range, num_means -> num_eigen_means, scale_range ->
+eigen_std_range, num_scales -> num_eigen_stds.
 """
 import ml_collections
+from ml_collections import config_dict
 
-from qkspec.experiments import outputs
+from qkspec.config import args
 
 
 def get_config(arg=None):
   """Full 64 x 64 grid; `arg="smoke"` gives a tiny grid for tests."""
-  smoke = outputs.parse_config_arg(arg)
+  arg = args.parse_arg(arg, smoke=False)
   c = ml_collections.ConfigDict()
+  # Which qkspec.experiments module runs this config; read by launch/run.py.
+  c.experiment = "simulate_grid"
   c.seed = 0                 # PRNG seed: spectra, walks, anisotropic Sigma
-  c.dim = 128                # d, token dimension (lambda = sqrt(d))
+  c.dim = 128                # d, token dimension
+  c.temperature = config_dict.placeholder(float)  # lambda; None: sqrt(d)
   c.seq_len = 40             # T, tokens per random walk
   c.num_sequences = 1_000    # N, random walks (shared by all draws and points)
   c.entropy_sequences = 32   # E, the first E walks also give the entropy
   c.num_draws = 10           # D, W_QK draws per grid point (shared spectra)
-  c.mean_range = (-1.0, 1.0)     # eigen-means: linspace(low, high, num_means)
-  c.num_means = 64
-  c.scale_range = (0.01, 10.0)   # eigen-scales: geomspace(low, high, num)
-  c.num_scales = 64
+  c.eigen_mean_range = (-1.0, 1.0)  # eigen_mean axis: linspace(low, high, num)
+  c.num_eigen_means = 64
+  c.eigen_std_range = (0.01, 10.0)  # eigen_std axis: geomspace(low, high, num)
+  c.num_eigen_stds = 64
   c.covariances = ("isotropic", "anisotropic")  # Sigma of Assumption 1
   c.aniso_half_width = 2.5   # R_ij ~ Unif(-a, a) of the anisotropic Sigma
   c.positions = (10, 20, 24, 30, 40)  # token positions i drawn as rho_i maps
   c.points_per_chunk = 256   # grid points per jit call (progress, memory)
-  if smoke:
+  # Old names of the grid fields (None; set, they warn and are copied over).
+  c.mean_range = config_dict.placeholder(tuple)   # -> eigen_mean_range
+  c.num_means = config_dict.placeholder(int)      # -> num_eigen_means
+  c.scale_range = config_dict.placeholder(tuple)  # -> eigen_std_range
+  c.num_scales = config_dict.placeholder(int)     # -> num_eigen_stds
+  if arg.smoke:
     c.dim = 16
     c.seq_len = 8
     c.num_sequences = 64
     c.entropy_sequences = 8
     c.num_draws = 3
-    c.num_means = 5
-    c.num_scales = 4
+    c.num_eigen_means = 5
+    c.num_eigen_stds = 4
     c.positions = (4, 8)
     c.points_per_chunk = 8
   return c

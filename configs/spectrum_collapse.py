@@ -1,53 +1,64 @@
-r"""spectrum_collapse: rank collapse, entropy and rho in deep pure SANs vs (eigen-mean, eigen-scale).
+r"""spectrum_collapse: rank collapse, entropy and rho in deep pure SANs vs (eigen_mean, eigen_std).
 
 Launch (from the repository root)::
 
-  python launch/spectrum_collapse.py --config configs/spectrum_collapse.py --workdir /tmp/collapse_runs/spectrum_collapse
-  python launch/spectrum_collapse.py --config configs/spectrum_collapse.py:smoke --workdir /tmp/w
+  python launch/run.py --config configs/spectrum_collapse.py --workdir runs/spectrum_collapse
+  python launch/run.py --config configs/spectrum_collapse.py:smoke --workdir /tmp/w
 
 Expected runtime: ~1-2 min on a 2-core CPU (smoke: a few seconds).
 
-Every layer's W_QK is drawn by `spectrum.sample_qk(mean, scale)` (W_QK =
-B diag(w) B^T, w_i ~ N(mean, scale^2)), W_V is Haar-orthogonal (so only the
-attention mixes tokens), single head, no skip/MLP/LN, lambda = sqrt(d),
-random-walk inputs (Assumption 1, Sigma = I) as in the paper's Fig. 5.
-Per (mean, scale): relative residual per layer (mean-centring, float32
-floor ~1e-7), attention entropy per layer, rho_i of the last query per
-layer, and the fraction of attention rows under the Eq. (9) and Zhai
-bounds. Writes `fig_spectrum_collapse.png` (heat maps over the grid),
+Every layer's W_QK is drawn by `spectrum.sample_qk(eigen_mean, eigen_std)`
+(W_QK = B diag(w) B^T, w_i ~ N(eigen_mean, eigen_std^2)), W_V is
+Haar-orthogonal (so only the attention mixes tokens), single head, no
+skip/MLP/LN, lambda = sqrt(d) (`temperature` = None), random-walk inputs
+(Assumption 1, Sigma = I) as in the paper's Fig. 5. Per (eigen_mean,
+eigen_std): relative residual per layer (mean-centring, float32 floor
+~1e-7), attention entropy per layer, rho_i of the last query per layer, and
+the fraction of attention rows under the Eq. (9) curve and Zhai's bound.
+Writes `fig_spectrum_collapse.png` (heat maps over the grid),
 `fig_spectrum_layers.png` (per-layer curves), `fig_spectrum_rho.png` and
 `spectrum_grid.csv`, `spectrum_layers.csv`, `spectrum_rho.csv`,
 `spectrum_claims.csv` (the paper's Sec. 5 claims, checked).
+
+Renamed fields (the old names still work, with a warning): means ->
+eigen_means, scales -> eigen_stds.
 """
 import ml_collections
+from ml_collections import config_dict
 
-from qkspec.experiments import outputs
+from qkspec.config import args
 
 
 def get_config(arg=None):
   """Full config; `arg="smoke"` gives a 2x2 grid on a tiny net."""
-  smoke = outputs.parse_config_arg(arg)
+  arg = args.parse_arg(arg, smoke=False)
   c = ml_collections.ConfigDict()
+  # Which qkspec.experiments module runs this config; read by launch/run.py.
+  c.experiment = "spectrum_collapse"
   c.seed = 0                 # PRNG seed: W_QK, W_V draws and inputs
-  c.dim = 64                 # d, token dimension (lambda = sqrt(d))
+  c.dim = 64                 # d, token dimension
+  c.temperature = config_dict.placeholder(float)  # lambda; None: sqrt(d)
   c.seq_len = 32             # T
   c.num_layers = 24          # L
   c.num_heads = 1            # H (the paper's single head)
   c.num_draws = 4            # weight draws per grid point
   c.num_sequences = 16       # random walks per draw
-  c.means = (0.0, 0.01, 0.03, 0.1, 0.3, 1.0)   # eigen-means
-  c.scales = (0.003, 0.01, 0.03, 0.1, 0.3)    # eigen-scales (std of w_i)
+  c.eigen_means = (0.0, 0.01, 0.03, 0.1, 0.3, 1.0)  # mean of w_i
+  c.eigen_stds = (0.003, 0.01, 0.03, 0.1, 0.3)      # std of w_i
   c.inputs = "random_walk"   # random_walk (Assumption 1) | gaussian
   c.value_init = "orthogonal"  # orthogonal | identity | gaussian
   c.collapse_threshold = 1e-3  # collapse depth: first l with r_l below this
-  c.points_per_batch = 2     # grid points vmapped per call (see below)
-  if smoke:
+  c.points_per_batch = 2     # grid points vmapped per call (memory)
+  # Old names (None; set, they warn and are copied to the new field).
+  c.means = config_dict.placeholder(tuple)    # -> eigen_means
+  c.scales = config_dict.placeholder(tuple)   # -> eigen_stds
+  if arg.smoke:
     c.dim = 8
     c.seq_len = 6
     c.num_layers = 3
     c.num_draws = 2
     c.num_sequences = 4
-    c.means = (0.0, 0.3)
-    c.scales = (0.01, 0.3)
+    c.eigen_means = (0.0, 0.3)
+    c.eigen_stds = (0.01, 0.3)
     c.points_per_batch = 2
   return c

@@ -2,8 +2,8 @@ r"""theory_rho: the analytic rho(theta) of Eq. (6), paper Figs. 2-3 and Lemma 2.
 
 Launch (from the repository root)::
 
-  python launch/theory.py --config configs/theory_rho.py --workdir /tmp/exp_runs/theory_rho
-  python launch/theory.py --config configs/theory_rho.py:smoke --workdir /tmp/w
+  python launch/run.py --config configs/theory_rho.py --workdir runs/theory_rho
+  python launch/run.py --config configs/theory_rho.py:smoke --workdir /tmp/w
 
 Expected runtime: a few seconds on a laptop CPU (smoke: ~2 s).
 
@@ -27,13 +27,15 @@ Writes into the workdir:
 """
 import ml_collections
 
-from qkspec.experiments import outputs
+from qkspec.config import args
 
 
 def get_config(arg=None):
   """Full config; `arg="smoke"` gives coarse grids for a quick run."""
-  smoke = outputs.parse_config_arg(arg)
+  arg = args.parse_arg(arg, smoke=False)
   c = ml_collections.ConfigDict()
+  # Which qkspec.experiments module runs this config; read by launch/run.py.
+  c.experiment = "theory_rho"
   c.num_theta = 401          # points on theta = i/T in [0, 1] (dimensionless)
   c.num_xi = 201             # heat-map columns on xi in [-xi_max, xi_max]
   c.xi_max = 10.0            # heat-map xi range; xi = tr(W)/sqrt(tr(W^2))
@@ -53,7 +55,7 @@ def get_config(arg=None):
   c.lemma2.slope_tol = 1e-2  # pass threshold on |rho'| (per unit theta)
   c.lemma2.vanish_xis = (-10.0, -1.0, 0.0, 1.0, 10.0)  # fixed xi of case 4
   c.lemma2.vanish_eta = 10_000.0  # eta standing in for eta -> inf (case 4)
-  if smoke:
+  if arg.smoke:
     c.num_theta = 101
     c.num_xi = 41
     c.eta_values = (0.01, 0.5, 5.0)

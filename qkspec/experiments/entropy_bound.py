@@ -1,12 +1,13 @@
-r"""The attention-entropy lower bound Eq. (9) against :math:`\nu` (paper Fig. 4).
+r"""The Eq. (9) curve against :math:`\nu` (paper Fig. 4).
 
 Shapes: K = sequence lengths T, V = points on the :math:`\nu` grid.
 
 .. math:: \ln(1 + T e^{-\nu}) + \frac{\nu e^{-\nu/2}}{T^{-1} + e^{-\nu}},
           \qquad \nu = \|XX^\top\|_2\,\|W_{QK}\|_2
 
-(`qkspec.theory.diagnostics.eq9_entropy`), drawn with the maximum entropy
-:math:`\ln T` of a T-key attention row. As printed the bound equals
+(`qkspec.theory.diagnostics.eq9_entropy`), printed in the paper as an
+attention-entropy lower bound, drawn with the maximum entropy
+:math:`\ln T` of a T-key attention row. As printed the curve equals
 :math:`\ln(1+T) > \ln T` at :math:`\nu = 0` and stays above :math:`\ln T` on
 a whole interval :math:`[0, \nu^*(T)]` (its peak is many times
 :math:`\ln T`), where no entropy can reach it; the table lists that interval
@@ -24,11 +25,13 @@ from qkspec.experiments import outputs
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field of an entropy_bound config."""
+  outputs.require_experiment(config, "entropy_bound")
   outputs.require(config.nu_max > 0, "nu_max", "must be > 0", config.nu_max)
-  outputs.require(config.num_nu >= 2, "num_nu", "must be >= 2", config.num_nu)
-  outputs.require(len(config.seq_lens) > 0
-             and all(isinstance(t, int) and t >= 2 for t in config.seq_lens),
-             "seq_lens", "must be non-empty integers >= 2", config.seq_lens)
+  outputs.require_ints(config, {"num_nu": 2})
+  seq_lens = config.seq_lens
+  outputs.require(len(seq_lens) > 0
+                  and all(isinstance(t, int) and t >= 2 for t in seq_lens),
+                  "seq_lens", "must be non-empty integers >= 2", seq_lens)
 
 
 def bound_curves(nu_V: jnp.ndarray, seq_lens) -> np.ndarray:
@@ -63,13 +66,13 @@ def summary_rows(nu_V, bound_KxV, seq_lens) -> list[dict]:
         ln_1_plus_T=float(np.log1p(t)), peak_nu=float(nu_V[peak]),
         peak_bound=float(bound_V[peak]), peak_over_ln_T=float(bound_V[peak])
         / log_t, bound_exceeds_ln_T_on=span,
-        note=("printed bound > max entropy ln T there: not a valid lower "
-              "bound" if intervals else "bound <= ln T everywhere")))
+        note=("Eq. (9) > max entropy ln T there: not a valid lower bound"
+              if intervals else "Eq. (9) <= ln T everywhere")))
   return rows
 
 
 def plot(nu_V, bound_KxV, seq_lens, workdir):
-  """Fig. 4: the bound vs nu with ln T dashed, and bound / ln T."""
+  """Fig. 4: the Eq. (9) curve vs nu with ln T dashed, and curve / ln T."""
   plt = outputs.pyplot()
   fig, (ax, ax_ratio) = plt.subplots(1, 2, figsize=(10, 3.8),
                                      layout="constrained")
@@ -81,24 +84,23 @@ def plot(nu_V, bound_KxV, seq_lens, workdir):
     ax_ratio.fill_between(nu_V, 1.0, ratio_V, where=ratio_V > 1,
                           color=line.get_color(), alpha=0.15)
   ax.set_xlabel("nu = ||X X^T||_2 ||W_QK||_2")
-  ax.set_ylabel("Eq. (9) bound [nats]")
+  ax.set_ylabel("Eq. (9) [nats]")
   ax.set_title("Eq. (9) as printed; dashed: ln T (max entropy)", fontsize=9)
   ax.legend(fontsize=8)
   ax_ratio.axhline(1.0, color="k", lw=1)
   ax_ratio.set_yscale("log")
   ax_ratio.set_xlabel("nu")
-  ax_ratio.set_ylabel("bound / ln T")
-  ax_ratio.set_title("shaded: bound exceeds ln T (impossible entropy)",
+  ax_ratio.set_ylabel("Eq. (9) / ln T")
+  ax_ratio.set_title("shaded: Eq. (9) exceeds ln T (impossible entropy)",
                      fontsize=9)
-  fig.suptitle("Entropy lower bound (cf. paper Fig. 4)")
+  fig.suptitle("The Eq. (9) curve, printed as an entropy lower bound (cf. "
+               "paper Fig. 4)")
   return [outputs.save_figure(fig, workdir, "fig4_entropy_bound")]
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Draws Fig. 4 and writes the bound curves and a per-T summary."""
-  validate(config)
-  workdir = outputs.make_workdir(workdir)
-  paths = [outputs.write_config(config, workdir)]
+  """Draws Fig. 4 and writes the Eq. (9) curves and a per-T summary."""
+  config, workdir, paths = outputs.start_run(config, workdir, validate)
   nu_V = np.linspace(0.0, config.nu_max, config.num_nu)
   seq_lens = list(config.seq_lens)
   logging.info("Eq. (9) on %d nu points in [0, %g] for T = %s", len(nu_V),

@@ -1,19 +1,22 @@
 r"""Measured attention entropy against Eq. (9) and Zhai et al.'s Theorem 3.1.
 
 Shapes: I = input kinds, P = W_QK settings (Gaussian norms, then sample_qk
-pairs), D = draws, N = sequences, T = tokens (queries and keys), d = dim.
+(eigen_mean, eigen_std) pairs), D = draws, N = sequences, T = tokens
+(queries and keys), d = dim.
 
 For one attention layer :math:`A = \mathrm{softmax}(XW_{QK}X^\top/\lambda)`
 and every row :math:`A_t`, compares :math:`\mathrm{Ent}(A_t)` with
 
-* Eq. (9) as printed, `diagnostics.eq9_entropy(nu, T)`;
+* the Eq. (9) curve as printed, `diagnostics.eq9_entropy(nu, T)`;
 * Zhai's Theorem 3.1, `entropy_bounds.zhai_entropy_lower_bound(nu, T)`;
 * Zhai's bound at the row's own centred logit norm (the sharpest form);
 
 with :math:`\nu = \|XX^\top\|_2\|W_{QK}\|_2/\lambda` (the logit matrix is
 :math:`W_{QK}/\lambda`, see `entropy_bounds`) and with the paper's
-un-normalised :math:`\nu\lambda`. A row violates a bound when its entropy
-is below the bound by more than 1e-4 nats.
+un-normalised :math:`\nu\lambda` (`measures.entropy_curves`). A row
+violates a curve when its entropy is below it by more than
+`measures.BOUND_TOL` = 1e-4 nats. :math:`\lambda` is `config.temperature`
+(default :math:`\sqrt d`).
 
 One compiled computation per input kind (`vmap` over draws and sequences),
 called once per W_QK setting.
@@ -32,44 +35,46 @@ from qkspec.theory import diagnostics
 from qkspec.theory import entropy_bounds
 from qkspec.theory import san
 from qkspec.theory import spectrum
+from qkspec.experiments import measures
 from qkspec.experiments import outputs
 
-_TOL = 1e-4
 BOUNDS = ("eq9", "eq9_raw", "zhai", "zhai_raw", "zhai_row")
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field of an entropy_check config."""
-  for field, low in (("dim", 1), ("seq_len", 2), ("num_sequences", 1),
-                     ("num_draws", 1)):
-    value = config[field]
-    outputs.require(isinstance(value, int) and value >= low, field,
-               f"must be an integer >= {low}", value)
-  outputs.require(len(config.inputs) > 0 and set(config.inputs) <= set(san.INPUTS),
-             "inputs", f"must be a non-empty subset of {san.INPUTS}",
-             config.inputs)
-  outputs.require(all(n > 0 for n in config.qk_norms), "qk_norms", "must be > 0",
-             config.qk_norms)
-  outputs.require(all(len(p) == 2 and p[1] >= 0 for p in config.pairs), "pairs",
-             "must be (mean, scale >= 0) pairs", config.pairs)
+  outputs.require_experiment(config, "entropy_check")
+  outputs.require_ints(config, {"dim": 1, "seq_len": 2, "num_sequences": 1,
+                                "num_draws": 1})
+  outputs.require_temperature(config)
+  outputs.require(len(config.inputs) > 0
+                  and set(config.inputs) <= set(san.INPUTS), "inputs",
+                  f"must be a non-empty subset of {san.INPUTS}",
+                  config.inputs)
+  outputs.require(all(n > 0 for n in config.qk_norms), "qk_norms",
+                  "must be > 0", config.qk_norms)
+  outputs.require(all(len(p) == 2 and p[1] >= 0 for p in config.pairs),
+                  "pairs", "must be (eigen_mean, eigen_std >= 0) pairs",
+                  config.pairs)
   outputs.require(len(config.qk_norms) + len(config.pairs) > 0, "qk_norms",
-             "and pairs must not both be empty", config.qk_norms)
+                  "and pairs must not both be empty", config.qk_norms)
 
 
 def settings(config) -> list[dict]:
   """One dict per W_QK setting, Gaussian norms first."""
-  rows = [dict(kind="gaussian", qk_norm=float(n), mean=float("nan"),
-               scale=float("nan")) for n in config.qk_norms]
-  rows += [dict(kind="spectrum", qk_norm=float("nan"), mean=float(m),
-                scale=float(s)) for m, s in config.pairs]
+  nan = float("nan")
+  rows = [dict(kind="gaussian", qk_norm=float(n), eigen_mean=nan,
+               eigen_std=nan) for n in config.qk_norms]
+  rows += [dict(kind="spectrum", qk_norm=nan, eigen_mean=float(m),
+                eigen_std=float(s)) for m, s in config.pairs]
   return rows
 
 
-def _draw_qk(key, is_gauss, norm, mean, scale, dim):
-  """Gaussian W_QK rescaled to spectral norm `norm`, or sample_qk(mean, scale)."""
+def _draw_qk(key, is_gauss, norm, eigen_mean, eigen_std, dim):
+  """Gaussian W_QK with ||W||_2 = norm, or sample_qk(eigen_mean, eigen_std)."""
   g = jax.random.normal(key, (dim, dim))
   g = norm * g / jnp.linalg.norm(g, ord=2)
-  s = spectrum.sample_qk(key, dim, mean, scale)
+  s = spectrum.sample_qk(key, dim, eigen_mean, eigen_std)
   return jnp.where(is_gauss, g, s)
 
 
@@ -79,37 +84,32 @@ def row_stats(x_NxTxd, w_qk, lam, seq_len):
   ent_NxT = diagnostics.attention_entropy(jax.nn.softmax(logits, axis=-1),
                                           reduce=False)
   nu_N = entropy_bounds.entropy_bound_nu(x_NxTxd, w_qk[None], lam)
-  bounds = dict(
-      eq9=diagnostics.eq9_entropy(nu_N, seq_len)[:, None],
-      eq9_raw=diagnostics.eq9_entropy(nu_N * lam, seq_len)[:, None],
-      zhai=entropy_bounds.zhai_entropy_lower_bound(nu_N, seq_len)[:, None],
-      zhai_raw=entropy_bounds.zhai_entropy_lower_bound(nu_N * lam,
-                                                       seq_len)[:, None],
-      zhai_row=entropy_bounds.zhai_entropy_lower_bound(
-          entropy_bounds.centred_logit_norm(logits), seq_len))
+  curves_N = measures.entropy_curves(nu_N, lam, seq_len)
+  bounds = {k: v[:, None] for k, v in curves_N.items()}
+  bounds["zhai_row"] = entropy_bounds.zhai_entropy_lower_bound(
+      entropy_bounds.centred_logit_norm(logits), seq_len)
   out = dict(nu=nu_N, entropy_mean=ent_NxT.mean(-1),
              entropy_min=ent_NxT.min(-1))
   for name, b in bounds.items():
-    out[f"below_{name}"] = jnp.mean(ent_NxT < b - _TOL, axis=-1)
+    out[f"below_{name}"] = jnp.mean(measures.below(ent_NxT, b), axis=-1)
     out[f"slack_{name}"] = jnp.min(ent_NxT - b, axis=-1)
-    # The paper's reading: the mean entropy of a sequence vs the bound.
-  out["mean_below_eq9"] = (ent_NxT.mean(-1) < bounds["eq9"][:, 0] - _TOL)
+  # The paper's reading: the mean entropy of a sequence vs the curve.
+  out["mean_below_eq9"] = measures.below(ent_NxT.mean(-1), curves_N["eq9"])
   return out
 
 
 @functools.partial(jax.jit, static_argnames=(
-    "kind", "dim", "seq_len", "num_sequences", "num_draws"))
-def sweep_setting(key, p, is_gauss, norm, mean, scale, *, kind, dim, seq_len,
-                  num_sequences, num_draws):
+    "kind", "dim", "seq_len", "num_sequences", "num_draws", "temperature"))
+def sweep_setting(key, p, is_gauss, norm, eigen_mean, eigen_std, *, kind, dim,
+                  seq_len, num_sequences, num_draws, temperature):
   """One W_QK setting p for one input kind: arrays [D, N]."""
-  lam = float(np.sqrt(dim))
 
   def one(draw):
     k_x, k_w = jax.random.split(jax.random.fold_in(key, draw))
-    w_qk = _draw_qk(jax.random.fold_in(k_w, p), is_gauss, norm, mean, scale,
-                    dim)
+    w_qk = _draw_qk(jax.random.fold_in(k_w, p), is_gauss, norm, eigen_mean,
+                    eigen_std, dim)
     x_NxTxd = san.sample_inputs(k_x, kind, num_sequences, seq_len, dim)
-    return row_stats(x_NxTxd, w_qk, lam, seq_len)
+    return row_stats(x_NxTxd, w_qk, temperature, seq_len)
 
   return jax.vmap(one)(jnp.arange(num_draws))
 
@@ -123,16 +123,18 @@ def sweep_from_config(config) -> dict:
   """
   rows = settings(config)
   key = jax.random.key(config.seed)
+  lam = outputs.temperature(config, config.dim)
   out = {}
   for i, kind in enumerate(config.inputs):
     per_setting = []
     for p, r in enumerate(rows):
       per_setting.append(jax.tree.map(np.asarray, sweep_setting(
           jax.random.fold_in(key, i), p, r["kind"] == "gaussian",
-          float(np.nan_to_num(r["qk_norm"])), float(np.nan_to_num(r["mean"])),
-          float(np.nan_to_num(r["scale"])), kind=kind, dim=config.dim,
+          float(np.nan_to_num(r["qk_norm"])),
+          float(np.nan_to_num(r["eigen_mean"])),
+          float(np.nan_to_num(r["eigen_std"])), kind=kind, dim=config.dim,
           seq_len=config.seq_len, num_sequences=config.num_sequences,
-          num_draws=config.num_draws)))
+          num_draws=config.num_draws, temperature=lam)))
     out[kind] = jax.tree.map(lambda *a: np.stack(a), *per_setting)
     logging.info("inputs %s: %d settings done", kind, len(rows))
   return out
@@ -180,7 +182,7 @@ def tables(out, config):
 
 
 def plot(out, config, workdir):
-  """Entropy vs nu per input kind with both bound curves."""
+  """Entropy vs nu per input kind with the Eq. (9) and Zhai curves."""
   plt = outputs.pyplot()
   kinds = list(config.inputs)
   fig, axes = plt.subplots(1, len(kinds), figsize=(6.5 * len(kinds), 4.5),
@@ -201,7 +203,7 @@ def plot(out, config, workdir):
     lo = max(float(o["nu"].min()) / 2, 1e-4)
     grid = np.geomspace(lo, float(o["nu"].max()) * 2, 400)
     ax.plot(grid, diagnostics.eq9_entropy(grid, t), "k-", lw=1.5,
-            label="Eq. (9) as printed")
+            label="Eq. (9) curve as printed")
     ax.plot(grid, entropy_bounds.zhai_entropy_lower_bound(grid, t), "r--",
             lw=1.5, label="Zhai Thm 3.1")
     ax.axhline(np.log(t), color="gray", ls=":", label="ln T")
@@ -214,20 +216,19 @@ def plot(out, config, workdir):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Sweeps the settings, writes per-setting rows, a summary and a figure."""
-  validate(config)
-  workdir = outputs.make_workdir(workdir)
-  paths = [outputs.write_config(config, workdir)]
-  logging.info("entropy_check: %d settings x %d inputs x %d draws x %d seqs",
-               len(settings(config)), len(config.inputs), config.num_draws,
-               config.num_sequences)
+  config, workdir, paths = outputs.start_run(config, workdir, validate)
+  logging.info("entropy_check: %d settings x %d inputs x %d draws x %d seqs, "
+               "lambda=%g", len(settings(config)), len(config.inputs),
+               config.num_draws, config.num_sequences,
+               outputs.temperature(config, config.dim))
   start = time.time()
   out = sweep_from_config(config)
   logging.info("swept in %.1f s", time.time() - start)
   set_rows, summary = tables(out, config)
   text = outputs.format_table(summary)
-  logging.info("bound violations:\n%s", text)
-  print("entropy_check: fraction of attention rows below each bound\n" + text,
-        flush=True)
+  logging.info("rows below each curve:\n%s", text)
+  print("entropy_check: fraction of attention rows below each curve (Eq. "
+        "(9), Zhai's bound)\n" + text, flush=True)
   paths += outputs.write_table(set_rows, workdir, "entropy_check")
   paths += outputs.write_table(summary, workdir, "entropy_check_summary")
   paths.append(plot(out, config, workdir))

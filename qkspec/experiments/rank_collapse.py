@@ -7,11 +7,12 @@ For every architecture of `san.ARCHITECTURES`, draw and input, the relative
 residual :math:`r_l = \|\mathrm{res}(X^l)\|/\|X^l\|` for each definition of
 `diagnostics.RESIDUAL_METHODS` (Dong et al., Fig. 1 style). Then, per curve:
 
-* the order of convergence :math:`\kappa`, the slope of
-  :math:`\log r_{l+1} = \kappa \log r_l + a` over the layers with
+* the order of convergence :math:`q` (column `order`), the slope of
+  :math:`\log r_{l+1} = q \log r_l + a` over the layers with
   floor < :math:`r_l \le` `fit_max_residual`: Dong et al.'s Theorem 2.2,
-  :math:`r_{l+1} \lesssim c\,r_l^3`, predicts :math:`\kappa = 3`
-  (doubly exponential); an exponential decay gives :math:`\kappa = 1`;
+  :math:`r_{l+1} \lesssim c\,r_l^3`, predicts :math:`q = 3`
+  (doubly exponential); an exponential decay gives :math:`q = 1`. (Not
+  LocATER's :math:`\kappa_1, \kappa_2`, which are loss weights.)
 * Dong's closed form :math:`\log r_l = a + b\,3^l` and an exponential
   :math:`\log r_l = a + b\,l`, with their :math:`R^2`;
 * for the pure SAN, the measured mean-residual against the proven bound
@@ -21,7 +22,9 @@ residual :math:`r_l = \|\mathrm{res}(X^l)\|/\|X^l\|` for each definition of
   (`san_paths.path_length_components`) next to the path count
   :math:`\binom Lk H^k/(H+1)^L`.
 
-All draws and architectures run in one `jax.jit` computation.
+All draws and architectures run in one `jax.jit` computation. The softmax
+temperature :math:`\lambda` is `config.temperature`, by default
+:math:`\sqrt{D}` (D = `head_dim`).
 """
 # pylint: disable=invalid-name
 import functools
@@ -34,40 +37,53 @@ import ml_collections
 import numpy as np
 
 from qkspec.theory import diagnostics
-from qkspec.theory import san_paths
 from qkspec.theory import san
+from qkspec.theory import san_paths
+from qkspec.experiments import measures
 from qkspec.experiments import outputs
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field of a rank_collapse config."""
-  for field, low in (("num_seeds", 1), ("num_sequences", 1), ("num_layers", 1),
-                     ("num_heads", 1), ("dim", 1), ("head_dim", 1),
-                     ("mlp_dim", 1), ("seq_len", 2), ("composite_steps", 1)):
-    value = config[field]
-    outputs.require(isinstance(value, int) and value >= low, field,
-               f"must be an integer >= {low}", value)
+  outputs.require_experiment(config, "rank_collapse")
+  outputs.require_ints(config, {
+      "num_seeds": 1, "num_sequences": 1, "num_layers": 1, "num_heads": 1,
+      "dim": 1, "head_dim": 1, "mlp_dim": 1, "seq_len": 2,
+      "composite_steps": 1})
   outputs.require(len(config.architectures) > 0
-             and set(config.architectures) <= set(san.ARCHITECTURES),
-             "architectures", f"must be a subset of {tuple(san.ARCHITECTURES)}",
-             config.architectures)
+                  and set(config.architectures) <= set(san.ARCHITECTURES),
+                  "architectures",
+                  f"must be a subset of {tuple(san.ARCHITECTURES)}",
+                  config.architectures)
   outputs.require(len(config.methods) > 0
-             and set(config.methods) <= set(diagnostics.RESIDUAL_METHODS),
-             "methods", f"must be a subset of {diagnostics.RESIDUAL_METHODS}",
-             config.methods)
-  outputs.require(config.inputs in san.INPUTS, "inputs", f"must be in {san.INPUTS}",
-             config.inputs)
+                  and set(config.methods) <= set(diagnostics.RESIDUAL_METHODS),
+                  "methods",
+                  f"must be a subset of {diagnostics.RESIDUAL_METHODS}",
+                  config.methods)
+  outputs.require(config.inputs in san.INPUTS, "inputs",
+                  f"must be in {san.INPUTS}", config.inputs)
   outputs.require(config.value_init in san.VALUE_INITS, "value_init",
-             f"must be in {san.VALUE_INITS}", config.value_init)
-  outputs.require(config.temperature >= 0, "temperature", "must be >= 0",
-             config.temperature)
+                  f"must be in {san.VALUE_INITS}", config.value_init)
+  outputs.require_temperature(config)
   outputs.require(0 < config.floor < config.fit_max_residual <= 1, "floor",
-             "and fit_max_residual must satisfy 0 < floor < fit_max <= 1",
-             (config.floor, config.fit_max_residual))
+                  "and fit_max_residual must satisfy 0 < floor < fit_max <= 1",
+                  (config.floor, config.fit_max_residual))
 
 
-def temperature(config) -> float:
-  return float(config.temperature or np.sqrt(config.head_dim))
+def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """`config`, or a copy with the old `temperature = 0.0` read as None.
+
+  0 was this config's old spelling of the default sqrt(head_dim); it still
+  works, with a warning.
+  """
+  if config.temperature is None or config.temperature != 0:
+    return config
+  logging.warning("config.temperature = 0 is the old spelling of the default "
+                  "lambda = sqrt(head_dim); leave config.temperature unset "
+                  "(None) instead.")
+  config = config.copy_and_resolve_references()
+  config.temperature = None
+  return config
 
 
 @functools.partial(jax.jit, static_argnames=(
@@ -117,7 +133,7 @@ def run_measure(config) -> dict:
   """`measure` on a validated config, numpy out."""
   with jax.enable_x64(bool(config.float64)):
     out = measure(jax.random.key(config.seed), config.qk_gain,
-                  temperature(config),
+                  outputs.temperature(config, config.head_dim),
                   architectures=tuple(config.architectures),
                   methods=tuple(config.methods), num_seeds=config.num_seeds,
                   num_sequences=config.num_sequences,
@@ -134,10 +150,10 @@ def run_measure(config) -> dict:
 
 def convergence_order(r_K: np.ndarray, floor: float, max_r: float
                       ) -> tuple[float, float, int]:
-  r"""Least-squares :math:`\log r_{l+1} = \kappa\log r_l + a` over valid pairs.
+  r"""Least-squares :math:`\log r_{l+1} = q\log r_l + a` over valid pairs.
 
   A pair is valid when floor < :math:`r_l \le` max_r and
-  :math:`r_{l+1} >` floor. Returns (kappa, a, number of pairs); NaN if
+  :math:`r_{l+1} >` floor. Returns (order q, a, number of pairs); NaN if
   fewer than 2 pairs.
   """
   r_K = np.asarray(r_K, np.float64)
@@ -145,8 +161,8 @@ def convergence_order(r_K: np.ndarray, floor: float, max_r: float
   if ok.sum() < 2:
     return float("nan"), float("nan"), int(ok.sum())
   x, y = np.log(r_K[:-1][ok]), np.log(r_K[1:][ok])
-  kappa, a = np.polyfit(x, y, 1)
-  return float(kappa), float(a), int(ok.sum())
+  order, a = np.polyfit(x, y, 1)
+  return float(order), float(a), int(ok.sum())
 
 
 def _linear_fit(feature, y):
@@ -174,12 +190,6 @@ def closed_form_fits(r_K: np.ndarray, floor: float) -> dict[str, float]:
               exp_r2=r2_1, fit_layers=int(ok.sum()))
 
 
-def collapse_depth(r_K: np.ndarray, threshold: float) -> int:
-  """First layer l with r_l < threshold; len(r_K) (= L+1) if none."""
-  below = np.nonzero(np.asarray(r_K) < threshold)[0]
-  return int(below[0]) if below.size else len(r_K)
-
-
 def _geo_mean(a, floor, axis):
   return np.exp(np.mean(np.log(np.maximum(a, floor)), axis=axis))
 
@@ -204,18 +214,20 @@ def tables(out: dict, config) -> dict[str, list[dict]]:
             rel_res_min=float(per_seed_SxK[:, l].min()),
             rel_res_max=float(per_seed_SxK[:, l].max()),
             below_floor_fraction=float(np.mean(rel_SxNxK[..., l] <= floor))))
-      kappas = [convergence_order(r, floor, config.fit_max_residual)[0]
-                for r in per_seed_SxK]
-      kappa, a, pairs = convergence_order(geo_K, floor,
+      seed_orders = [convergence_order(r, floor, config.fit_max_residual)[0]
+                     for r in per_seed_SxK]
+      any_finite = np.isfinite(seed_orders).any()
+      order, a, pairs = convergence_order(geo_K, floor,
                                           config.fit_max_residual)
       fits.append(dict(
-          architecture=name, method=method, kappa=kappa, kappa_intercept=a,
-          kappa_pairs=pairs, kappa_seed_mean=float(np.nanmean(kappas))
-          if np.isfinite(kappas).any() else float("nan"),
-          kappa_seed_std=float(np.nanstd(kappas))
-          if np.isfinite(kappas).any() else float("nan"),
+          architecture=name, method=method, order=order, order_intercept=a,
+          order_pairs=pairs,
+          order_seed_mean=float(np.nanmean(seed_orders)) if any_finite
+          else float("nan"),
+          order_seed_std=float(np.nanstd(seed_orders)) if any_finite
+          else float("nan"),
           **closed_form_fits(geo_K, floor),
-          collapse_depth_1e_6=collapse_depth(geo_K, 1e-6),
+          collapse_depth_1e_6=measures.collapse_depth(geo_K, 1e-6),
           rel_res_last=float(geo_K[-1])))
   bound = []
   if "abs_res_san" in out:
@@ -236,7 +248,8 @@ def tables(out: dict, config) -> dict[str, list[dict]]:
                             contraction=float(c_SxL[s, l] * r_now**2)))
   lengths = []
   if "path_share" in out:
-    frac_K = san_paths.path_length_fractions(config.num_layers, config.num_heads)
+    frac_K = san_paths.path_length_fractions(config.num_layers,
+                                             config.num_heads)
     share_K = out["path_share"].mean(axis=(0, 1))
     relres_K = _geo_mean(out["path_rel_res"], plot_floor, axis=(0, 1))
     for k in range(len(frac_K)):
@@ -282,7 +295,7 @@ def plot_collapse(out, config, workdir):
 
 
 def plot_paths(rows, config, workdir):
-  """Path-length distribution of the skip SAN vs the norm each length carries."""
+  """The skip SAN's path-length distribution vs the norm each length carries."""
   plt = outputs.pyplot()
   k = np.array([r["length"] for r in rows])
   fig, (ax, ax_res) = plt.subplots(1, 2, figsize=(10, 3.8),
@@ -304,22 +317,22 @@ def plot_paths(rows, config, workdir):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Measures, fits, writes tables and figures into `workdir`."""
-  validate(config)
-  workdir = outputs.make_workdir(workdir)
-  paths_out = [outputs.write_config(config, workdir)]
-  logging.info("rank_collapse: %d archs x %d seeds x %d sequences, L=%d",
-               len(config.architectures), config.num_seeds,
-               config.num_sequences, config.num_layers)
+  config, workdir, written = outputs.start_run(
+      resolve(config), workdir, validate)
+  logging.info("rank_collapse: %d archs x %d seeds x %d sequences, L=%d, "
+               "lambda=%g", len(config.architectures), config.num_seeds,
+               config.num_sequences, config.num_layers,
+               outputs.temperature(config, config.head_dim))
   start = time.time()
   out = run_measure(config)
   logging.info("measured in %.1f s", time.time() - start)
   rows = tables(out, config)
-  fit_cols = ["architecture", "method", "kappa", "kappa_seed_mean",
-              "kappa_seed_std", "kappa_pairs", "dong_r2", "exp_r2",
+  fit_cols = ["architecture", "method", "order", "order_seed_mean",
+              "order_seed_std", "order_pairs", "dong_r2", "exp_r2",
               "exp_rate", "collapse_depth_1e_6", "rel_res_last"]
   summary = outputs.format_table(rows["collapse_fits"], fit_cols)
   logging.info("collapse fits:\n%s", summary)
-  print("rank_collapse fits (kappa: order of convergence, 3 = Dong's cubic, "
+  print("rank_collapse fits (order: of convergence, 3 = Dong's cubic, "
         "1 = exponential):\n" + summary, flush=True)
   if rows["cubic_bound"]:
     holds = np.mean([r["holds"] for r in rows["cubic_bound"]])
@@ -332,9 +345,9 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     print(msg, flush=True)
   for name, table in rows.items():
     if table:
-      paths_out += outputs.write_table(table, workdir, name)
-  paths_out.append(plot_collapse(out, config, workdir))
+      written += outputs.write_table(table, workdir, name)
+  written.append(plot_collapse(out, config, workdir))
   if rows["path_lengths"]:
-    paths_out.append(plot_paths(rows["path_lengths"], config, workdir))
-  outputs.log_outputs("rank_collapse", paths_out)
-  return dict(raw=out, **rows, paths=paths_out)
+    written.append(plot_paths(rows["path_lengths"], config, workdir))
+  outputs.log_outputs("rank_collapse", written)
+  return dict(raw=out, **rows, paths=written)

@@ -1,20 +1,22 @@
-r"""Monte Carlo :math:`\rho_i` and attention entropy on a dense eigen-(mean, scale) grid.
+r"""Monte Carlo :math:`\rho_i` and entropy on a dense (eigen_mean, eigen_std) grid.
 
-Shapes: C = covariances, M = eigen-means, S = eigen-scales, P = M * S grid
+Shapes: C = covariances, M = eigen-means, S = eigen-stds, P = M * S grid
 points, D = W_QK draws, N = walks, E = walks used for the entropy,
 T = tokens.
 
-Fig. 5 of the paper shows eight (mean, scale) pairs; this experiment fills
-the plane, using the shared (common random numbers) design of
-`qkspec.theory.grid_estimator`: one set of N walks and D spectra (B_k, z_k) for every
-grid point, so each point is an affine combination of precomputed bases.
-Per point and covariance it reports the mean over draws and walks of
-:math:`\rho_i` (Definition 1) with its crossed-design standard error, the
-attention entropy of all T queries on the first E walks (Eq. (1),
-bidirectional; E < N because the T x T softmax per walk dominates the cost),
-and the exact-moment Gaussian :math:`\rho_i` (Lemma 1) of the same W_QK
-draws. The grid is evaluated in chunks of `points_per_chunk` points (one
-jit-compiled function, compiled once) with a progress line per chunk.
+Fig. 5 of the paper shows eight (eigen_mean, eigen_std) pairs (its "mean"
+and "scale" of the eigenvalues); this experiment fills the plane, using the
+shared (common random numbers) design of `qkspec.theory.grid_estimator`:
+one set of N walks and D spectra (B_k, z_k) for every grid point, so each
+point is an affine combination of precomputed bases. Per point and
+covariance it reports the mean over draws and walks of :math:`\rho_i`
+(Definition 1) with its crossed-design standard error, the attention
+entropy of all T queries on the first E walks (Eq. (1), bidirectional;
+E < N because the T x T softmax per walk dominates the cost), and the
+exact-moment Gaussian :math:`\rho_i` (Lemma 1) of the same W_QK draws. The
+grid is evaluated in chunks of `points_per_chunk` points (one jit-compiled
+function, compiled once; `chunked.map_chunks`) with a progress line per
+chunk. :math:`\lambda` is `config.temperature` (default :math:`\sqrt d`).
 """
 # pylint: disable=invalid-name
 import functools
@@ -26,49 +28,49 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from qkspec.theory import propagation
 from qkspec.theory import grid_estimator
+from qkspec.theory import propagation
+from qkspec.experiments import chunked
+from qkspec.experiments import inputs
 from qkspec.experiments import outputs
-from qkspec.experiments import simulate_rho
+
+# Old config field -> new one (the old names still work, with a warning).
+RENAMED = {"mean_range": "eigen_mean_range", "num_means": "num_eigen_means",
+           "scale_range": "eigen_std_range", "num_scales": "num_eigen_stds"}
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field of a simulate_grid config."""
-  for field, low in (("dim", 1), ("seq_len", 2), ("num_sequences", 2),
-                     ("entropy_sequences", 2), ("num_draws", 2),
-                     ("num_means", 1), ("num_scales", 1),
-                     ("points_per_chunk", 1)):
-    value = config[field]
-    outputs.require(isinstance(value, int) and value >= low, field,
-               f"must be an integer >= {low}", value)
+  outputs.require_experiment(config, "simulate_grid")
+  outputs.require_ints(config, {
+      "dim": 1, "seq_len": 2, "num_sequences": 2, "entropy_sequences": 2,
+      "num_draws": 2, "num_eigen_means": 1, "num_eigen_stds": 1,
+      "points_per_chunk": 1})
+  outputs.require_temperature(config)
   outputs.require(config.entropy_sequences <= config.num_sequences,
-             "entropy_sequences", "must be <= num_sequences",
-             config.entropy_sequences)
-  outputs.require(len(config.mean_range) == 2
-             and config.mean_range[0] <= config.mean_range[1], "mean_range",
-             "must be (low, high) with low <= high", config.mean_range)
-  outputs.require(len(config.scale_range) == 2
-             and 0 < config.scale_range[0] <= config.scale_range[1],
-             "scale_range", "must be (low, high) with 0 < low <= high",
-             config.scale_range)
-  outputs.require(len(config.covariances) > 0
-             and set(config.covariances) <= set(simulate_rho.COVARIANCES),
-             "covariances", f"must be a non-empty subset of "
-             f"{simulate_rho.COVARIANCES}", config.covariances)
-  outputs.require(config.aniso_half_width > 0, "aniso_half_width", "must be > 0",
-             config.aniso_half_width)
+                  "entropy_sequences", "must be <= num_sequences",
+                  config.entropy_sequences)
+  means, stds = config.eigen_mean_range, config.eigen_std_range
+  outputs.require(len(means) == 2 and means[0] <= means[1],
+                  "eigen_mean_range", "must be (low, high) with low <= high",
+                  means)
+  outputs.require(len(stds) == 2 and 0 < stds[0] <= stds[1],
+                  "eigen_std_range",
+                  "must be (low, high) with 0 < low <= high", stds)
+  inputs.require_covariances(config)
   outputs.require(len(config.positions) > 0
-             and all(1 <= i <= config.seq_len for i in config.positions),
-             "positions", f"must be token positions in [1, {config.seq_len}]",
-             config.positions)
+                  and all(1 <= i <= config.seq_len for i in config.positions),
+                  "positions",
+                  f"must be token positions in [1, {config.seq_len}]",
+                  config.positions)
 
 
 def grid_axes(config: ml_collections.ConfigDict) -> tuple[np.ndarray,
                                                            np.ndarray]:
-  """Eigen-means (linear) [M] and eigen-scales (log-spaced) [S]."""
-  means = np.linspace(*config.mean_range, config.num_means)
-  scales = np.geomspace(*config.scale_range, config.num_scales)
-  return means.astype(np.float32), scales.astype(np.float32)
+  """Eigen-means (linear) [M] and eigen-stds (log-spaced) [S]."""
+  means = np.linspace(*config.eigen_mean_range, config.num_eigen_means)
+  stds = np.geomspace(*config.eigen_std_range, config.num_eigen_stds)
+  return means.astype(np.float32), stds.astype(np.float32)
 
 
 sample_bases = jax.jit(grid_estimator.sample_bases, static_argnames=(
@@ -77,9 +79,9 @@ sample_bases = jax.jit(grid_estimator.sample_bases, static_argnames=(
 
 
 @functools.partial(jax.jit, static_argnames=("seq_len", "temperature"))
-def chunk_stats(bases, means_P, scales_P, *, seq_len, temperature):
+def chunk_stats(bases, means_P, stds_P, *, seq_len, temperature):
   """One chunk: means over draws, standard errors and the Gaussian rho."""
-  stats = grid_estimator.grid_stats(bases, means_P, scales_P)
+  stats = grid_estimator.grid_stats(bases, means_P, stds_P)
   trace, trace_sq = stats["trace"], stats["trace_sq"]           # [P, D, C]
   rho_exact = propagation.rho_gaussian(seq_len, trace, trace_sq, temperature,
                                        exact=True)
@@ -95,23 +97,20 @@ def compute(config: ml_collections.ConfigDict) -> dict[str, np.ndarray]:
 
   Returns:
     `rho`, `rho_se`, `rho_exact` [C, M, S, T]; `entropy`, `entropy_se`, `r`,
-    `eta` [C, M, S]; `means` [M], `scales` [S]; `compile_s`, `run_s`.
+    `eta` [C, M, S]; `eigen_means` [M], `eigen_stds` [S]; `compile_s`,
+    `run_s`.
   """
-  means, scales = grid_axes(config)
-  mean_P, scale_P = (a.ravel() for a in np.meshgrid(means, scales,
-                                                    indexing="ij"))
-  num_p, chunk = mean_P.size, config.points_per_chunk
-  num_chunks = -(-num_p // chunk)
-  pad = num_chunks * chunk - num_p            # repeat the last point
-  mean_P = np.concatenate([mean_P, np.repeat(mean_P[-1:], pad)])
-  scale_P = np.concatenate([scale_P, np.repeat(scale_P[-1:], pad)])
-  lam = float(np.sqrt(config.dim))
+  means, stds = grid_axes(config)
+  mean_P, std_P = (a.ravel() for a in np.meshgrid(means, stds,
+                                                  indexing="ij"))
+  chunk = config.points_per_chunk
+  lam = outputs.temperature(config, config.dim)
   static = dict(num_draws=config.num_draws,
                 num_sequences=config.num_sequences,
                 entropy_sequences=config.entropy_sequences,
                 seq_len=config.seq_len, temperature=lam)
-  args = (simulate_rho.shared_key(jax.random.key(config.seed)),
-          simulate_rho.covariances(config))
+  args = (inputs.shared_key(jax.random.key(config.seed)),
+          inputs.covariances(config))
   chunk_args = (jnp.zeros(chunk), jnp.zeros(chunk))
   start = time.perf_counter()          # jit caches what lower().compile() built
   sample_bases.lower(*args, **static).compile()
@@ -119,33 +118,25 @@ def compute(config: ml_collections.ConfigDict) -> dict[str, np.ndarray]:
   chunk_stats.lower(bases, *chunk_args, seq_len=config.seq_len,
                     temperature=lam).compile()
   compile_s = time.perf_counter() - start
-  logging.info("simulate_grid: compiled in %.1f s; %d points in %d chunks of "
-               "%d", compile_s, num_p, num_chunks, chunk)
+  logging.info("simulate_grid: compiled in %.1f s; %d points in chunks of "
+               "%d", compile_s, mean_P.size, chunk)
   start = time.perf_counter()
   bases = jax.block_until_ready(sample_bases(*args, **static))
-  parts = []
-  for i in range(num_chunks):
-    sl = slice(i * chunk, (i + 1) * chunk)
-    parts.append(jax.tree.map(np.asarray, chunk_stats(
-        bases, jnp.asarray(mean_P[sl]), jnp.asarray(scale_P[sl]),
-        seq_len=config.seq_len, temperature=lam)))
-    elapsed = time.perf_counter() - start
-    logging.info("simulate_grid: chunk %d/%d (%3.0f%%), %.1f s elapsed, "
-                 "ETA %.1f s", i + 1, num_chunks, 100 * (i + 1) / num_chunks,
-                 elapsed, elapsed / (i + 1) * (num_chunks - i - 1))
+  out = chunked.map_chunks(
+      functools.partial(chunk_stats, bases, seq_len=config.seq_len,
+                        temperature=lam),
+      (mean_P, std_P), chunk, "simulate_grid")                # [P, C, ...]
   run_s = time.perf_counter() - start
-  num_m, num_s = means.size, scales.size
-  out = {}
-  for name in parts[0]:
-    a = np.concatenate([p[name] for p in parts])[:num_p]      # [P, C, ...]
-    a = a.reshape((num_m, num_s) + a.shape[1:])
-    out[name] = np.moveaxis(a, 2, 0)                          # [C, M, S, ...]
-  out.update(means=means, scales=scales, compile_s=compile_s, run_s=run_s)
+  shape = (means.size, stds.size)
+  out = {name: np.moveaxis(a.reshape(shape + a.shape[1:]), 2, 0)
+         for name, a in out.items()}                          # [C, M, S, ...]
+  out.update(eigen_means=means, eigen_stds=stds, compile_s=compile_s,
+             run_s=run_s)
   return out
 
 
 def summaries(out: dict, config: ml_collections.ConfigDict) -> dict:
-  """Localization summaries per (covariance, mean, scale), arrays [C, M, S].
+  """Localization summaries per (covariance, eigen_mean, eigen_std), [C, M, S].
 
   `width`: number of positions with rho_i > 1/2; `focus`: argmax_i rho_i
   (1-based); `peak`: max_i rho_i; `err_exact`: max_i |rho_i - exact-moment
@@ -160,13 +151,14 @@ def summaries(out: dict, config: ml_collections.ConfigDict) -> dict:
 
 
 def table(out, summary, config):
-  """One row per (covariance, mean, scale)."""
+  """One row per (covariance, eigen_mean, eigen_std)."""
   rows = []
   for c, cov in enumerate(config.covariances):
-    for m, mean in enumerate(out["means"]):
-      for s, scale in enumerate(out["scales"]):
+    for m, eigen_mean in enumerate(out["eigen_means"]):
+      for s, eigen_std in enumerate(out["eigen_stds"]):
         rows.append(dict(
-            covariance=cov, mean=float(mean), scale=float(scale),
+            covariance=cov, eigen_mean=float(eigen_mean),
+            eigen_std=float(eigen_std),
             r=float(out["r"][c, m, s]), eta=float(out["eta"][c, m, s]),
             **{k: v[c, m, s].item() for k, v in summary.items()},
             entropy=float(out["entropy"][c, m, s]),
@@ -175,16 +167,16 @@ def table(out, summary, config):
 
 
 def _heatmap(fig, ax, out, values, title, r_lines, **kwargs):
-  """values [M, S] as an image: eigen-mean across, log10 eigen-scale up."""
-  means, log_scales = out["means"], np.log10(out["scales"])
+  """values [M, S] as an image: eigen_mean across, log10 eigen_std up."""
+  means, log_stds = out["eigen_means"], np.log10(out["eigen_stds"])
   half_m = (means[-1] - means[0]) / max(len(means) - 1, 1) / 2
-  half_s = (log_scales[-1] - log_scales[0]) / max(len(log_scales) - 1, 1) / 2
+  half_s = (log_stds[-1] - log_stds[0]) / max(len(log_stds) - 1, 1) / 2
   image = ax.imshow(values.T, origin="lower", aspect="auto",
                     interpolation="nearest",
                     extent=(means[0] - half_m, means[-1] + half_m,
-                            log_scales[0] - half_s, log_scales[-1] + half_s),
+                            log_stds[0] - half_s, log_stds[-1] + half_s),
                     **kwargs)
-  decades = np.arange(np.ceil(log_scales[0]), np.floor(log_scales[-1]) + 1)
+  decades = np.arange(np.ceil(log_stds[0]), np.floor(log_stds[-1]) + 1)
   ax.set_yticks(decades, [f"1e{int(k)}" for k in decades])
   for mean in r_lines:           # Lemma 2: r = tr(W)/lambda = +-2
     ax.axvline(mean, color="w", ls="--", lw=0.8)
@@ -193,11 +185,15 @@ def _heatmap(fig, ax, out, values, title, r_lines, **kwargs):
 
 
 def _r_lines(config):
-  """Per covariance, the eigen-means where E r = mean tr(Sigma)/lambda = +-2."""
+  """Per covariance, the eigen_means at Lemma 2's boundaries E r = +-2.
+
+  E r = tr(Sigma) eigen_mean / lambda for W = W_QK Sigma.
+  """
   lines = []
-  for cov in np.asarray(simulate_rho.covariances(config)):
-    mean = 2 * np.sqrt(config.dim) / np.trace(cov)     # Lemma 2 regimes
-    lo, hi = config.mean_range
+  lam = outputs.temperature(config, config.dim)
+  for cov in np.asarray(inputs.covariances(config)):
+    mean = 2 * lam / np.trace(cov)                     # Lemma 2 regimes
+    lo, hi = config.eigen_mean_range
     lines.append([m for m in (-mean, mean) if lo <= m <= hi])
   return lines
 
@@ -208,6 +204,7 @@ def plot(out, summary, config, workdir):
   num_c = len(config.covariances)
   t = config.seq_len
   r_lines = _r_lines(config)
+  r_lam = outputs.temperature(config, config.dim)
   panels = [("width", f"#positions with rho_i > 1/2 (of {t})",
              dict(cmap="viridis", vmin=0, vmax=t)),
             ("focus", "argmax_i rho_i", dict(cmap="plasma", vmin=1, vmax=t)),
@@ -221,11 +218,12 @@ def plot(out, summary, config, workdir):
       values = out["entropy"][c] if name == "entropy" else summary[name][c]
       _heatmap(fig, ax, out, values, f"{cov}: {title}", r_lines[c],
                **kwargs)
-      ax.set(xlabel="eigen-mean", ylabel="eigen-scale (log)")
-  fig.suptitle(f"Localization over the eigen-(mean, scale) grid: "
+      ax.set(xlabel="eigen_mean", ylabel="eigen_std (log)")
+  fig.suptitle(f"Localization over the (eigen_mean, eigen_std) grid: "
                f"{config.num_draws} W_QK draws x {config.num_sequences} "
                f"walks (entropy: {config.entropy_sequences} walks), T={t}, "
-               f"d={config.dim}; dashed: E r = +-2 (Lemma 2)")
+               f"d={config.dim}, lambda={r_lam:g}; dashed: E r = +-2 "
+               "(Lemma 2)")
   fig.subplots_adjust(wspace=0.5, hspace=0.45)
   paths = [outputs.save_figure(fig, workdir, "fig_grid_localization")]
   pos = list(config.positions)
@@ -236,7 +234,7 @@ def plot(out, summary, config, workdir):
       _heatmap(fig, ax, out, out["rho"][c, ..., i - 1],
                f"{cov}: rho_{i} (i/T = {i / t:.2f})", r_lines[c],
                cmap="magma", vmin=0, vmax=1)
-      ax.set(xlabel="eigen-mean", ylabel="eigen-scale (log)")
+      ax.set(xlabel="eigen_mean", ylabel="eigen_std (log)")
   fig.suptitle("Signal propagation probability rho_i (Definition 1) per "
                "token position")
   fig.subplots_adjust(wspace=0.5, hspace=0.45)
@@ -246,12 +244,11 @@ def plot(out, summary, config, workdir):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Runs the grid, writes figures, `simulate_grid` table, arrays and config."""
-  validate(config)
-  workdir = outputs.make_workdir(workdir)
-  paths = [outputs.write_config(config, workdir)]
-  logging.info("simulate_grid: %d covariances x %d means x %d scales x %d "
-               "draws, N=%d walks (entropy: %d), T=%d, d=%d",
-               len(config.covariances), config.num_means, config.num_scales,
+  config, workdir, paths = outputs.start_run(config, workdir, validate, RENAMED)
+  logging.info("simulate_grid: %d covariances x %d eigen_means x %d "
+               "eigen_stds x %d draws, N=%d walks (entropy: %d), T=%d, d=%d",
+               len(config.covariances), config.num_eigen_means,
+               config.num_eigen_stds,
                config.num_draws, config.num_sequences,
                config.entropy_sequences, config.seq_len, config.dim)
   out = compute(config)

@@ -1,31 +1,37 @@
-r"""Monte Carlo :math:`\rho_i` and attention entropy over eigen-(mean, scale): Fig. 5.
+r"""Monte Carlo :math:`\rho_i` and entropy over (eigen_mean, eigen_std): Fig. 5.
 
-Shapes: C = covariances, P = (mean, scale) pairs, D = W_QK draws per pair,
-N = sequences, T = tokens, d = token dimension.
+Shapes: C = covariances, P = (eigen_mean, eigen_std) pairs, D = W_QK draws
+per pair, N = sequences, T = tokens, d = token dimension.
 
 For every covariance :math:`\Sigma` (isotropic I, anisotropic
-:math:`R^\top R/d`), pair and draw: :math:`W_{QK} = B\,\mathrm{diag}(w)B^\top`
-with :math:`w_i \sim \mathcal N(\mathrm{mean}, \mathrm{scale}^2)`
-(`spectrum.sample_qk`), N random walks (Assumption 1), then
+:math:`R^\top R/d`, `inputs.covariances`), pair and draw:
+:math:`W_{QK} = B\,\mathrm{diag}(w)B^\top` with
+:math:`w_i \sim \mathcal N(\mathrm{eigen\_mean}, \mathrm{eigen\_std}^2)`
+(`spectrum.sample_qk`; the paper's "mean" and "scale" of the eigenvalues),
+N random walks (Assumption 1), then
 
 * :math:`\rho_i`: the frequency of :math:`u_i \in [0,1]` for the last query
   (Definition 1, `propagation.empirical_rho` of `propagation.query_logits`);
-* the attention entropy of :math:`A = \mathrm{softmax}(XW_{QK}X^\top/\sqrt d)`
+* the attention entropy of :math:`A = \mathrm{softmax}(XW_{QK}X^\top/\lambda)`
   over all T queries (Eq. (1), bidirectional), mean over queries and
   sequences (`diagnostics.attention_entropy`);
 * the Gaussian approximation (Lemma 1) on the draw's
   :math:`\mathrm{tr}(W), \mathrm{tr}(W^2)`, :math:`W = W_{QK}\Sigma`, in the
   printed, corrected and exact finite-T versions.
 
+The temperature :math:`\lambda` is `config.temperature`, by default
+:math:`\sqrt d`, and is passed explicitly to every function that uses it.
+
 Two sampling designs (`config.design`), both one `jax.jit` computation:
 
-* "shared" (the default): common random numbers, `qkspec.theory.grid_estimator`. One
-  set of N walks and, per draw index k, one (B_k, z_k) shared by every pair
-  and covariance, :math:`W_{QK} = B_k\,\mathrm{diag}(\mathrm{mean} +
-  \mathrm{scale}\,z_k)B_k^\top`; the logits are linear in (mean, scale), so
-  each pair costs an affine combination. Unbiased per pair; standard errors
-  from the crossed (draw x walk) design; the entropy may use the first
-  `entropy_sequences` walks.
+* "shared" (the default): common random numbers,
+  `qkspec.theory.grid_estimator`. One set of N walks and, per draw index k,
+  one (B_k, z_k) shared by every pair and covariance,
+  :math:`W_{QK} = B_k\,\mathrm{diag}(\mathrm{eigen\_mean} +
+  \mathrm{eigen\_std}\,z_k)B_k^\top`; the logits are linear in
+  (eigen_mean, eigen_std), so each pair costs an affine combination.
+  Unbiased per pair; standard errors from the crossed (draw x walk) design;
+  the entropy may use the first `entropy_sequences` walks.
 * "fresh": the paper's procedure read literally: every (covariance, pair,
   draw) samples its own W_QK and N walks. `vmap` over draws inside
   `lax.map(..., batch_size)` over the (covariance, pair) cells, which is a
@@ -43,72 +49,62 @@ import ml_collections
 import numpy as np
 
 from qkspec.theory import diagnostics
+from qkspec.theory import grid_estimator
 from qkspec.theory import propagation
 from qkspec.theory import randomwalk
 from qkspec.theory import softmax
 from qkspec.theory import spectrum
-from qkspec.theory import grid_estimator
+from qkspec.experiments import inputs
 from qkspec.experiments import outputs
 
-COVARIANCES = ("isotropic", "anisotropic")
+# Shared with simulate_grid (see `inputs`); kept here under their old names.
+COVARIANCES = inputs.COVARIANCES
+covariances = inputs.covariances
+shared_key = inputs.shared_key
 # name -> (exact, variant) of propagation.rho_gaussian.
 GAUSSIAN = {"paper": (False, "paper"), "corrected": (False, "corrected"),
             "exact": (True, "corrected")}
 DESIGNS = ("shared", "fresh")
-_DRAW_STREAM, _COV_STREAM, _SHARED_STREAM = 0, 1, 2  # fold_in tags of the seed
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field of a simulate_rho config."""
-  for field, low in (("dim", 1), ("seq_len", 2), ("num_sequences", 1),
-                     ("num_draws", 1), ("cells_per_batch", 1)):
-    value = config[field]
-    outputs.require(isinstance(value, int) and value >= low, field,
-               f"must be an integer >= {low}", value)
+  outputs.require_experiment(config, "simulate_rho")
+  outputs.require_ints(config, {"dim": 1, "seq_len": 2, "num_sequences": 1,
+                                "num_draws": 1, "cells_per_batch": 1})
+  outputs.require_temperature(config)
   outputs.require(len(config.pairs) > 0
-             and all(len(p) == 2 for p in config.pairs), "pairs",
-             "must be a non-empty sequence of (mean, scale)", config.pairs)
+                  and all(len(p) == 2 for p in config.pairs), "pairs",
+                  "must be a non-empty sequence of (eigen_mean, eigen_std)",
+                  config.pairs)
   outputs.require(all(p[1] >= 0 for p in config.pairs), "pairs",
-             "scale (second entry) must be >= 0", config.pairs)
+                  "eigen_std (second entry) must be >= 0", config.pairs)
   outputs.require(len(config.regimes) == len(config.pairs), "regimes",
-             f"must have one label per pair ({len(config.pairs)})",
-             config.regimes)
-  outputs.require(len(config.covariances) > 0
-             and set(config.covariances) <= set(COVARIANCES), "covariances",
-             f"must be a non-empty subset of {COVARIANCES}",
-             config.covariances)
-  outputs.require(config.aniso_half_width > 0, "aniso_half_width", "must be > 0",
-             config.aniso_half_width)
-  outputs.require(config.design in DESIGNS, "design", f"must be one of {DESIGNS}",
-             config.design)
+                  f"must have one label per pair ({len(config.pairs)})",
+                  config.regimes)
+  inputs.require_covariances(config)
+  outputs.require(config.design in DESIGNS, "design",
+                  f"must be one of {DESIGNS}", config.design)
   outputs.require(isinstance(config.entropy_sequences, int)
-             and 0 <= config.entropy_sequences <= config.num_sequences,
-             "entropy_sequences", "must be an integer in [0, num_sequences] "
-             "(0: all)", config.entropy_sequences)
-
-
-def covariances(config: ml_collections.ConfigDict) -> jax.Array:
-  """[C, d, d]: the identity and one anisotropic Sigma from the config seed."""
-  key = jax.random.fold_in(jax.random.key(config.seed), _COV_STREAM)
-  table = {"isotropic": jnp.eye(config.dim),
-           "anisotropic": randomwalk.anisotropic_covariance(
-               key, config.dim, config.aniso_half_width)}
-  return jnp.stack([table[name] for name in config.covariances])
+                  and 0 <= config.entropy_sequences <= config.num_sequences,
+                  "entropy_sequences", "must be an integer in [0, "
+                  "num_sequences] (0: all)", config.entropy_sequences)
 
 
 def draw_key(seed_key: jax.Array, cov: jax.Array, pair: jax.Array,
              draw: jax.Array) -> jax.Array:
   """The key of draw `draw` of pair `pair` under covariance `cov`."""
-  key = jax.random.fold_in(seed_key, _DRAW_STREAM)
+  key = jax.random.fold_in(seed_key, inputs.DRAW_STREAM)
   return jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(
       key, cov), pair), draw)
 
 
-def simulate_draw(key, mean, scale, cov_dxd, *, dim, num_sequences, seq_len):
+def simulate_draw(key, eigen_mean, eigen_std, cov_dxd, *, dim, num_sequences,
+                  seq_len, temperature):
   """One W_QK draw: MC rho, attention entropy and Gaussian rho, as a dict."""
   key_w, key_x = jax.random.split(key)
-  lam = float(np.sqrt(dim))
-  w_dxd = spectrum.sample_qk(key_w, dim, mean, scale)
+  lam = temperature
+  w_dxd = spectrum.sample_qk(key_w, dim, eigen_mean, eigen_std)
   x_NxTxd = randomwalk.random_walk(key_x, num_sequences, seq_len, dim,
                                    cov_dxd)
   omega_NxT = propagation.query_logits(x_NxTxd, w_dxd, lam)  # Definition 1
@@ -126,44 +122,46 @@ def simulate_draw(key, mean, scale, cov_dxd, *, dim, num_sequences, seq_len):
 
 
 @functools.partial(jax.jit, static_argnames=(
-    "dim", "num_sequences", "seq_len", "num_draws", "cells_per_batch"))
-def sweep(seed_key, means_P, scales_P, covs_Cxdxd, *, dim, num_sequences,
-          seq_len, num_draws, cells_per_batch):
-  """The whole Fig. 5 sweep; every output has leading axes [C, P, D]."""
+    "dim", "num_sequences", "seq_len", "num_draws", "cells_per_batch",
+    "temperature"))
+def sweep(seed_key, means_P, stds_P, covs_Cxdxd, *, dim, num_sequences,
+          seq_len, num_draws, cells_per_batch, temperature):
+  """The whole Fig. 5 sweep (fresh design); outputs have axes [C, P, D].
+
+  `means_P`, `stds_P`: the pairs' eigen_mean and eigen_std; `temperature`:
+  lambda (static).
+  """
   num_c, num_p = covs_Cxdxd.shape[0], means_P.shape[0]
   c_idx, p_idx = (a.ravel() for a in jnp.meshgrid(
       jnp.arange(num_c), jnp.arange(num_p), indexing="ij"))
   draws = jnp.arange(num_draws)
   one_draw = functools.partial(simulate_draw, dim=dim,
-                               num_sequences=num_sequences, seq_len=seq_len)
+                               num_sequences=num_sequences, seq_len=seq_len,
+                               temperature=temperature)
 
   def cell(args):
     c, p = args
     keys_D = jax.vmap(lambda k: draw_key(seed_key, c, p, k))(draws)
     return jax.vmap(one_draw, in_axes=(0, None, None, None))(
-        keys_D, means_P[p], scales_P[p], covs_Cxdxd[c])
+        keys_D, means_P[p], stds_P[p], covs_Cxdxd[c])
 
   out = jax.lax.map(cell, (c_idx, p_idx), batch_size=cells_per_batch)
   return jax.tree.map(
       lambda a: a.reshape((num_c, num_p) + a.shape[1:]), out)
 
 
-def shared_key(seed_key: jax.Array) -> jax.Array:
-  """The key of `grid_estimator.sample_bases` (shared design) for a seed key."""
-  return jax.random.fold_in(seed_key, _SHARED_STREAM)
-
-
 @functools.partial(jax.jit, static_argnames=(
-    "num_sequences", "entropy_sequences", "seq_len", "num_draws"))
-def sweep_shared(seed_key, means_P, scales_P, covs_Cxdxd, *, num_sequences,
-                 entropy_sequences, seq_len, num_draws):
+    "num_sequences", "entropy_sequences", "seq_len", "num_draws",
+    "temperature"))
+def sweep_shared(seed_key, means_P, stds_P, covs_Cxdxd, *, num_sequences,
+                 entropy_sequences, seq_len, num_draws, temperature):
   """The Fig. 5 sweep, shared design; outputs as `sweep` plus `*_se`."""
-  lam = float(np.sqrt(covs_Cxdxd.shape[-1]))
+  lam = temperature
   bases = grid_estimator.sample_bases(
       shared_key(seed_key), covs_Cxdxd,
       num_draws=num_draws, num_sequences=num_sequences,
       entropy_sequences=entropy_sequences, seq_len=seq_len, temperature=lam)
-  stats = grid_estimator.grid_stats(bases, means_P, scales_P)
+  stats = grid_estimator.grid_stats(bases, means_P, stds_P)
   trace, trace_sq = stats["trace"], stats["trace_sq"]            # [P, D, C]
   root = jnp.sqrt(trace_sq)
   out = dict(rho=stats["rho"], entropy=stats["entropy"], r=trace / lam,
@@ -183,18 +181,19 @@ def sweep_from_config(config: ml_collections.ConfigDict) -> dict:
   `rho_se` [C, P, T] and `entropy_se` [C, P] are the standard errors of the
   means over draws (and walks): see the module docstring.
   """
-  means, scales = (jnp.asarray(v, jnp.float32) for v in zip(*config.pairs))
-  key, covs = jax.random.key(config.seed), covariances(config)
+  means, stds = (jnp.asarray(v, jnp.float32) for v in zip(*config.pairs))
+  key, covs = jax.random.key(config.seed), inputs.covariances(config)
+  lam = outputs.temperature(config, config.dim)
   if config.design == "shared":
     out = sweep_shared(
-        key, means, scales, covs, num_sequences=config.num_sequences,
+        key, means, stds, covs, num_sequences=config.num_sequences,
         entropy_sequences=config.entropy_sequences or config.num_sequences,
-        seq_len=config.seq_len, num_draws=config.num_draws)
+        seq_len=config.seq_len, num_draws=config.num_draws, temperature=lam)
     return jax.tree.map(np.asarray, out)
-  out = sweep(key, means, scales, covs,
+  out = sweep(key, means, stds, covs,
               dim=config.dim, num_sequences=config.num_sequences,
               seq_len=config.seq_len, num_draws=config.num_draws,
-              cells_per_batch=config.cells_per_batch)
+              cells_per_batch=config.cells_per_batch, temperature=lam)
   out = jax.tree.map(np.asarray, out)
   root_d = np.sqrt(config.num_draws)
   with np.errstate(invalid="ignore", divide="ignore"):   # D = 1: NaN
@@ -211,10 +210,10 @@ def tables(out: dict, config: ml_collections.ConfigDict):
   err = {n: np.abs(g - rho_mean) for n, g in gauss.items()}
   positions, pairs, errors = [], [], []
   for c, cov in enumerate(config.covariances):
-    for p, ((mean, scale), regime) in enumerate(zip(config.pairs,
-                                                    config.regimes)):
-      base = dict(covariance=cov, pair=p, mean=mean, scale=scale,
-                  regime=regime)
+    for p, ((eigen_mean, eigen_std), regime) in enumerate(
+        zip(config.pairs, config.regimes)):
+      base = dict(covariance=cov, pair=p, eigen_mean=eigen_mean,
+                  eigen_std=eigen_std, regime=regime)
       for i in range(t):
         positions.append(dict(
             base, i=i + 1, theta=(i + 1) / t, rho_mc=rho_mean[c, p, i],
@@ -237,8 +236,9 @@ def tables(out: dict, config: ml_collections.ConfigDict):
 
 
 def _pair_label(config, p):
-  mean, scale = config.pairs[p]
-  return f"m={mean:g}, s={scale:g} ({config.regimes[p]})"
+  eigen_mean, eigen_std = config.pairs[p]
+  return (f"eigen_mean={eigen_mean:g}, eigen_std={eigen_std:g} "
+          f"({config.regimes[p]})")
 
 
 def plot_fig5(out, config, workdir):
@@ -266,8 +266,9 @@ def plot_fig5(out, config, workdir):
     ax_ent.set_xticks(np.arange(num_p),
                       [f"({m:g}, {s:g})" for m, s in config.pairs],
                       rotation=45, ha="right", fontsize=8)
-    ax_ent.set(xlabel="(mean, scale)", ylabel="attention entropy [nats]",
-               title=f"{cov} Sigma: entropy of softmax(X W X^T/sqrt(d))")
+    ax_ent.set(xlabel="(eigen_mean, eigen_std)",
+               ylabel="attention entropy [nats]",
+               title=f"{cov} Sigma: entropy of softmax(X W X^T/lambda)")
     ax_ent.legend(fontsize=8)
   handles, labels = axes[0][0].get_legend_handles_labels()
   fig.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=8)
@@ -294,8 +295,9 @@ def plot_gaussian(out, config, workdir):
       for name, (color, ls) in styles.items():
         ax.plot(i_T, out[f"rho_{name}"][c, p].mean(0), color=color, ls=ls,
                 lw=1.3, label=f"Gaussian ({name})")
-      mean, scale = config.pairs[p]
-      ax.set_title(f"{cov[:5]}: m={mean:g}, s={scale:g}", fontsize=8)
+      eigen_mean, eigen_std = config.pairs[p]
+      ax.set_title(f"{cov[:5]}: eigen_mean={eigen_mean:g},\n"
+                   f"eigen_std={eigen_std:g}", fontsize=8)
       ax.set_ylim(-0.03, 1.03)
     axes[c][0].set_ylabel("rho_i")
   for ax in axes[-1]:
@@ -308,23 +310,24 @@ def plot_gaussian(out, config, workdir):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Runs the Fig. 5 sweep and writes figures, tables and config.json."""
-  validate(config)
-  workdir = outputs.make_workdir(workdir)
-  paths = [outputs.write_config(config, workdir)]
+  config, workdir, paths = outputs.start_run(config, workdir, validate)
   logging.info("Fig. 5 sweep (%s design): %d covariances x %d pairs x %d "
-               "draws, N=%d walks, T=%d, d=%d", config.design,
+               "draws, N=%d walks, T=%d, d=%d, lambda=%g", config.design,
                len(config.covariances), len(config.pairs), config.num_draws,
-               config.num_sequences, config.seq_len, config.dim)
+               config.num_sequences, config.seq_len, config.dim,
+               outputs.temperature(config, config.dim))
   start = time.perf_counter()
   out = sweep_from_config(config)
   logging.info("sweep (compile + run) took %.1f s", time.perf_counter() - start)
   positions, pairs, errors = tables(out, config)
   logging.info("Per pair:\n%s", outputs.format_table(pairs, (
-      "covariance", "mean", "scale", "regime", "r", "xi", "eta", "entropy",
+      "covariance", "eigen_mean", "eigen_std", "regime", "r", "xi", "eta",
+      "entropy",
       "entropy_se", "rho_mc_max", "rho_mc_se_max", "rho_mc_mean",
       "max_err_paper", "max_err_corrected", "max_err_exact")))
   logging.info("Gaussian approximation vs Monte Carlo, |mean over draws| "
-               "error over pairs and positions:\n%s", outputs.format_table(errors))
+               "error over pairs and positions:\n%s",
+               outputs.format_table(errors))
   paths += plot_fig5(out, config, workdir)
   paths += plot_gaussian(out, config, workdir)
   paths += outputs.write_table(positions, workdir, "simulate_rho")

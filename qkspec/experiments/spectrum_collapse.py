@@ -1,29 +1,31 @@
-r"""Rank collapse, entropy and :math:`\rho` of deep pure SANs over eigen-(mean, scale).
+r"""Rank collapse, entropy and :math:`\rho` of deep pure SANs vs W_QK's spectrum.
 
-Shapes: M = eigen-means, S = eigen-scales, G = M*S grid points, D = draws,
+Shapes: M = eigen-means, S = eigen-stds, G = M*S grid points, D = draws,
 N = sequences, L = layers, H = heads, T = tokens, d = token dimension.
 
 Paper Sec. 5 (A2) claims, for :math:`W = W_{QK}\Sigma`:
 
-* better expressivity: a larger :math:`|\mathrm{tr}\,W|` (eigen-mean) at
+* better expressivity: a larger :math:`|\mathrm{tr}\,W|` (eigen_mean) at
   fixed :math:`\mathrm{tr}(W^2)` slows rank collapse (via Eq. 7 and Dong et
   al.'s Theorem 2.2);
-* high entropy: a smaller :math:`\mathrm{tr}(W^2)` (eigen-scale) at fixed
-  mean raises the attention entropy (via Eqs. 9-10).
+* high entropy: a smaller :math:`\mathrm{tr}(W^2)` (eigen_std) at fixed
+  eigen_mean raises the attention entropy (via Eqs. 9-10).
 
 Here every layer of a pure SAN (`san.forward`, no skip/MLP/LN, Haar W_V)
-gets its own :math:`W_{QK}` from `spectrum.sample_qk(mean, scale)`, and on
+gets its own :math:`W_{QK}` from `spectrum.sample_qk(eigen_mean,
+eigen_std)` (the paper's "mean" and "scale" of the eigenvalues), and on
 random-walk inputs we measure per layer l (attention computed from X^l):
 the relative residual :math:`r_l` (mean-centring), the attention entropy,
 :math:`\rho_i` of the last query (`propagation.empirical_rho`), and the
-fraction of attention rows whose entropy falls below Eq. (9)
+fraction of attention rows whose entropy falls below the Eq. (9) curve
 (`diagnostics.eq9_entropy`) or Zhai's Theorem 3.1
 (`entropy_bounds.zhai_entropy_lower_bound`), both at
-:math:`\nu = \|X^lX^{l\top}\|_2\|W_{QK}\|_2/\lambda`.
+:math:`\nu = \|X^lX^{l\top}\|_2\|W_{QK}\|_2/\lambda` (`measures`).
+:math:`\lambda` is `config.temperature` (default :math:`\sqrt d`).
 
 The grid is one `jax.jit`-compiled computation, `vmap` over grid points,
 draws and sequences and `lax.scan` over layers, called on chunks of
-`points_per_batch` grid points to bound memory.
+`points_per_batch` grid points to bound memory (`chunked.map_chunks`).
 """
 # pylint: disable=invalid-name
 import functools
@@ -39,39 +41,43 @@ from qkspec.theory import diagnostics
 from qkspec.theory import entropy_bounds
 from qkspec.theory import propagation
 from qkspec.theory import san
+from qkspec.experiments import chunked
+from qkspec.experiments import measures
 from qkspec.experiments import outputs
 
-_TOL = 1e-4      # nats: a row "violates" a bound only below bound - _TOL
 _LOG_FLOOR = 1e-30
+# Old config field -> new one (the old names still work, with a warning).
+RENAMED = {"means": "eigen_means", "scales": "eigen_stds"}
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  """Raises ValueError naming the first bad field of a spectrum_collapse config."""
-  for field, low in (("dim", 1), ("seq_len", 2), ("num_layers", 1),
-                     ("num_heads", 1), ("num_draws", 1), ("num_sequences", 1),
-                     ("points_per_batch", 1)):
-    value = config[field]
-    outputs.require(isinstance(value, int) and value >= low, field,
-               f"must be an integer >= {low}", value)
-  outputs.require(len(config.means) > 0, "means", "must be non-empty", config.means)
-  outputs.require(len(config.scales) > 0 and all(s >= 0 for s in config.scales),
-             "scales", "must be non-empty and >= 0", config.scales)
-  outputs.require(config.inputs in san.INPUTS, "inputs", f"must be in {san.INPUTS}",
-             config.inputs)
+  """Raises ValueError naming the first bad field of the config."""
+  outputs.require_experiment(config, "spectrum_collapse")
+  outputs.require_ints(config, {
+      "dim": 1, "seq_len": 2, "num_layers": 1, "num_heads": 1, "num_draws": 1,
+      "num_sequences": 1, "points_per_batch": 1})
+  outputs.require_temperature(config)
+  outputs.require(len(config.eigen_means) > 0, "eigen_means",
+                  "must be non-empty", config.eigen_means)
+  outputs.require(len(config.eigen_stds) > 0
+                  and all(s >= 0 for s in config.eigen_stds), "eigen_stds",
+                  "must be non-empty and >= 0", config.eigen_stds)
+  outputs.require(config.inputs in san.INPUTS, "inputs",
+                  f"must be in {san.INPUTS}", config.inputs)
   outputs.require(config.value_init in san.VALUE_INITS, "value_init",
-             f"must be in {san.VALUE_INITS}", config.value_init)
+                  f"must be in {san.VALUE_INITS}", config.value_init)
   outputs.require(0 < config.collapse_threshold < 1, "collapse_threshold",
-             "must be in (0, 1)", config.collapse_threshold)
+                  "must be in (0, 1)", config.collapse_threshold)
 
 
-def measure_draw(key, mean, scale, *, dim, seq_len, num_layers, num_heads,
-                 num_sequences, inputs, value_init):
+def measure_draw(key, eigen_mean, eigen_std, *, dim, seq_len, num_layers,
+                 num_heads, num_sequences, inputs, value_init, temperature):
   """One weight draw at one grid point: per-layer summaries as a dict."""
   k_w, k_x = jax.random.split(key)
-  lam = float(np.sqrt(dim))
+  lam = temperature
   params = san.init_params(k_w, num_layers=num_layers, num_heads=num_heads,
-                           dim=dim, qk_init="spectrum", eigen_mean=mean,
-                           eigen_scale=scale, value_init=value_init)
+                           dim=dim, qk_init="spectrum", eigen_mean=eigen_mean,
+                           eigen_std=eigen_std, value_init=value_init)
   x_NxTxd = san.sample_inputs(k_x, inputs, num_sequences, seq_len, dim)
   run = jax.vmap(lambda x: san.forward(params, x, temperature=lam))(x_NxTxd)
   xs_NxKxTxd, logits_NxLxHxTxT = run["outputs"], run["logits"]
@@ -80,23 +86,23 @@ def measure_draw(key, mean, scale, *, dim, seq_len, num_layers, num_heads,
   # Definition 1 for the last query, per layer: samples = sequences x heads.
   last_LxNxHxT = jnp.moveaxis(logits_NxLxHxTxT[..., -1, :], 1, 0)
   rho_LxT = jax.vmap(propagation.empirical_rho)(last_LxNxHxT)
-  # Entropy bounds at nu = ||X X^T||_2 ||W_QK||_2 / lambda (and lambda = 1).
+  # Eq. (9) and Zhai at nu = ||X X^T||_2 ||W_QK||_2 / lambda (and lambda = 1).
   nu_NxLxH = entropy_bounds.entropy_bound_nu(
       xs_NxKxTxd[:, :-1, None], params["w_qk"][None], lam)
-  eq9 = diagnostics.eq9_entropy(nu_NxLxH, seq_len)[..., None]
-  eq9_raw = diagnostics.eq9_entropy(nu_NxLxH * lam, seq_len)[..., None]
-  zhai = entropy_bounds.zhai_entropy_lower_bound(nu_NxLxH, seq_len)[..., None]
-  below = lambda b: jnp.mean(ent_NxLxHxT < b - _TOL, axis=(0, 2, 3))  # noqa
+  curves = {k: v[..., None] for k, v in measures.entropy_curves(
+      nu_NxLxH, lam, seq_len).items()}                      # [N, L, H, 1]
+  below = lambda b: jnp.mean(measures.below(ent_NxLxHxT, b),  # noqa: E731
+                             axis=(0, 2, 3))
   return dict(
       log_rel_res=jnp.mean(jnp.log(jnp.maximum(rel_NxK, _LOG_FLOOR)), axis=0),
       entropy=jnp.mean(ent_NxLxHxT, axis=(0, 2, 3)),
       entropy_min=jnp.min(ent_NxLxHxT, axis=(0, 2, 3)),
       rho=rho_LxT,
       log_nu=jnp.mean(jnp.log(nu_NxLxH), axis=(0, 2)),
-      eq9_violation=below(eq9),
-      eq9_raw_violation=below(eq9_raw),
-      zhai_violation=below(zhai),
-      zhai_min_slack=jnp.min(ent_NxLxHxT - zhai, axis=(0, 2, 3)),
+      eq9_violation=below(curves["eq9"]),
+      eq9_raw_violation=below(curves["eq9_raw"]),
+      zhai_violation=below(curves["zhai"]),
+      zhai_min_slack=jnp.min(ent_NxLxHxT - curves["zhai"], axis=(0, 2, 3)),
       qk_norm_2=jnp.mean(jnp.linalg.norm(params["w_qk"], ord=2,
                                          axis=(-2, -1))),
   )
@@ -104,23 +110,28 @@ def measure_draw(key, mean, scale, *, dim, seq_len, num_layers, num_heads,
 
 @functools.partial(jax.jit, static_argnames=(
     "dim", "seq_len", "num_layers", "num_heads", "num_sequences", "inputs",
-    "value_init", "num_draws"))
-def sweep(seed_key, index_G, means_G, scales_G, *, num_draws, **static):
-  """A chunk of grid points (vmapped); every output has leading axes [G, D]."""
+    "value_init", "num_draws", "temperature"))
+def sweep(seed_key, index_G, means_G, stds_G, *, num_draws, **static):
+  """A chunk of grid points (vmapped); every output has leading axes [G, D].
+
+  `means_G`, `stds_G`: eigen_mean and eigen_std per point; `index_G`: the
+  point's index in the grid (its PRNG stream).
+  """
   one_draw = functools.partial(measure_draw, **static)
 
-  def point(g, mean, scale):
+  def point(g, eigen_mean, eigen_std):
     keys_D = jax.vmap(lambda k: jax.random.fold_in(
         jax.random.fold_in(seed_key, g), k))(jnp.arange(num_draws))
-    return jax.vmap(one_draw, in_axes=(0, None, None))(keys_D, mean, scale)
+    return jax.vmap(one_draw, in_axes=(0, None, None))(keys_D, eigen_mean,
+                                                       eigen_std)
 
-  return jax.vmap(point)(index_G, means_G, scales_G)
+  return jax.vmap(point)(index_G, means_G, stds_G)
 
 
 def grid(config):
-  """(means_G, scales_G) with the scale varying fastest."""
-  m, s = np.meshgrid(np.asarray(config.means, np.float32),
-                     np.asarray(config.scales, np.float32), indexing="ij")
+  """(means_G, stds_G): eigen_mean and eigen_std, eigen_std varying fastest."""
+  m, s = np.meshgrid(np.asarray(config.eigen_means, np.float32),
+                     np.asarray(config.eigen_stds, np.float32), indexing="ij")
   return m.ravel(), s.ravel()
 
 
@@ -128,31 +139,18 @@ def sweep_from_config(config) -> dict:
   """Runs `sweep` chunk by chunk; numpy arrays reshaped to [M, S, D, ...].
 
   Every chunk has `points_per_batch` grid points (the last one padded), so
-  the single compiled `sweep` serves the whole grid. (A `lax.map` over the
-  chunks inside one jit hung with idle threads on the XLA CPU backend here,
-  and a Python loop also gives progress logging.)
+  the single compiled `sweep` serves the whole grid.
   """
-  means_G, scales_G = grid(config)
-  num_g, b = len(means_G), config.points_per_batch
-  pad = (-num_g) % b
-  index = np.arange(num_g + pad)
-  means = np.concatenate([means_G, np.repeat(means_G[-1:], pad)])
-  scales = np.concatenate([scales_G, np.repeat(scales_G[-1:], pad)])
-  key = jax.random.key(config.seed)
-  chunks = []
-  for start in range(0, num_g + pad, b):
-    sl = slice(start, start + b)
-    t0 = time.time()
-    chunks.append(jax.tree.map(np.asarray, sweep(
-        key, jnp.asarray(index[sl]), jnp.asarray(means[sl]),
-        jnp.asarray(scales[sl]), num_draws=config.num_draws, dim=config.dim,
-        seq_len=config.seq_len, num_layers=config.num_layers,
-        num_heads=config.num_heads, num_sequences=config.num_sequences,
-        inputs=config.inputs, value_init=config.value_init)))
-    logging.info("grid points %d-%d of %d done in %.1f s", start,
-                 min(start + b, num_g) - 1, num_g, time.time() - t0)
-  out = jax.tree.map(lambda *a: np.concatenate(a)[:num_g], *chunks)
-  shape = (len(config.means), len(config.scales))
+  means_G, stds_G = grid(config)
+  fn = functools.partial(
+      sweep, jax.random.key(config.seed), num_draws=config.num_draws,
+      dim=config.dim, seq_len=config.seq_len, num_layers=config.num_layers,
+      num_heads=config.num_heads, num_sequences=config.num_sequences,
+      inputs=config.inputs, value_init=config.value_init,
+      temperature=outputs.temperature(config, config.dim))
+  out = chunked.map_chunks(fn, (np.arange(len(means_G)), means_G, stds_G),
+                           config.points_per_batch, "spectrum_collapse")
+  shape = (len(config.eigen_means), len(config.eigen_stds))
   return jax.tree.map(lambda a: a.reshape(shape + a.shape[1:]), out)
 
 
@@ -163,8 +161,7 @@ def collapse_summary(log_r_K: np.ndarray, threshold: float) -> dict:
   depth (or over all L layers if r never falls below the threshold).
   """
   log10_r = np.asarray(log_r_K) / np.log(10.0)
-  below = np.nonzero(log10_r < np.log10(threshold))[0]
-  depth = int(below[0]) if below.size else len(log10_r)
+  depth = measures.collapse_depth(log10_r, np.log10(threshold))
   end = min(depth, len(log10_r) - 1)
   rate = (log10_r[0] - log10_r[end]) / max(end, 1)
   return dict(collapse_depth=depth, log10_decay_per_layer=float(rate))
@@ -175,14 +172,19 @@ def tables(out, config):
   grid_rows, layer_rows, rho_rows = [], [], []
   num_layers = config.num_layers
   probe = sorted({1, min(4, num_layers), num_layers})
-  for i, mean in enumerate(config.means):
-    for j, scale in enumerate(config.scales):
+  # E tr(W)/lambda = eigen_mean d / lambda (Sigma = I), as
+  # eigen_mean sqrt(d) (sqrt(d) / lambda): exactly 1 at the default lambda.
+  r_per_mean = np.sqrt(config.dim) * (
+      np.sqrt(config.dim) / outputs.temperature(config, config.dim))
+  for i, mean in enumerate(config.eigen_means):
+    for j, std in enumerate(config.eigen_stds):
+      point = dict(eigen_mean=float(mean), eigen_std=float(std))
       log_r_K = out["log_rel_res"][i, j].mean(0)
       ent_L = out["entropy"][i, j].mean(0)
       summary = collapse_summary(log_r_K, config.collapse_threshold)
       grid_rows.append(dict(
-          mean=float(mean), scale=float(scale),
-          r_trace=float(mean) * np.sqrt(config.dim),   # tr(W)/lambda, Sigma=I
+          point,
+          r_trace=float(mean) * r_per_mean,
           qk_norm_2=float(out["qk_norm_2"][i, j].mean()),
           **summary,
           **{f"log10_rel_res_l{l}": float(log_r_K[l] / np.log(10))
@@ -197,7 +199,7 @@ def tables(out, config):
           zhai_violation_all=float(out["zhai_violation"][i, j].mean()),
           zhai_min_slack=float(out["zhai_min_slack"][i, j].min())))
       for l in range(num_layers + 1):
-        row = dict(mean=float(mean), scale=float(scale), layer=l,
+        row = dict(point, layer=l,
                    log10_rel_res=float(log_r_K[l] / np.log(10)))
         if l < num_layers:   # attention of layer l+1 (from X^l)
           row.update(entropy=float(ent_L[l]),
@@ -216,8 +218,8 @@ def tables(out, config):
       rho_TL = out["rho"][i, j].mean(0)                      # [L, T]
       for l in sorted({0, min(1, num_layers - 1), num_layers - 1}):
         for t in range(config.seq_len):
-          rho_rows.append(dict(mean=float(mean), scale=float(scale),
-                               layer=l + 1, i=t + 1, rho=float(rho_TL[l, t])))
+          rho_rows.append(dict(point, layer=l + 1, i=t + 1,
+                               rho=float(rho_TL[l, t])))
   return grid_rows, layer_rows, rho_rows
 
 
@@ -238,30 +240,31 @@ def _trend(values):
 
 def claims(grid_rows, config) -> list[dict]:
   """The two A2 claims, checked step by step along the grid."""
-  by = {(r["mean"], r["scale"]): r for r in grid_rows}
-  means = [float(m) for m in config.means]
-  scales = [float(s) for s in config.scales]
+  by = {(r["eigen_mean"], r["eigen_std"]): r for r in grid_rows}
+  means = [float(m) for m in config.eigen_means]
+  stds = [float(s) for s in config.eigen_stds]
   rows = []
-  order = sorted(means, key=abs)
-  for s in scales:
-    depth = [by[(m, s)]["collapse_depth"] for m in order]
-    decay = [by[(m, s)]["log10_decay_per_layer"] for m in order]
+  by_size = sorted(means, key=abs)
+  for s in stds:
+    depth = [by[(m, s)]["collapse_depth"] for m in by_size]
+    decay = [by[(m, s)]["log10_decay_per_layer"] for m in by_size]
     up, down = _trend(decay)
     rows.append(dict(
-        claim="larger |mean| at fixed scale slows rank collapse",
-        fixed=f"scale={s:g}", along="|mean|: " + ", ".join(f"{m:g}"
-                                                          for m in order),
+        claim="larger |eigen_mean| at fixed eigen_std slows rank collapse",
+        fixed=f"eigen_std={s:g}",
+        along="|eigen_mean|: " + ", ".join(f"{m:g}" for m in by_size),
         values="decay/layer: " + ", ".join(f"{v:.3g}" for v in decay)
         + " | depth: " + ", ".join(str(v) for v in depth),
         steps_supporting=down, steps_against=up,
         holds=bool(down > 0 and up == 0)))
   for m in means:
-    ent = [by[(m, s)]["entropy_l1"] for s in scales]
+    ent = [by[(m, s)]["entropy_l1"] for s in stds]
     up, down = _trend(ent)
     rows.append(dict(
-        claim="smaller scale at fixed mean raises entropy (layer 1)",
-        fixed=f"mean={m:g}", along="scale: " + ", ".join(f"{s:g}"
-                                                         for s in scales),
+        claim="smaller eigen_std at fixed eigen_mean raises entropy "
+              "(layer 1)",
+        fixed=f"eigen_mean={m:g}",
+        along="eigen_std: " + ", ".join(f"{s:g}" for s in stds),
         values="entropy: " + ", ".join(f"{v:.3g}" for v in ent),
         steps_supporting=down, steps_against=up,
         holds=bool(down > 0 and up == 0)))
@@ -269,16 +272,16 @@ def claims(grid_rows, config) -> list[dict]:
 
 
 def plot_grid(grid_rows, config, workdir):
-  """Heat maps over (mean, scale): collapse depth, decay rate, entropy, rho."""
+  """Heat maps over (eigen_mean, eigen_std): collapse, entropy, rho."""
   plt = outputs.pyplot()
-  num_m, num_s = len(config.means), len(config.scales)
+  num_m, num_s = len(config.eigen_means), len(config.eigen_stds)
   panels = (("collapse_depth", f"collapse depth (r < "
              f"{config.collapse_threshold:g})"),
             ("log10_decay_per_layer", "log10 decay of r per layer"),
             ("entropy_l1", "entropy, layer 1 [nats]"),
             ("entropy_mean", "entropy, mean over layers"),
             ("rho_mean_l1", "mean rho_i, layer 1"),
-            ("eq9_violation_all", "rows below Eq. (9)"))
+            ("eq9_violation_all", "rows below the Eq. (9) curve"))
   fig, axes = plt.subplots(2, 3, figsize=(15, 8), layout="constrained")
   for ax, (key, title) in zip(axes.ravel(), panels):
     v = np.array([r[key] for r in grid_rows], np.float64).reshape(num_m,
@@ -288,37 +291,38 @@ def plot_grid(grid_rows, config, workdir):
       for b in range(num_s):
         ax.text(b, a, f"{v[a, b]:.3g}", ha="center", va="center",
                 fontsize=7, color="w")
-    ax.set_xticks(range(num_s), [f"{s:g}" for s in config.scales])
-    ax.set_yticks(range(num_m), [f"{m:g}" for m in config.means])
-    ax.set(xlabel="eigen-scale", ylabel="eigen-mean", title=title)
+    ax.set_xticks(range(num_s), [f"{s:g}" for s in config.eigen_stds])
+    ax.set_yticks(range(num_m), [f"{m:g}" for m in config.eigen_means])
+    ax.set(xlabel="eigen_std", ylabel="eigen_mean", title=title)
     fig.colorbar(im, ax=ax, shrink=0.8)
-  fig.suptitle(f"Deep pure SAN, W_QK ~ sample_qk(mean, scale) per layer "
+  fig.suptitle(f"Deep pure SAN, W_QK ~ sample_qk(eigen_mean, eigen_std) per "
+               "layer "
                f"(L={config.num_layers}, d={config.dim}, T={config.seq_len}, "
                f"{config.inputs} inputs, ln T = {np.log(config.seq_len):.2f})")
   return outputs.save_figure(fig, workdir, "fig_spectrum_collapse")
 
 
 def plot_layers(out, config, workdir):
-  """Per-layer r_l and entropy, one line per mean, one column per scale."""
+  """Per-layer r_l and entropy: a line per eigen_mean, a panel per eigen_std."""
   plt = outputs.pyplot()
-  scales = list(config.scales)
-  fig, axes = plt.subplots(2, len(scales), figsize=(3.4 * len(scales), 6.5),
+  stds = list(config.eigen_stds)
+  fig, axes = plt.subplots(2, len(stds), figsize=(3.4 * len(stds), 6.5),
                            squeeze=False, layout="constrained", sharey="row")
-  colors = plt.get_cmap("plasma")(np.linspace(0, 0.9, len(config.means)))
+  colors = plt.get_cmap("plasma")(np.linspace(0, 0.9, len(config.eigen_means)))
   l_K = np.arange(config.num_layers + 1)
-  for j, s in enumerate(scales):
-    for i, (m, color) in enumerate(zip(config.means, colors)):
+  for j, s in enumerate(stds):
+    for i, (m, color) in enumerate(zip(config.eigen_means, colors)):
       log_r = out["log_rel_res"][i, j]                    # [D, L+1]
       axes[0, j].plot(l_K, np.exp(log_r.mean(0)), color=color, label=f"{m:g}")
       axes[0, j].fill_between(l_K, np.exp(log_r.min(0)), np.exp(log_r.max(0)),
                               color=color, alpha=0.15)
       axes[1, j].plot(l_K[1:], out["entropy"][i, j].mean(0), color=color)
-    axes[0, j].set(yscale="log", title=f"scale = {s:g}", ylim=(1e-8, 2))
+    axes[0, j].set(yscale="log", title=f"eigen_std = {s:g}", ylim=(1e-8, 2))
     axes[1, j].axhline(np.log(config.seq_len), color="k", ls="--", lw=1)
     axes[1, j].set(xlabel="layer l")
   axes[0, 0].set_ylabel("||res(X^l)|| / ||X^l||")
   axes[1, 0].set_ylabel("attention entropy (layer l)")
-  axes[0, 0].legend(title="eigen-mean", fontsize=7)
+  axes[0, 0].legend(title="eigen_mean", fontsize=7)
   fig.suptitle("Rank collapse and entropy per layer (geo-mean over draws, "
                "band: min-max; dashed: ln T)")
   return outputs.save_figure(fig, workdir, "fig_spectrum_layers")
@@ -327,46 +331,45 @@ def plot_layers(out, config, workdir):
 def plot_rho(out, config, workdir):
   """rho_i of the last query at layer 1 and layer L, per grid point."""
   plt = outputs.pyplot()
-  fig, axes = plt.subplots(2, len(config.scales),
-                           figsize=(3.4 * len(config.scales), 6),
+  fig, axes = plt.subplots(2, len(config.eigen_stds),
+                           figsize=(3.4 * len(config.eigen_stds), 6),
                            squeeze=False, layout="constrained", sharey=True)
-  colors = plt.get_cmap("plasma")(np.linspace(0, 0.9, len(config.means)))
+  colors = plt.get_cmap("plasma")(np.linspace(0, 0.9, len(config.eigen_means)))
   i_T = np.arange(1, config.seq_len + 1)
-  for j, s in enumerate(config.scales):
-    for i, (m, color) in enumerate(zip(config.means, colors)):
+  for j, s in enumerate(config.eigen_stds):
+    for i, (m, color) in enumerate(zip(config.eigen_means, colors)):
       for row, l in enumerate((0, config.num_layers - 1)):
         axes[row, j].plot(i_T, out["rho"][i, j, :, l].mean(0), color=color,
                           label=f"{m:g}")
-    axes[0, j].set(title=f"scale = {s:g}, layer 1")
+    axes[0, j].set(title=f"eigen_std = {s:g}, layer 1")
     axes[1, j].set(title=f"layer {config.num_layers}", xlabel="position i")
   axes[0, 0].set_ylabel("rho_i (last query)")
   axes[1, 0].set_ylabel("rho_i (last query)")
-  axes[0, 0].legend(title="eigen-mean", fontsize=7)
+  axes[0, 0].legend(title="eigen_mean", fontsize=7)
   return outputs.save_figure(fig, workdir, "fig_spectrum_rho")
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Sweeps the grid, checks the Sec. 5 claims, writes tables and figures."""
-  validate(config)
-  workdir = outputs.make_workdir(workdir)
-  paths = [outputs.write_config(config, workdir)]
+  config, workdir, paths = outputs.start_run(config, workdir, validate, RENAMED)
   logging.info("spectrum_collapse: %d x %d grid, %d draws x %d sequences, "
-               "L=%d", len(config.means), len(config.scales), config.num_draws,
-               config.num_sequences, config.num_layers)
+               "L=%d, lambda=%g", len(config.eigen_means),
+               len(config.eigen_stds), config.num_draws, config.num_sequences,
+               config.num_layers, outputs.temperature(config, config.dim))
   start = time.time()
   out = sweep_from_config(config)
   logging.info("swept in %.1f s", time.time() - start)
   grid_rows, layer_rows, rho_rows = tables(out, config)
   claim_rows = claims(grid_rows, config)
-  cols = ["mean", "scale", "r_trace", "collapse_depth",
+  cols = ["eigen_mean", "eigen_std", "r_trace", "collapse_depth",
           "log10_decay_per_layer", "entropy_l1", "entropy_mean",
           "rho_mean_l1", "eq9_violation_all", "zhai_violation_all"]
   text = outputs.format_table(grid_rows, cols)
   logging.info("grid:\n%s", text)
   print("spectrum_collapse grid:\n" + text, flush=True)
-  claim_text = outputs.format_table(claim_rows, ["claim", "fixed", "values",
-                                            "steps_supporting",
-                                            "steps_against", "holds"])
+  claim_text = outputs.format_table(claim_rows, [
+      "claim", "fixed", "values", "steps_supporting", "steps_against",
+      "holds"])
   logging.info("claims:\n%s", claim_text)
   print("Sec. 5 claims:\n" + claim_text, flush=True)
   paths += outputs.write_table(grid_rows, workdir, "spectrum_grid")

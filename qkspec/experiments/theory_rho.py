@@ -33,38 +33,37 @@ VARIANTS = propagation.VARIANTS
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field of a theory_rho config."""
-  outputs.require(config.num_theta >= 2, "num_theta", "must be >= 2",
-             config.num_theta)
-  outputs.require(config.num_xi >= 2, "num_xi", "must be >= 2", config.num_xi)
+  outputs.require_experiment(config, "theory_rho")
+  outputs.require_ints(config, {"num_theta": 2, "num_xi": 2})
   outputs.require(config.xi_max > 0, "xi_max", "must be > 0", config.xi_max)
   outputs.require(len(config.eta_values) > 0 and min(config.eta_values) > 0,
-             "eta_values", "must be non-empty and all > 0", config.eta_values)
+                  "eta_values", "must be non-empty and all > 0",
+                  config.eta_values)
   outputs.require(len(config.xi_values) > 0, "xi_values", "must be non-empty",
-             config.xi_values)
-  outputs.require(len(config.variants) > 0 and set(config.variants) <= set(VARIANTS),
-             "variants", f"must be a non-empty subset of {VARIANTS}",
-             config.variants)
+                  config.xi_values)
+  outputs.require(len(config.variants) > 0
+                  and set(config.variants) <= set(VARIANTS), "variants",
+                  f"must be a non-empty subset of {VARIANTS}", config.variants)
   outputs.require(all(len(p) == 2 and p[1] > 0 for p in config.localized),
-             "localized", "must hold (xi, eta) pairs with eta > 0",
-             config.localized)
+                  "localized", "must hold (xi, eta) pairs with eta > 0",
+                  config.localized)
   lem = config.lemma2
   outputs.require(lem.xi > 0, "lemma2.xi", "must be > 0", lem.xi)
   outputs.require(all(r != 0 for r in lem.r_values), "lemma2.r_values",
-             "must be non-zero (Lemma 2 needs r != 0)", lem.r_values)
-  outputs.require(0 < lem.exclude < 0.5, "lemma2.exclude", "must be in (0, 0.5)",
-             lem.exclude)
+                  "must be non-zero (Lemma 2 needs r != 0)", lem.r_values)
+  outputs.require(0 < lem.exclude < 0.5, "lemma2.exclude",
+                  "must be in (0, 0.5)", lem.exclude)
   for field in ("tol", "slope_tol", "vanish_eta"):
-    outputs.require(lem[field] > 0, f"lemma2.{field}", "must be > 0", lem[field])
-  for field in ("uniform_etas", "zero_xi_etas"):
+    outputs.require(lem[field] > 0, f"lemma2.{field}", "must be > 0",
+                    lem[field])
+  for field in ("uniform_etas", "zero_xi_etas", "uniform_xis"):
     outputs.require(len(lem[field]) > 0 and min(lem[field]) > 0,
-               f"lemma2.{field}", "must be non-empty and all > 0", lem[field])
-  outputs.require(len(lem.uniform_xis) > 0 and min(lem.uniform_xis) > 0,
-             "lemma2.uniform_xis", "must be non-empty and all > 0",
-             lem.uniform_xis)
+                    f"lemma2.{field}", "must be non-empty and all > 0",
+                    lem[field])
 
 
-def rho_grid(theta_Th, xi_X, eta_E, variant):
-  """Eq. (6) on the grid, [E, X, Th]."""
+def rho_theta_map(theta_Th, xi_X, eta_E, variant):
+  """Eq. (6) on the (eta, xi, theta) grid of Fig. 2, [E, X, Th]."""
   return propagation.rho_theta(theta_Th[None, None, :], xi_X[None, :, None],
                                eta_E[:, None, None], variant)
 
@@ -209,9 +208,7 @@ def plot_fig3(theta, curves, config, workdir):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Draws Figs. 2-3 and writes the Lemma 2 table into `workdir`."""
-  validate(config)
-  workdir = outputs.make_workdir(workdir)
-  paths = [outputs.write_config(config, workdir)]
+  config, workdir, paths = outputs.start_run(config, workdir, validate)
   theta = jnp.linspace(0.0, 1.0, config.num_theta)
   xi_dense = jnp.linspace(-config.xi_max, config.xi_max, config.num_xi)
   eta = jnp.asarray(config.eta_values, jnp.float32)
@@ -219,13 +216,13 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   logging.info("Fig. 2: Eq. (6) on %d eta x %d xi x %d theta, variants %s",
                len(eta), config.num_xi, config.num_theta, config.variants)
-  maps = {v: np.asarray(rho_grid(theta, xi_dense, eta, v))
+  maps = {v: np.asarray(rho_theta_map(theta, xi_dense, eta, v))
           for v in config.variants}
   paths += plot_fig2(maps, config, workdir)
   fig2_rows = []
   eta_np, xi_np, theta_np = (np.asarray(a) for a in (eta, xi_table, theta))
   for v in config.variants:
-    table_ExXxTh = np.asarray(rho_grid(theta, xi_table, eta, v))
+    table_ExXxTh = np.asarray(rho_theta_map(theta, xi_table, eta, v))
     fig2_rows += [dict(variant=v, xi=float(xi_np[x]), eta=float(eta_np[e]),
                        theta=float(theta_np[t]), rho=float(rho))
                   for (e, x, t), rho in np.ndenumerate(table_ExXxTh)]
