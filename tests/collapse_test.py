@@ -10,10 +10,11 @@ import numpy as np
 
 from qkspec.theory import diagnostics
 from qkspec.theory import entropy_bounds
-from qkspec.theory import san_paths
 from qkspec.theory import san
-from qkspec.experiments import rank_collapse
+from qkspec.theory import san_paths
 from qkspec.experiments import entropy_check
+from qkspec.experiments import measures
+from qkspec.experiments import rank_collapse
 from qkspec.experiments import spectrum_collapse
 import testutil
 
@@ -68,10 +69,10 @@ class ResidualTest(parameterized.TestCase):
       np.testing.assert_array_less(np.asarray(res)[ok][1:],
                                    np.asarray(bound)[ok][1:])
       rel = diagnostics.relative_residual(out, "mean")
-      kappa, _, pairs = rank_collapse.convergence_order(np.asarray(rel), 1e-14,
-                                                   1.0)
+      order, _, pairs = rank_collapse.convergence_order(np.asarray(rel),
+                                                        1e-14, 1.0)
       self.assertGreaterEqual(pairs, 2)
-      self.assertGreater(kappa, 2.5)
+      self.assertGreater(order, 2.5)
 
   def test_skip_connections_prevent_collapse(self):
     with jax.enable_x64(True):
@@ -88,15 +89,28 @@ class ResidualTest(parameterized.TestCase):
     r = [0.5]
     for _ in range(4):
       r.append(2.0 * r[-1]**3)
-    kappa, a, _ = rank_collapse.convergence_order(np.array(r), 1e-300, 0.9)
-    self.assertAlmostEqual(kappa, 3.0, places=6)
+    order, a, _ = rank_collapse.convergence_order(np.array(r), 1e-300, 0.9)
+    self.assertAlmostEqual(order, 3.0, places=6)
     self.assertAlmostEqual(a, np.log(2.0), places=6)
     self.assertGreater(rank_collapse.closed_form_fits(np.array(r), 1e-300)
                        ["dong_r2"], 0.999999)
-    kappa, _, _ = rank_collapse.convergence_order(0.9**np.arange(10.0), 1e-9, 1.0)
-    self.assertAlmostEqual(kappa, 1.0, places=6)
-    self.assertEqual(rank_collapse.collapse_depth(np.array([1, 0.1, 1e-4]), 1e-3),
+    order, _, _ = rank_collapse.convergence_order(0.9**np.arange(10.0), 1e-9,
+                                                  1.0)
+    self.assertAlmostEqual(order, 1.0, places=6)
+    self.assertEqual(measures.collapse_depth(np.array([1, 0.1, 1e-4]), 1e-3),
                      2)
+
+  @parameterized.parameters(
+      ([1.0, 0.1, 1e-4, 1e-9], 1e-3, 2),
+      ([1.0, 0.5, 0.2], 1e-3, 3),          # never below: L + 1
+      ([1e-5, 1.0], 1e-3, 0),
+      ([1.0, 1e-3, 9.99e-4], 1e-3, 2),     # strictly below
+  )
+  def test_collapse_depth_agrees(self, r, threshold, depth):
+    """rank_collapse (on r) and spectrum_collapse (on log r) share one depth."""
+    self.assertEqual(measures.collapse_depth(np.array(r), threshold), depth)
+    summary = spectrum_collapse.collapse_summary(np.log(r), threshold)
+    self.assertEqual(summary["collapse_depth"], depth)
 
 
 class EntropyBoundTest(parameterized.TestCase):
@@ -162,18 +176,34 @@ class ExperimentSmokeTest(absltest.TestCase):
       names = {p.name for p in out["paths"]}
     self.assertContainsSubset({"fig_rank_collapse.png", "fig_paths.png",
                                "collapse_fits.csv", "config.json"}, names)
+    self.assertContainsSubset({"order", "order_seed_mean", "order_seed_std",
+                               "order_pairs", "order_intercept"},
+                              out["collapse_fits"][0])
+    self.assertNotIn("kappa", out["collapse_fits"][0])
+    # temperature None is lambda = sqrt(head_dim), given explicitly.
+    config.temperature = float(np.sqrt(config.head_dim))
+    explicit = rank_collapse.run_measure(config)
+    np.testing.assert_array_equal(explicit["rel/san/mean"],
+                                  out["raw"]["rel/san/mean"])
     self.assertTrue(all(r["holds"] for r in out["cubic_bound"]))
     np.testing.assert_allclose(sum(r["path_fraction"]
                                    for r in out["path_lengths"]), 1.0)
 
   def test_spectrum_collapse_smoke(self):
     config = testutil.get_config("spectrum_collapse", "smoke")
+    stds = config.eigen_stds
+    config.eigen_stds = (1.0,)
+    config.scales = stds               # the old name still works and warns
     with tempfile.TemporaryDirectory() as workdir:
-      out = spectrum_collapse.run(config, workdir)
+      with self.assertLogs(level="WARNING") as logs:
+        out = spectrum_collapse.run(config, workdir)
       names = {p.name for p in out["paths"]}
+    self.assertIn("config.eigen_stds", "\n".join(logs.output))
     self.assertContainsSubset({"fig_spectrum_collapse.png",
                                "spectrum_claims.csv"}, names)
     self.assertLen(out["grid"], 4)
+    self.assertEqual(sorted({r["eigen_std"] for r in out["grid"]}),
+                     sorted(stds))
     self.assertEqual(max(r["zhai_violation_all"] for r in out["grid"]), 0.0)
 
   def test_entropy_check_smoke(self):
@@ -183,6 +213,14 @@ class ExperimentSmokeTest(absltest.TestCase):
     zhai = [r for r in out["summary"] if r["bound"].startswith("zhai")]
     self.assertTrue(zhai)
     self.assertTrue(all(r["rows_below_fraction"] == 0.0 for r in zhai))
+    self.assertContainsSubset({"eigen_mean", "eigen_std"}, out["settings"][0])
+    # temperature None is lambda = sqrt(d), given explicitly.
+    config.temperature = float(np.sqrt(config.dim))
+    explicit = entropy_check.sweep_from_config(config)
+    for kind in config.inputs:
+      for name in ("nu", "entropy_mean", "below_eq9", "below_zhai"):
+        np.testing.assert_array_equal(explicit[kind][name],
+                                      out["raw"][kind][name])
 
 
 if __name__ == "__main__":

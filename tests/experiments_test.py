@@ -8,23 +8,37 @@ import subprocess
 import sys
 import tempfile
 
+from absl import flags
 from absl.testing import absltest
 from absl.testing import parameterized
 import chex
 import jax
+import jax.numpy as jnp
+from ml_collections import config_flags
 import numpy as np
 
 from qkspec.theory import diagnostics
 from qkspec.theory import propagation
 from qkspec.theory import randomwalk
 from qkspec.theory import spectrum
+from qkspec.experiments import chunked
 from qkspec.experiments import entropy_bound
+from qkspec.experiments import entropy_check
+from qkspec.experiments import inputs
 from qkspec.experiments import outputs
+from qkspec.experiments import rank_collapse
+from qkspec.experiments import simulate_grid
 from qkspec.experiments import simulate_rho
+from qkspec.experiments import spectrum_collapse
 from qkspec.experiments import theory_rho
 import testutil
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+EXPERIMENTS = {m.__name__.rsplit(".", 1)[-1]: m for m in (
+    theory_rho, entropy_bound, simulate_rho, simulate_grid, rank_collapse,
+    spectrum_collapse, entropy_check)}
+
 
 def _workdir(test):
   """A fresh, not yet existing workdir under a temp dir removed after `test`."""
@@ -189,6 +203,20 @@ class SimulationTest(parameterized.TestCase):
           propagation.rho_from_spectrum(w, cfg.seq_len, cov, exact=exact,
                                         variant=variant), atol=1e-5)
 
+  def test_default_temperature_is_explicit_sqrt_dim(self):
+    config = self.config.copy_and_resolve_references()
+    self.assertIsNone(config.temperature)
+    config.temperature = math.sqrt(config.dim)
+    out = simulate_rho.sweep_from_config(config)
+    chex.assert_trees_all_equal(out, self.result["out"])
+
+  def test_tables_name_the_eigenvalue_distribution(self):
+    row = self.result["pairs"][0]
+    self.assertContainsSubset({"eigen_mean", "eigen_std"}, row)
+    self.assertNotIn("scale", row)
+    self.assertEqual((row["eigen_mean"], row["eigen_std"]),
+                     tuple(self.config.pairs[0]))
+
   def test_error_table_matches_positions(self):
     errors = self.result["errors"]
     self.assertLen(errors, len(self.config.covariances))
@@ -203,7 +231,15 @@ class SimulationTest(parameterized.TestCase):
 class ConfigTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
-      ("negative_scale", "simulate_rho", "pairs", ((0.0, -1.0),)),
+      ("negative_eigen_std", "simulate_rho", "pairs", ((0.0, -1.0),)),
+      ("negative_temperature", "simulate_rho", "temperature", -1.0),
+      ("other_experiment", "simulate_rho", "experiment", "theory_rho"),
+      ("bad_std_range", "simulate_grid", "eigen_std_range", (0.0, 1.0)),
+      ("no_eigen_stds", "simulate_grid", "num_eigen_stds", 0),
+      ("negative_stds", "spectrum_collapse", "eigen_stds", (-0.1,)),
+      ("zero_temperature", "spectrum_collapse", "temperature", 0.0),
+      ("bad_pairs", "entropy_check", "pairs", ((0.0, -1.0),)),
+      ("negative_rc_temperature", "rank_collapse", "temperature", -2.0),
       ("no_sequences", "simulate_rho", "num_sequences", 0),
       ("short_sequence", "simulate_rho", "seq_len", 1),
       ("no_draws", "simulate_rho", "num_draws", 0),
@@ -218,23 +254,145 @@ class ConfigTest(parameterized.TestCase):
   def test_bad_config_raises_naming_the_field(self, name, field, value):
     config = testutil.get_config(name, "smoke")
     config[field] = value
-    module = {"simulate_rho": simulate_rho, "theory_rho": theory_rho,
-              "entropy_bound": entropy_bound}[name]
     workdir = _workdir(self)
     with self.assertRaisesRegex(ValueError, f"config.{field}"):
-      module.run(config, workdir)
+      EXPERIMENTS[name].run(config, workdir)
     self.assertFalse(workdir.exists(), "failed before writing anything")
 
   def test_unknown_config_arg_raises(self):
     with self.assertRaisesRegex(ValueError, "smoke"):
       testutil.get_config("simulate_rho", "smok")
 
+  @parameterized.parameters(*EXPERIMENTS)
+  def test_config_names_its_experiment_and_validates(self, name):
+    for arg in (None, "smoke"):
+      config = testutil.get_config(name, arg)
+      self.assertEqual(config.experiment, name)
+      module = EXPERIMENTS[name]
+      if hasattr(module, "RENAMED"):
+        config = outputs.renamed_fields(config, module.RENAMED)
+        for old in module.RENAMED:
+          self.assertIsNone(config[old], f"{name}: alias {old} is unset")
+      module.validate(config)
+      if "temperature" in config:
+        self.assertIsNone(config.temperature, f"{name}: default lambda")
+
+  def test_deprecated_parse_config_arg(self):
+    with self.assertWarnsRegex(DeprecationWarning, "parse_arg"):
+      self.assertTrue(outputs.parse_config_arg("smoke"))
+    with self.assertWarns(DeprecationWarning):
+      self.assertFalse(outputs.parse_config_arg("full"))
+
+
+class RenamedFieldTest(parameterized.TestCase):
+
+  @parameterized.parameters(
+      ("simulate_grid", "scale_range", (0.1, 1.0)),
+      ("simulate_grid", "num_scales", 3),
+      ("simulate_grid", "mean_range", (-0.5, 0.5)),
+      ("simulate_grid", "num_means", 2),
+      ("spectrum_collapse", "means", (0.0, 0.1, 1.0)),
+      ("spectrum_collapse", "scales", (0.02,)),
+  )
+  def test_old_field_is_copied_to_the_new_one_and_warns(self, name, old,
+                                                        value):
+    module = EXPERIMENTS[name]
+    new = module.RENAMED[old]
+    config = testutil.get_config(name, "smoke")
+    config[old] = value
+    with self.assertLogs(level="WARNING") as logs:
+      resolved = outputs.renamed_fields(config, module.RENAMED)
+    self.assertIn(f"config.{new}", "\n".join(logs.output))
+    self.assertEqual(resolved[new], value)
+    self.assertIsNone(resolved[old])
+    self.assertEqual(config[old], value, "the caller's config is unchanged")
+    module.validate(resolved)
+
+  def test_old_fields_parse_on_the_command_line(self):
+    argv = ["prog", "--config",
+            str(testutil.ROOT / "configs" / "simulate_grid.py:smoke"),
+            "--config.scale_range=(0.1, 1.0)", "--config.num_scales=3",
+            "--config.temperature=2.0"]
+    flag_values = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", flag_values=flag_values,
+                                    lock_config=True, sys_argv=argv)
+    flag_values(argv)
+    config = flag_values.config
+    self.assertEqual(config.temperature, 2.0)
+    resolved = outputs.renamed_fields(config, simulate_grid.RENAMED)
+    self.assertEqual(tuple(resolved.eigen_std_range), (0.1, 1.0))
+    self.assertEqual(resolved.num_eigen_stds, 3)
+    _, stds = simulate_grid.grid_axes(resolved)
+    np.testing.assert_allclose(stds, [0.1, math.sqrt(0.1), 1.0], rtol=1e-6)
+
+  def test_rank_collapse_zero_temperature_means_the_default(self):
+    config = testutil.get_config("rank_collapse", "smoke")
+    self.assertIs(rank_collapse.resolve(config), config)
+    config.temperature = 0.0
+    with self.assertLogs(level="WARNING") as logs:
+      resolved = rank_collapse.resolve(config)
+    self.assertIn("None", "\n".join(logs.output))
+    self.assertIsNone(resolved.temperature)
+    rank_collapse.validate(resolved)
+    self.assertEqual(outputs.temperature(resolved, resolved.head_dim),
+                     math.sqrt(config.head_dim))
+
+
+class HelpersTest(parameterized.TestCase):
+
+  def test_temperature(self):
+    config = testutil.get_config("entropy_check", "smoke")
+    self.assertEqual(outputs.temperature(config, 16), 4.0)
+    config.temperature = 2.5
+    self.assertEqual(outputs.temperature(config, 16), 2.5)
+
+  def test_require_ints(self):
+    config = testutil.get_config("simulate_rho", "smoke")
+    outputs.require_ints(config, {"dim": 1, "seq_len": 2})
+    config.seq_len = 1
+    with self.assertRaisesRegex(ValueError, "config.seq_len must be an "
+                                "integer >= 2"):
+      outputs.require_ints(config, {"dim": 1, "seq_len": 2})
+
+  @parameterized.parameters(1, 3, 7, 8)
+  def test_map_chunks_equals_one_unchunked_call(self, chunk):
+    calls = []
+
+    @jax.jit
+    def fn(a_P, b_Px2):
+      return dict(x=2 * a_P + b_Px2[:, 0],
+                  y=jnp.stack([a_P, b_Px2[:, 1] ** 2], axis=-1))
+
+    def counted(*args):
+      calls.append(args[0].shape)
+      return fn(*args)
+
+    a = np.arange(7, dtype=np.float32)                  # odd: padded
+    b = np.arange(14, dtype=np.float32).reshape(7, 2)
+    out = chunked.map_chunks(counted, (a, b), chunk, "test")
+    chex.assert_trees_all_equal(out, jax.tree.map(np.asarray, fn(a, b)))
+    self.assertEqual(calls, [(chunk,)] * -(-7 // chunk))
+
+  def test_pad_points_repeats_the_last_point(self):
+    (a, b), num_chunks = chunked.pad_points(
+        (np.arange(5), np.arange(10).reshape(5, 2)), 3)
+    self.assertEqual(num_chunks, 2)
+    np.testing.assert_array_equal(a, [0, 1, 2, 3, 4, 4])
+    np.testing.assert_array_equal(b[-2:], [[8, 9], [8, 9]])
+    with self.assertRaisesRegex(ValueError, "rows"):
+      chunked.pad_points((np.arange(5), np.arange(4)), 3)
+
+  def test_shared_inputs_keep_their_old_names(self):
+    self.assertIs(simulate_rho.covariances, inputs.covariances)
+    self.assertIs(simulate_rho.shared_key, inputs.shared_key)
+    self.assertEqual(simulate_rho.COVARIANCES, inputs.COVARIANCES)
+
 
 class LaunchTest(absltest.TestCase):
 
   def test_launch_script_with_override(self):
     workdir = _workdir(self)
-    cmd = [sys.executable, "launch/entropy_bound.py",
+    cmd = [sys.executable, "launch/run.py",
            "--config", "configs/entropy_bound.py:smoke",
            "--config.nu_max=12.0", "--workdir", str(workdir)]
     env = dict(os.environ, JAX_PLATFORMS="cpu")
