@@ -12,8 +12,9 @@ over D W_QK draws (W_QK = B diag(w) B^T) and N random walks.
   over walks: every (covariance, pair, draw) samples its own W_QK and N
   fresh walks (numpy.random), forms X W_QK X^T and the softmax.
 * qkspec (config.design="shared", the default): common random numbers
-  (`qkspec.theory.grid_estimator`): one set of walks and D spectra shared by every pair,
-  logits affine in (mean, scale); one jit-compiled computation. Also timed
+  (`qkspec.theory.grid_estimator`): one set of walks and D spectra shared
+  by every pair, logits affine in (eigen_mean, eigen_std); one jit-compiled
+  computation. Also timed
   once: qkspec's jit-compiled fresh design (`simulate_rho.sweep`).
 
 Compile time is reported separately; run times are the best of `--repeats`
@@ -45,9 +46,11 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import special
 
-from qkspec.config import defaults
-from qkspec.experiments import simulate_rho
+from qkspec.config import args as config_args
+from qkspec.experiments import inputs
+from qkspec.experiments import outputs
 from qkspec.experiments import simulate_grid
+from qkspec.experiments import simulate_rho
 
 _QUICK = flags.DEFINE_bool("quick", False, "3 pairs x 3 draws instead of the "
                            "full grid.")
@@ -63,7 +66,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def load_config(name, arg=None):
-  return defaults.load_config_file(ROOT / "configs" / f"{name}.py", arg)
+  return config_args.load_config_file(ROOT / "configs" / f"{name}.py", arg)
 
 
 def rho_config(quick):
@@ -99,18 +102,18 @@ def numpy_sweep(config, covs):
   """The paper's procedure, looped: per covariance, pair and W_QK draw."""
   rng = np.random.default_rng(config.seed)
   d, n, t = config.dim, config.num_sequences, config.seq_len
-  lam = np.sqrt(d)
+  lam = outputs.temperature(config, d)
   rho = np.zeros((len(covs), len(config.pairs), config.num_draws, t))
   entropy = np.zeros(rho.shape[:3])
   gauss = {k: np.zeros_like(rho) for k in simulate_rho.GAUSSIAN}
   for c, cov in enumerate(covs):
     evals, evecs = np.linalg.eigh(cov)
     sqrt_cov = (evecs * np.sqrt(np.clip(evals, 0, None))) @ evecs.T
-    for p, (mean, scale) in enumerate(config.pairs):
+    for p, (eigen_mean, eigen_std) in enumerate(config.pairs):
       for k in range(config.num_draws):
         q, r = np.linalg.qr(rng.standard_normal((d, d)))
         basis = q * np.sign(np.diag(r))
-        eig = mean + scale * rng.standard_normal(d)
+        eig = eigen_mean + eigen_std * rng.standard_normal(d)
         w = ((basis * eig) @ basis.T).astype(np.float32)
         eps = rng.standard_normal((n, t, d), dtype=np.float32) @ sqrt_cov
         x = np.cumsum(eps, axis=1)
@@ -159,9 +162,10 @@ def _agreement(a_mean, a_se, b_mean, b_se):
 def main(argv):
   del argv
   config = rho_config(_QUICK.value)
-  covs = simulate_rho.covariances(config)
-  means, scales = (jnp.asarray(v, jnp.float32) for v in zip(*config.pairs))
-  args = (jax.random.key(config.seed), means, scales, covs)
+  covs = inputs.covariances(config)
+  means, stds = (jnp.asarray(v, jnp.float32) for v in zip(*config.pairs))
+  args = (jax.random.key(config.seed), means, stds, covs)
+  lam = outputs.temperature(config, config.dim)
   grid = (f"{len(config.covariances)} covariances x {len(config.pairs)} pairs"
           f" x {config.num_draws} draws, N={config.num_sequences}, "
           f"T={config.seq_len}, d={config.dim}")
@@ -171,7 +175,7 @@ def main(argv):
   shared, compile_s = _timed_compile(
       simulate_rho.sweep_shared, *args, num_sequences=config.num_sequences,
       entropy_sequences=config.num_sequences, seq_len=config.seq_len,
-      num_draws=config.num_draws)
+      num_draws=config.num_draws, temperature=lam)
   out, jax_best, jax_median = _best(
       lambda: jax.block_until_ready(shared(*args)), _REPEATS.value)
   out = jax.tree.map(np.asarray, out)
@@ -179,7 +183,8 @@ def main(argv):
     fresh, fresh_compile_s = _timed_compile(
         simulate_rho.sweep, *args, dim=config.dim,
         num_sequences=config.num_sequences, seq_len=config.seq_len,
-        num_draws=config.num_draws, cells_per_batch=config.cells_per_batch)
+        num_draws=config.num_draws, cells_per_batch=config.cells_per_batch,
+        temperature=lam)
     _, fresh_s, _ = _best(lambda: jax.block_until_ready(fresh(*args)), 1)
   covs_np = np.asarray(covs)
   (rho_np, ent_np, gauss_np), np_best, np_median = _best(
@@ -232,7 +237,8 @@ def main(argv):
                               "smoke" if _QUICK.value else None)
     grid_out = simulate_grid.compute(grid_config)
     g = grid_config
-    print(f"{g.num_means}x{g.num_scales} grid ({len(g.covariances)} "
+    print(f"{g.num_eigen_means}x{g.num_eigen_stds} grid "
+          f"({len(g.covariances)} "
           f"covariances, D={g.num_draws}, N={g.num_sequences}, entropy on "
           f"E={g.entropy_sequences}, T={g.seq_len}, d={g.dim}): compile "
           f"{grid_out['compile_s']:.1f} s, run {grid_out['run_s']:.1f} s")
