@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from qkspec.config import defaults as common
+from qkspec.config import schema
 from qkspec.theory import locater
 from qkspec.training import model as model_lib
 from qkspec.training import tasks
@@ -48,6 +49,12 @@ def _sown(inter, layer, name):
 
 class QkFromKernelsTest(absltest.TestCase):
   """W_QK from Flax kernels (moved here from tests/locater_test.py)."""
+
+  def test_accepts_nested_lists(self):
+    wq = [[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]]          # [d=3, D=2]
+    wk = [[0.0, 1.0], [1.0, 0.0], [2.0, 0.0]]
+    np.testing.assert_allclose(model_lib.qk_from_kernels(wq, wk),
+                               np.asarray(wq) @ np.asarray(wk).T)
 
   def test_matches_flax_dense_logits(self):
     d_in, dh = 6, 4
@@ -266,6 +273,17 @@ class ModelTest(parameterized.TestCase):
     freq = np.exp(np.arange(half) * -(math.log(10000.0) / (half - 1)))
     np.testing.assert_allclose(emb[0, :half], np.sin(2 * freq), rtol=1e-6)
     np.testing.assert_allclose(emb[3, half:], np.cos(5 * freq), rtol=1e-6)
+
+
+class OptionsTest(absltest.TestCase):
+
+  def test_every_config_option_has_an_implementation(self):
+    # The config layer lists the allowed values without importing flax.
+    self.assertEqual(tuple(model_lib.ACTIVATIONS), schema.ACTIVATIONS)
+    x = jnp.linspace(-2.0, 2.0, 5)
+    np.testing.assert_allclose(model_lib.ACTIVATIONS["identity"](x), x)
+    np.testing.assert_allclose(model_lib.ACTIVATIONS["relu"](x),
+                               np.maximum(x, 0.0))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,13 @@
   entropy bounds (Zhai, Eq. 9) in random pure self-attention networks;
 * `training_plots`: a training workdir's figures (Figs. 6-7 panels);
 * `demo`: the main job (every figure that needs no data set);
-* `outputs`: workdir, config, table and figure helpers shared by the above;
-* `cli`: the absl command line of `launch/`.
+* shared by the above: `outputs` (workdir, config checks, tables, figures),
+  `inputs` (the covariances and random streams of the simulations),
+  `chunked` (a compiled sweep over points, chunk by chunk, with progress),
+  `measures` (collapse depth, the entropy curves and their tolerance);
+* `cli`: the absl command line of `launch/` (`run_experiment`).
+
+Config file, module and experiment id share one name:
+`configs/simulate_rho.py` sets `config.experiment = "simulate_rho"`, run by
+`qkspec.experiments.simulate_rho.run`.
 """

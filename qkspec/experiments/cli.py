@@ -20,7 +20,9 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
-_NOT_EXPERIMENTS = ("cli", "demo", "outputs", "training_plots")
+# Modules of qkspec.experiments that are not experiments (helpers).
+_NOT_EXPERIMENTS = ("chunked", "cli", "demo", "inputs", "measures", "outputs",
+                    "training_plots")
 
 
 def experiments() -> tuple[str, ...]:
@@ -53,16 +55,12 @@ def run_experiment(config, workdir: str, default: str | None = None) -> Any:
     raise ValueError("the config names no experiment: set config.experiment "
                      f"to one of {experiments()} (or pass a training config, "
                      "which has config.task).")
-  if not isinstance(name, str) or name.startswith("_") or (
-      name in _NOT_EXPERIMENTS):
-    raise ValueError(f"config.experiment must be one of {experiments()}, got "
+  known = experiments()
+  if name not in known:
+    raise ValueError(f"config.experiment must be one of {known}, got "
                      f"{name!r}.")
-  try:
-    module = importlib.import_module(f"qkspec.experiments.{name}")
-  except ModuleNotFoundError:
-    raise ValueError(f"config.experiment must be one of {experiments()}, got "
-                     f"{name!r}.") from None
-  return module.run(config, workdir)
+  return importlib.import_module(f"qkspec.experiments.{name}").run(config,
+                                                                   workdir)
 
 
 def train_and_plot(config, workdir: str) -> Any:

@@ -26,8 +26,8 @@ from qkspec.training import fused_xent
 
 QK_PARAMS = schema.QK_PARAMS
 NORMS = schema.NORMS
+# One function per name of schema.ACTIVATIONS (tests/model_test.py checks).
 ACTIVATIONS = {"relu": nn.relu, "identity": lambda x: x, "gelu": nn.gelu}
-assert tuple(ACTIVATIONS) == schema.ACTIVATIONS
 
 # fairseq initialisations (fairseq/modules/multihead_attention.py,
 # fairseq/models/transformer_lm.py): xavier_uniform everywhere, gain
@@ -340,6 +340,7 @@ def qk_from_kernels(wq_kernel: jax.Array, wk_kernel: jax.Array) -> jax.Array:
   Returns:
     W_QK [d, d], or [H, d, d] per head.
   """
+  wq_kernel, wk_kernel = jnp.asarray(wq_kernel), jnp.asarray(wk_kernel)
   if jnp.shape(wq_kernel) != jnp.shape(wk_kernel):
     raise ValueError("wq_kernel and wk_kernel must have the same shape, got "
                      f"{jnp.shape(wq_kernel)} and {jnp.shape(wk_kernel)}.")

@@ -27,8 +27,9 @@ import ml_collections
 from qkspec.config import schema
 from qkspec.theory import locater
 
-HPARAMS = locater.LocaterHParams._fields    # kappa1, kappa2, target
-assert HPARAMS == schema.LOCATER_FIELDS, (HPARAMS, schema.LOCATER_FIELDS)
+# kappa1, kappa2, target; the config's copy (schema.LOCATER_FIELDS, which
+# loads without jax) must match: tests/sweep_test.py checks it.
+HPARAMS = locater.LocaterHParams._fields
 
 
 def swept_keys(config) -> list[str]:
