@@ -65,7 +65,8 @@ class Run:
 def _setup(config, workdir: str) -> Run:
   """Checks `config` and builds the steps and members (writes nothing)."""
   schema.validate(config)
-  if config.multihost:
+  if config.multihost and not jax.distributed.is_initialized():
+    # A command line may already have initialised it (--coordinator_address).
     jax.distributed.initialize()
   schema.validate(config, num_devices=jax.device_count())
   logging.info("devices: %s (process %d of %d)", jax.devices(),
