@@ -5,6 +5,8 @@ format; its counts and ids below were worked out by hand. RealWikiText2Test
 builds the real WikiText-2 from ../shared/data/wikitext-2 (relative to the
 repo root; about 5 s) and skips cleanly when that copy is absent.
 """
+import contextlib
+import io
 import pathlib
 import shutil
 import tempfile
@@ -121,6 +123,26 @@ class FixtureTest(parameterized.TestCase):
         with self.assertRaisesRegex(FileNotFoundError,
                                     "(?s)manual_dir.*offline"):
           qdata.load_splits(_config(pathlib.Path(tmp) / "b", ""))
+
+  def test_missing_manual_dir_is_an_error_even_when_data_is_built(self):
+    missing = pathlib.Path(self._tmp) / "no_such_dir"
+    with self.assertRaisesRegex(FileNotFoundError,
+                                f"manual_dir='{missing}' is no directory"):
+      qdata.load_splits(_config(self._tmp, missing), verify_checksums=False)
+    d = qdata.load_splits(_config(self._tmp, ""))        # built: read only
+    np.testing.assert_array_equal(d.valid, _VALID_IDS)
+
+  def test_build_logs_one_line_without_progress_bars(self):
+    out, err = io.StringIO(), io.StringIO()
+    with tempfile.TemporaryDirectory() as tmp:
+      with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with self.assertLogs(level="INFO") as logs:
+          qdata.load_splits(_config(tmp, _FIXTURE), verify_checksums=False)
+    printed = out.getvalue() + err.getvalue()
+    self.assertNotIn("\x1b[", printed)                 # tqdm escape codes
+    self.assertNotIn("Unknown size", printed + "\n".join(logs.output))
+    self.assertTrue(any(f"building wikitext2 from {_FIXTURE} into {tmp}" in l
+                        for l in logs.output), logs.output)
 
   def test_wrong_files_fail_checksum_verification(self):
     with self.assertRaisesRegex(ValueError,

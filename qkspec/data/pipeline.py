@@ -72,23 +72,35 @@ def load_splits(config: ml_collections.ConfigDict, *,
   """Prepares `config.name` in `config.data_dir` if needed and reads it.
 
   The first call builds the array_record files (from `config.manual_dir` if
-  set, else by downloading); later calls only read them (checksums are
-  verified at build time only). On several hosts,
-  prepare once beforehand or give each host its own `data_dir`.
+  set, else by downloading; one log line, no progress bars); later calls
+  only read them (checksums are verified at build time only). On several
+  hosts, prepare once beforehand or give each host its own `data_dir`.
 
   Args:
     config: a `default_config()`-like section.
     verify_checksums: check the source files' sha256. Tests only: False.
+
+  Raises:
+    FileNotFoundError: `config.manual_dir` is set and is no directory (even
+      if `data_dir` already holds the built data set), or lacks the files.
   """
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  import qkspec.data.wikitext2  # pylint: disable=g-import-not-at-top,unused-import
+  from qkspec.data.wikitext2 import tokens  # pylint: disable=g-import-not-at-top
 
   data_dir = os.path.expanduser(config.data_dir) if config.data_dir else None
+  manual_dir = os.path.expanduser(config.manual_dir) or None
+  if manual_dir and not os.path.isdir(manual_dir):
+    raise FileNotFoundError(
+        f"config.data.manual_dir={config.manual_dir!r} is no directory (to "
+        "use a data set already built in config.data.data_dir, leave "
+        "manual_dir empty).\n"
+        + tokens.expected_files_message(manual_dir, "no such directory"))
+  tfds.disable_progress_bar()   # tqdm escape codes in logs, even for a copy
   builder = tfds.builder(config.name, data_dir=data_dir,
                          file_format="array_record",
                          verify_checksums=verify_checksums)
   builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-      manual_dir=config.manual_dir or None, try_download_gcs=False))
+      manual_dir=manual_dir, try_download_gcs=False))
   sources = builder.as_data_source()
 
   def stream(split: str) -> np.ndarray:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from absl import logging
 from etils import epath
 import numpy as np
 import tensorflow_datasets as tfds
@@ -96,6 +97,17 @@ class Wikitext2(tfds.core.GeneratorBasedBuilder):
         if download_config is not None and download_config.manual_dir
         else None)
     super().download_and_prepare(download_config=download_config, **kwargs)
+
+  # tfds prints "Downloading and preparing dataset Unknown size (download:
+  # Unknown size, ...)" and a bold "downloaded and prepared" with these two
+  # hooks (even when it reads local files); one log line each instead.
+  def _log_download_bytes(self) -> None:
+    source = self._manual_dir or f"a download of {tokens.URLS[0]}"
+    logging.info("building wikitext2 from %s into %s (once; later runs read "
+                 "it)", source, self.data_dir)
+
+  def _log_download_done(self) -> None:
+    logging.info("built wikitext2 in %s", self.data_dir)
 
   def _source_dir(self, dl_manager: tfds.download.DownloadManager) -> str:
     """The directory holding the three token files."""
