@@ -3,6 +3,7 @@ import json
 import os
 import pathlib
 import tempfile
+import time
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -126,9 +127,19 @@ class NaNTest(absltest.TestCase):
                        eval_every=100)
     c.opt.lr = 1e30
     with tempfile.TemporaryDirectory() as tmp:
-      with self.assertRaisesRegex(FloatingPointError, r"at step 1\b"):
+      with self.assertRaisesRegex(FloatingPointError, r"at step 1\b") as cm:
         loop.train_and_evaluate(c, tmp)
       self.assertEqual(checkpoint.Checkpointer(tmp).all_steps(), [1])
+    self.assertIn("the newest checkpoint is step 1 (", str(cm.exception))
+
+  def test_nonfinite_before_any_checkpoint_says_there_is_none(self):
+    c = _single_theory(num_steps=6, log_every=3, checkpoint_every=100,
+                       eval_every=100)
+    c.opt.lr = 1e30
+    with tempfile.TemporaryDirectory() as tmp:
+      with self.assertRaisesRegex(FloatingPointError,
+                                  "no checkpoint was written yet"):
+        loop.train_and_evaluate(c, tmp)
 
 
 class ConfigCheckTest(parameterized.TestCase):
@@ -163,6 +174,8 @@ class ConfigCheckTest(parameterized.TestCase):
       ("data.seq_len", 1, r"data.seq_len must be an integer >= 2"),
       ("sweep.member_batch", -2, r"sweep.member_batch must be an integer"),
       ("model.temperature", -1.0, r"model.temperature must be > 0"),
+      ("num_steps", 0, r"config.num_steps must be an integer >= 1, got 0"),
+      ("progress_every_s", -1.0, r"progress_every_s must be >= 0"),
   )
   def test_impossible_values(self, key, value, pattern):
     c = _single_theory()
@@ -211,6 +224,22 @@ class MetricWriterTest(absltest.TestCase):
     np.testing.assert_array_equal(m["a"][1], [1.0, 3.0])
     np.testing.assert_array_equal(m["rho"][1], [[0.5, 1.0]])
 
+  def test_drop_records_after_a_step_rewrites_atomically(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      with metric_writer.MetricWriter(tmp, console=False) as w:
+        for s in (0, 1, 2, 3):
+          w.write_scalars(s, {"a": float(s)})
+      with open(os.path.join(tmp, metric_writer.JSONL), "a") as f:
+        f.write('{"step": 4, "a"')                # cut short by a kill
+      self.assertEqual(metric_writer.drop_records_after(tmp, 1), 3)
+      self.assertEqual(metric_writer.drop_records_after(tmp, 1), 0)
+      self.assertEqual(os.listdir(tmp), [metric_writer.JSONL])   # no temp
+      with metric_writer.MetricWriter(tmp, console=False) as w:
+        w.write_scalars(2, {"a": 20.0})
+      m = metric_writer.read_metrics(tmp)
+    np.testing.assert_array_equal(m["a"][0], [0, 1, 2])
+    np.testing.assert_array_equal(m["a"][1], [0.0, 1.0, 20.0])
+
   def test_records_reach_disk_before_close(self):
     with tempfile.TemporaryDirectory() as tmp:
       w = metric_writer.MetricWriter(tmp, console=False)
@@ -224,11 +253,22 @@ class MetricWriterTest(absltest.TestCase):
       import tensorboard  # pylint: disable=g-import-not-at-top,unused-import
     except ImportError:
       self.skipTest("tensorboard is not installed (JSONL only)")
+    # pylint: disable-next=g-import-not-at-top
+    from tensorboard.backend.event_processing import event_accumulator
     with tempfile.TemporaryDirectory() as tmp:
       with metric_writer.MetricWriter(tmp, console=False) as w:
-        w.write_scalars(1, {"train/loss": 2.5})
+        for s in (1, 2, 3):
+          w.write_scalars(s, {"train/loss": float(s)})
       self.assertTrue(any(f.startswith("events.out.tfevents")
                           for f in os.listdir(tmp)))
+      time.sleep(1.1)                  # event file names hold the second
+      # A run resumed from step 1 drops TensorBoard's steps >= 2.
+      with metric_writer.MetricWriter(tmp, console=False, purge_step=2) as w:
+        w.write_scalars(2, {"train/loss": 20.0})
+      acc = event_accumulator.EventAccumulator(tmp)
+      acc.Reload()
+    got = [(e.step, e.value) for e in acc.Scalars("train/loss")]
+    self.assertEqual(got, [(1, 1.0), (2, 20.0)])
 
 
 if __name__ == "__main__":

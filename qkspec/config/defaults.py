@@ -42,12 +42,14 @@ def _training(c):
       member_batch=-1,       # members batched per step: 0 all (vmap), k: k at
                              # a time (lax.map), -1 auto (CPU 1, else all)
   ))
-  c.num_steps = 50_000       # optimizer updates
+  c.num_steps = 50_000       # optimizer updates (>= 1)
   c.log_every = 100          # steps between train metrics + measurements
   c.eval_every = 1_000       # steps between evaluations
   c.checkpoint_every = 1_000  # steps between checkpoints
   c.max_to_keep = 2          # checkpoints kept
   c.eval_max_batches = 0     # eval batches per split (0 = the whole split)
+  c.progress_every_s = 30.0  # seconds between progress lines (steps/s, ETA;
+                             # eval batches done) between log steps; 0 = all
   c.compute_dtype = "float32"  # float32 | bfloat16 (params stay float32)
   c.multihost = False        # call jax.distributed.initialize() first
   return c

@@ -4,9 +4,16 @@ A checkpoint at step s holds `state` (the TrainState pytree: step, params,
 optimizer state, LocATER hyperparameters; with a leading member axis for a
 vmapped sweep) and `meta` (JSON: the step and the data position, which is
 the step because every batch is a pure function of (data seed, step)).
+
+`Checkpointer.restore_newest` resumes from the newest checkpoint that
+restores: a damaged one (truncated files, a missing `state/` or `meta/`, bad
+JSON) is named in one warning and moved to `<workdir>/ckpt_damaged/`.
 """
+import contextlib
 import logging
 import os
+import shutil
+import sys
 from typing import Any
 
 from absl import logging as absl_logging
@@ -25,6 +32,28 @@ class _QuietOrbax(logging.Filter):
 absl_logging.get_absl_logger().addFilter(_QuietOrbax())
 
 
+@contextlib.contextmanager
+def _quiet_closed_event_loop():
+  """Drops the "Event loop is closed" errors of a failed restore.
+
+  When one read of a damaged checkpoint fails, orbax closes its event loop
+  while tensorstore still completes the other reads; each completion then
+  reports an unraisable RuntimeError (a dozen tracebacks on stderr).
+  """
+  previous = sys.unraisablehook
+
+  def hook(unraisable):
+    if not (isinstance(unraisable.exc_value, RuntimeError)
+            and "Event loop is closed" in str(unraisable.exc_value)):
+      previous(unraisable)
+
+  sys.unraisablehook = hook
+  try:
+    yield
+  finally:
+    sys.unraisablehook = previous
+
+
 class Checkpointer:
   """`ocp.CheckpointManager` over `<workdir>/ckpt`.
 
@@ -37,6 +66,7 @@ class Checkpointer:
   def __init__(self, workdir: str, *, max_to_keep: int = 3,
                save_interval_steps: int = 1):
     self.directory = os.path.join(os.path.abspath(workdir), "ckpt")
+    self.damaged_directory = self.directory + "_damaged"
     self._manager = ocp.CheckpointManager(
         self.directory,
         options=ocp.CheckpointManagerOptions(
@@ -68,12 +98,83 @@ class Checkpointer:
             meta=ocp.args.JsonRestore()))
     return out["state"], dict(out["meta"])
 
+  def restore_newest(self, abstract_state: Any
+                     ) -> tuple[int, Any, dict] | None:
+    """(step, state, meta) of the newest checkpoint that restores, or None.
+
+    Each newer checkpoint that fails to restore is named, with the reason, in
+    one warning and moved to `<workdir>/ckpt_damaged/<step>` (so that a later
+    save at its step is not skipped).
+
+    Raises:
+      RuntimeError: there are checkpoints and none of them restores.
+    """
+    failed = []
+    for step in sorted(self.all_steps(), reverse=True):
+      try:
+        with _quiet_closed_event_loop():
+          state, meta = self.restore(step, abstract_state)
+      except Exception as e:  # pylint: disable=broad-except
+        reason = first_line(e)
+        absl_logging.warning(
+            "checkpoint %s cannot be restored (%s); trying the one before.",
+            self.step_dir(step), reason)
+        failed.append((step, reason))
+        continue
+      self._set_aside([s for s, _ in failed])
+      return step, state, meta
+    if failed:
+      raise RuntimeError(
+          f"none of the checkpoints in {self.directory} restores ("
+          + "; ".join(f"step {s}: {r}" for s, r in failed) + "). Move that "
+          "folder away (e.g. `mv ckpt ckpt.bad` in the workdir) to start "
+          "afresh, or use a fresh --workdir; if the config changed since "
+          "they were written, use a fresh --workdir.")
+    return None
+
+  def step_dir(self, step: int) -> str:
+    return os.path.join(self.directory, str(step))
+
+  def _set_aside(self, steps: list[int]) -> None:
+    """Moves checkpoints `steps` to `damaged_directory` (process 0)."""
+    if not steps:
+      return
+    if jax.process_index() == 0:
+      os.makedirs(self.damaged_directory, exist_ok=True)
+      for step in steps:
+        dest = os.path.join(self.damaged_directory, str(step))
+        while os.path.exists(dest):
+          dest += "_"
+        if os.path.exists(self.step_dir(step)):
+          shutil.move(self.step_dir(step), dest)
+          absl_logging.warning("moved checkpoint %d to %s", step, dest)
+    if jax.process_count() > 1:
+      # pylint: disable-next=g-import-not-at-top
+      from jax.experimental import multihost_utils
+      multihost_utils.sync_global_devices("qkspec_ckpt_set_aside")
+    self._manager.reload()
+
+  def describe(self) -> str:
+    """"the newest checkpoint is step s (<dir>)", or that there is none."""
+    step = self.latest_step()
+    if step is None:
+      return f"no checkpoint was written yet (in {self.directory})"
+    return f"the newest checkpoint is step {step} ({self.step_dir(step)})"
+
   def wait_until_finished(self):
     self._manager.wait_until_finished()
 
   def close(self):
     self._manager.wait_until_finished()
     self._manager.close()
+
+
+def first_line(e: BaseException, limit: int = 200) -> str:
+  """"Type: first line of the message", at most `limit` characters."""
+  text = e.args[0] if isinstance(e, KeyError) and e.args else e  # no repr
+  lines = str(text).strip().splitlines()
+  text = f"{type(e).__name__}: {lines[0] if lines else ''}"
+  return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def abstract_like(tree: Any, sharding) -> Any:

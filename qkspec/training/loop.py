@@ -7,15 +7,20 @@ Shapes: N=sweep members (a leading axis of the state in a vmapped sweep).
 1. `_setup`: checks the config, builds the compiled steps
    (`qkspec.training.step.build_steps`) and the sweep's members;
 2. `_prepare_workdir`: writes `config.json` and `members.json`;
-3. `_restore_or_init`: the latest checkpoint of `<workdir>/ckpt`, or a
-   fresh state;
+3. `_restore_or_init`: the newest checkpoint of `<workdir>/ckpt` that
+   restores (damaged newer ones are named and set aside), or a fresh state;
+   each member's `metrics.jsonl` loses the records past that step;
 4. `_run`: the loop. Before each update (and after the last) every due
-   periodic action runs, in order: `LogAction` (train metrics and the
-   per-layer measurements of `qkspec.training.layer_stats`), `EvalAction`
-   (valid/test loss) and `CheckpointAction`. Another action (progress lines,
-   say) is one more object in `_actions`.
+   periodic action runs, in order: `progress.ProgressAction` (compilation
+   notice, steps/s and ETA every `config.progress_every_s` seconds),
+   `LogAction` (train metrics and the per-layer measurements of
+   `qkspec.training.layer_stats`), `EvalAction` (valid/test loss, with
+   progress lines) and `CheckpointAction`.
 
-The checkpointer and the metric writers close on every exit (an ExitStack).
+Ctrl-C takes effect at the next step boundary (`qkspec.training.interrupt`):
+the actions due there run, a checkpoint is saved and `interrupt.Interrupted`
+(a KeyboardInterrupt) says how to resume. The checkpointer and the metric
+writers close on every exit (an ExitStack).
 clu's `periodic_actions` would fit the actions, but importing it imports
 clu's metric writers and so TensorFlow, which qkspec does not depend on
 (see `qkspec.training.metric_writer`).
@@ -36,8 +41,10 @@ import numpy as np
 from qkspec.config import schema
 from qkspec.theory import locater
 from qkspec.training import checkpoint as ckpt_lib
+from qkspec.training import interrupt
 from qkspec.training import layer_stats
 from qkspec.training import metric_writer
+from qkspec.training import progress
 from qkspec.training import step as step_lib
 from qkspec.training import sweep as sweep_lib
 
@@ -103,21 +110,24 @@ def _host_step(state) -> int:
 
 
 def _restore_or_init(run: Run, ckpt: ckpt_lib.Checkpointer):
-  """The state at the latest checkpoint, or a fresh one.
+  """The state at the newest checkpoint that restores, or a fresh one.
 
   Raises:
     ValueError: the checkpoint belongs to another run (other LocATER
       hyperparameters) or its data position is not its step.
+    RuntimeError: there are checkpoints and none restores.
   """
-  latest = ckpt.latest_step()
-  if latest is None:
+  if ckpt.latest_step() is None:
     return run.steps.init(run.init_keys, run.hparams)
   # Checkpoints written when `hparams` was a {"kappa1", "kappa2", "target"}
   # dict restore as they are: orbax stores a NamedTuple by its field names.
   abstract = ckpt_lib.abstract_like(
       jax.eval_shape(run.steps.init, run.init_keys, run.hparams),
       run.steps.replicated)
-  state, meta = ckpt.restore(latest, abstract)
+  found = ckpt.restore_newest(abstract)
+  if found is None:          # every checkpoint was set aside
+    return run.steps.init(run.init_keys, run.hparams)
+  latest, state, meta = found
   if meta["data_position"] != _host_step(state):
     raise ValueError(f"checkpoint {latest}: data position "
                      f"{meta['data_position']} != step {_host_step(state)}.")
@@ -130,11 +140,25 @@ def _restore_or_init(run: Run, ckpt: ckpt_lib.Checkpointer):
   return state
 
 
-def _open_writers(run: Run, start: int,
+def _open_writers(run: Run, start: int, fresh: bool,
                   stack: contextlib.ExitStack) -> list[Any]:
-  """One metric writer per member, closed by `stack`; hparams at step 0."""
+  """One metric writer per member, closed by `stack`; hparams at step 0.
+
+  The records past `start` (all of them for a `fresh` state), written after
+  the checkpoint by a run that was killed, are dropped first: the steps run
+  again and each is recorded once.
+  """
+  keep_to = -1 if fresh else start
+  if run.lead:
+    dropped = sum(metric_writer.drop_records_after(d, keep_to)
+                  for d in run.dirs)
+    if dropped:
+      logging.info("dropped %d metric records past step %d (written after "
+                   "the checkpoint; those steps run again)", dropped,
+                   keep_to)
   writers = [stack.enter_context(metric_writer.MetricWriter(
-      d, just_logging=not run.lead, console=False)) for d in run.dirs]
+      d, just_logging=not run.lead, console=False, purge_step=keep_to + 1))
+             for d in run.dirs]
   if start == 0:
     for w, m in zip(writers, run.members):
       w.write_hparams({**schema.flatten(run.config), **m})
@@ -144,8 +168,8 @@ def _open_writers(run: Run, start: int,
 class Pending:
   """Train metrics of the steps since the last log, still on the device."""
 
-  def __init__(self, names: list[str]):
-    self._names = names
+  def __init__(self, names: list[str], describe_ckpt=lambda: ""):
+    self._names, self._describe_ckpt = names, describe_ckpt
     self.items: list[tuple[int, dict]] = []
 
   def add(self, step: int, metrics: dict) -> None:
@@ -167,8 +191,8 @@ class Pending:
     who = f" (sweep member {self._names[idx[1]]})" if finite.ndim > 1 else ""
     raise FloatingPointError(
         f"NaN/Inf in the loss or gradients at step {step}{who}: the update "
-        f"from state.step={step} was not finite. The last good checkpoint "
-        f"is kept.")
+        f"from state.step={step} was not finite. Nothing past it was saved: "
+        f"{self._describe_ckpt()}.")
 
 
 class PeriodicAction:
@@ -186,24 +210,20 @@ class PeriodicAction:
     raise NotImplementedError
 
 
-def _fmt_time(seconds: float) -> str:
-  seconds = int(max(seconds, 0))
-  return f"{seconds // 3600}h{seconds // 60 % 60:02d}m{seconds % 60:02d}s"
-
-
 class LogAction(PeriodicAction):
   """Mean train metrics since the last log, measurements, steps/s."""
 
-  def __init__(self, run: Run, start: int, pending: Pending, writers):
+  def __init__(self, run: Run, start: int, fresh: bool, pending: Pending,
+               writers):
     super().__init__(run.config.log_every, run, start)
-    self.pending, self.writers = pending, writers
+    self.fresh, self.pending, self.writers = fresh, pending, writers
     self._since = (time.time(), start)
 
   def due(self, step: int) -> bool:
-    # Also at step 0 of a fresh run, and at the last step when resuming
-    # there (measurements only).
-    return step == self.num_steps or (step % self.every == 0 and (
-        step > self.start or self.start == 0))
+    # Also at the start of a fresh run (not at a restored step: its record
+    # was written before its checkpoint).
+    return (step > self.start or self.fresh) and (
+        step % self.every == 0 or step == self.num_steps)
 
   def __call__(self, step: int, state) -> None:
     self.pending.check_finite()
@@ -230,21 +250,26 @@ class LogAction(PeriodicAction):
       w.write_scalars(step, scalars)
       w.write_arrays(step, arrays)
     if items:
-      loss = np.atleast_1d(train["train/loss"])
-      logging.info("step %d/%d  train/loss %s  %.2f steps/s  ETA %s", step,
-                   self.num_steps, np.array2string(loss, precision=4),
-                   rate, _fmt_time((self.num_steps - step) / rate))
+      logging.info("step %d/%d  train/loss %s  %.3g steps/s  ETA %s", step,
+                   self.num_steps,
+                   progress.by_member(train["train/loss"], self.run.names),
+                   rate, progress.fmt_time((self.num_steps - step) / rate))
     self._since = (time.time(), step)
 
 
-def _evaluate(steps: step_lib.Steps, state) -> dict[str, np.ndarray]:
+def _evaluate(steps: step_lib.Steps, state,
+              every_s: float) -> dict[str, np.ndarray]:
   """`{split}/loss` (and `/ppl` for an LM) over every eval split."""
   out = {}
   for split, batches in steps.task.eval_splits.items():
-    total = None
-    for batch in batches():
+    meter = progress.EvalMeter(split, steps.task.eval_sizes.get(split),
+                               every_s)
+    total, count = None, 0
+    for count, batch in enumerate(batches(), 1):
       r = steps.eval(state.params, batch)
       total = r if total is None else jax.tree.map(jnp.add, total, r)
+      meter.update(count, total)
+    meter.done(count)
     total = jax.device_get(total)
     loss = total["loss_sum"] / np.maximum(total["weight"], 1e-30)
     out[f"{split}/loss"] = loss
@@ -261,10 +286,10 @@ class EvalAction(PeriodicAction):
     self.writers = writers
 
   def __call__(self, step: int, state) -> None:
-    res = _evaluate(self.run.steps, state)
-    logging.info("step %d eval: %s", step, {
-        k: np.array2string(np.atleast_1d(v), precision=4)
-        for k, v in res.items()})
+    res = _evaluate(self.run.steps, state, self.run.config.progress_every_s)
+    logging.info("step %d eval: %s", step, "; ".join(
+        f"{k} {progress.by_member(v, self.run.names)}"
+        for k, v in res.items()))
     for i, w in enumerate(self.writers):
       w.write_scalars(step, {k: self.run.member_view(v, i)
                              for k, v in res.items()})
@@ -286,25 +311,58 @@ class CheckpointAction(PeriodicAction):
 
 
 def _run(run: Run, state, start: int, actions: list[PeriodicAction],
-         pending: Pending, ckpt: ckpt_lib.Checkpointer):
-  """Trains from `start` to `config.num_steps`, running the due actions."""
-  step = start
+         pending: Pending, ckpt: ckpt_lib.Checkpointer,
+         stop: interrupt.StopFlag):
+  """Trains from `start` to `config.num_steps`, running the due actions.
+
+  Raises:
+    interrupt.Interrupted: Ctrl-C (after saving a checkpoint at the step
+      boundary where it took effect, when the state there is whole).
+  """
+  step, boundary = start, None
   try:
     while True:
       for action in actions:
         if action.due(step):
           action(step, state)
+      boundary = step          # every action due at `step` has run
       if step >= run.config.num_steps:
         return state
+      if stop.requested:
+        raise KeyboardInterrupt
       batch = run.steps.task.train_batch(step)
       state, metrics = run.steps.train(state, batch, run.dropout_keys)
       pending.add(step, metrics)
       step += 1
   except KeyboardInterrupt:
-    logging.warning("interrupted at step %d: saving a checkpoint", step)
+    msg = _save_interrupted(run, state, step, boundary, pending, ckpt)
+    raise interrupt.Interrupted(msg) from None
+
+
+def _save_interrupted(run: Run, state, step: int, boundary: int | None,
+                      pending: Pending, ckpt: ckpt_lib.Checkpointer) -> str:
+  """Saves `state` if it is whole at the boundary `step`; says how to resume.
+
+  A second Ctrl-C can stop a step midway (its input state donated, so
+  deleted) or the actions at a step: then nothing is saved and the run
+  resumes from the newest checkpoint.
+  """
+  resume = (f"to resume, rerun the same command with --workdir "
+            f"{os.path.abspath(run.workdir)}")
+  whole = boundary == step and not any(
+      x.is_deleted() for x in jax.tree.leaves(state)
+      if isinstance(x, jax.Array))
+  if whole and _host_step(state) == step:
     pending.check_finite()
     ckpt.save(step, state, force=True)
-    raise
+    ckpt.wait_until_finished()
+    msg = (f"interrupted at step {step}: checkpoint {ckpt.step_dir(step)} "
+           f"saved; {resume}.")
+  else:
+    msg = (f"interrupted during step {step}: no checkpoint saved, "
+           f"{ckpt.describe()}; {resume}.")
+  logging.warning("%s", msg)
+  return msg
 
 
 def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
@@ -313,14 +371,17 @@ def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
   Writes `<workdir>/config.json`, `members.json` (name, directory and
   hyperparameters of each member; one member "run" in "." without a sweep),
   each member's `metrics.jsonl` (+ TensorBoard events if installed), and
-  orbax checkpoints in `<workdir>/ckpt`.
+  orbax checkpoints in `<workdir>/ckpt`; at the end it logs where they are.
 
   Returns:
     The final TrainState (leading member axis for a sweep).
 
   Raises:
     ValueError: a bad config (before training).
+    RuntimeError: `<workdir>/ckpt` has checkpoints and none restores.
     FloatingPointError: NaN/Inf in loss or gradients, naming the step.
+    interrupt.Interrupted: Ctrl-C (a KeyboardInterrupt), after saving a
+      checkpoint; its message says how to resume.
   """
   run = _setup(config, workdir)
   _prepare_workdir(run)
@@ -329,10 +390,23 @@ def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
         workdir, max_to_keep=config.max_to_keep,
         save_interval_steps=config.checkpoint_every)))
     state = _restore_or_init(run, ckpt)
-    start = _host_step(state)
-    writers = _open_writers(run, start, stack)
-    pending = Pending(run.names)
-    actions = [LogAction(run, start, pending, writers),
-               EvalAction(run, start, writers),
-               CheckpointAction(run, start, pending, ckpt, writers)]
-    return _run(run, state, start, actions, pending, ckpt)
+    start, fresh = _host_step(state), ckpt.latest_step() is None
+    writers = _open_writers(run, start, fresh, stack)
+    if start >= config.num_steps:
+      logging.warning("%s is at step %d already (config.num_steps=%d): "
+                      "nothing to train; raise --config.num_steps to train "
+                      "on.", workdir, start, config.num_steps)
+    else:
+      pending = Pending(run.names, ckpt.describe)
+      log = LogAction(run, start, fresh, pending, writers)
+      actions = [progress.ProgressAction(config.progress_every_s, start,
+                                         config.num_steps, log.due),
+                 log, EvalAction(run, start, writers),
+                 CheckpointAction(run, start, pending, ckpt, writers)]
+      with interrupt.deferred_sigint() as stop:
+        state = _run(run, state, start, actions, pending, ckpt, stop)
+    ckpt.wait_until_finished()
+    if run.lead:
+      logging.info("%s", progress.outputs_summary(
+          workdir, run.dirs, run.names, ckpt.directory, ckpt.all_steps()))
+  return state

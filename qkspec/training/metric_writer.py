@@ -10,6 +10,13 @@ this module keeps clu's MetricWriter method names (`write_scalars`,
 * `<logdir>/hparams.json`;
 * TensorBoard event files (scalars only) if the `tensorboard` package is
   importable (`tensorboard.summary.writer.event_file_writer`; no TensorFlow).
+
+A resumed run first drops the records past its checkpoint step
+(`drop_records_after`), so each step appears once in `metrics.jsonl`. Event
+files cannot be rewritten: the resumed writer starts its new event file with
+a `SessionLog.START` event at the first step it will write, and TensorBoard
+discards the older events from that step on (the same as PyTorch's
+`SummaryWriter(purge_step=...)`).
 """
 import json
 import math
@@ -23,7 +30,7 @@ import numpy as np
 JSONL = "metrics.jsonl"
 
 
-def _tensorboard_writer(logdir):
+def _tensorboard_writer(logdir, purge_step=None):
   try:
     # pylint: disable=g-import-not-at-top
     from tensorboard.compat.proto import event_pb2
@@ -32,6 +39,10 @@ def _tensorboard_writer(logdir):
   except ImportError:
     return None
   writer = event_file_writer.EventFileWriter(logdir)
+  if purge_step is not None:
+    writer.add_event(event_pb2.Event(
+        wall_time=time.time(), step=int(purge_step),
+        session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START)))
 
   def write(step, scalars):
     values = [summary_pb2.Summary.Value(tag=k, simple_value=float(v))
@@ -57,10 +68,13 @@ class MetricWriter:
     just_logging: only log to the console (non-zero processes).
     console: also log scalars with absl logging.
     tensorboard: None = if importable, False = never.
+    purge_step: a resumed run's first new step: TensorBoard drops older
+      events from that step on (None: a first run).
   """
 
   def __init__(self, logdir: str, *, just_logging: bool = False,
-               console: bool = True, tensorboard: bool | None = None):
+               console: bool = True, tensorboard: bool | None = None,
+               purge_step: int | None = None):
     self.logdir = logdir
     self._console = console
     self._file = None
@@ -73,7 +87,7 @@ class MetricWriter:
     self._file = open(os.path.join(logdir, JSONL), "a", encoding="utf-8",
                       buffering=1)
     if tensorboard is not False:
-      self._tb = _tensorboard_writer(logdir)
+      self._tb = _tensorboard_writer(logdir, purge_step)
 
   def _append(self, record):
     if self._file is not None:
@@ -122,6 +136,33 @@ class MetricWriter:
 
   def __exit__(self, *exc):
     self.close()
+
+
+def drop_records_after(logdir: str, step: int) -> int:
+  """Rewrites `metrics.jsonl` without the records past `step`; their count.
+
+  Unreadable lines (a record cut short by a kill) go too. The file is
+  replaced atomically (a temporary file and `os.replace`).
+  """
+  path = os.path.join(logdir, JSONL)
+  if not os.path.exists(path):
+    return 0
+  with open(path, encoding="utf-8") as f:
+    lines = [line for line in f if line.strip()]
+  keep = []
+  for line in lines:
+    try:
+      if json.loads(line)["step"] <= step:
+        keep.append(line if line.endswith("\n") else line + "\n")
+    except (ValueError, KeyError, TypeError):
+      pass
+  dropped = len(lines) - len(keep)
+  if dropped:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+      f.writelines(keep)
+    os.replace(tmp, path)
+  return dropped
 
 
 def read_metrics(logdir: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -40,6 +40,8 @@ class Task:
   temperature: float                          # lambda of every attention layer
   vocab_size: int | None = None
   fused_loss: bool = False                    # LM: loss inside the model
+  eval_sizes: dict[str, int] = dataclasses.field(
+      default_factory=dict)                   # batches per eval split
 
   def summed_loss(self, params, batch: Batch, *, deterministic: bool,
                   rngs=None, mutable=False):
@@ -97,16 +99,18 @@ def _theory_task(config, batch_sharding, dtype) -> Task:
   def train_batch(step):
     return sample_jit(jax.random.fold_in(train_key, step))
 
+  num_valid = -(-config.data.eval_sequences // B)   # batches
+
   def valid():
-    n = -(-config.data.eval_sequences // B)
-    for i in range(n):
+    for i in range(num_valid):
       yield sample_jit(jax.random.fold_in(eval_key, 1000 + i))
 
   return Task("theory", model_lib.make_model(config.model, "theory",
                                              dtype=dtype),
               jnp.zeros((1, T, d), jnp.float32), train_batch,
               {"valid": valid}, squared_loss, config.model.causal,
-              model_lib.attention_temperature(config.model))
+              model_lib.attention_temperature(config.model),
+              eval_sizes={"valid": num_valid})
 
 
 # -------------------------------------------------------------------- lm ----
@@ -171,6 +175,10 @@ def _lm_task(config, batch_sharding, dtype) -> Task:
     return put(data_lib.train_batch(data, step, seq_len=T, batch_size=B,
                                     seed=dc.seed))
 
+  def eval_size(split):
+    n = data_lib.num_batches(data.split(split).shape[0], T, B, train=False)
+    return min(n, config.eval_max_batches or n)
+
   def make_eval(split):
     def it():
       batches = data_lib.eval_batches(data, split, seq_len=T, batch_size=B)
@@ -186,7 +194,8 @@ def _lm_task(config, batch_sharding, dtype) -> Task:
               {"valid": make_eval("valid"), "test": make_eval("test")},
               token_loss, config.model.causal,
               model_lib.attention_temperature(config.model), data.vocab_size,
-              config.model.fused_loss)
+              config.model.fused_loss,
+              {s: eval_size(s) for s in ("valid", "test")})
 
 
 def make_task(config, batch_sharding) -> Task:
