@@ -5,26 +5,46 @@ Reads `<workdir>/members.json` and each member's `metrics.jsonl`
 
 * `fig6_curves.png`: eigenspectrum scale tr(W_QK^T W_QK) (Fig. 6B),
   attention entropy (6C) and valid perplexity (6D; valid loss for the
-  theory task) against the step, one line per member (coloured by kappa2);
-* `fig6_vs_kappa2.png`: the same three at the last step against kappa2
-  (symlog axis, so kappa2 = 0 shows);
+  theory task) against the step, one line per member;
+* `fig6_vs_kappa2.png`: the same three at the last step. Against kappa2
+  (symlog axis, so kappa2 = 0 shows) only when the members differ in kappa2
+  alone; when they also differ in kappa1, target or seed (the theory task),
+  one categorical tick per member instead, so no kappa2 trend is implied;
 * `rho_heatmap.png`: Fig. 7, empirical rho_i of the last query per key
   position i (vertical) and step (horizontal), one panel per member;
 * `training_curves.png`: train/valid loss, tr(W_QK), eigen-variance (Eq. 8)
   and Dong's rank-collapse residual per layer.
 
-Layers are averaged for the Fig. 6 panels (`mean/...`); the heat map shows
-`layer` (default 0, head 0).
+Every member gets its own colour, line style, marker and width (earlier
+members drawn wider, so a later one on top of it still shows), and a panel
+says which members' curves coincide. Layers are averaged for the Fig. 6
+panels (`mean/...`); the heat map shows `layer` (default 0, head 0).
+
+The `*_figure` functions return matplotlib Figures (tests inspect them);
+`plot_workdir` saves them.
 """
 import json
 import os
 
+from absl import logging
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
+from matplotlib import ticker  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from qkspec.training import metric_writer  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+FIELDS = ("seed", "kappa1", "kappa2", "target")   # what members.json varies
+_DEFAULTS = {"seed": 0, "kappa1": 0.0, "kappa2": 0.0, "target": 1.0}
+_SYMBOL = {"seed": "seed", "kappa1": r"$\kappa_1$", "kappa2": r"$\kappa_2$",
+           "target": "target"}
+_LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)))
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+_SCALE_LABEL = r"tr$(W_{QK}^\top W_{QK})$"
+_TRACE_LABEL = r"tr$(W_{QK})$"
+_FONT = {"font.size": 10, "axes.titlesize": 10, "axes.labelsize": 10,
+         "legend.fontsize": 9}
 
 
 def load_members(workdir: str) -> list[dict]:
@@ -36,130 +56,328 @@ def load_members(workdir: str) -> list[dict]:
   return members
 
 
-def _colors(members):
-  cmap = plt.get_cmap("viridis")
-  n = max(len(members) - 1, 1)
-  order = np.argsort([m["kappa2"] for m in members], kind="stable")
-  colors = [None] * len(members)
-  for rank, i in enumerate(order):
-    colors[i] = cmap(rank / n)
-  return colors
+def varying_fields(members) -> list[str]:
+  """The `FIELDS` whose values differ between members, in `FIELDS` order."""
+  return [f for f in FIELDS
+          if len({m.get(f, _DEFAULTS[f]) for m in members}) > 1]
 
 
-def _perplexity_key(metrics):
-  return "valid/ppl" if "valid/ppl" in metrics else "valid/loss"
+def final_values_axis(members) -> str | None:
+  """x axis of `fig6_vs_kappa2`: "kappa2", "member" or None (no figure).
+
+  "kappa2" only when kappa2 is the one field that varies; "member" (one
+  categorical tick per member) when anything else varies too; None when
+  there is a single member or nothing varies.
+  """
+  varying = varying_fields(members)
+  if len(members) < 2 or not varying:
+    return None
+  return "kappa2" if varying == ["kappa2"] else "member"
 
 
-def _label(m):
-  return (f"$\\kappa_1$={m['kappa1']:g}, $\\kappa_2$={m['kappa2']:g}"
-          + (f", target {m['target']:g}" if m.get("target", 1.0) != 1.0
-             else "")
-          + (f", seed {m['seed']}" if m.get("seed") else ""))
+def member_names(members) -> list[str]:
+  """Short labels naming only what varies ("1: $\\kappa_2$=0.1", ...)."""
+  fields = varying_fields(members) or ["kappa1", "kappa2"]
+  names = []
+  for i, m in enumerate(members, 1):
+    parts = [f"{_SYMBOL[f]}={m.get(f, _DEFAULTS[f]):g}" for f in fields]
+    names.append(f"{i}: " + ", ".join(parts))
+  return names
 
 
-def plot_fig6(members, path):
+def coinciding(curves, rtol: float = 1e-6, span_frac: float = 0.0,
+               log: bool = False) -> list[list[int]]:
+  """Groups (2+ indices) of curves that agree everywhere they overlap.
+
+  Two curves coincide when every pair of values differs by at most
+  `rtol` relative, or by at most `span_frac` of the span of all values
+  (what a reader cannot tell apart on that axis); on a log axis the span
+  and differences are taken in log10. Curves of unequal length compare on
+  their last min-length values; None entries (missing metric) never match.
+  """
+  vals = [None if c is None else np.asarray(c, float) for c in curves]
+  present = [v for v in vals if v is not None and v.size]
+  if not present:
+    return []
+  pooled = np.concatenate(present)
+  if log:
+    pooled = np.log10(pooled[pooled > 0]) if np.any(pooled > 0) else pooled
+  span = float(np.ptp(pooled)) if pooled.size else 0.0
+
+  def close(a, b):
+    n = min(a.size, b.size)
+    a, b = a[a.size - n:], b[b.size - n:]
+    if n == 0:
+      return False
+    if np.allclose(a, b, rtol=rtol, atol=0.0):
+      return True
+    if log and np.all(a > 0) and np.all(b > 0):
+      a, b = np.log10(a), np.log10(b)
+    return bool(np.max(np.abs(a - b)) <= span_frac * span)
+
+  groups, used = [], set()
+  for i, a in enumerate(vals):
+    if i in used or a is None or not a.size:
+      continue
+    group = [i] + [j for j in range(i + 1, len(vals)) if j not in used
+                   and vals[j] is not None and vals[j].size
+                   and close(a, vals[j])]
+    if len(group) > 1:
+      groups.append(group)
+      used.update(group)
+  return groups
+
+
+def _styles(members):
+  """Per member: colour, line style, marker and width (earlier = wider)."""
+  n = len(members)
+  if final_values_axis(members) == "kappa2":     # colour follows kappa2
+    cmap = plt.get_cmap("viridis")
+    order = np.argsort([m["kappa2"] for m in members], kind="stable")
+    colors = [None] * n
+    for rank, i in enumerate(order):
+      colors[i] = cmap(0.85 * rank / max(n - 1, 1))   # no pale yellow
+  else:
+    colors = [plt.get_cmap("tab10")(i % 10) for i in range(n)]
+  widths = np.linspace(2.6, 1.1, n) if n > 1 else [1.8]
+  return [dict(color=colors[i], ls=_LINESTYLES[i % len(_LINESTYLES)],
+               marker=_MARKERS[i % len(_MARKERS)], lw=float(widths[i]),
+               ms=float(widths[i]) + 4.5, mfc="none", zorder=2 + i)
+          for i in range(n)]
+
+
+def _plot_members(ax, members, key, styles, names):
+  """One line per member of `key`; returns the curves' values (or None)."""
+  curves = []
+  for i, (m, style, name) in enumerate(zip(members, styles, names)):
+    if key not in m["metrics"]:
+      curves.append(None)
+      continue
+    steps, vals = m["metrics"][key]
+    every = max(1, len(steps) // 8)
+    ax.plot(steps, vals, label=name,
+            markevery=(i * every // len(members), every), **style)
+    curves.append(vals)
+  return curves
+
+
+def _set_yscale(ax, curves):
+  """Log y (labelled 1-2-5 ticks) when positive values span > 1 decade."""
+  vals = np.concatenate([np.ravel(c) for c in curves if c is not None]
+                        or [np.zeros(1)])
+  vals = vals[np.isfinite(vals)]
+  if not vals.size or vals.min() <= 0 or vals.max() / vals.min() <= 10:
+    return False
+  ax.set_yscale("log")
+  decades = np.log10(vals.max() / vals.min())
+  subs = (1.0, 2.0, 5.0) if decades <= 2.5 else (1.0,)
+  ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=subs))
+  ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+  ax.yaxis.set_minor_locator(ticker.LogLocator(base=10, subs="auto"))
+  ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+  return True
+
+
+def coincide_note(curves, log=False, what="curves") -> str:
+  """"curves 1=2; 3=4 coincide ..." for `coinciding` groups, or ""."""
+  exact = coinciding(curves)                         # equal to 1e-6 relative
+  groups = coinciding(curves, span_frac=2e-3, log=log)   # same pixel row
+  if not groups:
+    return ""
+  same = all(any(set(g) <= set(e) for e in exact) for g in groups)
+  text = "; ".join("=".join(str(i + 1) for i in g) for g in groups)
+  return (f"{what} {text} coincide"
+          + (" (to 1e-6 rel.)" if same else " at this scale"))
+
+
+def _title(ax, title, note):
+  ax.set_title("\n".join(t for t in (title, note) if t))
+  if note:
+    ax.title.set_fontsize(9)
+
+
+def _valid_key(metrics):
+  if "valid/ppl" in metrics:
+    return "valid/ppl", "valid perplexity"
+  return "valid/loss", "valid loss"
+
+
+def _member_panels(fig, axes, members, panels):
+  """Draws `panels` ([(key, title, ylabel)]) on `axes`, legend below."""
+  styles, names = _styles(members), member_names(members)
+  for ax, (key, title, ylabel) in zip(axes, panels):
+    curves = _plot_members(ax, members, key, styles, names)
+    log = _set_yscale(ax, curves)
+    _title(ax, title, coincide_note(curves, log))
+    ax.set(xlabel="step", ylabel=ylabel)
+    ax.grid(alpha=0.3)
+  for ax in axes[len(panels):]:
+    ax.set_visible(False)
+  fullest = max(axes, key=lambda ax: len(ax.get_lines()))
+  handles, labels = fullest.get_legend_handles_labels()
+  fig.legend(handles, labels, loc="outside lower center",
+             ncol=min(len(members), 3))
+
+
+def fig6_figure(members):
   """Fig. 6 B-D against the step."""
-  keys = [("mean/qk_scale", r"scale tr$(W_{QK}^\top W_{QK})$", True),
-          ("mean/entropy", "attention entropy (nats)", False),
-          (_perplexity_key(members[0]["metrics"]), "valid perplexity"
-           if "ppl" in _perplexity_key(members[0]["metrics"]) else
-           "valid loss", True)]
-  fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
-  for ax, (key, title, log) in zip(axes, keys):
-    for m, c in zip(members, _colors(members)):
-      if key in m["metrics"]:
-        steps, vals = m["metrics"][key]
-        ax.plot(steps, vals, color=c, label=_label(m),
-                marker="o" if len(steps) < 20 else None, markersize=3)
-    ax.set_title(title)
-    ax.set_xlabel("step")
-    if log:
-      ax.set_yscale("log")
-  axes[0].legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  valid, valid_label = _valid_key(members[0]["metrics"])
+  panels = [("mean/qk_scale", "eigenspectrum scale (Fig. 6B)", _SCALE_LABEL),
+            ("mean/entropy", "attention entropy (Fig. 6C)",
+             "attention entropy (nats)"),
+            (valid, f"{valid_label} (Fig. 6D)", valid_label)]
+  with plt.rc_context(_FONT):
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.4), layout="constrained")
+    _member_panels(fig, list(axes), members, panels)
+  return fig
 
 
-def plot_vs_kappa2(members, path):
-  """Last-step Fig. 6 B-D values against kappa2."""
-  last = _perplexity_key(members[0]["metrics"])
-  keys = [("mean/qk_scale", "final scale"), ("mean/entropy", "final entropy"),
-          (last, "final valid " + ("perplexity" if "ppl" in last else "loss"))]
-  k2 = np.array([m["kappa2"] for m in members])
-  fig, axes = plt.subplots(1, 3, figsize=(12, 3.5))
-  for ax, (key, title) in zip(axes, keys):
-    vals = [m["metrics"][key][1][-1] if key in m["metrics"] else np.nan
-            for m in members]
-    ax.plot(k2, vals, "o")
-    for x, y, m in zip(k2, vals, members):
-      if m["kappa1"] == 0:
-        ax.annotate("no LocATER", (x, y), fontsize=7)
-    ax.set_xscale("symlog", linthresh=1e-3)
-    ax.set_xlabel(r"$\kappa_2$")
-    ax.set_title(title)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+def _spread(vals):
+  """Spread of the members' values, relative when it is tiny."""
+  vals = np.asarray(vals, float)
+  vals = vals[np.isfinite(vals)]
+  if vals.size < 2:
+    return ""
+  spread, scale = np.ptp(vals), np.max(np.abs(vals))
+  if scale and spread < 1e-3 * scale:
+    return f"spread across members {spread / scale:.1e} relative"
+  return ""
 
 
-def plot_rho_heatmap(members, path, layer=0, head=None):
-  """Fig. 7: rho_i (color) per key position i and step."""
+def vs_kappa2_figure(members):
+  """Last-step Fig. 6 B-D values; None when `final_values_axis` is None."""
+  axis = final_values_axis(members)
+  if axis is None:
+    return None
+  valid, valid_label = _valid_key(members[0]["metrics"])
+  keys = [("mean/qk_scale", "final " + _SCALE_LABEL),
+          ("mean/entropy", "final attention entropy (nats)"),
+          (valid, "final " + valid_label)]
+  styles, names = _styles(members), member_names(members)
+  with plt.rc_context(_FONT):
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), layout="constrained")
+    for ax, (key, ylabel) in zip(axes, keys):
+      vals = [m["metrics"][key][1][-1] if key in m["metrics"] else np.nan
+              for m in members]
+      xs = ([m["kappa2"] for m in members] if axis == "kappa2"
+            else np.arange(len(members)))
+      for x, y, style in zip(xs, vals, styles):
+        ax.plot([x], [y], ls="none", color=style["color"],
+                marker=style["marker"], ms=style["ms"] + 2, mfc="none",
+                mew=2, zorder=style["zorder"])
+      if axis == "kappa2":
+        ax.plot(xs, vals, color="0.6", lw=1, zorder=1)
+        positive = [k for k in xs if k > 0]
+        ax.set_xscale("symlog", linthresh=min(positive) if positive else 1)
+        ax.set_xlabel(r"LocATER strength $\kappa_2$")
+        for x, y, m in zip(xs, vals, members):
+          if m["kappa1"] == 0 and m["kappa2"] == 0:
+            ax.annotate("no LocATER", (x, y), fontsize=8,
+                        xytext=(4, 4), textcoords="offset points")
+      else:
+        ax.set_xticks(xs, [n.replace(", ", "\n") for n in names], fontsize=8)
+        ax.set_xlim(-0.5, len(members) - 0.5)
+        ax.set_xlabel("member (categorical: not a $\\kappa_2$ axis)")
+      log = _set_yscale(ax, [np.asarray(vals)])
+      _title(ax, _spread(vals), coincide_note([[v] for v in vals], log,
+                                              "values"))
+      ax.set_ylabel(ylabel)
+      ax.grid(alpha=0.3)
+    varying = ", ".join(_SYMBOL[f] for f in varying_fields(members))
+    fig.suptitle("Fig. 6 quantities at the last step"
+                 + f" (members differ in {varying}"
+                 + (")" if axis == "member" else " only)"))
+  return fig
+
+
+def rho_heatmap_figure(members, layer=0, head=None):
+  """Fig. 7: rho_i (colour) per key position i and step, one panel each."""
   name = f"l{layer}/rho" if head is None else f"l{layer}/h{head}/rho"
-  shown = [m for m in members if name in m["metrics"]]
+  shown = [i for i, m in enumerate(members) if name in m["metrics"]]
   if not shown:
     name = f"l{layer}/h0/rho"
-    shown = [m for m in members if name in m["metrics"]]
-  fig, axes = plt.subplots(1, len(shown), figsize=(5 * len(shown), 4),
-                           squeeze=False)
-  for ax, m in zip(axes[0], shown):
-    steps, rho_SxT = m["metrics"][name]
-    T = rho_SxT.shape[1]
-    im = ax.imshow(rho_SxT.T, aspect="auto", origin="lower", vmin=0, vmax=1,
-                   cmap="magma", interpolation="nearest",
-                   extent=(steps[0], steps[-1], 0.5, T + 0.5))
-    ax.set_xlabel("step")
-    ax.set_ylabel("key position i (query = last token)")
-    ax.set_title(_label(m), fontsize=9)
-  fig.colorbar(im, ax=axes[0].tolist(), label=r"empirical $\rho_i$")
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+    shown = [i for i, m in enumerate(members) if name in m["metrics"]]
+  names = member_names(members)
+  with plt.rc_context(_FONT):
+    fig, axes = plt.subplots(1, len(shown), figsize=(3.6 * len(shown) + 1.2,
+                                                     3.8),
+                             squeeze=False, sharey=True, layout="constrained")
+    for ax, i in zip(axes[0], shown):
+      steps, rho_SxT = members[i]["metrics"][name]
+      T = rho_SxT.shape[1]
+      im = ax.imshow(rho_SxT.T, aspect="auto", origin="lower", vmin=0,
+                     vmax=1, cmap="magma", interpolation="nearest",
+                     extent=(steps[0], steps[-1], 0.5, T + 0.5))
+      ax.set(xlabel="step", title=names[i])
+      ax.set_ylabel("key position i (query = last token)"
+                    if ax is axes[0][0] else "key position i")
+    fig.colorbar(im, ax=axes[0].tolist(), label=r"empirical $\rho_i$",
+                 pad=0.01)
+    fig.suptitle(f"Fig. 7: signal propagation probability, layer {layer}"
+                 + (f", head {head}" if head is not None else ""))
+  return fig
 
 
-def plot_curves(members, path):
+def curve_panels(metrics):
+  """[(key, title, ylabel)] of `training_curves` for a member's metrics."""
+  units = sorted(k.rsplit("/", 1)[0] for k in metrics
+                 if k.endswith("/qk_trace") and not k.startswith("mean/"))
+  layers = sorted({u.split("/")[0] for u in units}, key=lambda l: int(l[1:]))
+  valid, valid_label = _valid_key(metrics)
+  lm = valid == "valid/ppl"
+  panels = [("train/loss", "train loss",
+             "train loss (nats/token)" if lm else "train loss"),
+            (valid, valid_label, valid_label)]
+  if len(units) == 1:                    # one layer, one head: no mean panel
+    panels.append(("mean/qk_trace", _TRACE_LABEL, _TRACE_LABEL))
+  else:
+    panels += [(f"{units[0]}/qk_trace", f"{units[0]} {_TRACE_LABEL}",
+                _TRACE_LABEL),
+               ("mean/qk_trace", f"mean {_TRACE_LABEL} over layers and heads",
+                _TRACE_LABEL)]
+  panels.append(("mean/eigen_variance", "eigen-variance (Eq. 8)",
+                 r"$d\,$tr$(W^2) -$ tr$(W)^2$"))
+  panels += [(f"{l}/rank_residual", f"{l} rank-collapse residual",
+              "relative residual (Dong)") for l in layers]
+  return panels
+
+
+def curves_figure(members):
   """Loss, tr(W_QK), eigen-variance and rank residual per layer."""
-  first = members[0]["metrics"]
-  layers = sorted({k.split("/")[0] for k in first if k[0] == "l"
-                   and k.split("/")[0][1:].isdigit()})
-  panels = [("train/loss", "train loss"), (_perplexity_key(first), "valid")]
-  panels += [(f"{l}/qk_trace", f"{l} tr(W_QK)") for l in layers[:1]]
-  panels += [("mean/qk_trace", "mean tr(W_QK)"),
-             ("mean/eigen_variance", "eigen-variance (Eq. 8)")]
-  panels += [(f"{l}/rank_residual", f"{l} rank residual") for l in layers]
-  fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 3.2),
-                           squeeze=False)
-  for ax, (key, title) in zip(axes[0], panels):
-    for m, c in zip(members, _colors(members)):
-      if key in m["metrics"]:
-        ax.plot(*m["metrics"][key], color=c, label=_label(m))
-    ax.set_title(title, fontsize=9)
-    ax.set_xlabel("step")
-  axes[0][0].legend(fontsize=6)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  panels = curve_panels(members[0]["metrics"])
+  ncols = min(3, len(panels))
+  nrows = -(-len(panels) // ncols)
+  with plt.rc_context(_FONT):
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.4 * ncols,
+                                                    3.3 * nrows + 0.6),
+                             squeeze=False, layout="constrained")
+    _member_panels(fig, list(axes.ravel()), members, panels)
+  return fig
+
+
+def figures(members, layer: int = 0) -> dict:
+  """{file stem: Figure} of every figure the members allow."""
+  out = dict(fig6_curves=fig6_figure(members),
+             rho_heatmap=rho_heatmap_figure(members, layer),
+             training_curves=curves_figure(members))
+  vs = vs_kappa2_figure(members)
+  if vs is None:
+    logging.info("fig6_vs_kappa2 skipped: the members do not differ.")
+  else:
+    if final_values_axis(members) == "member":
+      logging.info("fig6_vs_kappa2: members differ in %s, not only kappa2; "
+                   "drawn per member on a categorical axis.",
+                   ", ".join(varying_fields(members)))
+    out["fig6_vs_kappa2"] = vs
+  return out
 
 
 def plot_workdir(workdir: str, layer: int = 0) -> list[str]:
   """Writes every figure of `workdir`; returns their paths."""
-  members = load_members(workdir)
-  out = {k: os.path.join(workdir, k + ".png") for k in
-         ("fig6_curves", "rho_heatmap", "training_curves", "fig6_vs_kappa2")}
-  plot_fig6(members, out["fig6_curves"])
-  plot_rho_heatmap(members, out["rho_heatmap"], layer)
-  plot_curves(members, out["training_curves"])
-  if len({m["kappa2"] for m in members}) > 1:
-    plot_vs_kappa2(members, out["fig6_vs_kappa2"])
-  else:
-    del out["fig6_vs_kappa2"]
-  return list(out.values())
+  paths = []
+  for stem, fig in figures(load_members(workdir), layer).items():
+    path = os.path.join(workdir, stem + ".png")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    paths.append(path)
+  return paths
