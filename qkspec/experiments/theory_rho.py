@@ -143,67 +143,91 @@ def lemma2_table(config: ml_collections.ConfigDict) -> list[dict]:
   return rows
 
 
+_XI, _ETA, _THETA = r"$\xi$", r"$\eta$", r"$\theta = i/T$"
+_RHO = r"$\rho(\theta)$"
+
+
 def _heatmaps(axes_row, maps_ExXxTh, config, cmap, vmin, vmax, xlabel=True):
   extent = (-config.xi_max, config.xi_max, 0.0, 1.0)
+  half = config.xi_max / 2
   for ax, rho_XxTh, eta in zip(axes_row, maps_ExXxTh, config.eta_values):
     image = ax.imshow(np.asarray(rho_XxTh).T, origin="lower", aspect="auto",
                       extent=extent, cmap=cmap, vmin=vmin, vmax=vmax)
-    ax.set_title(f"eta = {eta:g}", fontsize=9)
+    ax.set_title(f"{_ETA} = {eta:g}", fontsize=10)
+    # Inner ticks only: edge labels of neighbouring panels would collide.
+    ax.set_xticks([-half, 0.0, half])
+    ax.set_yticks([0.0, 0.25, 0.5, 0.75, 1.0])
+    ax.tick_params(labelsize=9)
     if xlabel:
-      ax.set_xlabel("xi")
-  axes_row[0].set_ylabel("theta = i/T")
+      ax.set_xlabel(_XI)
+  axes_row[0].set_ylabel(_THETA)
   return image
 
 
-def plot_fig2(maps, config, workdir):
-  """Fig. 2 per variant, and paper / corrected / difference side by side."""
+def fig2_figures(maps, config) -> dict:
+  """{file stem: Figure}: Fig. 2 per variant, and the side-by-side view."""
   plt = outputs.pyplot()
   num_eta = len(config.eta_values)
-  paths = []
+  figs = {}
   for variant, maps_ExXxTh in maps.items():
-    fig, axes = plt.subplots(1, num_eta, figsize=(2.6 * num_eta, 2.8),
+    fig, axes = plt.subplots(1, num_eta, figsize=(2.6 * num_eta + 1.0, 3.0),
                              squeeze=False, sharey=True, layout="constrained")
     image = _heatmaps(axes[0], maps_ExXxTh, config, "viridis", 0.0, 1.0)
-    fig.colorbar(image, ax=axes[0].tolist(), label="rho(theta)")
-    fig.suptitle(f"Eq. (6), variant={variant!r} (cf. paper Fig. 2)")
-    paths.append(outputs.save_figure(fig, workdir, f"fig2_{variant}"))
+    fig.colorbar(image, ax=axes[0].tolist(), label=_RHO)
+    fig.suptitle(f"Eq. (6), variant={variant!r} (cf. paper Fig. 2; "
+                 f"{_XI} = tr$W$/$\\sqrt{{\\mathrm{{tr}}W^2}}$)")
+    figs[f"fig2_{variant}"] = fig
   if set(maps) == set(VARIANTS):
-    fig, axes = plt.subplots(3, num_eta, figsize=(2.6 * num_eta, 7.6),
+    fig, axes = plt.subplots(3, num_eta, figsize=(2.6 * num_eta + 1.0, 8.0),
                              squeeze=False, sharex=True, sharey=True,
                              layout="constrained")
     for row, variant in zip(axes[:2], VARIANTS[::-1]):      # paper first
       image = _heatmaps(row, maps[variant], config, "viridis", 0.0, 1.0,
                         xlabel=False)
-      row[0].set_ylabel(f"{variant}\ntheta")
-    fig.colorbar(image, ax=axes[:2].ravel().tolist(), label="rho(theta)")
+      row[0].set_ylabel(f"{variant}\n{_THETA}")
+    fig.colorbar(image, ax=axes[:2].ravel().tolist(), label=_RHO)
     diff = maps["corrected"] - maps["paper"]
     image = _heatmaps(axes[2], diff, config, "RdBu_r", -1.0, 1.0)
-    axes[2][0].set_ylabel("corrected - paper\ntheta")
-    fig.colorbar(image, ax=axes[2].tolist(), label="difference")
+    axes[2][0].set_ylabel(f"corrected - paper\n{_THETA}")
+    fig.colorbar(image, ax=axes[2].tolist(),
+                 label=r"$\Delta\rho$ (corrected - paper)")
     fig.suptitle("Eq. (6): printed vs corrected Lemma 1 variance")
-    paths.append(outputs.save_figure(fig, workdir, "fig2_compare"))
-  return paths
+    figs["fig2_compare"] = fig
+  return figs
 
 
-def plot_fig3(theta, curves, config, workdir):
+def plot_fig2(maps, config, workdir):
+  """Saves `fig2_figures`; returns their paths."""
+  return [outputs.save_figure(fig, workdir, stem)
+          for stem, fig in fig2_figures(maps, config).items()]
+
+
+def fig3_figure(theta, curves, config):
   """Fig. 3: the localized cases, both variants and the Lemma 2 limit."""
   plt = outputs.pyplot()
   cases = list(config.localized)
-  fig, axes = plt.subplots(1, len(cases), figsize=(4.2 * len(cases), 3.4),
-                           squeeze=False, layout="constrained")
+  fig, axes = plt.subplots(1, len(cases), figsize=(4.4 * len(cases), 3.6),
+                           squeeze=False, sharey=True, layout="constrained")
   for ax, (xi, eta) in zip(axes[0], cases):
     for variant, style in zip(config.variants, ("-", "--")):
       ax.plot(theta, curves[(variant, xi, eta)], style, label=variant)
     limit = propagation.rho_trace_limit(theta, xi * eta)
     ax.plot(theta, limit, ":", color="gray", label="Lemma 2 limit")
-    ax.set_title(f"xi = {xi:g}, eta = {eta:g}, xi*eta = {xi * eta:.3g}")
-    ax.set_xlabel("theta = i/T")
+    ax.set_title(f"{_XI} = {xi:g}, {_ETA} = {eta:g}, "
+                 f"$r = \\xi\\eta$ = {xi * eta:.3g}")
+    ax.set_xlabel(_THETA)
+    ax.set_ylabel(_RHO)
     ax.set_ylim(-0.03, 1.03)
-  axes[0][0].set_ylabel("rho(theta)")
   axes[0][0].legend(fontsize=8)
-  fig.suptitle("Localized rho(theta) (cf. paper Fig. 3; eta = 0.01, "
+  fig.suptitle(f"Localized {_RHO} (cf. paper Fig. 3; {_ETA} = 0.01, "
                "not the 0.02 of the text)")
-  return [outputs.save_figure(fig, workdir, "fig3_localized")]
+  return fig
+
+
+def plot_fig3(theta, curves, config, workdir):
+  """Saves `fig3_figure`; returns its path in a list."""
+  return [outputs.save_figure(fig3_figure(theta, curves, config), workdir,
+                              "fig3_localized")]
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
