@@ -256,19 +256,21 @@ def plot_fig5(out, config, workdir):
       ax.plot(i_T, out["rho"][c, p].T, color=colors[p], lw=0.5, alpha=0.35)
       ax.plot(i_T, out["rho"][c, p].mean(0), color=colors[p], lw=2.2,
               label=_pair_label(config, p))
-    ax.set(xlabel="token position i", ylabel="rho_i", ylim=(-0.03, 1.03),
-           title=f"{cov} Sigma: rho_i ({config.num_draws} W_QK draws, "
-                 f"{config.num_sequences} walks)")
+    ax.set(xlabel="token position i", ylabel=r"$\rho_i$",
+           ylim=(-0.03, 1.03),
+           title=f"{cov} $\\Sigma$: $\\rho_i$ ({config.num_draws} "
+                 f"$W_{{QK}}$ draws, {config.num_sequences} walks)")
     ent = out["entropy"][c]                                      # [P, D]
     ax_ent.bar(np.arange(num_p), ent.mean(1), yerr=ent.std(1), color=colors)
     ax_ent.axhline(np.log(config.seq_len), ls="--", color="k", lw=1,
-                   label="ln T (uniform attention)")
+                   label=r"$\ln T$ (uniform attention)")
     ax_ent.set_xticks(np.arange(num_p),
                       [f"({m:g}, {s:g})" for m, s in config.pairs],
                       rotation=45, ha="right", fontsize=8)
     ax_ent.set(xlabel="(eigen_mean, eigen_std)",
                ylabel="attention entropy [nats]",
-               title=f"{cov} Sigma: entropy of softmax(X W X^T/lambda)")
+               title=f"{cov} $\\Sigma$: entropy of "
+                     r"softmax$(XWX^\top/\lambda)$")
     ax_ent.legend(fontsize=8)
   handles, labels = axes[0][0].get_legend_handles_labels()
   fig.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=8)
@@ -281,7 +283,8 @@ def plot_gaussian(out, config, workdir):
   plt = outputs.pyplot()
   num_c, num_p = out["rho"].shape[:2]
   i_T = np.arange(1, config.seq_len + 1)
-  fig, axes = plt.subplots(num_c, num_p, figsize=(2.6 * num_p, 2.6 * num_c),
+  fig, axes = plt.subplots(num_c, num_p,
+                           figsize=(2.6 * num_p, 2.7 * num_c + 0.6),
                            squeeze=False, sharex=True, sharey=True,
                            layout="constrained")
   styles = {"paper": ("tab:red", "--"), "corrected": ("tab:blue", "-"),
@@ -297,13 +300,16 @@ def plot_gaussian(out, config, workdir):
                 lw=1.3, label=f"Gaussian ({name})")
       eigen_mean, eigen_std = config.pairs[p]
       ax.set_title(f"{cov[:5]}: eigen_mean={eigen_mean:g},\n"
-                   f"eigen_std={eigen_std:g}", fontsize=8)
+                   f"eigen_std={eigen_std:g}", fontsize=10)
       ax.set_ylim(-0.03, 1.03)
-    axes[c][0].set_ylabel("rho_i")
+    axes[c][0].set_ylabel(r"$\rho_i$")
   for ax in axes[-1]:
-    ax.set_xlabel("i")
-  axes[0][0].legend(fontsize=6)
-  fig.suptitle("Monte Carlo rho_i vs Lemma 1 Gaussian approximation "
+    ax.set_xlabel("token position i")
+  handles, labels = axes[0][0].get_legend_handles_labels()
+  fig.legend(handles, labels, loc="outside lower center", ncol=4,
+             fontsize=10)
+  fig.suptitle(r"Monte Carlo $\rho_i$ (mean $\pm$ std over draws) vs "
+               "Lemma 1 Gaussian approximation "
                "(printed / corrected / exact finite-T moments)")
   return [outputs.save_figure(fig, workdir, "fig5_gaussian_vs_mc")]
 
