@@ -1,0 +1,282 @@
+"""Figures say what varies, label every axis, and show coinciding members."""
+import itertools
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax.numpy as jnp
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
+import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from qkspec.experiments import theory_rho  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec.experiments import training_plots  # pylint: disable=g-import-not-at-top,wrong-import-position
+import testutil  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+_STEPS = np.arange(0, 101, 10)
+
+
+def _member(kappa1=0.0, kappa2=0.0, target=1.0, seed=0, shift=0.0,
+            layers=1, heads=1, lm=False):
+  """A members.json entry with synthetic metrics ({name: (steps, values)})."""
+  s = _STEPS.astype(float)
+  decay = np.exp(-s / 30.0)
+  metrics = {
+      "train/loss": (_STEPS, 200.0 * decay + 8.0 + shift),   # > 1 decade
+      "mean/qk_scale": (_STEPS, 3.0 * 10 ** (-3 * s / 100) + shift),
+      "mean/entropy": (_STEPS, 1.8 + 0.1 * decay + shift),
+      "mean/qk_trace": (_STEPS, -2.0 * (1 - decay) + shift),
+      "mean/eigen_variance": (_STEPS, 20.0 * decay + 1.0 + shift),
+      "l0/rho": (_STEPS, np.linspace(0, 1, len(_STEPS) * 8).reshape(-1, 8)),
+  }
+  metrics["valid/ppl" if lm else "valid/loss"] = (
+      _STEPS[1:], 9.0 + decay[1:] + shift)
+  for l in range(layers):
+    metrics[f"l{l}/rank_residual"] = (_STEPS, 0.5 + 0.01 * l + 0 * s)
+    for h in range(heads):
+      unit = f"l{l}" if heads == 1 else f"l{l}/h{h}"
+      metrics[f"{unit}/qk_trace"] = (_STEPS, -2.0 * (1 - decay) + h + shift)
+  name = f"kappa1={kappa1:g},kappa2={kappa2:g},target={target:g}"
+  return dict(name=name, dir=name, seed=seed, kappa1=kappa1, kappa2=kappa2,
+              target=target, metrics=metrics)
+
+
+def _theory_members():
+  return [_member(0, 0, 1), _member(100, 1, 1, shift=0.5),
+          _member(100, 100, 12, shift=1.0)]
+
+
+def _sweep_members():
+  return [_member(1, k2, shift=0.1 * i)
+          for i, k2 in enumerate((0.0, 1e-3, 1e-2, 0.1, 1.0))]
+
+
+def _data_axes(fig):
+  """The visible axes that hold data (colorbars included)."""
+  return [ax for ax in fig.axes if ax.get_visible()]
+
+
+def _assert_labelled(test, fig):
+  for ax in _data_axes(fig):
+    if ax.get_label() == "<colorbar>":
+      test.assertTrue(ax.get_ylabel() or ax.get_xlabel(), "colorbar label")
+      continue
+    test.assertTrue(ax.get_xlabel().strip(), f"x label of {ax.get_title()}")
+    test.assertTrue(ax.get_ylabel().strip(), f"y label of {ax.get_title()}")
+
+
+def _overlapping_tick_labels(fig, gap_px=3.0):
+  """Pairs of visible tick labels closer than `gap_px` after drawing."""
+  fig.canvas.draw()
+  renderer = fig.canvas.get_renderer()
+  boxes = []
+  for ax in fig.axes:
+    for axis, index in ((ax.xaxis, 0), (ax.yaxis, 1)):
+      low, high = sorted(axis.get_view_interval())
+      for label in axis.get_ticklabels():
+        inside = low - 1e-9 <= label.get_position()[index] <= high + 1e-9
+        if inside and label.get_visible() and label.get_text():
+          box = label.get_window_extent(renderer).expanded(1.0, 1.0)
+          boxes.append((label.get_text(), box.padded(gap_px / 2)))
+  return [(a, b) for (a, ba), (b, bb) in itertools.combinations(boxes, 2)
+          if ba.overlaps(bb) and ba.width > 0 and bb.width > 0]
+
+
+class DecisionTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ("theory_task", [dict(kappa1=0, kappa2=0, target=1),
+                       dict(kappa1=100, kappa2=1, target=1),
+                       dict(kappa1=100, kappa2=100, target=12)], "member"),
+      ("kappa1_varies", [dict(kappa1=0, kappa2=1), dict(kappa1=1, kappa2=1)],
+       "member"),
+      ("target_and_kappa2", [dict(kappa2=0, target=1),
+                             dict(kappa2=1, target=2)], "member"),
+      ("seed_and_kappa2", [dict(kappa2=0, seed=0), dict(kappa2=1, seed=1)],
+       "member"),
+      ("kappa2_sweep", [dict(kappa1=1, kappa2=k) for k in (0, 0.1, 1)],
+       "kappa2"),
+      ("one_member", [dict(kappa2=1)], None),
+      ("identical", [dict(kappa2=1), dict(kappa2=1)], None),
+  )
+  def test_final_values_axis(self, members, expected):
+    self.assertEqual(training_plots.final_values_axis(members), expected)
+
+  def test_member_names_name_only_what_varies(self):
+    names = training_plots.member_names(_sweep_members())
+    self.assertEqual(names[1], r"2: $\kappa_2$=0.001")
+    names = training_plots.member_names(_theory_members())
+    self.assertEqual(names[2], r"3: $\kappa_1$=100, $\kappa_2$=100, target=12")
+
+  def test_coinciding(self):
+    a = np.array([1.0, 2.0, 3.0])
+    groups = training_plots.coinciding(
+        [a, a * (1 + 1e-8), a + 1.0, None, a + 1.0])
+    self.assertEqual(groups, [[0, 1], [2, 4]])
+    self.assertEqual(training_plots.coinciding([a, a + 1e-3]), [])
+    # Indistinguishable on an axis spanning [1, 4]: 1e-3 < 2e-3 * 3.
+    self.assertEqual(training_plots.coinciding(
+        [a, a + 1e-3, a + 1.0], span_frac=2e-3), [[0, 1]])
+
+  def test_coincide_note(self):
+    a = np.array([1.0, 2.0])
+    self.assertEqual(training_plots.coincide_note([a, a, a + 1]),
+                     "curves 1=2 coincide (to 1e-6 rel.)")
+    self.assertEqual(training_plots.coincide_note([a, a + 1e-4, a + 1]),
+                     "curves 1=2 coincide at this scale")
+    self.assertEqual(training_plots.coincide_note([a, a + 1]), "")
+
+
+class TrainingFiguresTest(parameterized.TestCase):
+
+  def tearDown(self):
+    plt.close("all")
+    super().tearDown()
+
+  @parameterized.named_parameters(
+      ("theory", _theory_members), ("sweep", _sweep_members),
+      ("lm_two_layers", lambda: [_member(1, k, layers=2, lm=True)
+                                 for k in (0.0, 1.0)]),
+      ("two_heads", lambda: [_member(1, k, heads=2) for k in (0.0, 1.0)]))
+  def test_every_axis_is_labelled(self, make_members):
+    figs = training_plots.figures(make_members())
+    self.assertEqual(set(figs), {"fig6_curves", "rho_heatmap",
+                                 "training_curves", "fig6_vs_kappa2"})
+    for stem, fig in figs.items():
+      with self.subTest(stem):
+        _assert_labelled(self, fig)
+
+  def test_fig6_names_its_quantities(self):
+    fig = training_plots.fig6_figure(_theory_members())
+    labels = [ax.get_ylabel() for ax in fig.axes]
+    self.assertEqual(labels, [r"tr$(W_{QK}^\top W_{QK})$",
+                              "attention entropy (nats)", "valid loss"])
+    fig = training_plots.fig6_figure([_member(lm=True)])
+    self.assertEqual(fig.axes[2].get_ylabel(), "valid perplexity")
+
+  def test_log_axes_have_labelled_ticks(self):
+    fig = training_plots.fig6_figure(_theory_members())
+    scale, entropy = fig.axes[0], fig.axes[1]
+    self.assertEqual(scale.get_yscale(), "log")          # 3 decades
+    self.assertEqual(entropy.get_yscale(), "linear")     # < 1 decade
+    fig.canvas.draw()
+    low, high = scale.get_ylim()
+    shown = [t for t in scale.get_yticks() if low <= t <= high]
+    labelled = [t for t in scale.get_yticklabels() if t.get_text()]
+    self.assertGreaterEqual(len(shown), 3)
+    self.assertGreaterEqual(len(labelled), 3)
+    curves = training_plots.curves_figure(_theory_members())
+    self.assertEqual(curves.axes[0].get_yscale(), "log")  # train loss
+
+  def test_one_layer_one_head_has_no_duplicate_mean_panel(self):
+    keys = [k for k, _, _ in training_plots.curve_panels(
+        _member()["metrics"])]
+    self.assertEqual([k for k in keys if k.endswith("qk_trace")],
+                     ["mean/qk_trace"])
+    self.assertLen(keys, len(set(keys)))
+    fig = training_plots.curves_figure([_member()])
+    titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]
+    self.assertFalse([t for t in titles if t.startswith("mean")], titles)
+
+  @parameterized.named_parameters(("two_layers", 2, 1, "l0"),
+                                  ("two_heads", 1, 2, "l0/h0"))
+  def test_several_units_keep_first_and_mean(self, layers, heads, first):
+    keys = [k for k, _, _ in training_plots.curve_panels(
+        _member(layers=layers, heads=heads)["metrics"])]
+    self.assertEqual([k for k in keys if k.endswith("qk_trace")],
+                     [f"{first}/qk_trace", "mean/qk_trace"])
+    self.assertLen([k for k in keys if k.endswith("rank_residual")], layers)
+
+  def test_theory_task_gets_a_categorical_axis(self):
+    members = _theory_members()
+    fig = training_plots.vs_kappa2_figure(members)
+    for ax in fig.axes:
+      self.assertEqual(ax.get_xscale(), "linear")
+      self.assertNotIn("kappa_2$", ax.get_xlabel().split("(")[0])
+      ticks = [t.get_text() for t in ax.get_xticklabels()]
+      self.assertLen(ticks, 3)
+      self.assertIn("target=12", ticks[2])
+    self.assertIn("differ in", fig.get_suptitle())
+
+  def test_kappa2_sweep_gets_a_kappa2_axis(self):
+    fig = training_plots.vs_kappa2_figure(_sweep_members())
+    for ax in fig.axes:
+      self.assertEqual(ax.get_xscale(), "symlog")
+      self.assertIn(r"$\kappa_2$", ax.get_xlabel())
+
+  def test_identical_members_get_no_vs_kappa2_figure(self):
+    members = [_member(1, 1), _member(1, 1)]
+    self.assertIsNone(training_plots.vs_kappa2_figure(members))
+    self.assertNotIn("fig6_vs_kappa2", training_plots.figures(members))
+
+  def test_coinciding_members_are_distinct_and_noted(self):
+    members = [_member(1, k) for k in (0.0, 0.1, 1.0)]      # all identical
+    fig = training_plots.fig6_figure(members)
+    ax = fig.axes[0]
+    styles = {(line.get_linestyle(), line.get_marker(), line.get_linewidth())
+              for line in ax.get_lines()}
+    self.assertLen(styles, 3)
+    widths = [line.get_linewidth() for line in ax.get_lines()]
+    self.assertEqual(widths, sorted(widths, reverse=True))  # later thinner
+    self.assertIn("curves 1=2=3 coincide", ax.get_title())
+    other = training_plots.fig6_figure(_theory_members())
+    self.assertNotIn("coincide", other.axes[0].get_title())
+
+  def test_heatmap_colorbar_is_beside_the_panels(self):
+    fig = training_plots.rho_heatmap_figure(_theory_members())
+    fig.canvas.draw()
+    panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    (bar,) = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+    right = max(ax.get_position().x1 for ax in panels)
+    self.assertLess(bar.get_position().x0 - right, 0.05)   # no empty strip
+    self.assertGreater(right - panels[0].get_position().x0, 0.75)
+
+
+class TheoryFiguresTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.config = testutil.get_config("theory_rho")
+    theta = jnp.linspace(0.0, 1.0, 21)
+    xi = jnp.linspace(-cls.config.xi_max, cls.config.xi_max, 11)
+    eta = jnp.asarray(cls.config.eta_values, jnp.float32)
+    cls.maps = {v: np.asarray(theory_rho.rho_theta_map(theta, xi, eta, v))
+                for v in cls.config.variants}
+
+  def tearDown(self):
+    plt.close("all")
+    super().tearDown()
+
+  def test_fig2_uses_symbols_and_tick_labels_do_not_collide(self):
+    figs = theory_rho.fig2_figures(self.maps, self.config)
+    self.assertEqual(set(figs), {"fig2_paper", "fig2_corrected",
+                                 "fig2_compare"})
+    for stem, fig in figs.items():
+      with self.subTest(stem):
+        self.assertEqual(_overlapping_tick_labels(fig), [])
+        texts = [ax.get_title() + ax.get_xlabel() + ax.get_ylabel()
+                 for ax in fig.axes]
+        self.assertTrue(any(r"$\eta$" in t for t in texts))
+        self.assertTrue(any(r"$\xi$" in t for t in texts))
+        self.assertTrue(any(r"$\theta" in t for t in texts))
+        self.assertFalse([t for t in texts if "eta =" in t
+                          and r"$\eta$" not in t])
+        for ax in fig.axes:
+          if ax.get_label() != "<colorbar>" and ax.get_subplotspec() and (
+              ax.get_subplotspec().is_last_row()):
+            self.assertEqual(ax.get_xlabel(), r"$\xi$")
+
+  def test_fig3_labels(self):
+    theta = np.linspace(0.0, 1.0, 11)
+    curves = {(v, xi, eta): theta for v in self.config.variants
+              for xi, eta in self.config.localized}
+    fig = theory_rho.fig3_figure(theta, curves, self.config)
+    for ax in fig.axes:
+      self.assertEqual(ax.get_xlabel(), r"$\theta = i/T$")
+      self.assertEqual(ax.get_ylabel(), r"$\rho(\theta)$")
+    self.assertEqual(_overlapping_tick_labels(fig), [])
+
+
+if __name__ == "__main__":
+  absltest.main()
