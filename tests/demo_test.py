@@ -12,12 +12,17 @@ class DemoTest(absltest.TestCase):
 
   def test_runs_and_lists_figures(self):
     with tempfile.TemporaryDirectory() as tmp:
+      # One experiment config and the training config, as the demo runs
+      # them (both through cli.run_experiment).
       figures = demo.run(tmp, testutil.ROOT / "configs", smoke=True,
-                         only=("entropy_bound",))
-      self.assertEqual(list(figures), ["entropy_bound"])
-      self.assertTrue(figures["entropy_bound"])
-      for path in figures["entropy_bound"]:
-        self.assertTrue(pathlib.Path(path).is_file())
+                         only=("entropy_bound", "theory_task"))
+      self.assertEqual(list(figures), ["entropy_bound", "theory_task"])
+      for name in figures:
+        self.assertTrue(figures[name], name)
+        for path in figures[name]:
+          self.assertTrue(pathlib.Path(path).is_file())
+      self.assertTrue((pathlib.Path(tmp) / "theory_task"
+                       / "members.json").is_file())
       self.assertTrue((pathlib.Path(tmp) / "entropy_bound"
                        / "config.json").is_file())
 

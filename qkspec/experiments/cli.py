@@ -41,17 +41,18 @@ def experiments() -> tuple[str, ...]:
 def run_experiment(config, workdir: str, default: str | None = None) -> Any:
   """Runs `config.experiment`'s `run(config, workdir)`, or trains `config`.
 
-  `default` is the experiment of a config without an `experiment` field
-  (the old per-figure launch scripts pass theirs).
+  `default` is the experiment of a config that has neither an `experiment`
+  nor a `task` field (the old per-figure launch scripts pass theirs).
 
   Raises:
     ValueError: the config names no experiment and is no training config,
       or names an unknown experiment.
   """
-  name = config.get("experiment", None) or default
+  name = config.get("experiment", None)
+  if name is None and "task" in config:       # a training config
+    return train_and_plot(config, workdir)
+  name = name or default
   if name is None:
-    if "task" in config:
-      return train_and_plot(config, workdir)
     raise ValueError("the config names no experiment: set config.experiment "
                      f"to one of {experiments()} (or pass a training config, "
                      "which has config.task).")
