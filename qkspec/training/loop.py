@@ -48,6 +48,10 @@ from qkspec.training import progress
 from qkspec.training import step as step_lib
 from qkspec.training import sweep as sweep_lib
 
+# Raised by `train_and_evaluate` on Ctrl-C after saving (a KeyboardInterrupt);
+# a command line catches it with `interrupt.exit_on_interrupt()`.
+Interrupted = interrupt.Interrupted
+
 
 @dataclasses.dataclass
 class Run:
