@@ -1,11 +1,19 @@
-"""The two entry points: launch/run.py (experiments) and the old aliases."""
+"""The two entry points: launch/run.py (experiments) and the old aliases.
+
+Also how every command ends on a usage error (one line, exit status 2) and
+on Ctrl-C (one line, exit status 130), and jax's TPU probe note dropped.
+"""
+import logging
 import pathlib
+import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 
 from absl.testing import absltest
 import ml_collections
+import numpy as np
 
 from qkspec.experiments import cli
 import testutil
@@ -81,6 +89,133 @@ class LaunchTest(absltest.TestCase):
       text = (testutil.ROOT / "launch" / f"{script}.py").read_text()
       self.assertIn(f'default="{experiment}"', text)
       self.assertIn('alias_of="launch/run.py"', text)
+
+
+def _launch_args(script, *args):
+  return [sys.executable, str(testutil.ROOT / "launch" / script), *args]
+
+
+class UsageErrorTest(absltest.TestCase):
+  """A usage error ends in one line naming the key or path, status 2."""
+
+  def _fails(self, script, *args):
+    """Runs `script args` (expecting status 2); returns stderr's lines."""
+    r = subprocess.run(_launch_args(script, *args, "--workdir",
+                                    "/nonexistent/never/written"),
+                       capture_output=True, text=True, cwd=testutil.ROOT,
+                       timeout=120, check=False)
+    self.assertEqual(r.returncode, 2, r.stderr[-3000:])
+    self.assertNotIn("Traceback", r.stderr)
+    lines = r.stderr.strip().splitlines()
+    self.assertLen(lines, 1, r.stderr[-3000:])
+    self.assertStartsWith(lines[0], "qkspec: error: ")
+    return lines[0]
+
+  def test_a_misspelled_key_names_it_and_the_right_one(self):
+    # launch/train.py, the issue's command; run.py shares cli.main.
+    line = self._fails("train.py", "--config", "configs/theory_task.py:smoke",
+                       "--config.locater.kapa1=1")
+    self.assertIn("--config.locater.kapa1", line)
+    self.assertIn("did you mean --config.locater.kappa1?", line)
+    self.assertNotIn("\\n", line)
+    line = self._fails("run.py", "--config", "configs/theory_task.py:smoke",
+                       "--config.locatr.kappa1=1")
+    self.assertIn("did you mean --config.locater.kappa1?", line)
+
+  def test_a_missing_config_file_names_the_path(self):
+    line = self._fails("run.py", "--config", "configs/config_config")
+    self.assertIn("no such file 'configs/config_config'", line)
+    self.assertIn(str(testutil.ROOT / "configs" / "config_config"), line)
+    line = self._fails("run.py", "--config=configs/theory_task.py:smok")
+    self.assertIn("unknown config argument 'smok'", line)
+
+  def test_bad_values_print_the_check_that_failed(self):
+    line = self._fails("run.py", "--config", "configs/theory_task.py:smoke",
+                       "--config.model.num_heads=3")
+    self.assertIn("config.model.num_heads=3 does not divide", line)
+    line = self._fails("run.py", "--config", "configs/theory_task.py:smoke",
+                       "--config.num_steps=abc")
+    self.assertIn("--config.num_steps=abc", line)
+    line = self._fails("run.py", "--config", "configs/entropy_bound.py:smoke",
+                       "--config.experiment=nope")
+    self.assertIn("config.experiment must be one of", line)
+    line = self._fails("run.py", "--config", "configs/theory_task.py:smoke",
+                       "--num_processes=2")
+    self.assertIn("--coordinator_address", line)
+
+  def test_verbose_errors_keeps_the_traceback(self):
+    r = subprocess.run(_launch_args(
+        "run.py", "--config", "configs/theory_task.py:smoke",
+        "--config.locater.kapa1=1", "--workdir", "/nonexistent/never",
+        "--verbose_errors"), capture_output=True, text=True,
+                       cwd=testutil.ROOT, timeout=120, check=False)
+    self.assertEqual(r.returncode, 2)
+    self.assertIn("Traceback", r.stderr)
+    self.assertEndsWith(r.stderr.strip(), "did you mean "
+                        "--config.locater.kappa1?")
+
+  def test_a_bug_keeps_its_traceback(self):
+    # A ValueError from numpy (not a check of qkspec's) is not a usage error.
+    bug = ValueError("inside numpy")
+    try:
+      np.reshape(np.arange(3), (2, 2))
+    except ValueError as e:
+      bug = e
+    self.assertFalse(cli._is_usage_error(bug))  # pylint: disable=protected-access
+    try:
+      cli.start_processes(None, 2, None)
+    except ValueError as e:
+      self.assertTrue(cli._is_usage_error(e))  # pylint: disable=protected-access
+
+
+class InterruptTest(absltest.TestCase):
+
+  def test_ctrl_c_prints_one_line_and_exits_130(self):
+    script = textwrap.dedent("""
+        import sys, time
+        from qkspec.experiments import cli
+        def run(config, workdir):
+          print("running", flush=True)
+          time.sleep(120)
+        cli.main(run)
+        """)
+    with subprocess.Popen(
+        [sys.executable, "-c", script, "--config",
+         "configs/entropy_bound.py:smoke", "--workdir", "/nonexistent/never"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=testutil.ROOT) as p:
+      try:
+        self.assertEqual(p.stdout.readline().strip(), "running")
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+      finally:
+        p.kill()
+    self.assertEqual(p.returncode, 130, err[-3000:])
+    self.assertNotIn("Traceback", err)
+    self.assertEqual(err.strip().splitlines()[-1], "qkspec: interrupted")
+
+
+class TpuNoteTest(absltest.TestCase):
+
+  def test_only_the_missing_libtpu_note_is_dropped(self):
+    cli.quiet_tpu_probe()
+    cli.quiet_tpu_probe()
+    logger = logging.getLogger("jax._src.xla_bridge")
+    self.assertLen([f for f in logger.filters
+                    if isinstance(f, cli._NoTpuFilter)], 1)  # pylint: disable=protected-access
+
+    def kept(message):
+      return logger.filter(logger.makeRecord(
+          logger.name, logging.INFO, __file__, 1, message, (), None))
+
+    self.assertFalse(kept("Unable to initialize backend 'tpu': INTERNAL: "
+                          "Failed to open libtpu.so: libtpu.so: cannot open "
+                          "shared object file: No such file or directory"))
+    self.assertTrue(kept("Unable to initialize backend 'tpu': "
+                         "ABORTED: the TPU is in use by another process"))
+    self.assertTrue(kept("Unable to initialize backend 'tpu': INTERNAL: "
+                         "Failed to open libtpu.so: undefined symbol: x"))
+    self.assertTrue(kept("Unable to initialize backend 'cuda': no GPU"))
 
 
 if __name__ == "__main__":

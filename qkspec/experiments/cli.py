@@ -8,17 +8,40 @@
   one run or a vmapped sweep, with `qkspec.training.loop`.
 
 `run.py` given a training config trains it and then draws its figures
-(`training_plots`), so either command works for it. The old per-figure scripts (`launch/simulate.py`, ...) remain
-as aliases of `run.py` that say so.
+(`training_plots`), so either command works for it. The old per-figure
+scripts (`launch/simulate.py`, ...) remain as aliases of `run.py` that say so.
+
+`main` also gives every command the same habits:
+
+* a usage error (a misspelled config key, a config file that does not exist,
+  a bad flag value, a config that `qkspec.config.schema.validate` or an
+  experiment rejects) prints one line, `qkspec: error: ...`, and exits with
+  status 2; Ctrl-C exits with status 130 after one line (the training
+  loop's `interrupt.Interrupted`: the checkpoint it saved and how to
+  resume; else "qkspec: interrupted"). `--verbose_errors` prints the Python
+  traceback as well.
+* `--coordinator_address`, `--num_processes` and `--process_id` start one
+  process of a multi-host run (`jax.distributed.initialize`) before
+  anything touches the devices (BUILD.md, "Many devices and hosts").
+* jax's note that it found no TPU (`Unable to initialize backend 'tpu'`,
+  logged on every CPU/GPU machine) is dropped; its other messages are kept.
 """
 import importlib
+import logging as py_logging
+import os
 import pkgutil
-from typing import Any, Callable
+import re
+import sys
+import traceback
+from typing import Any, Callable, NoReturn
 
 from absl import app
 from absl import flags
 from absl import logging
 from ml_collections import config_flags
+
+from qkspec.config import schema
+from qkspec.training import interrupt
 
 # Modules of qkspec.experiments that are not experiments (helpers).
 _NOT_EXPERIMENTS = ("chunked", "cli", "demo", "inputs", "measures", "outputs",
@@ -56,29 +79,255 @@ def run_experiment(config, workdir: str, default: str | None = None) -> Any:
     raise ValueError("the config names no experiment: set config.experiment "
                      f"to one of {experiments()} (or pass a training config, "
                      "which has config.task).")
-  known = experiments()
-  if name not in known:
-    raise ValueError(f"config.experiment must be one of {known}, got "
-                     f"{name!r}.")
+  _check_experiment(name)
   return importlib.import_module(f"qkspec.experiments.{name}").run(config,
                                                                    workdir)
 
 
+def check_config(config) -> None:
+  """The checks that need no devices, run before the config is logged.
+
+  Raises:
+    ValueError: a training config (`config.task`) that
+      `qkspec.config.schema.validate` rejects, or an unknown
+      `config.experiment`.
+  """
+  if "task" in config:
+    schema.validate(config)
+  if config.get("experiment", None) is not None:
+    _check_experiment(config.experiment)
+
+
+def _check_experiment(name) -> None:
+  known = experiments()
+  if name not in known:
+    raise ValueError(f"config.experiment must be one of {known}, got "
+                     f"{name!r}.")
+
+
 def train_and_plot(config, workdir: str) -> Any:
-  """Trains a training config (`config.task`), then draws its figures."""
+  """Trains a training config (`config.task`), then draws its figures.
+
+  In a multi-host run process 0 draws them (it wrote the metrics).
+  """
   # pylint: disable=g-import-not-at-top
+  import jax
   from qkspec.experiments import training_plots
   from qkspec.training import loop
   # pylint: enable=g-import-not-at-top
   logging.info("a training config (task=%s): training it", config.task)
   state = loop.train_and_evaluate(config, workdir)
-  training_plots.plot_workdir(workdir)
+  if jax.process_index() == 0:
+    training_plots.plot_workdir(workdir)
   return state
+
+
+class _NoTpuFilter(py_logging.Filter):
+  """Drops jax's note that this machine has no TPU library (every CPU/GPU run).
+
+  jax probes each backend at the first device use and logs (INFO) the ones
+  that fail quietly. The TPU probe fails on every machine without the
+  libtpu shared object; a libtpu that is there but fails keeps its message
+  (and `loop` logs the devices it got).
+  """
+
+  def filter(self, record: py_logging.LogRecord) -> bool:
+    message = record.getMessage()
+    return not (message.startswith("Unable to initialize backend 'tpu'")
+                and "cannot open shared object file" in message)
+
+
+def quiet_tpu_probe() -> None:
+  """Installs `_NoTpuFilter` on jax's backend logger (idempotent)."""
+  logger = py_logging.getLogger("jax._src.xla_bridge")
+  if not any(isinstance(f, _NoTpuFilter) for f in logger.filters):
+    logger.addFilter(_NoTpuFilter())
+
+
+def _fail(message: str, error: BaseException | None, verbose: bool,
+          status: int = 2) -> NoReturn:
+  """Prints `qkspec: error: message` (after the traceback if `verbose`)."""
+  if verbose and error is not None:
+    traceback.print_exception(error)
+  print(f"qkspec: error: {message}", file=sys.stderr, flush=True)
+  sys.exit(status)
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+  """`error` and its causes/contexts, outermost first."""
+  out = []
+  while error is not None and error not in out:
+    out.append(error)
+    error = error.__cause__ or error.__context__
+  return out
+
+
+def _raised_in(error: BaseException, *parts: str) -> bool:
+  """Whether `error`'s innermost frame is in a file under a path with `parts`."""
+  tb = error.__traceback__
+  if tb is None:
+    return False
+  while tb.tb_next is not None:
+    tb = tb.tb_next
+  path = os.path.normpath(tb.tb_frame.f_code.co_filename).split(os.sep)
+  return all(p in path for p in parts)
+
+
+def _overrides(argv: list[str], name: str) -> list[str]:
+  """The `--name.x.y` paths (`x.y`) given on the command line."""
+  out = []
+  for arg in argv[1:]:
+    m = re.match(rf"^--?(?:no)?{name}\.([^=]+)", arg)
+    if m:
+      out.append(m.group(1))
+  return out
+
+
+def _unknown_key_message(error: BaseException, argv: list[str]) -> str | None:
+  """One line for ml_collections' KeyError on a misspelled override."""
+  for e in _chain(error):
+    if not (isinstance(e, KeyError) and e.args and isinstance(e.args[0], str)
+            and _raised_in(e, "ml_collections")):
+      continue
+    first, _, rest = e.args[0].partition("\n")
+    key = first.strip("'\"")
+    hint = re.search(r'Did you mean "([^"]+)"', rest)
+    for path in _overrides(argv, "config"):
+      parts = path.split(".")
+      if key in parts:
+        line = f"--config.{path}: the config has no field {path!r}"
+        if hint:
+          parts[parts.index(key)] = hint.group(1)
+          line += f"; did you mean --config.{'.'.join(parts)}?"
+        return line
+    return f"the config has no field {key!r}" + (
+        f"; did you mean {hint.group(1)!r}?" if hint else "")
+  return None
+
+
+def _flag_error_message(error: flags.Error, argv: list[str]) -> str:
+  """One line for an absl flag error (bad value, unknown flag, ...)."""
+  message = str(error)
+  if "Error whilst parsing config file" in message:
+    # config_flags pastes get_config's traceback into the message: keep the
+    # error that get_config raised.
+    root = _chain(error)[-1]
+    message = f"--config={_config_arg(argv)}: {type(root).__name__}: {root}"
+  message = re.sub(r"^flag (--\S+)", r"\1", message)
+  return "; ".join(line.strip() for line in message.splitlines()
+                   if line.strip())
+
+
+def _config_arg(argv: list[str]) -> str | None:
+  """The value of --config on the command line (the last one given)."""
+  value = None
+  for i, arg in enumerate(argv[1:], 1):
+    if arg in ("--config", "-config") and i + 1 < len(argv):
+      value = argv[i + 1]
+    elif arg.startswith(("--config=", "-config=")):
+      value = arg.split("=", 1)[1]
+  return value
+
+
+def _load_error_message(error: OSError, argv: list[str]) -> str:
+  """One line for a config file that could not be read."""
+  value = _config_arg(argv)
+  path = (value or "").split(":", 1)[0]
+  root = _chain(error)[-1]
+  # config_flags collects the attempts' errors into its message.
+  text = str(root)
+  if isinstance(root, FileNotFoundError) or "[Errno 2]" in text:
+    return (f"--config={value}: no such file {path!r} (looked for "
+            f"{os.path.abspath(path)})")
+  reason = getattr(root, "strerror", None) or text.splitlines()[-1].strip()
+  return f"--config={value}: cannot load {path!r}: {reason}"
+
+
+def _wants_traceback(argv: list[str]) -> bool:
+  """--verbose_errors on the command line (read before the flags parse)."""
+  verbose = False
+  for arg in argv[1:]:
+    m = re.match(r"^--?(no)?verbose_errors(?:=(.*))?$", arg)
+    if m:
+      verbose = not m.group(1) and (m.group(2) or "true").lower() in (
+          "true", "1", "t", "yes")
+  return verbose
+
+
+def _parse_flags(argv: list[str], config) -> list[str]:
+  """absl's flag parsing, with usage errors as one line and exit status 2."""
+  verbose = _wants_traceback(argv)
+  try:
+    rest = flags.FLAGS(argv)
+  except flags.Error as e:
+    _fail(_flag_error_message(e, argv), e, verbose)
+  except (KeyError, AttributeError) as e:
+    message = _unknown_key_message(e, argv)
+    if message is None:
+      raise                       # not a config key: a bug, keep its trace
+    _fail(message, e, verbose)
+  try:
+    config.value.get  # pylint: disable=pointless-statement
+  except OSError as e:            # config_flags defers a failed load to here
+    _fail(_load_error_message(e, argv), e, verbose)
+  return rest
+
+
+def _is_usage_error(error: ValueError) -> bool:
+  """A ValueError that qkspec raised about its inputs (a config, a workdir).
+
+  Those are raised by qkspec's own checks (`schema.validate`, the
+  experiments, the training loop); a ValueError raised inside jax, numpy,
+  or while tracing a jitted function (jax attaches its unfiltered stack
+  as the cause) is a bug and keeps its traceback.
+  """
+  if type(error.__cause__).__name__ == "UnfilteredStackTrace":
+    return False
+  if getattr(error, "__notes__", None):
+    return False
+  return _raised_in(error, "qkspec") or _raised_in(error, "configs")
+
+
+def start_processes(coordinator_address: str | None,
+                    num_processes: int | None,
+                    process_id: int | None) -> bool:
+  """`jax.distributed.initialize` with the multi-host flags, if given.
+
+  Returns:
+    Whether this is one process of several.
+
+  Raises:
+    ValueError: only some of the three are given, or `process_id` is not in
+      [0, num_processes).
+  """
+  given = {"--coordinator_address": coordinator_address,
+           "--num_processes": num_processes, "--process_id": process_id}
+  if all(v is None for v in given.values()):
+    return False
+  missing = [k for k, v in given.items() if v is None]
+  if missing:
+    raise ValueError(f"a multi-host run needs --coordinator_address, "
+                     f"--num_processes and --process_id; {', '.join(missing)} "
+                     f"missing.")
+  if not 0 <= process_id < num_processes:
+    raise ValueError(f"--process_id={process_id} must be in [0, "
+                     f"--num_processes={num_processes}).")
+  import jax  # pylint: disable=g-import-not-at-top
+  logging.info("process %d of %d: coordinator %s", process_id, num_processes,
+               coordinator_address)
+  jax.distributed.initialize(coordinator_address=coordinator_address,
+                             num_processes=num_processes,
+                             process_id=process_id)
+  return True
 
 
 def main(run: Callable[..., Any], what: str = "config",
          alias_of: str | None = None) -> None:
-  """Defines --config and --workdir, then calls `run(config, workdir)`.
+  """Defines the flags, then calls `run(config, workdir)`.
+
+  --config and --workdir are required; --verbose_errors and the multi-host
+  flags are optional. Usage errors and Ctrl-C end as the module docstring
+  says.
 
   Args:
     run: the library call, given the resolved ConfigDict (after `:arg` and
@@ -93,15 +342,48 @@ def main(run: Callable[..., Any], what: str = "config",
   workdir = flags.DEFINE_string(
       "workdir", None, "Directory for figures, tables, metrics, checkpoints "
       "and config.json.")
+  verbose = flags.DEFINE_bool(
+      "verbose_errors", False, "Print the Python traceback of a usage error "
+      "(bad flag, config key, path or value: one line and exit status 2 "
+      "without it) and of Ctrl-C (exit status 130).")
+  coordinator = flags.DEFINE_string(
+      "coordinator_address", None, "Multi-host: HOST:PORT of process 0 (the "
+      "same on every host). With --num_processes and --process_id; absent: "
+      "one process (or --config.multihost=True on a TPU pod, which finds "
+      "them itself).")
+  num_processes = flags.DEFINE_integer(
+      "num_processes", None, "Multi-host: how many processes.", lower_bound=1)
+  process_id = flags.DEFINE_integer(
+      "process_id", None, "Multi-host: this process, 0 .. num_processes - 1 "
+      "(0 writes the metrics, figures and config.json).", lower_bound=0)
   flags.mark_flags_as_required(["config", "workdir"])
+  quiet_tpu_probe()
 
   def _main(argv):
     if len(argv) > 1:
-      raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+      _fail(f"unexpected arguments {argv[1:]} (flags are --name=value)", None,
+            False)
     if alias_of:
       logging.warning("%s is an old name of %s (same flags); use that.",
                       argv[0], alias_of)
+    try:
+      check_config(config.value)
+      start_processes(coordinator.value, num_processes.value,
+                      process_id.value)
+    except ValueError as e:
+      _fail(str(e), e, verbose.value)
     logging.info("config:\n%s", config.value)
-    run(config.value, workdir.value)
+    try:
+      run(config.value, workdir.value)
+    except KeyboardInterrupt as e:
+      if verbose.value:
+        traceback.print_exception(e)
+      if not isinstance(e, interrupt.Interrupted):   # else logged by the loop
+        print("qkspec: interrupted", file=sys.stderr, flush=True)
+      sys.exit(interrupt.EXIT_STATUS)
+    except ValueError as e:
+      if not _is_usage_error(e):
+        raise
+      _fail(str(e), e, verbose.value)
 
-  app.run(_main)
+  app.run(_main, flags_parser=lambda argv: _parse_flags(argv, config))
