@@ -28,5 +28,8 @@ setuptools.setup(
     extras_require={
         "test": ["pytest>=8", "pytest-xdist>=3", "scipy>=1.11"],
         "bench": ["torch"],  # reference implementations only, never at run time
+        # TensorBoard event files next to metrics.jsonl (no TensorFlow):
+        # qkspec.training.metric_writer writes them when this is installed.
+        "tensorboard": ["tensorboard>=2.14"],
     },
 )
