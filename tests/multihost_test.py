@@ -1,0 +1,140 @@
+"""Two processes (2 CPU devices each) train as one process with 4 devices.
+
+`launch/train.py` runs three times at once on 127.0.0.1: once as a single
+process with 4 simulated CPU devices, and twice as processes 0 and 1 of a
+2-process run (`--coordinator_address --num_processes --process_id`, 2
+devices each, gloo CPU collectives, one shared workdir). The 2-process run
+must log the same losses and measurements, save the same parameters, write
+each checkpoint once and its metrics from process 0 only (a second writer
+would append every record twice to the shared metrics.jsonl).
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+
+from absl.testing import absltest
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+import testutil
+
+_TIMEOUT_S = 420
+# A one-member LM smoke run (kappa2 = 1: the penalty is on) of 4 steps,
+# logged, evaluated and saved at steps 2 and 4.
+_FLAGS = ("--config", "configs/locater_wt2.py:smoke", "--config.sweep.kappa2=()",
+          "--config.locater.kappa2=1.0")
+# Timings differ between runs; the key bias has no gradient, so its Adam
+# update is summation-order noise (tests/sweep_test.py).
+_UNEQUAL = ("steps_per_sec",)
+_NOISE = "['key']['bias']"
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def _start(workdir, devices, *extra):
+  env = {**os.environ, "JAX_NUM_CPU_DEVICES": str(devices),
+         "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo",
+         "JAX_PLATFORMS": "cpu",
+         "JAX_COMPILATION_CACHE_DIR": os.path.join(tempfile.gettempdir(),
+                                                   "qkspec_test_jax_cache"),
+         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.3",
+         "PYTHONPATH": os.pathsep.join(
+             [str(testutil.ROOT)] + os.environ.get("PYTHONPATH", "").split(
+                 os.pathsep))}
+  log = open(f"{workdir}.log", "w")  # pylint: disable=consider-using-with
+  proc = subprocess.Popen(
+      [sys.executable, str(testutil.ROOT / "launch" / "train.py"), *_FLAGS,
+       "--workdir", workdir, *extra], env=env, cwd=testutil.ROOT,
+      stdout=log, stderr=subprocess.STDOUT)
+  return proc, log
+
+
+def _finish(procs) -> list[str]:
+  """Waits for every process (killing all at the timeout); their logs."""
+  out = []
+  try:
+    for proc, log in procs:
+      proc.wait(timeout=_TIMEOUT_S)
+  finally:
+    for proc, log in procs:
+      if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+      log.close()
+      with open(log.name) as f:
+        out.append(f.read())
+  return out
+
+
+def _records(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [{k: v for k, v in json.loads(line).items() if k not in _UNEQUAL}
+            for line in f]
+
+
+def _saved(path):
+  """A saved TrainState as {path: numpy array}, on whatever devices we have."""
+  checkpointer = ocp.PyTreeCheckpointer()
+  tree = checkpointer.metadata(path)
+  tree = getattr(getattr(tree, "item_metadata", tree), "tree", tree)
+  state = checkpointer.restore(path, restore_args=jax.tree.map(
+      lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree))
+  return {jax.tree_util.keystr(k): np.asarray(v)
+          for k, v in jax.tree_util.tree_leaves_with_path(state)}
+
+
+class TwoProcessTest(absltest.TestCase):
+
+  def test_two_processes_equal_one_process_with_all_devices(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      one, two = os.path.join(tmp, "one"), os.path.join(tmp, "two")
+      address = f"127.0.0.1:{_free_port()}"
+      procs = [_start(one, 4)] + [
+          _start(two, 2, "--coordinator_address", address,
+                 "--num_processes", "2", "--process_id", str(i))
+          for i in range(2)]
+      logs = _finish(procs)
+      for (proc, _), log in zip(procs, logs):
+        self.assertEqual(proc.returncode, 0, log[-6000:])
+      self.assertIn("process 1 of 2", logs[2])
+
+      # Checkpoints: one folder per saved step, the same steps.
+      self.assertEqual(sorted(os.listdir(os.path.join(two, "ckpt"))),
+                       ["2", "4"])
+      self.assertEqual(sorted(os.listdir(os.path.join(one, "ckpt"))),
+                       ["2", "4"])
+      # Metrics: written once (by process 0), equal to one process's.
+      got, want = _records(two), _records(one)
+      self.assertEqual([r["step"] for r in got], [r["step"] for r in want])
+      self.assertLen(got, 8)   # steps 0, 2, 4: measurements, train, eval
+      for g, w in zip(got, want):
+        self.assertEqual(set(g), set(w))
+        for k in g:
+          np.testing.assert_allclose(g[k], w[k], rtol=1e-5, atol=1e-6,
+                                     err_msg=f"step {g['step']} {k}")
+      for name in ("members.json", "config.json", "hparams.json"):
+        with open(os.path.join(two, name)) as f, \
+             open(os.path.join(one, name)) as g:
+          self.assertEqual(f.read(), g.read(), name)
+      # The saved state: parameters, Adam moments, step, hparams.
+      got, want = (_saved(os.path.join(d, "ckpt", "4", "state"))
+                   for d in (two, one))
+      self.assertEqual(set(got), set(want))
+      self.assertGreater(len(got), 20)
+      self.assertEqual(int(got["['step']"]), 4)
+      for name, value in got.items():
+        if _NOISE not in name:
+          np.testing.assert_allclose(value, want[name], rtol=1e-5, atol=1e-6,
+                                     err_msg=name)
+
+
+if __name__ == "__main__":
+  absltest.main()
