@@ -11,6 +11,7 @@ import pathlib
 from absl import app
 from absl import flags
 
+from qkspec.experiments import cli
 from qkspec.experiments import demo
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/demo",
@@ -24,6 +25,7 @@ _CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  cli.quiet_tpu_probe()
   demo.run(_WORKDIR.value, str(_CONFIGS), _SMOKE.value, tuple(_ONLY.value))
 
 
