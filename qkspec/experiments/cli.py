@@ -357,6 +357,10 @@ def main(run: Callable[..., Any], what: str = "config",
       "process_id", None, "Multi-host: this process, 0 .. num_processes - 1 "
       "(0 writes the metrics, figures and config.json).", lower_bound=0)
   flags.mark_flags_as_required(["config", "workdir"])
+  for flag in (config, workdir, verbose, coordinator, num_processes,
+               process_id):   # listed by --help, not only --helpfull
+    flags.FLAGS.register_key_flag_for_module(sys.argv[0],
+                                             flags.FLAGS[flag.name])
   quiet_tpu_probe()
 
   def _main(argv):
