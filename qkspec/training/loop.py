@@ -271,8 +271,8 @@ def _evaluate(steps: step_lib.Steps, state,
     total, count = None, 0
     for count, batch in enumerate(batches(), 1):
       r = steps.eval(state.params, batch)
+      meter.update(count - 1, total)     # while batch `count` computes
       total = r if total is None else jax.tree.map(jnp.add, total, r)
-      meter.update(count, total)
     meter.done(count)
     total = jax.device_get(total)
     loss = total["loss_sum"] / np.maximum(total["weight"], 1e-30)

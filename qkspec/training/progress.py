@@ -94,11 +94,18 @@ class EvalMeter:
     self._printed = False
 
   def update(self, done: int, pending) -> None:
-    """After batch `done` (1-based); `pending` is waited for if a line is due."""
-    if self._clock() - self._last < self.every_s:
+    """Waits for `pending`, the sum of the first `done` batches; maybe a line.
+
+    Waiting keeps the host at most one batch ahead of the device, so the
+    lines come at the interval and their counts are computed batches.
+    """
+    if not done:
       return
     jax.block_until_ready(pending)
-    now = self._last = self._clock()
+    now = self._clock()
+    if now - self._last < self.every_s:
+      return
+    self._last = now
     elapsed = now - self._t0
     if self.total:
       eta = elapsed / done * (self.total - done)
