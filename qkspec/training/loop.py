@@ -91,8 +91,22 @@ def _setup(config, workdir: str) -> Run:
   init_keys, dropout_keys, hparams = step_lib.member_inputs(members, vmapped)
   return Run(config=config, workdir=workdir, steps=steps, members=members,
              names=names, dirs=dirs, vmapped=vmapped, init_keys=init_keys,
-             dropout_keys=jax.device_put(dropout_keys, steps.replicated),
+             dropout_keys=_replicate(dropout_keys, steps.replicated),
              hparams=hparams, lead=jax.process_index() == 0)
+
+
+def _replicate(x: jax.Array, sharding) -> jax.Array:
+  """`x` (equal on every process) as an array replicated on `sharding`.
+
+  `jax.device_put` cannot place onto other processes' devices.
+  """
+  if jax.process_count() == 1:
+    return jax.device_put(x, sharding)
+  if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+    return jax.random.wrap_key_data(
+        _replicate(jax.random.key_data(x), sharding),
+        impl=jax.random.key_impl(x))
+  return jax.make_array_from_process_local_data(sharding, np.asarray(x))
 
 
 def _prepare_workdir(run: Run) -> None:
