@@ -39,7 +39,9 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _start(workdir, devices, *extra):
+def _start(workdir, devices, *extra, tag=""):
+  """Starts launch/train.py; its output goes to `<workdir><tag>.log` (one
+  file per process: two processes appending to one file garble it)."""
   env = {**os.environ, "JAX_NUM_CPU_DEVICES": str(devices),
          "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo",
          "JAX_PLATFORMS": "cpu",
@@ -49,7 +51,7 @@ def _start(workdir, devices, *extra):
          "PYTHONPATH": os.pathsep.join(
              [str(testutil.ROOT)] + os.environ.get("PYTHONPATH", "").split(
                  os.pathsep))}
-  log = open(f"{workdir}.log", "w")  # pylint: disable=consider-using-with
+  log = open(f"{workdir}{tag}.log", "w")  # pylint: disable=consider-using-with
   proc = subprocess.Popen(
       [sys.executable, str(testutil.ROOT / "launch" / "train.py"), *_FLAGS,
        "--workdir", workdir, *extra], env=env, cwd=testutil.ROOT,
@@ -99,7 +101,7 @@ class TwoProcessTest(absltest.TestCase):
       address = f"127.0.0.1:{_free_port()}"
       procs = [_start(one, 4)] + [
           _start(two, 2, "--coordinator_address", address,
-                 "--num_processes", "2", "--process_id", str(i))
+                 "--num_processes", "2", "--process_id", str(i), tag=f".{i}")
           for i in range(2)]
       logs = _finish(procs)
       for (proc, _), log in zip(procs, logs):

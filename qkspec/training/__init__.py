@@ -6,8 +6,10 @@ The only layer that imports flax, optax and orbax.
 * `fused_xent`: the chunked output projection + cross-entropy (custom VJP);
 * `tasks`: what is learned (random-walk regression or next-token LM);
 * `step`: train state, LocATER objective and the jit-compiled steps;
-* `loop`: `train_and_evaluate` (set-up, restore-or-init, the loop and its
-  periodic log/eval/checkpoint actions);
+* `loop`: `train_and_evaluate` (set-up, restore-or-init, the loop);
+* `actions`: its periodic log, eval and checkpoint actions;
+* `progress`, `interrupt`: progress lines with ETA, and Ctrl-C at a step
+  boundary (checkpoint saved, then `interrupt.Interrupted`);
 * `sweep`: members of a vmapped kappa/seed sweep;
 * `layer_stats`: per-layer spectrum, entropy, rho and rank measurements;
 * `checkpoint`, `metric_writer`: Orbax checkpoints and metric files.

@@ -1,0 +1,164 @@
+"""The periodic actions of the training loop: log, evaluate, checkpoint.
+
+Each action runs before the update of a step where it is `due` (every
+`every` steps after the start step, and at the last step); `loop._run` calls
+them in order. `run` is the loop's `Run` (config, compiled steps, member
+names and views). `Pending` holds the train metrics of the steps since the
+last log on the device until a log or a checkpoint needs them.
+"""
+# pylint: disable=invalid-name
+import time
+
+from absl import logging
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from qkspec.training import checkpoint as ckpt_lib
+from qkspec.training import layer_stats
+from qkspec.training import progress
+
+
+class Pending:
+  """Train metrics of the steps since the last log, still on the device."""
+
+  def __init__(self, names: list[str], describe_ckpt=lambda: ""):
+    self._names, self._describe_ckpt = names, describe_ckpt
+    self.items: list[tuple[int, dict]] = []
+
+  def add(self, step: int, metrics: dict) -> None:
+    self.items.append((step, metrics))
+
+  def take(self) -> list[tuple[int, dict]]:
+    items, self.items = self.items, []
+    return items
+
+  def check_finite(self) -> None:
+    """Raises FloatingPointError naming the first step with NaN/Inf."""
+    if not self.items:
+      return
+    finite = np.asarray(jax.device_get([m["finite"] for _, m in self.items]))
+    if finite.all():
+      return
+    idx = np.argwhere(~finite)[0]
+    step = self.items[idx[0]][0]
+    who = f" (sweep member {self._names[idx[1]]})" if finite.ndim > 1 else ""
+    raise FloatingPointError(
+        f"NaN/Inf in the loss or gradients at step {step}{who}: the update "
+        f"from state.step={step} was not finite. Nothing past it was saved: "
+        f"{self._describe_ckpt()}.")
+
+
+class PeriodicAction:
+  """Runs every `every` steps after the start step, and at the last step."""
+
+  def __init__(self, every: int, run, start: int):
+    self.every, self.run, self.start = every, run, start
+    self.num_steps = run.config.num_steps
+
+  def due(self, step: int) -> bool:
+    return step > self.start and (step % self.every == 0
+                                  or step == self.num_steps)
+
+  def __call__(self, step: int, state) -> None:
+    raise NotImplementedError
+
+
+class LogAction(PeriodicAction):
+  """Mean train metrics since the last log, measurements, steps/s."""
+
+  def __init__(self, run, start: int, fresh: bool, pending: Pending,
+               writers):
+    super().__init__(run.config.log_every, run, start)
+    self.fresh, self.pending, self.writers = fresh, pending, writers
+    self._since = (time.time(), start)
+
+  def due(self, step: int) -> bool:
+    # Also at the start of a fresh run (not at a restored step: its record
+    # was written before its checkpoint).
+    return (step > self.start or self.fresh) and (
+        step % self.every == 0 or step == self.num_steps)
+
+  def __call__(self, step: int, state) -> None:
+    self.pending.check_finite()
+    items = self.pending.take()
+    t_last, s_last = self._since
+    rate = (step - s_last) / max(time.time() - t_last, 1e-9)
+    train = {}
+    if items:
+      got = jax.device_get([(m["loss"], m["penalty"], m["grad_norm"])
+                            for _, m in items])
+      train = dict(zip(("train/loss", "train/penalty", "train/grad_norm"),
+                       np.mean(np.asarray(got), axis=0)))
+    steps = self.run.steps
+    meas = jax.device_get(steps.measure(state.params,
+                                        steps.task.train_batch(step)))
+    for i, w in enumerate(self.writers):
+      scalars, arrays = layer_stats.flatten(self.run.member_view(meas, i))
+      scalars.update({k: self.run.member_view(v, i)
+                      for k, v in train.items()})
+      if "train/loss" in scalars and steps.task.kind == "lm":
+        scalars["train/ppl"] = np.exp(scalars["train/loss"])
+      if items:
+        scalars["steps_per_sec"] = rate
+      w.write_scalars(step, scalars)
+      w.write_arrays(step, arrays)
+    if items:
+      logging.info("step %d/%d  train/loss %s  %.3g steps/s  ETA %s", step,
+                   self.num_steps,
+                   progress.by_member(train["train/loss"], self.run.names),
+                   rate, progress.fmt_time((self.num_steps - step) / rate))
+    self._since = (time.time(), step)
+
+
+def _evaluate(steps, state,
+              every_s: float) -> dict[str, np.ndarray]:
+  """`{split}/loss` (and `/ppl` for an LM) over every eval split."""
+  out = {}
+  for split, batches in steps.task.eval_splits.items():
+    meter = progress.EvalMeter(split, steps.task.eval_sizes.get(split),
+                               every_s)
+    total, count = None, 0
+    for count, batch in enumerate(batches(), 1):
+      r = steps.eval(state.params, batch)
+      meter.update(count - 1, total)     # while batch `count` computes
+      total = r if total is None else jax.tree.map(jnp.add, total, r)
+    meter.done(count)
+    total = jax.device_get(total)
+    loss = total["loss_sum"] / np.maximum(total["weight"], 1e-30)
+    out[f"{split}/loss"] = loss
+    if steps.task.kind == "lm":
+      out[f"{split}/ppl"] = np.exp(loss)
+  return out
+
+
+class EvalAction(PeriodicAction):
+  """Valid/test loss every `eval_every` steps."""
+
+  def __init__(self, run, start: int, writers):
+    super().__init__(run.config.eval_every, run, start)
+    self.writers = writers
+
+  def __call__(self, step: int, state) -> None:
+    res = _evaluate(self.run.steps, state, self.run.config.progress_every_s)
+    logging.info("step %d eval: %s", step, "; ".join(
+        f"{k} {progress.by_member(v, self.run.names)}"
+        for k, v in res.items()))
+    for i, w in enumerate(self.writers):
+      w.write_scalars(step, {k: self.run.member_view(v, i)
+                             for k, v in res.items()})
+
+
+class CheckpointAction(PeriodicAction):
+  """A checkpoint every `checkpoint_every` steps, if the steps were finite."""
+
+  def __init__(self, run, start: int, pending: Pending,
+               ckpt: ckpt_lib.Checkpointer, writers):
+    super().__init__(run.config.checkpoint_every, run, start)
+    self.pending, self.ckpt, self.writers = pending, ckpt, writers
+
+  def __call__(self, step: int, state) -> None:
+    self.pending.check_finite()
+    self.ckpt.save(step, state, force=True)
+    for w in self.writers:
+      w.flush()
