@@ -222,7 +222,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                config.num_draws, config.num_sequences,
                outputs.temperature(config, config.dim))
   start = time.time()
-  out = sweep_from_config(config)
+  with outputs.heartbeat("entropy_check (compiling and sweeping)"):
+    out = sweep_from_config(config)
   logging.info("swept in %.1f s", time.time() - start)
   set_rows, summary = tables(out, config)
   text = outputs.format_table(summary)

@@ -11,11 +11,14 @@ field; `renamed_fields` keeps an old field name working as an alias and
 `temperature` resolves the softmax temperature. Nothing here knows about the
 maths; the experiments pass plain Python rows.
 """
+import contextlib
 import copy
 import csv
 import json
 import math
 import pathlib
+import threading
+import time
 from typing import Any, Callable, Iterable, Mapping, Sequence
 import warnings
 
@@ -221,3 +224,27 @@ def renamed_fields(config: ml_collections.ConfigDict,
       config[new] = value
       config[old] = None
   return config
+
+
+@contextlib.contextmanager
+def heartbeat(what: str, every_s: float = 30.0):
+  """Logs "<what>: still running, N s elapsed" every `every_s` s in the block.
+
+  For work that is one compiled computation (no progress of its own), so a
+  long run is never silent.
+  """
+  stop = threading.Event()
+  start = time.perf_counter()
+
+  def beat():
+    while not stop.wait(every_s):
+      logging.info("%s: still running, %.0f s elapsed", what,
+                   time.perf_counter() - start)
+
+  thread = threading.Thread(target=beat, daemon=True)
+  thread.start()
+  try:
+    yield
+  finally:
+    stop.set()
+    thread.join()

@@ -324,7 +324,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                config.num_sequences, config.num_layers,
                outputs.temperature(config, config.head_dim))
   start = time.time()
-  out = run_measure(config)
+  with outputs.heartbeat("rank_collapse (compiling and measuring)"):
+    out = run_measure(config)
   logging.info("measured in %.1f s", time.time() - start)
   rows = tables(out, config)
   fit_cols = ["architecture", "method", "order", "order_seed_mean",

@@ -323,7 +323,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                config.num_sequences, config.seq_len, config.dim,
                outputs.temperature(config, config.dim))
   start = time.perf_counter()
-  out = sweep_from_config(config)
+  with outputs.heartbeat("simulate_rho (compiling and sweeping)"):
+    out = sweep_from_config(config)
   logging.info("sweep (compile + run) took %.1f s", time.perf_counter() - start)
   positions, pairs, errors = tables(out, config)
   logging.info("Per pair:\n%s", outputs.format_table(pairs, (
