@@ -52,8 +52,12 @@ class HParamsTest(absltest.TestCase):
     self.assertEqual(schema.LOCATER_FIELDS, fields)
     self.assertEqual(schema.SWEEPABLE, ("seed",) + fields)
     for c in (defaults.theory_config(), defaults.lm_config()):
-      self.assertEqual(c.locater.to_dict(),
+      self.assertEqual({k: c.locater[k] for k in fields},
                        locater.LocaterHParams()._asdict())
+      # The one other locater field is the reading of kappa, applied in
+      # qkspec.training.step (not a LocaterHParams field, not swept).
+      self.assertEqual(set(c.locater) - set(fields), {"penalty_added_to"})
+      self.assertNotIn("penalty_added_to", schema.SWEEPABLE)
       self.assertContainsSubset(schema.SWEEPABLE, set(c.sweep))
 
   def test_hparams_of_members(self):

@@ -27,12 +27,24 @@ def _training(c):
       warmup_steps=0,        # steps of linear warm-up (non-constant schedules)
       min_lr_fraction=0.0,   # cosine floor as a fraction of lr
   ))
-  # The fields of qkspec.theory.locater.LocaterHParams (schema.LOCATER_FIELDS;
-  # tests/sweep_test.py checks that the names and defaults agree).
+  # kappa1, kappa2, target: the fields of qkspec.theory.locater.LocaterHParams
+  # (schema.LOCATER_FIELDS; tests/sweep_test.py checks that the names and
+  # defaults agree); penalty_added_to: how kappa is read
+  # (schema.PENALTY_ADDED_TO, applied by qkspec.training.step.penalty_scale_of).
   c.locater = ml_collections.ConfigDict(dict(
       kappa1=0.0,            # scale strength, tr(W_QK^T W_QK) (0 = off)
       kappa2=0.0,            # mean strength, (tr W_QK - target)^2 (0 = off)
       target=1.0,            # the eigen-sum tr(W_QK) is held to (paper: 1)
+      # Which loss the penalty is added to (the two readings of the paper's
+      # J + kappa * penalty):
+      #   "mean_loss"   the formula as printed: mean loss over the batch's
+      #                 targets + kappa * penalty.
+      #   "summed_loss" fairseq: the criterion sums the loss over the batch's
+      #                 target tokens, adds kappa * penalty, and the trainer
+      #                 divides every gradient by the target count (B * T =
+      #                 4096 in the paper), i.e. mean loss + kappa / (B * T) *
+      #                 penalty (theory task: B sequences, one target each).
+      penalty_added_to="mean_loss",
   ))
   c.sweep = ml_collections.ConfigDict(dict(
       mode="zip",            # zip: member i takes entry i | product: all combos

@@ -87,6 +87,21 @@ LOCATER_CHECKS = {
 LOCATER_FIELDS = tuple(LOCATER_CHECKS)
 SWEEPABLE = ("seed",) + LOCATER_FIELDS
 
+# `locater.penalty_added_to`: the loss the LocATER penalty is added to, i.e.
+# which reading of kappa (qkspec.training.step.penalty_scale_of applies it).
+PENALTY_ADDED_TO = {
+    "mean_loss": "mean loss + kappa * penalty, the paper's formula as printed",
+    "summed_loss": ("fairseq: summed loss + kappa * penalty, gradients "
+                    "divided by the target tokens per batch, i.e. kappa / "
+                    "(batch_size * seq_len) next to the mean loss"),
+}
+
+
+def _penalty_added_to(v):
+  if not isinstance(v, str) or v not in PENALTY_ADDED_TO:
+    options = "; ".join(f"{k!r}: {doc}" for k, doc in PENALTY_ADDED_TO.items())
+    return f"must be one of {tuple(PENALTY_ADDED_TO)} ({options})"
+
 _COMMON: dict[str, Callable[[Any], str | None]] = {
     "task": _choice("theory", "lm"),
     "seed": _int(0),
@@ -113,6 +128,7 @@ _COMMON: dict[str, Callable[[Any], str | None]] = {
     "opt.warmup_steps": _int(0),
     "opt.min_lr_fraction": _real(0.0, 1.0),
     **{f"locater.{k}": check for k, check in LOCATER_CHECKS.items()},
+    "locater.penalty_added_to": _penalty_added_to,   # not swept: one reading
     "sweep.mode": _choice("zip", "product"),
     "sweep.seed": _tuple_of(_int(0)),
     **{f"sweep.{k}": _tuple_of(check) for k, check in LOCATER_CHECKS.items()},

@@ -14,6 +14,21 @@ from `qkspec.theory.locater.locater_penalty` and
 held in the state; Adam(0.9, 0.999, 1e-8) with decoupled weight decay 0.01,
 constant learning rate and no clipping, as the paper's fairseq setup.
 
+Two readings of :math:`\kappa` (`config.locater.penalty_added_to`) differ
+by one static factor :math:`s` on the penalty (`penalty_scale_of`); with
+:math:`N` targets per batch and :math:`P` the penalty above,
+
+.. math:: \frac1N \sum_{i=1}^N \ell_i + s\,P,\qquad
+          s = 1 \text{ (mean\_loss)},\quad s = \frac1N \text{ (summed\_loss)}.
+
+"mean_loss" is the paper's formula as printed. "summed_loss" is fairseq:
+its criterion returns :math:`\sum_i \ell_i` (a penalty added to that) and
+the trainer divides every gradient by `sample_size` = :math:`N`, the target
+tokens per batch (:math:`B T = 4096` in the paper), which gives the same
+gradients. :math:`N` is `data.batch_size * data.seq_len` for the LM (every
+train token has weight 1) and `data.batch_size` for the theory task (one
+target per sequence). :math:`\kappa` reaches `LocaterHParams` unchanged.
+
 `train_step(state, batch, key) -> (state, metrics)` is pure and compiled
 once with `jax.jit` over a ("data",) mesh of all devices: the batch sharded
 on its leading axis, the state replicated and donated. The step's dropout key
@@ -93,23 +108,65 @@ def locater_term(params, hparams: locater.LocaterHParams) -> jax.Array:
       w_qk_LxHxdxd, hparams.kappa1, hparams.kappa2, hparams.target))
 
 
+def targets_per_batch(config) -> int:
+  """N, the targets of one train batch (fairseq's `sample_size`).
+
+  LM: `batch_size * seq_len` tokens (train weights are all 1); theory task:
+  `batch_size` sequences, each with one target x_{T+1} (squared loss).
+  """
+  n = config.data.batch_size
+  return n * config.data.seq_len if config.task == "lm" else n
+
+
+def penalty_scale_of(config) -> float:
+  """The static factor on the LocATER penalty: the reading of kappa.
+
+  Args:
+    config: a training config; `config.locater.penalty_added_to` is
+      "mean_loss" (1: mean loss + kappa * penalty, as printed) or
+      "summed_loss" (1 / `targets_per_batch`: fairseq adds the penalty to
+      the summed loss and divides the gradients by the target count).
+
+  Returns:
+    The factor `objective` multiplies the penalty by.
+  """
+  added_to = config.locater.penalty_added_to
+  if added_to == "mean_loss":
+    return 1.0
+  if added_to == "summed_loss":
+    return 1.0 / targets_per_batch(config)
+  raise ValueError(f"config.locater.penalty_added_to must be 'mean_loss' or "
+                   f"'summed_loss', got {added_to!r}.")
+
+
 def objective(params, hparams: locater.LocaterHParams, batch, dropout_key, *,
-              task: tasks.Task, deterministic: bool = False):
-  """(loss + penalty, (loss, penalty)); loss = mean over weighted items."""
+              task: tasks.Task, deterministic: bool = False,
+              penalty_scale: float = 1.0):
+  """(loss + penalty, (loss, penalty)); loss = mean over weighted items.
+
+  `penalty` is `penalty_scale * locater_term(params, hparams)`, what enters
+  the objective (and what is logged as train/penalty): with the fairseq
+  reading already divided by the targets per batch.
+  """
   loss_sum, weight = task.summed_loss(params, batch,
                                      deterministic=deterministic,
                                      rngs={"dropout": dropout_key})
   loss = loss_sum / weight
-  penalty = locater_term(params, hparams)
+  penalty = penalty_scale * locater_term(params, hparams)
   return loss + penalty, (loss, penalty)
 
 
 def train_step(state: TrainState, batch, key: jax.Array, *, task: tasks.Task,
-               tx: optax.GradientTransformation):
-  """One AdamW update on loss + LocATER. Returns (state, metrics)."""
+               tx: optax.GradientTransformation, penalty_scale: float = 1.0):
+  """One AdamW update on loss + LocATER. Returns (state, metrics).
+
+  `penalty_scale` (static, from `penalty_scale_of(config)`) multiplies the
+  penalty; metrics["penalty"] is the scaled penalty, as in the objective.
+  """
   step_key = jax.random.fold_in(key, state.step)
-  grad_fn = jax.value_and_grad(functools.partial(objective, task=task),
-                               has_aux=True)
+  grad_fn = jax.value_and_grad(
+      functools.partial(objective, task=task, penalty_scale=penalty_scale),
+      has_aux=True)
   (total, (loss, penalty)), grads = grad_fn(state.params, state.hparams,
                                             batch, step_key)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
@@ -166,7 +223,8 @@ def build_steps(config, mesh=None) -> Steps:
   task = tasks.make_task(config, batch_sharding)
   tx = make_optimizer(config.opt, config.num_steps)
   init = functools.partial(init_state, task=task, tx=tx)
-  step = functools.partial(train_step, task=task, tx=tx)
+  step = functools.partial(train_step, task=task, tx=tx,
+                           penalty_scale=penalty_scale_of(config))
   evaluate = functools.partial(eval_step, task=task)
   measure = functools.partial(layer_stats.measure, task=task)
   if sweep_lib.is_sweep(config):
