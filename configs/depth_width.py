@@ -17,6 +17,23 @@ Launch::
 
   python launch/train.py --config configs/depth_width.py:L=3,d=32,smoke --workdir /tmp/dw_smoke
 
+The fairseq reading of kappa (below), for any cell::
+
+  python launch/train.py --config configs/depth_width.py:L=3,d=32,fairseq \
+      --config.data.manual_dir=../shared/data/wikitext-2 \
+      --config.data.data_dir=/tmp/tfds \
+      --workdir /tmp/exp_runs/depth_width_L3_d32_fairseq
+
+Two readings of kappa (config.locater.penalty_added_to; the paper cannot
+tell which the authors ran). The paper writes J + kappa1 tr(W_QK^T W_QK) +
+kappa2 (tr W_QK - 1)^2 with J the mean token cross-entropy: "mean_loss",
+the default, trains exactly that. The paper trains in fairseq, whose
+criterion returns the cross-entropy summed over the batch's target tokens
+(a penalty is added to that sum) and whose trainer divides every gradient
+by sample_size, the target tokens per batch (64 x 64 = 4096): next to the
+mean loss the penalty then acts with kappa / 4096. The `fairseq` argument
+selects that reading ("summed_loss"); kappa1 and kappa2 stay as printed.
+
 Expected (paper): the Fig. 6 trends at every depth and width: with stronger
 kappa2 the scale shrinks, the entropy increases and the perplexity
 improves. The Fig. 6 panels average the per-layer measurements over layers;
@@ -29,7 +46,7 @@ PAPER_LR = {32: 1e-4, 128: 2.5e-5}   # App. D
 
 
 def get_config(arg=None):
-  arg = common.parse_arg(arg, L=1, d=128, smoke=False)
+  arg = common.parse_arg(arg, L=1, d=128, smoke=False, fairseq=False)
   if arg.L not in (1, 3, 6) or arg.d not in PAPER_LR:
     raise ValueError(f"depth_width: L must be 1, 3 or 6 and d 32 or 128, "
                      f"got L={arg.L}, d={arg.d}.")
@@ -44,6 +61,8 @@ def get_config(arg=None):
   c.checkpoint_every = 5_000
   c.locater.kappa1 = 100.0
   c.sweep.kappa2 = common.KAPPA2_SWEEP
+  if arg.fairseq:            # kappa / (B * T) next to the mean loss
+    c.locater.penalty_added_to = "summed_loss"
   if arg.smoke:
     common.smoke(c, d_model=arg.d // 8)
   return c

@@ -18,6 +18,23 @@ to download)::
 
   python launch/train.py --config configs/locater_wt2.py:smoke --workdir /tmp/wt2_smoke
 
+The fairseq reading of kappa (below)::
+
+  python launch/train.py --config configs/locater_wt2.py:fairseq \
+      --config.data.manual_dir=../shared/data/wikitext-2 \
+      --config.data.data_dir=/tmp/tfds \
+      --workdir /tmp/exp_runs/locater_wt2_fairseq
+
+Two readings of kappa (config.locater.penalty_added_to; the paper cannot
+tell which the authors ran). The paper writes J + kappa1 tr(W_QK^T W_QK) +
+kappa2 (tr W_QK - 1)^2 with J the mean token cross-entropy: "mean_loss",
+the default, trains exactly that. The paper trains in fairseq, whose
+criterion returns the cross-entropy summed over the batch's target tokens
+(a penalty is added to that sum) and whose trainer divides every gradient
+by sample_size, the target tokens per batch (64 x 64 = 4096): next to the
+mean loss the penalty then acts with kappa / 4096. The `fairseq` argument
+selects that reading ("summed_loss"); kappa1 and kappa2 stay as printed.
+
 Expected: with stronger kappa2 the eigenspectrum scale tr(W_QK^T W_QK)
 shrinks (Fig. 6B), the attention entropy stays higher (6C) and the valid
 perplexity improves (6D): fig6_curves.png / fig6_vs_kappa2.png. The paper
@@ -32,7 +49,7 @@ from qkspec.config import defaults as common
 
 
 def get_config(arg=None):
-  arg = common.parse_arg(arg, smoke=False)
+  arg = common.parse_arg(arg, smoke=False, fairseq=False)
   c = common.lm_config()
   c.opt.lr = 2.5e-5          # constant (paper, d = 128)
   c.num_steps = 50_000       # updates (paper)
@@ -42,6 +59,8 @@ def get_config(arg=None):
   c.locater.kappa1 = 100.0   # fixed scale strength (paper)
   c.locater.target = 1.0     # tr(W_QK) target (paper)
   c.sweep.kappa2 = common.KAPPA2_SWEEP
+  if arg.fairseq:            # kappa / (B * T) next to the mean loss
+    c.locater.penalty_added_to = "summed_loss"
   if arg.smoke:
     common.smoke(c)
   return c

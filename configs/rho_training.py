@@ -16,6 +16,23 @@ Launch::
 
   python launch/train.py --config configs/rho_training.py:smoke --workdir /tmp/rho_smoke
 
+The fairseq reading of kappa (below)::
+
+  python launch/train.py --config configs/rho_training.py:fairseq \
+      --config.data.manual_dir=../shared/data/wikitext-2 \
+      --config.data.data_dir=/tmp/tfds \
+      --workdir /tmp/exp_runs/rho_training_fairseq
+
+Two readings of kappa (config.locater.penalty_added_to; the paper cannot
+tell which the authors ran). The paper writes J + kappa1 tr(W_QK^T W_QK) +
+kappa2 (tr W_QK - 1)^2 with J the mean token cross-entropy: "mean_loss",
+the default, trains exactly that. The paper trains in fairseq, whose
+criterion returns the cross-entropy summed over the batch's target tokens
+(a penalty is added to that sum) and whose trainer divides every gradient
+by sample_size, the target tokens per batch (64 x 64 = 4096): next to the
+mean loss the penalty then acts with kappa / 4096. The `fairseq` argument
+selects that reading ("summed_loss"); kappa1 and kappa2 stay as printed.
+
 Expected (paper): LocATER shows salient horizontal stripes (a few key
 positions with high rho, i.e. localized attention); without it no stripes.
 Runtime: about half of locater_wt2 (2 members); smoke: seconds on a CPU.
@@ -24,7 +41,7 @@ from qkspec.config import defaults as common
 
 
 def get_config(arg=None):
-  arg = common.parse_arg(arg, smoke=False)
+  arg = common.parse_arg(arg, smoke=False, fairseq=False)
   c = common.lm_config()
   c.opt.lr = 2.5e-5
   c.num_steps = 50_000
@@ -34,6 +51,8 @@ def get_config(arg=None):
   c.sweep.mode = "zip"       # member i: (kappa1[i], kappa2[i])
   c.sweep.kappa1 = (100.0, 0.0)
   c.sweep.kappa2 = (1.0, 0.0)
+  if arg.fairseq:            # kappa / (B * T) next to the mean loss
+    c.locater.penalty_added_to = "summed_loss"
   if arg.smoke:
     common.smoke(c)
   return c

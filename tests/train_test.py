@@ -152,7 +152,9 @@ class ConfigCheckTest(parameterized.TestCase):
     for c in (theory_task.get_config(), theory_task.get_config("smoke"),
               locater_wt2.get_config(), locater_wt2.get_config("smoke"),
               depth_width.get_config("L=6,d=32"),
-              depth_width.get_config("L=3,d=128,smoke")):
+              depth_width.get_config("L=3,d=128,smoke"),
+              locater_wt2.get_config("fairseq"),
+              depth_width.get_config("L=3,d=32,fairseq")):
       schema.validate(c, num_devices=1)
     self.assertEqual(depth_width.get_config("L=1,d=32").opt.lr, 1e-4)
     self.assertLen(locater_wt2.get_sweep(), 5)
@@ -176,6 +178,9 @@ class ConfigCheckTest(parameterized.TestCase):
       ("model.temperature", -1.0, r"model.temperature must be > 0"),
       ("num_steps", 0, r"config.num_steps must be an integer >= 1, got 0"),
       ("progress_every_s", -1.0, r"progress_every_s must be >= 0"),
+      ("locater.penalty_added_to", "fairseq",
+       r"locater.penalty_added_to must be one of \('mean_loss', "
+       r"'summed_loss'\)"),
   )
   def test_impossible_values(self, key, value, pattern):
     c = _single_theory()

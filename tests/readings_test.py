@@ -1,0 +1,161 @@
+"""Tests for the two readings of kappa (config.locater.penalty_added_to).
+
+"mean_loss" (default): mean loss + kappa * penalty. "summed_loss" (fairseq):
+the same gradients as "mean_loss" with kappa / (target tokens per batch).
+"""
+import os
+import tempfile
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from configs import depth_width
+from configs import locater_wt2
+from configs import rho_training
+from configs import theory_task
+from qkspec.config import defaults
+from qkspec.config import schema
+from qkspec.training import step as step_lib
+from qkspec.training import sweep
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+jax.config.update("jax_compilation_cache_dir", os.path.join(
+    tempfile.gettempdir(), "qkspec_test_jax_cache"))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
+
+KAPPA1, KAPPA2 = 100.0, 1.0
+
+
+def _smoke_lm(added_to, kappa1=KAPPA1, kappa2=KAPPA2):
+  """locater_wt2 smoke (B = T = 8, N = 64 targets), one run, no sweep."""
+  c = locater_wt2.get_config("smoke")
+  c.sweep.kappa2 = ()
+  c.locater.update(kappa1=kappa1, kappa2=kappa2, target=1.0,
+                   penalty_added_to=added_to)
+  schema.validate(c)
+  return c
+
+
+def _batch(c):
+  tokens = jax.random.randint(jax.random.key(3),
+                              (c.data.batch_size, c.data.seq_len), 0,
+                              c.data.vocab_size)
+  return {"inputs": tokens, "targets": (tokens + 1) % c.data.vocab_size}
+
+
+def _one_step(c):
+  """(params, metrics) after one train step of `c` on a fixed batch."""
+  steps = step_lib.build_steps(c)
+  init_key, dropout_key, hparams = step_lib.member_inputs(
+      sweep.members(c), stacked=False)
+  state = steps.init(init_key, hparams)
+  state, metrics = steps.train(state, _batch(c), dropout_key)
+  return jax.device_get(state.params), jax.device_get(metrics)
+
+
+class PenaltyScaleTest(absltest.TestCase):
+
+  def test_default_is_the_literal_reading(self):
+    for c in (defaults.lm_config(), defaults.theory_config(),
+              locater_wt2.get_config(), theory_task.get_config()):
+      self.assertEqual(c.locater.penalty_added_to, "mean_loss")
+      self.assertEqual(step_lib.penalty_scale_of(c), 1.0)
+
+  def test_fairseq_scale_is_one_over_target_tokens(self):
+    c = locater_wt2.get_config("fairseq")
+    self.assertEqual(step_lib.targets_per_batch(c), 64 * 64)
+    self.assertEqual(step_lib.penalty_scale_of(c), 1.0 / 4096)
+    self.assertEqual(step_lib.penalty_scale_of(_smoke_lm("summed_loss")),
+                     1.0 / 64)
+    # Theory task: squared loss per sequence, one target each: N = B.
+    t = theory_task.get_config()
+    t.locater.penalty_added_to = "summed_loss"
+    schema.validate(t)
+    self.assertEqual(step_lib.penalty_scale_of(t), 1.0 / t.data.batch_size)
+
+
+class GradientTest(absltest.TestCase):
+
+  def test_fairseq_gradient_is_literal_with_kappa_over_tokens(self):
+    fairseq = _smoke_lm("summed_loss")
+    n = fairseq.data.batch_size * fairseq.data.seq_len
+    literal = _smoke_lm("mean_loss", KAPPA1 / n, KAPPA2 / n)
+    steps = step_lib.build_steps(fairseq)
+    params = steps.init(jax.random.key(0), sweep.hparams(
+        sweep.members(fairseq)[0])).params
+    batch, key = _batch(fairseq), jax.random.key(1)
+
+    def grads(c, **kw):
+      hp = sweep.hparams(sweep.members(c)[0])
+      fn = lambda p: step_lib.objective(p, hp, batch, key, task=steps.task,
+                                        deterministic=True, **kw)
+      return jax.grad(fn, has_aux=True)(params)
+
+    g_fairseq, (loss_f, pen_f) = grads(
+        fairseq, penalty_scale=step_lib.penalty_scale_of(fairseq))
+    g_literal, (loss_l, pen_l) = grads(literal)
+    g_kappa, _ = grads(fairseq)           # kappa itself, mean_loss
+    np.testing.assert_allclose(loss_f, loss_l, rtol=1e-6)
+    np.testing.assert_allclose(pen_f, pen_l, rtol=1e-5)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5,
+                                                         atol=1e-7),
+                 g_fairseq, g_literal)
+    # The readings really differ: kappa = 100 dominates the W_Q gradient.
+    q_f = g_fairseq["decoder"]["block_0"]["attn"]["query"]["kernel"]
+    q_k = g_kappa["decoder"]["block_0"]["attn"]["query"]["kernel"]
+    self.assertGreater(float(jnp.abs(q_k - q_f).max()),
+                       10 * float(jnp.abs(q_f).max()))
+
+  def test_train_step_applies_the_factor(self):
+    # build_steps reads the factor from the config: one step of fairseq
+    # with kappa equals one step of mean_loss with kappa / N.
+    fairseq = _smoke_lm("summed_loss")
+    n = fairseq.data.batch_size * fairseq.data.seq_len
+    p_f, m_f = _one_step(fairseq)
+    p_l, m_l = _one_step(_smoke_lm("mean_loss", KAPPA1 / n, KAPPA2 / n))
+    _, m_k = _one_step(_smoke_lm("mean_loss"))
+    for key in ("loss", "penalty", "grad_norm"):
+      np.testing.assert_allclose(m_f[key], m_l[key], rtol=1e-5, err_msg=key)
+    # The logged penalty is the one in the objective: kappa's / N.
+    np.testing.assert_allclose(m_f["penalty"], m_k["penalty"] / n, rtol=1e-5)
+    self.assertGreater(float(m_k["grad_norm"]), 2 * float(m_f["grad_norm"]))
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5,
+                                                         atol=1e-7),
+                 p_f, p_l)
+
+
+class ConfigVariantTest(parameterized.TestCase):
+
+  @parameterized.parameters(
+      (locater_wt2, "", 64 * 64), (locater_wt2, "smoke", 64),
+      (depth_width, "L=3,d=32", 64 * 64), (depth_width, "L=6,d=128,smoke", 64),
+      (rho_training, "", 64 * 64), (rho_training, "smoke", 64))
+  def test_fairseq_argument_sets_the_reading(self, module, arg, tokens):
+    plain = module.get_config(arg)
+    variant = module.get_config(",".join(filter(None, (arg, "fairseq"))))
+    for c in (plain, variant):
+      schema.validate(c, num_devices=1)
+    self.assertEqual(plain.locater.penalty_added_to, "mean_loss")
+    self.assertEqual(variant.locater.penalty_added_to, "summed_loss")
+    self.assertEqual(step_lib.penalty_scale_of(variant), 1.0 / tokens)
+    # Nothing else changes: kappa stays as printed.
+    plain.locater.penalty_added_to = "summed_loss"
+    self.assertEqual(plain.to_dict(), variant.to_dict())
+
+  @parameterized.parameters("fairseq", "sum", "", None, 1.0)
+  def test_bad_value_is_rejected_naming_the_key(self, value):
+    d = locater_wt2.get_config("smoke").to_dict()
+    d["locater"]["penalty_added_to"] = value      # any type, as from JSON
+    c = ml_collections.ConfigDict(d)
+    with self.assertRaisesRegex(
+        ValueError, r"config\.locater\.penalty_added_to must be one of "
+        r"\('mean_loss', 'summed_loss'\)"):
+      schema.validate(c)
+
+
+if __name__ == "__main__":
+  absltest.main()
