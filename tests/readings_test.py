@@ -157,5 +157,23 @@ class ConfigVariantTest(parameterized.TestCase):
       schema.validate(c)
 
 
+class ResumeTest(absltest.TestCase):
+
+  def test_resuming_with_the_other_reading_is_refused(self):
+    # pylint: disable-next=g-import-not-at-top
+    from qkspec.training import loop
+    config = locater_wt2.get_config("smoke")
+    config.sweep.kappa2 = ()
+    config.num_steps = config.checkpoint_every = 2
+    with tempfile.TemporaryDirectory() as tmp:
+      loop.train_and_evaluate(config, tmp)
+      other = locater_wt2.get_config("smoke,fairseq")
+      other.sweep.kappa2 = ()
+      other.num_steps = other.checkpoint_every = 2
+      with self.assertRaisesRegex(ValueError, "penalty_added_to='mean_loss'"):
+        loop.train_and_evaluate(other, tmp)
+      loop.train_and_evaluate(config, tmp)      # the same reading resumes
+
+
 if __name__ == "__main__":
   absltest.main()

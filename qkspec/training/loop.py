@@ -109,8 +109,30 @@ def _replicate(x: jax.Array, sharding) -> jax.Array:
   return jax.make_array_from_process_local_data(sharding, np.asarray(x))
 
 
+def _check_same_reading(run: Run) -> None:
+  """Raises ValueError if the workdir's checkpoints used the other reading.
+
+  `locater.penalty_added_to` is not part of the saved state (kappa is), so
+  the previous run's config.json tells which reading its checkpoints have.
+  """
+  path = os.path.join(run.workdir, "config.json")
+  ckpt_dir = os.path.join(run.workdir, "ckpt")
+  if not (os.path.isfile(path) and os.path.isdir(ckpt_dir) and any(
+      name.isdigit() for name in os.listdir(ckpt_dir))):
+    return
+  with open(path) as f:
+    old = json.load(f).get("locater", {}).get("penalty_added_to", "mean_loss")
+  new = run.config.locater.get("penalty_added_to", "mean_loss")
+  if old != new:
+    raise ValueError(
+        f"{run.workdir} holds checkpoints trained with "
+        f"locater.penalty_added_to={old!r}, not {new!r}; use a fresh "
+        "--workdir for the other reading.")
+
+
 def _prepare_workdir(run: Run) -> None:
-  """Writes `config.json` and `members.json` (process 0)."""
+  """Checks the workdir's reading; writes `config.json`, `members.json`."""
+  _check_same_reading(run)
   if not run.lead:
     return
   os.makedirs(run.workdir, exist_ok=True)
