@@ -24,6 +24,19 @@ The fairseq reading of kappa (below), for any cell::
       --config.data.data_dir=/tmp/tfds \
       --workdir /tmp/exp_runs/depth_width_L3_d32_fairseq
 
+Seeds: `seeds=N` (N > 1) runs every kappa2 member with seeds 0..N-1 in
+the same vmapped program (sweep.mode = "product": 5 N members, named
+"seed=s,kappa2=k"); launch/report.py gives mean +- std::
+
+  python launch/train.py --config configs/depth_width.py:L=3,d=32,seeds=3 \
+      --config.data.manual_dir=../shared/data/wikitext-2 \
+      --config.data.data_dir=/tmp/tfds --workdir /tmp/exp_runs/dw_L3_d32_s3
+
+For a no-LocATER member (kappa1 = kappa2 = 0) next to the sweep, list the
+members in zip mode, e.g. with one seed:
+--config.sweep.kappa1="(100.0, 100.0, 100.0, 100.0, 100.0, 0.0)"
+--config.sweep.kappa2="(0.0, 0.001, 0.01, 0.1, 1.0, 0.0)".
+
 Two readings of kappa (config.locater.penalty_added_to; the paper cannot
 tell which the authors ran). The paper writes J + kappa1 tr(W_QK^T W_QK) +
 kappa2 (tr W_QK - 1)^2 with J the mean token cross-entropy: "mean_loss",
@@ -46,7 +59,8 @@ PAPER_LR = {32: 1e-4, 128: 2.5e-5}   # App. D
 
 
 def get_config(arg=None):
-  arg = common.parse_arg(arg, L=1, d=128, smoke=False, fairseq=False)
+  arg = common.parse_arg(arg, L=1, d=128, smoke=False, fairseq=False,
+                         seeds=1)
   if arg.L not in (1, 3, 6) or arg.d not in PAPER_LR:
     raise ValueError(f"depth_width: L must be 1, 3 or 6 and d 32 or 128, "
                      f"got L={arg.L}, d={arg.d}.")
@@ -63,6 +77,11 @@ def get_config(arg=None):
   c.sweep.kappa2 = common.KAPPA2_SWEEP
   if arg.fairseq:            # kappa / (B * T) next to the mean loss
     c.locater.penalty_added_to = "summed_loss"
+  if arg.seeds < 1:
+    raise ValueError(f"seeds must be >= 1, got {arg.seeds}.")
+  if arg.seeds > 1:          # every kappa2 member with seeds 0..N-1
+    c.sweep.mode = "product"
+    c.sweep.seed = tuple(range(arg.seeds))
   if arg.smoke:
     common.smoke(c, d_model=arg.d // 8)
   return c

@@ -25,6 +25,20 @@ The fairseq reading of kappa (below)::
       --config.data.data_dir=/tmp/tfds \
       --workdir /tmp/exp_runs/locater_wt2_fairseq
 
+Seeds: `seeds=N` (N > 1) runs every kappa2 member with seeds 0..N-1 in
+the same vmapped program (sweep.mode = "product": 5 N members, named
+"seed=s,kappa2=k"); the report (launch/report.py) gives mean +- std::
+
+  python launch/train.py --config configs/locater_wt2.py:seeds=3,fairseq \
+      --config.data.manual_dir=../shared/data/wikitext-2 \
+      --config.data.data_dir=/tmp/tfds \
+      --workdir /tmp/exp_runs/locater_wt2_s3_fairseq
+  python launch/report.py --runs /tmp/exp_runs/locater_wt2_s3,/tmp/exp_runs/locater_wt2_s3_fairseq \
+      --out REPRODUCTION.md
+
+The contrast with no LocATER at all (kappa1 = kappa2 = 0) is the Fig. 7
+config, the same model: configs/rho_training.py:seeds=3[,fairseq].
+
 Two readings of kappa (config.locater.penalty_added_to; the paper cannot
 tell which the authors ran). The paper writes J + kappa1 tr(W_QK^T W_QK) +
 kappa2 (tr W_QK - 1)^2 with J the mean token cross-entropy: "mean_loss",
@@ -49,7 +63,8 @@ from qkspec.config import defaults as common
 
 
 def get_config(arg=None):
-  arg = common.parse_arg(arg, smoke=False, fairseq=False)
+  arg = common.parse_arg(arg, smoke=False, fairseq=False,
+                         seeds=1)
   c = common.lm_config()
   c.opt.lr = 2.5e-5          # constant (paper, d = 128)
   c.num_steps = 50_000       # updates (paper)
@@ -61,6 +76,11 @@ def get_config(arg=None):
   c.sweep.kappa2 = common.KAPPA2_SWEEP
   if arg.fairseq:            # kappa / (B * T) next to the mean loss
     c.locater.penalty_added_to = "summed_loss"
+  if arg.seeds < 1:
+    raise ValueError(f"seeds must be >= 1, got {arg.seeds}.")
+  if arg.seeds > 1:          # every kappa2 member with seeds 0..N-1
+    c.sweep.mode = "product"
+    c.sweep.seed = tuple(range(arg.seeds))
   if arg.smoke:
     common.smoke(c)
   return c

@@ -23,6 +23,11 @@ The fairseq reading of kappa (below)::
       --config.data.data_dir=/tmp/tfds \
       --workdir /tmp/exp_runs/rho_training_fairseq
 
+Seeds: `seeds=N` (N > 1) repeats both members with seeds 0..N-1 (zip
+mode, 2 N members, named "seed=s,kappa1=..,kappa2=.."), e.g.
+configs/rho_training.py:seeds=3,fairseq; launch/report.py compares
+no LocATER with LocATER (mean +- std over seeds) and shows the heat maps.
+
 Two readings of kappa (config.locater.penalty_added_to; the paper cannot
 tell which the authors ran). The paper writes J + kappa1 tr(W_QK^T W_QK) +
 kappa2 (tr W_QK - 1)^2 with J the mean token cross-entropy: "mean_loss",
@@ -41,7 +46,8 @@ from qkspec.config import defaults as common
 
 
 def get_config(arg=None):
-  arg = common.parse_arg(arg, smoke=False, fairseq=False)
+  arg = common.parse_arg(arg, smoke=False, fairseq=False,
+                         seeds=1)
   c = common.lm_config()
   c.opt.lr = 2.5e-5
   c.num_steps = 50_000
@@ -53,6 +59,13 @@ def get_config(arg=None):
   c.sweep.kappa2 = (1.0, 0.0)
   if arg.fairseq:            # kappa / (B * T) next to the mean loss
     c.locater.penalty_added_to = "summed_loss"
+  if arg.seeds < 1:
+    raise ValueError(f"seeds must be >= 1, got {arg.seeds}.")
+  if arg.seeds > 1:          # both members with seeds 0..N-1 (zip, repeated)
+    n = arg.seeds
+    c.sweep.seed = tuple(s for s in range(n) for _ in range(2))
+    c.sweep.kappa1 = (100.0, 0.0) * n
+    c.sweep.kappa2 = (1.0, 0.0) * n
   if arg.smoke:
     common.smoke(c)
   return c

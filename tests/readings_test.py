@@ -157,6 +157,38 @@ class ConfigVariantTest(parameterized.TestCase):
       schema.validate(c)
 
 
+class SeedsArgumentTest(parameterized.TestCase):
+
+  @parameterized.parameters((locater_wt2, ""), (locater_wt2, "fairseq,"),
+                            (depth_width, "L=3,d=32,"))
+  def test_seeds_sweeps_every_kappa2_member_over_seeds(self, module, arg):
+    c = module.get_config(arg + "seeds=3")
+    schema.validate(c, num_devices=1)
+    self.assertEqual(c.sweep.mode, "product")
+    members = sweep.members(c)
+    self.assertLen(members, 3 * len(defaults.KAPPA2_SWEEP))
+    self.assertEqual({(m["seed"], m["kappa2"]) for m in members},
+                     {(s, k) for s in range(3) for k in defaults.KAPPA2_SWEEP})
+    names = [sweep.member_name(m, sweep.swept_keys(c)) for m in members]
+    self.assertIn("seed=2,kappa2=0.01", names)
+    self.assertLen(set(names), len(names))
+
+  def test_one_seed_is_the_default(self):
+    self.assertEqual(locater_wt2.get_config("seeds=1").to_dict(),
+                     locater_wt2.get_config().to_dict())
+
+  def test_rho_training_repeats_both_members_per_seed(self):
+    c = rho_training.get_config("smoke,seeds=2")
+    schema.validate(c, num_devices=1)
+    self.assertEqual(
+        [(m["seed"], m["kappa1"], m["kappa2"]) for m in sweep.members(c)],
+        [(0, 100.0, 1.0), (0, 0.0, 0.0), (1, 100.0, 1.0), (1, 0.0, 0.0)])
+
+  def test_zero_seeds_is_rejected(self):
+    with self.assertRaisesRegex(ValueError, "seeds must be >= 1"):
+      depth_width.get_config("seeds=0")
+
+
 class ResumeTest(absltest.TestCase):
 
   def test_resuming_with_the_other_reading_is_refused(self):

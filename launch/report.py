@@ -1,0 +1,37 @@
+r"""Writes REPRODUCTION.md from training run directories (Figs. 6-12).
+
+  python launch/report.py --runs /tmp/exp_runs/locater_wt2,/tmp/exp_runs/locater_wt2_fairseq \
+      --out REPRODUCTION.md
+
+Tables (mean +- std over seeds per kappa2), verdicts on the paper's claims
+B-D, the commands and steps of every run; summary.csv, summary.json and the
+figures go to --figures_dir. See qkspec/experiments/report.py.
+"""
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from qkspec.experiments import report
+
+_RUNS = flags.DEFINE_list("runs", None, "launch/train.py workdirs, "
+                          "comma-separated.")
+_OUT = flags.DEFINE_string("out", "REPRODUCTION.md", "The markdown report.")
+_FIGURES_DIR = flags.DEFINE_string(
+    "figures_dir", None, "Summary CSV/JSON and figures; default: "
+    "reproduction/ next to --out.")
+flags.mark_flags_as_required(["runs"])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  command = " ".join(["python launch/report.py"] + sys.argv[1:])
+  for path in report.write_report(_RUNS.value, _OUT.value,
+                                  _FIGURES_DIR.value, command=command):
+    logging.info("wrote %s", path)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,386 @@
+"""REPRODUCTION.md from training run directories (paper Sec. 7, Figs. 6-12).
+
+`write_report(run_dirs, out_path)` reads each workdir of
+`qkspec.training.loop.train_and_evaluate` (`config.json`, `members.json` and
+the members' `metrics.jsonl`, through `training_plots.load_members`) and
+writes the report and, beside it, `summary.csv`, `summary.json` and one
+figure per paper figure (final scale, entropy and valid perplexity against
+kappa2, mean +- std over seeds, one line per reading of kappa).
+
+* `summarize(run_dirs)`: one row per run dir and member group (members that
+  differ only in seed): paper figure, reading of kappa, kappa1, kappa2, the
+  seeds, steps run and planned, and mean / std over seeds of the final
+  valid and test perplexity, scale tr(W_QK^T W_QK), trace tr(W_QK) and
+  attention entropy (layers averaged, `mean/...`).
+* `verdicts(rows)`: per figure and reading, the paper's claims B (scale
+  shrinks), C (entropy higher) and D (perplexity lower) for kappa2 = 0 -> 1
+  (kappa1 > 0), and for no LocATER (kappa1 = kappa2 = 0) -> LocATER where a
+  run has that member: "reproduced", "reversed" or "not significant" (the
+  difference of the means is within 2 x the pooled std over seeds). With
+  one seed the sign decides and the line says "one seed: no error bar".
+
+The paper figure comes from the config: the two members of
+configs/rho_training.py (kappa1 = 100, kappa2 = 1 and none, kappa1 = kappa2
+= 0) are Fig. 7; otherwise (num_layers, d) picks Figs. 6, 8-12 (smoke
+runs: d is the paper's d / 8, and the label says "smoke").
+"""
+import csv
+import json
+import math
+import os
+import pathlib
+
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
+import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from qkspec.experiments import training_plots  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+PAPER_STEPS = 50_000
+FIGURES = {(1, 128): "6", (1, 32): "8", (3, 32): "9", (6, 32): "10",
+           (3, 128): "11", (6, 128): "12"}          # (L, d) -> paper figure
+QUANTITIES = (("valid_ppl", "valid/ppl", "valid ppl"),
+              ("test_ppl", "test/ppl", "test ppl"),
+              ("scale", "mean/qk_scale", "scale tr(W^T W)"),
+              ("trace", "mean/qk_trace", "trace tr(W)"),
+              ("entropy", "mean/entropy", "entropy (nats)"))
+# claim: (quantity, sign the paper expects for LocATER-stronger minus weaker)
+CLAIMS = (("B", "scale", -1, "scale shrinks"),
+          ("C", "entropy", +1, "entropy higher"),
+          ("D", "valid_ppl", -1, "valid perplexity lower"))
+READINGS = {"mean_loss": "literal (mean_loss)",
+            "summed_loss": "fairseq (summed_loss)"}
+DEVIATIONS = (
+    "Precision: float32 parameters and compute (`compute_dtype`) at JAX's "
+    "default matmul precision (TF32 on recent NVIDIA GPUs), not fairseq's "
+    "FP16.",
+    "Data blocks: each split is one token stream with one `<eos>` per line "
+    "of the WikiText-2 files, cut into blocks of T = 64 tokens as fairseq's "
+    "`--sample-break-mode none` (qkspec/data/pipeline.py).",
+    "Initialisation: fairseq's scheme (xavier_uniform, gain 1/sqrt(2) for "
+    "q, k, v) written with Flax initialisers (qkspec/training/model.py), "
+    "not bit-identical to fairseq's PyTorch initialisers.",
+    "kappa reading: the paper cannot tell whether kappa multiplies the "
+    "penalty next to the mean loss (literal) or next to the summed loss "
+    "(fairseq: kappa / 4096 next to the mean); both are reported.",
+)
+_REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _load_config(run_dir):
+  with open(os.path.join(run_dir, "config.json")) as f:
+    return json.load(f)
+
+
+def figure_of(config: dict) -> tuple[str, bool]:
+  """(paper figure id, smoke?) of a run's config.json dict."""
+  smoke = config.get("data", {}).get("name") == "synthetic"
+  sweep = config.get("sweep", {})
+  pairs = set(zip(sweep.get("kappa1") or (), sweep.get("kappa2") or ()))
+  if pairs == {(100.0, 1.0), (0.0, 0.0)}:     # configs/rho_training.py
+    return "7", smoke
+  model = config["model"]
+  d = model["d_model"] * (8 if smoke else 1)
+  return FIGURES.get((model["num_layers"], d),
+                     f"L={model['num_layers']},d={model['d_model']}"), smoke
+
+
+def config_command(config: dict, run_dir: str) -> str:
+  """The launch command that rebuilds `config` (config file, arg, overrides).
+
+  The config file and argument follow from the figure, reading, seeds and
+  smoke; every field where config.json differs from what that file gives
+  becomes a `--config.x=y` override.
+  """
+  fig, smoke = figure_of(config)
+  parts = []
+  if fig == "7":
+    name = "rho_training"
+  elif fig == "6":
+    name = "locater_wt2"
+  else:
+    name = "depth_width"
+    d = config["model"]["d_model"] * (8 if smoke else 1)
+    parts += [f"L={config['model']['num_layers']}", f"d={d}"]
+  seeds = set(config.get("sweep", {}).get("seed") or ())
+  if len(seeds) > 1:
+    parts.append(f"seeds={len(seeds)}")
+  if config["locater"].get("penalty_added_to") == "summed_loss":
+    parts.append("fairseq")
+  if smoke:
+    parts.append("smoke")
+  arg = ",".join(parts)
+  path = f"configs/{name}.py" + (f":{arg}" if arg else "")
+  overrides = []
+  try:
+    # pylint: disable=g-import-not-at-top
+    from qkspec.config import args as args_lib
+    base = json.loads(args_lib.load_config_file(
+        _REPO / "configs" / f"{name}.py", arg).to_json())
+    overrides = [f"--config.{k}={_flag_value(v)}"
+                 for k, v in _diff(base, config)]
+  except (ValueError, OSError, KeyError) as e:
+    path += f" (not rebuilt exactly: {e})"
+  return " ".join(["python launch/train.py", f"--config {path}", *overrides,
+                   f"--workdir {run_dir}"])
+
+
+def _diff(base, new, prefix=""):
+  out = []
+  for k, v in new.items():
+    key = f"{prefix}{k}"
+    if isinstance(v, dict) and isinstance(base.get(k), dict):
+      out += _diff(base[k], v, key + ".")
+    elif base.get(k, object()) != v:
+      out.append((key, v))
+  return out
+
+
+def _flag_value(v):
+  if isinstance(v, (list, tuple)):
+    return '"(' + ", ".join(repr(x) for x in v) + (",)" if len(v) == 1
+                                                    else ')"')
+  return repr(v) if isinstance(v, str) and not v else str(v)
+
+
+def _final(metrics, key):
+  if key not in metrics:
+    return math.nan
+  return float(np.asarray(metrics[key][1][-1]).reshape(-1)[0])
+
+
+def _mean_std(vals):
+  vals = np.asarray([v for v in vals if np.isfinite(v)], float)
+  if not vals.size:
+    return math.nan, math.nan
+  return float(vals.mean()), (float(vals.std(ddof=1)) if vals.size > 1
+                              else math.nan)
+
+
+def summarize(run_dirs) -> list[dict]:
+  """One row per run dir and member group (members differing only in seed)."""
+  rows = []
+  for run_dir in run_dirs:
+    config = _load_config(run_dir)
+    fig, smoke = figure_of(config)
+    members = training_plots.load_members(run_dir)
+    reading = config["locater"].get("penalty_added_to", "mean_loss")
+    command = config_command(config, run_dir)
+    groups = {}
+    for m in members:
+      groups.setdefault((m["kappa1"], m["kappa2"], m["target"]), []).append(m)
+    for (kappa1, kappa2, target), ms in sorted(groups.items()):
+      steps = [int(m["metrics"]["train/loss"][0][-1])
+               if "train/loss" in m["metrics"] else 0 for m in ms]
+      row = dict(figure=fig, label=f"Fig. {fig}" + (" (smoke)" if smoke
+                                                    else ""),
+                 smoke=smoke, reading=reading, run_dir=str(run_dir),
+                 command=command, kappa1=kappa1, kappa2=kappa2,
+                 target=target, seeds=sorted(m["seed"] for m in ms),
+                 n_seeds=len(ms), final_step=min(steps),
+                 num_steps=int(config["num_steps"]))
+      for name, key, _ in QUANTITIES:
+        vals = [_final(m["metrics"], key) for m in ms]
+        row[f"{name}_mean"], row[f"{name}_std"] = _mean_std(vals)
+        row[f"{name}_values"] = vals
+      rows.append(row)
+  return rows
+
+
+def _pick(rows, kappa1_positive, kappa2):
+  for r in rows:
+    if (r["kappa1"] > 0) == kappa1_positive and r["kappa2"] == kappa2:
+      return r
+  return None
+
+
+def _compare(claim, quantity, sign, what, base, alt, contrast):
+  """One verdict: `alt` (stronger LocATER) against `base`."""
+  m0, s0 = base[f"{quantity}_mean"], base[f"{quantity}_std"]
+  m1, s1 = alt[f"{quantity}_mean"], alt[f"{quantity}_std"]
+  diff = m1 - m0
+  one_seed = min(base["n_seeds"], alt["n_seeds"]) < 2
+  if not (np.isfinite(m0) and np.isfinite(m1)):
+    verdict, note = "not significant", "no values"
+  elif one_seed:
+    verdict = ("not significant" if diff == 0 else
+               "reproduced" if np.sign(diff) == sign else "reversed")
+    note = "one seed: no error bar"
+  else:
+    pooled = math.sqrt((s0 ** 2 + s1 ** 2) / 2)
+    if abs(diff) <= 2 * pooled:
+      verdict = "not significant"
+    else:
+      verdict = "reproduced" if np.sign(diff) == sign else "reversed"
+    note = (f"|diff| {abs(diff):.4g} vs 2 x pooled std {2 * pooled:.4g}, "
+            f"{min(base['n_seeds'], alt['n_seeds'])} seeds")
+  text = (f"{alt['label']}, {READINGS.get(alt['reading'], alt['reading'])}, "
+          f"claim {claim} ({what}, {contrast}): **{verdict}**: "
+          f"{_pm(m0, s0)} -> {_pm(m1, s1)} (diff {diff:+.4g}; {note})")
+  return dict(figure=alt["figure"], label=alt["label"],
+              reading=alt["reading"], claim=claim, contrast=contrast,
+              verdict=verdict, diff=diff, note=note, text=text)
+
+
+def verdicts(rows) -> list[dict]:
+  """Claims B, C, D per figure label and reading (see module docstring)."""
+  groups = {}
+  for r in rows:
+    groups.setdefault((r["label"], r["reading"]), []).append(r)
+  out = []
+  for _, rs in sorted(groups.items()):
+    pairs = []
+    base, alt = _pick(rs, True, 0.0), _pick(rs, True, 1.0)
+    if base and alt:
+      pairs.append((base, alt, "kappa2 = 0 -> 1"))
+    none = next((r for r in rs if r["kappa1"] == 0 and r["kappa2"] == 0),
+                None)
+    locater = [r for r in rs if r["kappa1"] > 0]
+    if none and locater:
+      best = max(locater, key=lambda r: r["kappa2"])
+      pairs.append((none, best, f"none -> kappa1 = {best['kappa1']:g}, "
+                                f"kappa2 = {best['kappa2']:g}"))
+    for b, a, contrast in pairs:
+      out += [_compare(c, q, s, w, b, a, contrast) for c, q, s, w in CLAIMS]
+  return out
+
+
+def _pm(mean, std):
+  if not np.isfinite(mean):
+    return "n/a"
+  return f"{mean:.4g}" + (f" ± {std:.2g}" if np.isfinite(std) else "")
+
+
+def _steps_line(r):
+  k, planned = r["final_step"], r["num_steps"]
+  line = f"{k:,} steps run of {planned:,} planned"
+  if k < PAPER_STEPS:
+    line = f"**SHORTENED: {k:,} of {PAPER_STEPS:,} steps** ({line})"
+  elif k < planned:
+    line = f"**stopped early**: {line}"
+  return line
+
+
+def figure(rows, label):
+  """Final scale, entropy and valid ppl vs kappa2, one line per reading."""
+  panels = [("scale", "scale tr$(W_{QK}^\\top W_{QK})$ (B)"),
+            ("entropy", "attention entropy (C)"),
+            ("valid_ppl", "valid perplexity (D)")]
+  fig, axes = plt.subplots(1, 3, figsize=(12, 3.8), layout="constrained")
+  for reading in sorted({r["reading"] for r in rows if r["label"] == label}):
+    rs = sorted((r for r in rows if r["label"] == label
+                 and r["reading"] == reading and r["kappa1"] > 0),
+                key=lambda r: r["kappa2"])
+    for ax, (q, title) in zip(axes, panels):
+      ax.errorbar([r["kappa2"] for r in rs], [r[f"{q}_mean"] for r in rs],
+                  yerr=[np.nan_to_num(r[f"{q}_std"]) for r in rs],
+                  marker="o", capsize=3, label=READINGS.get(reading, reading))
+      ax.set(title=title, xlabel=r"$\kappa_2$")
+  for ax in axes:
+    positive = [r["kappa2"] for r in rows if r["kappa2"] > 0]
+    ax.set_xscale("symlog", linthresh=min(positive) if positive else 1e-3)
+    ax.grid(alpha=0.3)
+  axes[0].legend()
+  fig.suptitle(f"{label}: final values, mean ± std over seeds")
+  return fig
+
+
+def _slug(label):
+  return label.lower().replace(". ", "").replace(" (", "_").strip(")")
+
+
+def _table(rs):
+  head = ["kappa1", "kappa2", "seeds"] + [t for _, _, t in QUANTITIES]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for r in sorted(rs, key=lambda r: (r["kappa1"], r["kappa2"])):
+    cells = [f"{r['kappa1']:g}", f"{r['kappa2']:g}", str(r["n_seeds"])]
+    cells += [_pm(r[f"{q}_mean"], r[f"{q}_std"]) for q, _, _ in QUANTITIES]
+    lines.append("| " + " | ".join(cells) + " |")
+  return lines
+
+
+def write_summary(rows, directory) -> list[str]:
+  """summary.csv and summary.json in `directory`; their paths."""
+  os.makedirs(directory, exist_ok=True)
+  csv_path = os.path.join(directory, "summary.csv")
+  fields = [k for k in rows[0] if not k.endswith("_values")]
+  with open(csv_path, "w", newline="") as f:
+    w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+      w.writerow({**r, "seeds": " ".join(map(str, r["seeds"]))})
+  json_path = os.path.join(directory, "summary.json")
+  with open(json_path, "w") as f:
+    json.dump(dict(rows=rows, verdicts=verdicts(rows)), f, indent=1,
+              default=str)
+  return [csv_path, json_path]
+
+
+def write_report(run_dirs, out_path, figures_dir=None, command=None) -> list:
+  """Writes `out_path` (markdown), the summary and figures; their paths."""
+  out_path = pathlib.Path(out_path)
+  figures_dir = pathlib.Path(figures_dir or out_path.parent / "reproduction")
+  rows = summarize(run_dirs)
+  if not rows:
+    raise ValueError("no members found in the run directories.")
+  paths = write_summary(rows, figures_dir)
+  vs = verdicts(rows)
+  rel = os.path.relpath(figures_dir, out_path.parent)
+  md = ["# Reproduction: language-model claims (Sec. 7, Figs. 6-12)", "",
+        "Generated by `" + (command or "python launch/report.py --runs "
+                            + ",".join(map(str, run_dirs))
+                            + f" --out {out_path}") + "`; do not edit by hand.",
+        f"Summary: [{rel}/summary.csv]({rel}/summary.csv), "
+        f"[{rel}/summary.json]({rel}/summary.json).", "",
+        "Claims (paper): with stronger kappa2 the scale tr(W_QK^T W_QK) "
+        "shrinks (B), the attention entropy is higher (C) and the valid "
+        "perplexity lower (D). A verdict is *not significant* when "
+        "|mean difference| <= 2 x the pooled std over seeds.", "",
+        "## Verdicts", ""]
+  md += [f"- {v['text']}" for v in vs] or ["- (no kappa2 = 0 / 1 pair)"]
+  labels = sorted({r["label"] for r in rows},
+                  key=lambda l: (len(l.split()[1]), l))
+  for label in labels:
+    md += ["", f"## {label}", ""]
+    if not label.startswith("Fig. 7"):       # Fig. 7: the heat maps below
+      fig = figure(rows, label)
+      png = figures_dir / f"{_slug(label)}.png"
+      fig.savefig(png, dpi=110)
+      plt.close(fig)
+      paths.append(str(png))
+      md += [f"![{label}]({rel}/{png.name})", ""]
+    for reading in sorted({r["reading"] for r in rows if r["label"] == label}):
+      rs = [r for r in rows if r["label"] == label and r["reading"] == reading]
+      md += [f"### {READINGS.get(reading, reading)}", ""]
+      for i, run_dir in enumerate(sorted({r["run_dir"] for r in rs})):
+        r0 = next(r for r in rs if r["run_dir"] == run_dir)
+        md += [f"- run `{run_dir}`: {_steps_line(r0)}",
+               f"  - command: `{r0['command']}`"]
+        if r0["figure"] == "7":              # rho_i heat maps, by eye
+          png = figures_dir / f"{_slug(label)}_rho_{reading}_{i}.png"
+          fig = training_plots.rho_heatmap_figure(
+              training_plots.load_members(run_dir))
+          fig.savefig(png, dpi=110)
+          plt.close(fig)
+          paths.append(str(png))
+          md.append(f"  - rho_i over training (stripes?): "
+                    f"![rho]({rel}/{png.name})")
+      md += [""] + _table(rs)
+      md += [""] + [f"- {v['text']}" for v in vs
+                    if v["label"] == label and v["reading"] == reading]
+      md.append("")
+  md += ["", "## Runs", "",
+         "GPU model and wall time are not recorded in a run directory; "
+         "add them by hand from the launch logs.", ""]
+  seen = set()
+  for r in rows:
+    if r["run_dir"] not in seen:
+      seen.add(r["run_dir"])
+      md.append(f"- {r['label']}, {READINGS.get(r['reading'])}: "
+                f"{_steps_line(r)}; `{r['command']}`")
+  md += ["", "## Known deviations from fairseq", ""]
+  md += [f"- {d}" for d in DEVIATIONS]
+  out_path.parent.mkdir(parents=True, exist_ok=True)
+  out_path.write_text("\n".join(md) + "\n")
+  return [str(out_path)] + paths

@@ -1,0 +1,148 @@
+"""Tests for qkspec.experiments.report (REPRODUCTION.md from run dirs)."""
+import math
+import os
+import tempfile
+
+from absl.testing import absltest
+import jax
+
+from configs import locater_wt2
+from qkspec.experiments import report
+from qkspec.training import loop
+
+jax.config.update("jax_compilation_cache_dir", os.path.join(
+    tempfile.gettempdir(), "qkspec_test_jax_cache"))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
+
+
+def _row(kappa2, scale, entropy, ppl, n_seeds=3, spread=0.01, kappa1=100.0):
+  row = dict(figure="6", label="Fig. 6", reading="mean_loss",
+             kappa1=kappa1, kappa2=kappa2, n_seeds=n_seeds)
+  for name, mean in (("scale", scale), ("entropy", entropy),
+                     ("valid_ppl", ppl)):
+    row[f"{name}_mean"] = mean
+    row[f"{name}_std"] = spread if n_seeds > 1 else math.nan
+  return row
+
+
+def _by_claim(vs):
+  return {v["claim"]: v for v in vs}
+
+
+class VerdictsTest(absltest.TestCase):
+
+  def test_clear_trend_with_small_spread_is_reproduced(self):
+    vs = _by_claim(report.verdicts([_row(0.0, 5.0, 1.0, 200.0),
+                                    _row(1.0, 3.0, 2.0, 150.0)]))
+    self.assertEqual(sorted(vs), ["B", "C", "D"])
+    for claim in "BCD":
+      self.assertEqual(vs[claim]["verdict"], "reproduced", vs[claim]["text"])
+    self.assertIn("2 x pooled std", vs["B"]["text"])
+
+  def test_opposite_trend_is_reversed(self):
+    vs = _by_claim(report.verdicts([_row(0.0, 3.0, 2.0, 150.0),
+                                    _row(1.0, 5.0, 1.0, 200.0)]))
+    for claim in "BCD":
+      self.assertEqual(vs[claim]["verdict"], "reversed", vs[claim]["text"])
+
+  def test_difference_within_spread_is_not_significant(self):
+    vs = _by_claim(report.verdicts([
+        _row(0.0, 5.0, 1.0, 200.0, spread=1.0),
+        _row(1.0, 4.5, 1.5, 199.0, spread=1.0)]))
+    for claim in "BCD":
+      self.assertEqual(vs[claim]["verdict"], "not significant")
+
+  def test_one_seed_says_no_error_bar(self):
+    vs = report.verdicts([_row(0.0, 5.0, 1.0, 200.0, n_seeds=1),
+                          _row(1.0, 3.0, 2.0, 150.0, n_seeds=1)])
+    self.assertLen(vs, 3)
+    for v in vs:
+      self.assertIn("one seed: no error bar", v["text"])
+
+  def test_no_locater_member_adds_the_fig7_contrast(self):
+    vs = report.verdicts([_row(0.0, 5.0, 1.0, 200.0, kappa1=0.0),
+                          _row(1.0, 3.0, 2.0, 150.0)])
+    self.assertLen(vs, 3)
+    self.assertTrue(all(v["contrast"].startswith("none") for v in vs))
+
+
+class FigureOfTest(absltest.TestCase):
+
+  def test_paper_figures_from_depth_and_width(self):
+    for (layers, d), fig in report.FIGURES.items():
+      config = dict(model=dict(num_layers=layers, d_model=d),
+                    data=dict(name="wikitext2"), sweep=dict(kappa1=[]))
+      self.assertEqual(report.figure_of(config), (fig, False))
+
+  def test_rho_training_members_are_fig7(self):
+    config = dict(model=dict(num_layers=1, d_model=16),
+                  data=dict(name="synthetic"),
+                  sweep=dict(kappa1=[100, 0], kappa2=[1, 0]))
+    self.assertEqual(report.figure_of(config), ("7", True))
+
+  def test_a_kappa2_sweep_with_a_none_member_keeps_its_figure(self):
+    config = dict(model=dict(num_layers=3, d_model=32),
+                  data=dict(name="wikitext2"),
+                  sweep=dict(kappa1=[100] * 5 + [0],
+                             kappa2=[0, 1e-3, 1e-2, 1e-1, 1, 0]))
+    self.assertEqual(report.figure_of(config), ("9", False))
+
+
+class WriteReportTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.tmp = tempfile.mkdtemp()
+    cls.runs = []
+    for arg in ("smoke,seeds=2", "smoke,seeds=2,fairseq"):
+      c = locater_wt2.get_config(arg)
+      c.sweep.kappa2 = (0.0, 1.0)
+      c.num_steps = 2
+      workdir = os.path.join(cls.tmp, arg.replace(",", "_"))
+      loop.train_and_evaluate(c, workdir)
+      cls.runs.append(workdir)
+    cls.out = os.path.join(cls.tmp, "REPRODUCTION.md")
+    cls.paths = report.write_report(cls.runs, cls.out)
+    with open(cls.out) as f:
+      cls.md = f.read()
+
+  def test_summary_rows_per_reading_and_kappa2(self):
+    rows = report.summarize(self.runs)
+    self.assertLen(rows, 4)
+    for r in rows:
+      self.assertEqual((r["label"], r["n_seeds"], r["final_step"]),
+                       ("Fig. 6 (smoke)", 2, 2))
+      self.assertTrue(math.isfinite(r["valid_ppl_std"]))
+    self.assertEqual({r["reading"] for r in rows},
+                     {"mean_loss", "summed_loss"})
+
+  def test_markdown_has_both_readings_tables_and_verdicts(self):
+    self.assertIn("### literal (mean_loss)", self.md)
+    self.assertIn("### fairseq (summed_loss)", self.md)
+    table_rows = [line for line in self.md.splitlines()
+                  if line.startswith("| 100 | ")]
+    self.assertLen(table_rows, 4)                # 2 readings x 2 kappa2
+    self.assertTrue(all(" ± " in line for line in table_rows))
+    for claim in "BCD":
+      for reading in ("literal (mean_loss)", "fairseq (summed_loss)"):
+        self.assertIn(f"Fig. 6 (smoke), {reading}, claim {claim} ", self.md)
+    self.assertIn("SHORTENED: 2 of 50,000 steps", self.md)
+    self.assertIn("configs/locater_wt2.py:seeds=2,fairseq,smoke", self.md)
+    self.assertIn("## Known deviations from fairseq", self.md)
+
+  def test_artefacts_exist(self):
+    figures_dir = os.path.join(self.tmp, "reproduction")
+    for name in ("summary.csv", "summary.json", "fig6_smoke.png"):
+      self.assertIn(os.path.join(figures_dir, name), self.paths)
+      self.assertTrue(os.path.isfile(os.path.join(figures_dir, name)), name)
+
+  def test_rebuilt_command_names_the_overrides(self):
+    command = report.summarize(self.runs[:1])[0]["command"]
+    self.assertIn("--config.sweep.kappa2=", command)
+    self.assertIn("--config.num_steps=2", command)
+    self.assertNotIn("--config.locater", command)
+
+
+if __name__ == "__main__":
+  absltest.main()
