@@ -37,15 +37,11 @@ members in zip mode, e.g. with one seed:
 --config.sweep.kappa1="(100.0, 100.0, 100.0, 100.0, 100.0, 0.0)"
 --config.sweep.kappa2="(0.0, 0.001, 0.01, 0.1, 1.0, 0.0)".
 
-Two readings of kappa (config.locater.penalty_added_to; the paper cannot
-tell which the authors ran). The paper writes J + kappa1 tr(W_QK^T W_QK) +
-kappa2 (tr W_QK - 1)^2 with J the mean token cross-entropy: "mean_loss",
-the default, trains exactly that. The paper trains in fairseq, whose
-criterion returns the cross-entropy summed over the batch's target tokens
-(a penalty is added to that sum) and whose trainer divides every gradient
-by sample_size, the target tokens per batch (64 x 64 = 4096): next to the
-mean loss the penalty then acts with kappa / 4096. The `fairseq` argument
-selects that reading ("summed_loss"); kappa1 and kappa2 stay as printed.
+Two readings of kappa (config.locater.penalty_added_to): "mean_loss", the
+default, adds kappa * penalty to the mean token cross-entropy as printed;
+the `fairseq` argument selects "summed_loss", fairseq's, where the penalty
+acts with kappa / 4096 (target tokens per batch) next to the mean loss.
+Why they differ: configs/locater_wt2.py and README.
 
 Expected (paper): the Fig. 6 trends at every depth and width: with stronger
 kappa2 the scale shrinks, the entropy increases and the perplexity
@@ -75,13 +71,7 @@ def get_config(arg=None):
   c.checkpoint_every = 5_000
   c.locater.kappa1 = 100.0
   c.sweep.kappa2 = common.KAPPA2_SWEEP
-  if arg.fairseq:            # kappa / (B * T) next to the mean loss
-    c.locater.penalty_added_to = "summed_loss"
-  if arg.seeds < 1:
-    raise ValueError(f"seeds must be >= 1, got {arg.seeds}.")
-  if arg.seeds > 1:          # every kappa2 member with seeds 0..N-1
-    c.sweep.mode = "product"
-    c.sweep.seed = tuple(range(arg.seeds))
+  common.wikitext2_variant(c, fairseq=arg.fairseq, seeds=arg.seeds)
   if arg.smoke:
     common.smoke(c, d_model=arg.d // 8)
   return c

@@ -74,13 +74,7 @@ def get_config(arg=None):
   c.locater.kappa1 = 100.0   # fixed scale strength (paper)
   c.locater.target = 1.0     # tr(W_QK) target (paper)
   c.sweep.kappa2 = common.KAPPA2_SWEEP
-  if arg.fairseq:            # kappa / (B * T) next to the mean loss
-    c.locater.penalty_added_to = "summed_loss"
-  if arg.seeds < 1:
-    raise ValueError(f"seeds must be >= 1, got {arg.seeds}.")
-  if arg.seeds > 1:          # every kappa2 member with seeds 0..N-1
-    c.sweep.mode = "product"
-    c.sweep.seed = tuple(range(arg.seeds))
+  common.wikitext2_variant(c, fairseq=arg.fairseq, seeds=arg.seeds)
   if arg.smoke:
     common.smoke(c)
   return c

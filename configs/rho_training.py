@@ -28,15 +28,11 @@ mode, 2 N members, named "seed=s,kappa1=..,kappa2=.."), e.g.
 configs/rho_training.py:seeds=3,fairseq; launch/report.py compares
 no LocATER with LocATER (mean +- std over seeds) and shows the heat maps.
 
-Two readings of kappa (config.locater.penalty_added_to; the paper cannot
-tell which the authors ran). The paper writes J + kappa1 tr(W_QK^T W_QK) +
-kappa2 (tr W_QK - 1)^2 with J the mean token cross-entropy: "mean_loss",
-the default, trains exactly that. The paper trains in fairseq, whose
-criterion returns the cross-entropy summed over the batch's target tokens
-(a penalty is added to that sum) and whose trainer divides every gradient
-by sample_size, the target tokens per batch (64 x 64 = 4096): next to the
-mean loss the penalty then acts with kappa / 4096. The `fairseq` argument
-selects that reading ("summed_loss"); kappa1 and kappa2 stay as printed.
+Two readings of kappa (config.locater.penalty_added_to): "mean_loss", the
+default, adds kappa * penalty to the mean token cross-entropy as printed;
+the `fairseq` argument selects "summed_loss", fairseq's, where the penalty
+acts with kappa / 4096 (target tokens per batch) next to the mean loss.
+Why they differ: configs/locater_wt2.py and README.
 
 Expected (paper): LocATER shows salient horizontal stripes (a few key
 positions with high rho, i.e. localized attention); without it no stripes.

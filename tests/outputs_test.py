@@ -17,6 +17,7 @@ class HeartbeatTest(absltest.TestCase):
       outputs.logging.info("done")       # assertLogs needs >= 1 line anyway
     beats = [m for m in logs.output if "work: still running" in m]
     self.assertGreaterEqual(len(beats), 3)
+    self.assertLen([m for m in logs.output if "work: done in" in m], 1)
     self.assertLen(logs.output, after + 1)   # no beat after the block
 
   def test_quiet_for_short_work(self):
@@ -24,7 +25,7 @@ class HeartbeatTest(absltest.TestCase):
       with outputs.heartbeat("quick", every_s=30.0):
         pass
       outputs.logging.info("done")
-    self.assertEqual([m for m in logs.output if "quick" in m], [])
+    self.assertEqual([m for m in logs.output if "quick: still" in m], [])
 
 
 if __name__ == "__main__":

@@ -161,3 +161,23 @@ def smoke(c, d_model: int = 16) -> ml_collections.ConfigDict:
   c.num_steps = 4
   c.log_every = c.eval_every = c.checkpoint_every = 2
   return c
+
+
+def wikitext2_variant(c, *, fairseq: bool = False,
+                      seeds: int = 1) -> ml_collections.ConfigDict:
+  """The `fairseq` and `seeds=N` arguments of the WikiText-2 figure configs.
+
+  `fairseq` selects fairseq's reading of kappa (`locater.penalty_added_to =
+  "summed_loss"`: kappa / (B T) next to the mean loss). `seeds` > 1 runs
+  every swept member with seeds 0..N-1 in the same vmapped program
+  (`sweep.mode = "product"`).
+  """
+  if fairseq:
+    c.locater.penalty_added_to = "summed_loss"
+  if seeds < 1:
+    raise ValueError(f"seeds must be >= 1, got {seeds}.")
+  if seeds > 1:
+    c.sweep.mode = "product"
+    c.sweep.seed = tuple(range(seeds))
+  return c
+

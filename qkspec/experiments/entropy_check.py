@@ -23,7 +23,6 @@ called once per W_QK setting.
 """
 # pylint: disable=invalid-name
 import functools
-import time
 
 from absl import logging
 import jax
@@ -221,10 +220,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                "lambda=%g", len(settings(config)), len(config.inputs),
                config.num_draws, config.num_sequences,
                outputs.temperature(config, config.dim))
-  start = time.time()
   with outputs.heartbeat("entropy_check (compiling and sweeping)"):
     out = sweep_from_config(config)
-  logging.info("swept in %.1f s", time.time() - start)
   set_rows, summary = tables(out, config)
   text = outputs.format_table(summary)
   logging.info("rows below each curve:\n%s", text)

@@ -228,7 +228,8 @@ def renamed_fields(config: ml_collections.ConfigDict,
 
 @contextlib.contextmanager
 def heartbeat(what: str, every_s: float = 30.0):
-  """Logs "<what>: still running, N s elapsed" every `every_s` s in the block.
+  """Logs "<what>: still running, N s elapsed" every `every_s` s in the block,
+  and "<what>: done in N s" after it.
 
   For work that is one compiled computation (no progress of its own), so a
   long run is never silent.
@@ -248,3 +249,4 @@ def heartbeat(what: str, every_s: float = 30.0):
   finally:
     stop.set()
     thread.join()
+  logging.info("%s: done in %.1f s", what, time.perf_counter() - start)

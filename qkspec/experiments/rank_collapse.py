@@ -28,7 +28,6 @@ temperature :math:`\lambda` is `config.temperature`, by default
 """
 # pylint: disable=invalid-name
 import functools
-import time
 
 from absl import logging
 import jax
@@ -323,10 +322,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                "lambda=%g", len(config.architectures), config.num_seeds,
                config.num_sequences, config.num_layers,
                outputs.temperature(config, config.head_dim))
-  start = time.time()
   with outputs.heartbeat("rank_collapse (compiling and measuring)"):
     out = run_measure(config)
-  logging.info("measured in %.1f s", time.time() - start)
   rows = tables(out, config)
   fit_cols = ["architecture", "method", "order", "order_seed_mean",
               "order_seed_std", "order_pairs", "dong_r2", "exp_r2",
