@@ -27,6 +27,7 @@ scripts (`launch/simulate.py`, ...) remain as aliases of `run.py` that say so.
   logged on every CPU/GPU machine) is dropped; its other messages are kept.
 """
 import importlib
+import importlib.util
 import logging as py_logging
 import os
 import pkgutil
@@ -99,10 +100,15 @@ def check_config(config) -> None:
 
 
 def _check_experiment(name) -> None:
-  known = experiments()
-  if name not in known:
-    raise ValueError(f"config.experiment must be one of {known}, got "
-                     f"{name!r}.")
+  """Raises ValueError unless `name` is an experiment id (imports only it)."""
+  if (isinstance(name, str) and name.isidentifier()
+      and not name.startswith("_") and name not in _NOT_EXPERIMENTS
+      and importlib.util.find_spec(f"qkspec.experiments.{name}") is not None
+      and hasattr(importlib.import_module(f"qkspec.experiments.{name}"),
+                  "run")):
+    return
+  raise ValueError(f"config.experiment must be one of {experiments()}, got "
+                   f"{name!r}.")
 
 
 def train_and_plot(config, workdir: str) -> Any:
@@ -378,13 +384,8 @@ def main(run: Callable[..., Any], what: str = "config",
       _fail(str(e), e, verbose.value)
     logging.info("config:\n%s", config.value)
     try:
-      run(config.value, workdir.value)
-    except KeyboardInterrupt as e:
-      if verbose.value:
-        traceback.print_exception(e)
-      if not isinstance(e, interrupt.Interrupted):   # else logged by the loop
-        print("qkspec: interrupted", file=sys.stderr, flush=True)
-      sys.exit(interrupt.EXIT_STATUS)
+      with interrupt.exit_on_interrupt(verbose.value):   # Ctrl-C: exit 130
+        run(config.value, workdir.value)
     except ValueError as e:
       if not _is_usage_error(e):
         raise

@@ -15,6 +15,7 @@ import contextlib
 import signal
 import sys
 import threading
+import traceback
 from typing import Iterator
 
 from absl import logging
@@ -62,16 +63,18 @@ def deferred_sigint() -> Iterator[StopFlag]:
 
 
 @contextlib.contextmanager
-def exit_on_interrupt() -> Iterator[None]:
+def exit_on_interrupt(verbose: bool = False) -> Iterator[None]:
   """For a main: KeyboardInterrupt -> exit 130 and at most one line.
 
   `Interrupted` was logged by the loop already; another KeyboardInterrupt
-  (before training started, say) prints "interrupted".
+  (before training started, say) prints "qkspec: interrupted". `verbose`
+  prints the traceback first.
   """
   try:
     yield
-  except Interrupted:
-    sys.exit(EXIT_STATUS)
-  except KeyboardInterrupt:
-    print("interrupted", file=sys.stderr, flush=True)
+  except KeyboardInterrupt as e:
+    if verbose:
+      traceback.print_exception(e)
+    if not isinstance(e, Interrupted):
+      print("qkspec: interrupted", file=sys.stderr, flush=True)
     sys.exit(EXIT_STATUS)
