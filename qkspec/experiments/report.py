@@ -263,24 +263,41 @@ def _steps_line(r):
 
 
 def figure(rows, label):
-  """Final scale, entropy and valid ppl vs kappa2, one line per reading."""
-  panels = [("scale", "scale tr$(W_{QK}^\\top W_{QK})$ (B)"),
-            ("entropy", "attention entropy (C)"),
-            ("valid_ppl", "valid perplexity (D)")]
+  """Final scale, entropy and valid ppl vs kappa2, one line per reading.
+
+  Readings whose values coincide stay visible (the first wide and solid,
+  the next thinner, dashed, hollow markers) and the panel says so, as
+  `training_plots` does for members.
+  """
+  panels = [("scale", "scale tr$(W_{QK}^\\top W_{QK})$", "B"),
+            ("entropy", "attention entropy (nats)", "C"),
+            ("valid_ppl", "valid perplexity", "D")]
+  readings = sorted({r["reading"] for r in rows if r["label"] == label})
+  styles = [dict(ls=ls, marker=mk, lw=lw, ms=lw + 4.5, mfc="none",
+                 zorder=2 + i)
+            for i, (ls, mk, lw) in enumerate(zip(("-", "--"), ("o", "s"),
+                                                 (2.6, 1.3)))]
   fig, axes = plt.subplots(1, 3, figsize=(12, 3.8), layout="constrained")
-  for reading in sorted({r["reading"] for r in rows if r["label"] == label}):
+  curves = {q: [] for q, _, _ in panels}
+  for i, reading in enumerate(readings):
     rs = sorted((r for r in rows if r["label"] == label
                  and r["reading"] == reading and r["kappa1"] > 0),
                 key=lambda r: r["kappa2"])
-    for ax, (q, title) in zip(axes, panels):
-      ax.errorbar([r["kappa2"] for r in rs], [r[f"{q}_mean"] for r in rs],
+    for ax, (q, ylabel, _) in zip(axes, panels):
+      means = [r[f"{q}_mean"] for r in rs]
+      curves[q].append(means)
+      ax.errorbar([r["kappa2"] for r in rs], means,
                   yerr=[np.nan_to_num(r[f"{q}_std"]) for r in rs],
-                  marker="o", capsize=3, label=READINGS.get(reading, reading))
-      ax.set(title=title, xlabel=r"$\kappa_2$")
-  for ax in axes:
-    positive = [r["kappa2"] for r in rows if r["kappa2"] > 0]
+                  capsize=3, label=f"{i + 1}: {READINGS.get(reading, reading)}",
+                  **styles[i % len(styles)])
+      ax.set(xlabel=r"$\kappa_2$", ylabel=ylabel)
+  positive = [r["kappa2"] for r in rows if r["kappa2"] > 0]
+  for ax, (q, ylabel, claim) in zip(axes, panels):
     ax.set_xscale("symlog", linthresh=min(positive) if positive else 1e-3)
     ax.grid(alpha=0.3)
+    note = training_plots.coincide_note(curves[q], what="readings")
+    ax.set_title(f"{ylabel} ({claim})" + (f"\n{note}" if note else ""),
+                 fontsize=10)
   axes[0].legend()
   fig.suptitle(f"{label}: final values, mean ± std over seeds")
   return fig
