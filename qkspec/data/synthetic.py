@@ -1,0 +1,76 @@
+r"""Dong et al.'s synthetic token tasks: sorting and memorisation.
+
+Shapes: B = batch, T = tokens, V = vocabulary (= classes), N = memorised
+sequences. Every example is a pair (inputs [T] int32, targets [T] int32),
+one class per position; a model is scored by per-token accuracy and
+cross-entropy. Pure functions of a PRNG key, jit-able, so a batch depends
+only on (seed, step), as `qkspec.training.tasks` requires.
+
+* sorting (Dong et al., Sec. 5.2; their `sort.py` with repeats): inputs
+  i.i.d. uniform on {0, ..., V-1}, targets the same tokens in
+  non-decreasing order: target t is the t-th smallest input (0-based).
+* memorisation (Dong et al., Sec. 5.2): a fixed bank of N sequences with
+  i.i.d. uniform inputs and i.i.d. uniform target labels, independent of
+  the inputs, drawn once from the data seed; batches draw bank rows
+  uniformly with replacement. Nothing generalises: accuracy is measured on
+  the bank itself (chance 1/V).
+
+References:
+  Dong, Cordonnier, Loukas, Attention is Not All You Need: Pure Attention
+  Loses Rank Doubly Exponentially with Depth, ICML 2021, arXiv:2103.03404.
+"""
+# pylint: disable=invalid-name
+import jax
+import jax.numpy as jnp
+
+TASKS = ("sorting", "memorization")
+
+
+def _positive(name: str, value: int) -> int:
+  if isinstance(value, bool) or int(value) != value or value < 1:
+    raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
+  return int(value)
+
+
+def sorting(key: jax.Array, batch_size: int, seq_len: int, vocab_size: int
+            ) -> dict[str, jax.Array]:
+  r"""Sorting: inputs :math:`x_t \sim U\{0..V-1\}`, targets :math:`y = \mathrm{sort}(x)`.
+
+  Returns:
+    {"inputs": [B, T] int32, "targets": [B, T] int32}, targets sorted
+    non-decreasing along T and a permutation of the inputs in every row.
+  """
+  B = _positive("batch_size", batch_size)
+  T = _positive("seq_len", seq_len)
+  V = _positive("vocab_size", vocab_size)
+  x_BxT = jax.random.randint(key, (B, T), 0, V, dtype=jnp.int32)
+  return {"inputs": x_BxT, "targets": jnp.sort(x_BxT, axis=-1)}
+
+
+def memorization_bank(key: jax.Array, num_sequences: int, seq_len: int,
+                      vocab_size: int) -> dict[str, jax.Array]:
+  r"""The N sequences to memorise: uniform inputs and independent uniform labels.
+
+  Returns:
+    {"inputs": [N, T] int32, "targets": [N, T] int32}, all in {0..V-1}.
+  """
+  N = _positive("num_sequences", num_sequences)
+  T = _positive("seq_len", seq_len)
+  V = _positive("vocab_size", vocab_size)
+  k_x, k_y = jax.random.split(key)
+  return {"inputs": jax.random.randint(k_x, (N, T), 0, V, dtype=jnp.int32),
+          "targets": jax.random.randint(k_y, (N, T), 0, V, dtype=jnp.int32)}
+
+
+def memorization(key: jax.Array, bank: dict[str, jax.Array], batch_size: int
+                 ) -> dict[str, jax.Array]:
+  """A batch of B rows of `bank`, drawn uniformly with replacement."""
+  B = _positive("batch_size", batch_size)
+  rows_B = jax.random.randint(key, (B,), 0, bank["inputs"].shape[0])
+  return {k: v[rows_B] for k, v in bank.items()}
+
+
+def token_accuracy(logits_BxTxV: jax.Array, targets_BxT: jax.Array
+                   ) -> jax.Array:
+  """Fraction of positions whose argmax class is the target (a scalar)."""
+  return jnp.mean(jnp.argmax(logits_BxTxV, axis=-1) == targets_BxT)
