@@ -98,6 +98,29 @@ def theory_config() -> ml_collections.ConfigDict:
   return _training(c)
 
 
+def synthetic_config(name: str = "sorting") -> ml_collections.ConfigDict:
+  """A skip SAN on Dong et al.'s sorting or memorisation (`data.name`)."""
+  c = theory_config()
+  c.task = "synthetic"
+  c.model.update(dict(
+      d_model=32,            # d
+      ffn_dim=64,            # F, MLP width (if model.mlp)
+      skip=True,             # X + SA(X) (Dong et al.'s skip SAN)
+      mlp=False,             # a ReLU MLP after each attention
+  ))
+  c.data = ml_collections.ConfigDict(dict(
+      name=name,             # sorting | memorization (qkspec.data.synthetic)
+      seq_len=8,             # T tokens per sequence
+      vocab_size=10,         # V tokens = classes
+      batch_size=64,         # B sequences per step
+      seed=0,                # data PRNG seed: batch k depends on (seed, k)
+      num_memorized=256,     # memorization: sequences in the bank
+      eval_sequences=512,    # sorting: held-out sequences
+  ))
+  c.opt.lr = 1e-3
+  return c
+
+
 def data_config() -> ml_collections.ConfigDict:
   """The `data` section of an lm config (read by `qkspec.data.pipeline`)."""
   c = ml_collections.ConfigDict()

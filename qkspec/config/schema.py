@@ -103,7 +103,7 @@ def _penalty_added_to(v):
     return f"must be one of {tuple(PENALTY_ADDED_TO)} ({options})"
 
 _COMMON: dict[str, Callable[[Any], str | None]] = {
-    "task": _choice("theory", "lm"),
+    "task": _choice("theory", "lm", "synthetic"),
     "seed": _int(0),
     "model.num_layers": _int(1),
     "model.d_model": _int(1),
@@ -150,6 +150,14 @@ _THEORY_DATA = {
     "data.cov": _choice("isotropic", "anisotropic"),
     "data.eval_sequences": _int(1),
 }
+_SYNTHETIC = {                            # qkspec.training.synthetic_tasks
+    "model.skip": _bool,                  # X + SA(X) instead of SA(X)
+    "model.mlp": _bool,                   # a ReLU MLP after each attention
+    "data.name": _choice("sorting", "memorization"),
+    "data.vocab_size": _int(2),           # V tokens = classes
+    "data.num_memorized": _int(1),        # memorization: sequences in the bank
+    "data.eval_sequences": _int(1),       # sorting: held-out sequences
+}
 _LM_MODEL = {
     "model.fused_loss": _bool,            # qkspec.training.fused_xent, no [B,T,V] logits
     "model.loss_chunk": _int(1),          # rows per fused-loss chunk
@@ -189,6 +197,8 @@ def validate(config, num_devices: int | None = None) -> None:
   schema = dict(_COMMON)
   if task == "theory":
     schema.update(_THEORY_DATA)
+  elif task == "synthetic":
+    schema.update(_SYNTHETIC)
   else:
     schema.update(_LM_MODEL)
     schema.update(_LM_DATA)

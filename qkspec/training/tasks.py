@@ -204,5 +204,8 @@ def make_task(config, batch_sharding) -> Task:
       config.compute_dtype]
   if config.task == "theory":
     return _theory_task(config, batch_sharding, dtype)
+  if config.task == "synthetic":   # Dong et al.'s sorting / memorisation
+    from qkspec.training import synthetic_tasks  # pylint: disable=g-import-not-at-top
+    return synthetic_tasks.synthetic_task(config, batch_sharding, dtype)
   return _lm_task(config, batch_sharding, dtype)
 
