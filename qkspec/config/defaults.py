@@ -63,6 +63,10 @@ def _training(c):
   c.progress_every_s = 30.0  # seconds between progress lines (steps/s, ETA;
                              # eval batches done) between log steps; 0 = all
   c.compute_dtype = "float32"  # float32 | bfloat16 (params stay float32)
+  c.steps_per_call = -1      # steps per compiled call, batches built on the
+                             # device (training.multi_step); -1 auto: 1 on a
+                             # CPU, else the largest divisor <= 250 of
+                             # gcd(log_every, eval_every, checkpoint_every)
   c.multihost = False        # call jax.distributed.initialize() first
   return c
 

@@ -26,6 +26,13 @@ def _int(minimum):
   return check
 
 
+def _nonzero_int_from(minimum):
+  def check(v):
+    if not _is_int(v) or v < minimum or v == 0:
+      return f"must be an integer >= {minimum}, not 0"
+  return check
+
+
 def _real(minimum=None, maximum=None, strict=False):
   def check(v):
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
@@ -134,6 +141,7 @@ _COMMON: dict[str, Callable[[Any], str | None]] = {
     **{f"sweep.{k}": _tuple_of(check) for k, check in LOCATER_CHECKS.items()},
     "sweep.member_batch": _int(-1),
     "num_steps": _int(1),                 # 0 would train nothing: refused
+    "steps_per_call": _nonzero_int_from(-1),  # -1 auto, else k >= 1
     "log_every": _int(1),
     "eval_every": _int(1),
     "checkpoint_every": _int(1),
@@ -185,6 +193,10 @@ def flatten(config, prefix: str = "") -> dict:
   return out
 
 
+# Keys added after configs were saved; missing means their default.
+_OPTIONAL = ("steps_per_call",)
+
+
 def validate(config, num_devices: int | None = None) -> None:
   """Raises ValueError naming the key of the first problem in `config`.
 
@@ -210,7 +222,8 @@ def validate(config, num_devices: int | None = None) -> None:
       msg = check(flat[key])
       if msg:
         raise ValueError(f"config.{key} {msg}, got {flat[key]!r}.")
-    elif not key.startswith("sweep.") and key not in _LM_DATA:
+    elif not (key.startswith("sweep.") or key in _LM_DATA
+              or key in _OPTIONAL):
       raise ValueError(f"config.{key} is missing.")
 
   m = config.model

@@ -172,9 +172,10 @@ def _blocks(tokens: np.ndarray, eos_id: int, starts: np.ndarray,
   return inputs.astype(np.int32), targets.astype(np.int32), valid
 
 
-def _train_block_ids(num_tokens: int, step: int, seq_len: int,
-                     batch_size: int, seed: int) -> np.ndarray:
-  """int64[B]: the train blocks of global batch `step`."""
+def train_block_ids(num_tokens: int, step: int, seq_len: int,
+                    batch_size: int, seed: int) -> np.ndarray:
+  """int64[B]: the train blocks of global batch `step` (block j: targets
+  tokens[jT : jT+T])."""
   num_blocks = num_tokens // seq_len
   steps = num_batches(num_tokens, seq_len, batch_size, train=True)
   if steps == 0:
@@ -183,6 +184,9 @@ def _train_block_ids(num_tokens: int, step: int, seq_len: int,
   epoch, k = divmod(int(step), steps)
   perm = epoch_permutation(int(seed), epoch, num_blocks)
   return perm[k * batch_size:(k + 1) * batch_size]
+
+
+_train_block_ids = train_block_ids
 
 
 def train_batch(data: LMData, step: int, *, seq_len: int, batch_size: int,
@@ -194,7 +198,7 @@ def train_batch(data: LMData, step: int, *, seq_len: int, batch_size: int,
     {"inputs": int32[b, T], "targets": int32[b, T]}, targets = next tokens.
   """
   rows = host_rows(batch_size, process_index, process_count)
-  ids = _train_block_ids(data.train.shape[0], step, seq_len, batch_size, seed)
+  ids = train_block_ids(data.train.shape[0], step, seq_len, batch_size, seed)
   inputs, targets, _ = _blocks(data.train, data.eos_id, ids[rows] * seq_len,
                                seq_len)
   return {"inputs": inputs, "targets": targets}
@@ -243,7 +247,7 @@ class _TrainRows:
 
   def __getitem__(self, j: int) -> Batch:
     step, r = divmod(int(j), self._rows.stop - self._rows.start)
-    ids = _train_block_ids(self._data.train.shape[0], step, self._seq_len,
+    ids = train_block_ids(self._data.train.shape[0], step, self._seq_len,
                            self._batch_size, self._seed)
     start = ids[self._rows.start + r] * self._seq_len
     inputs, targets, _ = _blocks(self._data.train, self._data.eos_id,

@@ -20,28 +20,44 @@ from qkspec.training import progress
 
 
 class Pending:
-  """Train metrics of the steps since the last log, still on the device."""
+  """Train metrics of the steps since the last log, still on the device.
+
+  An item is one step's metrics, or k steps' stacked on a leading axis
+  (`count=k`, from `qkspec.training.multi_step`).
+  """
 
   def __init__(self, names: list[str], describe_ckpt=lambda: ""):
     self._names, self._describe_ckpt = names, describe_ckpt
-    self.items: list[tuple[int, dict]] = []
+    self.items: list[tuple[int, dict, int | None]] = []
 
-  def add(self, step: int, metrics: dict) -> None:
-    self.items.append((step, metrics))
+  def add(self, step: int, metrics: dict, count: int | None = None) -> None:
+    """Metrics of `step` (or of steps step .. step+count-1, stacked)."""
+    self.items.append((step, metrics, count))
 
-  def take(self) -> list[tuple[int, dict]]:
+  def take(self) -> list[tuple[int, dict, int | None]]:
     items, self.items = self.items, []
     return items
+
+  @staticmethod
+  def per_step(items, key: str) -> tuple[list[int], np.ndarray]:
+    """(steps, values[steps, ...]) of metric `key` over `items` (fetched)."""
+    got = jax.device_get([m[key] for _, m, _ in items])
+    steps, values = [], []
+    for (step, _, count), v in zip(items, got):
+      v = np.asarray(v)
+      steps += [step] if count is None else list(range(step, step + count))
+      values.append(v[None] if count is None else v)
+    return steps, np.concatenate(values)
 
   def check_finite(self) -> None:
     """Raises FloatingPointError naming the first step with NaN/Inf."""
     if not self.items:
       return
-    finite = np.asarray(jax.device_get([m["finite"] for _, m in self.items]))
+    steps, finite = self.per_step(self.items, "finite")
     if finite.all():
       return
     idx = np.argwhere(~finite)[0]
-    step = self.items[idx[0]][0]
+    step = steps[idx[0]]
     who = f" (sweep member {self._names[idx[1]]})" if finite.ndim > 1 else ""
     raise FloatingPointError(
         f"NaN/Inf in the loss or gradients at step {step}{who}: the update "
@@ -59,6 +75,10 @@ class PeriodicAction:
   def due(self, step: int) -> bool:
     return step > self.start and (step % self.every == 0
                                   or step == self.num_steps)
+
+  def next_due(self, step: int) -> int:
+    """The first step after `step` at which this action is due."""
+    return min((step // self.every + 1) * self.every, self.num_steps)
 
   def __call__(self, step: int, state) -> None:
     raise NotImplementedError
@@ -86,10 +106,8 @@ class LogAction(PeriodicAction):
     rate = (step - s_last) / max(time.time() - t_last, 1e-9)
     train = {}
     if items:
-      got = jax.device_get([(m["loss"], m["penalty"], m["grad_norm"])
-                            for _, m in items])
-      train = dict(zip(("train/loss", "train/penalty", "train/grad_norm"),
-                       np.mean(np.asarray(got), axis=0)))
+      train = {f"train/{k}": np.mean(Pending.per_step(items, k)[1], axis=0)
+               for k in ("loss", "penalty", "grad_norm")}
     steps = self.run.steps
     meas = jax.device_get(steps.measure(state.params,
                                         steps.task.train_batch(step)))
@@ -111,6 +129,32 @@ class LogAction(PeriodicAction):
     self._since = (time.time(), step)
 
 
+def _eval_sums(steps, state, split: str, batches, meter):
+  """{"loss_sum", "weight"} of `split` over its eval batches (on device).
+
+  With a device feed (`steps.eval_many`): on an accelerator the whole split
+  in one call; on a CPU one batch per call, so the meter can report.
+  Otherwise the host batches of `batches()`, one per call.
+  """
+  total, count = None, 0
+  feed = steps.task.feed
+  if steps.eval_many is not None and split in feed.eval_counts:
+    n = feed.eval_counts[split]
+    per_call = n if jax.default_backend() != "cpu" else 1
+    for start in range(0, n, per_call):
+      indices = jnp.arange(start, start + per_call, dtype=jnp.int32)
+      r = steps.eval_many(state.params, feed.eval_tokens[split], indices)
+      meter.update(count, total)     # while this call computes
+      total = r if total is None else jax.tree.map(jnp.add, total, r)
+      count = min(start + per_call, n)
+    return total, count
+  for count, batch in enumerate(batches(), 1):
+    r = steps.eval(state.params, batch)
+    meter.update(count - 1, total)     # while batch `count` computes
+    total = r if total is None else jax.tree.map(jnp.add, total, r)
+  return total, count
+
+
 def _evaluate(steps, state,
               every_s: float) -> dict[str, np.ndarray]:
   """`{split}/loss` (and `/ppl` for an LM) over every eval split."""
@@ -118,11 +162,7 @@ def _evaluate(steps, state,
   for split, batches in steps.task.eval_splits.items():
     meter = progress.EvalMeter(split, steps.task.eval_sizes.get(split),
                                every_s)
-    total, count = None, 0
-    for count, batch in enumerate(batches(), 1):
-      r = steps.eval(state.params, batch)
-      meter.update(count - 1, total)     # while batch `count` computes
-      total = r if total is None else jax.tree.map(jnp.add, total, r)
+    total, count = _eval_sums(steps, state, split, batches, meter)
     meter.done(count)
     total = jax.device_get(total)
     loss = total["loss_sum"] / np.maximum(total["weight"], 1e-30)

@@ -10,15 +10,17 @@ Shapes: N=sweep members (a leading axis of the state in a vmapped sweep).
 3. `_restore_or_init`: the newest checkpoint of `<workdir>/ckpt` that
    restores (damaged newer ones are named and set aside), or a fresh state;
    each member's `metrics.jsonl` loses the records past that step;
-4. `_run`: the loop. Before each update (and after the last) every due
-   periodic action runs, in order: `progress.ProgressAction` (compilation
+4. `_run`: the loop. It runs k steps per compiled call where it can
+   (`qkspec.training.multi_step`: batches built on the device, k from
+   `config.steps_per_call`; single steps on a CPU by default). Before each
+   call (and after the last) every due periodic action runs, in order: `progress.ProgressAction` (compilation
    notice, steps/s and ETA every `config.progress_every_s` seconds),
    `LogAction` (train metrics and the per-layer measurements of
    `qkspec.training.layer_stats`), `EvalAction` (valid/test loss, with
    progress lines) and `CheckpointAction`, all in
    `qkspec.training.actions`.
 
-Ctrl-C takes effect at the next step boundary (`qkspec.training.interrupt`):
+Ctrl-C takes effect at the next call boundary (`qkspec.training.interrupt`):
 the actions due there run, a checkpoint is saved and `interrupt.Interrupted`
 (a KeyboardInterrupt) says how to resume. The checkpointer and the metric
 writers close on every exit (an ExitStack).
@@ -205,6 +207,24 @@ def _open_writers(run: Run, start: int, fresh: bool,
   return writers
 
 
+def _next_stop(step: int, actions, num_steps: int) -> int:
+  """The first step after `step` at which a step-counted action is due."""
+  stops = [num_steps] + [a.next_due(step) for a in actions
+                         if hasattr(a, "next_due")]
+  return min(stops)
+
+
+def _chunk_at(steps: step_lib.Steps, step: int, stop: int) -> int:
+  """Steps the next call runs: k = `steps.steps_per_call` in one scan
+  (`qkspec.training.multi_step`) when `step` is a multiple of k and the
+  k steps end at or before `stop`; else 1 (a single dispatched step)."""
+  k = steps.steps_per_call
+  if k > 1 and steps.train_many is not None and step % k == 0 and (
+      step + k <= stop):
+    return k
+  return 1
+
+
 def _run(run: Run, state, start: int, actions: list[actions_lib.PeriodicAction],
          pending: actions_lib.Pending, ckpt: ckpt_lib.Checkpointer,
          stop: interrupt.StopFlag):
@@ -225,10 +245,18 @@ def _run(run: Run, state, start: int, actions: list[actions_lib.PeriodicAction],
         return state
       if stop.requested:
         raise KeyboardInterrupt
-      batch = run.steps.task.train_batch(step)
-      state, metrics = run.steps.train(state, batch, run.dropout_keys)
-      pending.add(step, metrics)
-      step += 1
+      k = _chunk_at(run.steps, step, _next_stop(step, actions,
+                                                run.config.num_steps))
+      if k > 1:
+        feed = run.steps.task.feed
+        state, metrics = run.steps.train_many(
+            state, feed.consts, feed.train_inputs(step, k), run.dropout_keys)
+        pending.add(step, metrics, count=k)
+      else:
+        batch = run.steps.task.train_batch(step)
+        state, metrics = run.steps.train(state, batch, run.dropout_keys)
+        pending.add(step, metrics)
+      step += k
   except KeyboardInterrupt:
     msg = _save_interrupted(run, state, step, boundary, pending, ckpt)
     raise interrupt.Interrupted(msg) from None

@@ -50,7 +50,10 @@ class ProgressAction:
     self._last = clock()
 
   def due(self, step: int) -> bool:
-    if step in (self.start, self.start + 1):
+    # The start, and the first call's end (step start+1, or start+k when
+    # k steps run per call).
+    if step == self.start or (self._first is not None
+                              and self._first[1] == self.start):
       return True
     if step >= self.num_steps:
       return False
@@ -67,9 +70,10 @@ class ProgressAction:
                    "can take a minute)...", step, self.num_steps)
       self._first = (now, step)
     elif self._first[1] == self.start:
-      logging.info("step %d/%d: first step done in %s (compilation "
-                   "included)", step, self.num_steps,
-                   fmt_time(now - self._first[0]))
+      what = ("first step" if step == self.start + 1
+              else f"first {step - self.start} steps")
+      logging.info("step %d/%d: %s done in %s (compilation included)", step,
+                   self.num_steps, what, fmt_time(now - self._first[0]))
       self._first = (now, step)
     else:
       rate = (step - self._first[1]) / max(now - self._first[0], 1e-9)

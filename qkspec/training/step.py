@@ -48,6 +48,7 @@ import optax
 from qkspec.theory import locater
 from qkspec.training import layer_stats
 from qkspec.training import model as model_lib
+from qkspec.training import multi_step
 from qkspec.training import sweep as sweep_lib
 from qkspec.training import tasks
 
@@ -194,6 +195,12 @@ class Steps(struct.PyTreeNode):
   eval: Any = struct.field(pytree_node=False)      # (params, batch)
   measure: Any = struct.field(pytree_node=False)   # (params, batch)
   replicated: Any = struct.field(pytree_node=False)
+  # k steps per call on batches built on the device (multi_step):
+  # (state, feed.consts, feed.train_inputs(step, k), keys), and a split's
+  # eval batches (params, feed.eval_tokens[split], indices); None: no feed.
+  train_many: Any = struct.field(pytree_node=False, default=None)
+  eval_many: Any = struct.field(pytree_node=False, default=None)
+  steps_per_call: int = struct.field(pytree_node=False, default=1)
 
 
 def make_mesh() -> jax.sharding.Mesh:
@@ -233,6 +240,18 @@ def build_steps(config, mesh=None) -> Steps:
     step = sweep_lib.over_members(step, (0, None, 0), batch)
     evaluate = sweep_lib.over_members(evaluate, (0, None), batch)
     measure = sweep_lib.over_members(measure, (0, None), batch)
+  many = {}
+  if task.feed is not None:
+    xs_sharding = getattr(task.feed, "ids_sharding", replicated)
+    many["train_many"] = jax.jit(
+        multi_step.scan_train(step, task.feed, batch_sharding),
+        in_shardings=(replicated, replicated, xs_sharding, replicated),
+        out_shardings=(replicated, replicated), donate_argnums=0)
+  if task.feed is not None and task.feed.eval_counts:
+    many["eval_many"] = jax.jit(
+        multi_step.scan_eval(evaluate, task.feed, batch_sharding),
+        in_shardings=(replicated, replicated, replicated),
+        out_shardings=replicated)
   return Steps(
       mesh=mesh, task=task, replicated=replicated,
       init=jax.jit(init, out_shardings=replicated),
@@ -242,4 +261,5 @@ def build_steps(config, mesh=None) -> Steps:
       eval=jax.jit(evaluate, in_shardings=(replicated, batch_sharding),
                    out_shardings=replicated),
       measure=jax.jit(measure, in_shardings=(replicated, batch_sharding),
-                      out_shardings=replicated))
+                      out_shardings=replicated),
+      steps_per_call=multi_step.steps_per_call(config), **many)

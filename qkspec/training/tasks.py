@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from qkspec.training import device_feed
 from qkspec.training import model as model_lib
 from qkspec.theory import randomwalk
 
@@ -42,6 +43,8 @@ class Task:
   fused_loss: bool = False                    # LM: loss inside the model
   eval_sizes: dict[str, int] = dataclasses.field(
       default_factory=dict)                   # batches per eval split
+  # The same batches built on the device (qkspec.training.device_feed).
+  feed: device_feed.LMFeed | device_feed.TheoryFeed | None = None
 
   def summed_loss(self, params, batch: Batch, *, deterministic: bool,
                   rngs=None, mutable=False):
@@ -110,7 +113,8 @@ def _theory_task(config, batch_sharding, dtype) -> Task:
               jnp.zeros((1, T, d), jnp.float32), train_batch,
               {"valid": valid}, squared_loss, config.model.causal,
               model_lib.attention_temperature(config.model),
-              eval_sizes={"valid": num_valid})
+              eval_sizes={"valid": num_valid},
+              feed=device_feed.TheoryFeed(train_key, sample))
 
 
 # -------------------------------------------------------------------- lm ----
@@ -188,14 +192,19 @@ def _lm_task(config, batch_sharding, dtype) -> Task:
         yield put(b)
     return it
 
+  eval_sizes = {s: eval_size(s) for s in ("valid", "test")}
+  mesh = batch_sharding.mesh
+  feed = device_feed.lm_feed(
+      data, seq_len=T, batch_size=B, seed=dc.seed, eval_counts=eval_sizes,
+      mesh_sharding=jax.NamedSharding(mesh, jax.P()),
+      ids_sharding=jax.NamedSharding(mesh, jax.P(None, *batch_sharding.spec)))
   return Task("lm", model_lib.make_model(config.model, "lm", data.vocab_size,
                                          dtype),
               jnp.zeros((1, T), jnp.int32), train_batch,
               {"valid": make_eval("valid"), "test": make_eval("test")},
               token_loss, config.model.causal,
               model_lib.attention_temperature(config.model), data.vocab_size,
-              config.model.fused_loss,
-              {s: eval_size(s) for s in ("valid", "test")})
+              config.model.fused_loss, eval_sizes, feed)
 
 
 def make_task(config, batch_sharding) -> Task:

@@ -1,0 +1,142 @@
+r"""Batches built on the device: the token streams live there, not the batches.
+
+Shapes: B=global batch, T=seq_len, N=tokens of a split, k=steps per call.
+
+`qkspec.data.pipeline` defines every batch as a pure function of (seed,
+step) (train) or of the batch index (eval): block j of a split's stream
+s = [<eos>] + tokens holds inputs s[jT : jT+T] and targets
+tokens[jT : jT+T]. The host path builds those [B, T] arrays with numpy and
+copies them to the device before every step. Here each split's int32[N]
+stream is copied to the device once (WikiText-2's train split is 2.1 M ids,
+8 MB), and a batch is gathered there:
+
+* train: the host computes only the B block ids of each step
+  (`pipeline.train_block_ids`: the same (seed, epoch) permutation, so data
+  order and resume are unchanged) and sends int32[k, B] for k steps at once;
+  on the device, positions p = j T + t give targets tokens[p] and inputs
+  tokens[p - 1] (<eos> at p = 0). The permutation stays on the host: it
+  ranks 64-bit hashes, which a device without 64-bit integers cannot.
+* eval: batch i covers blocks iB .. iB+B-1; positions past N are padding
+  (id 0, weight 0), exactly as `pipeline.eval_batch`.
+
+The gathered batches equal the host batches bit for bit
+(tests/device_feed_test.py). The theory task needs no tokens: its batches
+are already sampled on the device from `fold_in(key, step)`; `TheoryFeed`
+exposes that in the same form, so `qkspec.training.multi_step` can scan
+either task.
+"""
+# pylint: disable=invalid-name
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Batch = dict[str, jax.Array]
+
+
+def train_batch_at(tokens_N: jax.Array, block_ids_B: jax.Array, *,
+                   seq_len: int, eos_id: int) -> Batch:
+  """The train batch of blocks `block_ids_B` (every block is full).
+
+  Returns:
+    {"inputs", "targets": int32[B, T]}, as `pipeline.train_batch`.
+  """
+  pos_BxT = (block_ids_B.astype(jnp.int32)[:, None] * seq_len
+             + jnp.arange(seq_len, dtype=jnp.int32)[None, :])
+  targets = tokens_N[pos_BxT]
+  inputs = jnp.where(pos_BxT == 0, eos_id,
+                     tokens_N[jnp.maximum(pos_BxT - 1, 0)])
+  return {"inputs": inputs.astype(jnp.int32),
+          "targets": targets.astype(jnp.int32)}
+
+
+def eval_batch_at(tokens_N: jax.Array, index: jax.Array, *, seq_len: int,
+                  batch_size: int, eos_id: int) -> Batch:
+  """Eval batch `index` of a split (padding past its end), on the device.
+
+  Returns:
+    {"inputs", "targets": int32[B, T], "weights": float32[B, T]}, as
+    `pipeline.eval_batch` (one host).
+  """
+  n = tokens_N.shape[0]
+  rows_B = index * batch_size + jnp.arange(batch_size, dtype=jnp.int32)
+  pos_BxT = (rows_B[:, None] * seq_len
+             + jnp.arange(seq_len, dtype=jnp.int32)[None, :])
+  valid = pos_BxT < n
+  targets = jnp.where(valid, tokens_N[jnp.clip(pos_BxT, 0, n - 1)], 0)
+  inputs = jnp.where(pos_BxT == 0, eos_id,
+                     tokens_N[jnp.clip(pos_BxT - 1, 0, n - 1)])
+  return {"inputs": jnp.where(valid, inputs, 0).astype(jnp.int32),
+          "targets": targets.astype(jnp.int32),
+          "weights": valid.astype(jnp.float32)}
+
+
+@dataclasses.dataclass(frozen=True)
+class LMFeed:
+  """A language model's splits on the device and its batch layout.
+
+  `consts` (the train stream) and `eval_tokens[split]` are replicated device
+  arrays, passed to the compiled functions as arguments (not baked in as
+  constants); `train_inputs(start, k)` is the host's part of k steps.
+  """
+  consts: jax.Array                       # int32[N_train], replicated
+  eval_tokens: dict[str, jax.Array]       # split -> int32[N], replicated
+  eval_counts: dict[str, int]             # split -> batches evaluated
+  seq_len: int
+  batch_size: int
+  seed: int
+  eos_id: int
+  ids_sharding: Any                       # [k, B]: B on the data axis
+
+  def train_inputs(self, start: int, k: int) -> jax.Array:
+    """int32[k, B]: the block ids of global steps start .. start+k-1."""
+    from qkspec.data import pipeline  # pylint: disable=g-import-not-at-top
+    n = self.consts.shape[0]
+    ids = np.stack([pipeline.train_block_ids(n, s, self.seq_len,
+                                             self.batch_size, self.seed)
+                    for s in range(start, start + k)]).astype(np.int32)
+    rows = pipeline.host_rows(self.batch_size)
+    return jax.make_array_from_process_local_data(self.ids_sharding,
+                                                  ids[:, rows])
+
+  def train_batch(self, tokens_N: jax.Array, ids_B: jax.Array) -> Batch:
+    return train_batch_at(tokens_N, ids_B, seq_len=self.seq_len,
+                          eos_id=self.eos_id)
+
+  def eval_batch(self, tokens_N: jax.Array, index: jax.Array) -> Batch:
+    return eval_batch_at(tokens_N, index, seq_len=self.seq_len,
+                         batch_size=self.batch_size, eos_id=self.eos_id)
+
+
+@dataclasses.dataclass(frozen=True)
+class TheoryFeed:
+  """The random-walk task: batch `step` is `sample(fold_in(key, step))`."""
+  consts: jax.Array                       # the train key
+  sample: Callable[[jax.Array], Batch]    # key -> batch (traceable)
+  eval_tokens: dict = dataclasses.field(default_factory=dict)  # none
+  eval_counts: dict = dataclasses.field(default_factory=dict)
+
+  def train_inputs(self, start: int, k: int) -> jax.Array:
+    return jnp.arange(start, start + k, dtype=jnp.int32)
+
+  def train_batch(self, key: jax.Array, step: jax.Array) -> Batch:
+    return self.sample(jax.random.fold_in(key, step))
+
+
+def lm_feed(data, *, seq_len: int, batch_size: int, seed: int,
+            eval_counts: dict[str, int], mesh_sharding,
+            ids_sharding) -> LMFeed:
+  """`LMFeed` of a `pipeline.LMData`, its streams put on `mesh_sharding`.
+
+  `mesh_sharding` is replicated (every process holds every stream);
+  `ids_sharding` lays the [k, B] block ids out with B on the data axis.
+  """
+  put = lambda x: jax.make_array_from_process_local_data(  # noqa: E731
+      mesh_sharding, np.asarray(x, np.int32))
+  return LMFeed(consts=put(data.train),
+                eval_tokens={s: put(data.split(s)) for s in eval_counts},
+                eval_counts=dict(eval_counts), seq_len=seq_len,
+                batch_size=batch_size, seed=seed, eos_id=data.eos_id,
+                ids_sharding=ids_sharding)

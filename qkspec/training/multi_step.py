@@ -1,0 +1,91 @@
+r"""k training steps, or a whole eval split, per call of the compiled program.
+
+Shapes: k=steps per call, m=eval batches per call, N=sweep members.
+
+A step dispatched from Python costs the host a launch, a batch built with
+numpy and a copy to the device; on a GPU that is a large part of a small
+model's step. Here the batches are built on the device from the task's
+`device_feed` (`qkspec.training.device_feed`) and
+
+* `scan_train(step_fn, feed)` returns `train_many(state, consts, xs, keys)`:
+  a `jax.lax.scan` of `step_fn` over the k host inputs `xs` (block ids, or
+  step numbers for the theory task), the batch of each step gathered inside
+  the scan. The metrics come back stacked [k, ...] and stay on the device
+  until a log or checkpoint reads them. Each step is `step_fn` itself, the
+  same arithmetic in the same order, so k steps in one call equal k calls
+  of `step_fn` bit for bit on a CPU (tests/multi_step_test.py);
+* `scan_eval(eval_fn, feed)` returns `eval_many(params, tokens, indices)`:
+  the summed loss and weight over the eval batches `indices`, accumulated
+  in batch order as the per-batch path does.
+
+`steps_per_call(config)` chooses k: `config.steps_per_call` if >= 1, else
+(auto) 1 on a CPU, where a step takes far longer than its dispatch, and
+elsewhere the largest divisor of gcd(log_every, eval_every,
+checkpoint_every) up to `MAX_AUTO_STEPS`, so every log, eval and
+checkpoint falls on a call boundary. `qkspec.training.loop` runs chunks of
+k steps between the steps where an action is due, and single steps only
+where a chunk does not fit (an odd resume step, the tail of a run).
+"""
+import math
+
+import jax
+import jax.numpy as jnp
+
+MAX_AUTO_STEPS = 250
+
+
+def steps_per_call(config) -> int:
+  """k: steps per compiled call (module docstring)."""
+  k = int(config.get("steps_per_call", -1))
+  if k >= 1:
+    return k
+  if jax.default_backend() == "cpu":
+    return 1
+  g = math.gcd(math.gcd(config.log_every, config.eval_every),
+               config.checkpoint_every)
+  return max(d for d in range(1, min(g, MAX_AUTO_STEPS) + 1) if g % d == 0)
+
+
+def scan_train(step_fn, feed, batch_sharding=None):
+  """`train_many(state, consts, xs, keys) -> (state, metrics [k, ...])`.
+
+  Args:
+    step_fn: `(state, batch, keys) -> (state, metrics)` (a sweep's vmapped
+      step, or one run's).
+    feed: an `LMFeed` or `TheoryFeed`: `feed.train_batch(consts, x)` builds
+      the batch of one step from its host input x.
+    batch_sharding: where each gathered batch is laid out (its leading axis
+      on the mesh's data axis), or None.
+  """
+  def train_many(state, consts, xs, keys):
+    def body(state, x):
+      batch = feed.train_batch(consts, x)
+      if batch_sharding is not None:
+        batch = jax.lax.with_sharding_constraint(batch, batch_sharding)
+      return step_fn(state, batch, keys)
+    return jax.lax.scan(body, state, xs)
+  return train_many
+
+
+def scan_eval(eval_fn, feed, batch_sharding=None):
+  """`eval_many(params, tokens, indices) -> {"loss_sum", "weight"}`.
+
+  `eval_fn(params, batch)` is the per-batch eval step; the sums are
+  accumulated over `indices` in order (indices past the split give empty,
+  zero-weight batches, so a last call may be padded).
+  """
+  def eval_many(params, tokens, indices):
+    def one(index):
+      batch = feed.eval_batch(tokens, index)
+      if batch_sharding is not None:
+        batch = jax.lax.with_sharding_constraint(batch, batch_sharding)
+      return eval_fn(params, batch)
+
+    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
+                         jax.eval_shape(one, indices[0]))
+
+    def body(total, index):
+      return jax.tree.map(jnp.add, total, one(index)), None
+    total, _ = jax.lax.scan(body, zeros, indices)
+    return total
+  return eval_many
