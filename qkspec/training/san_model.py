@@ -67,15 +67,24 @@ def _gaussian_product(inner: int, fan_left: int, fan_right: int):
 
 
 class SANMLP(nn.Module):
-  r""":math:`\mathrm{relu}(X W_1 + b_1) W_2 + b_2` (`san.mlp`), He-initialised."""
+  r""":math:`\mathrm{relu}(X W_1 + b_1) W_2 + b_2` (`san.mlp`).
+
+  :math:`W_1` He-initialised, N(0, 2/d); :math:`W_2` ~ N(0, g^2/F) with
+  g = `out_gain`. `make_classifier` passes :math:`g = 1/\sqrt{2L}` (GPT-2's
+  scaling of residual branches): without LayerNorm, g = 1 doubles the token
+  variance per layer, and after a few layers the attention logits (quadratic
+  in the tokens) saturate the softmax and training stalls.
+  """
   mlp_dim: int
+  out_gain: float = 1.0
 
   @nn.compact
   def __call__(self, x_BxTxd: jax.Array) -> jax.Array:
     d, F = x_BxTxd.shape[-1], self.mlp_dim
     w1 = self.param("w1", nn.initializers.normal(math.sqrt(2.0 / d)), (d, F))
     b1 = self.param("b1", nn.initializers.zeros, (F,))
-    w2 = self.param("w2", nn.initializers.normal(math.sqrt(1.0 / F)), (F, d))
+    w2 = self.param("w2", nn.initializers.normal(self.out_gain / math.sqrt(F)),
+                    (F, d))
     b2 = self.param("b2", nn.initializers.zeros, (d,))
     return jax.vmap(lambda x: san.mlp(x, w1, b1, w2, b2))(x_BxTxd)
 
@@ -87,13 +96,14 @@ class SANBlock(nn.Module):
   skip: bool
   mlp: bool
   mlp_dim: int
+  mlp_gain: float = 1.0
 
   @nn.compact
   def __call__(self, x_BxTxd: jax.Array) -> jax.Array:
     h = SANAttention(self.num_heads, self.temperature, name="attn")(x_BxTxd)
     x_BxTxd = x_BxTxd + h if self.skip else h
     if self.mlp:
-      h = SANMLP(self.mlp_dim, name="mlp")(x_BxTxd)
+      h = SANMLP(self.mlp_dim, self.mlp_gain, name="mlp")(x_BxTxd)
       x_BxTxd = x_BxTxd + h if self.skip else h
     self.sow("intermediates", "out", x_BxTxd)
     return x_BxTxd
@@ -136,7 +146,8 @@ def make_classifier(model_config, vocab_size: int, seq_len: int,
   skip, mlp) for V = `vocab_size` classes and T = `seq_len`."""
   m = model_config
   block = dict(num_heads=m.num_heads, temperature=temperature, skip=m.skip,
-               mlp=m.mlp, mlp_dim=m.ffn_dim)
+               mlp=m.mlp, mlp_dim=m.ffn_dim,
+               mlp_gain=1.0 / math.sqrt(2 * m.num_layers))
   return SANClassifier(vocab_size, seq_len, m.d_model, m.num_layers, block)
 
 
