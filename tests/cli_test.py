@@ -18,9 +18,9 @@ import numpy as np
 from qkspec.experiments import cli
 import testutil
 
-EXPERIMENTS = ("entropy_bound", "entropy_check", "rank_collapse",
-               "simulate_grid", "simulate_rho", "spectrum_collapse",
-               "theory_rho")
+EXPERIMENTS = ("dong_trained", "entropy_bound", "entropy_check",
+               "rank_collapse", "simulate_grid", "simulate_rho",
+               "spectrum_collapse", "theory_rho")
 TRAINING = ("theory_task", "locater_wt2", "rho_training", "depth_width")
 
 
