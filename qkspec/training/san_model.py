@@ -187,4 +187,6 @@ def embed(params, tokens_BxT: jax.Array) -> jax.Array:
 
 def readout(params, x_Bx___xd: jax.Array) -> jax.Array:
   """Class logits of any [..., d] representation (the output Dense)."""
-  return x_Bx___xd @ params["output"]["kernel"] + params["output"]["bias"]
+  bias_V = params["output"]["bias"]
+  return x_Bx___xd @ params["output"]["kernel"] + bias_V.reshape(
+      (1,) * (x_Bx___xd.ndim - 1) + bias_V.shape)
