@@ -33,6 +33,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import time
 from typing import Any
 
 from absl import logging
@@ -289,10 +290,37 @@ def _save_interrupted(run: Run, state, step: int, boundary: int | None,
   return msg
 
 
+RUN_INFO = "run_info.jsonl"
+
+
+def _record_invocation(run: Run, start: int, end: int, wall_s: float,
+                       interrupted: bool = False):
+  """Appends one line to `<workdir>/run_info.jsonl`: what ran where, how long.
+
+  Steps `start`..`end`, wall seconds (setup, compilation and evaluation
+  included), the device kind and count, precision and steps per call; a
+  run resumed n times has n + 1 lines (launch/report.py sums them). A run
+  stopped by Ctrl-C says so (`interrupted`, `end_step` its checkpoint); an
+  error writes none.
+  """
+  line = {"start_step": start, "end_step": end, "wall_s": round(wall_s, 1),
+          "device_kind": jax.devices()[0].device_kind,
+          "device_count": jax.device_count(),
+          "process_count": jax.process_count(),
+          "compute_dtype": run.config.get("compute_dtype", "float32"),
+          "steps_per_call": run.steps.steps_per_call,
+          "members": len(run.members), "jax": jax.__version__,
+          "interrupted": interrupted,
+          "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+  with open(os.path.join(run.workdir, RUN_INFO), "a") as f:
+    f.write(json.dumps(line) + "\n")
+
+
 def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
   """Trains `config` (one run or a vmapped sweep) in `workdir`; resumes.
 
-  Writes `<workdir>/config.json`, `members.json` (name, directory and
+  Writes `<workdir>/config.json`, `run_info.jsonl` (one line per finished
+  invocation: steps, wall time, device), `members.json` (name, directory and
   hyperparameters of each member; one member "run" in "." without a sweep),
   each member's `metrics.jsonl` (+ TensorBoard events if installed), and
   orbax checkpoints in `<workdir>/ckpt`; at the end it logs where they are.
@@ -307,6 +335,7 @@ def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
     interrupt.Interrupted: Ctrl-C (a KeyboardInterrupt), after saving a
       checkpoint; its message says how to resume.
   """
+  t0 = time.time()
   run = _setup(config, workdir)
   _prepare_workdir(run)
   with contextlib.ExitStack() as stack:
@@ -328,9 +357,16 @@ def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
                  log, actions_lib.EvalAction(run, start, writers),
                  actions_lib.CheckpointAction(run, start, pending, ckpt, writers)]
       with interrupt.deferred_sigint() as stop:
-        state = _run(run, state, start, actions, pending, ckpt, stop)
+        try:
+          state = _run(run, state, start, actions, pending, ckpt, stop)
+        except interrupt.Interrupted:
+          if run.lead:                  # ends at the checkpoint it saved
+            _record_invocation(run, start, ckpt.latest_step() or start,
+                               time.time() - t0, interrupted=True)
+          raise
     ckpt.wait_until_finished()
     if run.lead:
+      _record_invocation(run, start, _host_step(state), time.time() - t0)
       logging.info("%s", progress.outputs_summary(
           workdir, run.dirs, run.names, ckpt.directory, ckpt.all_steps()))
   return state

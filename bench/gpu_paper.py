@@ -1,0 +1,374 @@
+r"""The paper's Sec. 7 + App. D on one GPU: probe, members curve, the sweeps.
+
+  python bench/gpu_paper.py --tfds_dir DIR [--manual_dir WIKITEXT_DIR] \
+      [--workdir runs/gpu_paper] [--stages probe,train,members,trace] \
+      [--figs 6,8,9,10,11,12] [--steps 50000] [--time_budget_s 540]
+
+Stages (each prints a table; all in one process, so ratios are comparable):
+
+* probe: the Fig. 6 sweep (5 kappa2 members, d = 128, L = 1) trained for a
+  few hundred steps by each path: "host" (today's: one step per call, batch
+  built with numpy, float32 plain logits), then k = 250 steps per call with
+  batches built on the device (`qkspec.training.multi_step`), in float32 and
+  bfloat16, with the plain logits and with the fused chunked loss. Prints
+  compile seconds, steps/s, member-steps/s and the projected wall time of
+  50,000 steps; the fastest path is used by the later stages.
+* train: the kappa2 sweep of every figure in --figs for --steps steps with
+  periodic evaluation, through `qkspec.training.loop` (resumable: rerunning
+  with the same --workdir continues each run from its checkpoint). When the
+  time budget runs out, the run is stopped at a call boundary, its
+  checkpoint saved (as Ctrl-C does) and the script says so; rerun to go on.
+  Prints steps/s, wall time and each member's final valid perplexity,
+  writes each run's figures (launch/plot_training.py) and `run_info.json`
+  (device, precision, path, steps run, wall time) for launch/report.py.
+* train_fairseq: the same with fairseq's reading of kappa (`:fairseq`).
+* members: steps/s of N = 1, 5, 15, 30 members in one vmapped program, and
+  the ratio to N times one member's rate (the issue's goal is >= 0.8 N).
+* trace: a `jax.profiler` trace of 20 steps of the host path and of the
+  fastest path, as Perfetto JSON (summarise with bench/trace_summary.py).
+
+On a CPU, --rehearse shrinks every stage to a few steps (same code path).
+Python packages a GPU image may lack (tensorflow-datasets, grain,
+array_record, ml_collections): see BUILD.md.
+"""
+import argparse
+import contextlib
+import functools
+import gc
+import glob
+import json
+import math
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+
+import jax
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec.config import args as config_args
+from qkspec.experiments import training_plots
+from qkspec.training import interrupt
+from qkspec.training import loop
+from qkspec.training import step as step_lib
+from qkspec.training import sweep as sweep_lib
+from qkspec.training import tasks
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+FIGS = {6: "L=1,d=128", 8: "L=1,d=32", 9: "L=3,d=32", 10: "L=6,d=32",
+        11: "L=3,d=128", 12: "L=6,d=128"}
+PATHS = {   # name -> config overrides
+    "host_f32_plain": {"steps_per_call": 1, "compute_dtype": "float32",
+                       "model.fused_loss": False},
+    "scan_f32_plain": {"compute_dtype": "float32",
+                       "model.fused_loss": False},
+    "scan_bf16_plain": {"compute_dtype": "bfloat16",
+                        "model.fused_loss": False},
+    "scan_bf16_fused4096": {"compute_dtype": "bfloat16",
+                            "model.fused_loss": True,
+                            "model.loss_chunk": 4096},
+    "scan_bf16_fused1024": {"compute_dtype": "bfloat16",
+                            "model.fused_loss": True,
+                            "model.loss_chunk": 1024},
+}
+T0 = time.time()
+
+
+def log(msg):
+  print(f"[{time.time() - T0:6.1f}s] {msg}", flush=True)
+
+
+def left(flags) -> float:
+  return flags.time_budget_s - (time.time() - T0)
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_data(key):
+  del key
+  return _load_lm_data(_cached_data.config)
+
+
+_load_lm_data = tasks.load_lm_data
+
+
+def _load_once(config):
+  """tasks.load_lm_data, read once per process (every probe builds a task)."""
+  _cached_data.config = config
+  return _cached_data((config.data.name, config.data.manual_dir,
+                       config.data.data_dir, config.data.seed))
+
+
+tasks.load_lm_data = _load_once
+
+
+def fig_config(flags, fig: int, path: str, **extra):
+  """configs/depth_width.py for `fig` with the data dirs and `path`."""
+  arg = FIGS[fig] + "".join(f",{k}={v}" for k, v in extra.items())
+  c = config_args.load_config_file(
+      os.path.join(ROOT, "configs", "depth_width.py"), arg)
+  c.data.manual_dir = flags.manual_dir
+  c.data.data_dir = flags.tfds_dir
+  c.num_steps = flags.steps
+  c.update_from_flattened_dict(PATHS[path])
+  if "steps_per_call" not in PATHS[path]:
+    c.steps_per_call = flags.k
+  if flags.rehearse:       # a few steps per stage, the same code path
+    c.log_every, c.eval_every, c.checkpoint_every = 2, 4, 4
+    c.eval_max_batches = 2
+  return c
+
+
+def timed_rate(config, calls: int):
+  """(compile s, steps/s) of `config`'s train step, loop-free."""
+  steps = step_lib.build_steps(config)
+  members = sweep_lib.members(config)
+  ik, dk, hp = step_lib.member_inputs(members, sweep_lib.is_sweep(config))
+  dk = jax.device_put(dk, steps.replicated)
+  state = steps.init(ik, hp)
+  k = steps.steps_per_call
+  feed = steps.task.feed
+
+  def call(state, i):
+    if k > 1:
+      return steps.train_many(state, feed.consts, feed.train_inputs(i * k, k),
+                              dk)[0]
+    return steps.train(state, steps.task.train_batch(i), dk)[0]
+
+  t = time.perf_counter()
+  state = jax.block_until_ready(call(state, 0))
+  compile_s = time.perf_counter() - t
+  state = jax.block_until_ready(call(state, 1))    # a warm call
+  t = time.perf_counter()
+  for i in range(2, 2 + calls):
+    state = call(state, i)
+  jax.block_until_ready(state)
+  rate = calls * k / (time.perf_counter() - t)
+  del state
+  gc.collect()
+  return compile_s, rate, k
+
+
+def probe(flags) -> str:
+  log("probe: the Fig. 6 sweep (5 members, d=128, L=1) by each path")
+  rows, best, best_rate = [], None, 0.0
+  for path in flags.paths.split(","):
+    c = fig_config(flags, 6, path)
+    k = 1 if PATHS[path].get("steps_per_call") == 1 else flags.k
+    calls = max(1, flags.probe_steps // k)
+    try:
+      compile_s, rate, k = timed_rate(c, calls)
+    except Exception as e:  # pylint: disable=broad-except
+      log(f"probe {path}: failed: {type(e).__name__}: {str(e)[:300]}")
+      continue
+    rows.append((path, compile_s, rate))
+    log(f"probe {path}: k={k} compile {compile_s:.1f} s, {rate:.1f} steps/s"
+        f" ({5 * rate:.0f} member-steps/s), 50,000 steps in "
+        f"{50_000 / rate / 60:.2f} min")
+    if path != "host_f32_plain" and rate > best_rate:
+      best, best_rate = path, rate
+  base = dict((r[0], r[2]) for r in rows).get("host_f32_plain")
+  print("\nprobe (Fig. 6 sweep, 5 members)    compile_s  steps/s  x host"
+        "  min/50k", flush=True)
+  for path, compile_s, rate in rows:
+    ratio = f"{rate / base:6.2f}" if base else "     -"
+    print(f"  {path:32s} {compile_s:8.1f} {rate:8.1f} {ratio}"
+          f" {50_000 / rate / 60:8.2f}", flush=True)
+  log(f"fastest path: {best}")
+  return best or "scan_f32_plain", best_rate
+
+
+def members_curve(flags, path: str, known: dict[int, float]):
+  """Steps/s for N = 1, 5, 15, 30 (`known`: rates measured already)."""
+  log(f"members: steps/s of N members in one program ({path})")
+  rows = []
+  for n in (1, 5, 15, 30):
+    if n in known:
+      rows.append((n, known[n]))
+      log(f"members N={n}: {known[n]:.1f} steps/s (from the probe)")
+      continue
+    if left(flags) < 60:
+      log(f"members: N={n} skipped (time budget)")
+      break
+    c = fig_config(flags, 6, path)
+    if n == 1:
+      c.sweep.kappa2 = ()
+    else:
+      c.sweep.seed = tuple(range(n // 5))
+      c.sweep.mode = "product"
+    calls = max(1, flags.probe_steps // max(c.steps_per_call, 1))
+    try:
+      compile_s, rate, _ = timed_rate(c, calls)
+    except Exception as e:  # pylint: disable=broad-except
+      log(f"members N={n}: failed: {type(e).__name__}: {str(e)[:300]}")
+      break
+    rows.append((n, rate))
+    log(f"members N={n}: compile {compile_s:.1f} s, {rate:.1f} steps/s")
+  if rows and rows[0][0] == 1:
+    one = rows[0][1]
+    print("\nmembers  steps/s  member-steps/s  / (N x one member's; goal"
+          " >= 0.8)", flush=True)
+    for n, rate in rows:
+      print(f"  {n:5d} {rate:8.1f} {n * rate:12.0f} {rate / one:10.2f}",
+            flush=True)
+
+
+@contextlib.contextmanager
+def deadline(seconds: float):
+  """Sends this process SIGINT after `seconds`: the loop saves and stops."""
+  timer = threading.Timer(max(seconds, 1.0),
+                          lambda: os.kill(os.getpid(), signal.SIGINT))
+  timer.start()
+  try:
+    yield
+  finally:
+    timer.cancel()
+
+
+def train(flags, path: str):
+  info_rows = []
+  for fig in (int(f) for f in flags.figs.split(",")):
+    if left(flags) < 30:
+      log(f"train fig {fig}: skipped (time budget)")
+      continue
+    extra = {}
+    if flags.seeds > 1:
+      extra["seeds"] = flags.seeds
+    if flags.fairseq:
+      extra["fairseq"] = True
+    c = fig_config(flags, fig, path, **extra)
+    name = f"fig{fig}" + ("_fairseq" if flags.fairseq else "") + (
+        f"_s{flags.seeds}" if flags.seeds > 1 else "")
+    workdir = os.path.join(flags.workdir, name)
+    log(f"train {name}: {FIGS[fig]}, {c.num_steps} steps, path {path}")
+    t = time.time()
+    stopped = False
+    try:
+      with deadline(left(flags) - 15):
+        loop.train_and_evaluate(c, workdir)
+    except interrupt.Interrupted as e:
+      stopped = True
+      log(f"train {name}: stopped by the time budget ({e}); rerun to go on")
+    wall = time.time() - t
+    steps_done = _steps_done(workdir)
+    info = {"figure": fig, "config_arg": FIGS[fig], "path": path,
+            "device": str(jax.devices()[0].device_kind),
+            "compute_dtype": c.compute_dtype, "steps": steps_done,
+            "num_steps": c.num_steps, "stopped_by_time_budget": stopped,
+            "wall_s_this_call": round(wall, 1),
+            "steps_per_call": c.steps_per_call}
+    with open(os.path.join(workdir, "run_info.json"), "w") as f:
+      json.dump(info, f, indent=1)
+    log(f"train {name}: {steps_done} steps in {wall:.0f} s "
+        f"(compilation and evaluation included)")
+    _print_finals(workdir)
+    try:
+      paths = training_plots.plot_workdir(workdir)
+      log(f"figures: {', '.join(os.path.basename(p) for p in paths)}")
+    except Exception as e:  # pylint: disable=broad-except
+      log(f"figures failed: {type(e).__name__}: {e}")
+    info_rows.append(info)
+  return info_rows
+
+
+def _steps_done(workdir: str) -> int:
+  steps = [int(os.path.basename(p)) for p in glob.glob(
+      os.path.join(workdir, "ckpt", "*")) if os.path.basename(p).isdigit()]
+  return max(steps, default=0)
+
+
+def _print_finals(workdir: str):
+  for m in training_plots.load_members(workdir):
+    last = {k: v[-1][-1] for k, v in m["metrics"].items() if len(v[0])}
+    get = lambda k: last.get(k, math.nan)  # noqa: E731
+    print(f"  {m.get('name', '?'):28s} valid ppl {get('valid/ppl'):9.2f}  "
+          f"test ppl {get('test/ppl'):9.2f}  scale "
+          f"{get('mean/qk_scale'):.4g}  entropy {get('mean/entropy'):.4f}",
+          flush=True)
+
+
+def trace(flags, path: str):
+  """Perfetto traces of 20 steps of the host path and of `path`."""
+  out = os.path.join(flags.workdir, "traces")
+  for p in ("host_f32_plain", path):
+    if left(flags) < 40:
+      log(f"trace {p}: skipped (time budget)")
+      return
+    c = fig_config(flags, 6, p)
+    if p != "host_f32_plain":
+      c.steps_per_call = 10
+    steps = step_lib.build_steps(c)
+    ik, dk, hp = step_lib.member_inputs(sweep_lib.members(c), True)
+    state = steps.init(ik, hp)
+    feed, k = steps.task.feed, steps.steps_per_call
+
+    def call(state, i):
+      if k > 1:
+        return steps.train_many(state, feed.consts,
+                                feed.train_inputs(i * k, k), dk)[0]
+      return steps.train(state, steps.task.train_batch(i), dk)[0]
+    for i in range(2):
+      state = jax.block_until_ready(call(state, i))
+    d = os.path.join(out, p)
+    with jax.profiler.trace(d, create_perfetto_trace=True):
+      for i in range(2, 2 + 20 // k):
+        state = call(state, i)
+      jax.block_until_ready(state)
+    found = glob.glob(os.path.join(d, "**", "perfetto_trace.json.gz"),
+                      recursive=True)
+    if found:
+      shutil.copy(found[0], os.path.join(out, f"{p}.json.gz"))
+    log(f"trace {p}: {found[0] if found else 'no perfetto trace written'}")
+    del state
+    gc.collect()
+
+
+def main():
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--tfds_dir", required=True)
+  p.add_argument("--manual_dir", default="")
+  p.add_argument("--workdir", default="runs/gpu_paper")
+  p.add_argument("--stages", default="probe,train,members")
+  p.add_argument("--paths", default="host_f32_plain,scan_f32_plain,"
+                 "scan_bf16_plain,scan_bf16_fused4096",
+                 help=f"probed paths, of {', '.join(PATHS)}")
+  p.add_argument("--path", default="", help="skip the probe: use this path")
+  p.add_argument("--figs", default="6")
+  p.add_argument("--steps", type=int, default=50_000)
+  p.add_argument("--seeds", type=int, default=1)
+  p.add_argument("--fairseq", action="store_true")
+  p.add_argument("--k", type=int, default=250, help="steps per call")
+  p.add_argument("--probe_steps", type=int, default=500)
+  p.add_argument("--time_budget_s", type=float, default=1e9)
+  p.add_argument("--rehearse", action="store_true",
+                 help="CPU rehearsal: a few steps per stage")
+  flags = p.parse_args()
+  if flags.rehearse:
+    flags.k, flags.probe_steps = 2, 2
+  os.makedirs(flags.workdir, exist_ok=True)
+  log(f"jax {jax.__version__}, devices {jax.devices()}")
+  stages = flags.stages.split(",")
+  path, known = flags.path or "scan_f32_plain", {}
+  for stage in stages:                 # in the order given
+    if stage == "probe":
+      path, rate = probe(flags)
+      known[5] = rate
+    elif stage == "train":
+      train(flags, path)
+    elif stage == "train_fairseq":     # the same figures, fairseq's reading
+      flags.fairseq = True
+      train(flags, path)
+      flags.fairseq = False
+    elif stage == "members":
+      members_curve(flags, path, known)
+    elif stage == "trace":
+      trace(flags, path)
+    else:
+      raise SystemExit(f"unknown stage {stage!r}")
+  log("done")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,104 @@
+r"""Where a train step's GPU time goes, from a `jax.profiler` Perfetto trace.
+
+  python bench/trace_summary.py TRACE.json.gz [TRACE2.json.gz ...]
+
+Reads the Chrome/Perfetto JSON that `jax.profiler.trace(...,
+create_perfetto_trace=True)` writes (bench/gpu_paper.py --stages trace), takes
+the complete events ("ph": "X") of the GPU stream threads, and prints per
+trace: the wall span, the GPU busy time (union of kernel intervals) and so
+the idle fraction (launch gaps, host work), then the kernel time by kind:
+matmul (gemm / cublas / cutlass / triton gemm), reduction, elementwise
+fusion, copy / memset, other, each as a fraction of the busy time, and the
+ten longest kernels.
+"""
+import collections
+import gzip
+import json
+import re
+import sys
+
+KINDS = (
+    ("matmul", re.compile(r"gemm|cublas|cutlass|matmul|dot|wgmma|sm90_xmma",
+                          re.I)),
+    ("reduction", re.compile(r"reduc|reduce", re.I)),
+    ("copy/memset", re.compile(r"memcpy|memset|copy|transpose", re.I)),
+    ("elementwise fusion", re.compile(r"fusion|loop_|elementwise|convert|"
+                                      r"broadcast|select|add|multiply", re.I)),
+)
+
+
+def kind_of(name: str) -> str:
+  for kind, pattern in KINDS:
+    if pattern.search(name):
+      return kind
+  return "other"
+
+
+def gpu_events(trace: dict) -> list[dict]:
+  """The kernel events: complete events of a GPU process's stream threads.
+
+  A GPU process also has "XLA Ops" / "XLA Modules" threads that repeat the
+  same time as ops; only its "Stream" threads (or, if it has none, all of
+  its threads) are kept, so no time is counted twice.
+  """
+  procs, threads = {}, {}
+  for e in trace.get("traceEvents", []):
+    if e.get("ph") != "M":
+      continue
+    name = str(e.get("args", {}).get("name", ""))
+    if e.get("name") == "process_name":
+      procs[e.get("pid")] = name
+    elif e.get("name") == "thread_name":
+      threads[(e.get("pid"), e.get("tid"))] = name
+  gpu = {pid for pid, n in procs.items()
+         if re.search(r"gpu|device:|/device", n, re.I)
+         and not re.search(r"host|cpu", n, re.I)}
+  streams = {key for key, n in threads.items()
+             if key[0] in gpu and re.search(r"stream", n, re.I)}
+  keep = ((lambda e: (e.get("pid"), e.get("tid")) in streams) if streams
+          else (lambda e: e.get("pid") in gpu))
+  return [e for e in trace.get("traceEvents", [])
+          if e.get("ph") == "X" and "dur" in e and keep(e)]
+
+
+def busy_time(events) -> float:
+  """Length of the union of the [ts, ts + dur) intervals (microseconds)."""
+  total, end = 0.0, -float("inf")
+  for ts, dur in sorted((float(e["ts"]), float(e["dur"])) for e in events):
+    if ts >= end:
+      total += dur
+      end = ts + dur
+    elif ts + dur > end:
+      total += ts + dur - end
+      end = ts + dur
+  return total
+
+
+def summarize(path: str) -> str:
+  opener = gzip.open if path.endswith(".gz") else open
+  with opener(path, "rt") as f:
+    events = gpu_events(json.load(f))
+  if not events:
+    return f"{path}: no GPU kernel events found"
+  start = min(float(e["ts"]) for e in events)
+  stop = max(float(e["ts"]) + float(e["dur"]) for e in events)
+  busy = busy_time(events)
+  by_kind, by_name = collections.Counter(), collections.Counter()
+  for e in events:
+    by_kind[kind_of(e["name"])] += float(e["dur"])
+    by_name[e["name"][:70]] += float(e["dur"])
+  kernel_total = sum(by_kind.values())
+  lines = [f"{path}: {len(events)} kernels, span {(stop - start) / 1e3:.2f} "
+           f"ms, GPU busy {busy / 1e3:.2f} ms ({busy / (stop - start):.0%}; "
+           f"idle {1 - busy / (stop - start):.0%})"]
+  for kind, t in by_kind.most_common():
+    lines.append(f"  {kind:20s} {t / 1e3:9.2f} ms  {t / kernel_total:6.1%}")
+  lines.append("  longest kernels (total over the trace):")
+  for name, t in by_name.most_common(10):
+    lines.append(f"    {t / 1e3:8.2f} ms  {t / kernel_total:6.1%}  {name}")
+  return "\n".join(lines)
+
+
+if __name__ == "__main__":
+  for p in sys.argv[1:]:
+    print(summarize(p))
