@@ -19,8 +19,9 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   time budget runs out, the run is stopped at a call boundary, its
   checkpoint saved (as Ctrl-C does) and the script says so; rerun to go on.
   Prints steps/s, wall time and each member's final valid perplexity,
-  writes each run's figures (launch/plot_training.py) and `run_info.json`
-  (device, precision, path, steps run, wall time) for launch/report.py.
+  writes each run's figures (launch/plot_training.py); the loop's
+  `run_info.jsonl` (device, precision, steps, wall time per invocation)
+  feeds launch/report.py.
 * train_fairseq: the same with fairseq's reading of kappa (`:fairseq`).
 * members: steps/s of N = 1, 5, 15, 30 members in one vmapped program, and
   the ratio to N times one member's rate (the issue's goal is >= 0.8 N).
@@ -36,7 +37,6 @@ import contextlib
 import functools
 import gc
 import glob
-import json
 import math
 import os
 import shutil
@@ -45,6 +45,7 @@ import sys
 import threading
 import time
 
+from absl import logging
 import jax
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -253,14 +254,8 @@ def train(flags, path: str):
       log(f"train {name}: stopped by the time budget ({e}); rerun to go on")
     wall = time.time() - t
     steps_done = _steps_done(workdir)
-    info = {"figure": fig, "config_arg": FIGS[fig], "path": path,
-            "device": str(jax.devices()[0].device_kind),
-            "compute_dtype": c.compute_dtype, "steps": steps_done,
-            "num_steps": c.num_steps, "stopped_by_time_budget": stopped,
-            "wall_s_this_call": round(wall, 1),
-            "steps_per_call": c.steps_per_call}
-    with open(os.path.join(workdir, "run_info.json"), "w") as f:
-      json.dump(info, f, indent=1)
+    info_rows.append({"figure": fig, "path": path, "steps": steps_done,
+                      "wall_s": round(wall, 1), "stopped": stopped})
     log(f"train {name}: {steps_done} steps in {wall:.0f} s "
         f"(compilation and evaluation included)")
     _print_finals(workdir)
@@ -269,7 +264,6 @@ def train(flags, path: str):
       log(f"figures: {', '.join(os.path.basename(p) for p in paths)}")
     except Exception as e:  # pylint: disable=broad-except
       log(f"figures failed: {type(e).__name__}: {e}")
-    info_rows.append(info)
   return info_rows
 
 
@@ -345,6 +339,7 @@ def main():
   p.add_argument("--rehearse", action="store_true",
                  help="CPU rehearsal: a few steps per stage")
   flags = p.parse_args()
+  logging.set_verbosity(logging.INFO)    # the loop's progress and eval lines
   if flags.rehearse:
     flags.k, flags.probe_steps = 2, 2
   os.makedirs(flags.workdir, exist_ok=True)

@@ -1,4 +1,5 @@
 """Tests for qkspec.experiments.report (REPRODUCTION.md from run dirs)."""
+import json
 import math
 import os
 import tempfile
@@ -130,6 +131,23 @@ class WriteReportTest(absltest.TestCase):
     self.assertIn("SHORTENED: 2 of 50,000 steps", self.md)
     self.assertIn("configs/locater_wt2.py:seeds=2,fairseq,smoke", self.md)
     self.assertIn("## Known deviations from fairseq", self.md)
+
+  def test_runs_list_device_precision_and_wall_time(self):
+    # The loop wrote one run_info.jsonl line per run (this CPU, float32).
+    info = report.run_info(self.runs[0])
+    self.assertRegex(info, r"^1 x .+; compute float32; wall \d+\.\d min "
+                     r"in 1 invocation \(")
+    self.assertIn(info, self.md)
+    # A resumed run: its invocations' wall times add up.
+    d = tempfile.mkdtemp()
+    with open(os.path.join(d, "run_info.jsonl"), "w") as f:
+      for wall, dtype in ((60.0, "bfloat16"), (30.0, "bfloat16")):
+        f.write(json.dumps({"wall_s": wall, "device_kind": "H100",
+                            "device_count": 1, "compute_dtype": dtype}) + "\n")
+    self.assertStartsWith(report.run_info(d),
+                          "1 x H100; compute bfloat16; wall 1.5 min in 2 "
+                          "invocations")
+    self.assertEqual(report.run_info(tempfile.mkdtemp()), "")
 
   def test_artefacts_exist(self):
     figures_dir = os.path.join(self.tmp, "reproduction")

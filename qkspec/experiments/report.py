@@ -52,9 +52,10 @@ CLAIMS = (("B", "scale", -1, "scale shrinks"),
 READINGS = {"mean_loss": "literal (mean_loss)",
             "summed_loss": "fairseq (summed_loss)"}
 DEVIATIONS = (
-    "Precision: float32 parameters and compute (`compute_dtype`) at JAX's "
-    "default matmul precision (TF32 on recent NVIDIA GPUs), not fairseq's "
-    "FP16.",
+    "Precision: float32 parameters, optimizer state, softmax and loss; the "
+    "matmuls in each run's `compute_dtype` (listed under Runs): bfloat16 "
+    "(fairseq used FP16 with loss scaling) or float32 at JAX's default "
+    "matmul precision (TF32 on recent NVIDIA GPUs).",
     "Data blocks: each split is one token stream with one `<eos>` per line "
     "of the WikiText-2 files, cut into blocks of T = 64 tokens as fairseq's "
     "`--sample-break-mode none` (qkspec/data/pipeline.py).",
@@ -252,6 +253,29 @@ def _pm(mean, std):
   return f"{mean:.4g}" + (f" ± {std:.2g}" if np.isfinite(std) else "")
 
 
+def run_info(run_dir) -> str:
+  """Device, precision and wall time from `<run_dir>/run_info.jsonl`.
+
+  The training loop appends one line per invocation (a resumed run has
+  several); their wall times are summed. "" if the file is absent (runs
+  made before it existed).
+  """
+  path = pathlib.Path(run_dir) / "run_info.jsonl"
+  if not path.is_file():
+    return ""
+  lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+  if not lines:
+    return ""
+  devices = sorted({f"{x['device_count']} x {x['device_kind']}"
+                    for x in lines})
+  dtypes = sorted({x.get("compute_dtype", "float32") for x in lines})
+  wall = sum(x["wall_s"] for x in lines)
+  return (f"{', '.join(devices)}; compute {'/'.join(dtypes)}; wall "
+          f"{wall / 60:.1f} min in {len(lines)} invocation"
+          f"{'s' if len(lines) > 1 else ''} (setup, compilation and "
+          "evaluation included)")
+
+
 def _steps_line(r):
   k, planned = r["final_step"], r["num_steps"]
   line = f"{k:,} steps run of {planned:,} planned"
@@ -388,14 +412,17 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None) -> list:
                     if v["label"] == label and v["reading"] == reading]
       md.append("")
   md += ["", "## Runs", "",
-         "GPU model and wall time are not recorded in a run directory; "
-         "add them by hand from the launch logs.", ""]
+         "Device and wall time come from each run's `run_info.jsonl` "
+         "(written by the training loop); \"not recorded\" marks runs "
+         "made before it existed.", ""]
   seen = set()
   for r in rows:
     if r["run_dir"] not in seen:
       seen.add(r["run_dir"])
       md.append(f"- {r['label']}, {READINGS.get(r['reading'])}: "
-                f"{_steps_line(r)}; `{r['command']}`")
+                f"{_steps_line(r)}; "
+                f"{run_info(r['run_dir']) or 'device and wall time not recorded'}"
+                f"; `{r['command']}`")
   md += ["", "## Known deviations from fairseq", ""]
   md += [f"- {d}" for d in DEVIATIONS]
   out_path.parent.mkdir(parents=True, exist_ok=True)
