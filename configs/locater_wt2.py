@@ -53,8 +53,9 @@ Expected: with stronger kappa2 the eigenspectrum scale tr(W_QK^T W_QK)
 shrinks (Fig. 6B), the attention entropy stays higher (6C) and the valid
 perplexity improves (6D): fig6_curves.png / fig6_vs_kappa2.png. The paper
 sees two phases (the first ~10^4 updates and the rest). Runtime: 50k steps
-x 5 members of a 1-layer d=128 model take about 8 minutes on one H200
-(~104 steps/s, bench/gpu_fig6.sh);
+x 5 members of a 1-layer d=128 model take 8.0 minutes on one H100 with
+--config.compute_dtype=bfloat16 --config.model.loss_chunk=4096 (~116 steps/s,
+bench/gpu_paper.py);
 the smoke variant (synthetic bigram data, d = 16) runs in seconds on a CPU.
 Deviations from fairseq: bf16 instead of FP16 if compute_dtype=bfloat16;
 random-start-free consecutive blocks (see qkspec/data/pipeline.py).
