@@ -8,7 +8,9 @@ from absl.testing import absltest
 import jax
 
 from configs import locater_wt2
+from configs import rho_training
 from qkspec.experiments import report
+from qkspec.experiments import training_plots
 from qkspec.training import loop
 
 jax.config.update("jax_compilation_cache_dir", os.path.join(
@@ -160,6 +162,25 @@ class WriteReportTest(absltest.TestCase):
     self.assertIn("--config.sweep.kappa2=", command)
     self.assertIn("--config.num_steps=2", command)
     self.assertNotIn("--config.locater", command)
+
+
+class Fig7StripesTest(absltest.TestCase):
+
+  def test_fig7_report_has_heat_maps_and_a_stripe_line_per_member(self):
+    tmp = tempfile.mkdtemp()
+    workdir = os.path.join(tmp, "rho")
+    loop.train_and_evaluate(rho_training.get_config("smoke"), workdir)
+    out = os.path.join(tmp, "REPRODUCTION.md")
+    report.write_report([workdir], out)
+    with open(out) as f:
+      md = f.read()
+    members = report.rho_stripes(training_plots.load_members(workdir))
+    self.assertLen(members, 2)                 # LocATER and none
+    for name, result in members:
+      self.assertIn(f"  - {name}: ", md)
+      self.assertRegex(md, r"(no )?stripes \(C = [0-9.e-]+, permutation p")
+      self.assertBetween(result["p_value"], 0.0, 1.0)
+    self.assertIn("rho_i over training: ![rho]", md)
 
 
 if __name__ == "__main__":

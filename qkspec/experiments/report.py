@@ -19,6 +19,9 @@ kappa2, mean +- std over seeds, one line per reading of kappa).
   difference of the means is within 2 x the pooled std over seeds). With
   one seed the sign decides and the line says "one seed: no error bar".
 
+Fig. 7's heat maps get a stripe test per member (`stripes.stripe_test`: a
+persistent, salient position profile of rho_i over training).
+
 The paper figure comes from the config: the two members of
 configs/rho_training.py (kappa1 = 100, kappa2 = 1 and none, kappa1 = kappa2
 = 0) are Fig. 7; otherwise (num_layers, d) picks Figs. 6, 8-12 (smoke
@@ -35,6 +38,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from qkspec.experiments import stripes  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import training_plots  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 PAPER_STEPS = 50_000
@@ -276,6 +280,18 @@ def run_info(run_dir) -> str:
           "evaluation included)")
 
 
+def rho_stripes(members, layer: int = 0) -> list[tuple[str, dict]]:
+  """(member name, `stripes.stripe_test` of its layer-`layer` rho map)."""
+  names = training_plots.member_names(members)
+  out = []
+  for name, m in zip(names, members):
+    key = next((k for k in (f"l{layer}/rho", f"l{layer}/h0/rho")
+                if k in m["metrics"]), None)
+    if key is not None and len(m["metrics"][key][0]) >= 2:
+      out.append((name, stripes.stripe_test(m["metrics"][key][1])))
+  return out
+
+
 def _steps_line(r):
   k, planned = r["final_step"], r["num_steps"]
   line = f"{k:,} steps run of {planned:,} planned"
@@ -398,15 +414,16 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None) -> list:
         r0 = next(r for r in rs if r["run_dir"] == run_dir)
         md += [f"- run `{run_dir}`: {_steps_line(r0)}",
                f"  - command: `{r0['command']}`"]
-        if r0["figure"] == "7":              # rho_i heat maps, by eye
+        if r0["figure"] == "7":              # rho_i heat maps + stripe test
+          members = training_plots.load_members(run_dir)
           png = figures_dir / f"{_slug(label)}_rho_{reading}_{i}.png"
-          fig = training_plots.rho_heatmap_figure(
-              training_plots.load_members(run_dir))
+          fig = training_plots.rho_heatmap_figure(members)
           fig.savefig(png, dpi=110)
           plt.close(fig)
           paths.append(str(png))
-          md.append(f"  - rho_i over training (stripes?): "
-                    f"![rho]({rel}/{png.name})")
+          md.append(f"  - rho_i over training: ![rho]({rel}/{png.name})")
+          md += [f"  - {name}: {stripes.describe(result)}"
+                 for name, result in rho_stripes(members)]
       md += [""] + _table(rs)
       md += [""] + [f"- {v['text']}" for v in vs
                     if v["label"] == label and v["reading"] == reading]
