@@ -10,7 +10,10 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   few hundred steps by each path: "host" (today's: one step per call, batch
   built with numpy, float32 plain logits), then k = 250 steps per call with
   batches built on the device (`qkspec.training.multi_step`), in float32 and
-  bfloat16, with the plain logits and with the fused chunked loss. Prints
+  bfloat16, with the plain logits and with the fused chunked loss (also
+  "_dv": its weight gradient accumulated as [d, V], and "_looped": the
+  members one after another inside the step, `sweep.member_batch=1`; not
+  probed by default, name them in --paths). Prints
   compile seconds, steps/s, member-steps/s and the projected wall time of
   50,000 steps; the fastest path is used by the later stages.
 * train: the kappa2 sweep of every figure in --figs for --steps steps with
@@ -71,6 +74,14 @@ PATHS = {   # name -> config overrides
     "scan_bf16_fused4096": {"compute_dtype": "bfloat16",
                             "model.fused_loss": True,
                             "model.loss_chunk": 4096},
+    "scan_bf16_fused4096_dv": {"compute_dtype": "bfloat16",
+                               "model.fused_loss": True,
+                               "model.loss_chunk": 4096,
+                               "model.loss_kernel_grad": "dv"},
+    "scan_bf16_fused4096_looped": {"compute_dtype": "bfloat16",
+                                   "model.fused_loss": True,
+                                   "model.loss_chunk": 4096,
+                                   "sweep.member_batch": 1},
     "scan_bf16_fused1024": {"compute_dtype": "bfloat16",
                             "model.fused_loss": True,
                             "model.loss_chunk": 1024},

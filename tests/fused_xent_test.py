@@ -58,6 +58,24 @@ class FusedXentTest(parameterized.TestCase):
     np.testing.assert_allclose(fused_xent.chunked_cross_entropy(
         h, kernel, None, targets, weights, chunk), v2, rtol=1e-5)
 
+  @parameterized.parameters(1, 16, 37)
+  def test_kernel_grad_layouts_agree_with_plain(self, chunk):
+    h, kernel, bias, targets, weights = _inputs(seed=5)
+    plain = jax.value_and_grad(
+        lambda h, k, b: _plain(h, k, b, targets, weights), (0, 1, 2))(
+            h, kernel, bias)
+    for layout in ("vd", "dv"):
+      fused = lambda h, k, b, layout=layout: fused_xent.fused_cross_entropy(
+          h, k, b, targets, weights, chunk, jnp.float32, layout)
+      v, g = jax.jit(jax.value_and_grad(fused, (0, 1, 2)))(h, kernel, bias)
+      np.testing.assert_allclose(v, plain[0], rtol=1e-5)
+      self.assertEqual(g[1].shape, kernel.shape)
+      for a, b in zip(g, plain[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    with self.assertRaisesRegex(ValueError, "kernel_grad"):
+      fused_xent.fused_cross_entropy(h, kernel, bias, targets, weights, chunk,
+                                     jnp.float32, "vv")
+
   def test_cotangent_scaling_and_eval_path(self):
     args = _inputs(seed=1)
     f = lambda h: 3.0 * fused_xent.fused_cross_entropy(h, *args[1:], 8)

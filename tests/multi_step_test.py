@@ -8,6 +8,7 @@ bit for bit: same batches, same arithmetic in the same order.
 import json
 import os
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -18,6 +19,7 @@ import numpy as np
 from qkspec.config import defaults
 from qkspec.data import pipeline
 from qkspec.training import device_feed
+from qkspec.training import fused_xent
 from qkspec.training import loop
 from qkspec.training import multi_step
 from qkspec.training import step as step_lib
@@ -150,6 +152,40 @@ class ScanTest(parameterized.TestCase):
                                  np.asarray(total["loss_sum"]), rtol=1e-6)
       np.testing.assert_array_equal(np.asarray(got["weight"]),
                                     np.asarray(total["weight"]))
+
+
+class KernelGradLayoutTest(absltest.TestCase):
+
+  def test_dv_layout_trains_like_vd(self):
+    """config.model.loss_kernel_grad reaches the fused loss; same step."""
+    states = {}
+    for layout in ("vd", "dv"):
+      c = _lm_smoke(())
+      c.model.loss_kernel_grad = layout
+      steps = step_lib.build_steps(c)
+      self.assertEqual(steps.task.model.loss_kernel_grad, layout)
+      seen = []
+      original = fused_xent.fused_cross_entropy
+
+      def spy(*args, seen=seen, original=original):
+        seen.append(args[7])
+        return original(*args)
+      ik, dk, hp = step_lib.member_inputs(sweep_lib.members(c), False)
+      state = steps.init(ik, hp)
+      with mock.patch.object(fused_xent, "fused_cross_entropy", spy):
+        for s in range(2):
+          state, _ = steps.train(state, steps.task.train_batch(s), dk)
+      self.assertEqual(set(seen), {layout})     # traced with this layout
+      states[layout] = state.params
+    for a, b in zip(jax.tree.leaves(states["vd"]),
+                    jax.tree.leaves(states["dv"]), strict=True):
+      np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5,
+                                 atol=1e-6)
+    c = _lm_smoke(())
+    c.model.loss_kernel_grad = "xx"
+    with self.assertRaisesRegex(ValueError, "loss_kernel_grad"):
+      from qkspec.config import schema  # pylint: disable=g-import-not-at-top
+      schema.validate(c)
 
 
 class StepsPerCallTest(absltest.TestCase):

@@ -159,6 +159,8 @@ def lm_config() -> ml_collections.ConfigDict:
       dropout=0.1,           # fairseq transformer_lm default dropout
       fused_loss=True,       # fused chunked output projection + CE (same maths)
       loss_chunk=128,        # tokens per fused-loss chunk (memory ~ chunk x V)
+      loss_kernel_grad="vd",  # fused loss: dW accumulated as [V, d] (g^T h,
+                              # fast on CPU) or "dv" [d, V] (h^T g; GPU probe)
   ))
   c.data = data_config()               # WikiText-2: name, dirs, seq_len, ...
   c.data.seq_len = 64                  # T (paper)

@@ -169,6 +169,7 @@ _SYNTHETIC = {                            # qkspec.training.synthetic_tasks
 _LM_MODEL = {
     "model.fused_loss": _bool,            # qkspec.training.fused_xent, no [B,T,V] logits
     "model.loss_chunk": _int(1),          # rows per fused-loss chunk
+    "model.loss_kernel_grad": _choice("vd", "dv"),  # fused-loss dW layout
 }
 _LM_DATA = {
     "data.name": _str,
@@ -194,7 +195,7 @@ def flatten(config, prefix: str = "") -> dict:
 
 
 # Keys added after configs were saved; missing means their default.
-_OPTIONAL = ("steps_per_call",)
+_OPTIONAL = ("steps_per_call", "model.loss_kernel_grad")
 
 
 def validate(config, num_devices: int | None = None) -> None:

@@ -116,11 +116,15 @@ def chunked_cross_entropy(h: jax.Array, kernel: jax.Array,
   return total
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+KERNEL_GRAD_LAYOUTS = ("vd", "dv")
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
 def fused_cross_entropy(h: jax.Array, kernel: jax.Array,
                         bias: jax.Array | None, targets: jax.Array,
                         weights: jax.Array, chunk_size: int = 128,
-                        compute_dtype=jnp.float32) -> jax.Array:
+                        compute_dtype=jnp.float32,
+                        kernel_grad: str = "vd") -> jax.Array:
   r"""Weighted sum :math:`\sum_n w_n \mathrm{CE}(h_n W + b, y_n)`, fused (see module).
 
   Args:
@@ -132,16 +136,27 @@ def fused_cross_entropy(h: jax.Array, kernel: jax.Array,
     chunk_size: rows per chunk C (memory ~ C x V floats; see module).
     compute_dtype: matmul input dtype (float32, or bfloat16 with float32
       accumulation).
+    kernel_grad: how the kernel gradient is accumulated: "vd" as [V, d]
+      (:math:`g^\top h`, transposed once at the end; fastest on XLA:CPU)
+      or "dv" as [d, V] (:math:`h^\top g`), the layout a GPU may prefer
+      (bench/gpu_paper.py probes it). Same values up to float rounding.
 
   Returns:
     A float32 scalar; divide by `sum(weights)` for the mean.
   """
+  if kernel_grad not in KERNEL_GRAD_LAYOUTS:
+    raise ValueError(f"kernel_grad must be one of {KERNEL_GRAD_LAYOUTS}, got "
+                     f"{kernel_grad!r}.")
   return chunked_cross_entropy(h, kernel, bias, targets, weights, chunk_size,
                                compute_dtype)
 
 
-def _fused_fwd(h, kernel, bias, targets, weights, chunk_size, compute_dtype):
+def _fused_fwd(h, kernel, bias, targets, weights, chunk_size, compute_dtype,
+               kernel_grad):
   _check(h, kernel, bias, targets, weights)
+  if kernel_grad not in KERNEL_GRAD_LAYOUTS:
+    raise ValueError(f"kernel_grad must be one of {KERNEL_GRAD_LAYOUTS}, got "
+                     f"{kernel_grad!r}.")
   h_k, y_k, w_k, n = _chunks(h, targets, weights, chunk_size)
   kernel_c = kernel.astype(compute_dtype)
 
@@ -152,25 +167,30 @@ def _fused_fwd(h, kernel, bias, targets, weights, chunk_size, compute_dtype):
         _chunk_logits(h_c, kernel, bias, compute_dtype), y_c, w_c)
     g_c = g.astype(compute_dtype)
     d_h = jnp.dot(g_c, kernel_c.T, preferred_element_type=jnp.float32)
-    d_kernel_t = d_kernel_t + jnp.dot(g_c.T, h_c.astype(compute_dtype),
-                                      preferred_element_type=jnp.float32)
+    if kernel_grad == "vd":
+      d_kernel_t = d_kernel_t + jnp.dot(g_c.T, h_c.astype(compute_dtype),
+                                        preferred_element_type=jnp.float32)
+    else:                       # accumulated as [d, V]
+      d_kernel_t = d_kernel_t + jnp.dot(h_c.astype(compute_dtype).T, g_c,
+                                        preferred_element_type=jnp.float32)
     if bias is not None:
       d_bias = d_bias + jnp.sum(g, axis=0)
     return (total + loss, d_kernel_t, d_bias), d_h
 
   d_bias = None if bias is None else jnp.zeros(bias.shape, jnp.float32)
-  init = (jnp.float32(0.0), jnp.zeros(kernel.shape[::-1], jnp.float32),
-          d_bias)
+  grad_shape = kernel.shape[::-1] if kernel_grad == "vd" else kernel.shape
+  init = (jnp.float32(0.0), jnp.zeros(grad_shape, jnp.float32), d_bias)
   (total, d_kernel_t, d_bias), d_h = jax.lax.scan(body, init,
                                                   (h_k, y_k, w_k))
   d_h = d_h.reshape(-1, h.shape[1])[:n]
-  grads = (d_h.astype(h.dtype), d_kernel_t.T.astype(kernel.dtype),
+  d_kernel = d_kernel_t.T if kernel_grad == "vd" else d_kernel_t
+  grads = (d_h.astype(h.dtype), d_kernel.astype(kernel.dtype),
            None if bias is None else d_bias.astype(bias.dtype))
   return total, (grads, targets, weights)
 
 
-def _fused_bwd(chunk_size, compute_dtype, residuals, cotangent):
-  del chunk_size, compute_dtype
+def _fused_bwd(chunk_size, compute_dtype, kernel_grad, residuals, cotangent):
+  del chunk_size, compute_dtype, kernel_grad
   (d_h, d_kernel, d_bias), targets, weights = residuals
   scale = lambda g: None if g is None else (cotangent * g).astype(g.dtype)
   zero_targets = (jnp.zeros(targets.shape, jax.dtypes.float0)

@@ -208,6 +208,7 @@ class OutputHead(nn.Module):
   vocab_size: int
   loss_chunk: int = 128
   dtype: Any = jnp.float32
+  kernel_grad: str = "vd"       # fused_xent.fused_cross_entropy's layout
 
   @nn.compact
   def __call__(self, x_BxTxd: jax.Array, targets_BxT: jax.Array | None = None,
@@ -225,7 +226,7 @@ class OutputHead(nn.Module):
     loss_sum = fused_xent.fused_cross_entropy(
         x_BxTxd.reshape(-1, d), kernel_dxV, None,
         targets_BxT.reshape(-1), weights_BxT.reshape(-1).astype(jnp.float32),
-        self.loss_chunk, self.dtype)
+        self.loss_chunk, self.dtype, self.kernel_grad)
     return loss_sum, jnp.sum(weights_BxT)
 
 
@@ -242,6 +243,7 @@ class LanguageModel(nn.Module):
   dropout: float = 0.0
   dtype: Any = jnp.float32
   loss_chunk: int = 128
+  loss_kernel_grad: str = "vd"
 
   @nn.compact
   def __call__(self, tokens_BxT: jax.Array, deterministic: bool = True,
@@ -258,6 +260,7 @@ class LanguageModel(nn.Module):
     x_BxTxd = Decoder(self.num_layers, self.block, self.dtype, name="decoder")(
         x_BxTxd.astype(self.dtype), deterministic)
     return OutputHead(self.vocab_size, self.loss_chunk, self.dtype,
+                      self.loss_kernel_grad,
                       name="output")(x_BxTxd, targets_BxT, weights_BxT)
 
 
@@ -309,7 +312,7 @@ def make_model(model_config, task: str, vocab_size: int | None = None,
   if vocab_size is None:
     raise ValueError("the lm task needs vocab_size.")
   return LanguageModel(vocab_size, m.d_model, m.num_layers, block, m.dropout,
-                       dtype, m.loss_chunk)
+                       dtype, m.loss_chunk, m.get("loss_kernel_grad", "vd"))
 
 
 def _layer_index(name: str) -> int:
