@@ -50,6 +50,7 @@ import jax.numpy as jnp
 
 from qkspec.theory import _checks
 from qkspec.theory import san
+from qkspec.theory import san_paths
 
 
 def check_decomposable(arch: san.Architecture) -> None:
@@ -57,11 +58,6 @@ def check_decomposable(arch: san.Architecture) -> None:
   if not arch.skip or arch.layernorm:
     raise ValueError(f"path decomposition needs skip connections and no "
                      f"LayerNorm, got {arch}.")
-
-
-def _shift_up(z_KxTxd: jax.Array) -> jax.Array:
-  """Component k-1 moved to slot k (slot 0 gets zeros): one more attention layer."""
-  return jnp.concatenate([jnp.zeros_like(z_KxTxd[:1]), z_KxTxd[:-1]], axis=0)
 
 
 def layer_components(params_l: dict[str, jax.Array], x_Txd: jax.Array,
@@ -89,9 +85,8 @@ def layer_components(params_l: dict[str, jax.Array], x_Txd: jax.Array,
   h_Txd, _, probs_HxTxT = san.self_attention(x_Txd, params_l["w_qk"],
                                              params_l["w_v"], temperature)
   x_Txd = x_Txd + h_Txd
-  mixed = jnp.einsum("htj,kjd,hde->kte", probs_HxTxT, z_KxTxd,
-                     params_l["w_v"])
-  z_KxTxd = z_KxTxd + _shift_up(mixed)
+  z_KxTxd = san_paths.attention_layer_paths(z_KxTxd, probs_HxTxT,
+                                            params_l["w_v"])
   if arch.mlp:
     pre_TxF = x_Txd @ params_l["w1"] + params_l["b1"][None, :]
     gate_TxF = (pre_TxF > 0).astype(x_Txd.dtype)      # G, fixed from X

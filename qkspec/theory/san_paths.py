@@ -129,13 +129,23 @@ def path_length_components(x_Txd: jax.Array, probs_LxHxTxT: jax.Array,
   z = jnp.zeros((L + 1,) + x_Txd.shape, x_Txd.dtype).at[0].set(x_Txd)
 
   def body(z_KxTxd, pw):
-    p_HxTxT, w_Hxdxd = pw
-    mixed = jnp.einsum("htj,kjd,hde->kte", p_HxTxT, z_KxTxd, w_Hxdxd)
-    shifted = jnp.concatenate([jnp.zeros_like(mixed[:1]), mixed[:-1]], axis=0)
-    return z_KxTxd + shifted, None
+    return attention_layer_paths(z_KxTxd, *pw), None
 
   z, _ = jax.lax.scan(body, z, (probs_LxHxTxT, w_v_LxHxdxd))
   return z
+
+
+def attention_layer_paths(z_KxTxd: jax.Array, p_HxTxT: jax.Array,
+                          w_Hxdxd: jax.Array) -> jax.Array:
+  r"""One skip attention layer on path-length components (fixed attention).
+
+  :math:`Z_k \leftarrow Z_k + \sum_h P_h Z_{k-1} W_h` (the skip keeps
+  length k, the attention makes it k + 1); the step of
+  `path_length_components`, shared with `qkspec.theory.path_eval`.
+  """
+  mixed = jnp.einsum("htj,kjd,hde->kte", p_HxTxT, z_KxTxd, w_Hxdxd)
+  return z_KxTxd + jnp.concatenate([jnp.zeros_like(mixed[:1]), mixed[:-1]],
+                                   axis=0)
 
 
 def path_length_fractions(num_layers: int, num_heads: int) -> np.ndarray:
