@@ -129,30 +129,24 @@ class LogAction(PeriodicAction):
     self._since = (time.time(), step)
 
 
-def _eval_sums(steps, state, split: str, batches, meter):
-  """{"loss_sum", "weight"} of `split` over its eval batches (on device).
+def _eval_calls(steps, state, split: str, batches):
+  """(batches done after it, its {"loss_sum", "weight"}) per compiled call.
 
   With a device feed (`steps.eval_many`): on an accelerator the whole split
   in one call; on a CPU one batch per call, so the meter can report.
   Otherwise the host batches of `batches()`, one per call.
   """
-  total, count = None, 0
   feed = steps.task.feed
   if steps.eval_many is not None and split in feed.eval_counts:
     n = feed.eval_counts[split]
     per_call = n if jax.default_backend() != "cpu" else 1
     for start in range(0, n, per_call):
       indices = jnp.arange(start, start + per_call, dtype=jnp.int32)
-      r = steps.eval_many(state.params, feed.eval_tokens[split], indices)
-      meter.update(count, total)     # while this call computes
-      total = r if total is None else jax.tree.map(jnp.add, total, r)
-      count = min(start + per_call, n)
-    return total, count
-  for count, batch in enumerate(batches(), 1):
-    r = steps.eval(state.params, batch)
-    meter.update(count - 1, total)     # while batch `count` computes
-    total = r if total is None else jax.tree.map(jnp.add, total, r)
-  return total, count
+      yield min(start + per_call, n), steps.eval_many(
+          state.params, feed.eval_tokens[split], indices)
+  else:
+    for count, batch in enumerate(batches(), 1):
+      yield count, steps.eval(state.params, batch)
 
 
 def _evaluate(steps, state,
@@ -162,7 +156,11 @@ def _evaluate(steps, state,
   for split, batches in steps.task.eval_splits.items():
     meter = progress.EvalMeter(split, steps.task.eval_sizes.get(split),
                                every_s)
-    total, count = _eval_sums(steps, state, split, batches, meter)
+    total, count = None, 0
+    for done, r in _eval_calls(steps, state, split, batches):
+      meter.update(count, total)     # while this call computes
+      total = r if total is None else jax.tree.map(jnp.add, total, r)
+      count = done
     meter.done(count)
     total = jax.device_get(total)
     loss = total["loss_sum"] / np.maximum(total["weight"], 1e-30)
