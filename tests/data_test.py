@@ -167,7 +167,7 @@ class FixtureTest(parameterized.TestCase):
         np.testing.assert_array_equal(x, stream[j[0] * _T:j[0] * _T + _T])
         seen.append(j[0])
     # Each epoch visits distinct blocks (12 of the 13).
-    ids = np.concatenate([qdata._train_block_ids(55, s, _T, _B, 3)
+    ids = np.concatenate([qdata.train_block_ids(55, s, _T, _B, 3)
                           for s in range(steps)])
     self.assertLen(set(ids.tolist()), steps * _B)
 

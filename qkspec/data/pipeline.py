@@ -186,9 +186,6 @@ def train_block_ids(num_tokens: int, step: int, seq_len: int,
   return perm[k * batch_size:(k + 1) * batch_size]
 
 
-_train_block_ids = train_block_ids
-
-
 def train_batch(data: LMData, step: int, *, seq_len: int, batch_size: int,
                 seed: int, process_index: int | None = None,
                 process_count: int | None = None) -> Batch:
