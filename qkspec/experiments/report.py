@@ -285,7 +285,7 @@ def rho_stripes(members, layer: int = 0) -> list[tuple[str, dict]]:
   names = training_plots.member_names(members)
   out = []
   for name, m in zip(names, members):
-    key = next((k for k in (f"l{layer}/rho", f"l{layer}/h0/rho")
+    key = next((k for k in training_plots.rho_keys(layer)
                 if k in m["metrics"]), None)
     if key is not None and len(m["metrics"][key][0]) >= 2:
       out.append((name, stripes.stripe_test(m["metrics"][key][1])))

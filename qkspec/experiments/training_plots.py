@@ -290,13 +290,22 @@ def vs_kappa2_figure(members):
   return fig
 
 
+def rho_keys(layer: int = 0, head: int | None = None) -> tuple[str, ...]:
+  """The metric names of layer `layer`'s rho_i, in the order to try them.
+
+  One head is logged as `l{layer}/rho`, several as `l{layer}/h{head}/rho`;
+  head 0 stands in when the first name is not logged.
+  """
+  first = f"l{layer}/rho" if head is None else f"l{layer}/h{head}/rho"
+  return (first, f"l{layer}/h0/rho")
+
+
 def rho_heatmap_figure(members, layer=0, head=None):
   """Fig. 7: rho_i (colour) per key position i and step, one panel each."""
-  name = f"l{layer}/rho" if head is None else f"l{layer}/h{head}/rho"
+  names_tried = rho_keys(layer, head)
+  name = next((k for k in names_tried
+               if any(k in m["metrics"] for m in members)), names_tried[-1])
   shown = [i for i, m in enumerate(members) if name in m["metrics"]]
-  if not shown:
-    name = f"l{layer}/h0/rho"
-    shown = [i for i, m in enumerate(members) if name in m["metrics"]]
   names = member_names(members)
   with plt.rc_context(_FONT):
     fig, axes = plt.subplots(1, len(shown), figsize=(3.6 * len(shown) + 1.2,
