@@ -37,6 +37,7 @@ import numpy as np
 from qkspec.data import synthetic
 from qkspec.experiments import dong_measure
 from qkspec.experiments import outputs
+from qkspec.experiments import training_plots
 from qkspec.theory import san_paths
 
 INT_FIELDS = {"num_seeds": 1, "num_layers": 1, "num_heads": 1, "d_model": 1,
@@ -163,6 +164,9 @@ def plot_paths(rows, config, workdir):
   return outputs.save_figure(fig, workdir, "fig_paths_trained")
 
 
+FLOOR = 1e-8   # relative residuals below this (exact 0 included) are drawn here
+
+
 def plot_rank(rows, config, workdir):
   """Relative residual by layer: trained (solid) and init (dashed)."""
   plt = outputs.pyplot()
@@ -172,16 +176,21 @@ def plot_rank(rows, config, workdir):
   archs = list(dong_measure.EVAL_ARCHS)
   colors = plt.get_cmap("tab10")(np.arange(len(archs)))
   for ax, (task, variant) in zip(axes[0], combos):
+    curves = []                       # in legend order, numbered from 1
     for color, arch in zip(colors, archs):
       for when, ls in (("trained", "-"), ("init", "--")):
         sel = [r for r in rows if (r["task"], r["variant"], r["eval_arch"],
                                    r["weights"]) == (task, variant, arch, when)]
-        ax.semilogy([r["layer"] for r in sel],
-                    [max(r["rel_res"], 1e-8) for r in sel], ls, color=color,
-                    label=f"{arch} ({when})" if task == config.tasks[0] and
-                    variant == config.variants[0] else None)
-    ax.set(title=f"{task}, {variant}", xlabel="layer l", ylim=(1e-8, 2))
-  axes[0, 0].set_ylabel("||res(X^l)|| / ||X^l||")
+        curves.append([max(r["rel_res"], FLOOR) for r in sel])
+        ax.semilogy([r["layer"] for r in sel], curves[-1], ls, color=color,
+                    label=f"{len(curves)}: {arch} ({when})"
+                    if ax is axes[0, 0] else None)
+    note = training_plots.coincide_note(curves, log=True)
+    ax.set(xlabel="layer l", ylim=(FLOOR, 2))
+    ax.set_title(f"{task}, {variant}" + (f"\n{note}" if note else ""),
+                 fontsize=9 if note else None)
+  axes[0, 0].set_ylabel(r"$\|\mathrm{res}(X^l)\| / \|X^l\|$ "
+                        f"(below {FLOOR:g} drawn at {FLOOR:g})")
   fig.legend(fontsize=7, loc="outside right upper")
   fig.suptitle("Rank collapse of trained SANs with skips / MLPs removed at "
                "evaluation (solid: trained, dashed: init)", fontsize=10)
