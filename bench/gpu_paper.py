@@ -37,7 +37,6 @@ array_record, ml_collections): see BUILD.md.
 """
 import argparse
 import contextlib
-import functools
 import gc
 import glob
 import math
@@ -97,20 +96,17 @@ def left(flags) -> float:
   return flags.time_budget_s - (time.time() - T0)
 
 
-@functools.lru_cache(maxsize=None)
-def _cached_data(key):
-  del key
-  return _load_lm_data(_cached_data.config)
-
-
 _load_lm_data = tasks.load_lm_data
+_DATA = {}
 
 
 def _load_once(config):
   """tasks.load_lm_data, read once per process (every probe builds a task)."""
-  _cached_data.config = config
-  return _cached_data((config.data.name, config.data.manual_dir,
-                       config.data.data_dir, config.data.seed))
+  key = (config.data.name, config.data.manual_dir, config.data.data_dir,
+         config.data.seed)
+  if key not in _DATA:
+    _DATA[key] = _load_lm_data(config)
+  return _DATA[key]
 
 
 tasks.load_lm_data = _load_once
@@ -133,22 +129,25 @@ def fig_config(flags, fig: int, path: str, **extra):
   return c
 
 
-def timed_rate(config, calls: int):
-  """(compile s, steps/s) of `config`'s train step, loop-free."""
+def _stepper(config):
+  """(fresh state, call(state, i) -> state after call i, steps per call)."""
   steps = step_lib.build_steps(config)
-  members = sweep_lib.members(config)
-  ik, dk, hp = step_lib.member_inputs(members, sweep_lib.is_sweep(config))
+  ik, dk, hp = step_lib.member_inputs(sweep_lib.members(config),
+                                      sweep_lib.is_sweep(config))
   dk = jax.device_put(dk, steps.replicated)
-  state = steps.init(ik, hp)
-  k = steps.steps_per_call
-  feed = steps.task.feed
+  k, feed = steps.steps_per_call, steps.task.feed
 
   def call(state, i):
     if k > 1:
       return steps.train_many(state, feed.consts, feed.train_inputs(i * k, k),
                               dk)[0]
     return steps.train(state, steps.task.train_batch(i), dk)[0]
+  return steps.init(ik, hp), call, k
 
+
+def timed_rate(config, calls: int):
+  """(compile s, steps/s, steps per call) of `config`'s step, loop-free."""
+  state, call, k = _stepper(config)
   t = time.perf_counter()
   state = jax.block_until_ready(call(state, 0))
   compile_s = time.perf_counter() - t
@@ -240,7 +239,7 @@ def deadline(seconds: float):
 
 
 def train(flags, path: str):
-  info_rows = []
+  """Trains each figure of --figs (resumable), prints its finals, plots."""
   for fig in (int(f) for f in flags.figs.split(",")):
     if left(flags) < 30:
       log(f"train fig {fig}: skipped (time budget)")
@@ -256,17 +255,13 @@ def train(flags, path: str):
     workdir = os.path.join(flags.workdir, name)
     log(f"train {name}: {FIGS[fig]}, {c.num_steps} steps, path {path}")
     t = time.time()
-    stopped = False
     try:
       with deadline(left(flags) - 15):
         loop.train_and_evaluate(c, workdir)
     except interrupt.Interrupted as e:
-      stopped = True
       log(f"train {name}: stopped by the time budget ({e}); rerun to go on")
     wall = time.time() - t
     steps_done = _steps_done(workdir)
-    info_rows.append({"figure": fig, "path": path, "steps": steps_done,
-                      "wall_s": round(wall, 1), "stopped": stopped})
     log(f"train {name}: {steps_done} steps in {wall:.0f} s "
         f"(compilation and evaluation included)")
     _print_finals(workdir)
@@ -275,7 +270,6 @@ def train(flags, path: str):
       log(f"figures: {', '.join(os.path.basename(p) for p in paths)}")
     except Exception as e:  # pylint: disable=broad-except
       log(f"figures failed: {type(e).__name__}: {e}")
-  return info_rows
 
 
 def _steps_done(workdir: str) -> int:
@@ -304,16 +298,7 @@ def trace(flags, path: str):
     c = fig_config(flags, 6, p)
     if p != "host_f32_plain":
       c.steps_per_call = 10
-    steps = step_lib.build_steps(c)
-    ik, dk, hp = step_lib.member_inputs(sweep_lib.members(c), True)
-    state = steps.init(ik, hp)
-    feed, k = steps.task.feed, steps.steps_per_call
-
-    def call(state, i):
-      if k > 1:
-        return steps.train_many(state, feed.consts,
-                                feed.train_inputs(i * k, k), dk)[0]
-      return steps.train(state, steps.task.train_batch(i), dk)[0]
+    state, call, k = _stepper(c)
     for i in range(2):
       state = jax.block_until_ready(call(state, i))
     d = os.path.join(out, p)
