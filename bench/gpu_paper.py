@@ -13,7 +13,8 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   bfloat16, with the plain logits and with the fused chunked loss (also
   "_dv": its weight gradient accumulated as [d, V], and "_looped": the
   members one after another inside the step, `sweep.member_batch=1`; not
-  probed by default, name them in --paths). Prints
+  probed by default, name them in --paths; "scan_bf16_pallas": the loss as
+  Pallas/Triton kernels that never write the logits). Prints
   compile seconds, steps/s, member-steps/s and the projected wall time of
   50,000 steps; the fastest path is used by the later stages.
 * train: the kappa2 sweep of every figure in --figs for --steps steps with
@@ -28,6 +29,9 @@ Stages (each prints a table; all in one process, so ratios are comparable):
 * train_fairseq: the same with fairseq's reading of kappa (`:fairseq`).
 * members: steps/s of N = 1, 5, 15, 30 members in one vmapped program, and
   the ratio to N times one member's rate (the issue's goal is >= 0.8 N).
+* xent: the loss alone (bench/xent_kernel.py): the chunked XLA loss against
+  the Pallas kernels (`qkspec.training.pallas_xent`) at several block
+  sizes, with each one's error against a float32 reference.
 * trace: a `jax.profiler` trace of 20 steps of the host path and of the
   fastest path, as Perfetto JSON (summarise with bench/trace_summary.py).
 
@@ -59,6 +63,7 @@ from qkspec.training import loop
 from qkspec.training import step as step_lib
 from qkspec.training import sweep as sweep_lib
 from qkspec.training import tasks
+import xent_kernel
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 FIGS = {6: "L=1,d=128", 8: "L=1,d=32", 9: "L=3,d=32", 10: "L=6,d=32",
@@ -84,6 +89,9 @@ PATHS = {   # name -> config overrides
     "scan_bf16_fused1024": {"compute_dtype": "bfloat16",
                             "model.fused_loss": True,
                             "model.loss_chunk": 1024},
+    "scan_bf16_pallas": {"compute_dtype": "bfloat16",
+                         "model.fused_loss": True,
+                         "model.loss_impl": "pallas"},
 }
 T0 = time.time()
 
@@ -322,7 +330,7 @@ def main():
   p.add_argument("--workdir", default="runs/gpu_paper")
   p.add_argument("--stages", default="probe,train,members")
   p.add_argument("--paths", default="host_f32_plain,scan_f32_plain,"
-                 "scan_bf16_plain,scan_bf16_fused4096",
+                 "scan_bf16_plain,scan_bf16_fused4096,scan_bf16_pallas",
                  help=f"probed paths, of {', '.join(PATHS)}")
   p.add_argument("--path", default="", help="skip the probe: use this path")
   p.add_argument("--figs", default="6")
@@ -354,6 +362,9 @@ def main():
       flags.fairseq = False
     elif stage == "members":
       members_curve(flags, path, known)
+    elif stage == "xent":
+      shape = dict(n=128, d=32, v=1000, repeats=2) if flags.rehearse else {}
+      xent_kernel.run(**shape)
     elif stage == "trace":
       trace(flags, path)
     else:

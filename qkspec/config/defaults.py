@@ -161,6 +161,9 @@ def lm_config() -> ml_collections.ConfigDict:
       loss_chunk=128,        # tokens per fused-loss chunk (memory ~ chunk x V)
       loss_kernel_grad="vd",  # fused loss: dW accumulated as [V, d] (g^T h,
                               # fast on CPU) or "dv" [d, V] (h^T g; GPU probe)
+      loss_impl="chunked",   # fused loss in XLA (qkspec.training.fused_xent),
+                             # or "pallas": Triton kernels that never write
+                             # logits (pallas_xent; GPU; interpreted on CPU)
   ))
   c.data = data_config()               # WikiText-2: name, dirs, seq_len, ...
   c.data.seq_len = 64                  # T (paper)

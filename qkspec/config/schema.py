@@ -170,6 +170,7 @@ _LM_MODEL = {
     "model.fused_loss": _bool,            # qkspec.training.fused_xent, no [B,T,V] logits
     "model.loss_chunk": _int(1),          # rows per fused-loss chunk
     "model.loss_kernel_grad": _choice("vd", "dv"),  # fused-loss dW layout
+    "model.loss_impl": _choice("chunked", "pallas"),  # fused_xent | pallas_xent
 }
 _LM_DATA = {
     "data.name": _str,
@@ -195,7 +196,7 @@ def flatten(config, prefix: str = "") -> dict:
 
 
 # Keys added after configs were saved; missing means their default.
-_OPTIONAL = ("steps_per_call", "model.loss_kernel_grad")
+_OPTIONAL = ("steps_per_call", "model.loss_kernel_grad", "model.loss_impl")
 
 
 def validate(config, num_devices: int | None = None) -> None:
@@ -234,6 +235,10 @@ def validate(config, num_devices: int | None = None) -> None:
   if task == "theory" and m.num_heads != 1 and not m.out_proj:
     raise ValueError("config.model.out_proj must be True with num_heads > 1 "
                      "unless heads are concatenated (head_dim = d / H).")
+  if (task == "lm" and flat.get("model.loss_impl") == "pallas"
+      and not m.fused_loss):
+    raise ValueError("config.model.loss_impl='pallas' is a fused loss: it "
+                     "needs config.model.fused_loss=True.")
   if task == "lm" and config.data.name == "synthetic":
     for key in ("vocab_size", "train_tokens", "eval_tokens"):
       if f"data.{key}" not in flat:

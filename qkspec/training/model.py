@@ -23,6 +23,7 @@ import numpy as np
 
 from qkspec.config import schema
 from qkspec.training import fused_xent
+from qkspec.training import pallas_xent
 
 QK_PARAMS = schema.QK_PARAMS
 NORMS = schema.NORMS
@@ -197,18 +198,24 @@ def sinusoidal_positions(seq_len: int, d: int, offset: int = 2) -> np.ndarray:
   return emb.astype(np.float32)
 
 
+LOSS_IMPLS = ("chunked", "pallas")
+
+
 class OutputHead(nn.Module):
   r"""Untied output projection (no bias, as fairseq), or its fused loss.
 
   Called with targets it returns the weighted sum of token cross-entropies
-  and the total weight through `qkspec.training.fused_xent.fused_cross_entropy`, so
-  the [B, T, V] logits are never materialised (same parameters as
-  `nn.Dense(V, use_bias=False)`).
+  and the total weight, so the [B, T, V] logits are never materialised
+  (same parameters as `nn.Dense(V, use_bias=False)`): through
+  `qkspec.training.fused_xent.fused_cross_entropy` (`loss_impl="chunked"`,
+  XLA, any device) or `qkspec.training.pallas_xent.linear_cross_entropy`
+  (`"pallas"`, Triton kernels for a GPU; interpreted, slowly, on a CPU).
   """
   vocab_size: int
   loss_chunk: int = 128
   dtype: Any = jnp.float32
   kernel_grad: str = "vd"       # fused_xent.fused_cross_entropy's layout
+  loss_impl: str = "chunked"    # LOSS_IMPLS
 
   @nn.compact
   def __call__(self, x_BxTxd: jax.Array, targets_BxT: jax.Array | None = None,
@@ -223,10 +230,20 @@ class OutputHead(nn.Module):
       return logits_BxTxV.astype(jnp.float32)
     if weights_BxT is None:
       weights_BxT = jnp.ones(targets_BxT.shape, jnp.float32)
-    loss_sum = fused_xent.fused_cross_entropy(
-        x_BxTxd.reshape(-1, d), kernel_dxV, None,
-        targets_BxT.reshape(-1), weights_BxT.reshape(-1).astype(jnp.float32),
-        self.loss_chunk, self.dtype, self.kernel_grad)
+    x_Nxd = x_BxTxd.reshape(-1, d)
+    targets_N = targets_BxT.reshape(-1)
+    weights_N = weights_BxT.reshape(-1).astype(jnp.float32)
+    if self.loss_impl == "pallas":
+      loss_sum = pallas_xent.linear_cross_entropy(
+          x_Nxd, kernel_dxV, targets_N, weights_N,
+          compute_dtype=self.dtype)
+    elif self.loss_impl == "chunked":
+      loss_sum = fused_xent.fused_cross_entropy(
+          x_Nxd, kernel_dxV, None, targets_N, weights_N, self.loss_chunk,
+          self.dtype, self.kernel_grad)
+    else:
+      raise ValueError(f"loss_impl must be one of {LOSS_IMPLS}, got "
+                       f"{self.loss_impl!r}.")
     return loss_sum, jnp.sum(weights_BxT)
 
 
@@ -244,6 +261,7 @@ class LanguageModel(nn.Module):
   dtype: Any = jnp.float32
   loss_chunk: int = 128
   loss_kernel_grad: str = "vd"
+  loss_impl: str = "chunked"
 
   @nn.compact
   def __call__(self, tokens_BxT: jax.Array, deterministic: bool = True,
@@ -260,7 +278,7 @@ class LanguageModel(nn.Module):
     x_BxTxd = Decoder(self.num_layers, self.block, self.dtype, name="decoder")(
         x_BxTxd.astype(self.dtype), deterministic)
     return OutputHead(self.vocab_size, self.loss_chunk, self.dtype,
-                      self.loss_kernel_grad,
+                      self.loss_kernel_grad, self.loss_impl,
                       name="output")(x_BxTxd, targets_BxT, weights_BxT)
 
 
@@ -312,7 +330,8 @@ def make_model(model_config, task: str, vocab_size: int | None = None,
   if vocab_size is None:
     raise ValueError("the lm task needs vocab_size.")
   return LanguageModel(vocab_size, m.d_model, m.num_layers, block, m.dropout,
-                       dtype, m.loss_chunk, m.get("loss_kernel_grad", "vd"))
+                       dtype, m.loss_chunk, m.get("loss_kernel_grad", "vd"),
+                       m.get("loss_impl", "chunked"))
 
 
 def _layer_index(name: str) -> int:

@@ -1,0 +1,139 @@
+r"""The LM's output projection + cross-entropy alone: XLA paths vs Pallas kernels.
+
+Workload: the Fig. 6 sweep's loss, vmapped over M = 5 members: h [4096, 128],
+W [128, 33,278], bfloat16 matmul inputs, float32 statistics; one call is the
+loss and its gradients (dh, dW). Prints, from one process, for each path:
+compile seconds, ms per call, the ratio to the chunked XLA loss
+(`fused_xent`, 4096 rows per chunk: the fastest path measured so far, see
+bench/gpu_results.md), effective TFLOP/s (6 N d V per member, the FLOPs of
+the plain forward + backward), and the largest relative error of the loss
+and of the gradients against a float32 plain reference computed in the same
+process at `highest` precision. On a GPU that error line is the Pallas
+kernels' first check on real hardware.
+
+  python bench/xent_kernel.py [--members 5] [--repeats 20]
+      [--blocks 64x128x4x2,128x128x8x2,...]   # BN x BV x warps x stages
+  python bench/xent_kernel.py --rehearse     # CPU: small shapes, interpreter
+
+Also run as the `xent` stage of bench/gpu_paper.py.
+"""
+import argparse
+import functools
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec.training import fused_xent
+from qkspec.training import pallas_xent
+
+DEFAULT_BLOCKS = "64x128x4x2,128x128x8x2,64x256x8x2,128x64x4x3,32x128x4x2"
+
+
+def _plain(h, kernel, targets, weights, dtype):
+  z = jnp.dot(h.astype(dtype), kernel.astype(dtype),
+              preferred_element_type=jnp.float32)
+  return jnp.sum(weights * optax.softmax_cross_entropy_with_integer_labels(
+      z, targets))
+
+
+def paths(blocks: str, dtype) -> dict:
+  """name -> loss(h, kernel, targets, weights)."""
+  out = {
+      "chunked4096": lambda h, k, y, w: fused_xent.fused_cross_entropy(
+          h, k, None, y, w, 4096, dtype),
+      "plain": functools.partial(_plain, dtype=dtype),
+      "chunked1024": lambda h, k, y, w: fused_xent.fused_cross_entropy(
+          h, k, None, y, w, 1024, dtype),
+  }
+  for spec in filter(None, blocks.split(",")):
+    bn, bv, warps, stages = map(int, spec.split("x"))
+    out[f"pallas_{spec}"] = functools.partial(
+        pallas_xent.linear_cross_entropy, block_rows=bn, block_vocab=bv,
+        compute_dtype=dtype, num_warps=warps, num_stages=stages)
+  return out
+
+
+def inputs(members, n, d, v, seed=0):
+  ks = jax.random.split(jax.random.key(seed), 4)
+  h = jax.random.normal(ks[0], (members, n, d))
+  kernel = jax.random.normal(ks[1], (members, d, v)) * d**-0.5
+  targets = jax.random.randint(ks[2], (members, n), 0, v)
+  weights = jnp.ones((members, n), jnp.float32)
+  return h, kernel, targets, weights
+
+
+def _program(loss):
+  return jax.jit(jax.vmap(jax.value_and_grad(loss, (0, 1))))
+
+
+def _rel_err(got, want):
+  (v1, g1), (v2, g2) = got, want
+  err = lambda a, b: float(jnp.max(jnp.abs(a - b)) / jnp.max(jnp.abs(b)))
+  return err(v1, v2), max(err(a, b) for a, b in zip(g1, g2))
+
+
+def run(members=5, n=4096, d=128, v=33_278, blocks=DEFAULT_BLOCKS,
+        repeats=20, dtype=jnp.bfloat16, only=""):
+  """Prints the table; returns {path: ms per call}."""
+  args = inputs(members, n, d, v)
+  with jax.default_matmul_precision("highest"):
+    exact = jax.block_until_ready(
+        _program(functools.partial(_plain, dtype=jnp.float32))(*args))
+  flops = 6 * n * d * v * members
+  print(f"xent: {members} members x [N {n}, d {d}] @ [d, V {v}], "
+        f"{jnp.dtype(dtype).name}, {jax.devices()[0].device_kind}",
+        flush=True)
+  print("  path                      compile_s   ms/call  x chunked4096  "
+        "TFLOP/s  rel.err loss  rel.err grad", flush=True)
+  times = {}
+  for name, loss in paths(blocks, dtype).items():
+    if only and name not in only.split(","):
+      continue
+    program = _program(loss)
+    try:
+      t = time.perf_counter()
+      out = jax.block_until_ready(program(*args))
+      compile_s = time.perf_counter() - t
+      t = time.perf_counter()
+      for _ in range(repeats):
+        out = program(*args)
+      jax.block_until_ready(out)
+    except Exception as e:  # pylint: disable=broad-except
+      print(f"  {name:26s} failed: {type(e).__name__}: {str(e)[:300]}",
+            flush=True)
+      continue
+    ms = (time.perf_counter() - t) / repeats * 1e3
+    times[name] = ms
+    ref = times.get("chunked4096")
+    ratio = f"{ref / ms:13.2f}" if ref else "            -"
+    loss_err, grad_err = _rel_err(out, exact)
+    print(f"  {name:26s} {compile_s:9.1f} {ms:9.3f} {ratio}  "
+          f"{flops / ms / 1e9:7.1f}  {loss_err:12.2e}  {grad_err:12.2e}",
+          flush=True)
+  return times
+
+
+def main():
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--members", type=int, default=5)
+  p.add_argument("--repeats", type=int, default=20)
+  p.add_argument("--blocks", default=DEFAULT_BLOCKS,
+                 help="Pallas settings BNxBVxwarpsxstages, comma-separated")
+  p.add_argument("--dtype", default="bfloat16")
+  p.add_argument("--rehearse", action="store_true",
+                 help="CPU: small shapes, Pallas in its interpreter")
+  flags = p.parse_args()
+  shape = dict(n=128, d=32, v=1000) if flags.rehearse else {}
+  run(flags.members, blocks=flags.blocks, repeats=flags.repeats,
+      dtype=jnp.dtype(flags.dtype), **shape)
+
+
+if __name__ == "__main__":
+  main()

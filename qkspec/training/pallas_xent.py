@@ -1,0 +1,287 @@
+r"""Output projection + cross-entropy as Pallas (Triton) kernels: no logits in HBM.
+
+Shapes: N = tokens, d = model width, V = vocabulary; BN rows and BV
+vocabulary columns per block.
+
+The same quantity as `qkspec.training.fused_xent`,
+
+.. math:: L = \sum_n w_n\,(\mathrm{lse}(z_n) - z_{n, y_n}),\quad z = hW,
+          \qquad \frac{\partial L}{\partial z_n}
+          = w_n\,(\mathrm{softmax}(z_n) - e_{y_n}),
+
+but computed so that no [N, V] (or [C, V]) block of logits ever leaves the
+chip. On a GPU the XLA paths are bound by memory traffic over those blocks
+(bench/gpu_results.md: two logits-sized reductions, a cast and two
+transposes are ~63% of the paper's LM step); here every logit tile
+:math:`z_{IJ} = h_I W_J` ([BN, BV]) lives in registers/shared memory and is
+recomputed where needed (the flash-attention trade: FLOPs for bytes).
+
+Forward (one program per row block I; a loop over column blocks J): the
+online log-sum-exp of Milakov & Gimelshein (2018),
+:math:`m \leftarrow \max(m, \max_J z_{IJ})`,
+:math:`s \leftarrow s\,e^{m_\mathrm{old} - m} + \sum_J e^{z_{IJ} - m}`, and
+the target logit :math:`z_{n, y_n}` picked by an iota comparison. Output:
+:math:`\mathrm{lse} = m + \log s` and :math:`z_{n,y_n}`, two [N] vectors.
+
+Backward, given the cotangent :math:`c` and so the row scales
+:math:`g_n = c\,w_n`, with :math:`\partial z_{IJ} = g_I \odot
+(e^{z_{IJ} - \mathrm{lse}_I} - \mathrm{onehot}(y_I)_J)` recomputed from h, W
+and lse:
+
+* dh kernel (one program per row block I, loop over J):
+  :math:`\partial h_I = \sum_J \partial z_{IJ} W_J^\top`;
+* dW kernel (one program per column block J, loop over I):
+  :math:`\partial W_J = \sum_I h_I^\top \partial z_{IJ}`.
+
+So 5 logits-sized matmuls (2NdV FLOPs each: forward, and a recompute plus
+a gradient matmul in each backward kernel) instead of 3, with HBM traffic of
+O(Nd + dV) per pass instead of O(NV). Both kernels are deterministic (no
+atomics). Padding: rows to a multiple of BN with zero weight, columns of W
+to a multiple of BV (masked to :math:`-\infty` inside the kernels), d to a
+power of two >= 16 with zeros (Triton's block shapes); none of it changes
+the result.
+
+The kernels are written for Pallas' Triton backend (selected explicitly by
+`CompilerParams`, since jax >= 0.10 defaults GPU kernels to Mosaic GPU).
+On a CPU they run in Pallas' interpreter (`interpret=None` chooses it),
+which is how tests/pallas_xent_test.py checks value and gradients against
+`optax` and `fused_xent`, vmapped as the κ-sweep does, in float32 and
+bfloat16; the same tests lower the kernels to Triton IR for CUDA, so a
+kernel Triton cannot express fails here, not on a GPU. The interpreter is
+slow: use `fused_xent` for CPU training. No TPU lowering (tokamax's
+`linear_softmax_cross_entropy_loss` is the natural choice there). Under a
+multi-device mesh the kernels are opaque to XLA's partitioner: inputs are
+gathered to each device (correct, not fast).
+"""
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pl_triton
+
+from qkspec.theory import _checks
+
+BLOCK_ROWS = 64      # BN
+BLOCK_VOCAB = 128    # BV
+_MIN_BLOCK = 16      # Triton's smallest dot operand side
+
+
+def _pad(x, axis, size):
+  pad = size - x.shape[axis]
+  if pad == 0:
+    return x
+  widths = [(0, 0)] * x.ndim
+  widths[axis] = (0, pad)
+  return jnp.pad(x, widths)
+
+
+def _round_up(n, block):
+  return -(-n // block) * block
+
+
+def _column_ids(j, block_vocab):
+  return j * block_vocab + jnp.arange(block_vocab, dtype=jnp.int32)
+
+
+def _dz(z, cols, y, lse, g, vocab):
+  """dL/dz of one [BN, BV] tile: g (softmax - onehot), 0 on padded columns."""
+  p = jnp.where(cols[None, :] < vocab, jnp.exp(z - lse[:, None]), 0.0)
+  hit = cols[None, :] == y[:, None]
+  return g[:, None] * (p - jnp.where(hit, 1.0, 0.0))
+
+
+def _forward_kernel(h_ref, w_ref, y_ref, lse_ref, zy_ref, *, vocab,
+                    block_vocab):
+  h = h_ref[...]
+  y = y_ref[...]
+  rows = h.shape[0]
+
+  def body(j, carry):
+    m, s, zy = carry
+    cols = _column_ids(j, block_vocab)
+    z = pl_triton.dot(h, w_ref[:, pl.ds(j * block_vocab, block_vocab)])
+    z = jnp.where(cols[None, :] < vocab, z, -jnp.inf)
+    m_new = jnp.maximum(m, jnp.max(z, axis=1))
+    s = s * jnp.exp(m - m_new) + jnp.sum(jnp.exp(z - m_new[:, None]), axis=1)
+    zy = zy + jnp.sum(jnp.where(cols[None, :] == y[:, None], z, 0.0), axis=1)
+    return m_new, s, zy
+
+  init = (jnp.full((rows,), -jnp.inf, jnp.float32),
+          jnp.zeros((rows,), jnp.float32), jnp.zeros((rows,), jnp.float32))
+  m, s, zy = jax.lax.fori_loop(0, w_ref.shape[1] // block_vocab, body, init)
+  lse_ref[...] = m + jnp.log(s)
+  zy_ref[...] = zy
+
+
+def _dh_kernel(h_ref, w_ref, y_ref, lse_ref, g_ref, dh_ref, *, vocab,
+               block_vocab):
+  h, y, lse, g = h_ref[...], y_ref[...], lse_ref[...], g_ref[...]
+
+  def body(j, acc):
+    w = w_ref[:, pl.ds(j * block_vocab, block_vocab)]
+    dz = _dz(pl_triton.dot(h, w), _column_ids(j, block_vocab), y, lse, g, vocab)
+    return acc + pl_triton.dot(dz.astype(w.dtype), w, trans_b=True)
+
+  acc = jnp.zeros(dh_ref.shape, jnp.float32)
+  dh_ref[...] = jax.lax.fori_loop(0, w_ref.shape[1] // block_vocab, body,
+                                  acc)
+
+
+def _dw_kernel(h_ref, w_ref, y_ref, lse_ref, g_ref, dw_ref, *, vocab,
+               block_vocab, block_rows):
+  w = w_ref[...]
+  cols = _column_ids(pl.program_id(0), block_vocab)
+
+  def body(i, acc):
+    rows = pl.ds(i * block_rows, block_rows)
+    h = h_ref[rows, :]
+    dz = _dz(pl_triton.dot(h, w), cols, y_ref[rows], lse_ref[rows], g_ref[rows],
+             vocab)
+    return acc + pl_triton.dot(h, dz.astype(h.dtype), trans_a=True)
+
+  acc = jnp.zeros(dw_ref.shape, jnp.float32)
+  dw_ref[...] = jax.lax.fori_loop(0, h_ref.shape[0] // block_rows, body, acc)
+
+
+class _Blocks:
+  """Padded operands and the pallas_call plumbing shared by the kernels."""
+
+  def __init__(self, h, kernel, targets, vocab, block_rows, block_vocab,
+               compute_dtype, interpret, num_warps, num_stages):
+    self.n, self.d = h.shape
+    self.vocab = vocab
+    self.bn = max(_MIN_BLOCK, block_rows)
+    self.bv = max(_MIN_BLOCK, block_vocab)
+    rows = _round_up(self.n, self.bn)
+    width = max(_MIN_BLOCK, pl.next_power_of_2(self.d))
+    self.h = _pad(_pad(h.astype(compute_dtype), 0, rows), 1, width)
+    self.w = _pad(_pad(kernel.astype(compute_dtype), 0, width), 1,
+                  _round_up(vocab, self.bv))
+    self.y = _pad(targets.astype(jnp.int32), 0, rows)
+    self.interpret = _interpret(interpret)
+    self.params = pl_triton.CompilerParams(num_warps=num_warps,
+                                           num_stages=num_stages)
+
+  def rows(self, x):
+    return _pad(x, 0, self.h.shape[0])
+
+  def call(self, kernel, name, grid, in_specs, out_specs, out_shape, *args):
+    return pl.pallas_call(kernel, grid=grid, in_specs=in_specs,
+                          out_specs=out_specs, out_shape=out_shape,
+                          compiler_params=self.params,
+                          interpret=self.interpret, name=name)(*args)
+
+  def by_rows(self, kernel, name, out_specs, out_shape, *vectors):
+    """A program per row block I: h_I, the whole W, and [BN] row vectors."""
+    rows, width = self.h.shape
+    vec = pl.BlockSpec((self.bn,), lambda i: (i,))
+    in_specs = ([pl.BlockSpec((self.bn, width), lambda i: (i, 0)),
+                 pl.BlockSpec(self.w.shape, lambda i: (0, 0))]
+                + [vec] * len(vectors))
+    body = functools.partial(kernel, vocab=self.vocab, block_vocab=self.bv)
+    return self.call(body, name, (rows // self.bn,), in_specs, out_specs,
+                     out_shape, self.h, self.w, *vectors)
+
+
+def _interpret(interpret):
+  platform = jax.default_backend()
+  if interpret is None:
+    interpret = platform == "cpu"
+  if not interpret and platform == "tpu":
+    raise NotImplementedError(
+        f"pallas_xent's kernels are written for Triton (GPU); on {platform!r} "
+        "use model.loss_impl='chunked' (qkspec.training.fused_xent), or "
+        "interpret=True to run them in Pallas' interpreter.")
+  return interpret
+
+
+def _forward(b: _Blocks):
+  rows = b.h.shape[0]
+  vec = pl.BlockSpec((b.bn,), lambda i: (i,))
+  out = jax.ShapeDtypeStruct((rows,), jnp.float32)
+  lse, zy = b.by_rows(_forward_kernel, "xent_forward", [vec, vec],
+                      [out, out], b.y)
+  return lse[:b.n], zy[:b.n]
+
+
+def _grads(b: _Blocks, lse, g):
+  """(dh [N, d], dW [d, V]) float32, for row scales g and saved lse."""
+  rows, width = b.h.shape
+  lse, g = b.rows(lse), b.rows(g)
+  dh = b.by_rows(_dh_kernel, "xent_dh",
+                 pl.BlockSpec((b.bn, width), lambda i: (i, 0)),
+                 jax.ShapeDtypeStruct(b.h.shape, jnp.float32), b.y, lse, g)
+  full = lambda x: pl.BlockSpec(x.shape, lambda j: (0,) * x.ndim)
+  column = pl.BlockSpec((width, b.bv), lambda j: (0, j))
+  body = functools.partial(_dw_kernel, vocab=b.vocab, block_vocab=b.bv,
+                           block_rows=b.bn)
+  dw = b.call(body, "xent_dw", (b.w.shape[1] // b.bv,),
+              [full(b.h), column, full(b.y), full(lse), full(g)], column,
+              jax.ShapeDtypeStruct(b.w.shape, jnp.float32),
+              b.h, b.w, b.y, lse, g)
+  return dh[:b.n, :b.d], dw[:b.d, :b.vocab]
+
+
+def _check(h, kernel, targets, weights):
+  _checks.min_ndim("h", h, 2, "[N, d]")
+  if h.ndim != 2 or kernel.ndim != 2 or h.shape[1] != kernel.shape[0]:
+    raise ValueError(f"h [N, d] and kernel [d, V] do not match: {h.shape}, "
+                     f"{kernel.shape}.")
+  if targets.shape != h.shape[:1] or weights.shape != h.shape[:1]:
+    raise ValueError(f"targets and weights must be [N] = [{h.shape[0]}], got "
+                     f"{targets.shape} and {weights.shape}.")
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8, 9))
+def linear_cross_entropy(h: jax.Array, kernel: jax.Array, targets: jax.Array,
+                         weights: jax.Array, block_rows: int = BLOCK_ROWS,
+                         block_vocab: int = BLOCK_VOCAB,
+                         compute_dtype=jnp.float32,
+                         interpret: bool | None = None, num_warps: int = 4,
+                         num_stages: int = 2) -> jax.Array:
+  r"""Weighted sum :math:`\sum_n w_n \mathrm{CE}(h_n W, y_n)` (see module).
+
+  Args:
+    h: [N, d] hidden states.
+    kernel: [d, V] output projection (no bias, as the LM's head).
+    targets: int [N], in [0, V).
+    weights: float [N] (0 for padding). Not differentiated.
+    block_rows: BN, rows per program (a power of two >= 16).
+    block_vocab: BV, vocabulary columns per tile (a power of two >= 16).
+    compute_dtype: matmul input dtype; products accumulate in float32.
+    interpret: run in Pallas' interpreter; None = only on a CPU.
+    num_warps, num_stages: Triton launch parameters.
+
+  Returns:
+    A float32 scalar; divide by `sum(weights)` for the mean.
+  """
+  return _loss(h, kernel, targets, weights, block_rows, block_vocab,
+               compute_dtype, interpret, num_warps, num_stages)[0]
+
+
+def _loss(h, kernel, targets, weights, *static):
+  _check(h, kernel, targets, weights)
+  for name, block in (("block_rows", static[0]), ("block_vocab", static[1])):
+    if block < _MIN_BLOCK or block & (block - 1):
+      raise ValueError(f"{name} must be a power of two >= {_MIN_BLOCK}, got "
+                       f"{block}.")
+  b = _Blocks(h, kernel, targets, kernel.shape[1], *static)
+  lse, zy = _forward(b)
+  loss = jnp.sum(weights.astype(jnp.float32) * (lse - zy))
+  return loss, (h, kernel, targets, weights, lse)
+
+
+def _bwd(*args):
+  *static, residuals, cotangent = args
+  h, kernel, targets, weights, lse = residuals
+  b = _Blocks(h, kernel, targets, kernel.shape[1], *static)
+  d_h, d_kernel = _grads(b, lse, cotangent * weights.astype(jnp.float32))
+  zero_targets = (jnp.zeros(targets.shape, jax.dtypes.float0)
+                  if jnp.issubdtype(targets.dtype, jnp.integer)
+                  else jnp.zeros_like(targets))
+  return (d_h.astype(h.dtype), d_kernel.astype(kernel.dtype), zero_targets,
+          jnp.zeros_like(weights))
+
+
+linear_cross_entropy.defvjp(_loss, _bwd)

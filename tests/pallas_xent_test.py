@@ -1,0 +1,184 @@
+"""The Pallas output-projection + cross-entropy equals the plain one.
+
+On a CPU the kernels run in Pallas' interpreter (the same kernel bodies a
+GPU compiles with Triton); `LoweringTest` also lowers them to Triton IR for
+CUDA on this machine, so an operation Triton cannot express fails here.
+"""
+import re
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from qkspec.config import defaults
+from qkspec.config import schema
+from qkspec.training import fused_xent
+from qkspec.training import pallas_xent
+from qkspec.training import step as step_lib
+from qkspec.training import sweep as sweep_lib
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+jax.config.update("jax_default_matmul_precision", "highest")
+
+
+def _plain(h, kernel, targets, weights):
+  ce = optax.softmax_cross_entropy_with_integer_labels(h @ kernel, targets)
+  return jnp.sum(weights * ce)
+
+
+def _inputs(n=45, d=24, v=150, seed=0, scale=0.5):
+  ks = jax.random.split(jax.random.key(seed), 4)
+  h = jax.random.normal(ks[0], (n, d))
+  kernel = jax.random.normal(ks[1], (d, v)) * scale
+  targets = jax.random.randint(ks[2], (n,), 0, v)
+  weights = (jax.random.uniform(ks[3], (n,)) > 0.2).astype(jnp.float32)
+  return h, kernel, targets, weights
+
+
+def _value_and_grads(loss, h, kernel, *rest):
+  return jax.value_and_grad(lambda a, b: loss(a, b, *rest), (0, 1))(h, kernel)
+
+
+def _assert_close(test, got, want, rtol, atol):
+  (v1, g1), (v2, g2) = got, want
+  np.testing.assert_allclose(v1, v2, rtol=rtol)
+  for a, b in zip(g1, g2, strict=True):
+    test.assertEqual(a.shape, b.shape)
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=rtol,
+                               atol=atol)
+
+
+class PallasXentTest(parameterized.TestCase):
+
+  @parameterized.parameters((16, 16), (32, 64), (64, 128))
+  def test_value_and_grads_equal_plain(self, block_rows, block_vocab):
+    """N, V, d not multiples of the blocks (45, 150, 24): padding is exact."""
+    args = _inputs()
+    pallas = lambda h, k, y, w: pallas_xent.linear_cross_entropy(
+        h, k, y, w, block_rows, block_vocab)
+    _assert_close(self, _value_and_grads(pallas, *args),
+                  _value_and_grads(_plain, *args), 1e-5, 1e-6)
+
+  def test_large_logits_are_stable(self):
+    """|z| ~ 1e3: the online log-sum-exp never overflows.
+
+    Gradients reach ~800; float32's rounding of z (6e-5 at 1e3) enters
+    exp(z - lse), hence the relative 2e-4.
+    """
+    args = _inputs(scale=300.0)
+    got = _value_and_grads(pallas_xent.linear_cross_entropy, *args)
+    self.assertTrue(np.isfinite(got[0]))
+    _assert_close(self, got, _value_and_grads(_plain, *args), 2e-4, 2e-2)
+
+  def test_weights_select_rows_and_cotangent_scales(self):
+    h, kernel, targets, weights = _inputs()
+    loss = lambda a, b: 3.0 * pallas_xent.linear_cross_entropy(
+        a, b, targets, weights)
+    d_h, d_kernel = jax.grad(loss, (0, 1))(h, kernel)
+    np.testing.assert_array_equal(np.asarray(d_h)[weights == 0], 0.0)
+    keep = np.asarray(weights) > 0
+    sub = jax.grad(lambda b: 3.0 * _plain(h[keep], b, targets[keep],
+                                          weights[keep]))(kernel)
+    np.testing.assert_allclose(np.asarray(d_kernel), np.asarray(sub),
+                               rtol=1e-5, atol=1e-6)
+
+  def test_vmapped_members_equal_a_loop(self):
+    """The kappa sweep vmaps the loss over members (a batched grid)."""
+    members = [_inputs(n=40, d=16, v=100, seed=s) for s in range(3)]
+    stacked = [jnp.stack(x) for x in zip(*members)]
+    fn = lambda h, k, y, w: _value_and_grads(
+        pallas_xent.linear_cross_entropy, h, k, y, w)
+    batched = jax.vmap(fn)(*stacked)
+    for i, args in enumerate(members):
+      one = jax.tree.map(lambda x, i=i: x[i], batched)
+      _assert_close(self, one, fn(*args), 1e-6, 1e-7)
+
+  def test_bfloat16_matches_the_chunked_loss(self):
+    """Same bf16 rounding of h and W as fused_xent; float32 accumulation."""
+    h, kernel, targets, weights = _inputs(n=64, d=32, v=200)
+    pallas = lambda a, b, y, w: pallas_xent.linear_cross_entropy(
+        a, b, y, w, compute_dtype=jnp.bfloat16)
+    chunked = lambda a, b, y, w: fused_xent.fused_cross_entropy(
+        a, b, None, y, w, 16, jnp.bfloat16)
+    got = _value_and_grads(pallas, h, kernel, targets, weights)
+    want = _value_and_grads(chunked, h, kernel, targets, weights)
+    _assert_close(self, got, want, 1e-2, 2e-3)
+    exact = _value_and_grads(_plain, h, kernel, targets, weights)
+    self.assertGreater(abs(float(got[0] - exact[0])), 0.0)   # really bf16
+
+  def test_bad_inputs_are_refused(self):
+    h, kernel, targets, weights = _inputs()
+    with self.assertRaisesRegex(ValueError, "power of two"):
+      pallas_xent.linear_cross_entropy(h, kernel, targets, weights, 48)
+    with self.assertRaisesRegex(ValueError, "power of two"):
+      pallas_xent.linear_cross_entropy(h, kernel, targets, weights, 64, 8)
+    with self.assertRaisesRegex(ValueError, "do not match"):
+      pallas_xent.linear_cross_entropy(h, kernel.T, targets, weights)
+    with self.assertRaisesRegex(ValueError, r"\[N\]"):
+      pallas_xent.linear_cross_entropy(h, kernel, targets[:-1], weights)
+
+
+class LoweringTest(absltest.TestCase):
+
+  def test_kernels_lower_to_triton_for_cuda(self):
+    """The paper's shapes (5 members, N 4096, d 128, V 33,278, bf16)."""
+    s = jax.ShapeDtypeStruct
+    loss = lambda h, k, y, w: pallas_xent.linear_cross_entropy(
+        h, k, y, w, compute_dtype=jnp.bfloat16, interpret=False)
+    step = jax.jit(jax.vmap(jax.value_and_grad(loss, (0, 1))))
+    m, n, d, v = 5, 4096, 128, 33278
+    text = step.trace(
+        s((m, n, d), jnp.float32), s((m, d, v), jnp.float32),
+        s((m, n), jnp.int32), s((m, n), jnp.float32)).lower(
+            lowering_platforms=("cuda",)).as_text()
+    calls = re.findall(r'grid_x = (\d+) : i32, grid_y = (\d+) : i32.*?'
+                       r'name = "(\w+)"', text)
+    self.assertEqual(sorted(calls), [("260", "5", "xent_dw"),
+                                     ("64", "5", "xent_dh"),
+                                     ("64", "5", "xent_forward")])
+    self.assertIn("xla.gpu.triton", text)
+
+
+class ConfigTest(absltest.TestCase):
+
+  def test_loss_impl_pallas_trains_like_chunked(self):
+    """config.model.loss_impl reaches the model; three sweep steps agree.
+
+    Compared through the losses, not the parameters: Adam turns float
+    noise in directions with zero gradient (the attention key bias, which
+    softmax ignores) into lr-sized steps of either sign.
+    """
+    losses = {}
+    for impl in ("chunked", "pallas"):
+      c = defaults.smoke(defaults.lm_config())
+      c.sweep.kappa2 = (0.0, 1.0)
+      c.model.loss_impl = impl
+      steps = step_lib.build_steps(c)
+      self.assertEqual(steps.task.model.loss_impl, impl)
+      ik, dk, hp = step_lib.member_inputs(sweep_lib.members(c), True)
+      state = steps.init(ik, hp)
+      losses[impl] = []
+      for i in range(3):
+        state, metrics = steps.train(state, steps.task.train_batch(i), dk)
+        losses[impl].append(np.asarray(metrics["loss"]))
+    np.testing.assert_allclose(losses["pallas"], losses["chunked"],
+                               rtol=1e-5)
+    self.assertGreater(np.abs(losses["chunked"][2] -
+                              losses["chunked"][0]).min(), 1e-3)   # trained
+
+  def test_bad_loss_impl_is_refused(self):
+    c = defaults.smoke(defaults.lm_config())
+    c.model.loss_impl = "triton"
+    with self.assertRaisesRegex(ValueError, "loss_impl"):
+      schema.validate(c)
+    c.model.loss_impl = "pallas"
+    c.model.fused_loss = False
+    with self.assertRaisesRegex(ValueError, "fused_loss=True"):
+      schema.validate(c)
+
+
+if __name__ == "__main__":
+  absltest.main()
