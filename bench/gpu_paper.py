@@ -2,7 +2,7 @@ r"""The paper's Sec. 7 + App. D on one GPU: probe, members curve, the sweeps.
 
   python bench/gpu_paper.py --tfds_dir DIR [--manual_dir WIKITEXT_DIR] \
       [--workdir runs/gpu_paper] [--stages probe,train,members,trace] \
-      [--figs 6,8,9,10,11,12] [--steps 50000] [--time_budget_s 540]
+      [--figs 6,7,8,9,10,11,12] [--steps 50000] [--time_budget_s 540]
 
 Stages (each prints a table; all in one process, so ratios are comparable):
 
@@ -17,7 +17,8 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   Pallas/Triton kernels that never write the logits). Prints
   compile seconds, steps/s, member-steps/s and the projected wall time of
   50,000 steps; the fastest path is used by the later stages.
-* train: the kappa2 sweep of every figure in --figs for --steps steps with
+* train: the kappa2 sweep of every figure in --figs (7: Fig. 7's two
+  members, configs/rho_training.py) for --steps steps with
   periodic evaluation, through `qkspec.training.loop` (resumable: rerunning
   with the same --workdir continues each run from its checkpoint). When the
   time budget runs out, the run is stopped at a call boundary, its
@@ -67,7 +68,8 @@ import xent_kernel
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 FIGS = {6: "L=1,d=128", 8: "L=1,d=32", 9: "L=3,d=32", 10: "L=6,d=32",
-        11: "L=3,d=128", 12: "L=6,d=128"}
+        11: "L=3,d=128", 12: "L=6,d=128",
+        7: ""}    # configs/rho_training.py: kappa1 = 100, kappa2 = 1 vs none
 PATHS = {   # name -> config overrides
     "host_f32_plain": {"steps_per_call": 1, "compute_dtype": "float32",
                        "model.fused_loss": False},
@@ -121,10 +123,13 @@ tasks.load_lm_data = _load_once
 
 
 def fig_config(flags, fig: int, path: str, **extra):
-  """configs/depth_width.py for `fig` with the data dirs and `path`."""
-  arg = FIGS[fig] + "".join(f",{k}={v}" for k, v in extra.items())
-  c = config_args.load_config_file(
-      os.path.join(ROOT, "configs", "depth_width.py"), arg)
+  """configs/depth_width.py (rho_training.py for Fig. 7) for `fig`, with
+  the data dirs and `path`."""
+  arg = ",".join([FIGS[fig]] * bool(FIGS[fig])
+                 + [f"{k}={v}" for k, v in extra.items()])
+  name = "rho_training.py" if fig == 7 else "depth_width.py"
+  c = config_args.load_config_file(os.path.join(ROOT, "configs", name),
+                                   arg or None)
   c.data.manual_dir = flags.manual_dir
   c.data.data_dir = flags.tfds_dir
   c.num_steps = flags.steps
@@ -261,7 +266,8 @@ def train(flags, path: str):
     name = f"fig{fig}" + ("_fairseq" if flags.fairseq else "") + (
         f"_s{flags.seeds}" if flags.seeds > 1 else "")
     workdir = os.path.join(flags.workdir, name)
-    log(f"train {name}: {FIGS[fig]}, {c.num_steps} steps, path {path}")
+    log(f"train {name}: {FIGS[fig] or 'rho_training'}, {c.num_steps} "
+        f"steps, path {path}")
     t = time.time()
     try:
       with deadline(left(flags) - 15):

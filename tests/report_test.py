@@ -69,6 +69,41 @@ class VerdictsTest(absltest.TestCase):
     self.assertTrue(all(v["contrast"].startswith("none") for v in vs))
 
 
+def _run_rows(run_dir, figure, reading, n_seeds, final_step, smoke=False):
+  return [dict(run_dir=run_dir, figure=figure, reading=reading,
+               n_seeds=n_seeds, final_step=final_step, smoke=smoke,
+               kappa2=k) for k in (0.0, 1.0)]
+
+
+class StillToRunTest(absltest.TestCase):
+
+  def test_lists_each_uncovered_cell_with_its_command(self):
+    rows = (_run_rows("a", "6", "mean_loss", 1, 50_000)        # 1 of 3
+            + _run_rows("b", "6", "summed_loss", 3, 11_000)    # shortened
+            + _run_rows("c", "8", "mean_loss", 1, 50_000)      # covered
+            + _run_rows("d", "9", "mean_loss", 1, 50_000, smoke=True))
+    lines = report.still_to_run(rows)
+    self.assertLen(lines, 2 * len(report.PLAN) - 1)
+    text = "\n".join(lines)
+    self.assertIn("Fig. 6, literal (mean_loss): 1 of 3 seeds", text)
+    self.assertIn("Fig. 6, fairseq (summed_loss): shortened: 11,000 of "
+                  "50,000 steps", text)
+    self.assertNotIn("Fig. 8, literal", text)
+    self.assertIn("Fig. 9, literal (mean_loss): not run", text)  # smoke
+    self.assertIn("--stages train_fairseq --figs 6 --path "
+                  "scan_bf16_fused4096 --seeds 3`", text)
+    self.assertIn("--stages train --figs 7 --path scan_bf16_fused4096`",
+                  text)
+
+  def test_a_complete_plan_leaves_nothing(self):
+    rows = [r for fig, seeds in report.PLAN.items()
+            for reading in report.READINGS
+            for r in _run_rows(fig + reading, fig, reading, seeds, 50_000)]
+    self.assertEqual(report.still_to_run(rows), [])
+    rows[0]["n_seeds"] = 2                       # one group short of seeds
+    self.assertLen(report.still_to_run(rows), 1)
+
+
 class FigureOfTest(absltest.TestCase):
 
   def test_paper_figures_from_depth_and_width(self):
@@ -133,6 +168,8 @@ class WriteReportTest(absltest.TestCase):
     self.assertIn("SHORTENED: 2 of 50,000 steps", self.md)
     self.assertIn("configs/locater_wt2.py:seeds=2,fairseq,smoke", self.md)
     self.assertIn("## Known deviations from fairseq", self.md)
+    self.assertIn("## Still to run", self.md)
+    self.assertIn("- Fig. 6, literal (mean_loss): not run", self.md)  # smoke
 
   def test_runs_list_device_precision_and_wall_time(self):
     # The loop wrote one run_info.jsonl line per run (this CPU, float32).

@@ -19,6 +19,10 @@ kappa2, mean +- std over seeds, one line per reading of kappa).
   difference of the means is within 2 x the pooled std over seeds). With
   one seed the sign decides and the line says "one seed: no error bar".
 
+* `still_to_run(rows)`: the cells of the plan (every figure x both
+  readings; 3 seeds for Fig. 6, 1 elsewhere; 50,000 steps) that no run
+  covers yet, each with the `bench/gpu_paper.py` command that adds it.
+
 Fig. 7's heat maps get a stripe test per member (`stripes.stripe_test`: a
 persistent, salient position profile of rho_i over training).
 
@@ -53,6 +57,9 @@ QUANTITIES = (("valid_ppl", "valid/ppl", "valid ppl"),
 CLAIMS = (("B", "scale", -1, "scale shrinks"),
           ("C", "entropy", +1, "entropy higher"),
           ("D", "valid_ppl", -1, "valid perplexity lower"))
+# figure -> seeds the report asks for under each reading (issue: >= 3 seeds
+# for Fig. 6, >= 1 elsewhere)
+PLAN = {"6": 3, "7": 1, "8": 1, "9": 1, "10": 1, "11": 1, "12": 1}
 READINGS = {"mean_loss": "literal (mean_loss)",
             "summed_loss": "fairseq (summed_loss)"}
 DEVIATIONS = (
@@ -251,6 +258,45 @@ def verdicts(rows) -> list[dict]:
   return out
 
 
+def still_to_run(rows, path: str = "scan_bf16_fused4096") -> list[str]:
+  """Markdown lines: the PLAN cells that no full-length run covers yet.
+
+  A cell (figure, reading) is covered by a run of 50,000 steps whose every
+  member group has at least PLAN[figure] seeds; a shorter run or fewer
+  seeds is named as such. `path` is the bench/gpu_paper.py training path
+  in the suggested commands.
+  """
+  have = {}                    # (figure, reading) -> [(seeds, steps)]
+  runs = {}
+  for r in rows:
+    if not r["smoke"]:
+      runs.setdefault(r["run_dir"], []).append(r)
+  for rs in runs.values():
+    key = (rs[0]["figure"], rs[0]["reading"])
+    have.setdefault(key, []).append((min(r["n_seeds"] for r in rs),
+                                     min(r["final_step"] for r in rs)))
+  out = []
+  for fig, seeds in PLAN.items():
+    for reading in READINGS:
+      done = have.get((fig, reading), [])
+      if any(n >= seeds and k >= PAPER_STEPS for n, k in done):
+        continue
+      if not done:
+        state = "not run"
+      else:
+        n, k = max(done, key=lambda nk: (nk[1] >= PAPER_STEPS, nk))
+        state = (f"{n} of {seeds} seeds" if k >= PAPER_STEPS else
+                 f"shortened: {k:,} of {PAPER_STEPS:,} steps")
+      stage = "train_fairseq" if reading == "summed_loss" else "train"
+      command = (f"python bench/gpu_paper.py --tfds_dir DIR --stages {stage}"
+                 f" --figs {fig} --path {path}"
+                 + (f" --seeds {seeds}" if seeds > 1 else ""))
+      out.append(f"- Fig. {fig}, {READINGS[reading]}: {state} "
+                 f"(wanted: {seeds} seed{'s' * (seeds > 1)} x "
+                 f"{PAPER_STEPS:,} steps): `{command}`")
+  return out
+
+
 def _pm(mean, std):
   if not np.isfinite(mean):
     return "n/a"
@@ -428,6 +474,13 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None) -> list:
       md += [""] + [f"- {v['text']}" for v in vs
                     if v["label"] == label and v["reading"] == reading]
       md.append("")
+  missing = still_to_run(rows)
+  md += ["", "## Still to run", "",
+         "What the report lacks before every claim has its numbers "
+         "(resumable; `bash bench/gpu_session.sh` takes the same arguments "
+         "on a GPU machine without network access, BUILD.md):", ""]
+  md += missing or ["- nothing: every figure has both readings at full "
+                    "length with the planned seeds."]
   md += ["", "## Runs", "",
          "Device and wall time come from each run's `run_info.jsonl` "
          "(written by the training loop); \"not recorded\" marks runs "
