@@ -143,7 +143,7 @@ def fig_config(flags, fig: int, path: str, **extra):
 
 
 def _stepper(config):
-  """(fresh state, call(state, i) -> state after call i, steps per call)."""
+  """(fresh state, call(state, i) -> (state, loss) after call i, k)."""
   steps = step_lib.build_steps(config)
   ik, dk, hp = step_lib.member_inputs(sweep_lib.members(config),
                                       sweep_lib.is_sweep(config))
@@ -151,55 +151,71 @@ def _stepper(config):
   k, feed = steps.steps_per_call, steps.task.feed
 
   def call(state, i):
+    """(state, train loss of the call's last step, members averaged)."""
     if k > 1:
-      return steps.train_many(state, feed.consts, feed.train_inputs(i * k, k),
-                              dk)[0]
-    return steps.train(state, steps.task.train_batch(i), dk)[0]
+      state, metrics = steps.train_many(state, feed.consts,
+                                        feed.train_inputs(i * k, k), dk)
+      return state, metrics["loss"][-1].mean()
+    state, metrics = steps.train(state, steps.task.train_batch(i), dk)
+    return state, metrics["loss"].mean()
   return steps.init(ik, hp), call, k
 
 
 def timed_rate(config, calls: int):
-  """(compile s, steps/s, steps per call) of `config`'s step, loop-free."""
+  """(compile s, steps/s, steps per call, final train loss), loop-free."""
   state, call, k = _stepper(config)
   t = time.perf_counter()
-  state = jax.block_until_ready(call(state, 0))
+  state, _ = jax.block_until_ready(call(state, 0))
   compile_s = time.perf_counter() - t
-  state = jax.block_until_ready(call(state, 1))    # a warm call
+  state, _ = jax.block_until_ready(call(state, 1))    # a warm call
   t = time.perf_counter()
   for i in range(2, 2 + calls):
-    state = call(state, i)
-  jax.block_until_ready(state)
+    state, loss = call(state, i)
+  state, loss = jax.block_until_ready((state, loss))
   rate = calls * k / (time.perf_counter() - t)
   del state
   gc.collect()
-  return compile_s, rate, k
+  return compile_s, rate, k, float(loss)
 
 
 def probe(flags) -> str:
+  """Times each path; the fastest whose loss agrees is used next.
+
+  Paths with the same steps per call train the same steps on the same
+  batches, so their final train losses must agree (bf16 within 2% of
+  float32, tests/precision_test.py): a path off by more (a kernel wrong on
+  this GPU, say) is reported and never chosen.
+  """
   log("probe: the Fig. 6 sweep (5 members, d=128, L=1) by each path")
-  rows, best, best_rate = [], None, 0.0
+  rows, best, best_rate, ref = [], None, 0.0, {}
   for path in flags.paths.split(","):
     c = fig_config(flags, 6, path)
     k = 1 if PATHS[path].get("steps_per_call") == 1 else flags.k
     calls = max(1, flags.probe_steps // k)
     try:
-      compile_s, rate, k = timed_rate(c, calls)
+      compile_s, rate, k, loss = timed_rate(c, calls)
     except Exception as e:  # pylint: disable=broad-except
       log(f"probe {path}: failed: {type(e).__name__}: {str(e)[:300]}")
       continue
-    rows.append((path, compile_s, rate))
+    ref.setdefault(k, (path, loss))
+    off = abs(loss - ref[k][1]) / abs(ref[k][1])
+    agrees = math.isfinite(loss) and off <= 0.02
+    rows.append((path, compile_s, rate, loss, agrees))
     log(f"probe {path}: k={k} compile {compile_s:.1f} s, {rate:.1f} steps/s"
         f" ({5 * rate:.0f} member-steps/s), 50,000 steps in "
-        f"{50_000 / rate / 60:.2f} min")
-    if path != "host_f32_plain" and rate > best_rate:
+        f"{50_000 / rate / 60:.2f} min; loss {loss:.4f}"
+        + ("" if agrees else f": DISAGREES with {ref[k][0]} "
+           f"({ref[k][1]:.4f}); not chosen"))
+    if path != "host_f32_plain" and agrees and rate > best_rate:
       best, best_rate = path, rate
   base = dict((r[0], r[2]) for r in rows).get("host_f32_plain")
   print("\nprobe (Fig. 6 sweep, 5 members)    compile_s  steps/s  x host"
-        "  min/50k", flush=True)
-  for path, compile_s, rate in rows:
+        "  min/50k  train loss", flush=True)
+  for path, compile_s, rate, loss, agrees in rows:
     ratio = f"{rate / base:6.2f}" if base else "     -"
     print(f"  {path:32s} {compile_s:8.1f} {rate:8.1f} {ratio}"
-          f" {50_000 / rate / 60:8.2f}", flush=True)
+          f" {50_000 / rate / 60:8.2f}  {loss:10.4f}"
+          + ("" if agrees else "  (disagrees)"), flush=True)
   log(f"fastest path: {best}")
   return best or "scan_f32_plain", best_rate
 
@@ -224,7 +240,7 @@ def members_curve(flags, path: str, known: dict[int, float]):
       c.sweep.mode = "product"
     calls = max(1, flags.probe_steps // max(c.steps_per_call, 1))
     try:
-      compile_s, rate, _ = timed_rate(c, calls)
+      compile_s, rate, _, _ = timed_rate(c, calls)
     except Exception as e:  # pylint: disable=broad-except
       log(f"members N={n}: failed: {type(e).__name__}: {str(e)[:300]}")
       break
@@ -314,11 +330,11 @@ def trace(flags, path: str):
       c.steps_per_call = 10
     state, call, k = _stepper(c)
     for i in range(2):
-      state = jax.block_until_ready(call(state, i))
+      state, _ = jax.block_until_ready(call(state, i))
     d = os.path.join(out, p)
     with jax.profiler.trace(d, create_perfetto_trace=True):
       for i in range(2, 2 + 20 // k):
-        state = call(state, i)
+        state, _ = call(state, i)
       jax.block_until_ready(state)
     found = glob.glob(os.path.join(d, "**", "perfetto_trace.json.gz"),
                       recursive=True)

@@ -121,25 +121,36 @@ class PallasXentTest(parameterized.TestCase):
       pallas_xent.linear_cross_entropy(h, kernel, targets[:-1], weights)
 
 
-class LoweringTest(absltest.TestCase):
+class LoweringTest(parameterized.TestCase):
+  """Pallas -> Triton IR for CUDA, on this CPU (no GPU needed to lower)."""
 
-  def test_kernels_lower_to_triton_for_cuda(self):
-    """The paper's shapes (5 members, N 4096, d 128, V 33,278, bf16)."""
+  def _lower(self, fn, m, n, d, v):
     s = jax.ShapeDtypeStruct
-    loss = lambda h, k, y, w: pallas_xent.linear_cross_entropy(
-        h, k, y, w, compute_dtype=jnp.bfloat16, interpret=False)
-    step = jax.jit(jax.vmap(jax.value_and_grad(loss, (0, 1))))
-    m, n, d, v = 5, 4096, 128, 33278
-    text = step.trace(
+    return jax.jit(jax.vmap(fn)).trace(
         s((m, n, d), jnp.float32), s((m, d, v), jnp.float32),
         s((m, n), jnp.int32), s((m, n), jnp.float32)).lower(
             lowering_platforms=("cuda",)).as_text()
-    calls = re.findall(r'grid_x = (\d+) : i32, grid_y = (\d+) : i32.*?'
-                       r'name = "(\w+)"', text)
-    self.assertEqual(sorted(calls), [("260", "5", "xent_dw"),
-                                     ("64", "5", "xent_dh"),
-                                     ("64", "5", "xent_forward")])
+
+  def _kernels(self, text):
     self.assertIn("xla.gpu.triton", text)
+    return sorted(re.findall(r'grid_x = (\d+) : i32, grid_y = (\d+) : i32'
+                             r'.*?name = "(\w+)"', text))
+
+  @parameterized.parameters((128, jnp.bfloat16), (32, jnp.float32))
+  def test_train_step_kernels(self, d, dtype):
+    """The paper's shapes (5 members, N 4096, V 33,278; d 128 or 32)."""
+    loss = lambda h, k, y, w: pallas_xent.linear_cross_entropy(
+        h, k, y, w, compute_dtype=dtype, interpret=False)
+    text = self._lower(jax.value_and_grad(loss, (0, 1)), 5, 4096, d, 33278)
+    self.assertEqual(self._kernels(text), [("260", "5", "xent_dw"),
+                                           ("64", "5", "xent_dh"),
+                                           ("64", "5", "xent_forward")])
+
+  def test_evaluation_runs_the_forward_kernel_only(self):
+    loss = lambda h, k, y, w: pallas_xent.linear_cross_entropy(
+        h, k, y, w, compute_dtype=jnp.bfloat16, interpret=False)
+    text = self._lower(loss, 2, 1000, 128, 33278)     # 1000 rows: padded
+    self.assertEqual(self._kernels(text), [("16", "2", "xent_forward")])
 
 
 class ConfigTest(absltest.TestCase):
