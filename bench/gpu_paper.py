@@ -28,6 +28,9 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   `run_info.jsonl` (device, precision, steps, wall time per invocation)
   feeds launch/report.py.
 * train_fairseq: the same with fairseq's reading of kappa (`:fairseq`).
+* report: REPRODUCTION.md (+ reproduction/: summary CSV/JSON, figures)
+  in --workdir from every run there (`qkspec.experiments.report`), so each
+  slice leaves its verdicts and what is still to run.
 * members: steps/s of N = 1, 5, 15, 30 members in one vmapped program, and
   the ratio to N times one member's rate (the issue's goal is >= 0.8 N).
 * xent: the loss alone (bench/xent_kernel.py): the chunked XLA loss against
@@ -58,6 +61,7 @@ import jax
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.config import args as config_args
+from qkspec.experiments import report
 from qkspec.experiments import training_plots
 from qkspec.training import interrupt
 from qkspec.training import loop
@@ -318,6 +322,23 @@ def _print_finals(workdir: str):
           flush=True)
 
 
+def write_report(flags):
+  """REPRODUCTION.md in --workdir from its runs (see module docstring)."""
+  runs = sorted(os.path.dirname(p) for p in glob.glob(
+      os.path.join(flags.workdir, "*", "members.json")))
+  if not runs:
+    log("report: no runs in the workdir yet")
+    return
+  out = os.path.join(flags.workdir, "REPRODUCTION.md")
+  command = f"python launch/report.py --runs {','.join(runs)} --out {out}"
+  try:
+    report.write_report(runs, out, command=command)
+  except Exception as e:  # pylint: disable=broad-except
+    log(f"report failed: {type(e).__name__}: {e}")
+    return
+  log(f"report: {out} ({len(runs)} runs); regenerate with `{command}`")
+
+
 def trace(flags, path: str):
   """Perfetto traces of 20 steps of the host path and of `path`."""
   out = os.path.join(flags.workdir, "traces")
@@ -350,7 +371,7 @@ def main():
   p.add_argument("--tfds_dir", required=True)
   p.add_argument("--manual_dir", default="")
   p.add_argument("--workdir", default="runs/gpu_paper")
-  p.add_argument("--stages", default="probe,train,members")
+  p.add_argument("--stages", default="probe,train,report,members")
   p.add_argument("--paths", default="host_f32_plain,scan_f32_plain,"
                  "scan_bf16_plain,scan_bf16_fused4096,scan_bf16_pallas",
                  help=f"probed paths, of {', '.join(PATHS)}")
@@ -384,6 +405,8 @@ def main():
       flags.fairseq = False
     elif stage == "members":
       members_curve(flags, path, known)
+    elif stage == "report":
+      write_report(flags)
     elif stage == "xent":
       shape = dict(n=128, d=32, v=1000, repeats=2) if flags.rehearse else {}
       xent_kernel.run(**shape)
