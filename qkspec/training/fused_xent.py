@@ -85,7 +85,9 @@ def _chunk_loss_and_grad(z, y, w):
   return loss, g
 
 
-def _check(h, kernel, bias, targets, weights):
+def check_inputs(h, kernel, bias, targets, weights):
+  """ValueError unless h [N, d], kernel [d, V], bias None or [V], targets
+  and weights [N] (shared with `pallas_xent`)."""
   _checks.min_ndim("h", h, 2, "[N, d]")
   if h.ndim != 2 or kernel.ndim != 2 or h.shape[1] != kernel.shape[0]:
     raise ValueError(f"h [N, d] and kernel [d, V] do not match: {h.shape}, "
@@ -103,7 +105,7 @@ def chunked_cross_entropy(h: jax.Array, kernel: jax.Array,
                           weights: jax.Array, chunk_size: int = 128,
                           compute_dtype=jnp.float32) -> jax.Array:
   """Weighted sum of token cross-entropies, chunked, forward only (eval)."""
-  _check(h, kernel, bias, targets, weights)
+  check_inputs(h, kernel, bias, targets, weights)
   h_k, y_k, w_k, _ = _chunks(h, targets, weights, chunk_size)
 
   def body(total, chunk):
@@ -153,7 +155,7 @@ def fused_cross_entropy(h: jax.Array, kernel: jax.Array,
 
 def _fused_fwd(h, kernel, bias, targets, weights, chunk_size, compute_dtype,
                kernel_grad):
-  _check(h, kernel, bias, targets, weights)
+  check_inputs(h, kernel, bias, targets, weights)
   if kernel_grad not in KERNEL_GRAD_LAYOUTS:
     raise ValueError(f"kernel_grad must be one of {KERNEL_GRAD_LAYOUTS}, got "
                      f"{kernel_grad!r}.")
@@ -189,15 +191,20 @@ def _fused_fwd(h, kernel, bias, targets, weights, chunk_size, compute_dtype,
   return total, (grads, targets, weights)
 
 
+def no_cotangents(targets, weights):
+  """Zero cotangents of the targets (float0 when integer) and weights."""
+  zero_targets = (jnp.zeros(targets.shape, jax.dtypes.float0)
+                  if jnp.issubdtype(targets.dtype, jnp.integer)
+                  else jnp.zeros_like(targets))
+  return zero_targets, jnp.zeros_like(weights)
+
+
 def _fused_bwd(chunk_size, compute_dtype, kernel_grad, residuals, cotangent):
   del chunk_size, compute_dtype, kernel_grad
   (d_h, d_kernel, d_bias), targets, weights = residuals
   scale = lambda g: None if g is None else (cotangent * g).astype(g.dtype)
-  zero_targets = (jnp.zeros(targets.shape, jax.dtypes.float0)
-                  if jnp.issubdtype(targets.dtype, jnp.integer)
-                  else jnp.zeros_like(targets))
-  return (scale(d_h), scale(d_kernel), scale(d_bias), zero_targets,
-          jnp.zeros_like(weights))
+  return (scale(d_h), scale(d_kernel), scale(d_bias),
+          *no_cotangents(targets, weights))
 
 
 fused_cross_entropy.defvjp(_fused_fwd, _fused_bwd)

@@ -60,7 +60,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pl_triton
 
-from qkspec.theory import _checks
+from qkspec.training import fused_xent
 
 BLOCK_ROWS = 64      # BN
 BLOCK_VOCAB = 128    # BV
@@ -223,16 +223,6 @@ def _grads(b: _Blocks, lse, g):
   return dh[:b.n, :b.d], dw[:b.d, :b.vocab]
 
 
-def _check(h, kernel, targets, weights):
-  _checks.min_ndim("h", h, 2, "[N, d]")
-  if h.ndim != 2 or kernel.ndim != 2 or h.shape[1] != kernel.shape[0]:
-    raise ValueError(f"h [N, d] and kernel [d, V] do not match: {h.shape}, "
-                     f"{kernel.shape}.")
-  if targets.shape != h.shape[:1] or weights.shape != h.shape[:1]:
-    raise ValueError(f"targets and weights must be [N] = [{h.shape[0]}], got "
-                     f"{targets.shape} and {weights.shape}.")
-
-
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8, 9))
 def linear_cross_entropy(h: jax.Array, kernel: jax.Array, targets: jax.Array,
                          weights: jax.Array, block_rows: int = BLOCK_ROWS,
@@ -261,7 +251,7 @@ def linear_cross_entropy(h: jax.Array, kernel: jax.Array, targets: jax.Array,
 
 
 def _loss(h, kernel, targets, weights, *static):
-  _check(h, kernel, targets, weights)
+  fused_xent.check_inputs(h, kernel, None, targets, weights)
   for name, block in (("block_rows", static[0]), ("block_vocab", static[1])):
     if block < _MIN_BLOCK or block & (block - 1):
       raise ValueError(f"{name} must be a power of two >= {_MIN_BLOCK}, got "
@@ -277,11 +267,8 @@ def _bwd(*args):
   h, kernel, targets, weights, lse = residuals
   b = _Blocks(h, kernel, targets, kernel.shape[1], *static)
   d_h, d_kernel = _grads(b, lse, cotangent * weights.astype(jnp.float32))
-  zero_targets = (jnp.zeros(targets.shape, jax.dtypes.float0)
-                  if jnp.issubdtype(targets.dtype, jnp.integer)
-                  else jnp.zeros_like(targets))
-  return (d_h.astype(h.dtype), d_kernel.astype(kernel.dtype), zero_targets,
-          jnp.zeros_like(weights))
+  return (d_h.astype(h.dtype), d_kernel.astype(kernel.dtype),
+          *fused_xent.no_cotangents(targets, weights))
 
 
 linear_cross_entropy.defvjp(_loss, _bwd)
