@@ -46,12 +46,15 @@ The kernels are written for Pallas' Triton backend (selected explicitly by
 On a CPU they run in Pallas' interpreter (`interpret=None` chooses it),
 which is how tests/pallas_xent_test.py checks value and gradients against
 `optax` and `fused_xent`, vmapped as the κ-sweep does, in float32 and
-bfloat16; the same tests lower the kernels to Triton IR for CUDA, so a
-kernel Triton cannot express fails here, not on a GPU. The interpreter is
-slow: use `fused_xent` for CPU training. No TPU lowering (tokamax's
+bfloat16; the same tests lower the kernels to Triton IR for CUDA, so an
+operation Pallas cannot express in Triton fails here, not on a GPU (what
+only Triton's own compiler sees, shared memory and registers, shows on a
+GPU: bench/xent_kernel.py). The interpreter is slow: use `fused_xent` for
+CPU training. No TPU lowering (tokamax's
 `linear_softmax_cross_entropy_loss` is the natural choice there). Under a
-multi-device mesh the kernels are opaque to XLA's partitioner: inputs are
-gathered to each device (correct, not fast).
+multi-device mesh the kernels are opaque to XLA's partitioner, which we
+expect to gather their inputs to each device (correct, not fast; not
+measured).
 """
 import functools
 
