@@ -6,6 +6,7 @@ import tempfile
 
 from absl.testing import absltest
 import jax
+import numpy as np
 
 from configs import locater_wt2
 from configs import rho_training
@@ -104,6 +105,32 @@ class StillToRunTest(absltest.TestCase):
     self.assertLen(report.still_to_run(rows), 1)
 
 
+def _member(seed, kappa2, steps, values, key="mean/entropy"):
+  return dict(seed=seed, kappa1=100.0, kappa2=kappa2, target=1.0,
+              metrics={key: (np.asarray(steps), np.asarray(values, float))})
+
+
+class SeedMeanTest(absltest.TestCase):
+
+  def test_seeds_average_at_common_steps_and_kappa2_stays_apart(self):
+    members = [_member(0, 0.0, [0, 10, 20], [1.0, 2.0, 3.0]),
+               _member(1, 0.0, [0, 10], [3.0, 4.0]),       # stopped early
+               _member(0, 1.0, [0, 10], [5.0, 6.0])]
+    merged = {m["kappa2"]: m for m in report.seed_mean(members)}
+    self.assertEqual(sorted(merged), [0.0, 1.0])
+    steps, vals = merged[0.0]["metrics"]["mean/entropy"]
+    np.testing.assert_array_equal(steps, [0, 10])
+    np.testing.assert_allclose(vals, [2.0, 3.0])
+    self.assertEqual((merged[0.0]["n_seeds"], merged[1.0]["n_seeds"]), (2, 1))
+    np.testing.assert_allclose(merged[1.0]["metrics"]["mean/entropy"][1],
+                               [5.0, 6.0])
+
+  def test_misaligned_steps_are_not_averaged(self):
+    members = [_member(0, 0.0, [0, 10], [1.0, 2.0]),
+               _member(1, 0.0, [0, 20], [3.0, 4.0])]
+    self.assertEqual(report.seed_mean(members)[0]["metrics"], {})
+
+
 class FigureOfTest(absltest.TestCase):
 
   def test_paper_figures_from_depth_and_width(self):
@@ -169,6 +196,8 @@ class WriteReportTest(absltest.TestCase):
     self.assertIn("configs/locater_wt2.py:seeds=2,fairseq,smoke", self.md)
     self.assertIn("## Known deviations from fairseq", self.md)
     self.assertIn("## Still to run", self.md)
+    self.assertIn("curves over training: ![curves](reproduction/"
+                  "fig6_smoke_curves_summed_loss_0.png)", self.md)
     self.assertIn("- Fig. 6, literal (mean_loss): not run", self.md)  # smoke
 
   def test_runs_list_device_precision_and_wall_time(self):
@@ -190,7 +219,8 @@ class WriteReportTest(absltest.TestCase):
 
   def test_artefacts_exist(self):
     figures_dir = os.path.join(self.tmp, "reproduction")
-    for name in ("summary.csv", "summary.json", "fig6_smoke.png"):
+    for name in ("summary.csv", "summary.json", "fig6_smoke.png",
+                 "fig6_smoke_curves_mean_loss_0.png"):
       self.assertIn(os.path.join(figures_dir, name), self.paths)
       self.assertTrue(os.path.isfile(os.path.join(figures_dir, name)), name)
 

@@ -18,7 +18,10 @@ kappa2, mean +- std over seeds, one line per reading of kappa).
   run has that member: "reproduced", "reversed" or "not significant" (the
   difference of the means is within 2 x the pooled std over seeds). With
   one seed the sign decides and the line says "one seed: no error bar".
-
+* `seed_mean(members)`: members that differ only in seed merged into one,
+  each metric averaged over the seeds at their common steps; the report
+  draws these as the curves over training (the paper's panels B-D against
+  the update, `training_plots.fig6_figure`), one line per member group.
 * `still_to_run(rows)`: the cells of the plan (every figure x both
   readings; 3 seeds for Fig. 6, 1 elsewhere; 50,000 steps) that no run
   covers yet, each with the `bench/gpu_paper.py` command that adds it.
@@ -198,6 +201,29 @@ def summarize(run_dirs) -> list[dict]:
         row[f"{name}_values"] = vals
       rows.append(row)
   return rows
+
+
+def seed_mean(members) -> list[dict]:
+  """Members differing only in seed -> one each, metrics seed-averaged.
+
+  A metric is averaged over the steps every seed logged (the common
+  prefix of their step lists, which coincide within one run); the merged
+  member keeps the first seed's other fields and `n_seeds`.
+  """
+  groups = {}
+  for m in members:
+    groups.setdefault((m["kappa1"], m["kappa2"], m["target"]), []).append(m)
+  out = []
+  for ms in groups.values():
+    metrics = {}
+    for key in set.intersection(*(set(m["metrics"]) for m in ms)):
+      n = min(len(m["metrics"][key][0]) for m in ms)
+      steps = [np.asarray(m["metrics"][key][0][:n]) for m in ms]
+      if n and all(np.array_equal(steps[0], st) for st in steps):
+        metrics[key] = (steps[0], np.mean(
+            [np.asarray(m["metrics"][key][1][:n]) for m in ms], axis=0))
+    out.append({**ms[0], "metrics": metrics, "n_seeds": len(ms)})
+  return out
 
 
 def _pick(rows, kappa1_positive, kappa2):
@@ -460,8 +486,18 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None) -> list:
         r0 = next(r for r in rs if r["run_dir"] == run_dir)
         md += [f"- run `{run_dir}`: {_steps_line(r0)}",
                f"  - command: `{r0['command']}`"]
+        members = training_plots.load_members(run_dir)
+        png = figures_dir / f"{_slug(label)}_curves_{reading}_{i}.png"
+        fig = training_plots.fig6_figure(seed_mean(members))  # B-D vs step
+        seeds = r0["n_seeds"]
+        fig.suptitle(f"{label}, {READINGS.get(reading, reading)}: over "
+                     "training" + (f", mean over {seeds} seeds"
+                                   if seeds > 1 else ""))
+        fig.savefig(png, dpi=90)
+        plt.close(fig)
+        paths.append(str(png))
+        md.append(f"  - curves over training: ![curves]({rel}/{png.name})")
         if r0["figure"] == "7":              # rho_i heat maps + stripe test
-          members = training_plots.load_members(run_dir)
           png = figures_dir / f"{_slug(label)}_rho_{reading}_{i}.png"
           fig = training_plots.rho_heatmap_figure(members)
           fig.savefig(png, dpi=110)
