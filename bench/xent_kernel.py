@@ -1,4 +1,4 @@
-r"""The LM's output projection + cross-entropy alone: XLA paths vs Pallas kernels.
+r"""The LM loss alone (projection + cross-entropy): XLA paths vs Pallas kernels.
 
 Workload: the Fig. 6 sweep's loss, vmapped over M = 5 members: h [4096, 128],
 W [128, 33,278], bfloat16 matmul inputs, float32 statistics; one call is the

@@ -1,4 +1,4 @@
-r"""Output projection + cross-entropy as Pallas (Triton) kernels: no logits in HBM.
+r"""Output projection + cross-entropy as Pallas (Triton) kernels, no HBM logits.
 
 Shapes: N = tokens, d = model width, V = vocabulary; BN rows and BV
 vocabulary columns per block.
@@ -123,7 +123,8 @@ def _dh_kernel(h_ref, w_ref, y_ref, lse_ref, g_ref, dh_ref, *, vocab,
 
   def body(j, acc):
     w = w_ref[:, pl.ds(j * block_vocab, block_vocab)]
-    dz = _dz(pl_triton.dot(h, w), _column_ids(j, block_vocab), y, lse, g, vocab)
+    cols = _column_ids(j, block_vocab)
+    dz = _dz(pl_triton.dot(h, w), cols, y, lse, g, vocab)
     return acc + pl_triton.dot(dz.astype(w.dtype), w, trans_b=True)
 
   acc = jnp.zeros(dh_ref.shape, jnp.float32)
@@ -139,8 +140,8 @@ def _dw_kernel(h_ref, w_ref, y_ref, lse_ref, g_ref, dw_ref, *, vocab,
   def body(i, acc):
     rows = pl.ds(i * block_rows, block_rows)
     h = h_ref[rows, :]
-    dz = _dz(pl_triton.dot(h, w), cols, y_ref[rows], lse_ref[rows], g_ref[rows],
-             vocab)
+    dz = _dz(pl_triton.dot(h, w), cols, y_ref[rows], lse_ref[rows],
+             g_ref[rows], vocab)
     return acc + pl_triton.dot(h, dz.astype(h.dtype), trans_a=True)
 
   acc = jnp.zeros(dw_ref.shape, jnp.float32)
