@@ -58,6 +58,7 @@ measured).
 """
 import functools
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
@@ -192,6 +193,11 @@ def _interpret(interpret):
   platform = jax.default_backend()
   if interpret is None:
     interpret = platform == "cpu"
+    if interpret:
+      logging.log_first_n(
+          logging.WARNING, "pallas_xent on a CPU runs in Pallas' interpreter "
+          "(correct, slow: for tests); model.loss_impl='chunked' is the CPU "
+          "path.", 1)
   if not interpret and platform == "tpu":
     raise NotImplementedError(
         f"pallas_xent's kernels are written for Triton (GPU); on {platform!r} "
