@@ -16,22 +16,53 @@ kernels' first check on real hardware.
   python bench/xent_kernel.py --rehearse     # CPU: small shapes, interpreter
 
 Also run as the `xent` stage of bench/gpu_paper.py.
+
+With `tokamax` importable (optional; never a qkspec dependency; BUILD.md's
+wheel list for a GPU image), its `linear_softmax_cross_entropy_loss` is
+timed too: the issue's "evaluate what libraries offer" (on a GPU its
+default is a Pallas-Triton forward and an XLA backward chunked over V).
+It takes no per-token weights; the weights here are all ones.
 """
 import argparse
 import functools
 import os
 import sys
 import time
+import types
 
+from absl import flags as absl_flags
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.training import fused_xent
 from qkspec.training import pallas_xent
+
+def _tokamax():
+  """tokamax, or None. Its top-level import pulls its profiler helpers
+  (xprof, a 32 MB wheel the loss never uses): stubbed when missing. It
+  reads absl flags; this script's are argparse's, so absl's are marked
+  parsed (their defaults)."""
+  for attempt in range(2):
+    try:
+      import tokamax  # pylint: disable=g-import-not-at-top
+      if not absl_flags.FLAGS.is_parsed():
+        absl_flags.FLAGS.mark_as_parsed()
+      return tokamax
+    except ImportError as e:
+      if attempt or "xprof" not in str(e):
+        return None
+      tools = types.ModuleType("xprof.cli.tools")
+      tools.get_kernel_stats_tool = None
+      sys.modules.update({"xprof": types.ModuleType("xprof"),
+                          "xprof.cli": types.ModuleType("xprof.cli"),
+                          "xprof.cli.tools": tools})
+      for name in [n for n in sys.modules if n.startswith("tokamax")]:
+        del sys.modules[name]
+  return None
+
 
 DEFAULT_BLOCKS = "64x128x4x2,128x128x8x2,64x256x8x2,128x64x4x3,32x128x4x2"
 
@@ -52,6 +83,13 @@ def paths(blocks: str, dtype) -> dict:
       "chunked1024": lambda h, k, y, w: fused_xent.fused_cross_entropy(
           h, k, None, y, w, 1024, dtype),
   }
+  tokamax = _tokamax()
+  if tokamax is not None:
+    out["tokamax"] = lambda h, k, y, w: (
+        tokamax.linear_softmax_cross_entropy_loss(
+            h.astype(dtype), y, k.astype(dtype), reduction="sum"))
+  else:
+    print("  (tokamax not importable: its path is skipped)", flush=True)
   for spec in filter(None, blocks.split(",")):
     bn, bv, warps, stages = map(int, spec.split("x"))
     out[f"pallas_{spec}"] = functools.partial(
