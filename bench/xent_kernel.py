@@ -44,7 +44,11 @@ def _tokamax():
   """tokamax, or None. Its top-level import pulls its profiler helpers
   (xprof, a 32 MB wheel the loss never uses): stubbed when missing. It
   reads absl flags; this script's are argparse's, so absl's are marked
-  parsed (their defaults)."""
+  parsed (their defaults). `$OPTIONAL_SITE` (bench/gpu_session.sh) goes
+  to the end of sys.path first, so it never shadows an installed package."""
+  extra = os.environ.get("OPTIONAL_SITE")
+  if extra and extra not in sys.path:
+    sys.path.append(extra)
   for attempt in range(2):
     try:
       import tokamax  # pylint: disable=g-import-not-at-top
