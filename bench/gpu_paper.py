@@ -28,6 +28,8 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   `run_info.jsonl` (device, precision, steps, wall time per invocation)
   feeds launch/report.py.
 * train_fairseq: the same with fairseq's reading of kappa (`:fairseq`).
+  `--contrast` adds a no-LocATER member (kappa1 = kappa2 = 0) per seed to
+  the sweeps of Figs. 6, 8-12 (the configs' `contrast` argument).
 * report: REPRODUCTION.md (+ reproduction/: summary CSV/JSON, figures)
   in --workdir from every run there (`qkspec.experiments.report`), so each
   slice leaves its verdicts and what is still to run.
@@ -282,9 +284,12 @@ def train(flags, path: str):
       extra["seeds"] = flags.seeds
     if flags.fairseq:
       extra["fairseq"] = True
+    if flags.contrast and fig != 7:
+      extra["contrast"] = True
     c = fig_config(flags, fig, path, **extra)
     name = f"fig{fig}" + ("_fairseq" if flags.fairseq else "") + (
-        f"_s{flags.seeds}" if flags.seeds > 1 else "")
+        f"_s{flags.seeds}" if flags.seeds > 1 else "") + (
+            "_c" if "contrast" in extra else "")
     workdir = os.path.join(flags.workdir, name)
     log(f"train {name}: {FIGS[fig] or 'rho_training'}, {c.num_steps} "
         f"steps, path {path}")
@@ -380,6 +385,8 @@ def main():
   p.add_argument("--steps", type=int, default=50_000)
   p.add_argument("--seeds", type=int, default=1)
   p.add_argument("--fairseq", action="store_true")
+  p.add_argument("--contrast", action="store_true",
+                 help="add a no-LocATER member per seed (Figs. 6, 8-12)")
   p.add_argument("--k", type=int, default=250, help="steps per call")
   p.add_argument("--probe_steps", type=int, default=500)
   p.add_argument("--time_budget_s", type=float, default=1e9)

@@ -32,10 +32,10 @@ the same vmapped program (sweep.mode = "product": 5 N members, named
       --config.data.manual_dir=../shared/data/wikitext-2 \
       --config.data.data_dir=/tmp/tfds --workdir /tmp/exp_runs/dw_L3_d32_s3
 
-For a no-LocATER member (kappa1 = kappa2 = 0) next to the sweep, list the
-members in zip mode, e.g. with one seed:
---config.sweep.kappa1="(100.0, 100.0, 100.0, 100.0, 100.0, 0.0)"
---config.sweep.kappa2="(0.0, 0.001, 0.01, 0.1, 1.0, 0.0)".
+`contrast` adds a no-LocATER member (kappa1 = kappa2 = 0, Fig. 7's
+contrast) per seed, so the report also tests LocATER against none at this
+cell: configs/depth_width.py:L=3,d=32,seeds=3,contrast (18 members, zip
+mode, named "seed=s,kappa1=..,kappa2=..").
 
 Two readings of kappa (config.locater.penalty_added_to): "mean_loss", the
 default, adds kappa * penalty to the mean token cross-entropy as printed;
@@ -56,7 +56,7 @@ PAPER_LR = {32: 1e-4, 128: 2.5e-5}   # App. D
 
 def get_config(arg=None):
   arg = common.parse_arg(arg, L=1, d=128, smoke=False, fairseq=False,
-                         seeds=1)
+                         seeds=1, contrast=False)
   if arg.L not in (1, 3, 6) or arg.d not in PAPER_LR:
     raise ValueError(f"depth_width: L must be 1, 3 or 6 and d 32 or 128, "
                      f"got L={arg.L}, d={arg.d}.")
@@ -71,7 +71,8 @@ def get_config(arg=None):
   c.checkpoint_every = 5_000
   c.locater.kappa1 = 100.0
   c.sweep.kappa2 = common.KAPPA2_SWEEP
-  common.wikitext2_variant(c, fairseq=arg.fairseq, seeds=arg.seeds)
+  common.wikitext2_variant(c, fairseq=arg.fairseq, seeds=arg.seeds,
+                           contrast=arg.contrast)
   if arg.smoke:
     common.smoke(c, d_model=arg.d // 8)
   return c

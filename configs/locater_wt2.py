@@ -37,7 +37,8 @@ the same vmapped program (sweep.mode = "product": 5 N members, named
       --out REPRODUCTION.md
 
 The contrast with no LocATER at all (kappa1 = kappa2 = 0) is the Fig. 7
-config, the same model: configs/rho_training.py:seeds=3[,fairseq].
+config, the same model: configs/rho_training.py:seeds=3[,fairseq]; or add
+it to this sweep with `contrast` (one more member per seed, zip mode).
 
 Two readings of kappa (config.locater.penalty_added_to; the paper cannot
 tell which the authors ran). The paper writes J + kappa1 tr(W_QK^T W_QK) +
@@ -65,7 +66,7 @@ from qkspec.config import defaults as common
 
 def get_config(arg=None):
   arg = common.parse_arg(arg, smoke=False, fairseq=False,
-                         seeds=1)
+                         seeds=1, contrast=False)
   c = common.lm_config()
   c.opt.lr = 2.5e-5          # constant (paper, d = 128)
   c.num_steps = 50_000       # updates (paper)
@@ -75,7 +76,8 @@ def get_config(arg=None):
   c.locater.kappa1 = 100.0   # fixed scale strength (paper)
   c.locater.target = 1.0     # tr(W_QK) target (paper)
   c.sweep.kappa2 = common.KAPPA2_SWEEP
-  common.wikitext2_variant(c, fairseq=arg.fairseq, seeds=arg.seeds)
+  common.wikitext2_variant(c, fairseq=arg.fairseq, seeds=arg.seeds,
+                           contrast=arg.contrast)
   if arg.smoke:
     common.smoke(c)
   return c

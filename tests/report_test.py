@@ -8,11 +8,15 @@ from absl.testing import absltest
 import jax
 import numpy as np
 
+from configs import depth_width
 from configs import locater_wt2
 from configs import rho_training
+from qkspec.config import defaults
+from qkspec.config import schema
 from qkspec.experiments import report
 from qkspec.experiments import training_plots
 from qkspec.training import loop
+from qkspec.training import sweep
 
 jax.config.update("jax_compilation_cache_dir", os.path.join(
     tempfile.gettempdir(), "qkspec_test_jax_cache"))
@@ -151,6 +155,29 @@ class FigureOfTest(absltest.TestCase):
                   sweep=dict(kappa1=[100] * 5 + [0],
                              kappa2=[0, 1e-3, 1e-2, 1e-1, 1, 0]))
     self.assertEqual(report.figure_of(config), ("9", False))
+
+
+class ContrastArgumentTest(absltest.TestCase):
+
+  def test_one_no_locater_member_per_seed_and_the_command_rebuilds(self):
+    c = depth_width.get_config("L=3,d=32,seeds=2,contrast")
+    schema.validate(c)
+    members = sweep.members(c)
+    self.assertLen(members, 12)
+    for seed in (0, 1):
+      pairs = [(m["kappa1"], m["kappa2"]) for m in members
+               if m["seed"] == seed]
+      self.assertEqual(pairs, [(100.0, k) for k in defaults.KAPPA2_SWEEP]
+                       + [(0.0, 0.0)])
+    config = json.loads(c.to_json())
+    self.assertEqual(report.figure_of(config), ("9", False))
+    command = report.config_command(config, "/tmp/w")
+    self.assertIn("--config configs/depth_width.py:L=3,d=32,seeds=2,"
+                  "contrast --workdir", command)       # no overrides
+    one = json.loads(depth_width.get_config("L=1,d=32,contrast").to_json())
+    self.assertLen(one["sweep"]["kappa1"], 6)
+    self.assertIn("configs/depth_width.py:L=1,d=32,contrast --workdir",
+                  report.config_command(one, "/tmp/w"))
 
 
 class WriteReportTest(absltest.TestCase):

@@ -195,20 +195,31 @@ def smoke(c, d_model: int = 16) -> ml_collections.ConfigDict:
   return c
 
 
-def wikitext2_variant(c, *, fairseq: bool = False,
-                      seeds: int = 1) -> ml_collections.ConfigDict:
-  """The `fairseq` and `seeds=N` arguments of the WikiText-2 figure configs.
+def wikitext2_variant(c, *, fairseq: bool = False, seeds: int = 1,
+                      contrast: bool = False) -> ml_collections.ConfigDict:
+  """The `fairseq`, `seeds=N` and `contrast` arguments of the WikiText-2
+  figure configs.
 
   `fairseq` selects fairseq's reading of kappa (`locater.penalty_added_to =
   "summed_loss"`: kappa / (B T) next to the mean loss). `seeds` > 1 runs
   every swept member with seeds 0..N-1 in the same vmapped program
-  (`sweep.mode = "product"`).
+  (`sweep.mode = "product"`). `contrast` adds one member without LocATER
+  (kappa1 = kappa2 = 0, the paper's Fig. 7 contrast) per seed, the
+  members then listed one by one (`sweep.mode = "zip"`), so the report can
+  test LocATER against none at this depth and width.
   """
   if fairseq:
     c.locater.penalty_added_to = "summed_loss"
   if seeds < 1:
     raise ValueError(f"seeds must be >= 1, got {seeds}.")
-  if seeds > 1:
+  if contrast:
+    pairs = [(c.locater.kappa1, k) for k in c.sweep.kappa2] + [(0.0, 0.0)]
+    c.sweep.mode = "zip"
+    c.sweep.kappa1 = tuple(k1 for _ in range(seeds) for k1, _ in pairs)
+    c.sweep.kappa2 = tuple(k2 for _ in range(seeds) for _, k2 in pairs)
+    if seeds > 1:
+      c.sweep.seed = tuple(s for s in range(seeds) for _ in pairs)
+  elif seeds > 1:
     c.sweep.mode = "product"
     c.sweep.seed = tuple(range(seeds))
   return c

@@ -118,9 +118,13 @@ def config_command(config: dict, run_dir: str) -> str:
     name = "depth_width"
     d = config["model"]["d_model"] * (8 if smoke else 1)
     parts += [f"L={config['model']['num_layers']}", f"d={d}"]
-  seeds = set(config.get("sweep", {}).get("seed") or ())
+  sweep = config.get("sweep", {})
+  seeds = set(sweep.get("seed") or ())
   if len(seeds) > 1:
     parts.append(f"seeds={len(seeds)}")
+  if fig != "7" and 0.0 in (sweep.get("kappa1") or ()):
+    parts.append("contrast")                   # a no-LocATER member
+
   if config["locater"].get("penalty_added_to") == "summed_loss":
     parts.append("fairseq")
   if smoke:
