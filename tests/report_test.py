@@ -99,6 +99,7 @@ class StillToRunTest(absltest.TestCase):
                   "scan_bf16_fused4096 --seeds 3`", text)
     self.assertIn("--stages train --figs 7 --path scan_bf16_fused4096`",
                   text)
+    self.assertIn("--figs 9 --path scan_bf16_fused4096 --contrast`", text)
 
   def test_a_complete_plan_leaves_nothing(self):
     rows = [r for fig, seeds in report.PLAN.items()

@@ -294,7 +294,8 @@ def still_to_run(rows, path: str = "scan_bf16_fused4096") -> list[str]:
   A cell (figure, reading) is covered by a run of 50,000 steps whose every
   member group has at least PLAN[figure] seeds; a shorter run or fewer
   seeds is named as such. `path` is the bench/gpu_paper.py training path
-  in the suggested commands.
+  in the suggested commands, which add a no-LocATER member (`--contrast`)
+  to Figs. 8-12 (Fig. 7's runs are that contrast for Fig. 6's model).
   """
   have = {}                    # (figure, reading) -> [(seeds, steps)]
   runs = {}
@@ -320,7 +321,8 @@ def still_to_run(rows, path: str = "scan_bf16_fused4096") -> list[str]:
       stage = "train_fairseq" if reading == "summed_loss" else "train"
       command = (f"python bench/gpu_paper.py --tfds_dir DIR --stages {stage}"
                  f" --figs {fig} --path {path}"
-                 + (f" --seeds {seeds}" if seeds > 1 else ""))
+                 + (f" --seeds {seeds}" if seeds > 1 else "")
+                 + (" --contrast" if fig not in ("6", "7") else ""))
       out.append(f"- Fig. {fig}, {READINGS[reading]}: {state} "
                  f"(wanted: {seeds} seed{'s' * (seeds > 1)} x "
                  f"{PAPER_STEPS:,} steps): `{command}`")
