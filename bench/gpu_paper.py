@@ -37,7 +37,9 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   the ratio to N times one member's rate (the issue's goal is >= 0.8 N).
 * xent: the loss alone (bench/xent_kernel.py): the chunked XLA loss against
   the Pallas kernels (`qkspec.training.pallas_xent`) at several block
-  sizes, with each one's error against a float32 reference.
+  sizes, with each one's error against a float32 reference. The fastest
+  accurate setting becomes `model.loss_pallas` of the later stages
+  (unless --pallas names one).
 * trace: a `jax.profiler` trace of 20 steps of the host path and of the
   fastest path, as Perfetto JSON (summarise with bench/trace_summary.py).
 
@@ -140,6 +142,8 @@ def fig_config(flags, fig: int, path: str, **extra):
   c.data.data_dir = flags.tfds_dir
   c.num_steps = flags.steps
   c.update_from_flattened_dict(PATHS[path])
+  if flags.pallas and c.model.get("loss_impl") == "pallas":
+    c.model.loss_pallas = flags.pallas
   if "steps_per_call" not in PATHS[path]:
     c.steps_per_call = flags.k
   if flags.rehearse:       # a few steps per stage, the same code path
@@ -384,6 +388,9 @@ def main():
   p.add_argument("--figs", default="6")
   p.add_argument("--steps", type=int, default=50_000)
   p.add_argument("--seeds", type=int, default=1)
+  p.add_argument("--pallas", default="",
+                 help="model.loss_pallas for the Pallas path (BNxBVxWARPSx"
+                 "STAGES); default: the xent stage's fastest accurate one")
   p.add_argument("--fairseq", action="store_true")
   p.add_argument("--contrast", action="store_true",
                  help="add a no-LocATER member per seed (Figs. 6, 8-12)")
@@ -414,9 +421,13 @@ def main():
       members_curve(flags, path, known)
     elif stage == "report":
       write_report(flags)
-    elif stage == "xent":
+    elif stage == "xent":            # later stages use its best setting
       shape = dict(n=128, d=32, v=1000, repeats=2) if flags.rehearse else {}
-      xent_kernel.run(**shape)
+      best = xent_kernel.best_pallas(xent_kernel.run(**shape))
+      if best and not flags.pallas:
+        flags.pallas = best
+      log(f"xent: Pallas setting for the next stages: "
+          f"{flags.pallas or 'the default'}")
     elif stage == "trace":
       trace(flags, path)
     else:

@@ -5,6 +5,7 @@ GPU compiles with Triton); `LoweringTest` also lowers them to Triton IR for
 CUDA on this machine, so an operation Triton cannot express fails here.
 """
 import re
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -179,6 +180,34 @@ class ConfigTest(absltest.TestCase):
                                rtol=1e-5)
     self.assertGreater(np.abs(losses["chunked"][2] -
                               losses["chunked"][0]).min(), 1e-3)   # trained
+
+  def test_loss_pallas_settings_reach_the_kernels(self):
+    self.assertEqual(defaults.lm_config().model.loss_pallas,
+                     pallas_xent.SETTINGS)
+    c = defaults.smoke(defaults.lm_config())
+    c.model.loss_impl, c.model.loss_pallas = "pallas", "32x64x8x3"
+    schema.validate(c)
+    steps = step_lib.build_steps(c)
+    seen, original = [], pallas_xent.linear_cross_entropy
+
+    def spy(*args, **kwargs):
+      seen.append({k: v for k, v in kwargs.items() if k != "compute_dtype"})
+      return original(*args, **kwargs)
+    ik, dk, hp = step_lib.member_inputs(sweep_lib.members(c), False)
+    with mock.patch.object(pallas_xent, "linear_cross_entropy", spy):
+      steps.train(steps.init(ik, hp), steps.task.train_batch(0), dk)
+    self.assertEqual(seen[0], dict(block_rows=32, block_vocab=64,
+                                   num_warps=8, num_stages=3))
+
+  def test_bad_settings_are_refused(self):
+    c = defaults.smoke(defaults.lm_config())
+    c.model.loss_pallas = "64x128"
+    with self.assertRaisesRegex(ValueError, "loss_pallas"):
+      schema.validate(c)
+    for bad, what in (("48x128x4x2", "BN"), ("64x100x4x2", "BV"),
+                      ("64x128x3x2", "WARPS"), ("64x128x4x0", "STAGES")):
+      with self.assertRaisesRegex(ValueError, what):
+        pallas_xent.parse_settings(bad)
 
   def test_bad_loss_impl_is_refused(self):
     c = defaults.smoke(defaults.lm_config())

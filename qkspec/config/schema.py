@@ -5,6 +5,7 @@ key, a wrong type or an impossible value (negative kappa, d not divisible by
 the heads, a batch that does not split over the devices, ...). Checks that
 need the data (seq_len longer than a split) run in `qkspec.training.tasks`.
 """
+import re
 from typing import Any, Callable
 
 
@@ -70,6 +71,12 @@ def _tuple_of(check_item):
       if msg:
         return f"entries {msg} (got {item!r})"
   return check
+
+
+def _pallas_settings(v):
+  # Checked in full by qkspec.training.pallas_xent.parse_settings.
+  if not (isinstance(v, str) and re.fullmatch(r"\d+x\d+x\d+x\d+", v)):
+    return "must read BNxBVxWARPSxSTAGES, e.g. '64x128x4x2'"
 
 
 def _temperature(v):
@@ -171,6 +178,7 @@ _LM_MODEL = {
     "model.loss_chunk": _int(1),          # rows per fused-loss chunk
     "model.loss_kernel_grad": _choice("vd", "dv"),  # fused-loss dW layout
     "model.loss_impl": _choice("chunked", "pallas"),  # fused_xent | pallas_xent
+    "model.loss_pallas": _pallas_settings,  # BNxBVxWARPSxSTAGES (pallas)
 }
 _LM_DATA = {
     "data.name": _str,
@@ -196,7 +204,8 @@ def flatten(config, prefix: str = "") -> dict:
 
 
 # Keys added after configs were saved; missing means their default.
-_OPTIONAL = ("steps_per_call", "model.loss_kernel_grad", "model.loss_impl")
+_OPTIONAL = ("steps_per_call", "model.loss_kernel_grad", "model.loss_impl",
+             "model.loss_pallas")
 
 
 def validate(config, num_devices: int | None = None) -> None:

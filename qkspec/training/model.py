@@ -216,6 +216,7 @@ class OutputHead(nn.Module):
   dtype: Any = jnp.float32
   kernel_grad: str = "vd"       # fused_xent.fused_cross_entropy's layout
   loss_impl: str = "chunked"    # LOSS_IMPLS
+  pallas_settings: str = pallas_xent.SETTINGS   # BNxBVxWARPSxSTAGES
 
   @nn.compact
   def __call__(self, x_BxTxd: jax.Array, targets_BxT: jax.Array | None = None,
@@ -235,8 +236,8 @@ class OutputHead(nn.Module):
     weights_N = weights_BxT.reshape(-1).astype(jnp.float32)
     if self.loss_impl == "pallas":
       loss_sum = pallas_xent.linear_cross_entropy(
-          x_Nxd, kernel_dxV, targets_N, weights_N,
-          compute_dtype=self.dtype)
+          x_Nxd, kernel_dxV, targets_N, weights_N, compute_dtype=self.dtype,
+          **pallas_xent.parse_settings(self.pallas_settings))
     elif self.loss_impl == "chunked":
       loss_sum = fused_xent.fused_cross_entropy(
           x_Nxd, kernel_dxV, None, targets_N, weights_N, self.loss_chunk,
@@ -262,6 +263,7 @@ class LanguageModel(nn.Module):
   loss_chunk: int = 128
   loss_kernel_grad: str = "vd"
   loss_impl: str = "chunked"
+  loss_pallas: str = pallas_xent.SETTINGS
 
   @nn.compact
   def __call__(self, tokens_BxT: jax.Array, deterministic: bool = True,
@@ -279,7 +281,7 @@ class LanguageModel(nn.Module):
         x_BxTxd.astype(self.dtype), deterministic)
     return OutputHead(self.vocab_size, self.loss_chunk, self.dtype,
                       self.loss_kernel_grad, self.loss_impl,
-                      name="output")(x_BxTxd, targets_BxT, weights_BxT)
+                      self.loss_pallas, name="output")(x_BxTxd, targets_BxT, weights_BxT)
 
 
 def head_temperature(temperature: float | None, head_dim: int) -> float:
@@ -331,7 +333,8 @@ def make_model(model_config, task: str, vocab_size: int | None = None,
     raise ValueError("the lm task needs vocab_size.")
   return LanguageModel(vocab_size, m.d_model, m.num_layers, block, m.dropout,
                        dtype, m.loss_chunk, m.get("loss_kernel_grad", "vd"),
-                       m.get("loss_impl", "chunked"))
+                       m.get("loss_impl", "chunked"),
+                       m.get("loss_pallas", pallas_xent.SETTINGS))
 
 
 def _layer_index(name: str) -> int:

@@ -69,6 +69,29 @@ from qkspec.training import fused_xent
 BLOCK_ROWS = 64      # BN
 BLOCK_VOCAB = 128    # BV
 _MIN_BLOCK = 16      # Triton's smallest dot operand side
+SETTINGS = "64x128x4x2"   # BN x BV x num_warps x num_stages (the defaults)
+
+
+def parse_settings(spec: str) -> dict:
+  """"BNxBVxWARPSxSTAGES" (config.model.loss_pallas) -> keyword arguments.
+
+  Block sides must be powers of two >= 16; warps a power of two; stages
+  >= 1. bench/xent_kernel.py times such settings on a GPU.
+  """
+  try:
+    bn, bv, warps, stages = (int(p) for p in spec.split("x"))
+  except ValueError:
+    raise ValueError(f"Pallas settings must read BNxBVxWARPSxSTAGES, e.g. "
+                     f"{SETTINGS!r}, got {spec!r}.") from None
+  for name, v, low in (("BN", bn, _MIN_BLOCK), ("BV", bv, _MIN_BLOCK),
+                       ("WARPS", warps, 1)):
+    if v < low or v & (v - 1):
+      raise ValueError(f"Pallas settings {spec!r}: {name} must be a power "
+                       f"of two >= {low}.")
+  if stages < 1:
+    raise ValueError(f"Pallas settings {spec!r}: STAGES must be >= 1.")
+  return dict(block_rows=bn, block_vocab=bv, num_warps=warps,
+              num_stages=stages)
 
 
 def _pad(x, axis, size):
