@@ -177,6 +177,14 @@ def _mean_std(vals):
                               else math.nan)
 
 
+def _seed_groups(members) -> dict:
+  """(kappa1, kappa2, target) -> the members that differ only in seed."""
+  groups = {}
+  for m in members:
+    groups.setdefault((m["kappa1"], m["kappa2"], m["target"]), []).append(m)
+  return groups
+
+
 def summarize(run_dirs) -> list[dict]:
   """One row per run dir and member group (members differing only in seed)."""
   rows = []
@@ -186,10 +194,7 @@ def summarize(run_dirs) -> list[dict]:
     members = training_plots.load_members(run_dir)
     reading = config["locater"].get("penalty_added_to", "mean_loss")
     command = config_command(config, run_dir)
-    groups = {}
-    for m in members:
-      groups.setdefault((m["kappa1"], m["kappa2"], m["target"]), []).append(m)
-    for (kappa1, kappa2, target), ms in sorted(groups.items()):
+    for (kappa1, kappa2, target), ms in sorted(_seed_groups(members).items()):
       steps = [int(m["metrics"]["train/loss"][0][-1])
                if "train/loss" in m["metrics"] else 0 for m in ms]
       row = dict(figure=fig, label=f"Fig. {fig}" + (" (smoke)" if smoke
@@ -214,11 +219,8 @@ def seed_mean(members) -> list[dict]:
   prefix of their step lists, which coincide within one run); the merged
   member keeps the first seed's other fields and `n_seeds`.
   """
-  groups = {}
-  for m in members:
-    groups.setdefault((m["kappa1"], m["kappa2"], m["target"]), []).append(m)
   out = []
-  for ms in groups.values():
+  for ms in _seed_groups(members).values():
     metrics = {}
     for key in set.intersection(*(set(m["metrics"]) for m in ms)):
       n = min(len(m["metrics"][key][0]) for m in ms)
