@@ -37,6 +37,7 @@ import optax
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec.config import schema
 from qkspec.training import fused_xent
 from qkspec.training import pallas_xent
 
@@ -97,7 +98,7 @@ def paths(blocks: str, dtype) -> dict:
   for spec in filter(None, blocks.split(",")):
     out[f"pallas_{spec}"] = functools.partial(
         pallas_xent.linear_cross_entropy, compute_dtype=dtype,
-        **pallas_xent.parse_settings(spec))
+        **schema.pallas_settings(spec))
   return out
 
 

@@ -183,7 +183,7 @@ class ConfigTest(absltest.TestCase):
 
   def test_loss_pallas_settings_reach_the_kernels(self):
     self.assertEqual(defaults.lm_config().model.loss_pallas,
-                     pallas_xent.SETTINGS)
+                     schema.PALLAS_SETTINGS)
     c = defaults.smoke(defaults.lm_config())
     c.model.loss_impl, c.model.loss_pallas = "pallas", "32x64x8x3"
     schema.validate(c)
@@ -207,7 +207,7 @@ class ConfigTest(absltest.TestCase):
     for bad, what in (("48x128x4x2", "BN"), ("64x100x4x2", "BV"),
                       ("64x128x3x2", "WARPS"), ("64x128x4x0", "STAGES")):
       with self.assertRaisesRegex(ValueError, what):
-        pallas_xent.parse_settings(bad)
+        schema.pallas_settings(bad)
 
   def test_bad_loss_impl_is_refused(self):
     c = defaults.smoke(defaults.lm_config())

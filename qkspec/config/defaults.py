@@ -164,8 +164,8 @@ def lm_config() -> ml_collections.ConfigDict:
       loss_impl="chunked",   # fused loss in XLA (qkspec.training.fused_xent),
                              # or "pallas": Triton kernels that never write
                              # logits (pallas_xent; GPU; interpreted on CPU)
-      loss_pallas="64x128x4x2",  # its BN x BV x warps x stages
-                                 # (bench/xent_kernel.py times others)
+      loss_pallas=schema.PALLAS_SETTINGS,  # its BN x BV x warps x stages
+                                           # (bench/xent_kernel.py times others)
   ))
   c.data = data_config()               # WikiText-2: name, dirs, seq_len, ...
   c.data.seq_len = 64                  # T (paper)

@@ -5,7 +5,6 @@ key, a wrong type or an impossible value (negative kappa, d not divisible by
 the heads, a batch that does not split over the devices, ...). Checks that
 need the data (seq_len longer than a split) run in `qkspec.training.tasks`.
 """
-import re
 from typing import Any, Callable
 
 
@@ -14,6 +13,37 @@ from typing import Any, Callable
 QK_PARAMS = ("factored", "joint")      # W_Q, W_K kernels | one joint W_QK
 NORMS = ("post", "pre", "none")        # LayerNorm placement
 ACTIVATIONS = ("relu", "identity", "gelu")
+LOSS_IMPLS = ("chunked", "pallas")     # fused_xent | pallas_xent
+PALLAS_SETTINGS = "64x128x4x2"         # BN x BV x warps x stages (pallas_xent)
+
+
+def check_pallas_settings(block_rows: int, block_vocab: int, num_warps: int,
+                          num_stages: int) -> None:
+  """ValueError unless BN and BV are powers of two >= 16 (Triton's smallest
+  dot side), warps a power of two and stages >= 1 (pallas_xent's kernels)."""
+  spec = f"{block_rows}x{block_vocab}x{num_warps}x{num_stages}"
+  for name, v, low in (("BN", block_rows, 16), ("BV", block_vocab, 16),
+                       ("WARPS", num_warps, 1)):
+    if v < low or v & (v - 1):
+      raise ValueError(f"Pallas settings {spec!r}: {name} must be a power "
+                       f"of two >= {low}.")
+  if num_stages < 1:
+    raise ValueError(f"Pallas settings {spec!r}: STAGES must be >= 1.")
+
+
+def pallas_settings(spec: str) -> dict:
+  """"BNxBVxWARPSxSTAGES" (config.model.loss_pallas) -> the keyword
+  arguments of `pallas_xent.linear_cross_entropy`, checked as above.
+  bench/xent_kernel.py times such settings on a GPU."""
+  try:
+    bn, bv, warps, stages = (int(p) for p in spec.split("x"))
+  except (ValueError, AttributeError):
+    raise ValueError(f"Pallas settings must read BNxBVxWARPSxSTAGES, e.g. "
+                     f"{PALLAS_SETTINGS!r}, got {spec!r}.") from None
+  out = dict(block_rows=bn, block_vocab=bv, num_warps=warps,
+             num_stages=stages)
+  check_pallas_settings(**out)
+  return out
 
 
 def _is_int(v):
@@ -74,9 +104,10 @@ def _tuple_of(check_item):
 
 
 def _pallas_settings(v):
-  # Checked in full by qkspec.training.pallas_xent.parse_settings.
-  if not (isinstance(v, str) and re.fullmatch(r"\d+x\d+x\d+x\d+", v)):
-    return "must read BNxBVxWARPSxSTAGES, e.g. '64x128x4x2'"
+  try:
+    pallas_settings(v)
+  except ValueError as e:
+    return f"is not a valid setting ({e})"
 
 
 def _temperature(v):
@@ -177,7 +208,7 @@ _LM_MODEL = {
     "model.fused_loss": _bool,            # qkspec.training.fused_xent, no [B,T,V] logits
     "model.loss_chunk": _int(1),          # rows per fused-loss chunk
     "model.loss_kernel_grad": _choice("vd", "dv"),  # fused-loss dW layout
-    "model.loss_impl": _choice("chunked", "pallas"),  # fused_xent | pallas_xent
+    "model.loss_impl": _choice(*LOSS_IMPLS),  # fused_xent | pallas_xent
     "model.loss_pallas": _pallas_settings,  # BNxBVxWARPSxSTAGES (pallas)
 }
 _LM_DATA = {

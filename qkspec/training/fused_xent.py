@@ -49,11 +49,19 @@ import jax.numpy as jnp
 from qkspec.theory import _checks
 
 
-def _pad_rows(x, rows):
-  pad = rows - x.shape[0]
+def pad_to(x, axis: int, size: int):
+  """`x` zero-padded at the end of `axis` to `size` (also pallas_xent's)."""
+  pad = size - x.shape[axis]
   if pad == 0:
     return x
-  return jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1))
+  widths = [(0, 0)] * x.ndim
+  widths[axis] = (0, pad)
+  return jnp.pad(x, widths)
+
+
+def round_up(n: int, block: int) -> int:
+  """The smallest multiple of `block` >= n."""
+  return -(-n // block) * block
 
 
 def _chunks(h, targets, weights, chunk_size):
@@ -62,8 +70,8 @@ def _chunks(h, targets, weights, chunk_size):
     raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
   n = h.shape[0]
   c = min(chunk_size, n)
-  rows = -(-n // c) * c
-  split = lambda x: _pad_rows(x, rows).reshape((rows // c, c) + x.shape[1:])
+  rows = round_up(n, c)
+  split = lambda x: pad_to(x, 0, rows).reshape((rows // c, c) + x.shape[1:])
   return split(h), split(targets), split(weights), n
 
 

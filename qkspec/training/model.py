@@ -198,7 +198,7 @@ def sinusoidal_positions(seq_len: int, d: int, offset: int = 2) -> np.ndarray:
   return emb.astype(np.float32)
 
 
-LOSS_IMPLS = ("chunked", "pallas")
+LOSS_IMPLS = schema.LOSS_IMPLS
 
 
 class OutputHead(nn.Module):
@@ -216,7 +216,7 @@ class OutputHead(nn.Module):
   dtype: Any = jnp.float32
   kernel_grad: str = "vd"       # fused_xent.fused_cross_entropy's layout
   loss_impl: str = "chunked"    # LOSS_IMPLS
-  pallas_settings: str = pallas_xent.SETTINGS   # BNxBVxWARPSxSTAGES
+  pallas_settings: str = schema.PALLAS_SETTINGS  # BNxBVxWARPSxSTAGES
 
   @nn.compact
   def __call__(self, x_BxTxd: jax.Array, targets_BxT: jax.Array | None = None,
@@ -237,7 +237,7 @@ class OutputHead(nn.Module):
     if self.loss_impl == "pallas":
       loss_sum = pallas_xent.linear_cross_entropy(
           x_Nxd, kernel_dxV, targets_N, weights_N, compute_dtype=self.dtype,
-          **pallas_xent.parse_settings(self.pallas_settings))
+          **schema.pallas_settings(self.pallas_settings))
     elif self.loss_impl == "chunked":
       loss_sum = fused_xent.fused_cross_entropy(
           x_Nxd, kernel_dxV, None, targets_N, weights_N, self.loss_chunk,
@@ -263,7 +263,7 @@ class LanguageModel(nn.Module):
   loss_chunk: int = 128
   loss_kernel_grad: str = "vd"
   loss_impl: str = "chunked"
-  loss_pallas: str = pallas_xent.SETTINGS
+  loss_pallas: str = schema.PALLAS_SETTINGS
 
   @nn.compact
   def __call__(self, tokens_BxT: jax.Array, deterministic: bool = True,
@@ -334,7 +334,7 @@ def make_model(model_config, task: str, vocab_size: int | None = None,
   return LanguageModel(vocab_size, m.d_model, m.num_layers, block, m.dropout,
                        dtype, m.loss_chunk, m.get("loss_kernel_grad", "vd"),
                        m.get("loss_impl", "chunked"),
-                       m.get("loss_pallas", pallas_xent.SETTINGS))
+                       m.get("loss_pallas", schema.PALLAS_SETTINGS))
 
 
 def _layer_index(name: str) -> int:

@@ -64,47 +64,12 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pl_triton
 
+from qkspec.config import schema
 from qkspec.training import fused_xent
+from qkspec.training.fused_xent import pad_to, round_up
 
-BLOCK_ROWS = 64      # BN
-BLOCK_VOCAB = 128    # BV
-_MIN_BLOCK = 16      # Triton's smallest dot operand side
-SETTINGS = "64x128x4x2"   # BN x BV x num_warps x num_stages (the defaults)
-
-
-def parse_settings(spec: str) -> dict:
-  """"BNxBVxWARPSxSTAGES" (config.model.loss_pallas) -> keyword arguments.
-
-  Block sides must be powers of two >= 16; warps a power of two; stages
-  >= 1. bench/xent_kernel.py times such settings on a GPU.
-  """
-  try:
-    bn, bv, warps, stages = (int(p) for p in spec.split("x"))
-  except ValueError:
-    raise ValueError(f"Pallas settings must read BNxBVxWARPSxSTAGES, e.g. "
-                     f"{SETTINGS!r}, got {spec!r}.") from None
-  for name, v, low in (("BN", bn, _MIN_BLOCK), ("BV", bv, _MIN_BLOCK),
-                       ("WARPS", warps, 1)):
-    if v < low or v & (v - 1):
-      raise ValueError(f"Pallas settings {spec!r}: {name} must be a power "
-                       f"of two >= {low}.")
-  if stages < 1:
-    raise ValueError(f"Pallas settings {spec!r}: STAGES must be >= 1.")
-  return dict(block_rows=bn, block_vocab=bv, num_warps=warps,
-              num_stages=stages)
-
-
-def _pad(x, axis, size):
-  pad = size - x.shape[axis]
-  if pad == 0:
-    return x
-  widths = [(0, 0)] * x.ndim
-  widths[axis] = (0, pad)
-  return jnp.pad(x, widths)
-
-
-def _round_up(n, block):
-  return -(-n // block) * block
+_MIN_SIDE = 16       # d is padded to a power of two >= this (Triton dots)
+DEFAULTS = schema.pallas_settings(schema.PALLAS_SETTINGS)   # BN, BV, ...
 
 
 def _column_ids(j, block_vocab):
@@ -179,20 +144,19 @@ class _Blocks:
                compute_dtype, interpret, num_warps, num_stages):
     self.n, self.d = h.shape
     self.vocab = vocab
-    self.bn = max(_MIN_BLOCK, block_rows)
-    self.bv = max(_MIN_BLOCK, block_vocab)
-    rows = _round_up(self.n, self.bn)
-    width = max(_MIN_BLOCK, pl.next_power_of_2(self.d))
-    self.h = _pad(_pad(h.astype(compute_dtype), 0, rows), 1, width)
-    self.w = _pad(_pad(kernel.astype(compute_dtype), 0, width), 1,
-                  _round_up(vocab, self.bv))
-    self.y = _pad(targets.astype(jnp.int32), 0, rows)
+    self.bn, self.bv = block_rows, block_vocab    # checked by _loss
+    rows = round_up(self.n, self.bn)
+    width = max(_MIN_SIDE, pl.next_power_of_2(self.d))
+    self.h = pad_to(pad_to(h.astype(compute_dtype), 0, rows), 1, width)
+    self.w = pad_to(pad_to(kernel.astype(compute_dtype), 0, width), 1,
+                    round_up(vocab, self.bv))
+    self.y = pad_to(targets.astype(jnp.int32), 0, rows)
     self.interpret = _interpret(interpret)
     self.params = pl_triton.CompilerParams(num_warps=num_warps,
                                            num_stages=num_stages)
 
   def rows(self, x):
-    return _pad(x, 0, self.h.shape[0])
+    return pad_to(x, 0, self.h.shape[0])
 
   def call(self, kernel, name, grid, in_specs, out_specs, out_shape, *args):
     return pl.pallas_call(kernel, grid=grid, in_specs=in_specs,
@@ -258,11 +222,14 @@ def _grads(b: _Blocks, lse, g):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8, 9))
 def linear_cross_entropy(h: jax.Array, kernel: jax.Array, targets: jax.Array,
-                         weights: jax.Array, block_rows: int = BLOCK_ROWS,
-                         block_vocab: int = BLOCK_VOCAB,
+                         weights: jax.Array,
+                         block_rows: int = DEFAULTS["block_rows"],
+                         block_vocab: int = DEFAULTS["block_vocab"],
                          compute_dtype=jnp.float32,
-                         interpret: bool | None = None, num_warps: int = 4,
-                         num_stages: int = 2) -> jax.Array:
+                         interpret: bool | None = None,
+                         num_warps: int = DEFAULTS["num_warps"],
+                         num_stages: int = DEFAULTS["num_stages"]
+                         ) -> jax.Array:
   r"""Weighted sum :math:`\sum_n w_n \mathrm{CE}(h_n W, y_n)` (see module).
 
   Args:
@@ -285,10 +252,9 @@ def linear_cross_entropy(h: jax.Array, kernel: jax.Array, targets: jax.Array,
 
 def _loss(h, kernel, targets, weights, *static):
   fused_xent.check_inputs(h, kernel, None, targets, weights)
-  for name, block in (("block_rows", static[0]), ("block_vocab", static[1])):
-    if block < _MIN_BLOCK or block & (block - 1):
-      raise ValueError(f"{name} must be a power of two >= {_MIN_BLOCK}, got "
-                       f"{block}.")
+  block_rows, block_vocab, _, _, num_warps, num_stages = static
+  schema.check_pallas_settings(block_rows, block_vocab, num_warps,
+                               num_stages)
   b = _Blocks(h, kernel, targets, kernel.shape[1], *static)
   lse, zy = _forward(b)
   loss = jnp.sum(weights.astype(jnp.float32) * (lse - zy))
