@@ -122,15 +122,23 @@ class PallasXentTest(parameterized.TestCase):
       pallas_xent.linear_cross_entropy(h, kernel, targets[:-1], weights)
 
 
+# The GPU the lowering targets. jax >= 0.11 asks which one (it reads the
+# compute capability); without a GPU that is an abstract device.
+H100 = jax.sharding.AbstractMesh(
+    (1,), ("x",), abstract_device=jax.sharding.AbstractDevice(
+        device_kind="NVIDIA H100 80GB HBM3", num_cores=132, platform="gpu"))
+
+
 class LoweringTest(parameterized.TestCase):
   """Pallas -> Triton IR for CUDA, on this CPU (no GPU needed to lower)."""
 
   def _lower(self, fn, m, n, d, v):
     s = jax.ShapeDtypeStruct
-    return jax.jit(jax.vmap(fn)).trace(
-        s((m, n, d), jnp.float32), s((m, d, v), jnp.float32),
-        s((m, n), jnp.int32), s((m, n), jnp.float32)).lower(
-            lowering_platforms=("cuda",)).as_text()
+    with jax.sharding.use_abstract_mesh(H100):
+      return jax.jit(jax.vmap(fn)).trace(
+          s((m, n, d), jnp.float32), s((m, d, v), jnp.float32),
+          s((m, n), jnp.int32), s((m, n), jnp.float32)).lower(
+              lowering_platforms=("cuda",)).as_text()
 
   def _kernels(self, text):
     self.assertIn("xla.gpu.triton", text)

@@ -43,6 +43,14 @@ the result.
 
 The kernels are written for Pallas' Triton backend (selected explicitly by
 `CompilerParams`, since jax >= 0.10 defaults GPU kernels to Mosaic GPU).
+jax 0.11 deprecates that backend (a DeprecationWarning when the kernels are
+lowered); jax 0.11.2, the device image's, and 0.12.0.1 still lower them
+(tests/pallas_xent_test.py, run under both). Should it be removed, a
+Mosaic GPU port (warpgroup matmuls, as jax's `attention_mgpu` does for the
+same online-softmax pattern) is the way on; tokamax 0.0.17 offers no GPU
+kernel for this loss to fall back on (on a GPU its
+`linear_softmax_cross_entropy_loss` is a chunked XLA loss like `fused_xent`;
+its Pallas kernel is for TPUs only).
 On a CPU they run in Pallas' interpreter (`interpret=None` chooses it),
 which is how tests/pallas_xent_test.py checks value and gradients against
 `optax` and `fused_xent`, vmapped as the κ-sweep does, in float32 and
