@@ -27,6 +27,8 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   writes each run's figures (launch/plot_training.py); the loop's
   `run_info.jsonl` (device, precision, steps, wall time per invocation)
   feeds launch/report.py.
+  `--seeds N --first_seed K` trains seeds K..K+N-1 as separate runs
+  (`seed=S`: fig6, fig6_seed1, ...), which the report merges.
 * train_fairseq: the same with fairseq's reading of kappa (`:fairseq`).
   `--contrast` adds a no-LocATER member (kappa1 = kappa2 = 0) per seed to
   the sweeps of Figs. 6, 8-12 (the configs' `contrast` argument).
@@ -277,42 +279,51 @@ def deadline(seconds: float):
     timer.cancel()
 
 
+def run_name(fig: int, fairseq: bool, contrast: bool, seed: int) -> str:
+  """Workdir name of one training run: fig6, fig6_fairseq_seed2, fig9_c."""
+  return (f"fig{fig}" + "_fairseq" * fairseq + "_c" * contrast
+          + (f"_seed{seed}" if seed else ""))
+
+
 def train(flags, path: str):
-  """Trains each figure of --figs (resumable), prints its finals, plots."""
+  """Trains each figure of --figs, one run per seed (resumable), prints
+  its finals, plots. A run per seed, not `seeds=N` in one program: on
+  the H100, 5 members give 579 member-steps/s and 15 give 629
+  (bench/gpu_results.md, members), so separate runs cost ~8%, and each
+  run then fits one GPU slice (checkpoints stay on the machine, so a run
+  cut by the slice's end is lost unless resumed on the same lease)."""
   for fig in (int(f) for f in flags.figs.split(",")):
-    if left(flags) < 30:
-      log(f"train fig {fig}: skipped (time budget)")
-      continue
-    extra = {}
-    if flags.seeds > 1:
-      extra["seeds"] = flags.seeds
-    if flags.fairseq:
-      extra["fairseq"] = True
-    if flags.contrast and fig != 7:
-      extra["contrast"] = True
-    c = fig_config(flags, fig, path, **extra)
-    name = f"fig{fig}" + ("_fairseq" if flags.fairseq else "") + (
-        f"_s{flags.seeds}" if flags.seeds > 1 else "") + (
-            "_c" if "contrast" in extra else "")
-    workdir = os.path.join(flags.workdir, name)
-    log(f"train {name}: {FIGS[fig] or 'rho_training'}, {c.num_steps} "
-        f"steps, path {path}")
-    t = time.time()
-    try:
-      with deadline(left(flags) - 15):
-        loop.train_and_evaluate(c, workdir)
-    except interrupt.Interrupted as e:
-      log(f"train {name}: stopped by the time budget ({e}); rerun to go on")
-    wall = time.time() - t
-    steps_done = _steps_done(workdir)
-    log(f"train {name}: {steps_done} steps in {wall:.0f} s "
-        f"(compilation and evaluation included)")
-    _print_finals(workdir)
-    try:
-      paths = training_plots.plot_workdir(workdir)
-      log(f"figures: {', '.join(os.path.basename(p) for p in paths)}")
-    except Exception as e:  # pylint: disable=broad-except
-      log(f"figures failed: {type(e).__name__}: {e}")
+    for seed in range(flags.first_seed, flags.first_seed + flags.seeds):
+      contrast = flags.contrast and fig != 7
+      name = run_name(fig, flags.fairseq, contrast, seed)
+      if left(flags) < 30:
+        log(f"train {name}: skipped (time budget)")
+        continue
+      extra = {"fairseq": True} if flags.fairseq else {}
+      if contrast:
+        extra["contrast"] = True
+      if seed:
+        extra["seed"] = seed
+      c = fig_config(flags, fig, path, **extra)
+      workdir = os.path.join(flags.workdir, name)
+      log(f"train {name}: {FIGS[fig] or 'rho_training'}, {c.num_steps} "
+          f"steps, path {path}")
+      t = time.time()
+      try:
+        with deadline(left(flags) - 15):
+          loop.train_and_evaluate(c, workdir)
+      except interrupt.Interrupted as e:
+        log(f"train {name}: stopped by the time budget ({e}); rerun to go "
+            "on")
+      wall = time.time() - t
+      log(f"train {name}: {_steps_done(workdir)} steps in {wall:.0f} s "
+          f"(compilation and evaluation included)")
+      _print_finals(workdir)
+      try:
+        paths = training_plots.plot_workdir(workdir)
+        log(f"figures: {', '.join(os.path.basename(p) for p in paths)}")
+      except Exception as e:  # pylint: disable=broad-except
+        log(f"figures failed: {type(e).__name__}: {e}")
 
 
 def _steps_done(workdir: str) -> int:
@@ -387,7 +398,10 @@ def main():
   p.add_argument("--path", default="", help="skip the probe: use this path")
   p.add_argument("--figs", default="6")
   p.add_argument("--steps", type=int, default=50_000)
-  p.add_argument("--seeds", type=int, default=1)
+  p.add_argument("--seeds", type=int, default=1,
+                 help="seeds per figure, one run each (seed=S configs)")
+  p.add_argument("--first_seed", type=int, default=0,
+                 help="train seeds first_seed .. first_seed + seeds - 1")
   p.add_argument("--pallas", default="",
                  help="model.loss_pallas for the Pallas path (BNxBVxWARPSx"
                  "STAGES); default: the xent stage's fastest accurate one")
@@ -400,9 +414,13 @@ def main():
   p.add_argument("--rehearse", action="store_true",
                  help="CPU rehearsal: a few steps per stage")
   flags = p.parse_args()
+  if flags.seeds < 1 or flags.first_seed < 0:
+    p.error(f"--seeds must be >= 1 and --first_seed >= 0, got "
+            f"{flags.seeds} and {flags.first_seed}")
   logging.set_verbosity(logging.INFO)    # the loop's progress and eval lines
-  if flags.rehearse:
+  if flags.rehearse:       # a few steps per stage, training included
     flags.k, flags.probe_steps = 2, 2
+    flags.steps = min(flags.steps, 8)
   os.makedirs(flags.workdir, exist_ok=True)
   log(f"jax {jax.__version__}, devices {jax.devices()}")
   stages = flags.stages.split(",")

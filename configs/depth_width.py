@@ -26,7 +26,9 @@ The fairseq reading of kappa (below), for any cell::
 
 Seeds: `seeds=N` (N > 1) runs every kappa2 member with seeds 0..N-1 in
 the same vmapped program (sweep.mode = "product": 5 N members, named
-"seed=s,kappa2=k"); launch/report.py gives mean +- std::
+"seed=s,kappa2=k"), or `seed=S` trains seed S alone (one run per seed,
+each short enough for one GPU slice; the report merges them);
+launch/report.py gives mean +- std::
 
   python launch/train.py --config configs/depth_width.py:L=3,d=32,seeds=3 \
       --config.data.manual_dir=../shared/data/wikitext-2 \
@@ -56,7 +58,7 @@ PAPER_LR = {32: 1e-4, 128: 2.5e-5}   # App. D
 
 def get_config(arg=None):
   arg = common.parse_arg(arg, L=1, d=128, smoke=False, fairseq=False,
-                         seeds=1, contrast=False)
+                         seeds=1, contrast=False, seed=0)
   if arg.L not in (1, 3, 6) or arg.d not in PAPER_LR:
     raise ValueError(f"depth_width: L must be 1, 3 or 6 and d 32 or 128, "
                      f"got L={arg.L}, d={arg.d}.")
@@ -72,7 +74,7 @@ def get_config(arg=None):
   c.locater.kappa1 = 100.0
   c.sweep.kappa2 = common.KAPPA2_SWEEP
   common.wikitext2_variant(c, fairseq=arg.fairseq, seeds=arg.seeds,
-                           contrast=arg.contrast)
+                           contrast=arg.contrast, seed=arg.seed)
   if arg.smoke:
     common.smoke(c, d_model=arg.d // 8)
   return c

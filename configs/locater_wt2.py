@@ -27,7 +27,9 @@ The fairseq reading of kappa (below)::
 
 Seeds: `seeds=N` (N > 1) runs every kappa2 member with seeds 0..N-1 in
 the same vmapped program (sweep.mode = "product": 5 N members, named
-"seed=s,kappa2=k"); the report (launch/report.py) gives mean +- std::
+"seed=s,kappa2=k"), or `seed=S` trains seed S alone (one run per seed,
+each short enough for one GPU slice; the report merges them); the report
+(launch/report.py) gives mean +- std::
 
   python launch/train.py --config configs/locater_wt2.py:seeds=3,fairseq \
       --config.data.manual_dir=../shared/data/wikitext-2 \
@@ -66,7 +68,7 @@ from qkspec.config import defaults as common
 
 def get_config(arg=None):
   arg = common.parse_arg(arg, smoke=False, fairseq=False,
-                         seeds=1, contrast=False)
+                         seeds=1, contrast=False, seed=0)
   c = common.lm_config()
   c.opt.lr = 2.5e-5          # constant (paper, d = 128)
   c.num_steps = 50_000       # updates (paper)
@@ -77,7 +79,7 @@ def get_config(arg=None):
   c.locater.target = 1.0     # tr(W_QK) target (paper)
   c.sweep.kappa2 = common.KAPPA2_SWEEP
   common.wikitext2_variant(c, fairseq=arg.fairseq, seeds=arg.seeds,
-                           contrast=arg.contrast)
+                           contrast=arg.contrast, seed=arg.seed)
   if arg.smoke:
     common.smoke(c)
   return c

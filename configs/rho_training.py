@@ -27,6 +27,8 @@ Seeds: `seeds=N` (N > 1) repeats both members with seeds 0..N-1 (zip
 mode, 2 N members, named "seed=s,kappa1=..,kappa2=.."), e.g.
 configs/rho_training.py:seeds=3,fairseq; launch/report.py compares
 no LocATER with LocATER (mean +- std over seeds) and shows the heat maps.
+`seed=S` runs both members with seed S alone (one run per seed; the
+report merges the runs).
 
 Two readings of kappa (config.locater.penalty_added_to): "mean_loss", the
 default, adds kappa * penalty to the mean token cross-entropy as printed;
@@ -43,7 +45,7 @@ from qkspec.config import defaults as common
 
 def get_config(arg=None):
   arg = common.parse_arg(arg, smoke=False, fairseq=False,
-                         seeds=1)
+                         seeds=1, seed=0)
   c = common.lm_config()
   c.opt.lr = 2.5e-5
   c.num_steps = 50_000
@@ -55,8 +57,7 @@ def get_config(arg=None):
   c.sweep.kappa2 = (1.0, 0.0)
   if arg.fairseq:            # kappa / (B * T) next to the mean loss
     c.locater.penalty_added_to = "summed_loss"
-  if arg.seeds < 1:
-    raise ValueError(f"seeds must be >= 1, got {arg.seeds}.")
+  common.set_seed(c, arg.seed, arg.seeds)
   if arg.seeds > 1:          # both members with seeds 0..N-1 (zip, repeated)
     n = arg.seeds
     c.sweep.seed = tuple(s for s in range(n) for _ in range(2))

@@ -74,8 +74,8 @@ class VerdictsTest(absltest.TestCase):
     self.assertTrue(all(v["contrast"].startswith("none") for v in vs))
 
 
-def _run_rows(run_dir, figure, reading, n_seeds, final_step, smoke=False):
-  return [dict(run_dir=run_dir, figure=figure, reading=reading,
+def _run_rows(figure, reading, n_seeds, final_step, smoke=False):
+  return [dict(figure=figure, reading=reading, seeds=list(range(n_seeds)),
                n_seeds=n_seeds, final_step=final_step, smoke=smoke,
                kappa2=k) for k in (0.0, 1.0)]
 
@@ -83,14 +83,17 @@ def _run_rows(run_dir, figure, reading, n_seeds, final_step, smoke=False):
 class StillToRunTest(absltest.TestCase):
 
   def test_lists_each_uncovered_cell_with_its_command(self):
-    rows = (_run_rows("a", "6", "mean_loss", 1, 50_000)        # 1 of 3
-            + _run_rows("b", "6", "summed_loss", 3, 11_000)    # shortened
-            + _run_rows("c", "8", "mean_loss", 1, 50_000)      # covered
-            + _run_rows("d", "9", "mean_loss", 1, 50_000, smoke=True))
+    rows = (_run_rows("6", "mean_loss", 1, 50_000)        # 1 of 3
+            + _run_rows("6", "summed_loss", 3, 11_000)    # shortened
+            + _run_rows("8", "mean_loss", 1, 50_000)      # covered
+            + _run_rows("9", "mean_loss", 1, 50_000, smoke=True))
     lines = report.still_to_run(rows)
     self.assertLen(lines, 2 * len(report.PLAN) - 1)
     text = "\n".join(lines)
-    self.assertIn("Fig. 6, literal (mean_loss): 1 of 3 seeds", text)
+    self.assertIn("Fig. 6, literal (mean_loss): 1 of 3 seeds (seed 0 done)",
+                  text)
+    self.assertIn("--stages train --figs 6 --path scan_bf16_fused4096 "
+                  "--seeds 2 --first_seed 1`", text)    # the missing seeds
     self.assertIn("Fig. 6, fairseq (summed_loss): shortened: 11,000 of "
                   "50,000 steps", text)
     self.assertNotIn("Fig. 8, literal", text)
@@ -104,10 +107,11 @@ class StillToRunTest(absltest.TestCase):
   def test_a_complete_plan_leaves_nothing(self):
     rows = [r for fig, seeds in report.PLAN.items()
             for reading in report.READINGS
-            for r in _run_rows(fig + reading, fig, reading, seeds, 50_000)]
+            for r in _run_rows(fig, reading, seeds, 50_000)]
     self.assertEqual(report.still_to_run(rows), [])
-    rows[0]["n_seeds"] = 2                       # one group short of seeds
-    self.assertLen(report.still_to_run(rows), 1)
+    rows[0]["seeds"] = [0, 2]                    # one group lacks seed 1
+    [line] = report.still_to_run(rows)
+    self.assertIn("--path scan_bf16_fused4096 --first_seed 1`", line)
 
 
 def _member(seed, kappa2, steps, values, key="mean/entropy"):
@@ -156,6 +160,67 @@ class FigureOfTest(absltest.TestCase):
                   sweep=dict(kappa1=[100] * 5 + [0],
                              kappa2=[0, 1e-3, 1e-2, 1e-1, 1, 0]))
     self.assertEqual(report.figure_of(config), ("9", False))
+
+
+class SeedArgumentTest(absltest.TestCase):
+
+  def test_one_seed_alone_and_the_command_rebuilds(self):
+    for module, arg in ((locater_wt2, "seed=2,fairseq"),
+                        (depth_width, "L=3,d=32,seed=2,fairseq"),
+                        (rho_training, "seed=2,fairseq")):
+      c = module.get_config(arg)
+      schema.validate(c)
+      self.assertEqual({m["seed"] for m in sweep.members(c)}, {2}, arg)
+      command = report.config_command(json.loads(c.to_json()), "/tmp/w")
+      self.assertIn(f":{arg} --workdir", command)       # no overrides
+      with self.assertRaisesRegex(ValueError, "give one"):
+        module.get_config(arg.replace("seed=2", "seed=2,seeds=3"))
+    self.assertEqual(locater_wt2.get_config().seed, 0)
+
+
+def _run(run_dir, seeds, last_step, kappa2=(0.0, 1.0), label="Fig. 6"):
+  """A loaded run (`report.load_runs`' form) with synthetic finals."""
+  members = [dict(seed=seed, kappa1=100.0, kappa2=k, target=1.0,
+                  last_step=last_step,
+                  metrics={"mean/entropy": (np.asarray([last_step]),
+                                            np.asarray([seed + k]))})
+             for seed in seeds for k in kappa2]
+  return dict(run_dir=run_dir, figure=label.split()[1], smoke=False,
+              label=label, reading="mean_loss", command="", members=members,
+              final_step=last_step, num_steps=50_000)
+
+
+class MergedRunsTest(absltest.TestCase):
+
+  def test_separate_seed_runs_merge_and_a_seed_counts_once(self):
+    runs = [_run("s01", (0, 1), 50_000),          # seeds=2 in one program
+            _run("s1", (1,), 50_000),             # seed=1 again: counted once
+            _run("s2", (2,), 50_000),             # seed=2 alone
+            _run("other", (0,), 50_000, label="Fig. 8")]
+    rows = [r for r in report.summarize_runs(runs) if r["label"] == "Fig. 6"]
+    self.assertLen(rows, 2)                       # kappa2 = 0 and 1
+    for r in rows:
+      self.assertEqual(r["seeds"], [0, 1, 2])
+      self.assertEqual(r["run_dirs"], ["s01", "s2"])
+      self.assertEqual(r["entropy_values"], [r["kappa2"] + s for s in
+                                             (0, 1, 2)])
+      self.assertAlmostEqual(r["entropy_mean"], r["kappa2"] + 1.0)
+      self.assertAlmostEqual(r["entropy_std"], 1.0)
+    self.assertEqual(report.still_to_run(report.summarize_runs(runs))[0][:40],
+                     "- Fig. 6, fairseq (summed_loss): not run")
+
+  def test_a_seed_stopped_early_is_left_out_not_averaged(self):
+    runs = [_run("s0", (0,), 50_000), _run("s1", (1,), 20_000)]
+    counted, left_out = report.cell_members(runs)
+    self.assertEqual({m["seed"] for m in counted}, {0})
+    self.assertEqual({(m["seed"], m["last_step"]) for m in left_out},
+                     {(1, 20_000)})
+    rows = report.summarize_runs(runs)
+    self.assertEqual([r["n_seeds"] for r in rows], [1, 1])
+    [line] = [l for l in report.still_to_run(rows) if "literal" in l and
+              "Fig. 6" in l]
+    self.assertIn("1 of 3 seeds (seed 0 done)", line)
+    self.assertIn("--seeds 2 --first_seed 1`", line)
 
 
 class ContrastArgumentTest(absltest.TestCase):
@@ -225,7 +290,7 @@ class WriteReportTest(absltest.TestCase):
     self.assertIn("## Known deviations from fairseq", self.md)
     self.assertIn("## Still to run", self.md)
     self.assertIn("curves over training: ![curves](reproduction/"
-                  "fig6_smoke_curves_summed_loss_0.png)", self.md)
+                  "fig6_smoke_curves_summed_loss.png)", self.md)
     self.assertIn("- Fig. 6, literal (mean_loss): not run", self.md)  # smoke
 
   def test_runs_list_device_precision_and_wall_time(self):
@@ -248,12 +313,12 @@ class WriteReportTest(absltest.TestCase):
   def test_artefacts_exist(self):
     figures_dir = os.path.join(self.tmp, "reproduction")
     for name in ("summary.csv", "summary.json", "fig6_smoke.png",
-                 "fig6_smoke_curves_mean_loss_0.png"):
+                 "fig6_smoke_curves_mean_loss.png"):
       self.assertIn(os.path.join(figures_dir, name), self.paths)
       self.assertTrue(os.path.isfile(os.path.join(figures_dir, name)), name)
 
   def test_rebuilt_command_names_the_overrides(self):
-    command = report.summarize(self.runs[:1])[0]["command"]
+    command = report.load_runs(self.runs[:1])[0]["command"]
     self.assertIn("--config.sweep.kappa2=", command)
     self.assertIn("--config.num_steps=2", command)
     self.assertNotIn("--config.locater", command)
@@ -275,7 +340,7 @@ class Fig7StripesTest(absltest.TestCase):
       self.assertIn(f"  - {name}: ", md)
       self.assertRegex(md, r"(no )?stripes \(C = [0-9.e-]+, permutation p")
       self.assertBetween(result["p_value"], 0.0, 1.0)
-    self.assertIn("rho_i over training: ![rho]", md)
+    self.assertIn(f"rho_i over training (`{workdir}`): ![rho]", md)
 
 
 if __name__ == "__main__":

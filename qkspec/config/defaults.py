@@ -197,23 +197,41 @@ def smoke(c, d_model: int = 16) -> ml_collections.ConfigDict:
   return c
 
 
+def set_seed(c, seed: int, seeds: int) -> None:
+  """`config.seed = seed` after checking the `seed=S` / `seeds=N` pair of a
+  figure config's arguments (one seed alone, or seeds 0..N-1 together)."""
+  if seeds < 1:
+    raise ValueError(f"seeds must be >= 1, got {seeds}.")
+  if seed < 0:
+    raise ValueError(f"seed must be >= 0, got {seed}.")
+  if seed and seeds > 1:
+    raise ValueError(f"seed={seed} runs one seed and seeds={seeds} runs "
+                     f"seeds 0..{seeds - 1} in one program: give one.")
+  c.seed = seed
+
+
 def wikitext2_variant(c, *, fairseq: bool = False, seeds: int = 1,
-                      contrast: bool = False) -> ml_collections.ConfigDict:
-  """The `fairseq`, `seeds=N` and `contrast` arguments of the WikiText-2
-  figure configs.
+                      contrast: bool = False,
+                      seed: int = 0) -> ml_collections.ConfigDict:
+  """The `fairseq`, `seeds=N`, `seed=S` and `contrast` arguments of the
+  WikiText-2 figure configs.
 
   `fairseq` selects fairseq's reading of kappa (`locater.penalty_added_to =
   "summed_loss"`: kappa / (B T) next to the mean loss). `seeds` > 1 runs
   every swept member with seeds 0..N-1 in the same vmapped program
-  (`sweep.mode = "product"`). `contrast` adds one member without LocATER
-  (kappa1 = kappa2 = 0, the paper's Fig. 7 contrast) per seed, the
-  members then listed one by one (`sweep.mode = "zip"`), so the report can
-  test LocATER against none at this depth and width.
+  (`sweep.mode = "product"`). `seed` = S runs the members with seed S
+  alone (`config.seed`: initialisation and dropout; the batches, which
+  depend on `data.seed`, are the same for every seed either way), so the
+  seeds of a figure can be separate runs, each short enough for one GPU
+  slice; the report merges runs of one figure and reading.
+  `contrast` adds one member without LocATER (kappa1 = kappa2 = 0, the
+  paper's Fig. 7 contrast) per seed, the members then listed one by one
+  (`sweep.mode = "zip"`), so the report can test LocATER against none at
+  this depth and width.
   """
   if fairseq:
     c.locater.penalty_added_to = "summed_loss"
-  if seeds < 1:
-    raise ValueError(f"seeds must be >= 1, got {seeds}.")
+  set_seed(c, seed, seeds)
   if contrast:
     pairs = [(c.locater.kappa1, k) for k in c.sweep.kappa2] + [(0.0, 0.0)]
     c.sweep.mode = "zip"

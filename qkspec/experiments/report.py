@@ -7,11 +7,14 @@ writes the report and, beside it, `summary.csv`, `summary.json` and one
 figure per paper figure (final scale, entropy and valid perplexity against
 kappa2, mean +- std over seeds, one line per reading of kappa).
 
-* `summarize(run_dirs)`: one row per run dir and member group (members that
-  differ only in seed): paper figure, reading of kappa, kappa1, kappa2, the
-  seeds, steps run and planned, and mean / std over seeds of the final
-  valid and test perplexity, scale tr(W_QK^T W_QK), trace tr(W_QK) and
-  attention entropy (layers averaged, `mean/...`).
+* `summarize(run_dirs)`: one row per paper figure, reading of kappa and
+  member group (members that differ only in seed), over every run of that
+  figure and reading (`cell_members`: the seeds may be one program's,
+  `seeds=N`, or separate runs', `seed=S`; a seed met twice counts once, and
+  members stopped before the cell's longest run are left out and named):
+  kappa1, kappa2, the seeds, steps run and planned, and mean / std over
+  seeds of the final valid and test perplexity, scale tr(W_QK^T W_QK),
+  trace tr(W_QK) and attention entropy (layers averaged, `mean/...`).
 * `verdicts(rows)`: per figure and reading, the paper's claims B (scale
   shrinks), C (entropy higher) and D (perplexity lower) for kappa2 = 0 -> 1
   (kappa1 > 0), and for no LocATER (kappa1 = kappa2 = 0) -> LocATER where a
@@ -122,6 +125,8 @@ def config_command(config: dict, run_dir: str) -> str:
   seeds = set(sweep.get("seed") or ())
   if len(seeds) > 1:
     parts.append(f"seeds={len(seeds)}")
+  elif config.get("seed"):
+    parts.append(f"seed={config['seed']}")     # one seed alone
   if fig != "7" and 0.0 in (sweep.get("kappa1") or ()):
     parts.append("contrast")                   # a no-LocATER member
 
@@ -185,31 +190,86 @@ def _seed_groups(members) -> dict:
   return groups
 
 
-def summarize(run_dirs) -> list[dict]:
-  """One row per run dir and member group (members differing only in seed)."""
-  rows = []
+def _last_step(member) -> int:
+  loss = member["metrics"].get("train/loss")
+  return int(loss[0][-1]) if loss is not None and len(loss[0]) else 0
+
+
+def load_runs(run_dirs) -> list[dict]:
+  """One dict per run dir: its figure, reading, command, members (with
+  their last step) and the steps run and planned."""
+  runs = []
   for run_dir in run_dirs:
     config = _load_config(run_dir)
     fig, smoke = figure_of(config)
     members = training_plots.load_members(run_dir)
-    reading = config["locater"].get("penalty_added_to", "mean_loss")
-    command = config_command(config, run_dir)
-    for (kappa1, kappa2, target), ms in sorted(_seed_groups(members).items()):
-      steps = [int(m["metrics"]["train/loss"][0][-1])
-               if "train/loss" in m["metrics"] else 0 for m in ms]
-      row = dict(figure=fig, label=f"Fig. {fig}" + (" (smoke)" if smoke
-                                                    else ""),
-                 smoke=smoke, reading=reading, run_dir=str(run_dir),
-                 command=command, kappa1=kappa1, kappa2=kappa2,
-                 target=target, seeds=sorted(m["seed"] for m in ms),
-                 n_seeds=len(ms), final_step=min(steps),
-                 num_steps=int(config["num_steps"]))
+    for m in members:
+      m["last_step"] = _last_step(m)
+    runs.append(dict(
+        run_dir=str(run_dir), figure=fig, smoke=smoke,
+        label=f"Fig. {fig}" + (" (smoke)" if smoke else ""),
+        reading=config["locater"].get("penalty_added_to", "mean_loss"),
+        command=config_command(config, run_dir), members=members,
+        final_step=min((m["last_step"] for m in members), default=0),
+        num_steps=int(config["num_steps"])))
+  return runs
+
+
+def cells(runs) -> dict:
+  """(label, reading) -> the runs of that figure and reading of kappa."""
+  out = {}
+  for run in runs:
+    out.setdefault((run["label"], run["reading"]), []).append(run)
+  return out
+
+
+def cell_members(cell_runs) -> tuple[list, list]:
+  """(counted members, left-out members) of one cell's runs.
+
+  The runs of a figure and reading are merged: seeds may come from one
+  program (`seeds=N`) or from separate runs (`seed=S`). A (kappa1, kappa2,
+  target, seed) met twice counts once (the longer run's, else the first).
+  Only members at the cell's longest step count, so a mean never mixes a
+  seed stopped early with finished ones; the others are left out (the
+  report lists them).
+  """
+  chosen = {}
+  for run in cell_runs:
+    for m in run["members"]:
+      key = (m["kappa1"], m["kappa2"], m["target"], m["seed"])
+      if key not in chosen or m["last_step"] > chosen[key]["last_step"]:
+        chosen[key] = {**m, "run_dir": run["run_dir"]}
+  full = max((m["last_step"] for m in chosen.values()), default=0)
+  counted = [m for m in chosen.values() if m["last_step"] == full]
+  return counted, [m for m in chosen.values() if m["last_step"] < full]
+
+
+def summarize_runs(runs) -> list[dict]:
+  """One row per figure, reading and member group (members that differ
+  only in seed), over every run of that figure and reading."""
+  rows = []
+  for (label, reading), rs in cells(runs).items():
+    counted, _ = cell_members(rs)
+    for (kappa1, kappa2, target), ms in sorted(_seed_groups(counted).items()):
+      row = dict(figure=rs[0]["figure"], label=label, smoke=rs[0]["smoke"],
+                 reading=reading,
+                 run_dirs=sorted({m["run_dir"] for m in ms}),
+                 kappa1=kappa1, kappa2=kappa2, target=target,
+                 seeds=sorted(m["seed"] for m in ms), n_seeds=len(ms),
+                 final_step=min(m["last_step"] for m in ms),
+                 num_steps=max(r["num_steps"] for r in rs
+                               if r["run_dir"] in {m["run_dir"] for m in ms}))
       for name, key, _ in QUANTITIES:
         vals = [_final(m["metrics"], key) for m in ms]
         row[f"{name}_mean"], row[f"{name}_std"] = _mean_std(vals)
         row[f"{name}_values"] = vals
       rows.append(row)
   return rows
+
+
+def summarize(run_dirs) -> list[dict]:
+  """`summarize_runs(load_runs(run_dirs))`."""
+  return summarize_runs(load_runs(run_dirs))
 
 
 def seed_mean(members) -> list[dict]:
@@ -291,42 +351,47 @@ def verdicts(rows) -> list[dict]:
 
 
 def still_to_run(rows, path: str = "scan_bf16_fused4096") -> list[str]:
-  """Markdown lines: the PLAN cells that no full-length run covers yet.
+  """Markdown lines: the PLAN cells that full-length runs do not cover yet.
 
-  A cell (figure, reading) is covered by a run of 50,000 steps whose every
-  member group has at least PLAN[figure] seeds; a shorter run or fewer
-  seeds is named as such. `path` is the bench/gpu_paper.py training path
-  in the suggested commands, which add a no-LocATER member (`--contrast`)
-  to Figs. 8-12 (Fig. 7's runs are that contrast for Fig. 6's model).
+  A cell (figure, reading) is covered when seeds 0..PLAN[figure]-1 of
+  every member group reached 50,000 steps (in one run or several); a
+  shorter run or fewer seeds is named as such. Each line ends with the
+  `bench/gpu_paper.py` command that adds the missing seeds (one run per
+  seed, so each fits a GPU slice), on training path `path`, with a
+  no-LocATER member (`--contrast`) for Figs. 8-12 (Fig. 7's runs are that
+  contrast for Fig. 6's model).
   """
-  have = {}                    # (figure, reading) -> [(seeds, steps)]
-  runs = {}
+  have = {}                    # (figure, reading) -> its rows
   for r in rows:
     if not r["smoke"]:
-      runs.setdefault(r["run_dir"], []).append(r)
-  for rs in runs.values():
-    key = (rs[0]["figure"], rs[0]["reading"])
-    have.setdefault(key, []).append((min(r["n_seeds"] for r in rs),
-                                     min(r["final_step"] for r in rs)))
+      have.setdefault((r["figure"], r["reading"]), []).append(r)
   out = []
-  for fig, seeds in PLAN.items():
+  for fig, wanted in PLAN.items():
     for reading in READINGS:
-      done = have.get((fig, reading), [])
-      if any(n >= seeds and k >= PAPER_STEPS for n, k in done):
+      rs = have.get((fig, reading), [])
+      steps = min((r["final_step"] for r in rs), default=0)
+      done = (set.intersection(*(set(r["seeds"]) for r in rs))
+              if rs and steps >= PAPER_STEPS else set())
+      missing = [s for s in range(wanted) if s not in done]
+      if not missing:
         continue
-      if not done:
+      if not rs:
         state = "not run"
+      elif steps < PAPER_STEPS:
+        state = f"shortened: {steps:,} of {PAPER_STEPS:,} steps"
       else:
-        n, k = max(done, key=lambda nk: (nk[1] >= PAPER_STEPS, nk))
-        state = (f"{n} of {seeds} seeds" if k >= PAPER_STEPS else
-                 f"shortened: {k:,} of {PAPER_STEPS:,} steps")
+        state = (f"{len(done & set(range(wanted)))} of {wanted} seeds "
+                 f"(seed{'s' * (len(done) > 1)} "
+                 f"{', '.join(map(str, sorted(done)))} done)")
+      first, n = missing[0], missing[-1] - missing[0] + 1
       stage = "train_fairseq" if reading == "summed_loss" else "train"
       command = (f"python bench/gpu_paper.py --tfds_dir DIR --stages {stage}"
                  f" --figs {fig} --path {path}"
-                 + (f" --seeds {seeds}" if seeds > 1 else "")
+                 + (f" --seeds {n}" if n > 1 else "")
+                 + (f" --first_seed {first}" if first else "")
                  + (" --contrast" if fig not in ("6", "7") else ""))
       out.append(f"- Fig. {fig}, {READINGS[reading]}: {state} "
-                 f"(wanted: {seeds} seed{'s' * (seeds > 1)} x "
+                 f"(wanted: {wanted} seed{'s' * (wanted > 1)} x "
                  f"{PAPER_STEPS:,} steps): `{command}`")
   return out
 
@@ -446,7 +511,8 @@ def write_summary(rows, directory) -> list[str]:
     w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
     w.writeheader()
     for r in rows:
-      w.writerow({**r, "seeds": " ".join(map(str, r["seeds"]))})
+      w.writerow({**r, "seeds": " ".join(map(str, r["seeds"])),
+                  "run_dirs": " ".join(r["run_dirs"])})
   json_path = os.path.join(directory, "summary.json")
   with open(json_path, "w") as f:
     json.dump(dict(rows=rows, verdicts=verdicts(rows)), f, indent=1,
@@ -458,7 +524,8 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None) -> list:
   """Writes `out_path` (markdown), the summary and figures; their paths."""
   out_path = pathlib.Path(out_path)
   figures_dir = pathlib.Path(figures_dir or out_path.parent / "reproduction")
-  rows = summarize(run_dirs)
+  runs = load_runs(run_dirs)
+  rows = summarize_runs(runs)
   if not rows:
     raise ValueError("no members found in the run directories.")
   paths = write_summary(rows, figures_dir)
@@ -490,30 +557,37 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None) -> list:
     for reading in sorted({r["reading"] for r in rows if r["label"] == label}):
       rs = [r for r in rows if r["label"] == label and r["reading"] == reading]
       md += [f"### {READINGS.get(reading, reading)}", ""]
-      for i, run_dir in enumerate(sorted({r["run_dir"] for r in rs})):
-        r0 = next(r for r in rs if r["run_dir"] == run_dir)
-        md += [f"- run `{run_dir}`: {_steps_line(r0)}",
-               f"  - command: `{r0['command']}`"]
-        members = training_plots.load_members(run_dir)
-        png = figures_dir / f"{_slug(label)}_curves_{reading}_{i}.png"
-        fig = training_plots.fig6_figure(seed_mean(members))  # B-D vs step
-        seeds = r0["n_seeds"]
-        fig.suptitle(f"{label}, {READINGS.get(reading, reading)}: over "
-                     "training" + (f", mean over {seeds} seeds"
-                                   if seeds > 1 else ""))
-        fig.savefig(png, dpi=90)
-        plt.close(fig)
-        paths.append(str(png))
-        md.append(f"  - curves over training: ![curves]({rel}/{png.name})")
-        if r0["figure"] == "7":              # rho_i heat maps + stripe test
+      cell = cells(runs)[(label, reading)]
+      for run in cell:
+        md += [f"- run `{run['run_dir']}`: {_steps_line(run)}",
+               f"  - command: `{run['command']}`"]
+      counted, left_out = cell_members(cell)
+      if left_out:
+        md.append(f"- left out (stopped before step "
+                  f"{max(m['last_step'] for m in counted):,}): " + ", ".join(
+                      f"seed {m['seed']}, kappa2 = {m['kappa2']:g} at step "
+                      f"{m['last_step']:,}" for m in left_out))
+      png = figures_dir / f"{_slug(label)}_curves_{reading}.png"
+      fig = training_plots.fig6_figure(seed_mean(counted))  # B-D vs step
+      seeds = max(r["n_seeds"] for r in rs)
+      fig.suptitle(f"{label}, {READINGS.get(reading, reading)}: over "
+                   "training" + (f", mean over {seeds} seeds"
+                                 if seeds > 1 else ""))
+      fig.savefig(png, dpi=90)
+      plt.close(fig)
+      paths.append(str(png))
+      md.append(f"- curves over training: ![curves]({rel}/{png.name})")
+      for i, run in enumerate(cell):
+        if run["figure"] == "7":             # rho_i heat maps + stripe test
           png = figures_dir / f"{_slug(label)}_rho_{reading}_{i}.png"
-          fig = training_plots.rho_heatmap_figure(members)
+          fig = training_plots.rho_heatmap_figure(run["members"])
           fig.savefig(png, dpi=110)
           plt.close(fig)
           paths.append(str(png))
-          md.append(f"  - rho_i over training: ![rho]({rel}/{png.name})")
+          md.append(f"- rho_i over training (`{run['run_dir']}`): "
+                    f"![rho]({rel}/{png.name})")
           md += [f"  - {name}: {stripes.describe(result)}"
-                 for name, result in rho_stripes(members)]
+                 for name, result in rho_stripes(run["members"])]
       md += [""] + _table(rs)
       md += [""] + [f"- {v['text']}" for v in vs
                     if v["label"] == label and v["reading"] == reading]
@@ -529,14 +603,11 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None) -> list:
          "Device and wall time come from each run's `run_info.jsonl` "
          "(written by the training loop); \"not recorded\" marks runs "
          "made before it existed.", ""]
-  seen = set()
-  for r in rows:
-    if r["run_dir"] not in seen:
-      seen.add(r["run_dir"])
-      md.append(f"- {r['label']}, {READINGS.get(r['reading'])}: "
-                f"{_steps_line(r)}; "
-                f"{run_info(r['run_dir']) or 'device and wall time not recorded'}"
-                f"; `{r['command']}`")
+  for run in runs:
+    md.append(f"- {run['label']}, {READINGS.get(run['reading'])}: "
+              f"{_steps_line(run)}; "
+              f"{run_info(run['run_dir']) or 'device and wall time not recorded'}"
+              f"; `{run['command']}`")
   md += ["", "## Known deviations from fairseq", ""]
   md += [f"- {d}" for d in DEVIATIONS]
   out_path.parent.mkdir(parents=True, exist_ok=True)
