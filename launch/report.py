@@ -5,7 +5,9 @@ r"""Writes REPRODUCTION.md from training run directories (Figs. 6-12).
 
 Tables (mean +- std over seeds per kappa2), verdicts on the paper's claims
 B-D, the commands and steps of every run; summary.csv, summary.json and the
-figures go to --figures_dir. See qkspec/experiments/report.py.
+figures go to --figures_dir. Runs of one figure and reading are merged, so
+seeds trained as separate runs (`seed=S` configs, e.g. fig6, fig6_seed1)
+count together. See qkspec/experiments/report.py.
 """
 import sys
 
