@@ -308,6 +308,13 @@ def train(flags, path: str):
       workdir = os.path.join(flags.workdir, name)
       log(f"train {name}: {FIGS[fig] or 'rho_training'}, {c.num_steps} "
           f"steps, path {path}")
+      if fig == 6 and not contrast and flags.probe_rate:
+        need = (c.num_steps - _steps_done(workdir)) / flags.probe_rate
+        log(f"train {name}: ~{need / 60:.1f} min of training at the probe's "
+            f"{flags.probe_rate:.1f} steps/s, {left(flags) / 60:.1f} min "
+            "left" + ("" if need < left(flags) - 30 else
+                      ": it will stop early; rerun at once on this machine "
+                      "to resume (its checkpoint stays here)"))
       t = time.time()
       try:
         with deadline(left(flags) - 15):
@@ -410,6 +417,9 @@ def main():
                  help="add a no-LocATER member per seed (Figs. 6, 8-12)")
   p.add_argument("--k", type=int, default=250, help="steps per call")
   p.add_argument("--probe_steps", type=int, default=500)
+  p.add_argument("--probe_rate", type=float, default=0.0,
+                 help="Fig. 6 steps/s, for the train stage's projection "
+                 "(set by the probe stage)")
   p.add_argument("--time_budget_s", type=float, default=1e9)
   p.add_argument("--rehearse", action="store_true",
                  help="CPU rehearsal: a few steps per stage")
@@ -428,7 +438,7 @@ def main():
   for stage in stages:                 # in the order given
     if stage == "probe":
       path, rate = probe(flags)
-      known[5] = rate
+      known[5] = flags.probe_rate = rate
     elif stage == "train":
       train(flags, path)
     elif stage == "train_fairseq":     # the same figures, fairseq's reading
