@@ -223,6 +223,39 @@ class MergedRunsTest(absltest.TestCase):
     self.assertIn("--seeds 2 --first_seed 1`", line)
 
 
+def _rho_run(striped_locater: bool, striped_none: bool, seeds=(0,)):
+  """A Fig. 7 run whose rho maps have (or lack) a persistent profile."""
+  rng = np.random.default_rng(0)
+  steps = np.arange(1, 21) * 250
+
+  def rho(striped):
+    noise = rng.normal(0.5, 0.05, (len(steps), 16))
+    profile = np.where(np.arange(16) % 4 == 0, 0.3, 0.0) if striped else 0.0
+    return np.clip(noise + profile, 0.0, 1.0)
+  run = _run("rho", seeds, 50_000, kappa2=(), label="Fig. 7")
+  for seed in seeds:
+    for kappa1, striped in ((100.0, striped_locater), (0.0, striped_none)):
+      run["members"].append(dict(
+          seed=seed, kappa1=kappa1, kappa2=kappa1 / 100, target=1.0,
+          last_step=50_000, metrics={"l0/rho": (steps, rho(striped))}))
+  return run
+
+
+class StripeVerdictTest(absltest.TestCase):
+
+  def test_stripes_with_locater_only_is_reproduced(self):
+    cases = {(True, False): "reproduced", (False, True): "reversed",
+             (True, True): "not reproduced", (False, False): "not reproduced"}
+    for (with_, without), want in cases.items():
+      [v] = report.stripe_verdicts([_rho_run(with_, without, seeds=(0, 1))])
+      self.assertEqual(v["verdict"], want, (with_, without))
+      self.assertIn(f"stripes in {2 * with_} of 2 LocATER maps and "
+                    f"{2 * without} of 2 without", v["text"])
+
+  def test_no_fig7_run_no_line(self):
+    self.assertEqual(report.stripe_verdicts([_run("s0", (0,), 50_000)]), [])
+
+
 class ContrastArgumentTest(absltest.TestCase):
 
   def test_one_no_locater_member_per_seed_and_the_command_rebuilds(self):
@@ -341,6 +374,10 @@ class Fig7StripesTest(absltest.TestCase):
       self.assertRegex(md, r"(no )?stripes \(C = [0-9.e-]+, permutation p")
       self.assertBetween(result["p_value"], 0.0, 1.0)
     self.assertIn(f"rho_i over training (`{workdir}`): ![rho]", md)
+    self.assertRegex(md, r"- Fig. 7 \(smoke\), literal \(mean_loss\), claim "
+                     r"stripes \(rho_i over training, none -> LocATER\): "
+                     r"\*\*(reproduced|reversed|not reproduced)\*\*: "
+                     r"stripes in [01] of 1 LocATER map and [01] of 1 ")
 
 
 if __name__ == "__main__":
