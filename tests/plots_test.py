@@ -153,6 +153,11 @@ class TrainingFiguresTest(parameterized.TestCase):
                               "attention entropy (nats)", "valid loss"])
     fig = training_plots.fig6_figure([_member(lm=True)])
     self.assertEqual(fig.axes[2].get_ylabel(), "valid perplexity")
+    self.assertStartsWith(fig.axes[0].get_title(),
+                          "eigenspectrum scale (Fig. 6B)")
+    fig = training_plots.fig6_figure([_member(lm=True)], figure="9")
+    self.assertStartsWith(fig.axes[0].get_title(),         # App. D figure
+                          "eigenspectrum scale (Fig. 9B)")
 
   def test_log_axes_have_labelled_ticks(self):
     fig = training_plots.fig6_figure(_theory_members())

@@ -219,13 +219,15 @@ def _member_panels(fig, axes, members, panels):
              ncol=min(len(members), 3))
 
 
-def fig6_figure(members):
-  """Fig. 6 B-D against the step."""
+def fig6_figure(members, figure: str = "6"):
+  """Fig. 6 B-D against the step (App. D's Figs. 8-12 have the same panels:
+  `figure` names the one the titles cite)."""
   valid, valid_label = _valid_key(members[0]["metrics"])
-  panels = [("mean/qk_scale", "eigenspectrum scale (Fig. 6B)", _SCALE_LABEL),
-            ("mean/entropy", "attention entropy (Fig. 6C)",
+  panels = [("mean/qk_scale", f"eigenspectrum scale (Fig. {figure}B)",
+             _SCALE_LABEL),
+            ("mean/entropy", f"attention entropy (Fig. {figure}C)",
              "attention entropy (nats)"),
-            (valid, f"{valid_label} (Fig. 6D)", valid_label)]
+            (valid, f"{valid_label} (Fig. {figure}D)", valid_label)]
   with plt.rc_context(_FONT):
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.4), layout="constrained")
     _member_panels(fig, list(axes), members, panels)
