@@ -31,7 +31,9 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   (`seed=S`: fig6, fig6_seed1, ...), which the report merges.
 * train_fairseq: the same with fairseq's reading of kappa (`:fairseq`).
   `--contrast` adds a no-LocATER member (kappa1 = kappa2 = 0) per seed to
-  the sweeps of Figs. 6, 8-12 (the configs' `contrast` argument).
+  the sweeps of Figs. 6, 8-12 (the configs' `contrast` argument);
+  `--runs sweep,none` trains that member as a run of its own instead
+  (`none`: one member, ~5x faster than the sweep, so both fit a slice).
 * report: REPRODUCTION.md (+ reproduction/: summary CSV/JSON, figures)
   in --workdir from every run there (`qkspec.experiments.report`), so each
   slice leaves its verdicts and what is still to run.
@@ -279,58 +281,71 @@ def deadline(seconds: float):
     timer.cancel()
 
 
-def run_name(fig: int, fairseq: bool, contrast: bool, seed: int) -> str:
-  """Workdir name of one training run: fig6, fig6_fairseq_seed2, fig9_c."""
+RUN_KINDS = ("sweep", "none")
+
+
+def run_name(fig: int, fairseq: bool, contrast: bool, seed: int,
+             none: bool = False) -> str:
+  """Workdir name of one training run: fig6, fig6_fairseq_seed2, fig9_c,
+  fig9_none."""
   return (f"fig{fig}" + "_fairseq" * fairseq + "_c" * contrast
-          + (f"_seed{seed}" if seed else ""))
+          + "_none" * none + (f"_seed{seed}" if seed else ""))
 
 
 def train(flags, path: str):
-  """Trains each figure of --figs, one run per seed (resumable), prints
-  its finals, plots. A run per seed, not `seeds=N` in one program: on
-  the H100, 5 members give 579 member-steps/s and 15 give 629
-  (bench/gpu_results.md, members), so separate runs cost ~8%, and each
+  """Trains each figure of --figs, one run per seed and kind of --runs
+  (resumable), prints its finals, plots. A run per seed, not `seeds=N` in
+  one program: on the H100, 5 members give 579 member-steps/s and 15 give
+  629 (bench/gpu_results.md, members), so separate runs cost ~8%, and each
   run then fits one GPU slice (checkpoints stay on the machine, so a run
   cut by the slice's end is lost unless resumed on the same lease)."""
-  for fig in (int(f) for f in flags.figs.split(",")):
-    for seed in range(flags.first_seed, flags.first_seed + flags.seeds):
-      contrast = flags.contrast and fig != 7
-      name = run_name(fig, flags.fairseq, contrast, seed)
-      if left(flags) < 30:
-        log(f"train {name}: skipped (time budget)")
-        continue
-      extra = {"fairseq": True} if flags.fairseq else {}
-      if contrast:
-        extra["contrast"] = True
-      if seed:
-        extra["seed"] = seed
-      c = fig_config(flags, fig, path, **extra)
-      workdir = os.path.join(flags.workdir, name)
-      log(f"train {name}: {FIGS[fig] or 'rho_training'}, {c.num_steps} "
-          f"steps, path {path}")
-      if fig == 6 and not contrast and flags.probe_rate:
-        need = (c.num_steps - _steps_done(workdir)) / flags.probe_rate
-        log(f"train {name}: ~{need / 60:.1f} min of training at the probe's "
-            f"{flags.probe_rate:.1f} steps/s, {left(flags) / 60:.1f} min "
-            "left" + ("" if need < left(flags) - 30 else
-                      ": it will stop early; rerun at once on this machine "
-                      "to resume (its checkpoint stays here)"))
-      t = time.time()
-      try:
-        with deadline(left(flags) - 15):
-          loop.train_and_evaluate(c, workdir)
-      except interrupt.Interrupted as e:
-        log(f"train {name}: stopped by the time budget ({e}); rerun to go "
-            "on")
-      wall = time.time() - t
-      log(f"train {name}: {_steps_done(workdir)} steps in {wall:.0f} s "
-          f"(compilation and evaluation included)")
-      _print_finals(workdir)
-      try:
-        paths = training_plots.plot_workdir(workdir)
-        log(f"figures: {', '.join(os.path.basename(p) for p in paths)}")
-      except Exception as e:  # pylint: disable=broad-except
-        log(f"figures failed: {type(e).__name__}: {e}")
+  kinds = flags.runs.split(",")
+  for fig, seed, kind in ((int(f), s, k) for f in flags.figs.split(",")
+                          for s in range(flags.first_seed,
+                                         flags.first_seed + flags.seeds)
+                          for k in kinds):
+    none = kind == "none"
+    if none and fig == 7:        # Fig. 7 trains its none member anyway
+      continue
+    contrast = flags.contrast and fig != 7 and not none
+    name = run_name(fig, flags.fairseq, contrast, seed, none)
+    if left(flags) < 30:
+      log(f"train {name}: skipped (time budget)")
+      continue
+    extra = {"fairseq": True} if flags.fairseq else {}
+    if contrast:
+      extra["contrast"] = True
+    if none:
+      extra["none"] = True
+    if seed:
+      extra["seed"] = seed
+    c = fig_config(flags, fig, path, **extra)
+    workdir = os.path.join(flags.workdir, name)
+    log(f"train {name}: {FIGS[fig] or 'rho_training'}, {c.num_steps} "
+        f"steps, path {path}")
+    if fig == 6 and kind == "sweep" and not contrast and flags.probe_rate:
+      need = (c.num_steps - _steps_done(workdir)) / flags.probe_rate
+      log(f"train {name}: ~{need / 60:.1f} min of training at the probe's "
+          f"{flags.probe_rate:.1f} steps/s, {left(flags) / 60:.1f} min "
+          "left" + ("" if need < left(flags) - 30 else
+                    ": it will stop early; rerun at once on this machine "
+                    "to resume (its checkpoint stays here)"))
+    t = time.time()
+    try:
+      with deadline(left(flags) - 15):
+        loop.train_and_evaluate(c, workdir)
+    except interrupt.Interrupted as e:
+      log(f"train {name}: stopped by the time budget ({e}); rerun to go "
+          "on")
+    wall = time.time() - t
+    log(f"train {name}: {_steps_done(workdir)} steps in {wall:.0f} s "
+        f"(compilation and evaluation included)")
+    _print_finals(workdir)
+    try:
+      paths = training_plots.plot_workdir(workdir)
+      log(f"figures: {', '.join(os.path.basename(p) for p in paths)}")
+    except Exception as e:  # pylint: disable=broad-except
+      log(f"figures failed: {type(e).__name__}: {e}")
 
 
 def _steps_done(workdir: str) -> int:
@@ -413,6 +428,10 @@ def main():
                  help="model.loss_pallas for the Pallas path (BNxBVxWARPSx"
                  "STAGES); default: the xent stage's fastest accurate one")
   p.add_argument("--fairseq", action="store_true")
+  p.add_argument("--runs", default="sweep",
+                 help="runs per figure and seed: sweep (the kappa2 sweep) "
+                 "and/or none (the no-LocATER member alone, the configs' "
+                 "`none`), e.g. sweep,none")
   p.add_argument("--contrast", action="store_true",
                  help="add a no-LocATER member per seed (Figs. 6, 8-12)")
   p.add_argument("--k", type=int, default=250, help="steps per call")
@@ -427,6 +446,8 @@ def main():
   if flags.seeds < 1 or flags.first_seed < 0:
     p.error(f"--seeds must be >= 1 and --first_seed >= 0, got "
             f"{flags.seeds} and {flags.first_seed}")
+  if not set(flags.runs.split(",")) <= set(RUN_KINDS):
+    p.error(f"--runs takes {', '.join(RUN_KINDS)}, got {flags.runs!r}")
   logging.set_verbosity(logging.INFO)    # the loop's progress and eval lines
   if flags.rehearse:       # a few steps per stage, training included
     flags.k, flags.probe_steps = 2, 2

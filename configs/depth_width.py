@@ -37,7 +37,9 @@ launch/report.py gives mean +- std::
 `contrast` adds a no-LocATER member (kappa1 = kappa2 = 0, Fig. 7's
 contrast) per seed, so the report also tests LocATER against none at this
 cell: configs/depth_width.py:L=3,d=32,seeds=3,contrast (18 members, zip
-mode, named "seed=s,kappa1=..,kappa2=..").
+mode, named "seed=s,kappa1=..,kappa2=.."). `none` trains that member alone
+(configs/depth_width.py:L=3,d=32,none,seed=1), a run of its own that the
+report merges with the sweep's.
 
 Two readings of kappa (config.locater.penalty_added_to): "mean_loss", the
 default, adds kappa * penalty to the mean token cross-entropy as printed;
@@ -58,7 +60,8 @@ PAPER_LR = {32: 1e-4, 128: 2.5e-5}   # App. D
 
 def get_config(arg=None):
   arg = common.parse_arg(arg, L=1, d=128, smoke=False, fairseq=False,
-                         seeds=1, contrast=False, seed=0)
+                         seeds=1, contrast=False, seed=0,
+                         none=False)
   if arg.L not in (1, 3, 6) or arg.d not in PAPER_LR:
     raise ValueError(f"depth_width: L must be 1, 3 or 6 and d 32 or 128, "
                      f"got L={arg.L}, d={arg.d}.")
@@ -74,7 +77,8 @@ def get_config(arg=None):
   c.locater.kappa1 = 100.0
   c.sweep.kappa2 = common.KAPPA2_SWEEP
   common.wikitext2_variant(c, fairseq=arg.fairseq, seeds=arg.seeds,
-                           contrast=arg.contrast, seed=arg.seed)
+                           contrast=arg.contrast, seed=arg.seed,
+                           none=arg.none)
   if arg.smoke:
     common.smoke(c, d_model=arg.d // 8)
   return c

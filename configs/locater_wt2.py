@@ -40,7 +40,8 @@ each short enough for one GPU slice; the report merges them); the report
 
 The contrast with no LocATER at all (kappa1 = kappa2 = 0) is the Fig. 7
 config, the same model: configs/rho_training.py:seeds=3[,fairseq]; or add
-it to this sweep with `contrast` (one more member per seed, zip mode).
+it to this sweep with `contrast` (one more member per seed, zip mode); or
+train it alone with `none`.
 
 Two readings of kappa (config.locater.penalty_added_to; the paper cannot
 tell which the authors ran). The paper writes J + kappa1 tr(W_QK^T W_QK) +
@@ -68,7 +69,8 @@ from qkspec.config import defaults as common
 
 def get_config(arg=None):
   arg = common.parse_arg(arg, smoke=False, fairseq=False,
-                         seeds=1, contrast=False, seed=0)
+                         seeds=1, contrast=False, seed=0,
+                         none=False)
   c = common.lm_config()
   c.opt.lr = 2.5e-5          # constant (paper, d = 128)
   c.num_steps = 50_000       # updates (paper)
@@ -79,7 +81,8 @@ def get_config(arg=None):
   c.locater.target = 1.0     # tr(W_QK) target (paper)
   c.sweep.kappa2 = common.KAPPA2_SWEEP
   common.wikitext2_variant(c, fairseq=arg.fairseq, seeds=arg.seeds,
-                           contrast=arg.contrast, seed=arg.seed)
+                           contrast=arg.contrast, seed=arg.seed,
+                           none=arg.none)
   if arg.smoke:
     common.smoke(c)
   return c

@@ -74,10 +74,16 @@ class VerdictsTest(absltest.TestCase):
     self.assertTrue(all(v["contrast"].startswith("none") for v in vs))
 
 
-def _run_rows(figure, reading, n_seeds, final_step, smoke=False):
+def _run_rows(figure, reading, n_seeds, final_step, smoke=False,
+              none=None):
+  """Summary rows of a kappa2 = 0, 1 sweep; `none` adds a no-LocATER group
+  (default: for the figures that need one)."""
+  pairs = [(100.0, 0.0), (100.0, 1.0)]
+  if none or (none is None and figure in report.CONTRAST_FIGS):
+    pairs.append((0.0, 0.0))
   return [dict(figure=figure, reading=reading, seeds=list(range(n_seeds)),
                n_seeds=n_seeds, final_step=final_step, smoke=smoke,
-               kappa2=k) for k in (0.0, 1.0)]
+               kappa1=k1, kappa2=k2) for k1, k2 in pairs]
 
 
 class StillToRunTest(absltest.TestCase):
@@ -102,7 +108,8 @@ class StillToRunTest(absltest.TestCase):
                   "scan_bf16_fused4096 --seeds 3`", text)
     self.assertIn("--stages train --figs 7 --path scan_bf16_fused4096`",
                   text)
-    self.assertIn("--figs 9 --path scan_bf16_fused4096 --contrast`", text)
+    self.assertIn("--figs 9 --path scan_bf16_fused4096 --runs sweep,none`",
+                  text)
 
   def test_a_complete_plan_leaves_nothing(self):
     rows = [r for fig, seeds in report.PLAN.items()
@@ -112,6 +119,16 @@ class StillToRunTest(absltest.TestCase):
     rows[0]["seeds"] = [0, 2]                    # one group lacks seed 1
     [line] = report.still_to_run(rows)
     self.assertIn("--path scan_bf16_fused4096 --first_seed 1`", line)
+
+  def test_figs_8_to_12_need_a_no_locater_member(self):
+    rows = _run_rows("9", "mean_loss", 1, 50_000, none=False)
+    [line] = [l for l in report.still_to_run(rows)
+              if l.startswith("- Fig. 9, literal")]
+    self.assertIn("no-LocATER member: not run", line)
+    self.assertIn("--figs 9 --path scan_bf16_fused4096 --runs none`", line)
+    rows += [dict(rows[0], kappa1=0.0, kappa2=0.0)]        # a none run
+    self.assertFalse([l for l in report.still_to_run(rows)
+                      if l.startswith("- Fig. 9, literal")])
 
 
 def _member(seed, kappa2, steps, values, key="mean/entropy"):
@@ -254,6 +271,26 @@ class StripeVerdictTest(absltest.TestCase):
 
   def test_no_fig7_run_no_line(self):
     self.assertEqual(report.stripe_verdicts([_run("s0", (0,), 50_000)]), [])
+
+
+class NoneArgumentTest(absltest.TestCase):
+
+  def test_the_no_locater_member_alone_and_the_command_rebuilds(self):
+    for module, arg, fig in ((depth_width, "L=3,d=32,none,seed=1", "9"),
+                             (locater_wt2, "none,fairseq", "6")):
+      c = module.get_config(arg)
+      schema.validate(c)
+      [member] = sweep.members(c)
+      self.assertEqual((member["kappa1"], member["kappa2"]), (0.0, 0.0))
+      config = json.loads(c.to_json())
+      self.assertEqual(report.figure_of(config), (fig, False))
+      self.assertIn(f":{arg.replace('none,seed=1', 'seed=1,none')} "
+                    "--workdir", report.config_command(config, "/tmp/w"))
+    two = depth_width.get_config("L=3,d=32,none,seeds=2")
+    self.assertEqual([(m["seed"], m["kappa1"]) for m in sweep.members(two)],
+                     [(0, 0.0), (1, 0.0)])
+    with self.assertRaisesRegex(ValueError, "give one"):
+      depth_width.get_config("L=3,d=32,none,contrast")
 
 
 class ContrastArgumentTest(absltest.TestCase):

@@ -211,10 +211,10 @@ def set_seed(c, seed: int, seeds: int) -> None:
 
 
 def wikitext2_variant(c, *, fairseq: bool = False, seeds: int = 1,
-                      contrast: bool = False,
-                      seed: int = 0) -> ml_collections.ConfigDict:
-  """The `fairseq`, `seeds=N`, `seed=S` and `contrast` arguments of the
-  WikiText-2 figure configs.
+                      contrast: bool = False, seed: int = 0,
+                      none: bool = False) -> ml_collections.ConfigDict:
+  """The `fairseq`, `seeds=N`, `seed=S`, `contrast` and `none` arguments of
+  the WikiText-2 figure configs.
 
   `fairseq` selects fairseq's reading of kappa (`locater.penalty_added_to =
   "summed_loss"`: kappa / (B T) next to the mean loss). `seeds` > 1 runs
@@ -227,11 +227,19 @@ def wikitext2_variant(c, *, fairseq: bool = False, seeds: int = 1,
   `contrast` adds one member without LocATER (kappa1 = kappa2 = 0, the
   paper's Fig. 7 contrast) per seed, the members then listed one by one
   (`sweep.mode = "zip"`), so the report can test LocATER against none at
-  this depth and width.
+  this depth and width. `none` trains that member alone (no kappa2 sweep):
+  the same contrast as a run of its own, ~5x cheaper than the sweep, which
+  the report merges with the sweep's runs.
   """
   if fairseq:
     c.locater.penalty_added_to = "summed_loss"
   set_seed(c, seed, seeds)
+  if none and contrast:
+    raise ValueError("none trains the no-LocATER member alone and contrast "
+                     "adds it to the sweep: give one.")
+  if none:
+    c.locater.kappa1 = c.locater.kappa2 = 0.0
+    c.sweep.kappa1 = c.sweep.kappa2 = ()
   if contrast:
     pairs = [(c.locater.kappa1, k) for k in c.sweep.kappa2] + [(0.0, 0.0)]
     c.sweep.mode = "zip"

@@ -131,6 +131,10 @@ def config_command(config: dict, run_dir: str) -> str:
     parts.append(f"seed={config['seed']}")     # one seed alone
   if fig != "7" and 0.0 in (sweep.get("kappa1") or ()):
     parts.append("contrast")                   # a no-LocATER member
+  elif (fig != "7" and not sweep.get("kappa1") and not sweep.get("kappa2")
+        and config["locater"]["kappa1"] == 0
+        and config["locater"]["kappa2"] == 0):
+    parts.append("none")                       # that member alone
 
   if config["locater"].get("penalty_added_to") == "summed_loss":
     parts.append("fairseq")
@@ -352,16 +356,29 @@ def verdicts(rows) -> list[dict]:
   return out
 
 
+CONTRAST_FIGS = ("8", "9", "10", "11", "12")   # need a no-LocATER group
+
+
+def _seeds_done(rows, wanted):
+  """(seeds of range(wanted) every row has at full length, steps): rows
+  of one cell's member groups."""
+  steps = min((r["final_step"] for r in rows), default=0)
+  done = (set.intersection(*(set(r["seeds"]) for r in rows))
+          if rows and steps >= PAPER_STEPS else set())
+  return done & set(range(wanted)), steps
+
+
 def still_to_run(rows, path: str = "scan_bf16_fused4096") -> list[str]:
   """Markdown lines: the PLAN cells that full-length runs do not cover yet.
 
   A cell (figure, reading) is covered when seeds 0..PLAN[figure]-1 of
-  every member group reached 50,000 steps (in one run or several); a
-  shorter run or fewer seeds is named as such. Each line ends with the
-  `bench/gpu_paper.py` command that adds the missing seeds (one run per
-  seed, so each fits a GPU slice), on training path `path`, with a
-  no-LocATER member (`--contrast`) for Figs. 8-12 (Fig. 7's runs are that
-  contrast for Fig. 6's model).
+  every LocATER member group reached 50,000 steps (in one run or several)
+  and, for Figs. 8-12, so did a no-LocATER group (kappa1 = kappa2 = 0:
+  `contrast` or `none` runs; Fig. 7's runs are that contrast for Fig. 6's
+  model); a shorter run or fewer seeds is named as such. Each line ends
+  with the `bench/gpu_paper.py` command that adds what is missing (one run
+  per seed and kind, `--runs sweep,none`, so each fits a GPU slice), on
+  training path `path`.
   """
   have = {}                    # (figure, reading) -> its rows
   for r in rows:
@@ -371,28 +388,38 @@ def still_to_run(rows, path: str = "scan_bf16_fused4096") -> list[str]:
   for fig, wanted in PLAN.items():
     for reading in READINGS:
       rs = have.get((fig, reading), [])
-      steps = min((r["final_step"] for r in rs), default=0)
-      done = (set.intersection(*(set(r["seeds"]) for r in rs))
-              if rs and steps >= PAPER_STEPS else set())
-      missing = [s for s in range(wanted) if s not in done]
-      if not missing:
+      kinds = {"sweep": [r for r in rs if r["kappa1"] > 0 or fig == "7"]}
+      if fig in CONTRAST_FIGS:
+        kinds["none"] = [r for r in rs
+                         if r["kappa1"] == 0 and r["kappa2"] == 0]
+      states, missing, runs = [], set(), []
+      for kind, krs in kinds.items():
+        done, steps = _seeds_done(krs, wanted)
+        if len(done) == wanted:
+          continue
+        runs.append(kind)
+        missing |= set(range(wanted)) - done
+        what = "" if kind == "sweep" else "no-LocATER member: "
+        if not krs:
+          states.append(what + "not run")
+        elif steps < PAPER_STEPS:
+          states.append(f"{what}shortened: {steps:,} of {PAPER_STEPS:,} "
+                        "steps")
+        else:
+          states.append(f"{what}{len(done)} of {wanted} seeds (seed"
+                        f"{'s' * (len(done) > 1)} "
+                        f"{', '.join(map(str, sorted(done)))} done)")
+      if not runs:
         continue
-      if not rs:
-        state = "not run"
-      elif steps < PAPER_STEPS:
-        state = f"shortened: {steps:,} of {PAPER_STEPS:,} steps"
-      else:
-        state = (f"{len(done & set(range(wanted)))} of {wanted} seeds "
-                 f"(seed{'s' * (len(done) > 1)} "
-                 f"{', '.join(map(str, sorted(done)))} done)")
-      first, n = missing[0], missing[-1] - missing[0] + 1
+      first, n = min(missing), max(missing) - min(missing) + 1
       stage = "train_fairseq" if reading == "summed_loss" else "train"
       command = (f"python bench/gpu_paper.py --tfds_dir DIR --stages {stage}"
                  f" --figs {fig} --path {path}"
                  + (f" --seeds {n}" if n > 1 else "")
                  + (f" --first_seed {first}" if first else "")
-                 + (" --contrast" if fig not in ("6", "7") else ""))
-      out.append(f"- Fig. {fig}, {READINGS[reading]}: {state} "
+                 + (f" --runs {','.join(runs)}" if runs != ["sweep"]
+                    else ""))
+      out.append(f"- Fig. {fig}, {READINGS[reading]}: {'; '.join(states)} "
                  f"(wanted: {wanted} seed{'s' * (wanted > 1)} x "
                  f"{PAPER_STEPS:,} steps): `{command}`")
   return out
