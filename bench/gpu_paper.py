@@ -16,7 +16,9 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   probed by default, name them in --paths; "scan_bf16_pallas": the loss as
   Pallas/Triton kernels that never write the logits). Prints
   compile seconds, steps/s, member-steps/s and the projected wall time of
-  50,000 steps; the fastest path is used by the later stages.
+  50,000 steps; the fastest path is used by the later stages, and the
+  training time of every run --figs, --seeds and --runs ask for is
+  projected at its rate (`projection`).
 * train: the kappa2 sweep of every figure in --figs (7: Fig. 7's two
   members, configs/rho_training.py) for --steps steps with
   periodic evaluation, through `qkspec.training.loop` (resumable: rerunning
@@ -231,7 +233,30 @@ def probe(flags) -> str:
           f" {50_000 / rate / 60:8.2f}  {loss:10.4f}"
           + ("" if agrees else "  (disagrees)"), flush=True)
   log(f"fastest path: {best}")
+  if best_rate:
+    log(projection(flags, best_rate))
   return best or "scan_f32_plain", best_rate
+
+
+ONE_MEMBER_SPEEDUP = 534.1 / 115.8   # H100: 1 vs 5 members (gpu_results.md)
+
+
+def projection(flags, rate: float) -> str:
+  """The training time of every run that --figs, --seeds and --runs ask
+  for, at the probe's Fig. 6 rate: each sweep (and Fig. 7's two members)
+  taken as fast as Fig. 6's five, a no-LocATER run ONE_MEMBER_SPEEDUP x
+  faster; evaluation and compilation excluded (~10% more at Fig. 6)."""
+  figs = [int(f) for f in flags.figs.split(",")]
+  kinds = flags.runs.split(",")
+  sweeps = len(figs) * flags.seeds * ("sweep" in kinds)
+  nones = sum(f != 7 for f in figs) * flags.seeds * ("none" in kinds)
+  minutes = flags.steps / rate * (sweeps + nones / ONE_MEMBER_SPEEDUP) / 60
+  return (f"projected: {sweeps} sweep and {nones} no-LocATER runs of "
+          f"{flags.steps:,} steps (--figs {flags.figs}, --seeds "
+          f"{flags.seeds}, --runs {flags.runs}): ~{minutes:.1f} min of "
+          f"training at {rate:.1f} steps/s"
+          + (f", {left(flags) / 60:.1f} min left in the budget"
+             if flags.time_budget_s < 1e8 else ""))
 
 
 def members_curve(flags, path: str, known: dict[int, float]):
