@@ -19,9 +19,11 @@ Also run as the `xent` stage of bench/gpu_paper.py.
 
 With `tokamax` importable (optional; never a qkspec dependency; BUILD.md's
 wheel list for a GPU image), its `linear_softmax_cross_entropy_loss` is
-timed too: the issue's "evaluate what libraries offer" (on a GPU its
-default is a Pallas-Triton forward and an XLA backward chunked over V).
-It takes no per-token weights; the weights here are all ones.
+timed too: the issue's "evaluate what libraries offer". tokamax 0.0.17 has
+no GPU kernel for it (its Pallas one is Mosaic TPU): on a GPU "tokamax" is
+its default, the `xla` implementation (the logits written out), and
+"tokamax_chunked" its `chunked_xla`. It takes no per-token weights; the
+weights here are all ones.
 """
 import argparse
 import functools
@@ -79,6 +81,14 @@ def _plain(h, kernel, targets, weights, dtype):
       z, targets))
 
 
+def _tokamax_loss(tokamax, implementation, dtype, h, kernel, targets,
+                  weights):
+  del weights                  # all ones (tokamax takes none)
+  return tokamax.linear_softmax_cross_entropy_loss(
+      h.astype(dtype), targets, kernel.astype(dtype), reduction="sum",
+      implementation=implementation)
+
+
 def paths(blocks: str, dtype) -> dict:
   """name -> loss(h, kernel, targets, weights)."""
   out = {
@@ -90,9 +100,8 @@ def paths(blocks: str, dtype) -> dict:
   }
   tokamax = _tokamax()
   if tokamax is not None:
-    out["tokamax"] = lambda h, k, y, w: (
-        tokamax.linear_softmax_cross_entropy_loss(
-            h.astype(dtype), y, k.astype(dtype), reduction="sum"))
+    for name, impl in (("tokamax", None), ("tokamax_chunked", "chunked_xla")):
+      out[name] = functools.partial(_tokamax_loss, tokamax, impl, dtype)
   else:
     print("  (tokamax not importable: its path is skipped)", flush=True)
   for spec in filter(None, blocks.split(",")):

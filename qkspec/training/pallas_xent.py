@@ -49,8 +49,9 @@ lowered); jax 0.11.2, the device image's, and 0.12.0.1 still lower them
 Mosaic GPU port (warpgroup matmuls, as jax's `attention_mgpu` does for the
 same online-softmax pattern) is the way on; tokamax 0.0.17 offers no GPU
 kernel for this loss to fall back on (on a GPU its
-`linear_softmax_cross_entropy_loss` is a chunked XLA loss like `fused_xent`;
-its Pallas kernel is for TPUs only).
+`linear_softmax_cross_entropy_loss` defaults to an XLA loss that writes the
+logits, and offers a chunked XLA one like `fused_xent`; its Pallas kernel
+is for TPUs only).
 On a CPU they run in Pallas' interpreter (`interpret=None` chooses it),
 which is how tests/pallas_xent_test.py checks value and gradients against
 `optax` and `fused_xent`, vmapped as the κ-sweep does, in float32 and
@@ -159,6 +160,7 @@ class _Blocks:
     self.w = pad_to(pad_to(kernel.astype(compute_dtype), 0, width), 1,
                     round_up(vocab, self.bv))
     self.y = pad_to(targets.astype(jnp.int32), 0, rows)
+    self.vec = pl.BlockSpec((self.bn,), lambda i: (i,))   # [BN] of [rows]
     self.interpret = _interpret(interpret)
     self.params = pl_triton.CompilerParams(num_warps=num_warps,
                                            num_stages=num_stages)
@@ -175,10 +177,9 @@ class _Blocks:
   def by_rows(self, kernel, name, out_specs, out_shape, *vectors):
     """A program per row block I: h_I, the whole W, and [BN] row vectors."""
     rows, width = self.h.shape
-    vec = pl.BlockSpec((self.bn,), lambda i: (i,))
     in_specs = ([pl.BlockSpec((self.bn, width), lambda i: (i, 0)),
                  pl.BlockSpec(self.w.shape, lambda i: (0, 0))]
-                + [vec] * len(vectors))
+                + [self.vec] * len(vectors))
     body = functools.partial(kernel, vocab=self.vocab, block_vocab=self.bv)
     return self.call(body, name, (rows // self.bn,), in_specs, out_specs,
                      out_shape, self.h, self.w, *vectors)
@@ -202,10 +203,8 @@ def _interpret(interpret):
 
 
 def _forward(b: _Blocks):
-  rows = b.h.shape[0]
-  vec = pl.BlockSpec((b.bn,), lambda i: (i,))
-  out = jax.ShapeDtypeStruct((rows,), jnp.float32)
-  lse, zy = b.by_rows(_forward_kernel, "xent_forward", [vec, vec],
+  out = jax.ShapeDtypeStruct((b.h.shape[0],), jnp.float32)
+  lse, zy = b.by_rows(_forward_kernel, "xent_forward", [b.vec, b.vec],
                       [out, out], b.y)
   return lse[:b.n], zy[:b.n]
 
