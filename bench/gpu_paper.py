@@ -254,9 +254,13 @@ def projection(flags, rate: float) -> str:
   return (f"projected: {sweeps} sweep and {nones} no-LocATER runs of "
           f"{flags.steps:,} steps (--figs {flags.figs}, --seeds "
           f"{flags.seeds}, --runs {flags.runs}): ~{minutes:.1f} min of "
-          f"training at {rate:.1f} steps/s"
-          + (f", {left(flags) / 60:.1f} min left in the budget"
-             if flags.time_budget_s < 1e8 else ""))
+          f"training at {rate:.1f} steps/s" + _budget_left(flags))
+
+
+def _budget_left(flags) -> str:
+  """", N min left in the budget", or "" without a --time_budget_s."""
+  return (f", {left(flags) / 60:.1f} min left in the budget"
+          if flags.time_budget_s < 1e8 else "")
 
 
 def members_curve(flags, path: str, known: dict[int, float]):
@@ -317,13 +321,14 @@ def run_name(fig: int, fairseq: bool, contrast: bool, seed: int,
           + "_none" * none + (f"_seed{seed}" if seed else ""))
 
 
-def train(flags, path: str):
+def train(flags, path: str, rate: float | None = None):
   """Trains each figure of --figs, one run per seed and kind of --runs
-  (resumable), prints its finals, plots. A run per seed, not `seeds=N` in
-  one program: on the H100, 5 members give 579 member-steps/s and 15 give
-  629 (bench/gpu_results.md, members), so separate runs cost ~8%, and each
-  run then fits one GPU slice (checkpoints stay on the machine, so a run
-  cut by the slice's end is lost unless resumed on the same lease)."""
+  (resumable), prints its finals, plots; `rate` (the probe's Fig. 6
+  steps/s) projects each Fig. 6 run's time. A run per seed, not `seeds=N`
+  in one program: on the H100, 5 members give 579 member-steps/s and 15
+  give 629 (bench/gpu_results.md, members), so separate runs cost ~8%, and
+  each run then fits one GPU slice (checkpoints stay on the machine, so a
+  run cut by the slice's end is lost unless resumed on the same lease)."""
   kinds = flags.runs.split(",")
   for fig, seed, kind in ((int(f), s, k) for f in flags.figs.split(",")
                           for s in range(flags.first_seed,
@@ -348,13 +353,13 @@ def train(flags, path: str):
     workdir = os.path.join(flags.workdir, name)
     log(f"train {name}: {FIGS[fig] or 'rho_training'}, {c.num_steps} "
         f"steps, path {path}")
-    if fig == 6 and kind == "sweep" and not contrast and flags.probe_rate:
-      need = (c.num_steps - _steps_done(workdir)) / flags.probe_rate
+    if fig == 6 and kind == "sweep" and not contrast and rate:
+      need = (c.num_steps - _steps_done(workdir)) / rate
       log(f"train {name}: ~{need / 60:.1f} min of training at the probe's "
-          f"{flags.probe_rate:.1f} steps/s, {left(flags) / 60:.1f} min "
-          "left" + ("" if need < left(flags) - 30 else
-                    ": it will stop early; rerun at once on this machine "
-                    "to resume (its checkpoint stays here)"))
+          f"{rate:.1f} steps/s" + _budget_left(flags)
+          + ("" if need < left(flags) - 30 else
+             ": it will stop early; rerun at once on this machine to resume "
+             "(its checkpoint stays here)"))
     t = time.time()
     try:
       with deadline(left(flags) - 15):
@@ -397,7 +402,7 @@ def write_report(flags):
     log("report: no runs in the workdir yet")
     return
   out = os.path.join(flags.workdir, "REPRODUCTION.md")
-  command = f"python launch/report.py --runs {','.join(runs)} --out {out}"
+  command = report.report_command(runs, out)
   try:
     report.write_report(runs, out, command=command)
   except Exception as e:  # pylint: disable=broad-except
@@ -461,9 +466,6 @@ def main():
                  help="add a no-LocATER member per seed (Figs. 6, 8-12)")
   p.add_argument("--k", type=int, default=250, help="steps per call")
   p.add_argument("--probe_steps", type=int, default=500)
-  p.add_argument("--probe_rate", type=float, default=0.0,
-                 help="Fig. 6 steps/s, for the train stage's projection "
-                 "(set by the probe stage)")
   p.add_argument("--time_budget_s", type=float, default=1e9)
   p.add_argument("--rehearse", action="store_true",
                  help="CPU rehearsal: a few steps per stage")
@@ -484,12 +486,12 @@ def main():
   for stage in stages:                 # in the order given
     if stage == "probe":
       path, rate = probe(flags)
-      known[5] = flags.probe_rate = rate
+      known[5] = rate
     elif stage == "train":
-      train(flags, path)
+      train(flags, path, known.get(5))
     elif stage == "train_fairseq":     # the same figures, fairseq's reading
       flags.fairseq = True
-      train(flags, path)
+      train(flags, path, known.get(5))
       flags.fairseq = False
     elif stage == "members":
       members_curve(flags, path, known)

@@ -279,9 +279,10 @@ class LanguageModel(nn.Module):
     x_BxTxd = nn.Dropout(self.dropout)(x_BxTxd, deterministic=deterministic)
     x_BxTxd = Decoder(self.num_layers, self.block, self.dtype, name="decoder")(
         x_BxTxd.astype(self.dtype), deterministic)
-    return OutputHead(self.vocab_size, self.loss_chunk, self.dtype,
+    head = OutputHead(self.vocab_size, self.loss_chunk, self.dtype,
                       self.loss_kernel_grad, self.loss_impl,
-                      self.loss_pallas, name="output")(x_BxTxd, targets_BxT, weights_BxT)
+                      self.loss_pallas, name="output")
+    return head(x_BxTxd, targets_BxT, weights_BxT)
 
 
 def head_temperature(temperature: float | None, head_dim: int) -> float:
