@@ -3,6 +3,7 @@ import json
 import math
 import os
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 import jax
@@ -401,7 +402,11 @@ class Fig7StripesTest(absltest.TestCase):
     workdir = os.path.join(tmp, "rho")
     loop.train_and_evaluate(rho_training.get_config("smoke"), workdir)
     out = os.path.join(tmp, "REPRODUCTION.md")
-    report.write_report([workdir], out)
+    with mock.patch.object(training_plots, "fig6_figure",
+                           wraps=training_plots.fig6_figure) as curves:
+      report.write_report([workdir], out)
+    # Fig. 7 has only rho maps: its curves cite Fig. 6's panels (same model).
+    self.assertEqual(curves.call_args.args[1], "6")
     with open(out) as f:
       md = f.read()
     members = report.rho_stripes(training_plots.load_members(workdir))

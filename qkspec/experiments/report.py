@@ -641,8 +641,9 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None) -> list:
                       f"seed {m['seed']}, kappa2 = {m['kappa2']:g} at step "
                       f"{m['last_step']:,}" for m in left_out))
       png = figures_dir / f"{_slug(label)}_curves_{reading}.png"
+      panels_of = cell[0]["figure"]    # Fig. 7 (rho maps only): Fig. 6's model
       fig = training_plots.fig6_figure(seed_mean(counted),    # B-D vs step
-                                       cell[0]["figure"])
+                                       "6" if panels_of == "7" else panels_of)
       seeds = max(r["n_seeds"] for r in rs)
       fig.suptitle(f"{label}, {READINGS.get(reading, reading)}: over "
                    "training" + (f", mean over {seeds} seeds"
