@@ -36,6 +36,12 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   the sweeps of Figs. 6, 8-12 (the configs' `contrast` argument);
   `--runs sweep,none` trains that member as a run of its own instead
   (`none`: one member, ~5x faster than the sweep, so both fit a slice).
+* todo: the runs the report still lacks (--todo, default the committed
+  reproduction/summary.json's "todo": REPRODUCTION.md's Still to run, one
+  run per seed and kind, main text first), each trained only when its
+  projected time (`run_seconds`) fits the time left, so a slice fills
+  itself with what it can finish; --rate gives the Fig. 6 steps/s when no
+  probe ran in the same call.
 * report: REPRODUCTION.md (+ reproduction/: summary CSV/JSON, figures)
   in --workdir from every run there (`qkspec.experiments.report`), so each
   slice leaves its verdicts and what is still to run.
@@ -57,6 +63,7 @@ import argparse
 import contextlib
 import gc
 import glob
+import json
 import math
 import os
 import shutil
@@ -238,23 +245,24 @@ def probe(flags) -> str:
   return best or "scan_f32_plain", best_rate
 
 
-ONE_MEMBER_SPEEDUP = 534.1 / 115.8   # H100: 1 vs 5 members (gpu_results.md)
+ONE_MEMBER_RATE, FIVE_MEMBER_RATE = 534.1, 115.8   # H100 (gpu_results.md)
 
 
 def projection(flags, rate: float) -> str:
-  """The training time of every run that --figs, --seeds and --runs ask
-  for, at the probe's Fig. 6 rate: each sweep (and Fig. 7's two members)
-  taken as fast as Fig. 6's five, a no-LocATER run ONE_MEMBER_SPEEDUP x
-  faster; evaluation and compilation excluded (~10% more at Fig. 6)."""
+  """The wall time of every run that --figs, --seeds and --runs ask for
+  (`run_seconds` at the probe's Fig. 6 rate; compilation excluded)."""
   figs = [int(f) for f in flags.figs.split(",")]
   kinds = flags.runs.split(",")
-  sweeps = len(figs) * flags.seeds * ("sweep" in kinds)
-  nones = sum(f != 7 for f in figs) * flags.seeds * ("none" in kinds)
-  minutes = flags.steps / rate * (sweeps + nones / ONE_MEMBER_SPEEDUP) / 60
+  runs = [(f, k) for f in figs for k in kinds if not (f == 7 and k == "none")]
+  sweeps = flags.seeds * sum(k == "sweep" for _, k in runs)
+  nones = flags.seeds * sum(k == "none" for _, k in runs)
+  minutes = flags.seeds * sum(run_seconds(f, k, flags.steps, rate,
+                                          flags.contrast)
+                              for f, k in runs) / 60
   return (f"projected: {sweeps} sweep and {nones} no-LocATER runs of "
           f"{flags.steps:,} steps (--figs {flags.figs}, --seeds "
-          f"{flags.seeds}, --runs {flags.runs}): ~{minutes:.1f} min of "
-          f"training at {rate:.1f} steps/s" + _budget_left(flags))
+          f"{flags.seeds}, --runs {flags.runs}): ~{minutes:.1f} min at "
+          f"{rate:.1f} steps/s, evaluation included" + _budget_left(flags))
 
 
 def _budget_left(flags) -> str:
@@ -324,58 +332,124 @@ def run_name(fig: int, fairseq: bool, contrast: bool, seed: int,
 def train(flags, path: str, rate: float | None = None):
   """Trains each figure of --figs, one run per seed and kind of --runs
   (resumable), prints its finals, plots; `rate` (the probe's Fig. 6
-  steps/s) projects each Fig. 6 run's time. A run per seed, not `seeds=N`
+  steps/s) projects each run's time. A run per seed, not `seeds=N`
   in one program: on the H100, 5 members give 579 member-steps/s and 15
   give 629 (bench/gpu_results.md, members), so separate runs cost ~8%, and
   each run then fits one GPU slice (checkpoints stay on the machine, so a
   run cut by the slice's end is lost unless resumed on the same lease)."""
-  kinds = flags.runs.split(",")
   for fig, seed, kind in ((int(f), s, k) for f in flags.figs.split(",")
                           for s in range(flags.first_seed,
                                          flags.first_seed + flags.seeds)
-                          for k in kinds):
-    none = kind == "none"
-    if none and fig == 7:        # Fig. 7 trains its none member anyway
+                          for k in flags.runs.split(",")):
+    if kind == "none" and fig == 7:    # Fig. 7 trains its none member anyway
       continue
-    contrast = flags.contrast and fig != 7 and not none
-    name = run_name(fig, flags.fairseq, contrast, seed, none)
     if left(flags) < 30:
-      log(f"train {name}: skipped (time budget)")
+      log(f"train {run_name(fig, flags.fairseq, False, seed)}: skipped "
+          "(time budget)")
       continue
-    extra = {"fairseq": True} if flags.fairseq else {}
-    if contrast:
-      extra["contrast"] = True
-    if none:
-      extra["none"] = True
-    if seed:
-      extra["seed"] = seed
-    c = fig_config(flags, fig, path, **extra)
-    workdir = os.path.join(flags.workdir, name)
-    log(f"train {name}: {FIGS[fig] or 'rho_training'}, {c.num_steps} "
-        f"steps, path {path}")
-    if fig == 6 and kind == "sweep" and not contrast and rate:
-      need = (c.num_steps - _steps_done(workdir)) / rate
-      log(f"train {name}: ~{need / 60:.1f} min of training at the probe's "
-          f"{rate:.1f} steps/s" + _budget_left(flags)
-          + ("" if need < left(flags) - 30 else
-             ": it will stop early; rerun at once on this machine to resume "
-             "(its checkpoint stays here)"))
-    t = time.time()
-    try:
-      with deadline(left(flags) - 15):
-        loop.train_and_evaluate(c, workdir)
-    except interrupt.Interrupted as e:
-      log(f"train {name}: stopped by the time budget ({e}); rerun to go "
-          "on")
-    wall = time.time() - t
-    log(f"train {name}: {_steps_done(workdir)} steps in {wall:.0f} s "
-        f"(compilation and evaluation included)")
-    _print_finals(workdir)
-    try:
-      paths = training_plots.plot_workdir(workdir)
-      log(f"figures: {', '.join(os.path.basename(p) for p in paths)}")
-    except Exception as e:  # pylint: disable=broad-except
-      log(f"figures failed: {type(e).__name__}: {e}")
+    train_run(flags, path, fig, seed, kind, flags.fairseq, rate)
+
+
+def train_run(flags, path: str, fig: int, seed: int, kind: str,
+              fairseq: bool, rate: float | None):
+  """Trains one run (resumable from its workdir) until done or the time
+  budget, then prints its finals and writes its figures."""
+  none = kind == "none"
+  contrast = flags.contrast and fig != 7 and not none
+  name = run_name(fig, fairseq, contrast, seed, none)
+  extra = {"fairseq": True} if fairseq else {}
+  if contrast:
+    extra["contrast"] = True
+  if none:
+    extra["none"] = True
+  if seed:
+    extra["seed"] = seed
+  c = fig_config(flags, fig, path, **extra)
+  workdir = os.path.join(flags.workdir, name)
+  log(f"train {name}: {FIGS[fig] or 'rho_training'}, {c.num_steps} "
+      f"steps, path {path}")
+  if rate:
+    need = run_seconds(fig, kind, c.num_steps - _steps_done(workdir), rate,
+                       contrast)
+    log(f"train {name}: ~{need / 60:.1f} min at the probe's {rate:.1f} "
+        "steps/s (run_seconds)" + _budget_left(flags)
+        + ("" if need < left(flags) - 30 else
+           ": it will stop early; rerun at once on this machine to resume "
+           "(its checkpoint stays here)"))
+  t = time.time()
+  try:
+    with deadline(left(flags) - 15):
+      loop.train_and_evaluate(c, workdir)
+  except interrupt.Interrupted as e:
+    log(f"train {name}: stopped by the time budget ({e}); rerun to go on")
+  wall = time.time() - t
+  log(f"train {name}: {_steps_done(workdir)} steps in {wall:.0f} s "
+      f"(compilation and evaluation included)")
+  _print_finals(workdir)
+  try:
+    paths = training_plots.plot_workdir(workdir)
+    log(f"figures: {', '.join(os.path.basename(p) for p in paths)}")
+  except Exception as e:  # pylint: disable=broad-except
+    log(f"figures failed: {type(e).__name__}: {e}")
+
+
+def todo(flags, path: str, rate: float | None):
+  """Trains the runs the report still lacks (--todo: a summary.json with
+  `report.todo_runs`' list, in its order), each only when its projected
+  time (`run_seconds` at `rate`, else --rate) fits the time left: a run
+  that would not is skipped for a later, shorter one, so no slice starts
+  what it cannot finish (checkpoints do not come back from the device).
+  Runs finished in an earlier call on this machine are skipped."""
+  with open(flags.todo) as f:
+    runs = json.load(f).get("todo", [])
+  rate = rate or flags.rate
+  log(f"todo: {len(runs)} runs still to train ({flags.todo}), projected "
+      f"at {rate:.1f} Fig. 6 steps/s" + ("" if rate != flags.rate else
+                                          " (--rate)") + _budget_left(flags))
+  trained = 0
+  for r in runs:
+    fig, seed, kind = int(r["figure"]), int(r["seed"]), r["kind"]
+    fairseq = r["reading"] == "summed_loss"
+    name = run_name(fig, fairseq, False, seed, kind == "none")
+    steps = flags.steps - _steps_done(os.path.join(flags.workdir, name))
+    if steps <= 0:
+      log(f"todo {name}: done here already")
+      continue
+    need = run_seconds(fig, kind, steps, rate)
+    if need > left(flags) - TODO_MARGIN_S:
+      log(f"todo {name}: ~{need / 60:.1f} min, does not fit "
+          f"({left(flags) / 60:.1f} min left); skipped")
+      continue
+    train_run(flags, path, fig, seed, kind, fairseq, rate)
+    trained += 1
+  log(f"todo: trained {trained} of {len(runs)} runs")
+
+
+TODO_MARGIN_S = 45     # a run's figures, the report and the tarball
+# Projection model (H100, bench/gpu_results.md): steps/s of N members of
+# the d = 128, L = 1 model is 534.1 at N = 1 and 115.8 at N = 5; a step's
+# time taken as linear in N between them, scaled by the probe's Fig. 6
+# rate; each layer beyond the first adds LAYER_COST (a guess until a
+# deeper run is timed: ~5% more FLOPs per layer at d = 128, plus its
+# kernels); d = 32 costs as d = 128 (the step is bound by the [4096, V]
+# logits, whose size does not depend on d); evaluation adds EVAL_COST and
+# compilation RUN_OVERHEAD_S (Fig. 6: 8.0 min wall for 7.2 min of training).
+LAYER_COST = 0.10
+EVAL_COST = 0.07
+RUN_OVERHEAD_S = 20.0
+LAYERS = {6: 1, 7: 1, 8: 1, 9: 3, 10: 6, 11: 3, 12: 6}
+
+
+def run_seconds(fig: int, kind: str, steps: int, rate: float,
+                contrast: bool = False) -> float:
+  """Projected wall seconds of `steps` steps of one run (see the model
+  above), given `rate`, the probe's steps/s of the Fig. 6 sweep."""
+  members = (1 if kind == "none" else 2 if fig == 7
+             else 5 + contrast)
+  one, five = 1 / ONE_MEMBER_RATE, 1 / FIVE_MEMBER_RATE
+  per_step = one + (five - one) * (members - 1) / 4
+  per_step *= FIVE_MEMBER_RATE / rate * (1 + LAYER_COST * (LAYERS[fig] - 1))
+  return steps * per_step * (1 + EVAL_COST) + RUN_OVERHEAD_S
 
 
 def _steps_done(workdir: str) -> int:
@@ -462,6 +536,14 @@ def main():
                  help="runs per figure and seed: sweep (the kappa2 sweep) "
                  "and/or none (the no-LocATER member alone, the configs' "
                  "`none`), e.g. sweep,none")
+  p.add_argument("--todo", default=os.path.join(ROOT, "reproduction",
+                                                "summary.json"),
+                 help="todo stage: the report summary whose 'todo' runs "
+                 "to train (REPRODUCTION.md's Still to run)")
+  p.add_argument("--rate", type=float, default=FIVE_MEMBER_RATE,
+                 help="todo stage without a probe in the same call: the "
+                 "Fig. 6 sweep's steps/s on --path (the last probe's; "
+                 "default: the H100's on scan_bf16_fused4096)")
   p.add_argument("--contrast", action="store_true",
                  help="add a no-LocATER member per seed (Figs. 6, 8-12)")
   p.add_argument("--k", type=int, default=250, help="steps per call")
@@ -493,6 +575,8 @@ def main():
       flags.fairseq = True
       train(flags, path, known.get(5))
       flags.fairseq = False
+    elif stage == "todo":
+      todo(flags, path, known.get(5))
     elif stage == "members":
       members_curve(flags, path, known)
     elif stage == "report":

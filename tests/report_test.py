@@ -131,6 +131,34 @@ class StillToRunTest(absltest.TestCase):
     self.assertFalse([l for l in report.still_to_run(rows)
                       if l.startswith("- Fig. 9, literal")])
 
+  def test_todo_lists_each_missing_run_main_text_first(self):
+    rows = (_run_rows("6", "mean_loss", 1, 50_000)        # seeds 1, 2 left
+            + _run_rows("6", "summed_loss", 3, 11_000)    # shortened: all
+            + _run_rows("9", "mean_loss", 1, 50_000, none=False))
+    todo = report.todo_runs(rows)
+    key = lambda t: (t["figure"], t["reading"], t["seed"], t["kind"])
+    self.assertCountEqual(
+        [key(t) for t in todo if t["figure"] == "6"],
+        [("6", "mean_loss", 1, "sweep"), ("6", "mean_loss", 2, "sweep")]
+        + [("6", "summed_loss", s, "sweep") for s in range(3)])
+    self.assertIn(("9", "mean_loss", 0, "none"), map(key, todo))
+    self.assertNotIn(("9", "mean_loss", 0, "sweep"), map(key, todo))
+    self.assertEqual([key(t) for t in todo[:5]], [
+        ("6", "summed_loss", 0, "sweep"), ("7", "summed_loss", 0, "sweep"),
+        ("7", "mean_loss", 0, "sweep"), ("6", "summed_loss", 1, "sweep"),
+        ("6", "mean_loss", 1, "sweep")])
+    self.assertEqual(key(todo[7]), ("8", "summed_loss", 0, "sweep"))
+    self.assertEqual(key(todo[8]), ("8", "summed_loss", 0, "none"))
+    # one run per (figure, reading, seed, kind) that still_to_run names
+    self.assertLen(todo, 5 + 2 + 5 * 2 * 2 - 1)
+    self.assertLen({key(t) for t in todo}, len(todo))
+
+  def test_todo_is_empty_when_the_plan_is_complete(self):
+    rows = [r for fig, seeds in report.PLAN.items()
+            for reading in report.READINGS
+            for r in _run_rows(fig, reading, seeds, 50_000)]
+    self.assertEqual(report.todo_runs(rows), [])
+
 
 def _member(seed, kappa2, steps, values, key="mean/entropy"):
   return dict(seed=seed, kappa1=100.0, kappa2=kappa2, target=1.0,
@@ -387,6 +415,12 @@ class WriteReportTest(absltest.TestCase):
                  "fig6_smoke_curves_mean_loss.png"):
       self.assertIn(os.path.join(figures_dir, name), self.paths)
       self.assertTrue(os.path.isfile(os.path.join(figures_dir, name)), name)
+    with open(os.path.join(figures_dir, "summary.json")) as f:
+      summary = json.load(f)
+    # smoke runs cover nothing: the whole plan is still to run, in order
+    self.assertEqual(summary["todo"][0], dict(
+        figure="6", reading="summed_loss", seed=0, kind="sweep"))
+    self.assertLen(summary["todo"], 3 * 2 + 2 + 5 * 2 * 2)
 
   def test_rebuilt_command_names_the_overrides(self):
     command = report.load_runs(self.runs[:1])[0]["command"]

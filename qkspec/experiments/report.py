@@ -27,7 +27,9 @@ kappa2, mean +- std over seeds, one line per reading of kappa).
   the update, `training_plots.fig6_figure`), one line per member group.
 * `still_to_run(rows)`: the cells of the plan (every figure x both
   readings; 3 seeds for Fig. 6, 1 elsewhere; 50,000 steps) that no run
-  covers yet, each with the `bench/gpu_paper.py` command that adds it.
+  covers yet, each with the `bench/gpu_paper.py` command that adds it;
+  `todo_runs(rows)` the same runs one by one, in the order a GPU slice
+  trains them (summary.json's "todo", `gpu_paper.py --stages todo`).
 
 Fig. 7's heat maps get a stripe test per member (`stripes.stripe_test`: a
 persistent, salient position profile of rho_i over training) and
@@ -368,6 +370,28 @@ def _seeds_done(rows, wanted):
   return done & set(range(wanted)), steps
 
 
+def _gaps(rows) -> dict:
+  """(figure, reading) -> [(kind, its rows, seeds done, steps)] for every
+  PLAN cell (full-length, non-smoke rows; `still_to_run` documents the
+  rule): kind "sweep" (the LocATER groups; Fig. 7's two members) and, for
+  Figs. 8-12, "none" (kappa1 = kappa2 = 0)."""
+  have = {}                    # (figure, reading) -> its rows
+  for r in rows:
+    if not r["smoke"]:
+      have.setdefault((r["figure"], r["reading"]), []).append(r)
+  out = {}
+  for fig, wanted in PLAN.items():
+    for reading in READINGS:
+      rs = have.get((fig, reading), [])
+      kinds = {"sweep": [r for r in rs if r["kappa1"] > 0 or fig == "7"]}
+      if fig in CONTRAST_FIGS:
+        kinds["none"] = [r for r in rs
+                         if r["kappa1"] == 0 and r["kappa2"] == 0]
+      out[fig, reading] = [(kind, krs, *_seeds_done(krs, wanted))
+                           for kind, krs in kinds.items()]
+  return out
+
+
 def still_to_run(rows, path: str = "scan_bf16_fused4096") -> list[str]:
   """Markdown lines: the PLAN cells that full-length runs do not cover yet.
 
@@ -378,51 +402,69 @@ def still_to_run(rows, path: str = "scan_bf16_fused4096") -> list[str]:
   model); a shorter run or fewer seeds is named as such. Each line ends
   with the `bench/gpu_paper.py` command that adds what is missing (one run
   per seed and kind, `--runs sweep,none`, so each fits a GPU slice), on
-  training path `path`.
+  training path `path`. `todo_runs` lists the same runs one by one.
   """
-  have = {}                    # (figure, reading) -> its rows
-  for r in rows:
-    if not r["smoke"]:
-      have.setdefault((r["figure"], r["reading"]), []).append(r)
   out = []
-  for fig, wanted in PLAN.items():
-    for reading in READINGS:
-      rs = have.get((fig, reading), [])
-      kinds = {"sweep": [r for r in rs if r["kappa1"] > 0 or fig == "7"]}
-      if fig in CONTRAST_FIGS:
-        kinds["none"] = [r for r in rs
-                         if r["kappa1"] == 0 and r["kappa2"] == 0]
-      states, missing, runs = [], set(), []
-      for kind, krs in kinds.items():
-        done, steps = _seeds_done(krs, wanted)
-        if len(done) == wanted:
-          continue
-        runs.append(kind)
-        missing |= set(range(wanted)) - done
-        what = "" if kind == "sweep" else "no-LocATER member: "
-        if not krs:
-          states.append(what + "not run")
-        elif steps < PAPER_STEPS:
-          states.append(f"{what}shortened: {steps:,} of {PAPER_STEPS:,} "
-                        "steps")
-        else:
-          states.append(f"{what}{len(done)} of {wanted} seeds (seed"
-                        f"{'s' * (len(done) > 1)} "
-                        f"{', '.join(map(str, sorted(done)))} done)")
-      if not runs:
+  for (fig, reading), kinds in _gaps(rows).items():
+    wanted = PLAN[fig]
+    states, missing, runs = [], set(), []
+    for kind, krs, done, steps in kinds:
+      if len(done) == wanted:
         continue
-      first, n = min(missing), max(missing) - min(missing) + 1
-      stage = "train_fairseq" if reading == "summed_loss" else "train"
-      command = (f"python bench/gpu_paper.py --tfds_dir DIR --stages {stage}"
-                 f" --figs {fig} --path {path}"
-                 + (f" --seeds {n}" if n > 1 else "")
-                 + (f" --first_seed {first}" if first else "")
-                 + (f" --runs {','.join(runs)}" if runs != ["sweep"]
-                    else ""))
-      out.append(f"- Fig. {fig}, {READINGS[reading]}: {'; '.join(states)} "
-                 f"(wanted: {wanted} seed{'s' * (wanted > 1)} x "
-                 f"{PAPER_STEPS:,} steps): `{command}`")
+      runs.append(kind)
+      missing |= set(range(wanted)) - done
+      what = "" if kind == "sweep" else "no-LocATER member: "
+      if not krs:
+        states.append(what + "not run")
+      elif steps < PAPER_STEPS:
+        states.append(f"{what}shortened: {steps:,} of {PAPER_STEPS:,} "
+                      "steps")
+      else:
+        states.append(f"{what}{len(done)} of {wanted} seeds (seed"
+                      f"{'s' * (len(done) > 1)} "
+                      f"{', '.join(map(str, sorted(done)))} done)")
+    if not runs:
+      continue
+    first, n = min(missing), max(missing) - min(missing) + 1
+    stage = "train_fairseq" if reading == "summed_loss" else "train"
+    command = (f"python bench/gpu_paper.py --tfds_dir DIR --stages {stage}"
+               f" --figs {fig} --path {path}"
+               + (f" --seeds {n}" if n > 1 else "")
+               + (f" --first_seed {first}" if first else "")
+               + (f" --runs {','.join(runs)}" if runs != ["sweep"]
+                  else ""))
+    out.append(f"- Fig. {fig}, {READINGS[reading]}: {'; '.join(states)} "
+               f"(wanted: {wanted} seed{'s' * (wanted > 1)} x "
+               f"{PAPER_STEPS:,} steps): `{command}`")
   return out
+
+
+MAIN_TEXT_FIGS = ("6", "7")        # Sec. 7; Figs. 8-12 are Appendix D
+_READING_ORDER = ("summed_loss", "mean_loss")
+
+
+def todo_runs(rows) -> list[dict]:
+  """The runs `still_to_run` asks for, one per seed and kind, in the order
+  a GPU slice should train them: dicts {figure, reading, seed, kind}
+  ("sweep" or "none"), written to summary.json's "todo" for
+  `bench/gpu_paper.py --stages todo`.
+
+  Order: the main text's Figs. 6 and 7 before the appendix's Figs. 8-12;
+  then by seed (every figure's first look before more seeds of one), figure,
+  reading (fairseq's first: at the literal reading kappa1 = 100 holds the
+  scale near zero for every kappa2 (REPRODUCTION.md, Fig. 6), so the fairseq
+  runs are the likelier match to the paper and their first look is worth
+  more), kind (the sweep before its no-LocATER member).
+  """
+  out = []
+  for (fig, reading), kinds in _gaps(rows).items():
+    for kind, _, done, _ in kinds:
+      out += [dict(figure=fig, reading=reading, seed=seed, kind=kind)
+              for seed in sorted(set(range(PLAN[fig])) - done)]
+  figs = list(PLAN)
+  return sorted(out, key=lambda t: (
+      t["figure"] not in MAIN_TEXT_FIGS, t["seed"], figs.index(t["figure"]),
+      _READING_ORDER.index(t["reading"]), t["kind"] != "sweep"))
 
 
 def _pm(mean, std):
@@ -568,8 +610,9 @@ def _table(rs):
 
 
 def write_summary(rows, directory, verdict_list=None) -> list[str]:
-  """summary.csv and summary.json (rows and verdicts: `verdict_list`, else
-  `verdicts(rows)`) in `directory`; their paths."""
+  """summary.csv and summary.json (rows, verdicts: `verdict_list`, else
+  `verdicts(rows)`, and the runs still to train: `todo_runs`) in
+  `directory`; their paths."""
   os.makedirs(directory, exist_ok=True)
   csv_path = os.path.join(directory, "summary.csv")
   fields = [k for k in rows[0] if not k.endswith("_values")]
@@ -582,8 +625,8 @@ def write_summary(rows, directory, verdict_list=None) -> list[str]:
   json_path = os.path.join(directory, "summary.json")
   with open(json_path, "w") as f:
     json.dump(dict(rows=rows, verdicts=(verdicts(rows) if verdict_list is
-                                        None else verdict_list)),
-              f, indent=1, default=str)
+                                        None else verdict_list),
+                   todo=todo_runs(rows)), f, indent=1, default=str)
   return [csv_path, json_path]
 
 
@@ -671,7 +714,9 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None) -> list:
   md += ["", "## Still to run", "",
          "What the report lacks before every claim has its numbers "
          "(resumable; `bash bench/gpu_session.sh` takes the same arguments "
-         "on a GPU machine without network access, BUILD.md):", ""]
+         "on a GPU machine without network access, BUILD.md; `--stages "
+         "todo` trains these runs one by one, in the order of summary.json's "
+         "\"todo\" list, as many as fit the slice's time):", ""]
   md += missing or ["- nothing: every figure has both readings at full "
                     "length with the planned seeds."]
   md += ["", "## Runs", "",
