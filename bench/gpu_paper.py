@@ -11,7 +11,8 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   built with numpy, float32 plain logits), then k = 250 steps per call with
   batches built on the device (`qkspec.training.multi_step`), in float32 and
   bfloat16, with the plain logits and with the fused chunked loss (also
-  "_dv": its weight gradient accumulated as [d, V], and "_looped": the
+  "_dv": its weight gradient accumulated as [d, V], "_bf16logits": its
+  logits block in bfloat16, `model.loss_logits`, and "_looped": the
   members one after another inside the step, `sweep.member_batch=1`; not
   probed by default, name them in --paths; "scan_bf16_pallas": the loss as
   Pallas/Triton kernels that never write the logits). Prints
@@ -105,6 +106,15 @@ PATHS = {   # name -> config overrides
                                "model.fused_loss": True,
                                "model.loss_chunk": 4096,
                                "model.loss_kernel_grad": "dv"},
+    "scan_bf16_fused4096_bf16logits": {"compute_dtype": "bfloat16",
+                                       "model.fused_loss": True,
+                                       "model.loss_chunk": 4096,
+                                       "model.loss_logits": "compute"},
+    "scan_bf16_fused4096_dv_bf16logits": {"compute_dtype": "bfloat16",
+                                          "model.fused_loss": True,
+                                          "model.loss_chunk": 4096,
+                                          "model.loss_kernel_grad": "dv",
+                                          "model.loss_logits": "compute"},
     "scan_bf16_fused4096_looped": {"compute_dtype": "bfloat16",
                                    "model.fused_loss": True,
                                    "model.loss_chunk": 4096,

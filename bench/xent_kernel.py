@@ -5,7 +5,9 @@ W [128, 33,278], bfloat16 matmul inputs, float32 statistics; one call is the
 loss and its gradients (dh, dW). Prints, from one process, for each path:
 compile seconds, ms per call, the ratio to the chunked XLA loss
 (`fused_xent`, 4096 rows per chunk: the fastest path measured so far, see
-bench/gpu_results.md), effective TFLOP/s (6 N d V per member, the FLOPs of
+bench/gpu_results.md; also with its weight gradient as [d, V], "_dv", and
+its logits block in bfloat16, "_bf16logits", fairseq's FP16 logits, which
+halves the HBM bytes the trace shows the step is bound by), effective TFLOP/s (6 N d V per member, the FLOPs of
 the plain forward + backward), and the largest relative error of the loss
 and of the gradients against a float32 plain reference computed in the same
 process at `highest` precision. On a GPU that error line is the Pallas
@@ -81,6 +83,13 @@ def _plain(h, kernel, targets, weights, dtype):
       z, targets))
 
 
+def _chunked(h, kernel, targets, weights, layout, logits, dtype):
+  """fused_xent at 4096 rows per chunk, a kernel-gradient layout and a
+  logits dtype (the variants a GPU may prefer: bench/gpu_results.md)."""
+  return fused_xent.fused_cross_entropy(h, kernel, None, targets, weights,
+                                        4096, dtype, layout, logits)
+
+
 def _tokamax_loss(tokamax, implementation, dtype, h, kernel, targets,
                   weights):
   del weights                  # all ones (tokamax takes none)
@@ -98,6 +107,11 @@ def paths(blocks: str, dtype) -> dict:
       "chunked1024": lambda h, k, y, w: fused_xent.fused_cross_entropy(
           h, k, None, y, w, 1024, dtype),
   }
+  for name, layout, logits in (("chunked4096_dv", "dv", jnp.float32),
+                               ("chunked4096_bf16logits", "vd", dtype),
+                               ("chunked4096_dv_bf16logits", "dv", dtype)):
+    out[name] = functools.partial(_chunked, layout=layout, logits=logits,
+                                  dtype=dtype)
   tokamax = _tokamax()
   if tokamax is not None:
     for name, impl in (("tokamax", None), ("tokamax_chunked", "chunked_xla")):

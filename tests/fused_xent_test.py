@@ -91,6 +91,37 @@ class FusedXentTest(parameterized.TestCase):
     v = fused_xent.fused_cross_entropy(*args, 16, jnp.bfloat16)
     np.testing.assert_allclose(v, _plain(*args), rtol=2e-2)
 
+  def test_bfloat16_logits_equal_the_plain_loss_of_rounded_logits(self):
+    """logits_dtype=bf16: the float32 accumulator rounded once, then the
+    float32 softmax; the gradient passes the rounding straight through."""
+    h, kernel, bias, targets, weights = _inputs(n=45, d=16, v=300, seed=4)
+    kernel = kernel * 8.0          # logits of a few units: rounding matters
+
+    def rounded(h, k, b):
+      z = h @ k + b[None, :]
+      z = z + jax.lax.stop_gradient(
+          z.astype(jnp.bfloat16).astype(jnp.float32) - z)
+      ce = optax.softmax_cross_entropy_with_integer_labels(z, targets)
+      return jnp.sum(weights * ce)
+
+    want = jax.value_and_grad(rounded, (0, 1, 2))(h, kernel, bias)
+    exact = jax.value_and_grad(lambda h, k, b: _plain(h, k, b, targets,
+                                                      weights),
+                               (0, 1, 2))(h, kernel, bias)
+    for chunk, layout in ((7, "vd"), (45, "dv")):
+      fused = lambda h, k, b, c=chunk, l=layout: fused_xent.fused_cross_entropy(
+          h, k, b, targets, weights, c, jnp.float32, l, jnp.bfloat16)
+      v, g = jax.jit(jax.value_and_grad(fused, (0, 1, 2)))(h, kernel, bias)
+      np.testing.assert_allclose(v, want[0], rtol=1e-5)
+      for a, b in zip(g, want[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+      # another arithmetic than float32 logits, but within bf16 rounding
+      self.assertGreater(abs(float(v - exact[0])), 1e-6 * abs(exact[0]))
+      np.testing.assert_allclose(v, exact[0], rtol=3e-3)
+    np.testing.assert_allclose(fused_xent.chunked_cross_entropy(
+        h, kernel, bias, targets, weights, 8, jnp.float32, jnp.bfloat16),
+                               want[0], rtol=1e-5)
+
   def test_shape_errors(self):
     h, kernel, bias, targets, weights = _inputs()
     with self.assertRaisesRegex(ValueError, "do not match"):

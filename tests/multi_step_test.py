@@ -187,6 +187,35 @@ class KernelGradLayoutTest(absltest.TestCase):
       from qkspec.config import schema  # pylint: disable=g-import-not-at-top
       schema.validate(c)
 
+  def test_loss_logits_reaches_the_fused_loss_and_is_checked(self):
+    """config.model.loss_logits="compute" rounds the logits block to the
+    compute dtype; refused where it means nothing (plain or Pallas loss)."""
+    from qkspec.config import schema  # pylint: disable=g-import-not-at-top
+    c = _lm_smoke(())
+    c.compute_dtype, c.model.loss_logits = "bfloat16", "compute"
+    schema.validate(c)
+    steps = step_lib.build_steps(c)
+    seen = []
+    original = fused_xent.fused_cross_entropy
+
+    def spy(*args):
+      seen.append(args[8])
+      return original(*args)
+    ik, dk, hp = step_lib.member_inputs(sweep_lib.members(c), False)
+    state = steps.init(ik, hp)
+    with mock.patch.object(fused_xent, "fused_cross_entropy", spy):
+      state, metrics = steps.train(state, steps.task.train_batch(0), dk)
+    self.assertEqual(set(seen), {jnp.bfloat16})
+    self.assertTrue(np.isfinite(metrics["loss"]).all())
+    for change, message in (({"model.fused_loss": False}, "chunked fused"),
+                            ({"model.loss_impl": "pallas"}, "Pallas"),
+                            ({"model.loss_logits": "bf16"}, "loss_logits")):
+      bad = _lm_smoke(())
+      bad.model.loss_logits = "compute"
+      bad.update_from_flattened_dict(change)
+      with self.assertRaisesRegex(ValueError, message):
+        schema.validate(bad)
+
 
 class StepsPerCallTest(absltest.TestCase):
 

@@ -166,6 +166,9 @@ def lm_config() -> ml_collections.ConfigDict:
                              # logits (pallas_xent; GPU; interpreted on CPU)
       loss_pallas=schema.PALLAS_SETTINGS,  # its BN x BV x warps x stages
                                            # (bench/xent_kernel.py times others)
+      loss_logits="float32",  # chunked loss: its logits block in float32, or
+                              # "compute": in compute_dtype (bf16 on the GPU
+                              # path, as fairseq's FP16 logits; fused_xent)
   ))
   c.data = data_config()               # WikiText-2: name, dirs, seq_len, ...
   c.data.seq_len = 64                  # T (paper)

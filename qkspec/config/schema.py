@@ -14,6 +14,7 @@ QK_PARAMS = ("factored", "joint")      # W_Q, W_K kernels | one joint W_QK
 NORMS = ("post", "pre", "none")        # LayerNorm placement
 ACTIVATIONS = ("relu", "identity", "gelu")
 LOSS_IMPLS = ("chunked", "pallas")     # fused_xent | pallas_xent
+LOSS_LOGITS = ("float32", "compute")   # the chunked loss's logits dtype
 PALLAS_SETTINGS = "64x128x4x2"         # BN x BV x warps x stages (pallas_xent)
 
 
@@ -210,6 +211,7 @@ _LM_MODEL = {
     "model.loss_kernel_grad": _choice("vd", "dv"),  # fused-loss dW layout
     "model.loss_impl": _choice(*LOSS_IMPLS),  # fused_xent | pallas_xent
     "model.loss_pallas": _pallas_settings,  # BNxBVxWARPSxSTAGES (pallas)
+    "model.loss_logits": _choice(*LOSS_LOGITS),  # chunked: logits dtype
 }
 _LM_DATA = {
     "data.name": _str,
@@ -236,7 +238,7 @@ def flatten(config, prefix: str = "") -> dict:
 
 # Keys added after configs were saved; missing means their default.
 _OPTIONAL = ("steps_per_call", "model.loss_kernel_grad", "model.loss_impl",
-             "model.loss_pallas")
+             "model.loss_pallas", "model.loss_logits")
 
 
 def validate(config, num_devices: int | None = None) -> None:
@@ -279,6 +281,12 @@ def validate(config, num_devices: int | None = None) -> None:
       and not m.fused_loss):
     raise ValueError("config.model.loss_impl='pallas' is a fused loss: it "
                      "needs config.model.fused_loss=True.")
+  if (task == "lm" and flat.get("model.loss_logits", "float32") != "float32"
+      and (not m.fused_loss or flat.get("model.loss_impl") == "pallas")):
+    raise ValueError("config.model.loss_logits='compute' is an option of the "
+                     "chunked fused loss (fused_loss=True, loss_impl="
+                     "'chunked'); the Pallas kernels keep their logits tiles "
+                     "in float32 registers.")
   if task == "lm" and config.data.name == "synthetic":
     for key in ("vocab_size", "train_tokens", "eval_tokens"):
       if f"data.{key}" not in flat:

@@ -76,7 +76,10 @@ DEVIATIONS = (
     "Precision: float32 parameters, optimizer state, softmax and loss; the "
     "matmuls in each run's `compute_dtype` (listed under Runs): bfloat16 "
     "(fairseq used FP16 with loss scaling) or float32 at JAX's default "
-    "matmul precision (TF32 on recent NVIDIA GPUs).",
+    "matmul precision (TF32 on recent NVIDIA GPUs); a run whose command sets "
+    "`model.loss_logits=compute` also rounds its logits to that dtype "
+    "before the float32 softmax (fairseq: FP16 logits before a float32 "
+    "log_softmax).",
     "Data blocks: each split is one token stream with one `<eos>` per line "
     "of the WikiText-2 files, cut into blocks of T = 64 tokens as fairseq's "
     "`--sample-break-mode none` (qkspec/data/pipeline.py).",

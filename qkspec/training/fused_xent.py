@@ -40,6 +40,15 @@ large chunks (bench/gpu_fig6.sh probes 512 and 4096). The value and
 gradients equal the plain `optax.softmax_cross_entropy_with_integer_labels`
 path to float32 rounding (tests/fused_xent_test.py). Use
 `chunked_cross_entropy` (no gradient work) for evaluation.
+
+`logits_dtype` is where the [C, V] block lives between the matmul and the
+softmax: float32 (default), or bfloat16, the matmul's float32 accumulator
+rounded once at its output, as fairseq's `--fp16` training holds its FP16
+logits before `log_softmax(..., dtype=float32)`; the statistics m, s, the
+loss and g stay float32. On a GPU, where this step is bound by the block's
+HBM traffic (bench/gpu_results.md: the reductions and the elementwise pass
+that reads it), that halves the bytes; the value then equals the plain loss
+of the rounded logits (tests), within ~1e-3 of the float32 one.
 """
 import functools
 
@@ -75,14 +84,17 @@ def _chunks(h, targets, weights, chunk_size):
   return split(h), split(targets), split(weights), n
 
 
-def _chunk_logits(h_c, kernel, bias, compute_dtype):
+def _chunk_logits(h_c, kernel, bias, compute_dtype, logits_dtype):
   z = jnp.dot(h_c.astype(compute_dtype), kernel.astype(compute_dtype),
               preferred_element_type=jnp.float32)
-  return z if bias is None else z + bias.astype(jnp.float32)[None, :]
+  z = z if bias is None else z + bias.astype(jnp.float32)[None, :]
+  return z.astype(logits_dtype)
 
 
 def _chunk_loss_and_grad(z, y, w):
-  """(sum_n w_n CE(z_n, y_n), dL/dz) of one [C, V] block (module, step 2)."""
+  """(sum_n w_n CE(z_n, y_n), dL/dz) of one [C, V] block (module, step 2),
+  in float32 whatever the block's dtype."""
+  z = z.astype(jnp.float32)
   m = jnp.max(z, axis=-1, keepdims=True)
   e = jnp.exp(z - m)
   s = jnp.sum(e, axis=-1, keepdims=True)
@@ -111,14 +123,15 @@ def check_inputs(h, kernel, bias, targets, weights):
 def chunked_cross_entropy(h: jax.Array, kernel: jax.Array,
                           bias: jax.Array | None, targets: jax.Array,
                           weights: jax.Array, chunk_size: int = 128,
-                          compute_dtype=jnp.float32) -> jax.Array:
+                          compute_dtype=jnp.float32,
+                          logits_dtype=jnp.float32) -> jax.Array:
   """Weighted sum of token cross-entropies, chunked, forward only (eval)."""
   check_inputs(h, kernel, bias, targets, weights)
   h_k, y_k, w_k, _ = _chunks(h, targets, weights, chunk_size)
 
   def body(total, chunk):
     h_c, y_c, w_c = chunk
-    z = _chunk_logits(h_c, kernel, bias, compute_dtype)
+    z = _chunk_logits(h_c, kernel, bias, compute_dtype, logits_dtype)
     loss, _ = _chunk_loss_and_grad(z, y_c, w_c)   # XLA drops the unused grad
     return total + loss, None
 
@@ -129,12 +142,13 @@ def chunked_cross_entropy(h: jax.Array, kernel: jax.Array,
 KERNEL_GRAD_LAYOUTS = ("vd", "dv")
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
 def fused_cross_entropy(h: jax.Array, kernel: jax.Array,
                         bias: jax.Array | None, targets: jax.Array,
                         weights: jax.Array, chunk_size: int = 128,
                         compute_dtype=jnp.float32,
-                        kernel_grad: str = "vd") -> jax.Array:
+                        kernel_grad: str = "vd",
+                        logits_dtype=jnp.float32) -> jax.Array:
   r"""Weighted sum :math:`\sum_n w_n \mathrm{CE}(h_n W + b, y_n)`, fused (see module).
 
   Args:
@@ -150,6 +164,8 @@ def fused_cross_entropy(h: jax.Array, kernel: jax.Array,
       (:math:`g^\top h`, transposed once at the end; fastest on XLA:CPU)
       or "dv" as [d, V] (:math:`h^\top g`), the layout a GPU may prefer
       (bench/gpu_paper.py probes it). Same values up to float rounding.
+    logits_dtype: the [C, V] block's dtype between the matmul and the
+      softmax: float32, or bfloat16 as fairseq's FP16 logits (see module).
 
   Returns:
     A float32 scalar; divide by `sum(weights)` for the mean.
@@ -158,11 +174,11 @@ def fused_cross_entropy(h: jax.Array, kernel: jax.Array,
     raise ValueError(f"kernel_grad must be one of {KERNEL_GRAD_LAYOUTS}, got "
                      f"{kernel_grad!r}.")
   return chunked_cross_entropy(h, kernel, bias, targets, weights, chunk_size,
-                               compute_dtype)
+                               compute_dtype, logits_dtype)
 
 
 def _fused_fwd(h, kernel, bias, targets, weights, chunk_size, compute_dtype,
-               kernel_grad):
+               kernel_grad, logits_dtype):
   check_inputs(h, kernel, bias, targets, weights)
   if kernel_grad not in KERNEL_GRAD_LAYOUTS:
     raise ValueError(f"kernel_grad must be one of {KERNEL_GRAD_LAYOUTS}, got "
@@ -174,7 +190,8 @@ def _fused_fwd(h, kernel, bias, targets, weights, chunk_size, compute_dtype,
     total, d_kernel_t, d_bias = carry
     h_c, y_c, w_c = chunk
     loss, g = _chunk_loss_and_grad(
-        _chunk_logits(h_c, kernel, bias, compute_dtype), y_c, w_c)
+        _chunk_logits(h_c, kernel, bias, compute_dtype, logits_dtype), y_c,
+        w_c)
     g_c = g.astype(compute_dtype)
     d_h = jnp.dot(g_c, kernel_c.T, preferred_element_type=jnp.float32)
     if kernel_grad == "vd":
@@ -207,8 +224,9 @@ def no_cotangents(targets, weights):
   return zero_targets, jnp.zeros_like(weights)
 
 
-def _fused_bwd(chunk_size, compute_dtype, kernel_grad, residuals, cotangent):
-  del chunk_size, compute_dtype, kernel_grad
+def _fused_bwd(chunk_size, compute_dtype, kernel_grad, logits_dtype,
+               residuals, cotangent):
+  del chunk_size, compute_dtype, kernel_grad, logits_dtype
   (d_h, d_kernel, d_bias), targets, weights = residuals
   scale = lambda g: None if g is None else (cotangent * g).astype(g.dtype)
   return (scale(d_h), scale(d_kernel), scale(d_bias),

@@ -217,6 +217,7 @@ class OutputHead(nn.Module):
   kernel_grad: str = "vd"       # fused_xent.fused_cross_entropy's layout
   loss_impl: str = "chunked"    # LOSS_IMPLS
   pallas_settings: str = schema.PALLAS_SETTINGS  # BNxBVxWARPSxSTAGES
+  loss_logits: str = "float32"  # LOSS_LOGITS: chunked loss's logits dtype
 
   @nn.compact
   def __call__(self, x_BxTxd: jax.Array, targets_BxT: jax.Array | None = None,
@@ -239,9 +240,11 @@ class OutputHead(nn.Module):
           x_Nxd, kernel_dxV, targets_N, weights_N, compute_dtype=self.dtype,
           **schema.pallas_settings(self.pallas_settings))
     elif self.loss_impl == "chunked":
+      logits_dtype = {"float32": jnp.float32,
+                      "compute": self.dtype}[self.loss_logits]
       loss_sum = fused_xent.fused_cross_entropy(
           x_Nxd, kernel_dxV, None, targets_N, weights_N, self.loss_chunk,
-          self.dtype, self.kernel_grad)
+          self.dtype, self.kernel_grad, logits_dtype)
     else:
       raise ValueError(f"loss_impl must be one of {LOSS_IMPLS}, got "
                        f"{self.loss_impl!r}.")
@@ -264,6 +267,7 @@ class LanguageModel(nn.Module):
   loss_kernel_grad: str = "vd"
   loss_impl: str = "chunked"
   loss_pallas: str = schema.PALLAS_SETTINGS
+  loss_logits: str = "float32"
 
   @nn.compact
   def __call__(self, tokens_BxT: jax.Array, deterministic: bool = True,
@@ -281,7 +285,7 @@ class LanguageModel(nn.Module):
         x_BxTxd.astype(self.dtype), deterministic)
     head = OutputHead(self.vocab_size, self.loss_chunk, self.dtype,
                       self.loss_kernel_grad, self.loss_impl,
-                      self.loss_pallas, name="output")
+                      self.loss_pallas, self.loss_logits, name="output")
     return head(x_BxTxd, targets_BxT, weights_BxT)
 
 
@@ -335,7 +339,8 @@ def make_model(model_config, task: str, vocab_size: int | None = None,
   return LanguageModel(vocab_size, m.d_model, m.num_layers, block, m.dropout,
                        dtype, m.loss_chunk, m.get("loss_kernel_grad", "vd"),
                        m.get("loss_impl", "chunked"),
-                       m.get("loss_pallas", schema.PALLAS_SETTINGS))
+                       m.get("loss_pallas", schema.PALLAS_SETTINGS),
+                       m.get("loss_logits", "float32"))
 
 
 def _layer_index(name: str) -> int:
