@@ -68,6 +68,15 @@ class VerdictsTest(absltest.TestCase):
     for v in vs:
       self.assertIn("one seed: no error bar", v["text"])
 
+  def test_a_shortened_run_says_so_in_its_verdicts(self):
+    rows = [dict(_row(0.0, 5.0, 1.0, 200.0), final_step=50_000),
+            dict(_row(1.0, 3.0, 2.0, 150.0), final_step=8_000)]
+    for v in report.verdicts(rows):
+      self.assertIn("shortened: 8,000 of 50,000 steps", v["text"])
+    rows[1]["final_step"] = 50_000
+    for v in report.verdicts(rows):
+      self.assertNotIn("shortened", v["text"])
+
   def test_no_locater_member_adds_the_fig7_contrast(self):
     vs = report.verdicts([_row(0.0, 5.0, 1.0, 200.0, kappa1=0.0),
                           _row(1.0, 3.0, 2.0, 150.0)])
@@ -297,6 +306,12 @@ class StripeVerdictTest(absltest.TestCase):
       self.assertEqual(v["verdict"], want, (with_, without))
       self.assertIn(f"stripes in {2 * with_} of 2 LocATER maps and "
                     f"{2 * without} of 2 without", v["text"])
+      self.assertNotIn("shortened", v["text"])
+    run = _rho_run(True, False)
+    for m in run["members"]:
+      m["last_step"] = 5_000
+    [v] = report.stripe_verdicts([run])
+    self.assertIn("shortened: 5,000 of 50,000 steps", v["text"])
 
   def test_no_fig7_run_no_line(self):
     self.assertEqual(report.stripe_verdicts([_run("s0", (0,), 50_000)]), [])

@@ -310,8 +310,15 @@ def _pick(rows, kappa1_positive, kappa2):
   return None
 
 
+def _shortened(steps: int) -> str:
+  """"; shortened: N of 50,000 steps" for a verdict on a shorter run."""
+  return ("" if steps >= PAPER_STEPS else
+          f"; shortened: {steps:,} of {PAPER_STEPS:,} steps")
+
+
 def _compare(claim, quantity, sign, what, base, alt, contrast):
-  """One verdict: `alt` (stronger LocATER) against `base`."""
+  """One verdict: `alt` (stronger LocATER) against `base`; its note says
+  when either ran fewer than the paper's steps."""
   m0, s0 = base[f"{quantity}_mean"], base[f"{quantity}_std"]
   m1, s1 = alt[f"{quantity}_mean"], alt[f"{quantity}_std"]
   diff = m1 - m0
@@ -330,6 +337,8 @@ def _compare(claim, quantity, sign, what, base, alt, contrast):
       verdict = "reproduced" if np.sign(diff) == sign else "reversed"
     note = (f"|diff| {abs(diff):.4g} vs 2 x pooled std {2 * pooled:.4g}, "
             f"{min(base['n_seeds'], alt['n_seeds'])} seeds")
+  note += _shortened(min(base.get("final_step", PAPER_STEPS),
+                         alt.get("final_step", PAPER_STEPS)))
   text = (f"{alt['label']}, {READINGS.get(alt['reading'], alt['reading'])}, "
           f"claim {claim} ({what}, {contrast}): **{verdict}**: "
           f"{_pm(m0, s0)} -> {_pm(m1, s1)} (diff {diff:+.4g}; {note})")
@@ -526,7 +535,8 @@ def stripe_verdicts(runs) -> list[dict]:
     if rs[0]["figure"] != "7":
       continue
     found = {True: [], False: []}          # LocATER? -> [stripes?]
-    for m in cell_members(rs)[0]:
+    counted = cell_members(rs)[0]
+    for m in counted:
       result = _stripe_result(m)
       if result is not None:
         found[m["kappa1"] > 0].append(result["stripes"])
@@ -541,7 +551,8 @@ def stripe_verdicts(runs) -> list[dict]:
             f"stripes in {s1} of {n1} LocATER map{'s' * (n1 > 1)} and "
             f"{s0} of {n0} without LocATER (permutation p < "
             f"{stripes.P_VALUE:g} and contrast C >= "
-            f"{stripes.MIN_CONTRAST:g})")
+            f"{stripes.MIN_CONTRAST:g}"
+            f"{_shortened(max(m['last_step'] for m in counted))})")
     out.append(dict(figure="7", label=label, reading=reading,
                     claim="stripes", verdict=verdict, text=text))
   return out
