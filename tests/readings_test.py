@@ -127,8 +127,20 @@ class GradientTest(absltest.TestCase):
                                                          atol=1e-7),
                  p_f, p_l)
 
+  def test_no_locater_member_is_the_same_under_both_readings(self):
+    # kappa1 = kappa2 = 0: the factor multiplies a zero penalty, so both
+    # readings train the same member bit for bit (qkspec.experiments.report
+    # shares such members between the readings' cells).
+    p_l, m_l = _one_step(_smoke_lm("mean_loss", 0.0, 0.0))
+    p_f, m_f = _one_step(_smoke_lm("summed_loss", 0.0, 0.0))
+    for key in ("loss", "penalty", "grad_norm"):
+      np.testing.assert_array_equal(m_f[key], m_l[key], err_msg=key)
+    jax.tree.map(np.testing.assert_array_equal, p_f, p_l)
+    p_k, _ = _one_step(_smoke_lm("summed_loss", KAPPA1, 0.0))   # can fail
+    self.assertFalse(all(np.array_equal(a, b) for a, b in zip(
+        jax.tree.leaves(p_k), jax.tree.leaves(p_l))))
 
-class ConfigVariantTest(parameterized.TestCase):
+
 
   @parameterized.parameters(
       (locater_wt2, "", 64 * 64), (locater_wt2, "smoke", 64),

@@ -150,7 +150,8 @@ class StillToRunTest(absltest.TestCase):
         [key(t) for t in todo if t["figure"] == "6"],
         [("6", "mean_loss", 1, "sweep"), ("6", "mean_loss", 2, "sweep")]
         + [("6", "summed_loss", s, "sweep") for s in range(3)])
-    self.assertIn(("9", "mean_loss", 0, "none"), map(key, todo))
+    self.assertIn(("9", "summed_loss", 0, "none"), map(key, todo))  # once
+    self.assertNotIn(("9", "mean_loss", 0, "none"), map(key, todo))
     self.assertNotIn(("9", "mean_loss", 0, "sweep"), map(key, todo))
     self.assertEqual([key(t) for t in todo[:5]], [
         ("6", "summed_loss", 0, "sweep"), ("7", "summed_loss", 0, "sweep"),
@@ -158,9 +159,13 @@ class StillToRunTest(absltest.TestCase):
         ("6", "mean_loss", 1, "sweep")])
     self.assertEqual(key(todo[7]), ("8", "summed_loss", 0, "sweep"))
     self.assertEqual(key(todo[8]), ("8", "summed_loss", 0, "none"))
-    # one run per (figure, reading, seed, kind) that still_to_run names
-    self.assertLen(todo, 5 + 2 + 5 * 2 * 2 - 1)
+    self.assertEqual(key(todo[9]), ("8", "mean_loss", 0, "sweep"))
+    # one run per (figure, reading, seed, kind) that still_to_run names,
+    # a no-LocATER run once for both readings (the same member)
+    self.assertLen(todo, 5 + 2 + (5 * 2 - 1) + 5)
     self.assertLen({key(t) for t in todo}, len(todo))
+    self.assertLen({(t["figure"], t["seed"]) for t in todo
+                    if t["kind"] == "none"}, 5)
 
   def test_todo_is_empty_when_the_plan_is_complete(self):
     rows = [r for fig, seeds in report.PLAN.items()
@@ -263,6 +268,30 @@ class MergedRunsTest(absltest.TestCase):
       self.assertAlmostEqual(r["entropy_std"], 1.0)
     self.assertEqual(report.still_to_run(report.summarize_runs(runs))[0][:40],
                      "- Fig. 6, fairseq (summed_loss): not run")
+
+  def test_a_no_locater_member_counts_for_both_readings(self):
+    sweep = _run("fig9_fairseq", (0,), 50_000, label="Fig. 9")
+    sweep["reading"] = "summed_loss"
+    none = _run("fig9_none", (0,), 50_000, kappa2=(0.0,), label="Fig. 9")
+    none["members"][0]["kappa1"] = 0.0
+    by_cell = report.cells([sweep, none])
+    self.assertEqual([r["run_dir"] for r in by_cell["Fig. 9", "summed_loss"]],
+                     ["fig9_fairseq", "fig9_none"])
+    view = by_cell["Fig. 9", "summed_loss"][1]
+    self.assertEqual(view["shared_from"], "mean_loss")
+    self.assertNotIn("shared_from", by_cell["Fig. 9", "mean_loss"][0])
+    self.assertNotIn("Fig. 9", "".join(
+        l for l in report.still_to_run(report.summarize_runs([sweep, none]))
+        if "fairseq" in l))         # the fairseq cell is complete
+    fairseq = [r for r in report.summarize_runs([sweep, none])
+               if r["reading"] == "summed_loss"]
+    self.assertEqual(sorted((r["kappa1"], r["kappa2"]) for r in fairseq),
+                     [(0.0, 0.0), (100.0, 0.0), (100.0, 1.0)])
+    vs = report.verdicts(fairseq)
+    self.assertTrue(any(v["contrast"].startswith("none") for v in vs))
+    # a LocATER member is never shared: the readings differ there
+    self.assertNotIn(("Fig. 6", "summed_loss"),
+                     report.cells([_run("fig6", (0,), 50_000)]))
 
   def test_a_seed_stopped_early_is_left_out_not_averaged(self):
     runs = [_run("s0", (0,), 50_000), _run("s1", (1,), 20_000)]
@@ -435,7 +464,7 @@ class WriteReportTest(absltest.TestCase):
     # smoke runs cover nothing: the whole plan is still to run, in order
     self.assertEqual(summary["todo"][0], dict(
         figure="6", reading="summed_loss", seed=0, kind="sweep"))
-    self.assertLen(summary["todo"], 3 * 2 + 2 + 5 * 2 * 2)
+    self.assertLen(summary["todo"], 3 * 2 + 2 + 5 * 2 + 5)
 
   def test_rebuilt_command_names_the_overrides(self):
     command = report.load_runs(self.runs[:1])[0]["command"]

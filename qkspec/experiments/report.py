@@ -31,6 +31,9 @@ kappa2, mean +- std over seeds, one line per reading of kappa).
   `todo_runs(rows)` the same runs one by one, in the order a GPU slice
   trains them (summary.json's "todo", `gpu_paper.py --stages todo`).
 
+A no-LocATER member (kappa1 = kappa2 = 0) trains bit for bit the same under
+both readings, so `cells` counts it in both (tests/readings_test.py).
+
 Fig. 7's heat maps get a stripe test per member (`stripes.stripe_test`: a
 persistent, salient position profile of rho_i over training) and
 `stripe_verdicts(runs)` a verdict line per reading: stripes with LocATER
@@ -226,11 +229,30 @@ def load_runs(run_dirs) -> list[dict]:
   return runs
 
 
+def _no_locater(member) -> bool:
+  return member["kappa1"] == 0 and member["kappa2"] == 0
+
+
 def cells(runs) -> dict:
-  """(label, reading) -> the runs of that figure and reading of kappa."""
+  """(label, reading) -> the runs of that figure and reading of kappa.
+
+  A no-LocATER member (kappa1 = kappa2 = 0) trains bit for bit the same
+  under either reading (the factor multiplies a zero penalty;
+  tests/readings_test.py), so it also joins the other reading's cell: as a
+  view of its run holding just those members, with `shared_from` naming
+  the run's own reading, after that cell's own runs (`cell_members` counts
+  a member met twice once, the cell's own first)."""
   out = {}
   for run in runs:
     out.setdefault((run["label"], run["reading"]), []).append(run)
+  for run in runs:
+    shared = [m for m in run["members"] if _no_locater(m)]
+    for reading in READINGS:
+      if shared and reading != run["reading"]:
+        out.setdefault((run["label"], reading), []).append(dict(
+            run, members=shared, reading=reading,
+            shared_from=run["reading"],
+            final_step=min(m["last_step"] for m in shared)))
   return out
 
 
@@ -466,7 +488,9 @@ def todo_runs(rows) -> list[dict]:
   reading (fairseq's first: at the literal reading kappa1 = 100 holds the
   scale near zero for every kappa2 (REPRODUCTION.md, Fig. 6), so the fairseq
   runs are the likelier match to the paper and their first look is worth
-  more), kind (the sweep before its no-LocATER member).
+  more), kind (the sweep before its no-LocATER member). A no-LocATER run
+  is listed once, under the first reading that lacks it: kappa1 = kappa2 =
+  0 trains the same under both, and `cells` counts it for both.
   """
   out = []
   for (fig, reading), kinds in _gaps(rows).items():
@@ -474,9 +498,18 @@ def todo_runs(rows) -> list[dict]:
       out += [dict(figure=fig, reading=reading, seed=seed, kind=kind)
               for seed in sorted(set(range(PLAN[fig])) - done)]
   figs = list(PLAN)
-  return sorted(out, key=lambda t: (
+  out.sort(key=lambda t: (
       t["figure"] not in MAIN_TEXT_FIGS, t["seed"], figs.index(t["figure"]),
       _READING_ORDER.index(t["reading"]), t["kind"] != "sweep"))
+  seen = set()             # a "none" run serves both readings (`cells`)
+  todo = []
+  for t in out:
+    if t["kind"] == "none":
+      if (t["figure"], t["seed"]) in seen:
+        continue
+      seen.add((t["figure"], t["seed"]))
+    todo.append(t)
+  return todo
 
 
 def _pm(mean, std):
@@ -689,7 +722,11 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None) -> list:
       md += [f"### {READINGS.get(reading, reading)}", ""]
       cell = by_cell[(label, reading)]
       for run in cell:
-        md += [f"- run `{run['run_dir']}`: {_steps_line(run)}",
+        md += [f"- run `{run['run_dir']}`: {_steps_line(run)}"
+               + (f"; its no-LocATER members only, shared from the "
+                  f"{READINGS[run['shared_from']]} reading (kappa1 = kappa2 "
+                  "= 0 trains the same under both)"
+                  if "shared_from" in run else ""),
                f"  - command: `{run['command']}`"]
       counted, left_out = cell_members(cell)
       if left_out:
@@ -710,7 +747,7 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None) -> list:
       paths.append(str(png))
       md.append(f"- curves over training: ![curves]({rel}/{png.name})")
       for i, run in enumerate(cell):
-        if run["figure"] == "7":             # rho_i heat maps + stripe test
+        if run["figure"] == "7" and "shared_from" not in run:  # rho maps
           png = figures_dir / f"{_slug(label)}_rho_{reading}_{i}.png"
           fig = training_plots.rho_heatmap_figure(run["members"])
           fig.savefig(png, dpi=110)
