@@ -141,6 +141,7 @@ class GradientTest(absltest.TestCase):
         jax.tree.leaves(p_k), jax.tree.leaves(p_l))))
 
 
+class ConfigVariantTest(parameterized.TestCase):
 
   @parameterized.parameters(
       (locater_wt2, "", 64 * 64), (locater_wt2, "smoke", 64),
