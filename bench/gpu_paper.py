@@ -53,8 +53,9 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   sizes, with each one's error against a float32 reference. The fastest
   accurate setting becomes `model.loss_pallas` of the later stages
   (unless --pallas names one).
-* trace: a `jax.profiler` trace of 20 steps of the host path and of the
-  fastest path, as Perfetto JSON (summarise with bench/trace_summary.py).
+* trace: a `jax.profiler` trace of 20 steps of each of --trace_paths
+  (default: the host path and the fastest, "best"), as Perfetto JSON
+  (summarise with bench/trace_summary.py).
 
 On a CPU, --rehearse shrinks every stage to a few steps (same code path).
 Python packages a GPU image may lack (tensorflow-datasets, grain,
@@ -496,21 +497,24 @@ def write_report(flags):
 
 
 def trace(flags, path: str):
-  """Perfetto traces of 20 steps of the host path and of `path`."""
+  """Perfetto traces of 20 steps (--rehearse: 2) of each of --trace_paths
+  ("best": `path`, the probe's choice)."""
   out = os.path.join(flags.workdir, "traces")
-  for p in ("host_f32_plain", path):
+  steps = 2 if flags.rehearse else 20
+  chosen = [path if p == "best" else p for p in flags.trace_paths.split(",")]
+  for p in dict.fromkeys(chosen):
     if left(flags) < 40:
       log(f"trace {p}: skipped (time budget)")
       return
     c = fig_config(flags, 6, p)
     if p != "host_f32_plain":
-      c.steps_per_call = 10
+      c.steps_per_call = steps // 2
     state, call, k = _stepper(c)
     for i in range(2):
       state, _ = jax.block_until_ready(call(state, i))
     d = os.path.join(out, p)
     with jax.profiler.trace(d, create_perfetto_trace=True):
-      for i in range(2, 2 + 20 // k):
+      for i in range(2, 2 + steps // k):
         state, _ = call(state, i)
       jax.block_until_ready(state)
     found = glob.glob(os.path.join(d, "**", "perfetto_trace.json.gz"),
@@ -559,6 +563,9 @@ def main():
   p.add_argument("--k", type=int, default=250, help="steps per call")
   p.add_argument("--probe_steps", type=int, default=500)
   p.add_argument("--time_budget_s", type=float, default=1e9)
+  p.add_argument("--trace_paths", default="host_f32_plain,best",
+                 help="trace stage: paths to trace; best = the probe's "
+                 "choice (or --path)")
   p.add_argument("--rehearse", action="store_true",
                  help="CPU rehearsal: a few steps per stage")
   flags = p.parse_args()
@@ -567,6 +574,11 @@ def main():
             f"{flags.seeds} and {flags.first_seed}")
   if not set(flags.runs.split(",")) <= set(RUN_KINDS):
     p.error(f"--runs takes {', '.join(RUN_KINDS)}, got {flags.runs!r}")
+  named = (flags.paths.split(",") + [flags.path]
+           + flags.trace_paths.split(","))
+  unknown = sorted(set(named) - set(PATHS) - {"", "best"})
+  if unknown:
+    p.error(f"unknown path(s) {', '.join(unknown)}; known: {', '.join(PATHS)}")
   logging.set_verbosity(logging.INFO)    # the loop's progress and eval lines
   if flags.rehearse:       # a few steps per stage, training included
     flags.k, flags.probe_steps = 2, 2
