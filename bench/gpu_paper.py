@@ -431,8 +431,11 @@ def todo(flags, path: str, rate: float | None):
       log(f"todo {name}: ~{need / 60:.1f} min, does not fit "
           f"({left(flags) / 60:.1f} min left); skipped")
       continue
-    train_run(flags, path, fig, seed, kind, fairseq, rate)
-    trained += 1
+    try:                  # one failed run must not end the slice
+      train_run(flags, path, fig, seed, kind, fairseq, rate)
+      trained += 1
+    except Exception as e:  # pylint: disable=broad-except
+      log(f"todo {name}: failed: {type(e).__name__}: {str(e)[:300]}")
   log(f"todo: trained {trained} of {len(runs)} runs")
 
 
@@ -579,6 +582,14 @@ def main():
   unknown = sorted(set(named) - set(PATHS) - {"", "best"})
   if unknown:
     p.error(f"unknown path(s) {', '.join(unknown)}; known: {', '.join(PATHS)}")
+  data_stages = {"probe", "train", "train_fairseq", "todo", "members",
+                 "trace"} & set(flags.stages.split(","))
+  if data_stages and not flags.manual_dir and not glob.glob(os.path.join(
+      flags.tfds_dir, "wikitext2", "*", "dataset_info.json")):
+    p.error(f"--tfds_dir {flags.tfds_dir} holds no prepared wikitext2, which "
+            f"{', '.join(sorted(data_stages))} need: build it as BUILD.md "
+            "says (\"A GPU machine without network access\") or pass "
+            "--manual_dir (tfds would otherwise try to download it)")
   logging.set_verbosity(logging.INFO)    # the loop's progress and eval lines
   if flags.rehearse:       # a few steps per stage, training included
     flags.k, flags.probe_steps = 2, 2
