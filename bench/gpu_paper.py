@@ -414,9 +414,11 @@ def todo(flags, path: str, rate: float | None):
   with open(flags.todo) as f:
     runs = json.load(f).get("todo", [])
   rate = rate or flags.rate
-  log(f"todo: {len(runs)} runs still to train ({flags.todo}), projected "
-      f"at {rate:.1f} Fig. 6 steps/s" + ("" if rate != flags.rate else
-                                          " (--rate)") + _budget_left(flags))
+  total = sum(run_seconds(int(r["figure"]), r["kind"], flags.steps, rate)
+              for r in runs)
+  log(f"todo: {len(runs)} runs still to train ({flags.todo}), ~"
+      f"{total / 60:.0f} min in all at {rate:.1f} Fig. 6 steps/s"
+      + ("" if rate != flags.rate else " (--rate)") + _budget_left(flags))
   trained = 0
   for r in runs:
     fig, seed, kind = int(r["figure"]), int(r["seed"]), r["kind"]
