@@ -433,11 +433,15 @@ def todo(flags, path: str, rate: float | None):
       log(f"todo {name}: ~{need / 60:.1f} min, does not fit "
           f"({left(flags) / 60:.1f} min left); skipped")
       continue
+    t = time.time()
     try:                  # one failed run must not end the slice
       train_run(flags, path, fig, seed, kind, fairseq, rate)
       trained += 1
     except Exception as e:  # pylint: disable=broad-except
       log(f"todo {name}: failed: {type(e).__name__}: {str(e)[:300]}")
+    log(f"todo {name}: {(time.time() - t) / 60:.1f} min, projected "
+        f"{need / 60:.1f} (run_seconds' model: members, LAYER_COST, "
+        "EVAL_COST)")
   log(f"todo: trained {trained} of {len(runs)} runs")
 
 
