@@ -358,15 +358,17 @@ def train(flags, path: str, rate: float | None = None):
       log(f"train {run_name(fig, flags.fairseq, False, seed)}: skipped "
           "(time budget)")
       continue
-    train_run(flags, path, fig, seed, kind, flags.fairseq, rate)
+    train_run(flags, path, fig, seed, kind, flags.fairseq, rate,
+              flags.contrast)
 
 
 def train_run(flags, path: str, fig: int, seed: int, kind: str,
-              fairseq: bool, rate: float | None):
+              fairseq: bool, rate: float | None, contrast: bool = False):
   """Trains one run (resumable from its workdir) until done or the time
-  budget, then prints its finals and writes its figures."""
+  budget, then prints its finals and writes its figures; `contrast` adds
+  a no-LocATER member to a sweep of Figs. 6, 8-12."""
   none = kind == "none"
-  contrast = flags.contrast and fig != 7 and not none
+  contrast = contrast and fig != 7 and not none
   name = run_name(fig, fairseq, contrast, seed, none)
   extra = {"fairseq": True} if fairseq else {}
   if contrast:
