@@ -7,8 +7,9 @@ compile seconds, ms per call, the ratio to the chunked XLA loss
 (`fused_xent`, 4096 rows per chunk: the fastest path measured so far, see
 bench/gpu_results.md; also with its weight gradient as [d, V], "_dv", and
 its logits block in bfloat16, "_bf16logits", fairseq's FP16 logits, which
-halves the HBM bytes the trace shows the step is bound by), effective TFLOP/s (6 N d V per member, the FLOPs of
-the plain forward + backward), and the largest relative error of the loss
+halves the HBM bytes the trace shows the step is bound by), effective
+TFLOP/s (6 N d V per member, the FLOPs of the plain forward + backward),
+and the largest relative error of the loss
 and of the gradients against a float32 plain reference computed in the same
 process at `highest` precision. On a GPU that error line is the Pallas
 kernels' first check on real hardware.
