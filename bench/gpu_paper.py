@@ -261,7 +261,8 @@ ONE_MEMBER_RATE, FIVE_MEMBER_RATE = 534.1, 115.8   # H100 (gpu_results.md)
 
 def projection(flags, rate: float) -> str:
   """The wall time of every run that --figs, --seeds and --runs ask for
-  (`run_seconds` at the probe's Fig. 6 rate; compilation excluded)."""
+  (`run_seconds` at the probe's Fig. 6 rate: evaluation and compilation
+  included)."""
   figs = [int(f) for f in flags.figs.split(",")]
   kinds = flags.runs.split(",")
   runs = [(f, k) for f in figs for k in kinds if not (f == 7 and k == "none")]
@@ -332,12 +333,18 @@ def deadline(seconds: float):
 RUN_KINDS = ("sweep", "none")
 
 
-def run_name(fig: int, fairseq: bool, contrast: bool, seed: int,
-             none: bool = False) -> str:
-  """Workdir name of one training run: fig6, fig6_fairseq_seed2, fig9_c,
-  fig9_none."""
-  return (f"fig{fig}" + "_fairseq" * fairseq + "_c" * contrast
+def run_spec(fig: int, seed: int, kind: str, fairseq: bool,
+             contrast: bool = False) -> tuple[str, dict]:
+  """(workdir name, config arguments) of one training run: fig6,
+  fig6_fairseq_seed2, fig9_c, fig9_none. `contrast` (a no-LocATER member
+  added to the sweep) applies to the sweeps of Figs. 6, 8-12 only."""
+  none = kind == "none"
+  contrast = contrast and fig != 7 and not none
+  extra = {"fairseq": fairseq, "contrast": contrast, "none": none,
+           "seed": seed}
+  name = (f"fig{fig}" + "_fairseq" * fairseq + "_c" * contrast
           + "_none" * none + (f"_seed{seed}" if seed else ""))
+  return name, {k: v for k, v in extra.items() if v}
 
 
 def train(flags, path: str, rate: float | None = None):
@@ -355,8 +362,8 @@ def train(flags, path: str, rate: float | None = None):
     if kind == "none" and fig == 7:    # Fig. 7 trains its none member anyway
       continue
     if left(flags) < 30:
-      log(f"train {run_name(fig, flags.fairseq, False, seed)}: skipped "
-          "(time budget)")
+      name, _ = run_spec(fig, seed, kind, flags.fairseq, flags.contrast)
+      log(f"train {name}: skipped (time budget)")
       continue
     train_run(flags, path, fig, seed, kind, flags.fairseq, rate,
               flags.contrast)
@@ -367,23 +374,14 @@ def train_run(flags, path: str, fig: int, seed: int, kind: str,
   """Trains one run (resumable from its workdir) until done or the time
   budget, then prints its finals and writes its figures; `contrast` adds
   a no-LocATER member to a sweep of Figs. 6, 8-12."""
-  none = kind == "none"
-  contrast = contrast and fig != 7 and not none
-  name = run_name(fig, fairseq, contrast, seed, none)
-  extra = {"fairseq": True} if fairseq else {}
-  if contrast:
-    extra["contrast"] = True
-  if none:
-    extra["none"] = True
-  if seed:
-    extra["seed"] = seed
+  name, extra = run_spec(fig, seed, kind, fairseq, contrast)
   c = fig_config(flags, fig, path, **extra)
   workdir = os.path.join(flags.workdir, name)
   log(f"train {name}: {FIGS[fig] or 'rho_training'}, {c.num_steps} "
       f"steps, path {path}")
   if rate:
     need = run_seconds(fig, kind, c.num_steps - _steps_done(workdir), rate,
-                       contrast)
+                       "contrast" in extra)
     log(f"train {name}: ~{need / 60:.1f} min at the probe's {rate:.1f} "
         "steps/s (run_seconds)" + _budget_left(flags)
         + ("" if need < left(flags) - 30 else
@@ -425,7 +423,7 @@ def todo(flags, path: str, rate: float | None):
   for r in runs:
     fig, seed, kind = int(r["figure"]), int(r["seed"]), r["kind"]
     fairseq = r["reading"] == "summed_loss"
-    name = run_name(fig, fairseq, False, seed, kind == "none")
+    name, _ = run_spec(fig, seed, kind, fairseq)
     steps = flags.steps - _steps_done(os.path.join(flags.workdir, name))
     if steps <= 0:
       log(f"todo {name}: done here already")
