@@ -2,6 +2,7 @@
 import json
 import math
 import os
+import shutil
 import tempfile
 from unittest import mock
 
@@ -68,6 +69,23 @@ class VerdictsTest(absltest.TestCase):
     for v in vs:
       self.assertIn("one seed: no error bar", v["text"])
 
+  def test_one_seed_within_the_rerun_spread_is_not_significant(self):
+    rows = [_row(0.0, 5.0, 1.0, 200.0, n_seeds=1),
+            _row(1.0, 3.0, 1.001, 200.3, n_seeds=1)]
+    spread = dict(valid_ppl=dict(rel=1e-3), entropy=dict(rel=1e-4),
+                  scale=dict(rel=1e-4))
+    vs = _by_claim(report.verdicts(rows, spread))
+    # ppl: |0.3| <= 2 x 1e-3 x 200.3; entropy: 1e-3 > 2 x 1e-4 x 1.001
+    self.assertEqual(vs["D"]["verdict"], "not significant", vs["D"]["text"])
+    self.assertIn("within 2 x the same-seed rerun spread (0.001 relative)",
+                  vs["D"]["text"])
+    self.assertEqual(vs["C"]["verdict"], "reproduced", vs["C"]["text"])
+    self.assertIn("beyond 2 x the same-seed rerun spread", vs["C"]["text"])
+    self.assertEqual(vs["B"]["verdict"], "reproduced")
+    # without the spread the sign alone decides
+    self.assertEqual(_by_claim(report.verdicts(rows))["D"]["verdict"],
+                     "reversed")
+
   def test_a_shortened_run_says_so_in_its_verdicts(self):
     rows = [dict(_row(0.0, 5.0, 1.0, 200.0), final_step=50_000),
             dict(_row(1.0, 3.0, 2.0, 150.0), final_step=8_000)]
@@ -108,17 +126,17 @@ class StillToRunTest(absltest.TestCase):
     text = "\n".join(lines)
     self.assertIn("Fig. 6, literal (mean_loss): 1 of 3 seeds (seed 0 done)",
                   text)
-    self.assertIn("--stages train --figs 6 --path scan_bf16_fused4096 "
+    self.assertIn("--stages train --figs 6 --path scan_bf16_pallas "
                   "--seeds 2 --first_seed 1`", text)    # the missing seeds
     self.assertIn("Fig. 6, fairseq (summed_loss): shortened: 11,000 of "
                   "50,000 steps", text)
     self.assertNotIn("Fig. 8, literal", text)
     self.assertIn("Fig. 9, literal (mean_loss): not run", text)  # smoke
     self.assertIn("--stages train_fairseq --figs 6 --path "
-                  "scan_bf16_fused4096 --seeds 3`", text)
-    self.assertIn("--stages train --figs 7 --path scan_bf16_fused4096`",
+                  "scan_bf16_pallas --seeds 3`", text)
+    self.assertIn("--stages train --figs 7 --path scan_bf16_pallas`",
                   text)
-    self.assertIn("--figs 9 --path scan_bf16_fused4096 --runs sweep,none`",
+    self.assertIn("--figs 9 --path scan_bf16_pallas --runs sweep,none`",
                   text)
 
   def test_a_complete_plan_leaves_nothing(self):
@@ -128,17 +146,35 @@ class StillToRunTest(absltest.TestCase):
     self.assertEqual(report.still_to_run(rows), [])
     rows[0]["seeds"] = [0, 2]                    # one group lacks seed 1
     [line] = report.still_to_run(rows)
-    self.assertIn("--path scan_bf16_fused4096 --first_seed 1`", line)
+    self.assertIn("--path scan_bf16_pallas --first_seed 1`", line)
 
   def test_figs_8_to_12_need_a_no_locater_member(self):
     rows = _run_rows("9", "mean_loss", 1, 50_000, none=False)
     [line] = [l for l in report.still_to_run(rows)
               if l.startswith("- Fig. 9, literal")]
     self.assertIn("no-LocATER member: not run", line)
-    self.assertIn("--figs 9 --path scan_bf16_fused4096 --runs none`", line)
+    self.assertIn("--figs 9 --path scan_bf16_pallas --runs none`", line)
     rows += [dict(rows[0], kappa1=0.0, kappa2=0.0)]        # a none run
     self.assertFalse([l for l in report.still_to_run(rows)
                       if l.startswith("- Fig. 9, literal")])
+
+  def test_fig7_shared_no_locater_member_alone_leaves_the_run_to_do(self):
+    # Fig. 7 under fairseq's reading: both members; its none member is
+    # also counted for the literal reading, whose LocATER member is missing.
+    runs = [_run("fig7_fairseq", (0,), 50_000, kappa2=(0.0, 1.0),
+                 label="Fig. 7")]
+    runs[0]["reading"] = "summed_loss"
+    runs[0]["members"][0]["kappa1"] = 0.0            # the none member
+    rows = report.summarize_runs(runs)
+    self.assertIn(("mean_loss", 0.0), [(r["reading"], r["kappa1"])
+                                       for r in rows])
+    lines = [l for l in report.still_to_run(rows) if "Fig. 7" in l]
+    self.assertLen(lines, 1)
+    self.assertStartsWith(lines[0], "- Fig. 7, literal (mean_loss): not run")
+    self.assertIn(dict(figure="7", reading="mean_loss", seed=0,
+                       kind="sweep"), report.todo_runs(rows))
+    self.assertNotIn(dict(figure="7", reading="summed_loss", seed=0,
+                          kind="sweep"), report.todo_runs(rows))
 
   def test_todo_lists_each_missing_run_main_text_first(self):
     rows = (_run_rows("6", "mean_loss", 1, 50_000)        # seeds 1, 2 left
@@ -403,8 +439,12 @@ class WriteReportTest(absltest.TestCase):
       workdir = os.path.join(cls.tmp, arg.replace(",", "_"))
       loop.train_and_evaluate(c, workdir)
       cls.runs.append(workdir)
+    # A deterministic rerun of the first run (as a CPU gives): spread 0.
+    cls.replicate = os.path.join(cls.tmp, "rerun")
+    shutil.copytree(cls.runs[0], cls.replicate)
     cls.out = os.path.join(cls.tmp, "REPRODUCTION.md")
-    cls.paths = report.write_report(cls.runs, cls.out)
+    cls.paths = report.write_report(cls.runs, cls.out,
+                                    replicate_dirs=[cls.replicate])
     with open(cls.out) as f:
       cls.md = f.read()
 
@@ -435,6 +475,16 @@ class WriteReportTest(absltest.TestCase):
     self.assertIn("curves over training: ![curves](reproduction/"
                   "fig6_smoke_curves_summed_loss.png)", self.md)
     self.assertIn("- Fig. 6, literal (mean_loss): not run", self.md)  # smoke
+
+  def test_rerun_spread_section_and_summary(self):
+    self.assertIn("## Run-to-run spread (same config, same seed)", self.md)
+    self.assertIn(f"- valid ppl: 0 relative (largest of 4 pairs: "
+                  f"`{self.runs[0]}` vs `{self.replicate}`", self.md)
+    self.assertIn(f"--replicates {self.replicate} --out", self.md)
+    with open(os.path.join(self.tmp, "reproduction", "summary.json")) as f:
+      spread = json.load(f)["rerun_spread"]
+    self.assertEqual(spread["entropy"]["rel"], 0.0)
+    self.assertEqual(spread["entropy"]["n"], 4)   # 2 seeds x 2 kappa2
 
   def test_runs_list_device_precision_and_wall_time(self):
     # The loop wrote one run_info.jsonl line per run (this CPU, float32).

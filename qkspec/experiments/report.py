@@ -20,7 +20,10 @@ kappa2, mean +- std over seeds, one line per reading of kappa).
   (kappa1 > 0), and for no LocATER (kappa1 = kappa2 = 0) -> LocATER where a
   run has that member: "reproduced", "reversed" or "not significant" (the
   difference of the means is within 2 x the pooled std over seeds). With
-  one seed the sign decides and the line says "one seed: no error bar".
+  one seed the sign decides and the line says "one seed: no error bar",
+  unless replicate runs (`write_report(..., replicate_dirs)`: the same
+  config and seed trained again) show a run-to-run spread as large as the
+  difference (`replicates`): then it is "not significant" too.
 * `seed_mean(members)`: members that differ only in seed merged into one,
   each metric averaged over the seeds at their common steps; the report
   draws these as the curves over training (the paper's panels B-D against
@@ -55,6 +58,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from qkspec.experiments import replicates  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import stripes  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import training_plots  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -338,9 +342,11 @@ def _shortened(steps: int) -> str:
           f"; shortened: {steps:,} of {PAPER_STEPS:,} steps")
 
 
-def _compare(claim, quantity, sign, what, base, alt, contrast):
+def _compare(claim, quantity, sign, what, base, alt, contrast, spread=None):
   """One verdict: `alt` (stronger LocATER) against `base`; its note says
-  when either ran fewer than the paper's steps."""
+  when either ran fewer than the paper's steps. With one seed, `spread`
+  (`replicates.spread`) makes a difference within the same-seed rerun
+  spread "not significant"."""
   m0, s0 = base[f"{quantity}_mean"], base[f"{quantity}_std"]
   m1, s1 = alt[f"{quantity}_mean"], alt[f"{quantity}_std"]
   diff = m1 - m0
@@ -351,6 +357,13 @@ def _compare(claim, quantity, sign, what, base, alt, contrast):
     verdict = ("not significant" if diff == 0 else
                "reproduced" if np.sign(diff) == sign else "reversed")
     note = "one seed: no error bar"
+    rel = (spread or {}).get(quantity, {}).get("rel")
+    if rel is not None:
+      inside = replicates.within(diff, m0, m1, rel)
+      verdict = "not significant" if inside else verdict
+      note += (f"; {'within' if inside else 'beyond'} "
+               f"{replicates.FACTOR:g} x the same-seed rerun spread "
+               f"({rel:.2g} relative)")
   else:
     pooled = math.sqrt((s0 ** 2 + s1 ** 2) / 2)
     if abs(diff) <= 2 * pooled:
@@ -369,8 +382,9 @@ def _compare(claim, quantity, sign, what, base, alt, contrast):
               verdict=verdict, diff=diff, note=note, text=text)
 
 
-def verdicts(rows) -> list[dict]:
-  """Claims B, C, D per figure label and reading (see module docstring)."""
+def verdicts(rows, spread=None) -> list[dict]:
+  """Claims B, C, D per figure label and reading (see module docstring;
+  `spread`: `replicates.spread`, the one-seed floor)."""
   groups = {}
   for r in rows:
     groups.setdefault((r["label"], r["reading"]), []).append(r)
@@ -388,7 +402,8 @@ def verdicts(rows) -> list[dict]:
       pairs.append((none, best, f"none -> kappa1 = {best['kappa1']:g}, "
                                 f"kappa2 = {best['kappa2']:g}"))
     for b, a, contrast in pairs:
-      out += [_compare(c, q, s, w, b, a, contrast) for c, q, s, w in CLAIMS]
+      out += [_compare(c, q, s, w, b, a, contrast, spread)
+              for c, q, s, w in CLAIMS]
   return out
 
 
@@ -418,6 +433,8 @@ def _gaps(rows) -> dict:
     for reading in READINGS:
       rs = have.get((fig, reading), [])
       kinds = {"sweep": [r for r in rs if r["kappa1"] > 0 or fig == "7"]}
+      if not any(r["kappa1"] > 0 for r in kinds["sweep"]):
+        kinds["sweep"] = []      # Fig. 7: a no-LocATER member shared alone
       if fig in CONTRAST_FIGS:
         kinds["none"] = [r for r in rs
                          if r["kappa1"] == 0 and r["kappa2"] == 0]
@@ -426,7 +443,10 @@ def _gaps(rows) -> dict:
   return out
 
 
-def still_to_run(rows, path: str = "scan_bf16_fused4096") -> list[str]:
+GPU_PATH = "scan_bf16_pallas"    # bench/gpu_paper.py's fastest path (H100)
+
+
+def still_to_run(rows, path: str = GPU_PATH) -> list[str]:
   """Markdown lines: the PLAN cells that full-length runs do not cover yet.
 
   A cell (figure, reading) is covered when seeds 0..PLAN[figure]-1 of
@@ -656,10 +676,11 @@ def _table(rs):
   return lines
 
 
-def write_summary(rows, directory, verdict_list=None) -> list[str]:
+def write_summary(rows, directory, verdict_list=None,
+                  spread=None) -> list[str]:
   """summary.csv and summary.json (rows, verdicts: `verdict_list`, else
-  `verdicts(rows)`, and the runs still to train: `todo_runs`) in
-  `directory`; their paths."""
+  `verdicts(rows)`, the runs still to train: `todo_runs`, and the
+  same-seed rerun spread: `spread`) in `directory`; their paths."""
   os.makedirs(directory, exist_ok=True)
   csv_path = os.path.join(directory, "summary.csv")
   fields = [k for k in rows[0] if not k.endswith("_values")]
@@ -673,37 +694,48 @@ def write_summary(rows, directory, verdict_list=None) -> list[str]:
   with open(json_path, "w") as f:
     json.dump(dict(rows=rows, verdicts=(verdicts(rows) if verdict_list is
                                         None else verdict_list),
-                   todo=todo_runs(rows)), f, indent=1, default=str)
+                   todo=todo_runs(rows), rerun_spread=spread or {}),
+              f, indent=1, default=str)
   return [csv_path, json_path]
 
 
-def report_command(run_dirs, out_path) -> str:
+def report_command(run_dirs, out_path, replicate_dirs=()) -> str:
   """The launch/report.py command that writes `out_path` from `run_dirs`."""
   return (f"python launch/report.py --runs {','.join(map(str, run_dirs))} "
-          f"--out {out_path}")
+          + (f"--replicates {','.join(map(str, replicate_dirs))} "
+             if replicate_dirs else "") + f"--out {out_path}")
 
 
-def write_report(run_dirs, out_path, figures_dir=None, command=None) -> list:
-  """Writes `out_path` (markdown), the summary and figures; their paths."""
+def write_report(run_dirs, out_path, figures_dir=None, command=None,
+                 replicate_dirs=()) -> list:
+  """Writes `out_path` (markdown), the summary and figures; their paths.
+
+  `replicate_dirs`: runs that repeat a run of `run_dirs` (same config and
+  seed); their differences give the one-seed floor (`replicates`)."""
   out_path = pathlib.Path(out_path)
   figures_dir = pathlib.Path(figures_dir or out_path.parent / "reproduction")
   runs = load_runs(run_dirs)
   rows = summarize_runs(runs)
   if not rows:
     raise ValueError("no members found in the run directories.")
-  vs = verdicts(rows) + stripe_verdicts(runs)
+  spread = replicates.spread(runs, load_runs(replicate_dirs),
+                             [(n, k) for n, k, _ in QUANTITIES])
+  vs = verdicts(rows, spread) + stripe_verdicts(runs)
   by_cell = cells(runs)
-  paths = write_summary(rows, figures_dir, vs)
+  paths = write_summary(rows, figures_dir, vs, spread)
   rel = os.path.relpath(figures_dir, out_path.parent)
   md = ["# Reproduction: language-model claims (Sec. 7, Figs. 6-12)", "",
-        "Generated by `" + (command or report_command(run_dirs, out_path))
+        "Generated by `" + (command or report_command(run_dirs, out_path,
+                                                      replicate_dirs))
         + "`; do not edit by hand.",
         f"Summary: [{rel}/summary.csv]({rel}/summary.csv), "
         f"[{rel}/summary.json]({rel}/summary.json).", "",
         "Claims (paper): with stronger kappa2 the scale tr(W_QK^T W_QK) "
         "shrinks (B), the attention entropy is higher (C) and the valid "
         "perplexity lower (D). A verdict is *not significant* when "
-        "|mean difference| <= 2 x the pooled std over seeds.", "",
+        "|mean difference| <= 2 x the pooled std over seeds, or, with one "
+        f"seed, <= {replicates.FACTOR:g} x the relative difference between "
+        "two runs of the same config and seed (below).", "",
         "## Verdicts", ""]
   md += [f"- {v['text']}" for v in vs] or ["- (no kappa2 = 0 / 1 pair)"]
   labels = sorted({r["label"] for r in rows},
@@ -770,6 +802,13 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None) -> list:
          "\"todo\" list, as many as fit the slice's time):", ""]
   md += missing or ["- nothing: every figure has both readings at full "
                     "length with the planned seeds."]
+  md += ["", "## Run-to-run spread (same config, same seed)", "",
+         "Two GPU runs of one config and seed are not bit-identical (the "
+         "order of XLA's GPU reductions and scatter-adds varies), so one "
+         "seed's kappa2 effect must exceed their difference before its sign "
+         "means anything; seeds spread results further (the +- columns). "
+         "Largest relative difference of the final values:", ""]
+  md += replicates.markdown(spread, {n: t for n, _, t in QUANTITIES})
   md += ["", "## Runs", "",
          "Device and wall time come from each run's `run_info.jsonl` "
          "(written by the training loop); \"not recorded\" marks runs "

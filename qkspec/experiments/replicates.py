@@ -1,0 +1,88 @@
+"""Run-to-run spread: the same run (config, seed) trained twice.
+
+On a GPU two runs of one config and seed are not bit-identical (XLA's
+GPU reductions and scatter-adds, e.g. the embedding gradient, may sum in a
+different order each run), so their finals differ a little. That
+difference is the floor under any one-seed comparison: a kappa2 effect no
+larger than it cannot be told from the hardware's arithmetic, let alone
+from a change of seed (which moves results much more; the report's seeds
+measure that).
+
+`spread(runs, replicates, quantities)` pairs each member of a replicate run
+with the member of the same figure, reading, kappa1, kappa2, target and
+seed in `runs` (the report's loaded-run form, `report.load_runs`), both at
+the same last step, and gives per quantity the largest relative difference
+|a - b| / mean(|a|, |b|) over the pairs. `report.verdicts` calls a one-seed
+difference "not significant" when it is within `FACTOR` times that
+relative spread of the larger value.
+"""
+import math
+
+import numpy as np
+
+FACTOR = 2.0     # a one-seed |diff| <= FACTOR x the rerun spread: not significant
+
+
+def _key(run, member):
+  return (run["label"], run["reading"], member["kappa1"], member["kappa2"],
+          member["target"], member["seed"])
+
+
+def _final(member, key):
+  values = member["metrics"].get(key)
+  if values is None or not len(values[0]):
+    return math.nan
+  return float(np.asarray(values[1][-1]).reshape(-1)[0])
+
+
+def pairs(runs, replicates) -> list[tuple[dict, dict, dict, dict]]:
+  """(run, member, replicate run, replicate member) for every replicate
+  member whose twin (same figure, reading, kappas, target, seed and last
+  step) is in `runs`."""
+  twins = {_key(r, m): (r, m) for r in runs for m in r["members"]}
+  out = []
+  for rep in replicates:
+    for m in rep["members"]:
+      twin = twins.get(_key(rep, m))
+      if twin and twin[1]["last_step"] == m["last_step"]:
+        out.append((*twin, rep, m))
+  return out
+
+
+def spread(runs, replicates, quantities) -> dict:
+  """quantity name -> dict(rel: the largest relative difference over the
+  pairs, n: the pairs, where: 'run vs replicate, member' of the largest),
+  for each (name, metric key) of `quantities` with finite values."""
+  out = {}
+  for name, key in quantities:
+    best = None
+    for run, m, rep, r in pairs(runs, replicates):
+      a, b = _final(m, key), _final(r, key)
+      if not (np.isfinite(a) and np.isfinite(b)):
+        continue
+      scale = (abs(a) + abs(b)) / 2
+      rel = abs(a - b) / scale if scale else 0.0
+      where = (f"`{run['run_dir']}` vs `{rep['run_dir']}`, kappa1 = "
+               f"{m['kappa1']:g}, kappa2 = {m['kappa2']:g}, seed {m['seed']}")
+      n = (best or {}).get("n", 0) + 1
+      if best is None or rel > best["rel"]:
+        best = dict(rel=rel, where=where)
+      best["n"] = n
+    if best is not None:
+      out[name] = best
+  return out
+
+
+def within(diff: float, m0: float, m1: float, rel: float) -> bool:
+  """Is |diff| within FACTOR x the relative spread `rel` of max(|m0|, |m1|)?"""
+  return abs(diff) <= FACTOR * rel * max(abs(m0), abs(m1))
+
+
+def markdown(spreads: dict, labels: dict) -> list[str]:
+  """Report lines: one per quantity (`labels`: name -> its table title)."""
+  if not spreads:
+    return ["- no replicate runs given (`launch/report.py --replicates`): "
+            "one-seed verdicts go by the sign of the difference alone."]
+  return [f"- {labels.get(name, name)}: {s['rel']:.2g} relative (largest "
+          f"of {s['n']} pair{'s' * (s['n'] > 1)}: {s['where']})"
+          for name, s in spreads.items()]

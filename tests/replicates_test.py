@@ -1,0 +1,54 @@
+"""Tests for qkspec.experiments.replicates (the same-seed rerun spread)."""
+from absl.testing import absltest
+import numpy as np
+
+from qkspec.experiments import replicates
+
+QUANTITIES = [("valid_ppl", "valid/ppl"), ("entropy", "mean/entropy")]
+
+
+def _run(run_dir, finals, seed=0, last_step=50_000, reading="mean_loss"):
+  """A loaded run (`report.load_runs`' form): kappa2 -> (ppl, entropy)."""
+  members = [dict(kappa1=100.0, kappa2=k, target=1.0, seed=seed,
+                  last_step=last_step,
+                  metrics={"valid/ppl": (np.asarray([0, last_step]),
+                                         np.asarray([9e9, ppl])),
+                           "mean/entropy": (np.asarray([last_step]),
+                                            np.asarray([ent]))})
+             for k, (ppl, ent) in finals.items()]
+  return dict(run_dir=run_dir, label="Fig. 6", reading=reading,
+              members=members)
+
+
+class SpreadTest(absltest.TestCase):
+
+  def test_largest_relative_difference_over_the_twin_members(self):
+    run = _run("a", {0.0: (200.0, 2.0), 1.0: (100.0, 3.0)})
+    rep = _run("b", {0.0: (201.0, 2.0), 1.0: (100.5, 3.003)})
+    s = replicates.spread([run], [rep], QUANTITIES)
+    self.assertAlmostEqual(s["valid_ppl"]["rel"], 1.0 / 200.5)  # final, not 9e9
+    self.assertEqual(s["valid_ppl"]["n"], 2)
+    self.assertIn("`a` vs `b`, kappa1 = 100, kappa2 = 0, seed 0",
+                  s["valid_ppl"]["where"])
+    self.assertAlmostEqual(s["entropy"]["rel"], 0.003 / 3.0015)
+    self.assertIn("kappa2 = 1,", s["entropy"]["where"])
+
+  def test_only_the_same_seed_reading_and_length_pair(self):
+    run = _run("a", {0.0: (200.0, 2.0)})
+    for other in (_run("b", {0.0: (300.0, 2.0)}, seed=1),
+                  _run("b", {0.0: (300.0, 2.0)}, reading="summed_loss"),
+                  _run("b", {0.0: (300.0, 2.0)}, last_step=20_000)):
+      self.assertEmpty(replicates.pairs([run], [other]))
+      self.assertEqual(replicates.spread([run], [other], QUANTITIES), {})
+
+  def test_within_scales_with_the_larger_value(self):
+    self.assertTrue(replicates.within(0.4, 100.0, 100.4, 0.002))  # <= 0.4016
+    self.assertFalse(replicates.within(0.5, 100.0, 100.5, 0.002))
+    self.assertTrue(replicates.within(-0.4, 100.4, 100.0, 0.002))
+
+  def test_markdown_without_replicates_says_so(self):
+    self.assertIn("no replicate runs given", replicates.markdown({}, {})[0])
+
+
+if __name__ == "__main__":
+  absltest.main()
