@@ -257,6 +257,9 @@ def probe(flags) -> str:
 
 
 ONE_MEMBER_RATE, FIVE_MEMBER_RATE = 534.1, 115.8   # H100 (gpu_results.md)
+# The Fig. 6 sweep's steps/s on the fastest path, scan_bf16_pallas with the
+# default Pallas blocks (H100, gpu_results.md (4)): --rate's default.
+PALLAS_RATE = 223.3
 
 
 def projection(flags, rate: float) -> str:
@@ -563,10 +566,10 @@ def main():
                                                 "summary.json"),
                  help="todo stage: the report summary whose 'todo' runs "
                  "to train (REPRODUCTION.md's Still to run)")
-  p.add_argument("--rate", type=float, default=FIVE_MEMBER_RATE,
+  p.add_argument("--rate", type=float, default=PALLAS_RATE,
                  help="todo stage without a probe in the same call: the "
                  "Fig. 6 sweep's steps/s on --path (the last probe's; "
-                 "default: the H100's on scan_bf16_fused4096)")
+                 "default: the H100's on scan_bf16_pallas)")
   p.add_argument("--contrast", action="store_true",
                  help="add a no-LocATER member per seed (Figs. 6, 8-12)")
   p.add_argument("--k", type=int, default=250, help="steps per call")
