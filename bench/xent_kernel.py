@@ -12,7 +12,11 @@ TFLOP/s (6 N d V per member, the FLOPs of the plain forward + backward),
 and the largest relative error of the loss
 and of the gradients against a float32 plain reference computed in the same
 process at `highest` precision. On a GPU that error line is the Pallas
-kernels' first check on real hardware.
+kernels' first check on real hardware. Then each single Pallas setting's
+forward kernel is timed alone, and the fastest forward composed with the
+fastest backward ("F/B/B", each kernel its own blocks) is timed as one
+more path: on the H100 the forward kernel ran at about half the backward
+kernels' TFLOP/s with the shared setting (bench/gpu_results.md (4)).
 
   python bench/xent_kernel.py [--members 5] [--repeats 20]
       [--blocks 64x128x4x2,128x128x8x2,...]   # BN x BV x warps x stages
@@ -139,6 +143,36 @@ def _program(loss):
   return jax.jit(jax.vmap(jax.value_and_grad(loss, (0, 1))))
 
 
+def _forward_program(loss):
+  """The loss value alone: for a Pallas loss, its forward kernel alone."""
+  return jax.jit(jax.vmap(loss))
+
+
+def _time(program, args, repeats):
+  """(compile s, ms per call, last output) of a jitted program."""
+  t = time.perf_counter()
+  out = jax.block_until_ready(program(*args))
+  compile_s = time.perf_counter() - t
+  t = time.perf_counter()
+  for _ in range(repeats):
+    out = program(*args)
+  jax.block_until_ready(out)
+  return compile_s, (time.perf_counter() - t) / repeats * 1e3, out
+
+
+def composed(totals: dict, forwards: dict) -> str | None:
+  """"F/B/B": the setting F whose forward kernel alone was fastest, with
+  the backward kernels of the setting B whose backward (its loss and
+  gradient's time less its forward's) was; None when one setting is both
+  (nothing to compose). totals, forwards: setting -> ms."""
+  both = [spec for spec in totals if spec in forwards]
+  if len(both) < 2:
+    return None
+  fwd = min(both, key=forwards.get)
+  bwd = min(both, key=lambda spec: totals[spec] - forwards[spec])
+  return None if fwd == bwd else f"{fwd}/{bwd}/{bwd}"
+
+
 def _rel_err(got, want):
   (v1, g1), (v2, g2) = got, want
   err = lambda a, b: float(jnp.max(jnp.abs(a - b)) / jnp.max(jnp.abs(b)))
@@ -149,7 +183,12 @@ def run(members=5, n=4096, d=128, v=33_278, blocks=DEFAULT_BLOCKS,
         repeats=20, dtype=jnp.bfloat16, only=""):
   """Prints the table; returns {path: (ms per call, rel. gradient error)}.
 
-  `best_pallas` of the result is the fastest accurate Pallas setting.
+  After the paths, each single Pallas setting's forward kernel is timed
+  alone (the loss value without gradients); where the fastest forward and
+  the fastest backward (loss and gradient less forward) come from two
+  settings, their composition "F/B/B" (`schema.pallas_settings`: each
+  kernel its own blocks) is timed as one more path. `best_pallas` of the
+  result is the fastest accurate Pallas setting.
   """
   args = inputs(members, n, d, v)
   with jax.default_matmul_precision("highest"):
@@ -159,40 +198,55 @@ def run(members=5, n=4096, d=128, v=33_278, blocks=DEFAULT_BLOCKS,
   print(f"xent: {members} members x [N {n}, d {d}] @ [d, V {v}], "
         f"{jnp.dtype(dtype).name}, {jax.devices()[0].device_kind}",
         flush=True)
-  print("  path                      compile_s   ms/call  x chunked4096  "
+  print(f"  {'path':{_W}s} compile_s   ms/call  x chunked4096  "
         "TFLOP/s  rel.err loss  rel.err grad", flush=True)
   times = {}
-  for name, loss in paths(blocks, dtype).items():
-    if only and name not in only.split(","):
-      continue
-    program = _program(loss)
+
+  def row(name, loss):
     try:
-      t = time.perf_counter()
-      out = jax.block_until_ready(program(*args))
-      compile_s = time.perf_counter() - t
-      t = time.perf_counter()
-      for _ in range(repeats):
-        out = program(*args)
-      jax.block_until_ready(out)
+      compile_s, ms, out = _time(_program(loss), args, repeats)
     except Exception as e:  # pylint: disable=broad-except
-      print(f"  {name:26s} failed: {type(e).__name__}: {str(e)[:300]}",
+      print(f"  {name:{_W}s} failed: {type(e).__name__}: {str(e)[:300]}",
             flush=True)
-      continue
-    ms = (time.perf_counter() - t) / repeats * 1e3
+      return
     loss_err, grad_err = _rel_err(out, exact)
     times[name] = (ms, grad_err)
     ref = times.get("chunked4096", (None,))[0]
     ratio = f"{ref / ms:13.2f}" if ref else "            -"
-    print(f"  {name:26s} {compile_s:9.1f} {ms:9.3f} {ratio}  "
+    print(f"  {name:{_W}s} {compile_s:9.1f} {ms:9.3f} {ratio}  "
           f"{flops / ms / 1e9:7.1f}  {loss_err:12.2e}  {grad_err:12.2e}",
           flush=True)
+
+  losses = paths(blocks, dtype)
+  for name, loss in losses.items():
+    if not only or name in only.split(","):
+      row(name, loss)
+  forwards = {}                  # single settings: the forward kernel alone
+  for name in [n for n in times if n.startswith("pallas_") and "/" not in n]:
+    try:
+      _, forwards[name[7:]], _ = _time(_forward_program(losses[name]),
+                                       args, repeats)
+    except Exception as e:  # pylint: disable=broad-except
+      print(f"  forward {name} failed: {type(e).__name__}", flush=True)
+  if forwards:
+    print("  forward kernel alone (ms/call): " + ", ".join(
+        f"{spec} {ms:.3f}" for spec, ms in forwards.items()), flush=True)
+  spec = composed({n[7:]: ms for n, (ms, _) in times.items()
+                   if n.startswith("pallas_")}, forwards)
+  if spec and f"pallas_{spec}" not in times:
+    row(f"pallas_{spec}", functools.partial(
+        pallas_xent.linear_cross_entropy, compute_dtype=dtype,
+        **schema.pallas_settings(spec)))
   return times
 
 
+_W = 26 + 2 * 12               # the path column: room for "F/DH/DW" specs
+
+
 def best_pallas(times: dict, max_grad_err: float = 2e-2) -> str | None:
-  """The fastest Pallas setting ("BNxBVxWARPSxSTAGES") whose gradients are
-  within `max_grad_err` (relative, bf16 rounding is ~5e-3) of the float32
-  reference, or None."""
+  """The fastest Pallas setting ("BNxBVxWARPSxSTAGES", or "F/DH/DW") whose
+  gradients are within `max_grad_err` (relative, bf16 rounding is ~5e-3)
+  of the float32 reference, or None."""
   ok = {name[len("pallas_"):]: ms for name, (ms, err) in times.items()
         if name.startswith("pallas_") and err <= max_grad_err}
   return min(ok, key=ok.get) if ok else None

@@ -63,6 +63,38 @@ class PallasXentTest(parameterized.TestCase):
     _assert_close(self, _value_and_grads(pallas, *args),
                   _value_and_grads(_plain, *args), 1e-5, 1e-6)
 
+  def test_each_kernel_its_own_blocks_and_launch(self):
+    """backward=(dh's, dW's): other BN / BV per kernel (padding to the
+    largest), the same value and gradients, and each pallas_call launched
+    with its own grid and Triton parameters."""
+    args = _inputs()
+    backward = ((16, 32, 4, 2), (32, 16, 2, 1))
+    pallas = lambda h, k, y, w: pallas_xent.linear_cross_entropy(
+        h, k, y, w, 64, 128, backward=backward)
+    _assert_close(self, _value_and_grads(pallas, *args),
+                  _value_and_grads(_plain, *args), 1e-5, 1e-6)
+    h, k, y, w = args
+    jaxpr = jax.make_jaxpr(jax.grad(
+        lambda a, b: pallas(a, b, y, w), argnums=(0, 1)))(h, k)
+    calls = []
+
+    def walk(j):
+      for e in j.eqns:
+        if e.primitive.name == "pallas_call":
+          params = e.params["compiler_params"]
+          params = getattr(params, "get", lambda *_: params)("triton", params)
+          calls.append((tuple(e.params["grid_mapping"].grid),
+                        params.num_warps, params.num_stages))
+        for v in e.params.values():
+          inner = getattr(v, "jaxpr", None)
+          if inner is not None:
+            walk(getattr(inner, "jaxpr", inner))
+    walk(jaxpr.jaxpr)
+    # N = 45 -> 64 rows, V = 150 -> 256 columns (the largest BN, BV)
+    self.assertEqual(calls, [((1,), 4, 2),      # forward: 64 / 64
+                             ((4,), 4, 2),      # dh: 64 / 16
+                             ((16,), 2, 1)])    # dW: 256 / 16
+
   def test_large_logits_are_stable(self):
     """|z| ~ 1e3: the online log-sum-exp never overflows.
 
@@ -206,6 +238,10 @@ class ConfigTest(absltest.TestCase):
       steps.train(steps.init(ik, hp), steps.task.train_batch(0), dk)
     self.assertEqual(seen[0], dict(block_rows=32, block_vocab=64,
                                    num_warps=8, num_stages=3))
+    self.assertEqual(schema.pallas_settings("32x64x8x3/16x16x4x2/64x32x2x1"),
+                     dict(block_rows=32, block_vocab=64, num_warps=8,
+                          num_stages=3, backward=((16, 16, 4, 2),
+                                                  (64, 32, 2, 1))))
 
   def test_bad_settings_are_refused(self):
     c = defaults.smoke(defaults.lm_config())
@@ -213,7 +249,10 @@ class ConfigTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "loss_pallas"):
       schema.validate(c)
     for bad, what in (("48x128x4x2", "BN"), ("64x100x4x2", "BV"),
-                      ("64x128x3x2", "WARPS"), ("64x128x4x0", "STAGES")):
+                      ("64x128x3x2", "WARPS"), ("64x128x4x0", "STAGES"),
+                      ("64x128x4x2/64x128x4x2", "three joined by '/'"),
+                      ("64x128x4x2/64x128x4x2/64x100x4x2", "BV"),
+                      ("64x128x4x2/64x128/64x128x4x2", "FORWARD/DH/DW")):
       with self.assertRaisesRegex(ValueError, what):
         schema.pallas_settings(bad)
 

@@ -32,18 +32,32 @@ def check_pallas_settings(block_rows: int, block_vocab: int, num_warps: int,
     raise ValueError(f"Pallas settings {spec!r}: STAGES must be >= 1.")
 
 
-def pallas_settings(spec: str) -> dict:
-  """"BNxBVxWARPSxSTAGES" (config.model.loss_pallas) -> the keyword
-  arguments of `pallas_xent.linear_cross_entropy`, checked as above.
-  bench/xent_kernel.py times such settings on a GPU."""
+def _launch(part: str, spec: str) -> tuple:
   try:
-    bn, bv, warps, stages = (int(p) for p in spec.split("x"))
+    bn, bv, warps, stages = (int(p) for p in part.split("x"))
   except (ValueError, AttributeError):
     raise ValueError(f"Pallas settings must read BNxBVxWARPSxSTAGES, e.g. "
-                     f"{PALLAS_SETTINGS!r}, got {spec!r}.") from None
-  out = dict(block_rows=bn, block_vocab=bv, num_warps=warps,
-             num_stages=stages)
-  check_pallas_settings(**out)
+                     f"{PALLAS_SETTINGS!r}, or FORWARD/DH/DW, three such, "
+                     f"got {spec!r}.") from None
+  check_pallas_settings(bn, bv, warps, stages)
+  return bn, bv, warps, stages
+
+
+def pallas_settings(spec: str) -> dict:
+  """"BNxBVxWARPSxSTAGES" (config.model.loss_pallas) -> the keyword
+  arguments of `pallas_xent.linear_cross_entropy`, checked as above: one
+  setting for its three kernels, or "FORWARD/DH/DW" (three settings, e.g.
+  "128x128x8x3/64x128x4x2/64x128x4x2"), each kernel its own (`backward`).
+  bench/xent_kernel.py times such settings on a GPU."""
+  parts = spec.split("/") if isinstance(spec, str) else [spec]
+  if len(parts) not in (1, 3):
+    raise ValueError(f"Pallas settings must be one BNxBVxWARPSxSTAGES or "
+                     f"three joined by '/' (forward, dh, dW), got {spec!r}.")
+  launches = [_launch(part, spec) for part in parts]
+  out = dict(zip(("block_rows", "block_vocab", "num_warps", "num_stages"),
+                 launches[0]))
+  if len(launches) == 3:
+    out["backward"] = tuple(launches[1:])
   return out
 
 

@@ -36,7 +36,10 @@ and lse:
 So 5 logits-sized matmuls (2NdV FLOPs each: forward, and a recompute plus
 a gradient matmul in each backward kernel) instead of 3, with HBM traffic of
 O(Nd + dV) per pass instead of O(NV). Both kernels are deterministic (no
-atomics). Padding: rows to a multiple of BN with zero weight, columns of W
+atomics). Each of the three kernels may take its own blocks and Triton
+launch (`backward`; `model.loss_pallas` "FORWARD/DH/DW"): the forward has
+one matmul per tile and the backward kernels two, so their best shapes
+need not agree. Padding: rows to a multiple of BN with zero weight, columns of W
 to a multiple of BV (masked to :math:`-\infty` inside the kernels), d to a
 power of two >= 16 with zeros (Triton's block shapes); none of it changes
 the result.
@@ -146,42 +149,64 @@ def _dw_kernel(h_ref, w_ref, y_ref, lse_ref, g_ref, dw_ref, *, vocab,
   dw_ref[...] = jax.lax.fori_loop(0, h_ref.shape[0] // block_rows, body, acc)
 
 
-class _Blocks:
-  """Padded operands and the pallas_call plumbing shared by the kernels."""
+KERNELS = ("xent_forward", "xent_dh", "xent_dw")
 
-  def __init__(self, h, kernel, targets, vocab, block_rows, block_vocab,
-               compute_dtype, interpret, num_warps, num_stages):
+
+def launches(block_rows, block_vocab, num_warps, num_stages,
+             backward=None) -> dict:
+  """Kernel name -> (BN, BV, warps, stages): the forward's from the first
+  four arguments; `backward`, (dh's, dW's) such 4-tuples, or None for the
+  forward's (`schema.pallas_settings`' "FWD/DH/DW" form)."""
+  forward = (block_rows, block_vocab, num_warps, num_stages)
+  dh, dw = backward or (forward, forward)
+  return dict(zip(KERNELS, (forward, tuple(dh), tuple(dw))))
+
+
+class _Blocks:
+  """Padded operands and the pallas_call plumbing shared by the kernels.
+
+  `launches`: kernel name -> (BN, BV, warps, stages). Rows are padded to a
+  multiple of the largest BN and W's columns of the largest BV (powers of
+  two, so a multiple of every kernel's)."""
+
+  def __init__(self, h, kernel, targets, vocab, launch, compute_dtype,
+               interpret):
     self.n, self.d = h.shape
     self.vocab = vocab
-    self.bn, self.bv = block_rows, block_vocab    # checked by _loss
-    rows = round_up(self.n, self.bn)
+    self.launch = launch                     # checked by _loss
+    rows = round_up(self.n, max(l[0] for l in launch.values()))
     width = max(_MIN_SIDE, pl.next_power_of_2(self.d))
     self.h = pad_to(pad_to(h.astype(compute_dtype), 0, rows), 1, width)
     self.w = pad_to(pad_to(kernel.astype(compute_dtype), 0, width), 1,
-                    round_up(vocab, self.bv))
+                    round_up(vocab, max(l[1] for l in launch.values())))
     self.y = pad_to(targets.astype(jnp.int32), 0, rows)
-    self.vec = pl.BlockSpec((self.bn,), lambda i: (i,))   # [BN] of [rows]
     self.interpret = _interpret(interpret)
-    self.params = pl_triton.CompilerParams(num_warps=num_warps,
-                                           num_stages=num_stages)
+
+  def vec(self, name):
+    """[BN] of a [rows] vector, BN the kernel `name`'s."""
+    return pl.BlockSpec((self.launch[name][0],), lambda i: (i,))
 
   def rows(self, x):
     return pad_to(x, 0, self.h.shape[0])
 
   def call(self, kernel, name, grid, in_specs, out_specs, out_shape, *args):
+    _, _, num_warps, num_stages = self.launch[name]
+    params = pl_triton.CompilerParams(num_warps=num_warps,
+                                      num_stages=num_stages)
     return pl.pallas_call(kernel, grid=grid, in_specs=in_specs,
                           out_specs=out_specs, out_shape=out_shape,
-                          compiler_params=self.params,
+                          compiler_params=params,
                           interpret=self.interpret, name=name)(*args)
 
   def by_rows(self, kernel, name, out_specs, out_shape, *vectors):
     """A program per row block I: h_I, the whole W, and [BN] row vectors."""
     rows, width = self.h.shape
-    in_specs = ([pl.BlockSpec((self.bn, width), lambda i: (i, 0)),
+    bn, bv = self.launch[name][:2]
+    in_specs = ([pl.BlockSpec((bn, width), lambda i: (i, 0)),
                  pl.BlockSpec(self.w.shape, lambda i: (0, 0))]
-                + [self.vec] * len(vectors))
-    body = functools.partial(kernel, vocab=self.vocab, block_vocab=self.bv)
-    return self.call(body, name, (rows // self.bn,), in_specs, out_specs,
+                + [self.vec(name)] * len(vectors))
+    body = functools.partial(kernel, vocab=self.vocab, block_vocab=bv)
+    return self.call(body, name, (rows // bn,), in_specs, out_specs,
                      out_shape, self.h, self.w, *vectors)
 
 
@@ -204,7 +229,8 @@ def _interpret(interpret):
 
 def _forward(b: _Blocks):
   out = jax.ShapeDtypeStruct((b.h.shape[0],), jnp.float32)
-  lse, zy = b.by_rows(_forward_kernel, "xent_forward", [b.vec, b.vec],
+  vec = b.vec("xent_forward")
+  lse, zy = b.by_rows(_forward_kernel, "xent_forward", [vec, vec],
                       [out, out], b.y)
   return lse[:b.n], zy[:b.n]
 
@@ -214,20 +240,22 @@ def _grads(b: _Blocks, lse, g):
   rows, width = b.h.shape
   lse, g = b.rows(lse), b.rows(g)
   dh = b.by_rows(_dh_kernel, "xent_dh",
-                 pl.BlockSpec((b.bn, width), lambda i: (i, 0)),
+                 pl.BlockSpec((b.launch["xent_dh"][0], width),
+                              lambda i: (i, 0)),
                  jax.ShapeDtypeStruct(b.h.shape, jnp.float32), b.y, lse, g)
   full = lambda x: pl.BlockSpec(x.shape, lambda j: (0,) * x.ndim)
-  column = pl.BlockSpec((width, b.bv), lambda j: (0, j))
-  body = functools.partial(_dw_kernel, vocab=b.vocab, block_vocab=b.bv,
-                           block_rows=b.bn)
-  dw = b.call(body, "xent_dw", (b.w.shape[1] // b.bv,),
+  bn, bv = b.launch["xent_dw"][:2]
+  column = pl.BlockSpec((width, bv), lambda j: (0, j))
+  body = functools.partial(_dw_kernel, vocab=b.vocab, block_vocab=bv,
+                           block_rows=bn)
+  dw = b.call(body, "xent_dw", (b.w.shape[1] // bv,),
               [full(b.h), column, full(b.y), full(lse), full(g)], column,
               jax.ShapeDtypeStruct(b.w.shape, jnp.float32),
               b.h, b.w, b.y, lse, g)
   return dh[:b.n, :b.d], dw[:b.d, :b.vocab]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8, 9))
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8, 9, 10))
 def linear_cross_entropy(h: jax.Array, kernel: jax.Array, targets: jax.Array,
                          weights: jax.Array,
                          block_rows: int = DEFAULTS["block_rows"],
@@ -235,8 +263,8 @@ def linear_cross_entropy(h: jax.Array, kernel: jax.Array, targets: jax.Array,
                          compute_dtype=jnp.float32,
                          interpret: bool | None = None,
                          num_warps: int = DEFAULTS["num_warps"],
-                         num_stages: int = DEFAULTS["num_stages"]
-                         ) -> jax.Array:
+                         num_stages: int = DEFAULTS["num_stages"],
+                         backward: tuple | None = None) -> jax.Array:
   r"""Weighted sum :math:`\sum_n w_n \mathrm{CE}(h_n W, y_n)` (see module).
 
   Args:
@@ -249,20 +277,30 @@ def linear_cross_entropy(h: jax.Array, kernel: jax.Array, targets: jax.Array,
     compute_dtype: matmul input dtype; products accumulate in float32.
     interpret: run in Pallas' interpreter; None = only on a CPU.
     num_warps, num_stages: Triton launch parameters.
+    backward: None (the backward kernels launch as the forward: the four
+      arguments above), or ((BN, BV, warps, stages) of the dh kernel, the
+      same of the dW kernel): each kernel its own blocks and launch.
 
   Returns:
     A float32 scalar; divide by `sum(weights)` for the mean.
   """
   return _loss(h, kernel, targets, weights, block_rows, block_vocab,
-               compute_dtype, interpret, num_warps, num_stages)[0]
+               compute_dtype, interpret, num_warps, num_stages, backward)[0]
+
+
+def _blocks(h, kernel, targets, static) -> _Blocks:
+  (block_rows, block_vocab, compute_dtype, interpret, num_warps, num_stages,
+   backward) = static
+  launch = launches(block_rows, block_vocab, num_warps, num_stages, backward)
+  for settings in launch.values():
+    schema.check_pallas_settings(*settings)
+  return _Blocks(h, kernel, targets, kernel.shape[1], launch, compute_dtype,
+                 interpret)
 
 
 def _loss(h, kernel, targets, weights, *static):
   fused_xent.check_inputs(h, kernel, None, targets, weights)
-  block_rows, block_vocab, _, _, num_warps, num_stages = static
-  schema.check_pallas_settings(block_rows, block_vocab, num_warps,
-                               num_stages)
-  b = _Blocks(h, kernel, targets, kernel.shape[1], *static)
+  b = _blocks(h, kernel, targets, static)
   lse, zy = _forward(b)
   loss = jnp.sum(weights.astype(jnp.float32) * (lse - zy))
   return loss, (h, kernel, targets, weights, lse)
@@ -271,7 +309,7 @@ def _loss(h, kernel, targets, weights, *static):
 def _bwd(*args):
   *static, residuals, cotangent = args
   h, kernel, targets, weights, lse = residuals
-  b = _Blocks(h, kernel, targets, kernel.shape[1], *static)
+  b = _blocks(h, kernel, targets, static)
   d_h, d_kernel = _grads(b, lse, cotangent * weights.astype(jnp.float32))
   return (d_h.astype(h.dtype), d_kernel.astype(kernel.dtype),
           *fused_xent.no_cotangents(targets, weights))
