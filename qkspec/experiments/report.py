@@ -803,8 +803,9 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
   md += missing or ["- nothing: every figure has both readings at full "
                     "length with the planned seeds."]
   md += ["", "## Run-to-run spread (same config, same seed)", "",
-         "Two GPU runs of one config and seed are not bit-identical (the "
-         "order of XLA's GPU reductions and scatter-adds varies), so one "
+         "Two GPU runs of one config and seed are not bit-identical (by "
+         "default XLA's GPU scatter-adds and some reductions may sum in "
+         "another order each run), so one "
          "seed's kappa2 effect must exceed their difference before its sign "
          "means anything; seeds spread results further (the +- columns). "
          "Largest relative difference of the final values:", ""]
