@@ -78,7 +78,11 @@ def _tokamax():
   return None
 
 
-DEFAULT_BLOCKS = "64x128x4x2,128x128x8x2,64x256x8x2,128x64x4x3,32x128x4x2"
+# BN x BV x warps x stages [x vocabulary splits of the forward]; "F/DH/DW"
+# gives each kernel its own (the dh kernel may take splits too).
+DEFAULT_BLOCKS = ("64x128x4x2,128x128x8x2,64x256x8x2,128x64x4x3,32x128x4x2,"
+                  "64x128x4x2x2,64x128x4x2x4,"
+                  "64x128x4x2x4/64x128x4x2x4/64x128x4x2")
 
 
 def _plain(h, kernel, targets, weights, dtype):
@@ -170,6 +174,7 @@ def composed(totals: dict, forwards: dict) -> str | None:
     return None
   fwd = min(both, key=forwards.get)
   bwd = min(both, key=lambda spec: totals[spec] - forwards[spec])
+  bwd = "x".join(bwd.split("x")[:4])   # a single setting's splits: forward's
   return None if fwd == bwd else f"{fwd}/{bwd}/{bwd}"
 
 

@@ -95,6 +95,24 @@ class PallasXentTest(parameterized.TestCase):
                              ((4,), 4, 2),      # dh: 64 / 16
                              ((16,), 2, 1)])    # dW: 256 / 16
 
+  @parameterized.parameters(
+      dict(block_vocab=16, splits=4, backward=None),
+      # V = 150 -> 256 columns in 4 splits of 64: the last is padding alone
+      dict(block_vocab=64, splits=4, backward=None),
+      dict(block_vocab=32, splits=2, backward=((16, 16, 4, 2, 8),
+                                               (32, 16, 4, 2))))
+  def test_vocabulary_splits_equal_plain(self, block_vocab, splits,
+                                         backward):
+    """The forward (and dh) kernel's vocabulary split over programs, their
+    partial log-sum-exps (and dh) merged after: the same loss and grads."""
+    args = _inputs()
+    pallas = lambda h, k, y, w: pallas_xent.linear_cross_entropy(
+        h, k, y, w, 16, block_vocab, backward=backward, vocab_splits=splits)
+    got = _value_and_grads(pallas, *args)
+    self.assertTrue(all(np.isfinite(np.asarray(x)).all()
+                        for x in jax.tree.leaves(got)))
+    _assert_close(self, got, _value_and_grads(_plain, *args), 1e-5, 1e-6)
+
   def test_large_logits_are_stable(self):
     """|z| ~ 1e3: the online log-sum-exp never overflows.
 
@@ -187,6 +205,21 @@ class LoweringTest(parameterized.TestCase):
                                            ("64", "5", "xent_dh"),
                                            ("64", "5", "xent_forward")])
 
+  def test_vocabulary_splits_add_a_grid_axis(self):
+    """Forward split 4 ways, dh 2 ways, dW unsplit: 64 row blocks x splits
+    x 5 members programs each."""
+    loss = lambda h, k, y, w: pallas_xent.linear_cross_entropy(
+        h, k, y, w, compute_dtype=jnp.bfloat16, interpret=False,
+        vocab_splits=4, backward=((64, 128, 4, 2, 2), (64, 128, 4, 2)))
+    text = self._lower(jax.value_and_grad(loss, (0, 1)), 5, 4096, 128, 33278)
+    self.assertEqual(self._kernels(text), [("260", "5", "xent_dw"),
+                                           ("64", "2", "xent_dh"),
+                                           ("64", "4", "xent_forward")])
+    with self.assertRaisesRegex(ValueError, "dW kernel takes no"):
+      pallas_xent.linear_cross_entropy(
+          *[jnp.zeros(x.shape, x.dtype) for x in _inputs()],
+          backward=((64, 128, 4, 2), (64, 128, 4, 2, 2)))
+
   def test_evaluation_runs_the_forward_kernel_only(self):
     loss = lambda h, k, y, w: pallas_xent.linear_cross_entropy(
         h, k, y, w, compute_dtype=jnp.bfloat16, interpret=False)
@@ -242,6 +275,11 @@ class ConfigTest(absltest.TestCase):
                      dict(block_rows=32, block_vocab=64, num_warps=8,
                           num_stages=3, backward=((16, 16, 4, 2),
                                                   (64, 32, 2, 1))))
+    self.assertEqual(schema.pallas_settings("32x64x8x3x4/16x16x4x2x2/"
+                                            "64x32x2x1"),
+                     dict(block_rows=32, block_vocab=64, num_warps=8,
+                          num_stages=3, vocab_splits=4,
+                          backward=((16, 16, 4, 2, 2), (64, 32, 2, 1))))
 
   def test_bad_settings_are_refused(self):
     c = defaults.smoke(defaults.lm_config())
@@ -252,7 +290,10 @@ class ConfigTest(absltest.TestCase):
                       ("64x128x3x2", "WARPS"), ("64x128x4x0", "STAGES"),
                       ("64x128x4x2/64x128x4x2", "three joined by '/'"),
                       ("64x128x4x2/64x128x4x2/64x100x4x2", "BV"),
-                      ("64x128x4x2/64x128/64x128x4x2", "FORWARD/DH/DW")):
+                      ("64x128x4x2/64x128/64x128x4x2", "FORWARD/DH/DW"),
+                      ("64x128x4x2x3", "SPLITS"),
+                      ("64x128x4x2x2x1", "BNxBVxWARPSxSTAGES"),
+                      ("64x128x4x2/64x128x4x2/64x128x4x2x2", "dW")):
       with self.assertRaisesRegex(ValueError, what):
         schema.pallas_settings(bad)
 

@@ -19,12 +19,14 @@ PALLAS_SETTINGS = "64x128x4x2"         # BN x BV x warps x stages (pallas_xent)
 
 
 def check_pallas_settings(block_rows: int, block_vocab: int, num_warps: int,
-                          num_stages: int) -> None:
+                          num_stages: int, splits: int = 1) -> None:
   """ValueError unless BN and BV are powers of two >= 16 (Triton's smallest
-  dot side), warps a power of two and stages >= 1 (pallas_xent's kernels)."""
-  spec = f"{block_rows}x{block_vocab}x{num_warps}x{num_stages}"
+  dot side), warps and vocabulary splits powers of two and stages >= 1
+  (pallas_xent's kernels)."""
+  spec = f"{block_rows}x{block_vocab}x{num_warps}x{num_stages}" + (
+      f"x{splits}" if splits != 1 else "")
   for name, v, low in (("BN", block_rows, 16), ("BV", block_vocab, 16),
-                       ("WARPS", num_warps, 1)):
+                       ("WARPS", num_warps, 1), ("SPLITS", splits, 1)):
     if v < low or v & (v - 1):
       raise ValueError(f"Pallas settings {spec!r}: {name} must be a power "
                        f"of two >= {low}.")
@@ -34,13 +36,15 @@ def check_pallas_settings(block_rows: int, block_vocab: int, num_warps: int,
 
 def _launch(part: str, spec: str) -> tuple:
   try:
-    bn, bv, warps, stages = (int(p) for p in part.split("x"))
+    fields = tuple(int(p) for p in part.split("x"))
+    if len(fields) not in (4, 5):
+      raise ValueError
   except (ValueError, AttributeError):
-    raise ValueError(f"Pallas settings must read BNxBVxWARPSxSTAGES, e.g. "
-                     f"{PALLAS_SETTINGS!r}, or FORWARD/DH/DW, three such, "
-                     f"got {spec!r}.") from None
-  check_pallas_settings(bn, bv, warps, stages)
-  return bn, bv, warps, stages
+    raise ValueError(f"Pallas settings must read BNxBVxWARPSxSTAGES[xSPLITS]"
+                     f", e.g. {PALLAS_SETTINGS!r}, or FORWARD/DH/DW, three "
+                     f"such, got {spec!r}.") from None
+  check_pallas_settings(*fields)
+  return fields
 
 
 def pallas_settings(spec: str) -> dict:
@@ -48,16 +52,21 @@ def pallas_settings(spec: str) -> dict:
   arguments of `pallas_xent.linear_cross_entropy`, checked as above: one
   setting for its three kernels, or "FORWARD/DH/DW" (three settings, e.g.
   "128x128x8x3/64x128x4x2/64x128x4x2"), each kernel its own (`backward`).
-  bench/xent_kernel.py times such settings on a GPU."""
+  A fifth field, "xSPLITS", splits the vocabulary of the forward or dh
+  kernel over that many programs per row block (`vocab_splits`; not the
+  dW kernel's). bench/xent_kernel.py times such settings on a GPU."""
   parts = spec.split("/") if isinstance(spec, str) else [spec]
   if len(parts) not in (1, 3):
     raise ValueError(f"Pallas settings must be one BNxBVxWARPSxSTAGES or "
                      f"three joined by '/' (forward, dh, dW), got {spec!r}.")
   launches = [_launch(part, spec) for part in parts]
-  out = dict(zip(("block_rows", "block_vocab", "num_warps", "num_stages"),
-                 launches[0]))
+  out = dict(zip(("block_rows", "block_vocab", "num_warps", "num_stages",
+                  "vocab_splits"), launches[0]))
   if len(launches) == 3:
     out["backward"] = tuple(launches[1:])
+    if launches[2][4:] not in ((), (1,)):
+      raise ValueError(f"Pallas settings {spec!r}: the dW kernel (the "
+                       "third) takes no vocabulary splits.")
   return out
 
 

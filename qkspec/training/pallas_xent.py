@@ -39,7 +39,15 @@ O(Nd + dV) per pass instead of O(NV). Both kernels are deterministic (no
 atomics). Each of the three kernels may take its own blocks and Triton
 launch (`backward`; `model.loss_pallas` "FORWARD/DH/DW"): the forward has
 one matmul per tile and the backward kernels two, so their best shapes
-need not agree. Padding: rows to a multiple of BN with zero weight, columns of W
+need not agree. The forward and dh kernels may also split the vocabulary
+over S programs per row block (`vocab_splits`, a fifth setting field):
+each split keeps its own online (m, s) pair, or its part of dh, and the
+S partial results are merged after (:math:`\mathrm{lse} = M + \log
+\sum_k s_k e^{m_k - M}`, :math:`M = \max_k m_k`; dh summed). At the
+paper's shapes a row block of 64 gives only 64 x 5 members = 320 programs
+to the H100's 132 multiprocessors, where the dW kernel, one program per
+column block, has 1,300; the trace showed the forward kernel at about a
+third of the dW kernel's TFLOP/s (bench/gpu_results.md (4)). Padding: rows to a multiple of BN with zero weight, columns of W
 to a multiple of BV (masked to :math:`-\infty` inside the kernels), d to a
 power of two >= 16 with zeros (Triton's block shapes); none of it changes
 the result.
@@ -95,15 +103,25 @@ def _dz(z, cols, y, lse, g, vocab):
   return g[:, None] * (p - jnp.where(hit, 1.0, 0.0))
 
 
-def _forward_kernel(h_ref, w_ref, y_ref, lse_ref, zy_ref, *, vocab,
-                    block_vocab):
+def _split_offset(w_ref, splits):
+  """The first vocabulary column of this program's W block: a split's,
+  program axis 1, when the vocabulary is split over programs."""
+  return 0 if splits == 1 else pl.program_id(1) * w_ref.shape[1]
+
+
+def _forward_kernel(h_ref, w_ref, y_ref, *out_refs, vocab, block_vocab,
+                    splits):
+  """Outputs lse and zy; with splits > 1 this split's m, s and zy, which
+  `_forward` combines (a split of padding alone keeps m = float32's min
+  and s = 0 instead of the -inf that would make exp(m - m_new) a NaN)."""
   h = h_ref[...]
   y = y_ref[...]
   rows = h.shape[0]
+  offset = _split_offset(w_ref, splits)
 
   def body(j, carry):
     m, s, zy = carry
-    cols = _column_ids(j, block_vocab)
+    cols = offset + _column_ids(j, block_vocab)
     z = pl_triton.dot(h, w_ref[:, pl.ds(j * block_vocab, block_vocab)])
     z = jnp.where(cols[None, :] < vocab, z, -jnp.inf)
     m_new = jnp.maximum(m, jnp.max(z, axis=1))
@@ -111,20 +129,29 @@ def _forward_kernel(h_ref, w_ref, y_ref, lse_ref, zy_ref, *, vocab,
     zy = zy + jnp.sum(jnp.where(cols[None, :] == y[:, None], z, 0.0), axis=1)
     return m_new, s, zy
 
-  init = (jnp.full((rows,), -jnp.inf, jnp.float32),
+  low = -jnp.inf if splits == 1 else jnp.finfo(jnp.float32).min
+  init = (jnp.full((rows,), low, jnp.float32),
           jnp.zeros((rows,), jnp.float32), jnp.zeros((rows,), jnp.float32))
   m, s, zy = jax.lax.fori_loop(0, w_ref.shape[1] // block_vocab, body, init)
-  lse_ref[...] = m + jnp.log(s)
+  if splits == 1:
+    lse_ref, zy_ref = out_refs
+    lse_ref[...] = m + jnp.log(s)
+  else:
+    m_ref, s_ref, zy_ref = out_refs
+    m_ref[...] = m
+    s_ref[...] = s
   zy_ref[...] = zy
 
 
 def _dh_kernel(h_ref, w_ref, y_ref, lse_ref, g_ref, dh_ref, *, vocab,
-               block_vocab):
+               block_vocab, splits):
+  """dh of the row block; with splits > 1 this split's part of it."""
   h, y, lse, g = h_ref[...], y_ref[...], lse_ref[...], g_ref[...]
+  offset = _split_offset(w_ref, splits)
 
   def body(j, acc):
     w = w_ref[:, pl.ds(j * block_vocab, block_vocab)]
-    cols = _column_ids(j, block_vocab)
+    cols = offset + _column_ids(j, block_vocab)
     dz = _dz(pl_triton.dot(h, w), cols, y, lse, g, vocab)
     return acc + pl_triton.dot(dz.astype(w.dtype), w, trans_b=True)
 
@@ -153,21 +180,27 @@ KERNELS = ("xent_forward", "xent_dh", "xent_dw")
 
 
 def launches(block_rows, block_vocab, num_warps, num_stages,
-             backward=None) -> dict:
-  """Kernel name -> (BN, BV, warps, stages): the forward's from the first
-  four arguments; `backward`, (dh's, dW's) such 4-tuples, or None for the
-  forward's (`schema.pallas_settings`' "FWD/DH/DW" form)."""
+             backward=None, vocab_splits=1) -> dict:
+  """Kernel name -> (BN, BV, warps, stages, splits): the forward's from the
+  first four arguments and `vocab_splits`; `backward`, (dh's, dW's) such
+  4- or 5-tuples, or None for the forward's without its splits
+  (`schema.pallas_settings`' "FWD/DH/DW" form). splits > 1 (the forward and dh kernels) splits the
+  vocabulary over that many programs per row block, whose partial results
+  `_forward` and `_grads` combine: more programs in flight where a row
+  block's program alone leaves the GPU's multiprocessors idle."""
   forward = (block_rows, block_vocab, num_warps, num_stages)
   dh, dw = backward or (forward, forward)
-  return dict(zip(KERNELS, (forward, tuple(dh), tuple(dw))))
+  full = lambda t: tuple(t) + (1,) * (5 - len(t))   # noqa: E731
+  return dict(zip(KERNELS, (forward + (vocab_splits,), full(dh), full(dw))))
 
 
 class _Blocks:
   """Padded operands and the pallas_call plumbing shared by the kernels.
 
-  `launches`: kernel name -> (BN, BV, warps, stages). Rows are padded to a
-  multiple of the largest BN and W's columns of the largest BV (powers of
-  two, so a multiple of every kernel's)."""
+  `launch`: kernel name -> (BN, BV, warps, stages, splits). Rows are padded
+  to a multiple of the largest BN and W's columns of the largest BV x
+  splits (powers of two times a split count that `schema` checks, so a
+  multiple of every kernel's)."""
 
   def __init__(self, h, kernel, targets, vocab, launch, compute_dtype,
                interpret):
@@ -176,21 +209,36 @@ class _Blocks:
     self.launch = launch                     # checked by _loss
     rows = round_up(self.n, max(l[0] for l in launch.values()))
     width = max(_MIN_SIDE, pl.next_power_of_2(self.d))
+    columns = max(l[1] * l[4] for l in launch.values())
     self.h = pad_to(pad_to(h.astype(compute_dtype), 0, rows), 1, width)
     self.w = pad_to(pad_to(kernel.astype(compute_dtype), 0, width), 1,
-                    round_up(vocab, max(l[1] for l in launch.values())))
+                    round_up(vocab, columns))
     self.y = pad_to(targets.astype(jnp.int32), 0, rows)
     self.interpret = _interpret(interpret)
 
   def vec(self, name):
-    """[BN] of a [rows] vector, BN the kernel `name`'s."""
-    return pl.BlockSpec((self.launch[name][0],), lambda i: (i,))
+    """[BN] of a [rows] vector, BN the kernel `name`'s (row block i)."""
+    return pl.BlockSpec((self.launch[name][0],), lambda i, *_: (i,))
+
+  def split_rows(self, name, width=None):
+    """Output block of row block i and split k in [splits * rows (, width)]:
+    rows k * rows + i * BN onwards (`_unsplit` undoes it)."""
+    bn, splits = self.launch[name][0], self.launch[name][4]
+    blocks = self.h.shape[0] // bn
+    index = lambda i, *k: (k[0] * blocks + i if k else i,)   # noqa: E731
+    if width is None:
+      return pl.BlockSpec((bn,), index)
+    return pl.BlockSpec((bn, width), lambda i, *k: (*index(i, *k), 0))
+
+  def unsplit(self, name, x):
+    """[splits * rows, ...] -> [splits, rows, ...]."""
+    return x.reshape(self.launch[name][4], self.h.shape[0], *x.shape[1:])
 
   def rows(self, x):
     return pad_to(x, 0, self.h.shape[0])
 
   def call(self, kernel, name, grid, in_specs, out_specs, out_shape, *args):
-    _, _, num_warps, num_stages = self.launch[name]
+    num_warps, num_stages = self.launch[name][2:4]
     params = pl_triton.CompilerParams(num_warps=num_warps,
                                       num_stages=num_stages)
     return pl.pallas_call(kernel, grid=grid, in_specs=in_specs,
@@ -199,15 +247,20 @@ class _Blocks:
                           interpret=self.interpret, name=name)(*args)
 
   def by_rows(self, kernel, name, out_specs, out_shape, *vectors):
-    """A program per row block I: h_I, the whole W, and [BN] row vectors."""
+    """A program per row block I (and vocabulary split k, when the kernel
+    has splits > 1): h_I, W (its split's columns), [BN] row vectors."""
     rows, width = self.h.shape
-    bn, bv = self.launch[name][:2]
-    in_specs = ([pl.BlockSpec((bn, width), lambda i: (i, 0)),
-                 pl.BlockSpec(self.w.shape, lambda i: (0, 0))]
+    bn, bv, _, _, splits = self.launch[name]
+    columns = self.w.shape[1] // splits
+    grid = (rows // bn,) + ((splits,) if splits > 1 else ())
+    in_specs = ([pl.BlockSpec((bn, width), lambda i, *_: (i, 0)),
+                 pl.BlockSpec((width, columns),
+                              lambda i, *k: (0, k[0] if k else 0))]
                 + [self.vec(name)] * len(vectors))
-    body = functools.partial(kernel, vocab=self.vocab, block_vocab=bv)
-    return self.call(body, name, (rows // bn,), in_specs, out_specs,
-                     out_shape, self.h, self.w, *vectors)
+    body = functools.partial(kernel, vocab=self.vocab, block_vocab=bv,
+                             splits=splits)
+    return self.call(body, name, grid, in_specs, out_specs, out_shape,
+                     self.h, self.w, *vectors)
 
 
 def _interpret(interpret):
@@ -228,10 +281,21 @@ def _interpret(interpret):
 
 
 def _forward(b: _Blocks):
-  out = jax.ShapeDtypeStruct((b.h.shape[0],), jnp.float32)
-  vec = b.vec("xent_forward")
-  lse, zy = b.by_rows(_forward_kernel, "xent_forward", [vec, vec],
-                      [out, out], b.y)
+  """(lse, zy), [N] each. With splits, each split's online (m, s) pair is
+  merged as the kernel merges tiles: lse = M + log sum_k s_k e^{m_k - M}."""
+  name, n = "xent_forward", b.h.shape[0]
+  splits = b.launch[name][4]
+  out = jax.ShapeDtypeStruct((splits * n,), jnp.float32)
+  outputs = 2 if splits == 1 else 3
+  parts = b.by_rows(_forward_kernel, name, [b.split_rows(name)] * outputs,
+                    [out] * outputs, b.y)
+  if splits == 1:
+    lse, zy = parts
+  else:
+    m, s, zy = (b.unsplit(name, x) for x in parts)
+    top = jnp.max(m, axis=0)
+    lse = top + jnp.log(jnp.sum(s * jnp.exp(m - top[None]), axis=0))
+    zy = jnp.sum(zy, axis=0)
   return lse[:b.n], zy[:b.n]
 
 
@@ -239,10 +303,12 @@ def _grads(b: _Blocks, lse, g):
   """(dh [N, d], dW [d, V]) float32, for row scales g and saved lse."""
   rows, width = b.h.shape
   lse, g = b.rows(lse), b.rows(g)
-  dh = b.by_rows(_dh_kernel, "xent_dh",
-                 pl.BlockSpec((b.launch["xent_dh"][0], width),
-                              lambda i: (i, 0)),
-                 jax.ShapeDtypeStruct(b.h.shape, jnp.float32), b.y, lse, g)
+  splits = b.launch["xent_dh"][4]
+  dh = b.by_rows(_dh_kernel, "xent_dh", b.split_rows("xent_dh", width),
+                 jax.ShapeDtypeStruct((splits * rows, width), jnp.float32),
+                 b.y, lse, g)
+  if splits > 1:
+    dh = jnp.sum(b.unsplit("xent_dh", dh), axis=0)
   full = lambda x: pl.BlockSpec(x.shape, lambda j: (0,) * x.ndim)
   bn, bv = b.launch["xent_dw"][:2]
   column = pl.BlockSpec((width, bv), lambda j: (0, j))
@@ -255,7 +321,8 @@ def _grads(b: _Blocks, lse, g):
   return dh[:b.n, :b.d], dw[:b.d, :b.vocab]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8, 9, 10))
+@functools.partial(jax.custom_vjp,
+                   nondiff_argnums=(4, 5, 6, 7, 8, 9, 10, 11))
 def linear_cross_entropy(h: jax.Array, kernel: jax.Array, targets: jax.Array,
                          weights: jax.Array,
                          block_rows: int = DEFAULTS["block_rows"],
@@ -264,7 +331,8 @@ def linear_cross_entropy(h: jax.Array, kernel: jax.Array, targets: jax.Array,
                          interpret: bool | None = None,
                          num_warps: int = DEFAULTS["num_warps"],
                          num_stages: int = DEFAULTS["num_stages"],
-                         backward: tuple | None = None) -> jax.Array:
+                         backward: tuple | None = None,
+                         vocab_splits: int = 1) -> jax.Array:
   r"""Weighted sum :math:`\sum_n w_n \mathrm{CE}(h_n W, y_n)` (see module).
 
   Args:
@@ -279,21 +347,32 @@ def linear_cross_entropy(h: jax.Array, kernel: jax.Array, targets: jax.Array,
     num_warps, num_stages: Triton launch parameters.
     backward: None (the backward kernels launch as the forward: the four
       arguments above), or ((BN, BV, warps, stages) of the dh kernel, the
-      same of the dW kernel): each kernel its own blocks and launch.
+      same of the dW kernel): each kernel its own blocks and launch; a
+      fifth entry in dh's splits its vocabulary as `vocab_splits` does.
+    vocab_splits: the forward kernel's vocabulary split over this many
+      programs per row block (a power of two; their online log-sum-exps
+      merged after): more programs in flight for a GPU that one program
+      per row block leaves idle.
 
   Returns:
     A float32 scalar; divide by `sum(weights)` for the mean.
   """
   return _loss(h, kernel, targets, weights, block_rows, block_vocab,
-               compute_dtype, interpret, num_warps, num_stages, backward)[0]
+               compute_dtype, interpret, num_warps, num_stages, backward,
+               vocab_splits)[0]
 
 
 def _blocks(h, kernel, targets, static) -> _Blocks:
   (block_rows, block_vocab, compute_dtype, interpret, num_warps, num_stages,
-   backward) = static
-  launch = launches(block_rows, block_vocab, num_warps, num_stages, backward)
-  for settings in launch.values():
+   backward, vocab_splits) = static
+  launch = launches(block_rows, block_vocab, num_warps, num_stages, backward,
+                    vocab_splits)
+  for name, settings in launch.items():
     schema.check_pallas_settings(*settings)
+    if name == "xent_dw" and settings[4] != 1:
+      raise ValueError(f"Pallas settings: the dW kernel takes no "
+                       f"vocabulary splits (a program per column block "
+                       f"already), got {settings[4]}.")
   return _Blocks(h, kernel, targets, kernel.shape[1], launch, compute_dtype,
                  interpret)
 
