@@ -92,8 +92,9 @@ _MIN_SIDE = 16       # d is padded to a power of two >= this (Triton dots)
 DEFAULTS = schema.pallas_settings(schema.PALLAS_SETTINGS)   # BN, BV, ...
 
 
-def _column_ids(j, block_vocab):
-  return j * block_vocab + jnp.arange(block_vocab, dtype=jnp.int32)
+def _column_ids(j, block_vocab, offset=0):
+  ids = j * block_vocab + jnp.arange(block_vocab, dtype=jnp.int32)
+  return ids if isinstance(offset, int) and offset == 0 else offset + ids
 
 
 def _dz(z, cols, y, lse, g, vocab):
@@ -121,7 +122,7 @@ def _forward_kernel(h_ref, w_ref, y_ref, *out_refs, vocab, block_vocab,
 
   def body(j, carry):
     m, s, zy = carry
-    cols = offset + _column_ids(j, block_vocab)
+    cols = _column_ids(j, block_vocab, offset)
     z = pl_triton.dot(h, w_ref[:, pl.ds(j * block_vocab, block_vocab)])
     z = jnp.where(cols[None, :] < vocab, z, -jnp.inf)
     m_new = jnp.maximum(m, jnp.max(z, axis=1))
@@ -151,7 +152,7 @@ def _dh_kernel(h_ref, w_ref, y_ref, lse_ref, g_ref, dh_ref, *, vocab,
 
   def body(j, acc):
     w = w_ref[:, pl.ds(j * block_vocab, block_vocab)]
-    cols = offset + _column_ids(j, block_vocab)
+    cols = _column_ids(j, block_vocab, offset)
     dz = _dz(pl_triton.dot(h, w), cols, y, lse, g, vocab)
     return acc + pl_triton.dot(dz.astype(w.dtype), w, trans_b=True)
 
