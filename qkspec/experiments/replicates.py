@@ -18,23 +18,16 @@ the same last step, and gives per quantity the largest relative difference
 difference "not significant" when it is within `FACTOR` times that
 relative spread of the larger value.
 """
-import math
-
 import numpy as np
 
-FACTOR = 2.0     # a one-seed |diff| <= FACTOR x the rerun spread: not significant
+from qkspec.experiments import training_plots
+
+FACTOR = 2.0     # one seed: |diff| <= FACTOR x rerun spread, not significant
 
 
 def _key(run, member):
   return (run["label"], run["reading"], member["kappa1"], member["kappa2"],
           member["target"], member["seed"])
-
-
-def _final(member, key):
-  values = member["metrics"].get(key)
-  if values is None or not len(values[0]):
-    return math.nan
-  return float(np.asarray(values[1][-1]).reshape(-1)[0])
 
 
 def pairs(runs, replicates) -> list[tuple[dict, dict, dict, dict]]:
@@ -55,23 +48,23 @@ def spread(runs, replicates, quantities) -> dict:
   """quantity name -> dict(rel: the largest relative difference over the
   pairs, n: the pairs, where: 'run vs replicate, member' of the largest),
   for each (name, metric key) of `quantities` with finite values."""
+  twins = pairs(runs, replicates)
   out = {}
   for name, key in quantities:
-    best = None
-    for run, m, rep, r in pairs(runs, replicates):
-      a, b = _final(m, key), _final(r, key)
+    found = []                       # (relative difference, where)
+    for run, m, rep, r in twins:
+      a = training_plots.final_value(m["metrics"], key)
+      b = training_plots.final_value(r["metrics"], key)
       if not (np.isfinite(a) and np.isfinite(b)):
         continue
       scale = (abs(a) + abs(b)) / 2
-      rel = abs(a - b) / scale if scale else 0.0
-      where = (f"`{run['run_dir']}` vs `{rep['run_dir']}`, kappa1 = "
-               f"{m['kappa1']:g}, kappa2 = {m['kappa2']:g}, seed {m['seed']}")
-      n = (best or {}).get("n", 0) + 1
-      if best is None or rel > best["rel"]:
-        best = dict(rel=rel, where=where)
-      best["n"] = n
-    if best is not None:
-      out[name] = best
+      found.append((abs(a - b) / scale if scale else 0.0,
+                    f"`{run['run_dir']}` vs `{rep['run_dir']}`, kappa1 = "
+                    f"{m['kappa1']:g}, kappa2 = {m['kappa2']:g}, seed "
+                    f"{m['seed']}"))
+    if found:
+      rel, where = max(found, key=lambda x: x[0])   # the first of a tie
+      out[name] = dict(rel=rel, where=where, n=len(found))
   return out
 
 

@@ -186,12 +186,6 @@ def _flag_value(v):
   return repr(v) if isinstance(v, str) and not v else str(v)
 
 
-def _final(metrics, key):
-  if key not in metrics:
-    return math.nan
-  return float(np.asarray(metrics[key][1][-1]).reshape(-1)[0])
-
-
 def _mean_std(vals):
   vals = np.asarray([v for v in vals if np.isfinite(v)], float)
   if not vals.size:
@@ -297,7 +291,7 @@ def summarize_runs(runs) -> list[dict]:
                  num_steps=max(r["num_steps"] for r in rs
                                if r["run_dir"] in run_dirs))
       for name, key, _ in QUANTITIES:
-        vals = [_final(m["metrics"], key) for m in ms]
+        vals = [training_plots.final_value(m["metrics"], key) for m in ms]
         row[f"{name}_mean"], row[f"{name}_std"] = _mean_std(vals)
         row[f"{name}_values"] = vals
       rows.append(row)

@@ -56,6 +56,15 @@ def load_members(workdir: str) -> list[dict]:
   return members
 
 
+def final_value(metrics: dict, key: str) -> float:
+  """The last logged value of `key` in a member's metrics (a scalar: the
+  first entry of an array), NaN when it was never logged."""
+  values = metrics.get(key)
+  if values is None or not len(values[0]):
+    return np.nan
+  return float(np.asarray(values[1][-1]).reshape(-1)[0])
+
+
 def varying_fields(members) -> list[str]:
   """The `FIELDS` whose values differ between members, in `FIELDS` order."""
   return [f for f in FIELDS
@@ -259,8 +268,7 @@ def vs_kappa2_figure(members):
   with plt.rc_context(_FONT):
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), layout="constrained")
     for ax, (key, ylabel) in zip(axes, keys):
-      vals = [m["metrics"][key][1][-1] if key in m["metrics"] else np.nan
-              for m in members]
+      vals = [final_value(m["metrics"], key) for m in members]
       xs = ([m["kappa2"] for m in members] if axis == "kappa2"
             else np.arange(len(members)))
       for x, y, style in zip(xs, vals, styles):
