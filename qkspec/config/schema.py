@@ -34,6 +34,18 @@ def check_pallas_settings(block_rows: int, block_vocab: int, num_warps: int,
     raise ValueError(f"Pallas settings {spec!r}: STAGES must be >= 1.")
 
 
+def check_pallas_kernels(forward: tuple, dh: tuple, dw: tuple) -> None:
+  """`check_pallas_settings` of each kernel's (BN, BV, warps, stages[,
+  splits]), and no vocabulary splits for the dW kernel (one program per
+  column block already)."""
+  for fields in (forward, dh, dw):
+    check_pallas_settings(*fields)
+  if tuple(dw[4:]) not in ((), (1,)):
+    raise ValueError(f"Pallas settings: the dW kernel takes no vocabulary "
+                     f"splits (a program per column block already), got "
+                     f"{dw[4]}.")
+
+
 def _launch(part: str, spec: str) -> tuple:
   try:
     fields = tuple(int(p) for p in part.split("x"))
@@ -43,7 +55,7 @@ def _launch(part: str, spec: str) -> tuple:
     raise ValueError(f"Pallas settings must read BNxBVxWARPSxSTAGES[xSPLITS]"
                      f", e.g. {PALLAS_SETTINGS!r}, or FORWARD/DH/DW, three "
                      f"such, got {spec!r}.") from None
-  check_pallas_settings(*fields)
+  check_pallas_settings(*fields)      # names the offending field
   return fields
 
 
@@ -63,10 +75,8 @@ def pallas_settings(spec: str) -> dict:
   out = dict(zip(("block_rows", "block_vocab", "num_warps", "num_stages",
                   "vocab_splits"), launches[0]))
   if len(launches) == 3:
+    check_pallas_kernels(*launches)
     out["backward"] = tuple(launches[1:])
-    if launches[2][4:] not in ((), (1,)):
-      raise ValueError(f"Pallas settings {spec!r}: the dW kernel (the "
-                       "third) takes no vocabulary splits.")
   return out
 
 

@@ -47,10 +47,12 @@ S partial results are merged after (:math:`\mathrm{lse} = M + \log
 paper's shapes a row block of 64 gives only 64 x 5 members = 320 programs
 to the H100's 132 multiprocessors, where the dW kernel, one program per
 column block, has 1,300; the trace showed the forward kernel at about a
-third of the dW kernel's TFLOP/s (bench/gpu_results.md (4)). Padding: rows to a multiple of BN with zero weight, columns of W
-to a multiple of BV (masked to :math:`-\infty` inside the kernels), d to a
-power of two >= 16 with zeros (Triton's block shapes); none of it changes
-the result.
+third of the dW kernel's TFLOP/s (bench/gpu_results.md (4)).
+
+Padding: rows to a multiple of the largest BN with zero weight, columns of
+W to a multiple of the largest BV x splits (masked to :math:`-\infty`
+inside the kernels), d to a power of two >= 16 with zeros (Triton's block
+shapes); none of it changes the result.
 
 The kernels are written for Pallas' Triton backend (selected explicitly by
 `CompilerParams`, since jax >= 0.10 defaults GPU kernels to Mosaic GPU).
@@ -185,10 +187,11 @@ def launches(block_rows, block_vocab, num_warps, num_stages,
   """Kernel name -> (BN, BV, warps, stages, splits): the forward's from the
   first four arguments and `vocab_splits`; `backward`, (dh's, dW's) such
   4- or 5-tuples, or None for the forward's without its splits
-  (`schema.pallas_settings`' "FWD/DH/DW" form). splits > 1 (the forward and dh kernels) splits the
-  vocabulary over that many programs per row block, whose partial results
-  `_forward` and `_grads` combine: more programs in flight where a row
-  block's program alone leaves the GPU's multiprocessors idle."""
+  (`schema.pallas_settings`' "FWD/DH/DW" form). splits > 1 (the forward
+  and dh kernels) splits the vocabulary over that many programs per row
+  block, whose partial results `_forward` and `_grads` combine: more
+  programs in flight where a row block's program alone leaves the GPU's
+  multiprocessors idle."""
   forward = (block_rows, block_vocab, num_warps, num_stages)
   dh, dw = backward or (forward, forward)
   full = lambda t: tuple(t) + (1,) * (5 - len(t))   # noqa: E731
@@ -223,7 +226,7 @@ class _Blocks:
 
   def split_rows(self, name, width=None):
     """Output block of row block i and split k in [splits * rows (, width)]:
-    rows k * rows + i * BN onwards (`_unsplit` undoes it)."""
+    rows k * rows + i * BN onwards (`unsplit` undoes it)."""
     bn, splits = self.launch[name][0], self.launch[name][4]
     blocks = self.h.shape[0] // bn
     index = lambda i, *k: (k[0] * blocks + i if k else i,)   # noqa: E731
@@ -368,12 +371,7 @@ def _blocks(h, kernel, targets, static) -> _Blocks:
    backward, vocab_splits) = static
   launch = launches(block_rows, block_vocab, num_warps, num_stages, backward,
                     vocab_splits)
-  for name, settings in launch.items():
-    schema.check_pallas_settings(*settings)
-    if name == "xent_dw" and settings[4] != 1:
-      raise ValueError(f"Pallas settings: the dW kernel takes no "
-                       f"vocabulary splits (a program per column block "
-                       f"already), got {settings[4]}.")
+  schema.check_pallas_kernels(*(launch[k] for k in KERNELS))
   return _Blocks(h, kernel, targets, kernel.shape[1], launch, compute_dtype,
                  interpret)
 
