@@ -15,8 +15,9 @@ process at `highest` precision. On a GPU that error line is the Pallas
 kernels' first check on real hardware. Then each single Pallas setting's
 forward kernel is timed alone, and the fastest forward composed with the
 fastest backward ("F/B/B", each kernel its own blocks) is timed as one
-more path: on the H100 the forward kernel ran at about half the backward
-kernels' TFLOP/s with the shared setting (bench/gpu_results.md (4)).
+more path: on the H100, with one setting for all three, the forward kernel
+ran at ~141 TFLOP/s against ~311 for dh and ~396 for dW
+(bench/gpu_results.md (4)).
 
   python bench/xent_kernel.py [--members 5] [--repeats 20]
       [--blocks 64x128x4x2,128x128x8x2,...]   # BN x BV x warps x stages
@@ -128,10 +129,18 @@ def paths(blocks: str, dtype) -> dict:
   else:
     print("  (tokamax not importable: its path is skipped)", flush=True)
   for spec in filter(None, blocks.split(",")):
-    out[f"pallas_{spec}"] = functools.partial(
-        pallas_xent.linear_cross_entropy, compute_dtype=dtype,
-        **schema.pallas_settings(spec))
+    out[PALLAS + spec] = _pallas(spec, dtype)
   return out
+
+
+PALLAS = "pallas_"          # a Pallas path's name: this + its setting
+
+
+def _pallas(spec: str, dtype):
+  """The Pallas loss at setting `spec` (`schema.pallas_settings`)."""
+  return functools.partial(pallas_xent.linear_cross_entropy,
+                           compute_dtype=dtype,
+                           **schema.pallas_settings(spec))
 
 
 def inputs(members, n, d, v, seed=0):
@@ -227,21 +236,19 @@ def run(members=5, n=4096, d=128, v=33_278, blocks=DEFAULT_BLOCKS,
     if not only or name in only.split(","):
       row(name, loss)
   forwards = {}                  # single settings: the forward kernel alone
-  for name in [n for n in times if n.startswith("pallas_") and "/" not in n]:
+  for name in [n for n in times if n.startswith(PALLAS) and "/" not in n]:
     try:
-      _, forwards[name[7:]], _ = _time(_forward_program(losses[name]),
-                                       args, repeats)
+      _, forwards[name[len(PALLAS):]], _ = _time(
+          _forward_program(losses[name]), args, repeats)
     except Exception as e:  # pylint: disable=broad-except
       print(f"  forward {name} failed: {type(e).__name__}", flush=True)
   if forwards:
     print("  forward kernel alone (ms/call): " + ", ".join(
         f"{spec} {ms:.3f}" for spec, ms in forwards.items()), flush=True)
-  spec = composed({n[7:]: ms for n, (ms, _) in times.items()
-                   if n.startswith("pallas_")}, forwards)
-  if spec and f"pallas_{spec}" not in times:
-    row(f"pallas_{spec}", functools.partial(
-        pallas_xent.linear_cross_entropy, compute_dtype=dtype,
-        **schema.pallas_settings(spec)))
+  spec = composed({n[len(PALLAS):]: ms for n, (ms, _) in times.items()
+                   if n.startswith(PALLAS)}, forwards)
+  if spec and PALLAS + spec not in times:
+    row(PALLAS + spec, _pallas(spec, dtype))
   return times
 
 
@@ -252,8 +259,8 @@ def best_pallas(times: dict, max_grad_err: float = 2e-2) -> str | None:
   """The fastest Pallas setting ("BNxBVxWARPSxSTAGES", or "F/DH/DW") whose
   gradients are within `max_grad_err` (relative, bf16 rounding is ~5e-3)
   of the float32 reference, or None."""
-  ok = {name[len("pallas_"):]: ms for name, (ms, err) in times.items()
-        if name.startswith("pallas_") and err <= max_grad_err}
+  ok = {name[len(PALLAS):]: ms for name, (ms, err) in times.items()
+        if name.startswith(PALLAS) and err <= max_grad_err}
   return min(ok, key=ok.get) if ok else None
 
 
