@@ -648,7 +648,8 @@ def figure(rows, label):
   for ax, (q, ylabel, claim) in zip(axes, panels):
     ax.set_xscale("symlog", linthresh=min(positive) if positive else 1e-3)
     ax.grid(alpha=0.3)
-    note = training_plots.coincide_note(curves[q], what="readings")
+    log = training_plots.set_yscale(ax, curves[q])   # readings decades apart
+    note = training_plots.coincide_note(curves[q], log, what="readings")
     ax.set_title(f"{ylabel} ({claim})" + (f"\n{note}" if note else ""),
                  fontsize=10)
   axes[0].legend()
@@ -736,8 +737,9 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
                   key=lambda l: (len(l.split()[1]), l))
   for label in labels:
     md += ["", f"## {label}", ""]
-    if not label.startswith("Fig. 7"):       # Fig. 7: the heat maps below
-      fig = figure(rows, label)
+    locater = any(r["label"] == label and r["kappa1"] > 0 for r in rows)
+    if locater and not label.startswith("Fig. 7"):   # Fig. 7: heat maps
+      fig = figure(rows, label)       # (its kappa1 > 0 groups against kappa2)
       png = figures_dir / f"{_slug(label)}.png"
       fig.savefig(png, dpi=110)
       plt.close(fig)

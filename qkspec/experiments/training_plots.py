@@ -170,7 +170,7 @@ def _plot_members(ax, members, key, styles, names):
   return curves
 
 
-def _set_yscale(ax, curves):
+def set_yscale(ax, curves):
   """Log y (labelled 1-2-5 ticks) when positive values span > 1 decade."""
   vals = np.concatenate([np.ravel(c) for c in curves if c is not None]
                         or [np.zeros(1)])
@@ -216,7 +216,7 @@ def _member_panels(fig, axes, members, panels):
   styles, names = _styles(members), member_names(members)
   for ax, (key, title, ylabel) in zip(axes, panels):
     curves = _plot_members(ax, members, key, styles, names)
-    log = _set_yscale(ax, curves)
+    log = set_yscale(ax, curves)
     _title(ax, title, coincide_note(curves, log))
     ax.set(xlabel="step", ylabel=ylabel)
     ax.grid(alpha=0.3)
@@ -288,7 +288,7 @@ def vs_kappa2_figure(members):
         ax.set_xticks(xs, [n.replace(", ", "\n") for n in names], fontsize=8)
         ax.set_xlim(-0.5, len(members) - 0.5)
         ax.set_xlabel("member (categorical: not a $\\kappa_2$ axis)")
-      log = _set_yscale(ax, [np.asarray(vals)])
+      log = set_yscale(ax, [np.asarray(vals)])
       _title(ax, _spread(vals), coincide_note([[v] for v in vals], log,
                                               "values"))
       ax.set_ylabel(ylabel)
