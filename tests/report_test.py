@@ -523,6 +523,25 @@ class WriteReportTest(absltest.TestCase):
     self.assertNotIn("--config.locater", command)
 
 
+class NoneOnlyReportTest(absltest.TestCase):
+
+  def test_no_kappa2_figure_without_a_locater_member(self):
+    """A figure with only its no-LocATER run (kappa1 = kappa2 = 0) has no
+    final-values-against-kappa2 panel to draw: none is written (it came
+    out as empty axes), while its curves over training are."""
+    tmp = tempfile.mkdtemp()
+    c = locater_wt2.get_config("smoke,none")
+    c.num_steps = 2
+    workdir = os.path.join(tmp, "fig6_none")
+    loop.train_and_evaluate(c, workdir)
+    out = os.path.join(tmp, "REPRODUCTION.md")
+    paths = [os.path.basename(p) for p in report.write_report([workdir], out)]
+    self.assertNotIn("fig6_smoke.png", paths)
+    self.assertIn("fig6_smoke_curves_mean_loss.png", paths)
+    with open(out) as f:
+      self.assertNotIn("![Fig. 6 (smoke)](", f.read())
+
+
 class Fig7StripesTest(absltest.TestCase):
 
   def test_fig7_report_has_heat_maps_and_a_stripe_line_per_member(self):
