@@ -4,6 +4,7 @@ On a CPU the kernels run in Pallas' interpreter (the same kernel bodies a
 GPU compiles with Triton); `LoweringTest` also lowers them to Triton IR for
 CUDA on this machine, so an operation Triton cannot express fails here.
 """
+import functools
 import re
 from unittest import mock
 
@@ -113,6 +114,52 @@ class PallasXentTest(parameterized.TestCase):
                         for x in jax.tree.leaves(got)))
     _assert_close(self, got, _value_and_grads(_plain, *args), 1e-5, 1e-6)
 
+  @parameterized.parameters(
+      dict(block_rows=64, block_vocab=128, splits=1),
+      dict(block_rows=16, block_vocab=16, splits=4),
+      # V = 150 -> 256 columns in 4 splits of 64: the last is padding alone
+      dict(block_rows=16, block_vocab=64, splits=4))
+  def test_dh_in_forward_equals_plain(self, block_rows, block_vocab, splits):
+    """dh from the forward's softmax mean of W's columns (and, with splits,
+    the merged means of the splits): the same loss and gradients, with
+    weights and a cotangent other than 1."""
+    args = _inputs()
+    pallas = lambda h, k, y, w: 3.0 * pallas_xent.linear_cross_entropy(
+        h, k, y, w, block_rows, block_vocab, vocab_splits=splits,
+        dh_in_forward=True)
+    plain = lambda h, k, y, w: 3.0 * _plain(h, k, y, w)
+    got = _value_and_grads(pallas, *args)
+    self.assertTrue(all(np.isfinite(np.asarray(x)).all()
+                        for x in jax.tree.leaves(got)))
+    _assert_close(self, got, _value_and_grads(plain, *args), 1e-5, 3e-6)
+
+  def test_dh_in_forward_is_more_accurate_in_bfloat16(self):
+    """Against the float32 gradient of the bf16-rounded inputs, for spread
+    and confident softmaxes: dh from the forward's mean is closer than the
+    dh kernel's (which rounds p - onehot to bfloat16); dW is the same
+    kernel's either way."""
+    n, d, v = 128, 32, 500
+    ks = jax.random.split(jax.random.key(1), 3)
+    rounded = lambda x: x.astype(jnp.bfloat16).astype(jnp.float32)  # noqa: E731
+    h = rounded(jax.random.normal(ks[0], (n, d)))
+    weights = jnp.ones((n,))
+    for scale in (0.05, 10.0):            # mean p_y ~ 0.002 and ~ 0.9
+      kernel = rounded(jax.random.normal(ks[1], (d, v)) * scale)
+      targets = jnp.argmax(h @ kernel + 0.3 * jax.random.gumbel(ks[2], (n, v)),
+                           -1)
+      exact = jax.grad(_plain, (0, 1))(h, kernel, targets, weights)
+      grads = {}
+      for in_forward in (False, True):
+        loss = lambda a, b, f=in_forward: pallas_xent.linear_cross_entropy(
+            a, b, targets, weights, compute_dtype=jnp.bfloat16,
+            dh_in_forward=f)
+        grads[in_forward] = jax.grad(loss, (0, 1))(h, kernel)
+      error = {f: float(jnp.linalg.norm(g[0] - exact[0])
+                        / jnp.linalg.norm(exact[0])) for f, g in grads.items()}
+      self.assertLess(error[True], 0.5 * error[False], scale)
+      self.assertLess(error[True], 1e-3, scale)
+      np.testing.assert_array_equal(grads[True][1], grads[False][1])
+
   def test_large_logits_are_stable(self):
     """|z| ~ 1e3: the online log-sum-exp never overflows.
 
@@ -120,9 +167,12 @@ class PallasXentTest(parameterized.TestCase):
     exp(z - lse), hence the relative 2e-4.
     """
     args = _inputs(scale=300.0)
-    got = _value_and_grads(pallas_xent.linear_cross_entropy, *args)
-    self.assertTrue(np.isfinite(got[0]))
-    _assert_close(self, got, _value_and_grads(_plain, *args), 2e-4, 2e-2)
+    want = _value_and_grads(_plain, *args)
+    for in_forward in (False, True):
+      got = _value_and_grads(functools.partial(
+          pallas_xent.linear_cross_entropy, dh_in_forward=in_forward), *args)
+      self.assertTrue(np.isfinite(got[0]))
+      _assert_close(self, got, want, 2e-4, 2e-2)
 
   def test_weights_select_rows_and_cotangent_scales(self):
     h, kernel, targets, weights = _inputs()
@@ -220,6 +270,18 @@ class LoweringTest(parameterized.TestCase):
           *[jnp.zeros(x.shape, x.dtype) for x in _inputs()],
           backward=((64, 128, 4, 2), (64, 128, 4, 2, 2)))
 
+  def test_dh_in_forward_has_no_dh_kernel(self):
+    """Training: the forward kernel with the softmax mean, then dW; no dh
+    kernel. Evaluation (no gradient): the plain forward kernel."""
+    loss = lambda h, k, y, w: pallas_xent.linear_cross_entropy(
+        h, k, y, w, compute_dtype=jnp.bfloat16, interpret=False,
+        dh_in_forward=True)
+    text = self._lower(jax.value_and_grad(loss, (0, 1)), 5, 4096, 128, 33278)
+    self.assertEqual(self._kernels(text), [("260", "5", "xent_dw"),
+                                           ("64", "5", "xent_forward_dh")])
+    text = self._lower(loss, 5, 4096, 128, 33278)
+    self.assertEqual(self._kernels(text), [("64", "5", "xent_forward")])
+
   def test_evaluation_runs_the_forward_kernel_only(self):
     loss = lambda h, k, y, w: pallas_xent.linear_cross_entropy(
         h, k, y, w, compute_dtype=jnp.bfloat16, interpret=False)
@@ -280,6 +342,10 @@ class ConfigTest(absltest.TestCase):
                      dict(block_rows=32, block_vocab=64, num_warps=8,
                           num_stages=3, vocab_splits=4,
                           backward=((16, 16, 4, 2, 2), (64, 32, 2, 1))))
+    self.assertEqual(schema.pallas_settings("32x64x8x3x2/fwd/64x32x2x1"),
+                     dict(block_rows=32, block_vocab=64, num_warps=8,
+                          num_stages=3, vocab_splits=2, dh_in_forward=True,
+                          backward=((32, 64, 8, 3, 2), (64, 32, 2, 1))))
 
   def test_bad_settings_are_refused(self):
     c = defaults.smoke(defaults.lm_config())
@@ -293,7 +359,10 @@ class ConfigTest(absltest.TestCase):
                       ("64x128x4x2/64x128/64x128x4x2", "FORWARD/DH/DW"),
                       ("64x128x4x2x3", "SPLITS"),
                       ("64x128x4x2x2x1", "BNxBVxWARPSxSTAGES"),
-                      ("64x128x4x2/64x128x4x2/64x128x4x2x2", "dW")):
+                      ("64x128x4x2/64x128x4x2/64x128x4x2x2", "dW"),
+                      ("fwd/64x128x4x2/64x128x4x2", "'fwd' in place of DH"),
+                      ("64x128x4x2/64x128x4x2/fwd", "'fwd' in place of DH"),
+                      ("64x128x4x2/fwd", "three joined by '/'")):
       with self.assertRaisesRegex(ValueError, what):
         schema.pallas_settings(bad)
 

@@ -16,6 +16,7 @@ ACTIVATIONS = ("relu", "identity", "gelu")
 LOSS_IMPLS = ("chunked", "pallas")     # fused_xent | pallas_xent
 LOSS_LOGITS = ("float32", "compute")   # the chunked loss's logits dtype
 PALLAS_SETTINGS = "64x128x4x2"         # BN x BV x warps x stages (pallas_xent)
+DH_IN_FORWARD = "fwd"   # in a "FORWARD/DH/DW" setting's DH place: no dh kernel
 
 
 def check_pallas_settings(block_rows: int, block_vocab: int, num_warps: int,
@@ -54,7 +55,8 @@ def _launch(part: str, spec: str) -> tuple:
   except (ValueError, AttributeError):
     raise ValueError(f"Pallas settings must read BNxBVxWARPSxSTAGES[xSPLITS]"
                      f", e.g. {PALLAS_SETTINGS!r}, or FORWARD/DH/DW, three "
-                     f"such, got {spec!r}.") from None
+                     f"such ('{DH_IN_FORWARD}' in place of DH), got "
+                     f"{spec!r}.") from None
   check_pallas_settings(*fields)      # names the offending field
   return fields
 
@@ -66,17 +68,25 @@ def pallas_settings(spec: str) -> dict:
   "128x128x8x3/64x128x4x2/64x128x4x2"), each kernel its own (`backward`).
   A fifth field, "xSPLITS", splits the vocabulary of the forward or dh
   kernel over that many programs per row block (`vocab_splits`; not the
-  dW kernel's). bench/xent_kernel.py times such settings on a GPU."""
+  dW kernel's). "fwd" in place of DH (e.g. "64x128x4x2/fwd/64x128x4x2")
+  takes dh from the forward kernel's softmax mean of W's columns instead
+  of a dh kernel (`dh_in_forward`). bench/xent_kernel.py times such
+  settings on a GPU."""
   parts = spec.split("/") if isinstance(spec, str) else [spec]
   if len(parts) not in (1, 3):
     raise ValueError(f"Pallas settings must be one BNxBVxWARPSxSTAGES or "
                      f"three joined by '/' (forward, dh, dW), got {spec!r}.")
+  in_forward = len(parts) == 3 and parts[1] == DH_IN_FORWARD
+  if in_forward:
+    parts[1] = parts[0]       # the dh kernel's launch: unused
   launches = [_launch(part, spec) for part in parts]
   out = dict(zip(("block_rows", "block_vocab", "num_warps", "num_stages",
                   "vocab_splits"), launches[0]))
   if len(launches) == 3:
     check_pallas_kernels(*launches)
     out["backward"] = tuple(launches[1:])
+  if in_forward:
+    out["dh_in_forward"] = True
   return out
 
 

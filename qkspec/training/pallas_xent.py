@@ -36,10 +36,26 @@ and lse:
 So 5 logits-sized matmuls (2NdV FLOPs each: forward, and a recompute plus
 a gradient matmul in each backward kernel) instead of 3, with HBM traffic of
 O(Nd + dV) per pass instead of O(NV). Both kernels are deterministic (no
-atomics). Each of the three kernels may take its own blocks and Triton
-launch (`backward`; `model.loss_pallas` "FORWARD/DH/DW"): the forward has
-one matmul per tile and the backward kernels two, so their best shapes
-need not agree. The forward and dh kernels may also split the vocabulary
+atomics).
+
+`dh_in_forward` makes them 4. Since :math:`\sum_J \partial z_{IJ}
+W_J^\top = g_I \odot (\bar w_I - W_{:, y_I}^\top)` with
+:math:`\bar w_n = \sum_v \mathrm{softmax}(z_n)_v W_{:, v}`, the softmax
+mean of W's columns, and :math:`\bar w` is what flash attention computes
+for the query h with keys and values :math:`W^\top` (Dao et al. 2022), the
+forward kernel of a differentiated call (then "xent_forward_dh")
+accumulates :math:`\bar w` online beside (m, s) — rescaling it by
+:math:`e^{m_\mathrm{old} - m}` as s is rescaled — and the backward takes
+dh from it in XLA with a gather of W's target columns, with no dh kernel:
+the logits are formed twice (forward, dW) instead of three times. It is
+also more accurate in bfloat16: the one-hot is subtracted in float32,
+where the dh kernel rounds :math:`p - \mathrm{onehot}` to bfloat16 before
+its matmul (tests/pallas_xent_test.py measures both against float32).
+
+Each of the three kernels may take its own blocks and Triton launch
+(`backward`; `model.loss_pallas` "FORWARD/DH/DW", "FORWARD/fwd/DW" for
+`dh_in_forward`): the plain forward has one matmul per tile and the
+backward kernels two, so their best shapes need not agree. The forward and dh kernels may also split the vocabulary
 over S programs per row block (`vocab_splits`, a fifth setting field):
 each split keeps its own online (m, s) pair, or its part of dh, and the
 S partial results are merged after (:math:`\mathrm{lse} = M + \log
@@ -113,36 +129,56 @@ def _split_offset(w_ref, splits):
 
 
 def _forward_kernel(h_ref, w_ref, y_ref, *out_refs, vocab, block_vocab,
-                    splits):
-  """Outputs lse and zy; with splits > 1 this split's m, s and zy, which
+                    splits, mean_w=False):
+  r"""Outputs lse and zy; with splits > 1 this split's m, s and zy, which
   `_forward` combines (a split of padding alone keeps m = float32's min
-  and s = 0 instead of the -inf that would make exp(m - m_new) a NaN)."""
+  and s = 0 instead of the -inf that would make exp(m - m_new) a NaN).
+
+  `mean_w` (the "xent_forward_dh" kernel): also the softmax-weighted mean
+  of W's columns, :math:`\bar w_n = \sum_v p_{nv} W_{:, v}`, accumulated
+  online as flash attention accumulates its output (query h, keys and
+  values W^T): :math:`a \leftarrow a\,e^{m_\mathrm{old} - m} + e^{z_{IJ}
+  - m} W_J^\top`, divided by s at the end (with splits, the unnormalised
+  a of each split)."""
   h = h_ref[...]
   y = y_ref[...]
   rows = h.shape[0]
   offset = _split_offset(w_ref, splits)
 
   def body(j, carry):
-    m, s, zy = carry
+    m, s, zy, *acc = carry
     cols = _column_ids(j, block_vocab, offset)
-    z = pl_triton.dot(h, w_ref[:, pl.ds(j * block_vocab, block_vocab)])
+    w = w_ref[:, pl.ds(j * block_vocab, block_vocab)]
+    z = pl_triton.dot(h, w)
     z = jnp.where(cols[None, :] < vocab, z, -jnp.inf)
     m_new = jnp.maximum(m, jnp.max(z, axis=1))
-    s = s * jnp.exp(m - m_new) + jnp.sum(jnp.exp(z - m_new[:, None]), axis=1)
+    decay = jnp.exp(m - m_new)
+    p = jnp.exp(z - m_new[:, None])
+    s = s * decay + jnp.sum(p, axis=1)
     zy = zy + jnp.sum(jnp.where(cols[None, :] == y[:, None], z, 0.0), axis=1)
-    return m_new, s, zy
+    if mean_w:
+      acc = [acc[0] * decay[:, None]
+             + pl_triton.dot(p.astype(w.dtype), w, trans_b=True)]
+    return m_new, s, zy, *acc
 
   low = -jnp.inf if splits == 1 else jnp.finfo(jnp.float32).min
   init = (jnp.full((rows,), low, jnp.float32),
           jnp.zeros((rows,), jnp.float32), jnp.zeros((rows,), jnp.float32))
-  m, s, zy = jax.lax.fori_loop(0, w_ref.shape[1] // block_vocab, body, init)
+  if mean_w:
+    init += (jnp.zeros((rows, w_ref.shape[0]), jnp.float32),)
+  m, s, zy, *acc = jax.lax.fori_loop(0, w_ref.shape[1] // block_vocab, body,
+                                     init)
   if splits == 1:
-    lse_ref, zy_ref = out_refs
+    lse_ref, zy_ref, *mean_ref = out_refs
     lse_ref[...] = m + jnp.log(s)
+    if mean_w:
+      mean_ref[0][...] = acc[0] / s[:, None]
   else:
-    m_ref, s_ref, zy_ref = out_refs
+    m_ref, s_ref, zy_ref, *acc_ref = out_refs
     m_ref[...] = m
     s_ref[...] = s
+    if mean_w:
+      acc_ref[0][...] = acc[0]
   zy_ref[...] = zy
 
 
@@ -189,9 +225,10 @@ def launches(block_rows, block_vocab, num_warps, num_stages,
   4- or 5-tuples, or None for the forward's without its splits
   (`schema.pallas_settings`' "FWD/DH/DW" form). splits > 1 (the forward
   and dh kernels) splits the vocabulary over that many programs per row
-  block, whose partial results `_forward` and `_grads` combine: more
+  block, whose partial results `_forward` and `_dh` combine: more
   programs in flight where a row block's program alone leaves the GPU's
-  multiprocessors idle."""
+  multiprocessors idle. ("xent_forward_dh", `dh_in_forward`'s forward,
+  launches as "xent_forward".)"""
   forward = (block_rows, block_vocab, num_warps, num_stages)
   dh, dw = backward or (forward, forward)
   full = lambda t: tuple(t) + (1,) * (5 - len(t))   # noqa: E731
@@ -241,16 +278,20 @@ class _Blocks:
   def rows(self, x):
     return pad_to(x, 0, self.h.shape[0])
 
-  def call(self, kernel, name, grid, in_specs, out_specs, out_shape, *args):
+  def call(self, kernel, name, grid, in_specs, out_specs, out_shape, *args,
+           label=None):
+    """pallas_call with the launch of kernel `name`, named `label` (default
+    `name`) in traces and IR."""
     num_warps, num_stages = self.launch[name][2:4]
     params = pl_triton.CompilerParams(num_warps=num_warps,
                                       num_stages=num_stages)
     return pl.pallas_call(kernel, grid=grid, in_specs=in_specs,
                           out_specs=out_specs, out_shape=out_shape,
-                          compiler_params=params,
-                          interpret=self.interpret, name=name)(*args)
+                          compiler_params=params, interpret=self.interpret,
+                          name=label or name)(*args)
 
-  def by_rows(self, kernel, name, out_specs, out_shape, *vectors):
+  def by_rows(self, kernel, name, out_specs, out_shape, *vectors, label=None,
+              **options):
     """A program per row block I (and vocabulary split k, when the kernel
     has splits > 1): h_I, W (its split's columns), [BN] row vectors."""
     rows, width = self.h.shape
@@ -262,9 +303,9 @@ class _Blocks:
                               lambda i, *k: (0, k[0] if k else 0))]
                 + [self.vec(name)] * len(vectors))
     body = functools.partial(kernel, vocab=self.vocab, block_vocab=bv,
-                             splits=splits)
+                             splits=splits, **options)
     return self.call(body, name, grid, in_specs, out_specs, out_shape,
-                     self.h, self.w, *vectors)
+                     self.h, self.w, *vectors, label=label)
 
 
 def _interpret(interpret):
@@ -284,35 +325,60 @@ def _interpret(interpret):
   return interpret
 
 
-def _forward(b: _Blocks):
-  """(lse, zy), [N] each. With splits, each split's online (m, s) pair is
-  merged as the kernel merges tiles: lse = M + log sum_k s_k e^{m_k - M}."""
-  name, n = "xent_forward", b.h.shape[0]
+def _forward(b: _Blocks, mean_w: bool = False):
+  """(lse, zy), [N] each, and with `mean_w` the [N, d] mean of W's columns
+  under each row's softmax (the "xent_forward_dh" kernel). With splits,
+  each split's online (m, s) pair is merged as the kernel merges tiles:
+  lse = M + log sum_k s_k e^{m_k - M}, and the mean is
+  sum_k e^{m_k - M} a_k / sum_k s_k e^{m_k - M}."""
+  name, (n, width) = "xent_forward", b.h.shape
   splits = b.launch[name][4]
   out = jax.ShapeDtypeStruct((splits * n,), jnp.float32)
   outputs = 2 if splits == 1 else 3
-  parts = b.by_rows(_forward_kernel, name, [b.split_rows(name)] * outputs,
-                    [out] * outputs, b.y)
+  specs, shapes = [b.split_rows(name)] * outputs, [out] * outputs
+  if mean_w:
+    specs.append(b.split_rows(name, width))
+    shapes.append(jax.ShapeDtypeStruct((splits * n, width), jnp.float32))
+  parts = b.by_rows(_forward_kernel, name, specs, shapes, b.y,
+                    label="xent_forward_dh" if mean_w else None,
+                    mean_w=mean_w)
   if splits == 1:
-    lse, zy = parts
+    lse, zy, *mean = parts
   else:
-    m, s, zy = (b.unsplit(name, x) for x in parts)
+    m, s, zy, *acc = (b.unsplit(name, x) for x in parts)
     top = jnp.max(m, axis=0)
-    lse = top + jnp.log(jnp.sum(s * jnp.exp(m - top[None]), axis=0))
+    scale = jnp.exp(m - top[None])
+    total = jnp.sum(s * scale, axis=0)
+    lse = top + jnp.log(total)
     zy = jnp.sum(zy, axis=0)
-  return lse[:b.n], zy[:b.n]
+    mean = [jnp.sum(scale[..., None] * a, axis=0) / total[:, None]
+            for a in acc]
+  return (lse[:b.n], zy[:b.n], *(x[:b.n, :b.d] for x in mean))
 
 
-def _grads(b: _Blocks, lse, g):
-  """(dh [N, d], dW [d, V]) float32, for row scales g and saved lse."""
+def _dh(b: _Blocks, lse, g):
+  """dh [N, d] float32 (the dh kernel), for row scales g and saved lse."""
   rows, width = b.h.shape
-  lse, g = b.rows(lse), b.rows(g)
   splits = b.launch["xent_dh"][4]
   dh = b.by_rows(_dh_kernel, "xent_dh", b.split_rows("xent_dh", width),
                  jax.ShapeDtypeStruct((splits * rows, width), jnp.float32),
-                 b.y, lse, g)
+                 b.y, b.rows(lse), b.rows(g))
   if splits > 1:
     dh = jnp.sum(b.unsplit("xent_dh", dh), axis=0)
+  return dh[:b.n, :b.d]
+
+
+def _dh_from_mean(b: _Blocks, mean_w, g):
+  r"""dh [N, d] float32 from the forward's softmax mean of W's columns:
+  :math:`\partial h_n = g_n (\bar w_n - W_{:, y_n})`, no logits pass."""
+  w_y = jnp.take(b.w, b.y[:b.n], axis=1)[:b.d].T.astype(jnp.float32)
+  return g[:, None] * (mean_w - w_y)
+
+
+def _dw(b: _Blocks, lse, g):
+  """dW [d, V] float32 (the dW kernel), for row scales g and saved lse."""
+  width = b.h.shape[1]
+  lse, g = b.rows(lse), b.rows(g)
   full = lambda x: pl.BlockSpec(x.shape, lambda j: (0,) * x.ndim)
   bn, bv = b.launch["xent_dw"][:2]
   column = pl.BlockSpec((width, bv), lambda j: (0, j))
@@ -322,11 +388,11 @@ def _grads(b: _Blocks, lse, g):
               [full(b.h), column, full(b.y), full(lse), full(g)], column,
               jax.ShapeDtypeStruct(b.w.shape, jnp.float32),
               b.h, b.w, b.y, lse, g)
-  return dh[:b.n, :b.d], dw[:b.d, :b.vocab]
+  return dw[:b.d, :b.vocab]
 
 
 @functools.partial(jax.custom_vjp,
-                   nondiff_argnums=(4, 5, 6, 7, 8, 9, 10, 11))
+                   nondiff_argnums=(4, 5, 6, 7, 8, 9, 10, 11, 12))
 def linear_cross_entropy(h: jax.Array, kernel: jax.Array, targets: jax.Array,
                          weights: jax.Array,
                          block_rows: int = DEFAULTS["block_rows"],
@@ -336,7 +402,8 @@ def linear_cross_entropy(h: jax.Array, kernel: jax.Array, targets: jax.Array,
                          num_warps: int = DEFAULTS["num_warps"],
                          num_stages: int = DEFAULTS["num_stages"],
                          backward: tuple | None = None,
-                         vocab_splits: int = 1) -> jax.Array:
+                         vocab_splits: int = 1,
+                         dh_in_forward: bool = False) -> jax.Array:
   r"""Weighted sum :math:`\sum_n w_n \mathrm{CE}(h_n W, y_n)` (see module).
 
   Args:
@@ -357,18 +424,24 @@ def linear_cross_entropy(h: jax.Array, kernel: jax.Array, targets: jax.Array,
       programs per row block (a power of two; their online log-sum-exps
       merged after): more programs in flight for a GPU that one program
       per row block leaves idle.
+    dh_in_forward: when differentiated, the forward kernel (then named
+      "xent_forward_dh") also accumulates each row's softmax mean of W's
+      columns, from which dh follows without the dh kernel's pass over
+      the logits (4 logits-sized matmuls instead of 5; see module). The
+      dh kernel's launch (`backward[0]`) is then unused. Undifferentiated
+      calls (evaluation) run the plain forward kernel either way.
 
   Returns:
     A float32 scalar; divide by `sum(weights)` for the mean.
   """
-  return _loss(h, kernel, targets, weights, block_rows, block_vocab,
-               compute_dtype, interpret, num_warps, num_stages, backward,
-               vocab_splits)[0]
+  static = (block_rows, block_vocab, compute_dtype, interpret, num_warps,
+            num_stages, backward, vocab_splits, dh_in_forward)
+  return _loss(h, kernel, targets, weights, static, False)[0]
 
 
 def _blocks(h, kernel, targets, static) -> _Blocks:
   (block_rows, block_vocab, compute_dtype, interpret, num_warps, num_stages,
-   backward, vocab_splits) = static
+   backward, vocab_splits, _) = static
   launch = launches(block_rows, block_vocab, num_warps, num_stages, backward,
                     vocab_splits)
   schema.check_pallas_kernels(*(launch[k] for k in KERNELS))
@@ -376,21 +449,29 @@ def _blocks(h, kernel, targets, static) -> _Blocks:
                  interpret)
 
 
-def _loss(h, kernel, targets, weights, *static):
+def _loss(h, kernel, targets, weights, static, differentiated):
+  """(loss, residuals); the softmax mean of W among them when
+  differentiated with `dh_in_forward` (static's last)."""
   fused_xent.check_inputs(h, kernel, None, targets, weights)
   b = _blocks(h, kernel, targets, static)
-  lse, zy = _forward(b)
+  lse, zy, *mean_w = _forward(b, differentiated and static[-1])
   loss = jnp.sum(weights.astype(jnp.float32) * (lse - zy))
-  return loss, (h, kernel, targets, weights, lse)
+  return loss, (h, kernel, targets, weights, lse, *mean_w)
+
+
+def _fwd(h, kernel, targets, weights, *static):
+  return _loss(h, kernel, targets, weights, static, True)
 
 
 def _bwd(*args):
   *static, residuals, cotangent = args
-  h, kernel, targets, weights, lse = residuals
+  h, kernel, targets, weights, lse, *mean_w = residuals
   b = _blocks(h, kernel, targets, static)
-  d_h, d_kernel = _grads(b, lse, cotangent * weights.astype(jnp.float32))
+  g = cotangent * weights.astype(jnp.float32)
+  d_h = _dh_from_mean(b, mean_w[0], g) if mean_w else _dh(b, lse, g)
+  d_kernel = _dw(b, lse, g)
   return (d_h.astype(h.dtype), d_kernel.astype(kernel.dtype),
           *fused_xent.no_cotangents(targets, weights))
 
 
-linear_cross_entropy.defvjp(_loss, _bwd)
+linear_cross_entropy.defvjp(_fwd, _bwd)
