@@ -15,7 +15,10 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   logits block in bfloat16, `model.loss_logits`, and "_looped": the
   members one after another inside the step, `sweep.member_batch=1`; not
   probed by default, name them in --paths; "scan_bf16_pallas": the loss as
-  Pallas/Triton kernels that never write the logits). Prints
+  Pallas/Triton kernels that never write the logits, at the xent stage's
+  setting; "scan_bf16_pallas_64x128x4x2" and "scan_bf16_pallas_fwddh":
+  pinned settings, the session-6 default and its dh taken from the
+  forward kernel). Prints
   compile seconds, steps/s, member-steps/s and the projected wall time of
   50,000 steps; the fastest path is used by the later stages, and the
   training time of every run --figs, --seeds and --runs ask for is
@@ -65,6 +68,7 @@ import argparse
 import contextlib
 import gc
 import glob
+import gzip
 import json
 import math
 import os
@@ -126,6 +130,18 @@ PATHS = {   # name -> config overrides
     "scan_bf16_pallas": {"compute_dtype": "bfloat16",
                          "model.fused_loss": True,
                          "model.loss_impl": "pallas"},
+    # pinned settings (the xent stage's choice does not replace them): the
+    # session-6 default, whose step ran at PALLAS_RATE, and the same blocks
+    # with dh taken from the forward kernel (pallas_xent.dh_in_forward)
+    "scan_bf16_pallas_64x128x4x2": {"compute_dtype": "bfloat16",
+                                    "model.fused_loss": True,
+                                    "model.loss_impl": "pallas",
+                                    "model.loss_pallas": "64x128x4x2"},
+    "scan_bf16_pallas_fwddh": {"compute_dtype": "bfloat16",
+                               "model.fused_loss": True,
+                               "model.loss_impl": "pallas",
+                               "model.loss_pallas":
+                                   "64x128x4x2/fwd/64x128x4x2"},
 }
 T0 = time.time()
 
@@ -166,7 +182,8 @@ def fig_config(flags, fig: int, path: str, **extra):
   c.data.data_dir = flags.tfds_dir
   c.num_steps = flags.steps
   c.update_from_flattened_dict(PATHS[path])
-  if flags.pallas and c.model.get("loss_impl") == "pallas":
+  if (flags.pallas and c.model.get("loss_impl") == "pallas"
+      and "model.loss_pallas" not in PATHS[path]):      # not a pinned path
     c.model.loss_pallas = flags.pallas
   if "steps_per_call" not in PATHS[path]:
     c.steps_per_call = flags.k
@@ -192,6 +209,14 @@ def _stepper(config):
       return state, metrics["loss"][-1].mean()
     state, metrics = steps.train(state, steps.task.train_batch(i), dk)
     return state, metrics["loss"].mean()
+
+  def lowered(state, i):
+    """call i's program, lowered (for its optimised HLO)."""
+    if k > 1:
+      return steps.train_many.lower(state, feed.consts,
+                                    feed.train_inputs(i * k, k), dk)
+    return steps.train.lower(state, steps.task.train_batch(i), dk)
+  call.lowered = lowered
   return steps.init(ik, hp), call, k
 
 
@@ -512,7 +537,10 @@ def write_report(flags):
 
 def trace(flags, path: str):
   """Perfetto traces of 20 steps (--rehearse: 2) of each of --trace_paths
-  ("best": `path`, the probe's choice)."""
+  ("best": `path`, the probe's choice), and each traced program's
+  optimised HLO in WORKDIR/hlo/PATH.txt.gz (small: it travels home in
+  runs.tgz, where the traces do not), which bench/trace_summary.py --hlo
+  reads to say what each of the longest fusions computes."""
   out = os.path.join(flags.workdir, "traces")
   steps = 2 if flags.rehearse else 20
   chosen = [path if p == "best" else p for p in flags.trace_paths.split(",")]
@@ -536,6 +564,11 @@ def trace(flags, path: str):
     if found:
       shutil.copy(found[0], os.path.join(out, f"{p}.json.gz"))
     log(f"trace {p}: {found[0] if found else 'no perfetto trace written'}")
+    hlo = os.path.join(flags.workdir, "hlo", f"{p}.txt.gz")
+    os.makedirs(os.path.dirname(hlo), exist_ok=True)
+    with gzip.open(hlo, "wt") as f:
+      f.write(call.lowered(state, 2 + steps // k).compile().as_text())
+    log(f"trace {p}: optimised HLO in {hlo}")
     del state
     gc.collect()
 
