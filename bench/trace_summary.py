@@ -9,11 +9,16 @@ trace: the wall span, the GPU busy time (union of kernel intervals) and so
 the idle fraction (launch gaps, host work), then the kernel time by kind:
 matmul (gemm / cublas / cutlass / triton gemm), reduction, elementwise
 fusion, copy / memset, other, each as a fraction of the busy time, and the
-ten longest kernels.
+ten longest kernels. Where the traced program's optimised HLO lies beside
+the trace (WORKDIR/hlo/NAME.txt.gz for WORKDIR/traces/NAME.json.gz, as
+bench/gpu_paper.py's trace stage writes it), each of those kernels that is
+an XLA fusion gets a line saying what it computes: its output shape, the
+ops inside it, and the JAX operation and source line it came from.
 """
 import collections
 import gzip
 import json
+import os
 import re
 import sys
 
@@ -74,10 +79,79 @@ def busy_time(events) -> float:
   return total
 
 
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*(.*)$")
+_HEADER = re.compile(r"^\s*(?:ENTRY\s+)?%([\w.\-]+)\s*\(.*\{\s*$")
+
+
+def _shape_and_opcode(rest: str) -> tuple[str, str]:
+  """("f32[5,128]{1,0}", "fusion") of an instruction's right-hand side."""
+  if rest.startswith("("):             # a tuple shape: up to its ")"
+    depth = 0
+    for i, c in enumerate(rest):
+      depth += (c == "(") - (c == ")")
+      if depth == 0:
+        shape, rest = rest[:i + 1], rest[i + 1:].lstrip()
+        break
+    else:
+      return rest, ""
+  else:
+    shape, _, rest = rest.partition(" ")
+  return shape, rest.partition("(")[0]
+
+
+def hlo_fusions(text: str) -> dict[str, str]:
+  """Fusion instruction name -> "SHAPE kind: op xN, ...; from OP_NAME
+  (FILE:LINE)" from an HLO module's text (`compiled.as_text()`)."""
+  bodies, fusions, current = collections.defaultdict(list), {}, None
+  for line in text.splitlines():
+    header = _HEADER.match(line)
+    if header and "=" not in line.split("(")[0]:
+      current = header.group(1)
+      continue
+    m = _INSTRUCTION.match(line)
+    if not m:
+      continue
+    name, rest = m.groups()
+    shape, opcode = _shape_and_opcode(rest)
+    op_name = re.search(r'op_name="([^"]*)"', rest)
+    source = re.search(r'source_file="([^"]*)" source_line=(\d+)', rest)
+    where = (op_name.group(1) if op_name else "") + (
+        f" ({os.path.basename(source.group(1))}:{source.group(2)})"
+        if source else "")
+    bodies[current].append((opcode, where))
+    calls = re.search(r"calls=%([\w.\-]+)", rest)
+    kind = re.search(r"kind=(k\w+)", rest)
+    if opcode == "fusion" and calls:
+      fusions[name] = (shape, kind.group(1) if kind else "", calls.group(1),
+                       where)
+  out = {}
+  for name, (shape, kind, called, where) in fusions.items():
+    ops = collections.Counter(op for op, _ in bodies[called]
+                              if op not in ("parameter", "constant"))
+    origins = [w for _, w in bodies[called] if w] or [where]
+    out[name] = (f"{shape} {kind}: "
+                 + ", ".join(f"{op} x{n}" for op, n in ops.most_common(6))
+                 + f"; from {origins[-1][:160]}")
+  return out
+
+
+def _hlo_beside(path: str) -> dict[str, str]:
+  """hlo_fusions of WORKDIR/hlo/NAME.txt.gz for WORKDIR/traces/NAME.json.gz,
+  or {} where there is none."""
+  name = os.path.basename(path).split(".json")[0]
+  hlo = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))),
+                     "hlo", f"{name}.txt.gz")
+  if not os.path.exists(hlo):
+    return {}
+  with gzip.open(hlo, "rt") as f:
+    return hlo_fusions(f.read())
+
+
 def summarize(path: str) -> str:
   opener = gzip.open if path.endswith(".gz") else open
   with opener(path, "rt") as f:
     events = gpu_events(json.load(f))
+  fusions = _hlo_beside(path)
   if not events:
     return f"{path}: no GPU kernel events found"
   start = min(float(e["ts"]) for e in events)
@@ -96,6 +170,8 @@ def summarize(path: str) -> str:
   lines.append("  longest kernels (total over the trace):")
   for name, t in by_name.most_common(10):
     lines.append(f"    {t / 1e3:8.2f} ms  {t / kernel_total:6.1%}  {name}")
+    if name in fusions:
+      lines.append(f"                       = {fusions[name]}")
   return "\n".join(lines)
 
 
