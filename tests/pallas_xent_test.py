@@ -186,12 +186,14 @@ class PallasXentTest(parameterized.TestCase):
     np.testing.assert_allclose(np.asarray(d_kernel), np.asarray(sub),
                                rtol=1e-5, atol=1e-6)
 
-  def test_vmapped_members_equal_a_loop(self):
+  @parameterized.parameters(False, True)
+  def test_vmapped_members_equal_a_loop(self, dh_in_forward):
     """The kappa sweep vmaps the loss over members (a batched grid)."""
     members = [_inputs(n=40, d=16, v=100, seed=s) for s in range(3)]
     stacked = [jnp.stack(x) for x in zip(*members)]
-    fn = lambda h, k, y, w: _value_and_grads(
-        pallas_xent.linear_cross_entropy, h, k, y, w)
+    loss = functools.partial(pallas_xent.linear_cross_entropy,
+                             dh_in_forward=dh_in_forward)
+    fn = lambda h, k, y, w: _value_and_grads(loss, h, k, y, w)
     batched = jax.vmap(fn)(*stacked)
     for i, args in enumerate(members):
       one = jax.tree.map(lambda x, i=i: x[i], batched)
