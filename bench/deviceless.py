@@ -1,0 +1,223 @@
+r"""What an H100 would compile, on a machine without a GPU.
+
+  JAX_PLATFORMS=cpu python bench/deviceless.py [--settings S1,S2,...]
+      [--step scan_bf16_pallas] [--tfds_dir .gpudata/tfds] [--out DIR]
+
+XLA compiles for a GPU it does not have from a description of it (a
+`GpuTargetConfigProto`, written here from the H100 SXM's public numbers)
+through the CUDA plugin's compile-only client, running the real `ptxas`.
+So a CPU-only session can see two things that otherwise wait for a GPU
+slice:
+
+* per Pallas setting (`model.loss_pallas`), the registers and spill bytes
+  of each kernel of the loss at the paper's shapes (5 members, N 4096, d
+  128, V 33,278, bf16), from `ptxas -v`. Spills cost: on the H100 the
+  settings whose dh or dW kernel spilled were the slow ones
+  (bench/gpu_results.md (4) and (6)).
+* with --step, the optimised HLO of a Fig. 6 train step on a
+  bench/gpu_paper.py path (written to OUT/PATH.txt.gz, which
+  bench/trace_summary.py reads beside a trace), and the fusions that move
+  the most bytes, each with what it computes
+  (`trace_summary.hlo_fusions`).
+
+Nothing is timed: no autotuning either, so XLA's own matmuls keep default
+tiles. Needs, in an environment of its own (never the project's: the
+plugin must stay out of the CPU install), the CUDA plugin of the installed
+jax version and a `ptxas` on PATH (a CUDA toolkit's)::
+
+  python -m pip install "jax-cuda12-plugin==$JAXVER" "jax-cuda12-pjrt==$JAXVER"
+
+`JAX_PLATFORMS=cpu` keeps the plugin from looking for a GPU at start-up;
+the script then asks it for an H100 topology.
+"""
+import argparse
+import collections
+import functools
+import gzip
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec.config import schema
+from qkspec.training import pallas_xent
+import trace_summary
+import xent_kernel
+
+# NVIDIA H100 80GB HBM3 (SXM): 132 SMs, 228 KiB shared memory per SM (227
+# KiB per block opt-in), 64 Ki registers per SM, 50 MiB L2, 3.35 TB/s.
+H100 = """gpu_device_info {
+  threads_per_block_limit: 1024 threads_per_warp: 32
+  shared_memory_per_block: 49152 shared_memory_per_core: 233472
+  shared_memory_per_block_optin: 232448
+  threads_per_core_limit: 2048 core_count: 132 fpus_per_core: 128
+  block_dim_limit_x: 2147483647 block_dim_limit_y: 65535
+  block_dim_limit_z: 65535
+  thread_dim_limit_x: 1024 thread_dim_limit_y: 1024 thread_dim_limit_z: 64
+  registers_per_core_limit: 65536 registers_per_block_limit: 65536
+  memory_bandwidth: 3352320000000 l2_cache_size: 52428800
+  clock_rate_ghz: 1.98 device_memory_size: 84942979072
+  cuda_compute_capability { major: 9 feature_extension: ACCELERATED_FEATURES }
+  device_vendor: "NVIDIA Corporation" name: "NVIDIA H100 80GB HBM3"
+}
+platform_name: "CUDA"
+dnn_version_info { major: 9 minor: 8 }
+device_description_str: "NVIDIA H100 80GB HBM3"
+"""
+
+
+def h100_mesh(axis: str):
+  """A one-device mesh of an H100 that is not there (compile only)."""
+  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+  try:
+    topology = topologies.get_topology_desc(
+        platform="cuda", target_config=H100, topology="1x1x1")
+  except (NotImplementedError, RuntimeError) as e:
+    raise SystemExit(
+        f"no CUDA compile-only client ({type(e).__name__}: {e}): install "
+        f"jax-cuda12-plugin and jax-cuda12-pjrt =={jax.__version__} in an "
+        "environment of their own and run with JAX_PLATFORMS=cpu (module "
+        "docstring)") from None
+  return topologies.make_mesh(topology, (1,), (axis,))
+
+
+def ptxas_logger(log: str) -> str:
+  """A directory with a `ptxas` that runs the real one with -v, its report
+  appended to `log`; put it first on PATH."""
+  real = shutil.which("ptxas")
+  if real is None:
+    raise SystemExit("no ptxas on PATH: install a CUDA toolkit (BUILD.md)")
+  d = tempfile.mkdtemp(prefix="ptxas_v_")
+  with open(os.path.join(d, "ptxas"), "w") as f:
+    f.write(f'#!/bin/sh\n"{real}" -v "$@" 2>> "{log}"\n')
+  os.chmod(os.path.join(d, "ptxas"), 0o755)
+  return d
+
+
+def kernel_resources(report: str) -> dict[str, tuple[int, int]]:
+  """Kernel name -> (registers, spill store bytes) from `ptxas -v` text,
+  the Pallas loss's kernels ("xent_*") only."""
+  out, name, spill = {}, None, 0
+  for line in report.splitlines():
+    if m := re.search(r"Compiling entry function '(\w+)'", line):
+      name = m.group(1)
+    elif m := re.search(r"(\d+) bytes spill stores", line):
+      spill = int(m.group(1))
+    elif (m := re.search(r"Used (\d+) registers", line)) and name:
+      if name.startswith("xent"):
+        out[name] = (int(m.group(1)), spill)
+      name = None
+  return out
+
+
+def loss_resources(mesh, spec: str, log: str, members=5, n=4096, d=128,
+                   v=33_278) -> dict[str, tuple[int, int]]:
+  """`kernel_resources` of the loss and its gradients at setting `spec`."""
+  loss = functools.partial(pallas_xent.linear_cross_entropy,
+                           compute_dtype=jnp.bfloat16, interpret=False,
+                           **schema.pallas_settings(spec))
+  sharding = jax.NamedSharding(mesh, jax.P())
+  args = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
+          for x in jax.eval_shape(lambda: xent_kernel.inputs(members, n, d,
+                                                              v))]
+  open(log, "w").close()
+  with jax.set_mesh(mesh):
+    jax.jit(jax.vmap(jax.value_and_grad(loss, (0, 1)))).lower(
+        *args).compile()
+  with open(log) as f:
+    return kernel_resources(f.read())
+
+
+def _as_gpu():
+  """The library picks CPU or GPU code by `jax.default_backend()` (member
+  batching, steps per call, Pallas' interpreter) and puts the token
+  streams on the devices: here the GPU's choices, and abstract arrays."""
+  jax.default_backend = lambda: "gpu"
+  jax.make_array_from_process_local_data = (
+      lambda sharding, x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype,
+                                               sharding=sharding))
+
+
+def step_hlo(path: str, tfds_dir: str, k: int = 4) -> str:
+  """Optimised HLO of k scanned Fig. 6 steps on gpu_paper's `path`."""
+  _as_gpu()
+  import gpu_paper  # pylint: disable=g-import-not-at-top
+  from qkspec.training import step as step_lib  # pylint: disable=g-import-not-at-top
+  from qkspec.training import sweep as sweep_lib  # pylint: disable=g-import-not-at-top
+  flags = argparse.Namespace(manual_dir="", tfds_dir=tfds_dir, steps=50_000,
+                             pallas=None, k=k, rehearse=False)
+  config = gpu_paper.fig_config(flags, 6, path)
+  mesh = h100_mesh("data")
+  steps = step_lib.build_steps(config, mesh=mesh)
+  ik, dk, hp = step_lib.member_inputs(sweep_lib.members(config),
+                                      sweep_lib.is_sweep(config))
+  feed, rep = steps.task.feed, steps.replicated
+  like = lambda x, s=rep: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s)  # noqa: E731
+  with jax.set_mesh(mesh):
+    state = jax.tree.map(like, jax.eval_shape(lambda: steps.init(ik, hp)))
+    xs = jax.tree.map(functools.partial(like, s=feed.ids_sharding),
+                      jax.eval_shape(lambda: feed.train_inputs(0, k)))
+    return steps.train_many.lower(state, feed.consts, xs,
+                                  jax.tree.map(like, dk)).compile().as_text()
+
+
+def _bytes(shape: str) -> int:
+  """Bytes of an HLO shape string (a tuple's summed)."""
+  size = {"f32": 4, "bf16": 2, "s32": 4, "u32": 4, "pred": 1, "f16": 2}
+  return sum(size.get(t, 4) * int(np.prod([int(x) for x in dims.split(",")
+                                           if x] or [1]))
+             for t, dims in re.findall(r"(\w+)\[([\d,]*)\]", shape))
+
+
+def main():
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--settings", default=xent_kernel.DEFAULT_BLOCKS)
+  p.add_argument("--step", default="",
+                 help="a bench/gpu_paper.py path: its step's HLO too")
+  p.add_argument("--tfds_dir", default=".gpudata/tfds")
+  p.add_argument("--out", default="runs/deviceless")
+  flags = p.parse_args()
+  os.makedirs(flags.out, exist_ok=True)
+  log = os.path.abspath(os.path.join(flags.out, "ptxas.log"))
+  os.environ["PATH"] = ptxas_logger(log) + os.pathsep + os.environ["PATH"]
+  ptxas = subprocess.run([shutil.which("ptxas"), "--version"],
+                         capture_output=True, text=True, check=False)
+  print(f"jax {jax.__version__}; H100 (compile only); "
+        f"{ptxas.stdout.strip().splitlines()[-1] if ptxas.stdout else ''}")
+  mesh = h100_mesh("x")
+  print(f"\n{'setting':38s} {'kernel':16s} registers  spill bytes")
+  for spec in filter(None, flags.settings.split(",")):
+    try:
+      found = loss_resources(mesh, spec, log)
+    except Exception as e:  # pylint: disable=broad-except
+      print(f"{spec:38s} failed: {type(e).__name__}: {str(e)[:200]}")
+      continue
+    for kernel, (regs, spill) in sorted(found.items()):
+      print(f"{spec:38s} {kernel:16s} {regs:9d}  {spill:11d}"
+            + ("  (spills)" if spill else ""), flush=True)
+  if flags.step:
+    text = step_hlo(flags.step, flags.tfds_dir)
+    hlo = os.path.join(flags.out, f"{flags.step}.txt.gz")
+    with gzip.open(hlo, "wt") as f:
+      f.write(text)
+    shapes = {m.group(1): m.group(2) for m in re.finditer(
+        r"%([\w.\-]+) = (\(.*?\)|\S+) fusion\(", text)}
+    fusions = trace_summary.hlo_fusions(text)
+    print(f"\n{flags.step}: optimised HLO in {hlo}; the fusions writing the "
+          "most bytes (a proxy for their HBM traffic):")
+    top = collections.Counter({k: _bytes(s) for k, s in shapes.items()})
+    for name, size in top.most_common(8):
+      print(f"  {size / 2**20:9.1f} MiB  {name}\n      = "
+            f"{fusions.get(name, '')[:300]}")
+
+
+if __name__ == "__main__":
+  main()
