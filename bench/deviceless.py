@@ -169,7 +169,7 @@ def step_hlo(path: str, tfds_dir: str, k: int = 4) -> str:
                                   jax.tree.map(like, dk)).compile().as_text()
 
 
-def _bytes(shape: str) -> int:
+def hlo_bytes(shape: str) -> int:
   """Bytes of an HLO shape string (a tuple's summed)."""
   size = {"f32": 4, "bf16": 2, "s32": 4, "u32": 4, "pred": 1, "f16": 2}
   return sum(size.get(t, 4) * int(np.prod([int(x) for x in dims.split(",")
@@ -213,7 +213,7 @@ def main():
     fusions = trace_summary.hlo_fusions(text)
     print(f"\n{flags.step}: optimised HLO in {hlo}; the fusions writing the "
           "most bytes (a proxy for their HBM traffic):")
-    top = collections.Counter({k: _bytes(s) for k, s in shapes.items()})
+    top = collections.Counter({k: hlo_bytes(s) for k, s in shapes.items()})
     for name, size in top.most_common(8):
       print(f"  {size / 2**20:9.1f} MiB  {name}\n      = "
             f"{fusions.get(name, '')[:300]}")

@@ -1,0 +1,81 @@
+"""The text parsers of the GPU benchmarks, on fixed compiler output.
+
+bench/trace_summary.py names what a trace's fusions compute from the
+optimised HLO, and bench/deviceless.py reads registers and spills from
+`ptxas -v`: both read text no CPU test produces, so a format slip would
+pass silently; here they read excerpts of the real thing (an H100
+compile, bench/gpu_results.md (6)).
+"""
+import os
+import sys
+
+from absl.testing import absltest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+# pylint: disable=g-import-not-at-top,wrong-import-position
+import deviceless
+import trace_summary
+
+PTXAS = """\
+ptxas info    : Compiling entry function 'input_reduce_fusion' for 'sm_90a'
+ptxas info    : Function properties for input_reduce_fusion
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 32 registers, used 1 barriers, 32 bytes smem
+ptxas info    : Compiling entry function 'xent_forward' for 'sm_90a'
+ptxas info    : Function properties for xent_forward
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 167 registers, used 1 barriers
+ptxas info    : Compiling entry function 'xent_dh' for 'sm_90a'
+ptxas info    : Function properties for xent_dh
+    496 bytes stack frame, 492 bytes spill stores, 480 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers
+"""
+
+HLO = """\
+HloModule jit_train_many, is_scheduled=true
+
+%fused_computation.7 (param_0.1: f32[5,128,33278], param_1.2: f32[5,128,33278]) -> (f32[5,128,33278], f32[5,2377]) {
+  %param_0.1 = f32[5,128,33278]{2,1,0} parameter(0)
+  %param_1.2 = f32[5,128,33278]{2,1,0} parameter(1)
+  %multiply.3 = f32[5,128,33278]{2,1,0} multiply(%param_0.1, %param_1.2), metadata={op_name="jit(train_many)/while/body/mul" source_file="/x/optax/_adam.py" source_line=12}
+  %add.4 = f32[5,128,33278]{2,1,0} add(%multiply.3, %param_0.1), metadata={op_name="jit(train_many)/while/body/add" source_file="/x/optax/_adam.py" source_line=13}
+  %reduce.5 = f32[5,2377]{1,0} reduce(%add.4, %constant.6), dimensions={1}, to_apply=%region_0
+  ROOT %tuple.8 = (f32[5,128,33278]{2,1,0}, f32[5,2377]{1,0}) tuple(%add.4, %reduce.5)
+}
+
+ENTRY %main.9 (p0: f32[5,128,33278], p1: f32[5,128,33278]) -> f32[5,2377] {
+  %p0 = f32[5,128,33278]{2,1,0} parameter(0)
+  %p1 = f32[5,128,33278]{2,1,0} parameter(1)
+  %input_add_reduce_fusion = (f32[5,128,33278]{2,1,0}, f32[5,2377]{1,0}) fusion(%p0, %p1), kind=kInput, calls=%fused_computation.7, metadata={op_name="jit(train_many)/while/body/add"}
+  ROOT %gte = f32[5,2377]{1,0} get-tuple-element(%input_add_reduce_fusion), index=1
+}
+"""
+
+
+class ParsersTest(absltest.TestCase):
+
+  def test_ptxas_registers_and_spills_of_the_loss_kernels(self):
+    self.assertEqual(deviceless.kernel_resources(PTXAS),
+                     {"xent_forward": (167, 0), "xent_dh": (255, 492)})
+
+  def test_fusion_named_by_what_it_computes(self):
+    fusions = trace_summary.hlo_fusions(HLO)
+    self.assertEqual(list(fusions), ["input_add_reduce_fusion"])
+    text = fusions["input_add_reduce_fusion"]
+    self.assertTrue(text.startswith(
+        "(f32[5,128,33278]{2,1,0}, f32[5,2377]{1,0}) kInput: "), text)
+    for op in ("multiply x1", "add x1", "reduce x1"):
+      self.assertIn(op, text)
+    self.assertNotIn("parameter", text)
+    self.assertTrue(text.endswith(
+        "from jit(train_many)/while/body/add (_adam.py:13)"), text)
+
+  def test_bytes_of_an_hlo_shape(self):
+    self.assertEqual(deviceless.hlo_bytes("(f32[5,128]{1,0}, pred[5]{0})"),
+                     5 * 128 * 4 + 5)
+    self.assertEqual(deviceless.hlo_bytes("bf16[3,4]{1,0}"), 24)
+    self.assertEqual(deviceless.hlo_bytes("f32[]"), 4)
+
+
+if __name__ == "__main__":
+  absltest.main()
