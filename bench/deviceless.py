@@ -180,6 +180,8 @@ def hlo_bytes(shape: str) -> int:
 def main():
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--settings", default=xent_kernel.DEFAULT_BLOCKS)
+  p.add_argument("--d_model", type=int, default=128,
+                 help="the loss's d (Figs. 8-10: 32)")
   p.add_argument("--step", default="",
                  help="a bench/gpu_paper.py path: its step's HLO too")
   p.add_argument("--tfds_dir", default=".gpudata/tfds")
@@ -190,13 +192,13 @@ def main():
   os.environ["PATH"] = ptxas_logger(log) + os.pathsep + os.environ["PATH"]
   ptxas = subprocess.run([shutil.which("ptxas"), "--version"],
                          capture_output=True, text=True, check=False)
-  print(f"jax {jax.__version__}; H100 (compile only); "
+  print(f"jax {jax.__version__}; H100 (compile only); d {flags.d_model}; "
         f"{ptxas.stdout.strip().splitlines()[-1] if ptxas.stdout else ''}")
   mesh = h100_mesh("x")
   print(f"\n{'setting':38s} {'kernel':16s} registers  spill bytes")
   for spec in filter(None, flags.settings.split(",")):
     try:
-      found = loss_resources(mesh, spec, log)
+      found = loss_resources(mesh, spec, log, d=flags.d_model)
     except Exception as e:  # pylint: disable=broad-except
       print(f"{spec:38s} failed: {type(e).__name__}: {str(e)[:200]}")
       continue
