@@ -83,13 +83,19 @@ def _tokamax():
 # gives each kernel its own (the dh kernel may take splits too); "F/fwd/DW"
 # takes dh from the forward kernel (pallas_xent's dh_in_forward: a flash-
 # attention-like forward with a [BN, d] float32 accumulator, whose best
-# blocks may be flash attention's, BN 128 x BV 64 with 8 warps).
-DEFAULT_BLOCKS = ("64x128x4x2,128x128x8x2,64x256x8x2,128x64x4x3,32x128x4x2,"
+# blocks may be flash attention's, BN 128 x BV 64 with 8 warps). BV 64 keeps
+# the backward kernels well under ptxas' 255 registers (128-168 against
+# 255 at BV 128: bench/deviceless.py), so more programs share a
+# multiprocessor. 64x256x8x2 and 128x64x4x3, whose backward kernels spill,
+# were the slowest on the H100 (bench/gpu_results.md (4), (6)) and are left
+# out.
+DEFAULT_BLOCKS = ("64x128x4x2,128x128x8x2,32x128x4x2,64x64x4x2,64x64x8x2,"
                   "64x128x4x2x2,64x128x4x2x4,"
                   "64x128x4x2x4/64x128x4x2x4/64x128x4x2,"
                   "64x128x4x2/fwd/64x128x4x2,64x128x8x2/fwd/64x128x4x2,"
                   "128x64x8x2/fwd/64x128x4x2,128x128x8x2/fwd/64x128x4x2,"
-                  "64x64x4x3/fwd/64x128x4x2,64x128x4x2x2/fwd/64x128x4x2")
+                  "64x64x4x3/fwd/64x128x4x2,64x128x4x2x2/fwd/64x128x4x2,"
+                  "64x64x8x2/fwd/64x64x8x2,128x64x8x2/fwd/64x64x8x2")
 
 
 def _plain(h, kernel, targets, weights, dtype):
