@@ -210,15 +210,14 @@ def main():
     hlo = os.path.join(flags.out, f"{flags.step}.txt.gz")
     with gzip.open(hlo, "wt") as f:
       f.write(text)
-    shapes = {m.group(1): m.group(2) for m in re.finditer(
-        r"%([\w.\-]+) = (\(.*?\)|\S+) fusion\(", text)}
     fusions = trace_summary.hlo_fusions(text)
     print(f"\n{flags.step}: optimised HLO in {hlo}; the fusions writing the "
           "most bytes (a proxy for their HBM traffic):")
-    top = collections.Counter({k: hlo_bytes(s) for k, s in shapes.items()})
+    top = collections.Counter({name: hlo_bytes(f.shape)
+                               for name, f in fusions.items()})
     for name, size in top.most_common(8):
       print(f"  {size / 2**20:9.1f} MiB  {name}\n      = "
-            f"{fusions.get(name, '')[:300]}")
+            f"{fusions[name].summary[:300]}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import sys
+import typing
 
 KINDS = (
     ("matmul", re.compile(r"gemm|cublas|cutlass|matmul|dot|wgmma|sm90_xmma",
@@ -99,9 +100,14 @@ def _shape_and_opcode(rest: str) -> tuple[str, str]:
   return shape, rest.partition("(")[0]
 
 
-def hlo_fusions(text: str) -> dict[str, str]:
-  """Fusion instruction name -> "SHAPE kind: op xN, ...; from OP_NAME
-  (FILE:LINE)" from an HLO module's text (`compiled.as_text()`)."""
+class Fusion(typing.NamedTuple):
+  shape: str      # its output's HLO shape, e.g. "(f32[5,128]{1,0}, ...)"
+  summary: str    # "SHAPE kind: op xN, ...; from OP_NAME (FILE:LINE)"
+
+
+def hlo_fusions(text: str) -> dict[str, Fusion]:
+  """Fusion instruction name -> `Fusion` from an HLO module's text
+  (`compiled.as_text()`): what each fusion computes."""
   bodies, fusions, current = collections.defaultdict(list), {}, None
   for line in text.splitlines():
     header = _HEADER.match(line)
@@ -129,13 +135,14 @@ def hlo_fusions(text: str) -> dict[str, str]:
     ops = collections.Counter(op for op, _ in bodies[called]
                               if op not in ("parameter", "constant"))
     origins = [w for _, w in bodies[called] if w] or [where]
-    out[name] = (f"{shape} {kind}: "
-                 + ", ".join(f"{op} x{n}" for op, n in ops.most_common(6))
-                 + f"; from {origins[-1][:160]}")
+    out[name] = Fusion(shape, f"{shape} {kind}: "
+                       + ", ".join(f"{op} x{n}"
+                                   for op, n in ops.most_common(6))
+                       + f"; from {origins[-1][:160]}")
   return out
 
 
-def _hlo_beside(path: str) -> dict[str, str]:
+def _hlo_beside(path: str) -> dict[str, Fusion]:
   """hlo_fusions of WORKDIR/hlo/NAME.txt.gz for WORKDIR/traces/NAME.json.gz,
   or {} where there is none."""
   name = os.path.basename(path).split(".json")[0]
@@ -171,7 +178,7 @@ def summarize(path: str) -> str:
   for name, t in by_name.most_common(10):
     lines.append(f"    {t / 1e3:8.2f} ms  {t / kernel_total:6.1%}  {name}")
     if name in fusions:
-      lines.append(f"                       = {fusions[name]}")
+      lines.append(f"                       = {fusions[name].summary}")
   return "\n".join(lines)
 
 

@@ -61,7 +61,7 @@ class ParsersTest(absltest.TestCase):
   def test_fusion_named_by_what_it_computes(self):
     fusions = trace_summary.hlo_fusions(HLO)
     self.assertEqual(list(fusions), ["input_add_reduce_fusion"])
-    text = fusions["input_add_reduce_fusion"]
+    text = fusions["input_add_reduce_fusion"].summary
     self.assertTrue(text.startswith(
         "(f32[5,128,33278]{2,1,0}, f32[5,2377]{1,0}) kInput: "), text)
     for op in ("multiply x1", "add x1", "reduce x1"):
