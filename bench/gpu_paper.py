@@ -539,8 +539,8 @@ def trace(flags, path: str):
   """Perfetto traces of 20 steps (--rehearse: 2) of each of --trace_paths
   ("best": `path`, the probe's choice), and each traced program's
   optimised HLO in WORKDIR/hlo/PATH.txt.gz (small: it travels home in
-  runs.tgz, where the traces do not), which bench/trace_summary.py --hlo
-  reads to say what each of the longest fusions computes."""
+  runs.tgz, where the traces do not), which bench/trace_summary.py reads
+  beside the trace to say what each of the longest fusions computes."""
   out = os.path.join(flags.workdir, "traces")
   steps = 2 if flags.rehearse else 20
   chosen = [path if p == "best" else p for p in flags.trace_paths.split(",")]

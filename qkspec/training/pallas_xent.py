@@ -55,8 +55,9 @@ its matmul (tests/pallas_xent_test.py measures both against float32).
 Each of the three kernels may take its own blocks and Triton launch
 (`backward`; `model.loss_pallas` "FORWARD/DH/DW", "FORWARD/fwd/DW" for
 `dh_in_forward`): the plain forward has one matmul per tile and the
-backward kernels two, so their best shapes need not agree. The forward and dh kernels may also split the vocabulary
-over S programs per row block (`vocab_splits`, a fifth setting field):
+backward kernels two, so their best shapes need not agree. The forward
+and dh kernels may also split the vocabulary over S programs per row
+block (`vocab_splits`, a fifth setting field):
 each split keeps its own online (m, s) pair, or its part of dh, and the
 S partial results are merged after (:math:`\mathrm{lse} = M + \log
 \sum_k s_k e^{m_k - M}`, :math:`M = \max_k m_k`; dh summed). At the
