@@ -85,5 +85,63 @@ class LocaterTest(absltest.TestCase):
       locater.no_such_name  # pylint: disable=pointless-statement
 
 
+class PenaltyMinimumTest(absltest.TestCase):
+  """`penalty_minimum` against the penalty it minimises."""
+
+  def test_gradient_vanishes_there_and_nowhere_near(self):
+    d, kappa1, kappa2, target = 5, 3.0, 0.7, 2.0
+    star = locater.penalty_minimum(kappa1, kappa2, d, target)
+    w_star = star.trace / d * jnp.eye(d)
+    penalty = lambda w: locater.locater_penalty(w, kappa1, kappa2, target)
+    np.testing.assert_allclose(jax.grad(penalty)(w_star), 0.0, atol=1e-5)
+    self.assertAlmostEqual(float(jnp.sum(w_star**2)), float(star.scale),
+                           places=5)
+    # Strictly convex: any move away raises it (a global minimum).
+    moves = jax.random.normal(jax.random.key(1), (64, d, d)) * 1e-2
+    raised = jax.vmap(lambda m: penalty(w_star + m))(moves) - penalty(w_star)
+    self.assertGreater(float(raised.min()), 0.0)
+    # The minimum is not at the target trace: kappa1 pulls it below.
+    self.assertLess(float(star.trace), target)
+
+  def test_gradient_descent_on_the_factors_reaches_it(self):
+    # The paper's parametrisation W_QK = W_Q^T W_K (D = d), plain gradient
+    # descent from a random start, as training would with J = 0.
+    d, kappa1, kappa2 = 6, 1.0, 0.5
+    kq, kk = jax.random.split(jax.random.key(2))
+    factors = (0.3 * jax.random.normal(kq, (d, d)),
+               0.3 * jax.random.normal(kk, (d, d)))
+    loss = lambda f: locater.locater_penalty(f[0].T @ f[1], kappa1, kappa2)
+    step = lambda _, f: jax.tree.map(lambda x, g: x - 0.05 * g, f,
+                                     jax.grad(loss)(f))
+    wq, wk = jax.lax.fori_loop(0, 3000, step, factors)
+    star = locater.penalty_minimum(kappa1, kappa2, d)
+    self.assertAlmostEqual(float(star.trace), 0.75, places=6)   # 0.5*6/4
+    np.testing.assert_allclose(wq.T @ wk, star.trace / d * np.eye(d),
+                               atol=1e-4)
+
+  def test_scale_grows_with_kappa2_and_limits(self):
+    d = 128
+    kappa2 = jnp.asarray([0.0, 1e-3, 1e-2, 1e-1, 1.0, 1e6])
+    star = locater.penalty_minimum(100.0, kappa2, d)
+    self.assertTrue(bool(jnp.all(jnp.diff(star.scale) > 0)))
+    self.assertEqual(float(star.trace[0]), 0.0)            # kappa2 = 0: W = 0
+    self.assertAlmostEqual(float(star.trace[-1]), 1.0, places=4)  # -> tau
+    self.assertAlmostEqual(float(star.scale[-1]), 1.0 / d, places=6)
+    # The fairseq reading (both kappas / 4096) has the same minimum.
+    fairseq = locater.penalty_minimum(100.0 / 4096, kappa2 / 4096, d)
+    np.testing.assert_allclose(fairseq.trace, star.trace, rtol=1e-5)
+    # kappa1 = 0: the smallest-scale W of trace tau; no penalty: none.
+    self.assertAlmostEqual(float(locater.penalty_minimum(0.0, 2.0, 4).scale),
+                           0.25, places=6)
+    self.assertTrue(bool(jnp.isnan(locater.penalty_minimum(0.0, 0.0, 4)
+                                   .trace)))
+
+  def test_bad_arguments(self):
+    with self.assertRaisesRegex(ValueError, "kappa1"):
+      locater.penalty_minimum(-1.0, 1.0, 4)
+    with self.assertRaisesRegex(ValueError, "dim"):
+      locater.penalty_minimum(1.0, 1.0, 0)
+
+
 if __name__ == "__main__":
   absltest.main()

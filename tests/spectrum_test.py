@@ -116,6 +116,21 @@ class SpectrumTest(chex.TestCase, parameterized.TestCase):
     expect = np.eye(2) / np.sqrt(q) - t * np.asarray(w) / q**1.5
     np.testing.assert_allclose(grad, expect, rtol=1e-5, atol=1e-6)
 
+  def test_scale_floor_is_tight_only_for_multiples_of_identity(self):
+    d = 7
+    w = jax.random.normal(jax.random.key(3), (50, d, d))
+    stats = spectrum.spectrum_stats(w)
+    floor = spectrum.scale_floor(stats["qk_trace"], d)
+    self.assertTrue(bool(jnp.all(stats["scale"] >= floor)))
+    self.assertGreater(float(jnp.min(stats["scale"] / floor)), 1.0)
+    iso = spectrum.spectrum_stats(-0.3 * jnp.eye(d))
+    self.assertAlmostEqual(float(spectrum.scale_floor(iso["qk_trace"], d)),
+                           float(iso["scale"]), places=6)
+    # Same trace, unequal diagonal: strictly above the floor.
+    diag = spectrum.spectrum_stats(jnp.diag(jnp.arange(d, dtype=float)))
+    self.assertGreater(float(diag["scale"]),
+                       float(spectrum.scale_floor(diag["qk_trace"], d)) + 1.0)
+
   def test_bad_arguments(self):
     with self.assertRaisesRegex(ValueError, "square"):
       spectrum.spectrum_stats(jnp.ones((3, 4)))

@@ -9,7 +9,8 @@ Imports only jax and numpy (tests/layering_test.py checks it).
   W_QK = B diag(w) B^T (Fig. 5);
 * `propagation`: rho_i by Monte Carlo (Definition 1), Lemma 1's moments,
   Eq. (6) and Lemma 2;
-* `locater`: the LocATER penalty and its hyperparameters (Sec. 6);
+* `locater`: the LocATER penalty, its hyperparameters and its own minimum
+  W* = cI (Sec. 6);
 * `diagnostics`: attention entropy (Zhai), Eq. (9), rank-collapse residuals
   (Dong);
 * `entropy_bounds`: Zhai et al.'s Theorem 3.1 bound;

@@ -110,6 +110,25 @@ def _trace(x: jax.Array) -> jax.Array:
   return jnp.trace(x, axis1=-2, axis2=-1)
 
 
+def scale_floor(qk_trace, dim: int) -> jax.Array:
+  r"""The least scale a W_QK of this trace can have: :math:`(\mathrm{tr}\,W_{QK})^2/d`.
+
+  .. math:: \mathrm{tr}(W_{QK}^\top W_{QK}) = \|W_{QK}\|_F^2
+            \ge \sum_i (W_{QK})_{ii}^2 \ge \frac{(\mathrm{tr}\,W_{QK})^2}{d}
+
+  (Cauchy-Schwarz on the diagonal, the step behind Eq. (7) above), with
+  equality exactly when :math:`W_{QK} = cI`. The ratio scale / floor >= 1
+  says how far a trained W_QK is from the isotropic one that LocATER alone
+  would give (`qkspec.theory.locater.penalty_minimum`).
+
+  Args:
+    qk_trace: :math:`\mathrm{tr}(W_{QK})`, any shape.
+    dim: d.
+  """
+  d = _checks.positive_int("dim", dim)
+  return jnp.asarray(qk_trace, float)**2 / d
+
+
 def spectrum_stats(w_qk: jax.Array, cov: jax.Array | None = None,
                    temperature: float | None = None) -> dict[str, jax.Array]:
   r"""Eigenspectrum statistics of :math:`W = \mathrm{sym}(W_{QK})\Sigma`.
