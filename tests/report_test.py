@@ -452,8 +452,8 @@ class WriteReportTest(absltest.TestCase):
     rows = report.summarize(self.runs)
     self.assertLen(rows, 4)
     for r in rows:
-      self.assertEqual((r["label"], r["n_seeds"], r["final_step"]),
-                       ("Fig. 6 (smoke)", 2, 2))
+      self.assertEqual((r["label"], r["n_seeds"], r["final_step"],
+                        r["d_model"]), ("Fig. 6 (smoke)", 2, 2, 16))
       self.assertTrue(math.isfinite(r["valid_ppl_std"]))
     self.assertEqual({r["reading"] for r in rows},
                      {"mean_loss", "summed_loss"})
@@ -471,6 +471,9 @@ class WriteReportTest(absltest.TestCase):
     self.assertIn("SHORTENED: 2 of 50,000 steps", self.md)
     self.assertIn("configs/locater_wt2.py:seeds=2,fairseq,smoke", self.md)
     self.assertIn("## Known deviations from fairseq", self.md)
+    self.assertIn("## LocATER's own minimum", self.md)
+    self.assertIn("### Fig. 6 (smoke), fairseq (summed_loss) (d = 16, "
+                  "kappa1 = 100)", self.md)
     self.assertIn("## Still to run", self.md)
     self.assertIn("curves over training: ![curves](reproduction/"
                   "fig6_smoke_curves_summed_loss.png)", self.md)

@@ -34,6 +34,10 @@ kappa2, mean +- std over seeds, one line per reading of kappa).
   `todo_runs(rows)` the same runs one by one, in the order a GPU slice
   trains them (summary.json's "todo", `gpu_paper.py --stages todo`).
 
+The section "LocATER's own minimum" (`locater_minimum.markdown`) sets
+each LocATER group's trained trace and scale beside W* = cI, where the
+penalty alone would put W_QK, and says which groups sit there.
+
 A no-LocATER member (kappa1 = kappa2 = 0) trains bit for bit the same under
 both readings, so `cells` counts it in both (tests/readings_test.py).
 
@@ -58,6 +62,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from qkspec.experiments import locater_minimum  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import replicates  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import stripes  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import training_plots  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -222,6 +227,7 @@ def load_runs(run_dirs) -> list[dict]:
         label=f"Fig. {fig}" + (" (smoke)" if smoke else ""),
         reading=config["locater"].get("penalty_added_to", "mean_loss"),
         command=config_command(config, run_dir), members=members,
+        d_model=int(config["model"]["d_model"]),
         final_step=min((m["last_step"] for m in members), default=0),
         num_steps=int(config["num_steps"])))
   return runs
@@ -234,7 +240,11 @@ def _no_locater(member) -> bool:
 def cells(runs) -> dict:
   """(label, reading) -> the runs of that figure and reading of kappa.
 
-  A no-LocATER member (kappa1 = kappa2 = 0) trains bit for bit the same
+  The section "LocATER's own minimum" (`locater_minimum.markdown`) sets
+each LocATER group's trained trace and scale beside W* = cI, where the
+penalty alone would put W_QK, and says which groups sit there.
+
+A no-LocATER member (kappa1 = kappa2 = 0) trains bit for bit the same
   under either reading (the factor multiplies a zero penalty;
   tests/readings_test.py), so it also joins the other reading's cell: as a
   view of its run holding just those members, with `shared_from` naming
@@ -285,6 +295,7 @@ def summarize_runs(runs) -> list[dict]:
       run_dirs = sorted({m["run_dir"] for m in ms})
       row = dict(figure=rs[0]["figure"], label=label, smoke=rs[0]["smoke"],
                  reading=reading, run_dirs=run_dirs,
+                 d_model=rs[0].get("d_model"),
                  kappa1=kappa1, kappa2=kappa2, target=target,
                  seeds=sorted(m["seed"] for m in ms), n_seeds=len(ms),
                  final_step=min(m["last_step"] for m in ms),
@@ -644,6 +655,11 @@ def figure(rows, label):
                   capsize=3, label=f"{i + 1}: {READINGS.get(reading, reading)}",
                   **styles[i % len(styles)])
       ax.set(xlabel=r"$\kappa_2$", ylabel=ylabel)
+  kappa2s, star = locater_minimum.star_curve(
+      [r for r in rows if r["label"] == label])
+  if kappa2s:                  # the same W* under both readings
+    axes[0].plot(kappa2s, star, ":", color="0.4", lw=1.5, zorder=1,
+                 label="LocATER alone (W* = cI)")
   positive = [r["kappa2"] for r in rows if r["kappa2"] > 0]
   for ax, (q, ylabel, claim) in zip(axes, panels):
     ax.set_xscale("symlog", linthresh=min(positive) if positive else 1e-3)
@@ -733,6 +749,7 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
         "two runs of the same config and seed (below).", "",
         "## Verdicts", ""]
   md += [f"- {v['text']}" for v in vs] or ["- (no kappa2 = 0 / 1 pair)"]
+  md += [""] + locater_minimum.markdown(rows, READINGS)
   labels = sorted({r["label"] for r in rows},
                   key=lambda l: (len(l.split()[1]), l))
   for label in labels:

@@ -1,0 +1,48 @@
+"""Tests for qkspec.experiments.locater_minimum (trained W_QK vs W*)."""
+from absl.testing import absltest
+
+from qkspec.experiments import locater_minimum
+from qkspec.theory import locater
+
+
+def _row(kappa2, trace, scale, d=8, kappa1=4.0, reading="mean_loss"):
+  return dict(label="Fig. 6", reading=reading, kappa1=kappa1, kappa2=kappa2,
+              target=1.0, d_model=d, trace_mean=trace, scale_mean=scale)
+
+
+class LocaterMinimumTest(absltest.TestCase):
+
+  def test_at_the_minimum_only_when_trace_and_isotropy_agree(self):
+    star = locater.penalty_minimum(4.0, 1.0, 8)        # trace 8 / 12
+    t, s = float(star.trace), float(star.scale)
+    rows = [_row(1.0, t, s),                  # exactly W*
+            _row(1.0, t, 3 * s),              # right trace, not isotropic
+            _row(1.0, 0.5 * t, s),            # isotropy fine, trace off
+            _row(0.0, 0.0, 0.1),              # W* = 0: no relative test
+            _row(1.0, t, s, kappa1=0.0),      # no LocATER: skipped
+            dict(_row(1.0, t, s), d_model=None)]   # no width: skipped
+    cs = locater_minimum.compare(rows)
+    self.assertLen(cs, 4)
+    self.assertAlmostEqual(cs[0]["isotropy"], 1.0, places=5)
+    self.assertAlmostEqual(cs[0]["star_trace"], 2 / 3, places=6)
+    self.assertEqual([c["at_minimum"] for c in cs], [True, False, False, None])
+    self.assertAlmostEqual(cs[1]["isotropy"], 3.0, places=5)
+
+  def test_markdown_table_and_line(self):
+    star = locater.penalty_minimum(4.0, 1.0, 8)
+    rows = [_row(0.0, 0.01, 0.02), _row(1.0, float(star.trace),
+                                        float(star.scale))]
+    md = "\n".join(locater_minimum.markdown(rows, {"mean_loss": "literal"}))
+    self.assertIn("## LocATER's own minimum", md)
+    self.assertIn("### Fig. 6, literal (d = 8, kappa1 = 4)", md)
+    self.assertIn("| 1 | 0.6667 | 0.6667 | 0.05556 | 0.05556 | 1 | yes |",
+                  md)
+    self.assertIn("scale 0 -> 0.05556 (grows); trained: 0.02 -> 0.05556; "
+                  "at W* for kappa2 in {1}.", md)
+    self.assertEqual(locater_minimum.markdown([], {}), [])
+    self.assertEqual(locater_minimum.star_curve(rows),
+                     ([0.0, 1.0], [0.0, float(star.scale)]))
+
+
+if __name__ == "__main__":
+  absltest.main()
