@@ -1,4 +1,5 @@
 """Tests for qkspec.experiments.report (REPRODUCTION.md from run dirs)."""
+import csv
 import json
 import math
 import os
@@ -514,6 +515,14 @@ class WriteReportTest(absltest.TestCase):
       self.assertTrue(os.path.isfile(os.path.join(figures_dir, name)), name)
     with open(os.path.join(figures_dir, "summary.json")) as f:
       summary = json.load(f)
+    with open(os.path.join(figures_dir, "summary.csv")) as f:
+      rows = list(csv.DictReader(f))
+    self.assertLen(rows, 4)
+    fairseq = [r for r in rows if r["reading"] == "summed_loss"]
+    self.assertIn("configs/locater_wt2.py:seeds=2,fairseq,smoke",
+                  fairseq[0]["commands"])
+    self.assertNotIn(" ; ", fairseq[0]["commands"])     # one run per cell
+    self.assertEqual(summary["rows"][0]["commands"], [rows[0]["commands"]])
     # smoke runs cover nothing: the whole plan is still to run, in order
     self.assertEqual(summary["todo"][0], dict(
         figure="6", reading="summed_loss", seed=0, kind="sweep"))

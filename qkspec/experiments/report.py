@@ -12,9 +12,10 @@ kappa2, mean +- std over seeds, one line per reading of kappa).
   figure and reading (`cell_members`: the seeds may be one program's,
   `seeds=N`, or separate runs', `seed=S`; a seed met twice counts once, and
   members stopped before the cell's longest run are left out and named):
-  kappa1, kappa2, the seeds, steps run and planned, and mean / std over
-  seeds of the final valid and test perplexity, scale tr(W_QK^T W_QK),
-  trace tr(W_QK) and attention entropy (layers averaged, `mean/...`).
+  kappa1, kappa2, the seeds, the commands that trained them, steps run
+  and planned, and mean / std over seeds of the final valid and test
+  perplexity, scale tr(W_QK^T W_QK), trace tr(W_QK) and attention entropy
+  (layers averaged, `mean/...`).
 * `verdicts(rows)`: per figure and reading, the paper's claims B (scale
   shrinks), C (entropy higher) and D (perplexity lower) for kappa2 = 0 -> 1
   (kappa1 > 0), and for no LocATER (kappa1 = kappa2 = 0) -> LocATER where a
@@ -298,6 +299,8 @@ def summarize_runs(runs) -> list[dict]:
                  d_model=rs[0].get("d_model"),
                  kappa1=kappa1, kappa2=kappa2, target=target,
                  seeds=sorted(m["seed"] for m in ms), n_seeds=len(ms),
+                 commands=list(dict.fromkeys(
+                     r["command"] for r in rs if r["run_dir"] in run_dirs)),
                  final_step=min(m["last_step"] for m in ms),
                  num_steps=max(r["num_steps"] for r in rs
                                if r["run_dir"] in run_dirs))
@@ -700,7 +703,8 @@ def write_summary(rows, directory, verdict_list=None,
     w.writeheader()
     for r in rows:
       w.writerow({**r, "seeds": " ".join(map(str, r["seeds"])),
-                  "run_dirs": " ".join(r["run_dirs"])})
+                  "run_dirs": " ".join(r["run_dirs"]),
+                  "commands": " ; ".join(r["commands"])})
   json_path = os.path.join(directory, "summary.json")
   with open(json_path, "w") as f:
     json.dump(dict(rows=rows, verdicts=(verdicts(rows) if verdict_list is
