@@ -194,29 +194,41 @@ def fig_config(flags, fig: int, path: str, **extra):
 
 
 def _stepper(config):
-  """(fresh state, call(state, i) -> (state, loss) after call i, k)."""
+  """(fresh state, call(state, i) -> (state, loss) after call i, k).
+
+  `call.aot(state)` compiles call 0's program ahead of time and returns a
+  call that runs that compiled program, with `.as_text()` its optimised
+  HLO (one compile for both the trace and the HLO)."""
   steps = step_lib.build_steps(config)
   ik, dk, hp = step_lib.member_inputs(sweep_lib.members(config),
                                       sweep_lib.is_sweep(config))
   dk = jax.device_put(dk, steps.replicated)
   k, feed = steps.steps_per_call, steps.task.feed
+  fn = steps.train_many if k > 1 else steps.train
 
-  def call(state, i):
-    """(state, train loss of the call's last step, members averaged)."""
+  def args(state, i):
     if k > 1:
-      state, metrics = steps.train_many(state, feed.consts,
-                                        feed.train_inputs(i * k, k), dk)
-      return state, metrics["loss"][-1].mean()
-    state, metrics = steps.train(state, steps.task.train_batch(i), dk)
-    return state, metrics["loss"].mean()
+      return state, feed.consts, feed.train_inputs(i * k, k), dk
+    return state, steps.task.train_batch(i), dk
 
-  def lowered(state, i):
-    """call i's program, lowered (for its optimised HLO)."""
-    if k > 1:
-      return steps.train_many.lower(state, feed.consts,
-                                    feed.train_inputs(i * k, k), dk)
-    return steps.train.lower(state, steps.task.train_batch(i), dk)
-  call.lowered = lowered
+  def loss_of(metrics):
+    """The train loss of the call's last step, members averaged."""
+    return (metrics["loss"][-1] if k > 1 else metrics["loss"]).mean()
+
+  def make_call(program):
+    def run(state, i):
+      state, metrics = program(*args(state, i))
+      return state, loss_of(metrics)
+    return run
+
+  call = make_call(fn)
+
+  def aot(state):
+    compiled = fn.lower(*args(state, 0)).compile()
+    run = make_call(compiled)
+    run.as_text = compiled.as_text
+    return run
+  call.aot = aot
   return steps.init(ik, hp), call, k
 
 
@@ -552,6 +564,7 @@ def trace(flags, path: str):
     if p != "host_f32_plain":
       c.steps_per_call = steps // 2
     state, call, k = _stepper(c)
+    call = call.aot(state)      # the HLO below is this program's
     for i in range(2):
       state, _ = jax.block_until_ready(call(state, i))
     d = os.path.join(out, p)
@@ -567,7 +580,7 @@ def trace(flags, path: str):
     hlo = os.path.join(flags.workdir, "hlo", f"{p}.txt.gz")
     os.makedirs(os.path.dirname(hlo), exist_ok=True)
     with gzip.open(hlo, "wt") as f:
-      f.write(call.lowered(state, 2 + steps // k).compile().as_text())
+      f.write(call.as_text())
     log(f"trace {p}: optimised HLO in {hlo}")
     del state
     gc.collect()
