@@ -43,6 +43,17 @@ class LocaterMinimumTest(absltest.TestCase):
     self.assertEqual(locater_minimum.star_curve(rows),
                      ([0.0, 1.0], [0.0, float(star.scale)]))
 
+  def test_annotate_points_claim_b_at_w_star_only(self):
+    star = locater.penalty_minimum(4.0, 1.0, 8)
+    rows = [_row(1.0, float(star.trace), float(star.scale)),
+            _row(1.0, 0.1, 5.0, reading="summed_loss")]
+    vs = [dict(label="Fig. 6", reading=reading, claim=claim, kappa1=4.0,
+               kappa2=1.0, text="x")
+          for reading in ("mean_loss", "summed_loss") for claim in "BC"]
+    texts = [v["text"] for v in locater_minimum.annotate(vs, rows)]
+    self.assertStartsWith(texts[0], "x; the kappa2 = 1 group sits at W*")
+    self.assertEqual(texts[1:], ["x", "x", "x"])   # claim C; not at W*
+
 
 if __name__ == "__main__":
   absltest.main()

@@ -18,7 +18,8 @@ claim B (scale shrinks as :math:`\kappa_2` grows) must come out reversed.
   isotropy below 1 + `NEAR` (None for kappa2 = 0, where W* = 0 and no
   relative test applies).
 * `markdown(rows)`: the report's section: what W* is, then a table and a
-  line per figure and reading.
+  line per figure and reading; `annotate(verdicts, rows)` points each
+  claim-B verdict whose stronger group sits at W* to it.
 """
 import math
 
@@ -111,6 +112,24 @@ def markdown(rows, readings: dict) -> list[str]:
            f"{c['isotropy']:.4g} | {_yes_no(c['at_minimum'])} |" for c in g]
     md += ["", f"- {_summary_line(g, name)}", ""]
   return md
+
+
+def annotate(verdict_list, rows) -> list[dict]:
+  """`report.verdicts` with each claim-B line whose stronger group sits at
+  W* saying so: there the penalty alone sets the scale, which grows with
+  kappa2, so B cannot come out "reproduced"."""
+  at = {(c["label"], c["reading"], c["kappa1"], c["kappa2"])
+        for c in compare(rows) if c["at_minimum"]}
+  out = []
+  for v in verdict_list:
+    key = (v["label"], v["reading"], v.get("kappa1"), v.get("kappa2"))
+    if v["claim"] == "B" and key in at:
+      v = dict(v, text=v["text"] + "; the kappa2 = "
+               f"{v['kappa2']:g} group sits at W*, LocATER's own minimum, "
+               "whose scale grows with kappa2 (section \"LocATER's own "
+               "minimum\")")
+    out.append(v)
+  return out
 
 
 def star_curve(rows):

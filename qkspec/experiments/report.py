@@ -387,6 +387,7 @@ def _compare(claim, quantity, sign, what, base, alt, contrast, spread=None):
           f"{_pm(m0, s0)} -> {_pm(m1, s1)} (diff {diff:+.4g}; {note})")
   return dict(figure=alt["figure"], label=alt["label"],
               reading=alt["reading"], claim=claim, contrast=contrast,
+              kappa1=alt["kappa1"], kappa2=alt["kappa2"],
               verdict=verdict, diff=diff, note=note, text=text)
 
 
@@ -735,7 +736,8 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
     raise ValueError("no members found in the run directories.")
   spread = replicates.spread(runs, load_runs(replicate_dirs),
                              [(n, k) for n, k, _ in QUANTITIES])
-  vs = verdicts(rows, spread) + stripe_verdicts(runs)
+  vs = locater_minimum.annotate(verdicts(rows, spread), rows)
+  vs += stripe_verdicts(runs)
   by_cell = cells(runs)
   paths = write_summary(rows, figures_dir, vs, spread)
   rel = os.path.relpath(figures_dir, out_path.parent)
