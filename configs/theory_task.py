@@ -24,7 +24,8 @@ layer input is exactly Assumption 1, so Lemma 2 applies to layer 0; xi, eta
 and r are logged per member as `l0/xi`, `l0/eta`, `l0/r`):
 
 * LocATER drives W_QK towards c I with c = kappa2 target / (kappa1 +
-  kappa2 d): the eigen-variance (Eq. 8) collapses while the mean stays
+  kappa2 d), the penalty's own minimum
+  (`qkspec.theory.locater.penalty_minimum`): the eigen-variance (Eq. 8) collapses while the mean stays
   non-zero, so xi = tr/sqrt(tr W^2) -> sqrt(d) and eta -> c.
 * target 12: r = tr(W)/lambda ~ 2.8 > 2 and rho localizes within ~500 steps
   to the middle-site band 1/2 <= theta <= 1/2 + 1/r (Lemma 2 case 1), i.e.
