@@ -11,7 +11,9 @@ slice:
 
 * per Pallas setting (`model.loss_pallas`), the registers and spill bytes
   of each kernel of the loss at the paper's shapes (5 members, N 4096, d
-  128, V 33,278, bf16), from `ptxas -v`. Spills cost: on the H100 the
+  128, V 33,278, bf16), from `ptxas -v`, and what its PTX uses to multiply
+  and load (`_PTX_COUNTS`: Hopper warpgroup or older warp-level matmuls,
+  how many are waited for at once, cp.async or TMA loads). Spills cost: on the H100 the
   settings whose dh or dW kernel spilled were the slow ones
   (bench/gpu_results.md (4) and (6)).
 * with --step, the optimised HLO of a Fig. 6 train step on a
@@ -89,15 +91,38 @@ def h100_mesh(axis: str):
   return topologies.make_mesh(topology, (1,), (axis,))
 
 
+# Appended to the log per PTX file compiled: its entry and instruction
+# counts (static, in the unrolled code): Hopper warpgroup matmuls, the
+# warp-level ones of earlier GPUs, waits for every warpgroup matmul
+# outstanding (a synchronous matmul), cp.async tile loads and TMA (bulk
+# tensor) copies.
+_PTX_COUNTS = (("wgmma", "wgmma.mma_async"),
+               ("mma_sync", "mma.sync.aligned"),
+               ("wait0", "wgmma.wait_group.sync.aligned 0;"),
+               ("cp_async", "cp.async.cg"),
+               ("tma", "cp.async.bulk.tensor"))
+
+
 def ptxas_logger(log: str) -> str:
   """A directory with a `ptxas` that runs the real one with -v, its report
-  appended to `log`; put it first on PATH."""
+  appended to `log` after a "PTX ENTRY name=count ..." line per input
+  (`_PTX_COUNTS`); put it first on PATH."""
   real = shutil.which("ptxas")
   if real is None:
     raise SystemExit("no ptxas on PATH: install a CUDA toolkit (BUILD.md)")
   d = tempfile.mkdtemp(prefix="ptxas_v_")
+  counts = " ".join(f"{name}=$(grep -c '{text}' \"$a\")"
+                    for name, text in _PTX_COUNTS)
   with open(os.path.join(d, "ptxas"), "w") as f:
-    f.write(f'#!/bin/sh\n"{real}" -v "$@" 2>> "{log}"\n')
+    f.write(f"""#!/bin/sh
+for a in "$@"; do
+  if [ -f "$a" ] && grep -q '[.]entry ' "$a"; then
+    e=$(grep -m1 -o '[.]entry [A-Za-z_0-9]*' "$a" | cut -d' ' -f2)
+    echo "PTX $e {counts}" >> "{log}"
+  fi
+done
+"{real}" -v "$@" 2>> "{log}"
+""")
   os.chmod(os.path.join(d, "ptxas"), 0o755)
   return d
 
@@ -118,9 +143,22 @@ def kernel_resources(report: str) -> dict[str, tuple[int, int]]:
   return out
 
 
-def loss_resources(mesh, spec: str, log: str, members=5, n=4096, d=128,
-                   v=33_278) -> dict[str, tuple[int, int]]:
-  """`kernel_resources` of the loss and its gradients at setting `spec`."""
+def kernel_instructions(report: str) -> dict[str, dict[str, int]]:
+  """Kernel name -> `_PTX_COUNTS` from `ptxas_logger`'s "PTX" lines, the
+  Pallas loss's kernels only."""
+  out = {}
+  for line in report.splitlines():
+    fields = line.split()
+    if len(fields) > 2 and fields[0] == "PTX" and fields[1].startswith(
+        "xent"):
+      out[fields[1]] = {k: int(v) for k, v in
+                        (f.split("=") for f in fields[2:])}
+  return out
+
+
+def compile_loss(mesh, spec: str, log: str, members=5, n=4096, d=128,
+                 v=33_278) -> str:
+  """The ptxas report of the loss and its gradients at setting `spec`."""
   loss = functools.partial(pallas_xent.linear_cross_entropy,
                            compute_dtype=jnp.bfloat16, interpret=False,
                            **schema.pallas_settings(spec))
@@ -133,7 +171,7 @@ def loss_resources(mesh, spec: str, log: str, members=5, n=4096, d=128,
     jax.jit(jax.vmap(jax.value_and_grad(loss, (0, 1)))).lower(
         *args).compile()
   with open(log) as f:
-    return kernel_resources(f.read())
+    return f.read()
 
 
 def _as_gpu():
@@ -195,15 +233,20 @@ def main():
   print(f"jax {jax.__version__}; H100 (compile only); d {flags.d_model}; "
         f"{ptxas.stdout.strip().splitlines()[-1] if ptxas.stdout else ''}")
   mesh = h100_mesh("x")
-  print(f"\n{'setting':38s} {'kernel':16s} registers  spill bytes")
+  print(f"\n{'setting':38s} {'kernel':16s} registers  spill bytes  "
+        + "  ".join(name for name, _ in _PTX_COUNTS))
   for spec in filter(None, flags.settings.split(",")):
     try:
-      found = loss_resources(mesh, spec, log, d=flags.d_model)
+      report = compile_loss(mesh, spec, log, d=flags.d_model)
     except Exception as e:  # pylint: disable=broad-except
       print(f"{spec:38s} failed: {type(e).__name__}: {str(e)[:200]}")
       continue
-    for kernel, (regs, spill) in sorted(found.items()):
-      print(f"{spec:38s} {kernel:16s} {regs:9d}  {spill:11d}"
+    counts = kernel_instructions(report)
+    for kernel, (regs, spill) in sorted(kernel_resources(report).items()):
+      c = counts.get(kernel, {})
+      print(f"{spec:38s} {kernel:16s} {regs:9d}  {spill:11d}  "
+            + "  ".join(f"{c.get(name, '?'):>{len(name)}}"
+                        for name, _ in _PTX_COUNTS)
             + ("  (spills)" if spill else ""), flush=True)
   if flags.step:
     text = step_hlo(flags.step, flags.tfds_dir)

@@ -58,6 +58,15 @@ class ParsersTest(absltest.TestCase):
     self.assertEqual(deviceless.kernel_resources(PTXAS),
                      {"xent_forward": (167, 0), "xent_dh": (255, 492)})
 
+  def test_ptx_instruction_counts_of_the_loss_kernels(self):
+    report = ("PTX loop_pad_fusion wgmma=0 wait0=0 cp_async=0 tma=0\n"
+              "PTX xent_forward_dh wgmma=16 wait0=2 cp_async=32 tma=0\n"
+              + PTXAS)
+    self.assertEqual(deviceless.kernel_instructions(report), {
+        "xent_forward_dh": dict(wgmma=16, wait0=2, cp_async=32, tma=0)})
+    self.assertEqual(deviceless.kernel_resources(report),
+                     {"xent_forward": (167, 0), "xent_dh": (255, 492)})
+
   def test_fusion_named_by_what_it_computes(self):
     fusions = trace_summary.hlo_fusions(HLO)
     self.assertEqual(list(fusions), ["input_add_reduce_fusion"])
