@@ -362,8 +362,8 @@ class ConfigTest(absltest.TestCase):
                       ("64x128x4x2x3", "SPLITS"),
                       ("64x128x4x2x2x1", "BNxBVxWARPSxSTAGES"),
                       ("64x128x4x2/64x128x4x2/64x128x4x2x2", "dW"),
-                      ("fwd/64x128x4x2/64x128x4x2", "'fwd' in place of DH"),
-                      ("64x128x4x2/64x128x4x2/fwd", "'fwd' in place of DH"),
+                      ("fwd/64x128x4x2/64x128x4x2", "'fa3' in place of DH"),
+                      ("64x128x4x2/64x128x4x2/fwd", "'fa3' in place of DH"),
                       ("64x128x4x2/fwd", "three joined by '/'")):
       with self.assertRaisesRegex(ValueError, what):
         schema.pallas_settings(bad)

@@ -166,8 +166,10 @@ def lm_config() -> ml_collections.ConfigDict:
                              # logits (pallas_xent; GPU; interpreted on CPU)
       loss_pallas=schema.PALLAS_SETTINGS,  # its BN x BV x warps x stages,
                                            # or FWD/DH/DW, FWD/fwd/DW (dh from
-                                           # the forward: schema.pallas_settings;
-                                           # bench/xent_kernel.py times them)
+                                           # the forward), FWD/fa3/DW (that
+                                           # forward by FlashAttention-3,
+                                           # Hopper): schema.pallas_settings;
+                                           # bench/xent_kernel.py times them
       loss_logits="float32",  # chunked loss: its logits block in float32, or
                               # "compute": in compute_dtype (bf16 on the GPU
                               # path, as fairseq's FP16 logits; fused_xent)

@@ -17,6 +17,7 @@ LOSS_IMPLS = ("chunked", "pallas")     # fused_xent | pallas_xent
 LOSS_LOGITS = ("float32", "compute")   # the chunked loss's logits dtype
 PALLAS_SETTINGS = "64x128x4x2"         # BN x BV x warps x stages (pallas_xent)
 DH_IN_FORWARD = "fwd"   # in a "FORWARD/DH/DW" setting's DH place: no dh kernel
+DH_IN_FLASH = "fa3"     # the same from FlashAttention-3's forward (Hopper)
 
 
 def check_pallas_settings(block_rows: int, block_vocab: int, num_warps: int,
@@ -55,7 +56,8 @@ def _launch(part: str, spec: str) -> tuple:
   except (ValueError, AttributeError):
     raise ValueError(f"Pallas settings must read BNxBVxWARPSxSTAGES[xSPLITS]"
                      f", e.g. {PALLAS_SETTINGS!r}, or FORWARD/DH/DW, three "
-                     f"such ('{DH_IN_FORWARD}' in place of DH), got "
+                     f"such ('{DH_IN_FORWARD}' or '{DH_IN_FLASH}' in place "
+                     f"of DH), got "
                      f"{spec!r}.") from None
   check_pallas_settings(*fields)      # names the offending field
   return fields
@@ -70,13 +72,17 @@ def pallas_settings(spec: str) -> dict:
   kernel over that many programs per row block (`vocab_splits`; not the
   dW kernel's). "fwd" in place of DH (e.g. "64x128x4x2/fwd/64x128x4x2")
   takes dh from the forward kernel's softmax mean of W's columns instead
-  of a dh kernel (`dh_in_forward`). bench/xent_kernel.py times such
-  settings on a GPU."""
+  of a dh kernel (`dh_in_forward`); "fa3" there does the same with
+  jax's FlashAttention-3 kernel as that forward (`flash_forward`: FORWARD's
+  BN, BV, STAGES and SPLITS are its block_q, block_kv, concurrent steps
+  and splits; evaluation keeps the Triton forward). bench/xent_kernel.py
+  times such settings on a GPU."""
   parts = spec.split("/") if isinstance(spec, str) else [spec]
   if len(parts) not in (1, 3):
     raise ValueError(f"Pallas settings must be one BNxBVxWARPSxSTAGES or "
                      f"three joined by '/' (forward, dh, dW), got {spec!r}.")
-  in_forward = len(parts) == 3 and parts[1] == DH_IN_FORWARD
+  in_forward = len(parts) == 3 and parts[1] in (DH_IN_FORWARD, DH_IN_FLASH)
+  flash = in_forward and parts[1] == DH_IN_FLASH
   if in_forward:
     parts[1] = parts[0]       # the dh kernel's launch: unused
   launches = [_launch(part, spec) for part in parts]
@@ -87,6 +93,8 @@ def pallas_settings(spec: str) -> dict:
     out["backward"] = tuple(launches[1:])
   if in_forward:
     out["dh_in_forward"] = True
+  if flash:
+    out["flash_forward"] = True
   return out
 
 

@@ -92,7 +92,9 @@ DEVIATIONS = (
     "matmul precision (TF32 on recent NVIDIA GPUs); a run whose command sets "
     "`model.loss_logits=compute` also rounds its logits to that dtype "
     "before the float32 softmax (fairseq: FP16 logits before a float32 "
-    "log_softmax).",
+    "log_softmax), and one whose `model.loss_pallas` has \"fa3\" forms its "
+    "training logits from float16 operands (FlashAttention-3, "
+    "qkspec/training/flash_forward.py).",
     "Data blocks: each split is one token stream with one `<eos>` per line "
     "of the WikiText-2 files, cut into blocks of T = 64 tokens as fairseq's "
     "`--sample-break-mode none` (qkspec/data/pipeline.py).",

@@ -75,9 +75,12 @@ The kernels are written for Pallas' Triton backend (selected explicitly by
 `CompilerParams`, since jax >= 0.10 defaults GPU kernels to Mosaic GPU).
 jax 0.11 deprecates that backend (a DeprecationWarning when the kernels are
 lowered); jax 0.11.2, the device image's, and 0.12.0.1 still lower them
-(tests/pallas_xent_test.py, run under both). Should it be removed, a
-Mosaic GPU port (warpgroup matmuls, as jax's `attention_mgpu` does for the
-same online-softmax pattern) is the way on; tokamax 0.0.17 offers no GPU
+(tests/pallas_xent_test.py, run under both). Their matmuls are waited for
+at once (bench/gpu_results.md (7)); `flash_forward` (a "FORWARD/fa3/DW"
+setting) replaces the `dh_in_forward` forward with jax's FlashAttention-3
+kernel for Hopper (Mosaic GPU, `attention_mgpu`), whose query, keys and
+values are h, W^T and W^T, and keeps the Triton dW kernel. Should the
+Triton backend be removed, a Mosaic GPU dW kernel is the way on; tokamax 0.0.17 offers no GPU
 kernel for this loss to fall back on (on a GPU its
 `linear_softmax_cross_entropy_loss` defaults to an XLA loss that writes the
 logits, and offers a chunked XLA one like `fused_xent`; its Pallas kernel
@@ -104,6 +107,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pl_triton
 
 from qkspec.config import schema
+from qkspec.training import flash_forward
 from qkspec.training import fused_xent
 from qkspec.training.fused_xent import pad_to, round_up
 
@@ -393,7 +397,7 @@ def _dw(b: _Blocks, lse, g):
 
 
 @functools.partial(jax.custom_vjp,
-                   nondiff_argnums=(4, 5, 6, 7, 8, 9, 10, 11, 12))
+                   nondiff_argnums=(4, 5, 6, 7, 8, 9, 10, 11, 12, 13))
 def linear_cross_entropy(h: jax.Array, kernel: jax.Array, targets: jax.Array,
                          weights: jax.Array,
                          block_rows: int = DEFAULTS["block_rows"],
@@ -404,7 +408,8 @@ def linear_cross_entropy(h: jax.Array, kernel: jax.Array, targets: jax.Array,
                          num_stages: int = DEFAULTS["num_stages"],
                          backward: tuple | None = None,
                          vocab_splits: int = 1,
-                         dh_in_forward: bool = False) -> jax.Array:
+                         dh_in_forward: bool = False,
+                         flash_forward: bool = False) -> jax.Array:
   r"""Weighted sum :math:`\sum_n w_n \mathrm{CE}(h_n W, y_n)` (see module).
 
   Args:
@@ -431,18 +436,24 @@ def linear_cross_entropy(h: jax.Array, kernel: jax.Array, targets: jax.Array,
       the logits (4 logits-sized matmuls instead of 5; see module). The
       dh kernel's launch (`backward[0]`) is then unused. Undifferentiated
       calls (evaluation) run the plain forward kernel either way.
+    flash_forward: with `dh_in_forward`, the differentiated forward is
+      jax's FlashAttention-3 kernel (Hopper; `qkspec.training.
+      flash_forward`) with (block_rows, block_vocab, num_stages,
+      vocab_splits) as its (block_q, block_kv, max_concurrent_steps,
+      splits), instead of the Triton "xent_forward_dh" kernel; off a GPU
+      (`interpret`) its plain-jnp reference stands in.
 
   Returns:
     A float32 scalar; divide by `sum(weights)` for the mean.
   """
   static = (block_rows, block_vocab, compute_dtype, interpret, num_warps,
-            num_stages, backward, vocab_splits, dh_in_forward)
+            num_stages, backward, vocab_splits, dh_in_forward, flash_forward)
   return _loss(h, kernel, targets, weights, static, False)[0]
 
 
 def _blocks(h, kernel, targets, static) -> _Blocks:
   (block_rows, block_vocab, compute_dtype, interpret, num_warps, num_stages,
-   backward, vocab_splits, _) = static
+   backward, vocab_splits, *_) = static
   launch = launches(block_rows, block_vocab, num_warps, num_stages, backward,
                     vocab_splits)
   schema.check_pallas_kernels(*(launch[k] for k in KERNELS))
@@ -452,10 +463,18 @@ def _blocks(h, kernel, targets, static) -> _Blocks:
 
 def _loss(h, kernel, targets, weights, static, differentiated):
   """(loss, residuals); the softmax mean of W among them when
-  differentiated with `dh_in_forward` (static's last)."""
+  differentiated with `dh_in_forward` (static's next to last; its last,
+  `flash_forward`, takes them from FlashAttention-3)."""
   fused_xent.check_inputs(h, kernel, None, targets, weights)
   b = _blocks(h, kernel, targets, static)
-  lse, zy, *mean_w = _forward(b, differentiated and static[-1])
+  *_, in_forward, flash = static
+  if differentiated and in_forward and flash:
+    bn, bv, _, stages, splits = b.launch["xent_forward"]
+    lse, zy, *mean_w = flash_forward.forward(
+        h, kernel, targets, (bn, bv, stages, splits),
+        attention=flash_forward.reference_attention if b.interpret else None)
+  else:
+    lse, zy, *mean_w = _forward(b, differentiated and in_forward)
   loss = jnp.sum(weights.astype(jnp.float32) * (lse - zy))
   return loss, (h, kernel, targets, weights, lse, *mean_w)
 

@@ -1,0 +1,164 @@
+"""The loss's forward through FlashAttention-3's contract equals the maths.
+
+On a CPU `flash_forward.reference_attention` stands in for jax's Hopper
+kernel (same inputs, outputs and base-2 lse); what is tested here is what
+qkspec adds around it: the duplicate-column padding and its correction,
+the vocabulary splits and their merge, the member axis folded into the
+kernel's batch, and the dh and dW that `pallas_xent` takes from it.
+"""
+import functools
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from qkspec.config import defaults
+from qkspec.config import schema
+from qkspec.training import flash_forward
+from qkspec.training import pallas_xent
+from qkspec.training import step as step_lib
+from qkspec.training import sweep as sweep_lib
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+jax.config.update("jax_default_matmul_precision", "highest")
+
+F16 = lambda x: x.astype(jnp.float16).astype(jnp.float32)   # noqa: E731
+
+
+def _inputs(n=150, d=40, v=1000, seed=0, scale=0.5):
+  ks = jax.random.split(jax.random.key(seed), 4)
+  return (jax.random.normal(ks[0], (n, d)),
+          jax.random.normal(ks[1], (d, v)) * scale,
+          jax.random.randint(ks[2], (n,), 0, v),
+          (jax.random.uniform(ks[3], (n,)) > 0.2).astype(jnp.float32))
+
+
+def _exact(h, w, y):
+  """(lse, z_y, softmax mean of W's columns) of the float16-rounded
+  operands the kernel reads, in float32."""
+  z = F16(h) @ F16(w)
+  return (jax.nn.logsumexp(z, axis=1),
+          jnp.take_along_axis(z, y[:, None], 1)[:, 0],
+          jax.nn.softmax(z, axis=1) @ F16(w).T)
+
+
+def _forward(h, w, y, config):
+  return flash_forward.forward(h, w, y, config,
+                               attention=flash_forward.reference_attention)
+
+
+class ForwardTest(parameterized.TestCase):
+
+  @parameterized.parameters(
+      ((64, 64, 2, 1),),     # 1000 -> 1024 columns: 24 copies of the last
+      ((64, 128, 2, 3),),    # 3 splits of 384: the padding in the last
+      ((128, 64, 3, 4),),
+      ((64, 200, 2, 5),))    # 5 x 200 = 1000: no padding at all
+  def test_equals_the_softmax_statistics(self, config):
+    if config[1] % 64:
+      with self.assertRaisesRegex(ValueError, "block_kv"):
+        _forward(*_inputs()[:3], config)
+      return
+    h, w, y, _ = _inputs()
+    got = jax.jit(functools.partial(_forward, config=config))(h, w, y)
+    lse, z_y, mean = _exact(h, w, y)
+    np.testing.assert_allclose(got[0], lse, rtol=2e-6)
+    np.testing.assert_allclose(got[1], z_y, atol=2e-5)
+    # the kernel rounds its output (the mean) to float16: ~5e-4 relative
+    np.testing.assert_allclose(got[2], mean, rtol=0, atol=2e-3 * float(
+        jnp.abs(mean).max()))
+
+  def test_padding_correction_is_stable_for_very_negative_logits(self):
+    """Every logit ~ -40: a zero-padded key (logit 0) would swamp the sum
+    (e^-40 x 1000 against 24 x e^0) and its subtraction would cancel; the
+    duplicated last column keeps lse to float32 accuracy."""
+    h, w, y, _ = _inputs(n=64, d=64)
+    h = jnp.abs(h) + 1.0
+    w = -jnp.abs(w) * (40.0 / float(jnp.mean(jnp.abs(h) @ jnp.abs(w))))
+    lse, _, mean = _exact(h, w, y)
+    self.assertLess(float(lse.max()), -20.0)
+    got = _forward(h, w, y, (64, 64, 2, 1))
+    np.testing.assert_allclose(got[0], lse, rtol=1e-6)
+    np.testing.assert_allclose(got[2], mean, atol=2e-3 * float(
+        jnp.abs(mean).max()))
+
+  def test_vmapped_members_fold_into_one_batch(self):
+    """Under vmap the kernel sees one call with members x splits batch
+    entries, and the result equals a loop over members."""
+    members = [_inputs(seed=s)[:3] for s in range(3)]
+    stacked = [jnp.stack(x) for x in zip(*members)]
+    seen = []
+
+    def attention(q, k, v, config):
+      seen.append(q.shape)
+      return flash_forward.reference_attention(q, k, v, config)
+    fn = lambda h, w, y: flash_forward.forward(h, w, y, (64, 64, 2, 2),  # noqa: E731
+                                               attention=attention)
+    batched = jax.jit(jax.vmap(fn))(*stacked)
+    # traced once for its shapes, then called once for 3 members x 2 splits
+    self.assertEqual(seen[-1], (3 * 2, 256, 1, 64))   # 150 rows -> 2 x 128
+    self.assertLen(seen, 2)
+    for i, args in enumerate(members):
+      for a, b in zip(jax.tree.map(lambda x, i=i: x[i], batched), fn(*args)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+  def test_bad_settings_are_refused(self):
+    for config, what in (((32, 64, 2, 1), "block_q"),
+                         ((64, 96, 2, 1), "block_kv"),
+                         ((64, 64, 1, 1), "STAGES"),
+                         ((64, 64, 2, 0), "SPLITS")):
+      with self.assertRaisesRegex(ValueError, what):
+        flash_forward.FlashConfig(*config)
+    with self.assertRaisesRegex(ValueError, "fewer splits"):
+      _forward(*_inputs(v=130)[:3], (64, 64, 2, 4))   # last part: 192-255
+
+
+class LossTest(absltest.TestCase):
+
+  def test_loss_and_gradients_equal_plain(self):
+    """pallas_xent with `flash_forward`: loss, dh (from the mean) and dW
+    (the Triton kernel, float32 here) against optax on the float16-rounded
+    operands; dh carries the mean's float16 rounding."""
+    h, w, y, weights = _inputs()
+    h, w = F16(h), F16(w)
+    loss = lambda a, b: 3.0 * pallas_xent.linear_cross_entropy(  # noqa: E731
+        a, b, y, weights, 64, 64, vocab_splits=2, num_stages=2,
+        dh_in_forward=True, flash_forward=True)
+    plain = lambda a, b: 3.0 * jnp.sum(  # noqa: E731
+        weights * optax.softmax_cross_entropy_with_integer_labels(a @ b, y))
+    (v1, g1), (v2, g2) = (jax.value_and_grad(f, (0, 1))(h, w)
+                          for f in (loss, plain))
+    np.testing.assert_allclose(v1, v2, rtol=1e-6)
+    for a, b, tol in zip(g1, g2, (2e-3, 1e-5)):
+      self.assertLess(float(jnp.linalg.norm(a - b) / jnp.linalg.norm(b)),
+                      tol)
+
+  def test_setting_parses_and_a_train_step_runs(self):
+    self.assertEqual(schema.pallas_settings("64x64x4x2x2/fa3/64x64x4x2"),
+                     dict(block_rows=64, block_vocab=64, num_warps=4,
+                          num_stages=2, vocab_splits=2, dh_in_forward=True,
+                          flash_forward=True,
+                          backward=((64, 64, 4, 2, 2), (64, 64, 4, 2))))
+    losses = {}
+    for spec in ("64x64x4x2/fwd/64x64x4x2", "64x64x4x2/fa3/64x64x4x2"):
+      c = defaults.smoke(defaults.lm_config())
+      c.sweep.kappa2 = (0.0, 1.0)
+      c.model.loss_impl, c.model.loss_pallas = "pallas", spec
+      schema.validate(c)
+      steps = step_lib.build_steps(c)
+      ik, dk, hp = step_lib.member_inputs(sweep_lib.members(c), True)
+      state = steps.init(ik, hp)
+      losses[spec] = []
+      for i in range(2):
+        state, metrics = steps.train(state, steps.task.train_batch(i), dk)
+        losses[spec].append(np.asarray(metrics["loss"]))
+    a, b = losses.values()
+    np.testing.assert_allclose(a[0], b[0], rtol=1e-3)   # float16 logits
+    np.testing.assert_allclose(a[1], b[1], rtol=1e-3)
+
+
+if __name__ == "__main__":
+  absltest.main()
