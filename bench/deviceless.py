@@ -76,6 +76,20 @@ device_description_str: "NVIDIA H100 80GB HBM3"
 """
 
 
+def _stub_cuda_runtime_version():
+  """jax's FlashAttention-3 (`flash_forward`) asks the CUDA runtime for its
+  version (only to refuse causal masks, which the loss does not use);
+  a compile-only client has no runtime to ask, so it is told 12.9."""
+  # pylint: disable=g-import-not-at-top
+  from jax.experimental.pallas.ops.gpu import attention_mgpu
+
+  class _Versions:
+    @staticmethod
+    def cuda_runtime_get_version():
+      return 12090
+  attention_mgpu.cuda_versions = _Versions
+
+
 def h100_mesh(axis: str):
   """A one-device mesh of an H100 that is not there (compile only)."""
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
@@ -88,6 +102,7 @@ def h100_mesh(axis: str):
         f"jax-cuda12-plugin and jax-cuda12-pjrt =={jax.__version__} in an "
         "environment of their own and run with JAX_PLATFORMS=cpu (module "
         "docstring)") from None
+  _stub_cuda_runtime_version()
   return topologies.make_mesh(topology, (1,), (axis,))
 
 
@@ -106,7 +121,8 @@ _PTX_COUNTS = (("wgmma", "wgmma.mma_async"),
 def ptxas_logger(log: str) -> str:
   """A directory with a `ptxas` that runs the real one with -v, its report
   appended to `log` after a "PTX ENTRY name=count ..." line per input
-  (`_PTX_COUNTS`); put it first on PATH."""
+  (`_PTX_COUNTS`) and passed on (Mosaic GPU reads ptxas' messages); put it
+  first on PATH."""
   real = shutil.which("ptxas")
   if real is None:
     raise SystemExit("no ptxas on PATH: install a CUDA toolkit (BUILD.md)")
@@ -121,15 +137,27 @@ for a in "$@"; do
     echo "PTX $e {counts}" >> "{log}"
   fi
 done
-"{real}" -v "$@" 2>> "{log}"
+err=$(mktemp)
+"{real}" -v "$@" 2> "$err"
+rc=$?
+cat "$err" >> "{log}"
+cat "$err" >&2
+rm -f "$err"
+exit $rc
 """)
   os.chmod(os.path.join(d, "ptxas"), 0o755)
   return d
 
 
+def _ours(kernel: str) -> bool:
+  """The loss's kernels: pallas_xent's ("xent_*") and FlashAttention-3's
+  (Mosaic GPU names its entry "entry_mosaic_gpu_kernel")."""
+  return kernel.startswith("xent") or "mosaic_gpu" in kernel
+
+
 def kernel_resources(report: str) -> dict[str, tuple[int, int]]:
   """Kernel name -> (registers, spill store bytes) from `ptxas -v` text,
-  the Pallas loss's kernels ("xent_*") only."""
+  the loss's kernels only (`_ours`)."""
   out, name, spill = {}, None, 0
   for line in report.splitlines():
     if m := re.search(r"Compiling entry function '(\w+)'", line):
@@ -137,7 +165,7 @@ def kernel_resources(report: str) -> dict[str, tuple[int, int]]:
     elif m := re.search(r"(\d+) bytes spill stores", line):
       spill = int(m.group(1))
     elif (m := re.search(r"Used (\d+) registers", line)) and name:
-      if name.startswith("xent"):
+      if _ours(name):
         out[name] = (int(m.group(1)), spill)
       name = None
   return out
@@ -145,12 +173,11 @@ def kernel_resources(report: str) -> dict[str, tuple[int, int]]:
 
 def kernel_instructions(report: str) -> dict[str, dict[str, int]]:
   """Kernel name -> `_PTX_COUNTS` from `ptxas_logger`'s "PTX" lines, the
-  Pallas loss's kernels only."""
+  loss's kernels only (`_ours`)."""
   out = {}
   for line in report.splitlines():
     fields = line.split()
-    if len(fields) > 2 and fields[0] == "PTX" and fields[1].startswith(
-        "xent"):
+    if len(fields) > 2 and fields[0] == "PTX" and _ours(fields[1]):
       out[fields[1]] = {k: int(v) for k, v in
                         (f.split("=") for f in fields[2:])}
   return out

@@ -131,8 +131,10 @@ PATHS = {   # name -> config overrides
                          "model.fused_loss": True,
                          "model.loss_impl": "pallas"},
     # pinned settings (the xent stage's choice does not replace them): the
-    # session-6 default, whose step ran at PALLAS_RATE, and the same blocks
-    # with dh taken from the forward kernel (pallas_xent.dh_in_forward)
+    # session-6 default, whose step ran at PALLAS_RATE, the same blocks
+    # with dh taken from the forward kernel (pallas_xent.dh_in_forward),
+    # and that forward from FlashAttention-3 (qkspec/training/
+    # flash_forward.py; 4 vocabulary splits)
     "scan_bf16_pallas_64x128x4x2": {"compute_dtype": "bfloat16",
                                     "model.fused_loss": True,
                                     "model.loss_impl": "pallas",
@@ -142,6 +144,11 @@ PATHS = {   # name -> config overrides
                                "model.loss_impl": "pallas",
                                "model.loss_pallas":
                                    "64x128x4x2/fwd/64x128x4x2"},
+    "scan_bf16_pallas_fa3": {"compute_dtype": "bfloat16",
+                             "model.fused_loss": True,
+                             "model.loss_impl": "pallas",
+                             "model.loss_pallas":
+                                 "64x128x4x2x4/fa3/64x128x4x2"},
 }
 T0 = time.time()
 

@@ -88,14 +88,19 @@ def _tokamax():
 # 255 at BV 128: bench/deviceless.py), so more programs share a
 # multiprocessor. 64x256x8x2 and 128x64x4x3, whose backward kernels spill,
 # were the slowest on the H100 (bench/gpu_results.md (4), (6)) and are left
-# out.
+# out. "F/fa3/DW" takes the forward from jax's FlashAttention-3 kernel
+# (qkspec/training/flash_forward.py: F's BN, BV, STAGES and SPLITS are its
+# block_q, block_kv, concurrent steps and vocabulary splits; block_q 128
+# spills 692 bytes, bench/gpu_results.md (8)).
 DEFAULT_BLOCKS = ("64x128x4x2,128x128x8x2,32x128x4x2,64x64x4x2,64x64x8x2,"
                   "64x128x4x2x2,64x128x4x2x4,"
                   "64x128x4x2x4/64x128x4x2x4/64x128x4x2,"
                   "64x128x4x2/fwd/64x128x4x2,64x128x8x2/fwd/64x128x4x2,"
                   "128x64x8x2/fwd/64x128x4x2,128x128x8x2/fwd/64x128x4x2,"
                   "64x64x4x3/fwd/64x128x4x2,64x128x4x2x2/fwd/64x128x4x2,"
-                  "64x64x8x2/fwd/64x64x8x2,128x64x8x2/fwd/64x64x8x2")
+                  "64x64x8x2/fwd/64x64x8x2,128x64x8x2/fwd/64x64x8x2,"
+                  "64x128x4x2x4/fa3/64x128x4x2,64x128x4x2x2/fa3/64x128x4x2,"
+                  "64x64x4x2x4/fa3/64x64x8x2,64x64x4x3x4/fa3/64x64x8x2")
 
 
 def _plain(h, kernel, targets, weights, dtype):
