@@ -111,7 +111,7 @@ class ForwardTest(parameterized.TestCase):
                          ((64, 64, 1, 1), "STAGES"),
                          ((64, 64, 2, 0), "SPLITS")):
       with self.assertRaisesRegex(ValueError, what):
-        flash_forward.FlashConfig(*config)
+        flash_forward.check_config(config)
     with self.assertRaisesRegex(ValueError, "fewer splits"):
       _forward(*_inputs(v=130)[:3], (64, 64, 2, 4))   # last part: 192-255
 

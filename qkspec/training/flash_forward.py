@@ -62,6 +62,7 @@ real one ("F/fa3/DW" settings, `schema.pallas_settings`).
 """
 import functools
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -69,21 +70,31 @@ import jax.numpy as jnp
 LN2 = math.log(2.0)
 
 
-class FlashConfig(tuple):
-  """(block_q, block_kv, max_concurrent_steps, splits), checked."""
+class FlashConfig(NamedTuple):
+  """The kernel's blocks (`check_config` checks them)."""
+  block_q: int        # query rows per compute warpgroup (2 per program)
+  block_kv: int       # keys (vocabulary columns) per step
+  stages: int         # the kernel's max_concurrent_steps
+  splits: int = 1     # vocabulary parts, seen by the kernel as its batch
 
-  def __new__(cls, block_q: int, block_kv: int, stages: int, splits: int = 1):
-    for name, v in (("block_q", block_q), ("block_kv", block_kv)):
-      if v < 64 or v % 64:
-        raise ValueError(f"FlashAttention-3 settings: {name} must be a "
-                         f"multiple of 64, got {v}.")
-    if stages < 2:
-      raise ValueError("FlashAttention-3 settings: STAGES (its "
-                       f"max_concurrent_steps) must be >= 2, got {stages}.")
-    if splits < 1:
-      raise ValueError(f"FlashAttention-3 settings: SPLITS must be >= 1, got "
-                       f"{splits}.")
-    return super().__new__(cls, (block_q, block_kv, stages, splits))
+
+def check_config(config) -> FlashConfig:
+  """`FlashConfig(*config)`, or ValueError naming the field the kernel
+  refuses."""
+  config = FlashConfig(*config)
+  for name in ("block_q", "block_kv"):
+    v = getattr(config, name)
+    if v < 64 or v % 64:
+      raise ValueError(f"FlashAttention-3 settings: {name} must be a "
+                       f"multiple of 64, got {v}.")
+  if config.stages < 2:
+    raise ValueError("FlashAttention-3 settings: STAGES (its "
+                     f"max_concurrent_steps) must be >= 2, got "
+                     f"{config.stages}.")
+  if config.splits < 1:
+    raise ValueError(f"FlashAttention-3 settings: SPLITS must be >= 1, got "
+                     f"{config.splits}.")
+  return config
 
 
 def reference_attention(q, k, v, config):
@@ -143,12 +154,13 @@ def forward(h, w, targets, config: FlashConfig, attention=None,
     h: [N, d].
     w: [d, V].
     targets: int [N].
-    config: `FlashConfig` (block_q, block_kv, stages, splits).
+    config: a `FlashConfig` (block_q, block_kv, stages, splits), or a
+      tuple of them.
     attention: (q, k, v, config) -> (out, lse in base 2), the contract of
       `library_attention` (the default); `reference_attention` on a CPU.
     dtype: what the kernel reads.
   """
-  config = FlashConfig(*config)
+  config = check_config(config)
   block_q, block_kv, _, splits = config
   n, d = h.shape
   vocab = w.shape[1]
