@@ -19,8 +19,7 @@ from qkspec.config import defaults
 from qkspec.config import schema
 from qkspec.training import flash_forward
 from qkspec.training import pallas_xent
-from qkspec.training import step as step_lib
-from qkspec.training import sweep as sweep_lib
+import testutil
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_default_matmul_precision", "highest")
@@ -148,13 +147,7 @@ class LossTest(absltest.TestCase):
       c.sweep.kappa2 = (0.0, 1.0)
       c.model.loss_impl, c.model.loss_pallas = "pallas", spec
       schema.validate(c)
-      steps = step_lib.build_steps(c)
-      ik, dk, hp = step_lib.member_inputs(sweep_lib.members(c), True)
-      state = steps.init(ik, hp)
-      losses[spec] = []
-      for i in range(2):
-        state, metrics = steps.train(state, steps.task.train_batch(i), dk)
-        losses[spec].append(np.asarray(metrics["loss"]))
+      losses[spec] = testutil.sweep_losses(c, 2)
     a, b = losses.values()
     np.testing.assert_allclose(a[0], b[0], rtol=1e-3)   # float16 logits
     np.testing.assert_allclose(a[1], b[1], rtol=1e-3)

@@ -21,6 +21,7 @@ from qkspec.training import fused_xent
 from qkspec.training import pallas_xent
 from qkspec.training import step as step_lib
 from qkspec.training import sweep as sweep_lib
+import testutil
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_default_matmul_precision", "highest")
@@ -305,14 +306,8 @@ class ConfigTest(absltest.TestCase):
       c = defaults.smoke(defaults.lm_config())
       c.sweep.kappa2 = (0.0, 1.0)
       c.model.loss_impl = impl
-      steps = step_lib.build_steps(c)
-      self.assertEqual(steps.task.model.loss_impl, impl)
-      ik, dk, hp = step_lib.member_inputs(sweep_lib.members(c), True)
-      state = steps.init(ik, hp)
-      losses[impl] = []
-      for i in range(3):
-        state, metrics = steps.train(state, steps.task.train_batch(i), dk)
-        losses[impl].append(np.asarray(metrics["loss"]))
+      self.assertEqual(step_lib.build_steps(c).task.model.loss_impl, impl)
+      losses[impl] = testutil.sweep_losses(c, 3)
     np.testing.assert_allclose(losses["pallas"], losses["chunked"],
                                rtol=1e-5)
     self.assertGreater(np.abs(losses["chunked"][2] -

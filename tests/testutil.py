@@ -2,6 +2,7 @@
 import pathlib
 
 import jax
+import numpy as np
 
 from qkspec.config import defaults
 from qkspec.theory import san
@@ -21,3 +22,19 @@ def jitted_san():
       "num_layers", "num_heads", "dim", "head_dim", "mlp_dim", "qk_init",
       "value_init"))
   return init, jax.jit(san.forward, static_argnames=("arch", "temperature"))
+
+
+def sweep_losses(config, steps: int) -> list:
+  """The per-member train losses of `steps` steps of `config` (a kappa
+  sweep), one array per step; imports the training stack only when used."""
+  # pylint: disable=g-import-not-at-top
+  from qkspec.training import step as step_lib
+  from qkspec.training import sweep as sweep_lib
+  built = step_lib.build_steps(config)
+  ik, dk, hp = step_lib.member_inputs(sweep_lib.members(config),
+                                      sweep_lib.is_sweep(config))
+  state, losses = built.init(ik, hp), []
+  for i in range(steps):
+    state, metrics = built.train(state, built.task.train_batch(i), dk)
+    losses.append(np.asarray(metrics["loss"]))
+  return losses
