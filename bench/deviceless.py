@@ -13,8 +13,8 @@ slice:
   of each kernel of the loss at the paper's shapes (5 members, N 4096, d
   128, V 33,278, bf16), from `ptxas -v`, and what its PTX uses to multiply
   and load (`_PTX_COUNTS`: Hopper warpgroup or older warp-level matmuls,
-  how many are waited for at once, cp.async or TMA loads). Spills cost: on the H100 the
-  settings whose dh or dW kernel spilled were the slow ones
+  how many are waited for at once, cp.async or TMA loads). Spills cost:
+  on the H100 the settings whose dh or dW kernel spilled were the slow ones
   (bench/gpu_results.md (4) and (6)).
 * with --step, the optimised HLO of a Fig. 6 train step on a
   bench/gpu_paper.py path (written to OUT/PATH.txt.gz, which

@@ -94,8 +94,8 @@ class ForwardTest(parameterized.TestCase):
     def attention(q, k, v, config):
       seen.append(q.shape)
       return flash_forward.reference_attention(q, k, v, config)
-    fn = lambda h, w, y: flash_forward.forward(h, w, y, (64, 64, 2, 2),  # noqa: E731
-                                               attention=attention)
+    fn = functools.partial(flash_forward.forward, config=(64, 64, 2, 2),
+                           attention=attention)
     batched = jax.jit(jax.vmap(fn))(*stacked)
     # traced once for its shapes, then called once for 3 members x 2 splits
     self.assertEqual(seen[-1], (3 * 2, 256, 1, 64))   # 150 rows -> 2 x 128

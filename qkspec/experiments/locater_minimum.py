@@ -1,4 +1,4 @@
-r"""Trained W_QK against the minimum of the LocATER penalty alone (REPRODUCTION.md).
+r"""Trained W_QK against the LocATER penalty's own minimum (REPRODUCTION.md).
 
 The penalty alone is smallest at :math:`W^* = cI`, with
 :math:`\mathrm{tr}\,W^* = \kappa_2 d\tau/(\kappa_1 + \kappa_2 d)` and scale
@@ -71,13 +71,14 @@ def _summary_line(cs, reading_name) -> str:
             "W*.")
   at = [c for c in cs if c["at_minimum"]]
   kappas = ", ".join(f"{c['kappa2']:g}" for c in at)
+  grows = ("grows" if hi["star_scale"] > lo["star_scale"]
+           else "does not grow")
   where = (f"at W* for kappa2 in {{{kappas}}}" if at
            else "at W* for no kappa2 > 0")
   return (f"{lo['label']}, {reading_name}: penalty alone, kappa2 = "
           f"{lo['kappa2']:g} -> {hi['kappa2']:g}: scale {lo['star_scale']:.4g}"
-          f" -> {hi['star_scale']:.4g} "
-          f"({'grows' if hi['star_scale'] > lo['star_scale'] else 'does not grow'});"
-          f" trained: {lo['scale']:.4g} -> {hi['scale']:.4g}; {where}.")
+          f" -> {hi['star_scale']:.4g} ({grows}); "
+          f"trained: {lo['scale']:.4g} -> {hi['scale']:.4g}; {where}.")
 
 
 def markdown(rows, readings: dict) -> list[str]:

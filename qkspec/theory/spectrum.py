@@ -111,7 +111,7 @@ def _trace(x: jax.Array) -> jax.Array:
 
 
 def scale_floor(qk_trace, dim: int) -> jax.Array:
-  r"""The least scale a W_QK of this trace can have: :math:`(\mathrm{tr}\,W_{QK})^2/d`.
+  r"""The least scale a W_QK of its trace has: :math:`(\mathrm{tr}\,W_{QK})^2/d`.
 
   .. math:: \mathrm{tr}(W_{QK}^\top W_{QK}) = \|W_{QK}\|_F^2
             \ge \sum_i (W_{QK})_{ii}^2 \ge \frac{(\mathrm{tr}\,W_{QK})^2}{d}

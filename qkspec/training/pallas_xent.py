@@ -80,8 +80,8 @@ at once (bench/gpu_results.md (7)); `flash_forward` (a "FORWARD/fa3/DW"
 setting) replaces the `dh_in_forward` forward with jax's FlashAttention-3
 kernel for Hopper (Mosaic GPU, `attention_mgpu`), whose query, keys and
 values are h, W^T and W^T, and keeps the Triton dW kernel. Should the
-Triton backend be removed, a Mosaic GPU dW kernel is the way on; tokamax 0.0.17 offers no GPU
-kernel for this loss to fall back on (on a GPU its
+Triton backend be removed, a Mosaic GPU dW kernel is the way on; tokamax
+0.0.17 offers no GPU kernel for this loss to fall back on (on a GPU its
 `linear_softmax_cross_entropy_loss` defaults to an XLA loss that writes the
 logits, and offers a chunked XLA one like `fused_xent`; its Pallas kernel
 is for TPUs only).
@@ -107,7 +107,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pl_triton
 
 from qkspec.config import schema
-from qkspec.training import flash_forward
+from qkspec.training import flash_forward as flash_lib
 from qkspec.training import fused_xent
 from qkspec.training.fused_xent import pad_to, round_up
 
@@ -470,9 +470,9 @@ def _loss(h, kernel, targets, weights, static, differentiated):
   *_, in_forward, flash = static
   if differentiated and in_forward and flash:
     bn, bv, _, stages, splits = b.launch["xent_forward"]
-    lse, zy, *mean_w = flash_forward.forward(
+    lse, zy, *mean_w = flash_lib.forward(
         h, kernel, targets, (bn, bv, stages, splits),
-        attention=flash_forward.reference_attention if b.interpret else None)
+        attention=flash_lib.reference_attention if b.interpret else None)
   else:
     lse, zy, *mean_w = _forward(b, differentiated and in_forward)
   loss = jnp.sum(weights.astype(jnp.float32) * (lse - zy))
