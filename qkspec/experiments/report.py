@@ -243,11 +243,7 @@ def _no_locater(member) -> bool:
 def cells(runs) -> dict:
   """(label, reading) -> the runs of that figure and reading of kappa.
 
-  The section "LocATER's own minimum" (`locater_minimum.markdown`) sets
-each LocATER group's trained trace and scale beside W* = cI, where the
-penalty alone would put W_QK, and says which groups sit there.
-
-A no-LocATER member (kappa1 = kappa2 = 0) trains bit for bit the same
+  A no-LocATER member (kappa1 = kappa2 = 0) trains bit for bit the same
   under either reading (the factor multiplies a zero penalty;
   tests/readings_test.py), so it also joins the other reading's cell: as a
   view of its run holding just those members, with `shared_from` naming
