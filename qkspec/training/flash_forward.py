@@ -67,6 +67,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from qkspec.training.fused_xent import pad_to, round_up
+
 LN2 = math.log(2.0)
 
 
@@ -140,10 +142,6 @@ def _batched(attention):
   return call
 
 
-def _round_up(x: int, m: int) -> int:
-  return -(-x // m) * m
-
-
 def forward(h, w, targets, config: FlashConfig, attention=None,
             dtype=jnp.float16):
   r"""(lse [N], z_y [N], :math:`\bar w` [N, d]) float32 of h [N, d] and W
@@ -164,21 +162,20 @@ def forward(h, w, targets, config: FlashConfig, attention=None,
   block_q, block_kv, _, splits = config
   n, d = h.shape
   vocab = w.shape[1]
-  columns = _round_up(vocab, splits * block_kv)
+  columns = round_up(vocab, splits * block_kv)
   part = columns // splits
   pad = columns - vocab
   if vocab - 1 < (splits - 1) * part:
     raise ValueError(f"FlashAttention-3 settings: {splits} splits of "
                      f"{part} columns leave the last without a column of the "
                      f"vocabulary ({vocab}); use fewer splits.")
-  width = _round_up(d, 64)
-  rows = _round_up(n, 2 * block_q)
-  hq = jnp.pad(h.astype(dtype), ((0, rows - n), (0, width - d)))
-  wk = jnp.pad(w.astype(dtype), ((0, width - d), (0, 0)))
+  width = round_up(d, 64)
+  hq = pad_to(pad_to(h.astype(dtype), 0, round_up(n, 2 * block_q)), 1, width)
+  wk = pad_to(w.astype(dtype), 0, width)
   keys = jnp.concatenate([wk, jnp.repeat(wk[:, -1:], pad, axis=1)], axis=1)
-  values = jnp.pad(wk, ((0, 0), (0, pad)))
+  values = pad_to(wk, 1, columns)
   split = lambda x: x.T.reshape(splits, part, 1, width)    # noqa: E731
-  q = jnp.broadcast_to(hq[None, :, None], (splits, rows, 1, width))
+  q = jnp.broadcast_to(hq[None, :, None], (splits, hq.shape[0], 1, width))
   call = _batched(functools.partial(attention or library_attention,
                                     config=config))
   out, lse2 = call(q, split(keys), split(values))
