@@ -306,8 +306,8 @@ class ConfigTest(absltest.TestCase):
       c = defaults.smoke(defaults.lm_config())
       c.sweep.kappa2 = (0.0, 1.0)
       c.model.loss_impl = impl
-      self.assertEqual(step_lib.build_steps(c).task.model.loss_impl, impl)
-      losses[impl] = testutil.sweep_losses(c, 3)
+      built, losses[impl] = testutil.sweep_losses(c, 3)
+      self.assertEqual(built.task.model.loss_impl, impl)
     np.testing.assert_allclose(losses["pallas"], losses["chunked"],
                                rtol=1e-5)
     self.assertGreater(np.abs(losses["chunked"][2] -

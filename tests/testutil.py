@@ -24,9 +24,10 @@ def jitted_san():
   return init, jax.jit(san.forward, static_argnames=("arch", "temperature"))
 
 
-def sweep_losses(config, steps: int) -> list:
-  """The per-member train losses of `steps` steps of `config` (a kappa
-  sweep), one array per step; imports the training stack only when used."""
+def sweep_losses(config, steps: int) -> tuple:
+  """(its built steps, the per-member train losses of `steps` steps of
+  `config`, a kappa sweep, one array per step); imports the training
+  stack only when used."""
   # pylint: disable=g-import-not-at-top
   from qkspec.training import step as step_lib
   from qkspec.training import sweep as sweep_lib
@@ -37,4 +38,4 @@ def sweep_losses(config, steps: int) -> list:
   for i in range(steps):
     state, metrics = built.train(state, built.task.train_batch(i), dk)
     losses.append(np.asarray(metrics["loss"]))
-  return losses
+  return built, losses
