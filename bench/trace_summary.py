@@ -158,9 +158,9 @@ def summarize(path: str) -> str:
   opener = gzip.open if path.endswith(".gz") else open
   with opener(path, "rt") as f:
     events = gpu_events(json.load(f))
-  fusions = _hlo_beside(path)
   if not events:
     return f"{path}: no GPU kernel events found"
+  fusions = _hlo_beside(path)
   start = min(float(e["ts"]) for e in events)
   stop = max(float(e["ts"]) + float(e["dur"]) for e in events)
   busy = busy_time(events)
