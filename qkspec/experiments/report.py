@@ -670,7 +670,7 @@ def figure(rows, label):
     note = training_plots.coincide_note(curves[q], log, what="readings")
     ax.set_title(f"{ylabel} ({claim})" + (f"\n{note}" if note else ""),
                  fontsize=10)
-  axes[0].legend()
+  axes[0].legend(loc="lower right")   # W* rises with kappa2: that corner is free
   fig.suptitle(f"{label}: final values, mean ± std over seeds")
   return fig
 
