@@ -45,7 +45,9 @@ Two readings of kappa (config.locater.penalty_added_to): "mean_loss", the
 default, adds kappa * penalty to the mean token cross-entropy as printed;
 the `fairseq` argument selects "summed_loss", fairseq's, where the penalty
 acts with kappa / 4096 (target tokens per batch) next to the mean loss.
-Why they differ: configs/locater_wt2.py and README.
+Why they differ: configs/locater_wt2.py and README. `both_readings`
+trains both side by side in one program (the contrast member once), e.g.
+configs/depth_width.py:L=1,d=32,both_readings,seeds=3,contrast.
 
 Expected (paper): the Fig. 6 trends at every depth and width: with stronger
 kappa2 the scale shrinks, the entropy increases and the perplexity
@@ -61,7 +63,7 @@ PAPER_LR = {32: 1e-4, 128: 2.5e-5}   # App. D
 def get_config(arg=None):
   arg = common.parse_arg(arg, L=1, d=128, smoke=False, fairseq=False,
                          seeds=1, contrast=False, seed=0,
-                         none=False)
+                         none=False, both_readings=False)
   if arg.L not in (1, 3, 6) or arg.d not in PAPER_LR:
     raise ValueError(f"depth_width: L must be 1, 3 or 6 and d 32 or 128, "
                      f"got L={arg.L}, d={arg.d}.")
@@ -78,7 +80,7 @@ def get_config(arg=None):
   c.sweep.kappa2 = common.KAPPA2_SWEEP
   common.wikitext2_variant(c, fairseq=arg.fairseq, seeds=arg.seeds,
                            contrast=arg.contrast, seed=arg.seed,
-                           none=arg.none)
+                           none=arg.none, both_readings=arg.both_readings)
   if arg.smoke:
     common.smoke(c, d_model=arg.d // 8)
   return c

@@ -52,6 +52,11 @@ criterion returns the cross-entropy summed over the batch's target tokens
 by sample_size, the target tokens per batch (64 x 64 = 4096): next to the
 mean loss the penalty then acts with kappa / 4096. The `fairseq` argument
 selects that reading ("summed_loss"); kappa1 and kappa2 stay as printed.
+`both_readings` trains the members under both readings side by side in
+one program (sweep.penalty_added_to: 10 members named
+"kappa2=k,penalty_added_to=r", the same batches, initialisation and
+dropout for both; the report splits them by reading), e.g.
+configs/locater_wt2.py:both_readings,seeds=3,contrast (33 members).
 
 Expected: with stronger kappa2 the eigenspectrum scale tr(W_QK^T W_QK)
 shrinks (Fig. 6B), the attention entropy stays higher (6C) and the valid
@@ -70,7 +75,7 @@ from qkspec.config import defaults as common
 def get_config(arg=None):
   arg = common.parse_arg(arg, smoke=False, fairseq=False,
                          seeds=1, contrast=False, seed=0,
-                         none=False)
+                         none=False, both_readings=False)
   c = common.lm_config()
   c.opt.lr = 2.5e-5          # constant (paper, d = 128)
   c.num_steps = 50_000       # updates (paper)
@@ -82,7 +87,7 @@ def get_config(arg=None):
   c.sweep.kappa2 = common.KAPPA2_SWEEP
   common.wikitext2_variant(c, fairseq=arg.fairseq, seeds=arg.seeds,
                            contrast=arg.contrast, seed=arg.seed,
-                           none=arg.none)
+                           none=arg.none, both_readings=arg.both_readings)
   if arg.smoke:
     common.smoke(c)
   return c

@@ -34,7 +34,9 @@ Two readings of kappa (config.locater.penalty_added_to): "mean_loss", the
 default, adds kappa * penalty to the mean token cross-entropy as printed;
 the `fairseq` argument selects "summed_loss", fairseq's, where the penalty
 acts with kappa / 4096 (target tokens per batch) next to the mean loss.
-Why they differ: configs/locater_wt2.py and README.
+Why they differ: configs/locater_wt2.py and README. `both_readings`
+trains the LocATER member under both readings and the no-LocATER member
+once (3 members per seed) in one program.
 
 Expected (paper): LocATER shows salient horizontal stripes (a few key
 positions with high rho, i.e. localized attention); without it no stripes.
@@ -45,24 +47,21 @@ from qkspec.config import defaults as common
 
 def get_config(arg=None):
   arg = common.parse_arg(arg, smoke=False, fairseq=False,
-                         seeds=1, seed=0)
+                         seeds=1, seed=0, both_readings=False)
   c = common.lm_config()
   c.opt.lr = 2.5e-5
   c.num_steps = 50_000
   c.log_every = 250          # heat-map resolution (steps)
   c.eval_every = 2_500
   c.checkpoint_every = 5_000
-  c.sweep.mode = "zip"       # member i: (kappa1[i], kappa2[i])
-  c.sweep.kappa1 = (100.0, 0.0)
-  c.sweep.kappa2 = (1.0, 0.0)
-  if arg.fairseq:            # kappa / (B * T) next to the mean loss
-    c.locater.penalty_added_to = "summed_loss"
+  # fairseq: kappa / (B * T) next to the mean loss; both_readings: the
+  # LocATER member under both readings side by side
+  readings = common.readings_of(c, fairseq=arg.fairseq,
+                                both_readings=arg.both_readings)
   common.set_seed(c, arg.seed, arg.seeds)
-  if arg.seeds > 1:          # both members with seeds 0..N-1 (zip, repeated)
-    n = arg.seeds
-    c.sweep.seed = tuple(s for s in range(n) for _ in range(2))
-    c.sweep.kappa1 = (100.0, 0.0) * n
-    c.sweep.kappa2 = (1.0, 0.0) * n
+  # member i: (kappa1[i], kappa2[i]), repeated for seeds 0..N-1 (zip)
+  common.zip_members(c, [(100.0, 1.0, r) for r in readings]
+                     + [(0.0, 0.0, readings[0])], arg.seeds, readings)
   if arg.smoke:
     common.smoke(c)
   return c

@@ -50,14 +50,15 @@ class HParamsTest(absltest.TestCase):
     # fields itself (schema.LOCATER_FIELDS); names and defaults must agree.
     fields = locater.LocaterHParams._fields
     self.assertEqual(schema.LOCATER_FIELDS, fields)
-    self.assertEqual(schema.SWEEPABLE, ("seed",) + fields)
+    self.assertEqual(schema.SWEEPABLE,
+                     ("seed",) + fields + ("penalty_added_to",))
     for c in (defaults.theory_config(), defaults.lm_config()):
       self.assertEqual({k: c.locater[k] for k in fields},
                        locater.LocaterHParams()._asdict())
       # The one other locater field is the reading of kappa, applied in
-      # qkspec.training.step (not a LocaterHParams field, not swept).
+      # qkspec.training.step (not a LocaterHParams field; swept as a
+      # per-member factor, tests/both_readings_test.py).
       self.assertEqual(set(c.locater) - set(fields), {"penalty_added_to"})
-      self.assertNotIn("penalty_added_to", schema.SWEEPABLE)
       self.assertContainsSubset(schema.SWEEPABLE, set(c.sweep))
 
   def test_hparams_of_members(self):

@@ -48,8 +48,8 @@ def _training(c):
   ))
   c.sweep = ml_collections.ConfigDict(dict(
       mode="zip",            # zip: member i takes entry i | product: all combos
-      # seed, kappa1, kappa2, target (schema.SWEEPABLE): values per member;
-      # () = not swept
+      # seed, kappa1, kappa2, target, penalty_added_to (schema.SWEEPABLE):
+      # values per member; () = not swept
       **dict.fromkeys(schema.SWEEPABLE, ()),
       member_batch=-1,       # members batched per step: 0 all (vmap), k: k at
                              # a time (lax.map), -1 auto (CPU 1, else all)
@@ -217,11 +217,41 @@ def set_seed(c, seed: int, seeds: int) -> None:
   c.seed = seed
 
 
+READINGS = ("mean_loss", "summed_loss")      # schema.PENALTY_ADDED_TO
+
+
+def readings_of(c, *, fairseq: bool, both_readings: bool) -> tuple[str, ...]:
+  """The readings of kappa a figure config's `fairseq` / `both_readings`
+  arguments ask for; sets `locater.penalty_added_to` to the first."""
+  if fairseq and both_readings:
+    raise ValueError("fairseq trains fairseq's reading and both_readings "
+                     "both readings side by side: give one.")
+  if fairseq:
+    c.locater.penalty_added_to = "summed_loss"
+  return READINGS if both_readings else (c.locater.penalty_added_to,)
+
+
+def zip_members(c, members: list[tuple], seeds: int,
+                readings: tuple[str, ...]) -> None:
+  """`c.sweep` in zip mode listing `members` ((kappa1, kappa2, reading)
+  triples) for each seed 0..seeds-1; seed and reading are swept only if
+  they vary."""
+  c.sweep.mode = "zip"
+  c.sweep.kappa1 = tuple(m[0] for _ in range(seeds) for m in members)
+  c.sweep.kappa2 = tuple(m[1] for _ in range(seeds) for m in members)
+  if len(readings) > 1:
+    c.sweep.penalty_added_to = tuple(m[2] for _ in range(seeds)
+                                     for m in members)
+  if seeds > 1:
+    c.sweep.seed = tuple(s for s in range(seeds) for _ in members)
+
+
 def wikitext2_variant(c, *, fairseq: bool = False, seeds: int = 1,
                       contrast: bool = False, seed: int = 0,
-                      none: bool = False) -> ml_collections.ConfigDict:
-  """The `fairseq`, `seeds=N`, `seed=S`, `contrast` and `none` arguments of
-  the WikiText-2 figure configs.
+                      none: bool = False, both_readings: bool = False
+                      ) -> ml_collections.ConfigDict:
+  """The `fairseq`, `both_readings`, `seeds=N`, `seed=S`, `contrast` and
+  `none` arguments of the WikiText-2 figure configs.
 
   `fairseq` selects fairseq's reading of kappa (`locater.penalty_added_to =
   "summed_loss"`: kappa / (B T) next to the mean loss). `seeds` > 1 runs
@@ -236,26 +266,33 @@ def wikitext2_variant(c, *, fairseq: bool = False, seeds: int = 1,
   (`sweep.mode = "zip"`), so the report can test LocATER against none at
   this depth and width. `none` trains that member alone (no kappa2 sweep):
   the same contrast as a run of its own, ~5x cheaper than the sweep, which
-  the report merges with the sweep's runs.
+  the report merges with the sweep's runs. `both_readings` trains every
+  LocATER member under both readings side by side in the same program
+  (`sweep.penalty_added_to`, a per-member factor on the penalty: the same
+  batches and, per seed, the same initialisation and dropout for both);
+  the contrast member trains once, as it is the same under both.
   """
-  if fairseq:
-    c.locater.penalty_added_to = "summed_loss"
+  readings = readings_of(c, fairseq=fairseq, both_readings=both_readings)
   set_seed(c, seed, seeds)
   if none and contrast:
     raise ValueError("none trains the no-LocATER member alone and contrast "
                      "adds it to the sweep: give one.")
+  if none and both_readings:
+    raise ValueError("none trains kappa1 = kappa2 = 0, the same under both "
+                     "readings (the factor multiplies a zero penalty): "
+                     "leave both_readings out.")
   if none:
     c.locater.kappa1 = c.locater.kappa2 = 0.0
     c.sweep.kappa1 = c.sweep.kappa2 = ()
   if contrast:
-    pairs = [(c.locater.kappa1, k) for k in c.sweep.kappa2] + [(0.0, 0.0)]
-    c.sweep.mode = "zip"
-    c.sweep.kappa1 = tuple(k1 for _ in range(seeds) for k1, _ in pairs)
-    c.sweep.kappa2 = tuple(k2 for _ in range(seeds) for _, k2 in pairs)
-    if seeds > 1:
-      c.sweep.seed = tuple(s for s in range(seeds) for _ in pairs)
-  elif seeds > 1:
+    zip_members(c, [(c.locater.kappa1, k, r) for r in readings
+                    for k in c.sweep.kappa2] + [(0.0, 0.0, readings[0])],
+                seeds, readings)
+  elif seeds > 1 or both_readings:
     c.sweep.mode = "product"
-    c.sweep.seed = tuple(range(seeds))
+    if seeds > 1:
+      c.sweep.seed = tuple(range(seeds))
+    if both_readings:
+      c.sweep.penalty_added_to = readings
   return c
 

@@ -182,7 +182,11 @@ LOCATER_CHECKS = {
     "target": _real(),                    # tau
 }
 LOCATER_FIELDS = tuple(LOCATER_CHECKS)
-SWEEPABLE = ("seed",) + LOCATER_FIELDS
+# Per-member values of a sweep: the seed, LocATER's hyperparameters and the
+# reading of kappa (`locater.penalty_added_to`, below), so one program can
+# train both readings side by side (qkspec.training.step: a per-member
+# factor on the penalty).
+SWEEPABLE = ("seed",) + LOCATER_FIELDS + ("penalty_added_to",)
 
 # `locater.penalty_added_to`: the loss the LocATER penalty is added to, i.e.
 # which reading of kappa (qkspec.training.step.penalty_scale_of applies it).
@@ -225,10 +229,11 @@ _COMMON: dict[str, Callable[[Any], str | None]] = {
     "opt.warmup_steps": _int(0),
     "opt.min_lr_fraction": _real(0.0, 1.0),
     **{f"locater.{k}": check for k, check in LOCATER_CHECKS.items()},
-    "locater.penalty_added_to": _penalty_added_to,   # not swept: one reading
+    "locater.penalty_added_to": _penalty_added_to,
     "sweep.mode": _choice("zip", "product"),
     "sweep.seed": _tuple_of(_int(0)),
     **{f"sweep.{k}": _tuple_of(check) for k, check in LOCATER_CHECKS.items()},
+    "sweep.penalty_added_to": _tuple_of(_penalty_added_to),
     "sweep.member_batch": _int(-1),
     "num_steps": _int(1),                 # 0 would train nothing: refused
     "steps_per_call": _nonzero_int_from(-1),  # -1 auto, else k >= 1

@@ -124,13 +124,22 @@ def _check_same_reading(run: Run) -> None:
       name.isdigit() for name in os.listdir(ckpt_dir))):
     return
   with open(path) as f:
-    old = json.load(f).get("locater", {}).get("penalty_added_to", "mean_loss")
-  new = run.config.locater.get("penalty_added_to", "mean_loss")
+    old = _readings(json.load(f))
+  new = _readings(run.config.to_dict())
   if old != new:
     raise ValueError(
         f"{run.workdir} holds checkpoints trained with "
-        f"locater.penalty_added_to={old!r}, not {new!r}; use a fresh "
-        "--workdir for the other reading.")
+        f"locater.penalty_added_to={old[0]!r}"
+        + (f" and sweep.penalty_added_to={old[1]}" if old[1] else "")
+        + f", not {new[0]!r}"
+        + (f" and {new[1]}" if new[1] else "")
+        + "; use a fresh --workdir for the other reading.")
+
+
+def _readings(config: dict) -> tuple[str, tuple]:
+  """(locater.penalty_added_to, sweep.penalty_added_to) of a config dict."""
+  return (config.get("locater", {}).get("penalty_added_to", "mean_loss"),
+          tuple(config.get("sweep", {}).get("penalty_added_to") or ()))
 
 
 def _prepare_workdir(run: Run) -> None:

@@ -28,6 +28,10 @@ tokens per batch (:math:`B T = 4096` in the paper), which gives the same
 gradients. :math:`N` is `data.batch_size * data.seq_len` for the LM (every
 train token has weight 1) and `data.batch_size` for the theory task (one
 target per sequence). :math:`\kappa` reaches `LocaterHParams` unchanged.
+A sweep may list the reading per member (`sweep.penalty_added_to`): then
+:math:`s` is a per-member constant mapped with the states
+(`penalty_scales`), so both readings train in one program on the same
+batches, each member equal to its reading's run alone (tests/readings_test.py).
 
 `train_step(state, batch, key) -> (state, metrics)` is pure and compiled
 once with `jax.jit` over a ("data",) mesh of all devices: the batch sharded
@@ -43,6 +47,7 @@ from typing import Any
 from flax import struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from qkspec.theory import locater
@@ -119,7 +124,7 @@ def targets_per_batch(config) -> int:
   return n * config.data.seq_len if config.task == "lm" else n
 
 
-def penalty_scale_of(config) -> float:
+def penalty_scale_of(config, added_to: str | None = None) -> float:
   """The static factor on the LocATER penalty: the reading of kappa.
 
   Args:
@@ -127,17 +132,26 @@ def penalty_scale_of(config) -> float:
       "mean_loss" (1: mean loss + kappa * penalty, as printed) or
       "summed_loss" (1 / `targets_per_batch`: fairseq adds the penalty to
       the summed loss and divides the gradients by the target count).
+    added_to: that reading for one member of a sweep over readings
+      (`sweep.members`' "penalty_added_to"); None: the config's.
 
   Returns:
     The factor `objective` multiplies the penalty by.
   """
-  added_to = config.locater.penalty_added_to
+  added_to = added_to or config.locater.penalty_added_to
   if added_to == "mean_loss":
     return 1.0
   if added_to == "summed_loss":
     return 1.0 / targets_per_batch(config)
   raise ValueError(f"config.locater.penalty_added_to must be 'mean_loss' or "
                    f"'summed_loss', got {added_to!r}.")
+
+
+def penalty_scales(config) -> list[float]:
+  """`penalty_scale_of` each member of `sweep.members(config)`: one value
+  unless the sweep swept the reading (`sweep.penalty_added_to`)."""
+  return [penalty_scale_of(config, m["penalty_added_to"])
+          for m in sweep_lib.members(config)]
 
 
 def objective(params, hparams: locater.LocaterHParams, batch, dropout_key, *,
@@ -222,6 +236,21 @@ def member_batch(config) -> int:
   return 1 if jax.default_backend() == "cpu" else 0
 
 
+def _scaled_members(task, tx, scales: list[float], batch: int):
+  """`train_step` over the members with each member's penalty factor (a
+  [N] constant mapped with the state): (state, batch, keys) as the plain
+  sweep's step."""
+  def one(state, batch_, key, scale):
+    return train_step(state, batch_, key, task=task, tx=tx,
+                      penalty_scale=scale)
+  mapped = sweep_lib.over_members(one, (0, None, 0, 0), batch)
+  scales_N = np.asarray(scales, np.float32)
+
+  def step(state, batch_, keys):
+    return mapped(state, batch_, keys, jnp.asarray(scales_N))
+  return step
+
+
 def build_steps(config, mesh=None) -> Steps:
   """Builds the task and the jit-compiled (vmapped if sweeping) functions."""
   mesh = mesh or make_mesh()
@@ -230,14 +259,18 @@ def build_steps(config, mesh=None) -> Steps:
   task = tasks.make_task(config, batch_sharding)
   tx = make_optimizer(config.opt, config.num_steps)
   init = functools.partial(init_state, task=task, tx=tx)
+  scales = penalty_scales(config)
   step = functools.partial(train_step, task=task, tx=tx,
-                           penalty_scale=penalty_scale_of(config))
+                           penalty_scale=scales[0])
   evaluate = functools.partial(eval_step, task=task)
   measure = functools.partial(layer_stats.measure, task=task)
   if sweep_lib.is_sweep(config):
     batch = member_batch(config)
     init = jax.vmap(init)
-    step = sweep_lib.over_members(step, (0, None, 0), batch)
+    if len(set(scales)) > 1:             # readings side by side
+      step = _scaled_members(task, tx, scales, batch)
+    else:
+      step = sweep_lib.over_members(step, (0, None, 0), batch)
     evaluate = sweep_lib.over_members(evaluate, (0, None), batch)
     measure = sweep_lib.over_members(measure, (0, None), batch)
   many = {}

@@ -1,8 +1,9 @@
-"""Vmapped sweeps: members differing in seed or LocATER strengths.
+"""Vmapped sweeps: members differing in seed, LocATER strengths or reading.
 
-`config.sweep` lists values for any of `seed` and the fields of
-`qkspec.theory.locater.LocaterHParams` (`kappa1`, `kappa2`, `target`:
-`qkspec.config.schema.SWEEPABLE`; an empty tuple means not swept);
+`config.sweep` lists values for any of `seed`, the fields of
+`qkspec.theory.locater.LocaterHParams` (`kappa1`, `kappa2`, `target`) and
+`penalty_added_to`, the reading of kappa (`qkspec.config.schema.SWEEPABLE`;
+an empty tuple means not swept);
 `mode="zip"` pairs them entry by entry (length-1 entries broadcast),
 `mode="product"` takes all combinations.
 All members share the model, optimizer and data; in `qkspec.training.loop`
@@ -10,7 +11,9 @@ their states are stacked on a leading member axis and one `jax.vmap`-ed,
 jit-compiled step (`qkspec.training.step`) trains them side by side. The
 swept strengths live in `TrainState.hparams` (a `LocaterHParams` of arrays,
 not closure constants) and the seeds in the stacked PRNG keys, so one
-compiled step serves every member.
+compiled step serves every member. A swept reading becomes a per-member
+factor on the penalty (`qkspec.training.step.penalty_scales`), so both
+readings train side by side on the same batches.
 `config.sweep.member_batch` chooses how that step runs them: all at once
 (0, `jax.vmap`), or k at a time in a loop inside the compiled step (k >= 1,
 `jax.lax.map`); -1 picks 1 on a CPU and 0 elsewhere (`over_members`).
@@ -42,13 +45,18 @@ def is_sweep(config) -> bool:
 
 
 def _cast(key: str, value):
+  if key == "penalty_added_to":
+    return str(value)
   return int(value) if key == "seed" else float(value)
 
 
 def members(config) -> list[dict]:
-  """[{seed, kappa1, kappa2, target}] per member (one if no sweep)."""
+  """[{seed, kappa1, kappa2, target, penalty_added_to}] per member (one if
+  no sweep)."""
   base = {"seed": int(config.seed),
-          **{k: float(config.locater[k]) for k in HPARAMS}}
+          **{k: float(config.locater[k]) for k in HPARAMS},
+          "penalty_added_to": str(config.locater.get("penalty_added_to",
+                                                     "mean_loss"))}
   keys = swept_keys(config)
   if not keys:
     return [base]
@@ -65,7 +73,11 @@ def members(config) -> list[dict]:
 
 def member_name(member: dict, keys: list[str]) -> str:
   """E.g. "kappa1=100,kappa2=0.001" (only the swept keys)."""
-  return ",".join(f"{k}={member[k]:g}" for k in keys) or "run"
+  return ",".join(f"{k}={_text(member[k])}" for k in keys) or "run"
+
+
+def _text(value) -> str:
+  return value if isinstance(value, str) else f"{value:g}"
 
 
 def member_config(config, member: dict) -> ml_collections.ConfigDict:
@@ -74,6 +86,7 @@ def member_config(config, member: dict) -> ml_collections.ConfigDict:
   c.seed = member["seed"]
   for k in HPARAMS:
     c.locater[k] = member[k]
+  c.locater.penalty_added_to = member["penalty_added_to"]
   for k in schema.SWEEPABLE:
     if k in c.sweep:
       c.sweep[k] = ()
