@@ -96,6 +96,12 @@ class DecisionTest(parameterized.TestCase):
        "member"),
       ("kappa2_sweep", [dict(kappa1=1, kappa2=k) for k in (0, 0.1, 1)],
        "kappa2"),
+      ("kappa2_under_both_readings",       # one line per reading
+       [dict(kappa2=k, penalty_added_to=r) for k in (0, 1)
+        for r in ("mean_loss", "summed_loss")], "kappa2"),
+      ("seed_and_reading", [dict(kappa2=1, seed=s, penalty_added_to=r)
+                            for s, r in ((0, "mean_loss"),
+                                         (1, "summed_loss"))], "member"),
       ("one_member", [dict(kappa2=1)], None),
       ("identical", [dict(kappa2=1), dict(kappa2=1)], None),
   )
@@ -107,6 +113,10 @@ class DecisionTest(parameterized.TestCase):
     self.assertEqual(names[1], r"2: $\kappa_2$=0.001")
     names = training_plots.member_names(_theory_members())
     self.assertEqual(names[2], r"3: $\kappa_1$=100, $\kappa_2$=100, target=12")
+    names = training_plots.member_names(
+        [dict(kappa2=1, penalty_added_to=r)
+         for r in ("mean_loss", "summed_loss")])
+    self.assertEqual(names, ["1: reading=literal", "2: reading=fairseq"])
 
   def test_coinciding(self):
     a = np.array([1.0, 2.0, 3.0])
@@ -208,6 +218,26 @@ class TrainingFiguresTest(parameterized.TestCase):
     for ax in fig.axes:
       self.assertEqual(ax.get_xscale(), "symlog")
       self.assertIn(r"$\kappa_2$", ax.get_xlabel())
+
+  def test_both_readings_get_one_kappa2_line_each(self):
+    members = [dict(_member(100, k, shift=0.1 * i + 0.5 * j),
+                    penalty_added_to=r)
+               for i, k in enumerate((0.0, 0.1, 1.0))
+               for j, r in enumerate(("mean_loss", "summed_loss"))]
+    fig = training_plots.vs_kappa2_figure(members)
+    for ax in fig.axes:
+      self.assertEqual(ax.get_xscale(), "symlog")
+      lines = {l.get_label(): l for l in ax.get_lines()
+               if not l.get_label().startswith("_")}
+      self.assertEqual(set(lines), {"literal reading", "fairseq reading"})
+      for line in lines.values():
+        np.testing.assert_array_equal(line.get_xdata(), [0.0, 0.1, 1.0])
+    # the literal line joins the literal members' values, in kappa2 order
+    lit = {l.get_label(): l for l in fig.axes[1].get_lines()}[
+        "literal reading"].get_ydata()
+    np.testing.assert_allclose(lit, [training_plots.final_value(
+        m["metrics"], "mean/entropy") for m in members[::2]])
+    plt.close(fig)
 
   def test_identical_members_get_no_vs_kappa2_figure(self):
     members = [_member(1, 1), _member(1, 1)]

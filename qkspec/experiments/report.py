@@ -156,7 +156,9 @@ def config_command(config: dict, run_dir: str) -> str:
         and config["locater"]["kappa2"] == 0):
     parts.append("none")                       # that member alone
 
-  if config["locater"].get("penalty_added_to") == "summed_loss":
+  if sweep.get("penalty_added_to"):
+    parts.append("both_readings")              # side by side, one program
+  elif config["locater"].get("penalty_added_to") == "summed_loss":
     parts.append("fairseq")
   if smoke:
     parts.append("smoke")
@@ -216,23 +218,31 @@ def _last_step(member) -> int:
 
 
 def load_runs(run_dirs) -> list[dict]:
-  """One dict per run dir: its figure, reading, command, members (with
-  their last step) and the steps run and planned."""
+  """One dict per run dir and reading of kappa: its figure, reading,
+  command, members (with their last step) and the steps run and planned.
+
+  A run that trained both readings side by side (`both_readings`:
+  members.json names each member's "penalty_added_to") gives one dict
+  per reading, each with that reading's members and `both_readings` set.
+  """
   runs = []
   for run_dir in run_dirs:
     config = _load_config(run_dir)
     fig, smoke = figure_of(config)
-    members = training_plots.load_members(run_dir)
-    for m in members:
+    reading = config["locater"].get("penalty_added_to", "mean_loss")
+    by_reading = {}
+    for m in training_plots.load_members(run_dir):
       m["last_step"] = _last_step(m)
-    runs.append(dict(
-        run_dir=str(run_dir), figure=fig, smoke=smoke,
-        label=f"Fig. {fig}" + (" (smoke)" if smoke else ""),
-        reading=config["locater"].get("penalty_added_to", "mean_loss"),
-        command=config_command(config, run_dir), members=members,
-        d_model=int(config["model"]["d_model"]),
-        final_step=min((m["last_step"] for m in members), default=0),
-        num_steps=int(config["num_steps"])))
+      by_reading.setdefault(m.get("penalty_added_to", reading), []).append(m)
+    for member_reading, members in (by_reading or {reading: []}).items():
+      runs.append(dict(
+          run_dir=str(run_dir), figure=fig, smoke=smoke,
+          label=f"Fig. {fig}" + (" (smoke)" if smoke else ""),
+          reading=member_reading, both_readings=len(by_reading) > 1,
+          command=config_command(config, run_dir), members=members,
+          d_model=int(config["model"]["d_model"]),
+          final_step=min((m["last_step"] for m in members), default=0),
+          num_steps=int(config["num_steps"])))
   return runs
 
 
@@ -775,7 +785,10 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
                + (f"; its no-LocATER members only, shared from the "
                   f"{READINGS[run['shared_from']]} reading (kappa1 = kappa2 "
                   "= 0 trains the same under both)"
-                  if "shared_from" in run else ""),
+                  if "shared_from" in run else
+                  "; its members of this reading (the run trained both "
+                  "readings side by side, on the same batches)"
+                  if run["both_readings"] else ""),
                f"  - command: `{run['command']}`"]
       counted, left_out = cell_members(cell)
       if left_out:
@@ -831,8 +844,14 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
          "Device and wall time come from each run's `run_info.jsonl` "
          "(written by the training loop); \"not recorded\" marks runs "
          "made before it existed.", ""]
+  listed = set()
   for run in runs:
-    md.append(f"- {run['label']}, {READINGS.get(run['reading'])}: "
+    if run["both_readings"] and run["run_dir"] in listed:
+      continue                     # one program, listed once
+    listed.add(run["run_dir"])
+    reading = ("both readings side by side" if run["both_readings"]
+               else READINGS.get(run["reading"]))
+    md.append(f"- {run['label']}, {reading}: "
               f"{_steps_line(run)}; "
               f"{run_info(run['run_dir']) or 'device and wall time not recorded'}"
               f"; `{run['command']}`")

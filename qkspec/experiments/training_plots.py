@@ -35,10 +35,13 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from qkspec.training import metric_writer  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-FIELDS = ("seed", "kappa1", "kappa2", "target")   # what members.json varies
-_DEFAULTS = {"seed": 0, "kappa1": 0.0, "kappa2": 0.0, "target": 1.0}
+# what members.json varies (qkspec.config.schema.SWEEPABLE)
+FIELDS = ("seed", "kappa1", "kappa2", "target", "penalty_added_to")
+_DEFAULTS = {"seed": 0, "kappa1": 0.0, "kappa2": 0.0, "target": 1.0,
+             "penalty_added_to": "mean_loss"}
 _SYMBOL = {"seed": "seed", "kappa1": r"$\kappa_1$", "kappa2": r"$\kappa_2$",
-           "target": "target"}
+           "target": "target", "penalty_added_to": "reading"}
+_READING = {"mean_loss": "literal", "summed_loss": "fairseq"}
 _LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)))
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 _SCALE_LABEL = r"tr$(W_{QK}^\top W_{QK})$"
@@ -74,14 +77,16 @@ def varying_fields(members) -> list[str]:
 def final_values_axis(members) -> str | None:
   """x axis of `fig6_vs_kappa2`: "kappa2", "member" or None (no figure).
 
-  "kappa2" only when kappa2 is the one field that varies; "member" (one
-  categorical tick per member) when anything else varies too; None when
-  there is a single member or nothing varies.
+  "kappa2" when kappa2 is the one field that varies, or kappa2 and the
+  reading of kappa (one line per reading); "member" (one categorical tick
+  per member) when anything else varies too; None when there is a single
+  member or nothing varies.
   """
   varying = varying_fields(members)
   if len(members) < 2 or not varying:
     return None
-  return "kappa2" if varying == ["kappa2"] else "member"
+  return ("kappa2" if varying in (["kappa2"], ["kappa2", "penalty_added_to"])
+          else "member")
 
 
 def member_names(members) -> list[str]:
@@ -89,9 +94,15 @@ def member_names(members) -> list[str]:
   fields = varying_fields(members) or ["kappa1", "kappa2"]
   names = []
   for i, m in enumerate(members, 1):
-    parts = [f"{_SYMBOL[f]}={m.get(f, _DEFAULTS[f]):g}" for f in fields]
+    parts = [f"{_SYMBOL[f]}={_value_text(m.get(f, _DEFAULTS[f]))}"
+             for f in fields]
     names.append(f"{i}: " + ", ".join(parts))
   return names
+
+
+def _value_text(value) -> str:
+  return (_READING.get(value, value) if isinstance(value, str)
+          else f"{value:g}")
 
 
 def coinciding(curves, rtol: float = 1e-6, span_frac: float = 0.0,
@@ -276,7 +287,16 @@ def vs_kappa2_figure(members):
                 marker=style["marker"], ms=style["ms"] + 2, mfc="none",
                 mew=2, zorder=style["zorder"])
       if axis == "kappa2":
-        ax.plot(xs, vals, color="0.6", lw=1, zorder=1)
+        readings = sorted({m.get("penalty_added_to", "mean_loss")
+                           for m in members})
+        for reading, ls in zip(readings, ("-", "--")):
+          line = [(x, y) for x, y, m in zip(xs, vals, members)
+                  if m.get("penalty_added_to", "mean_loss") == reading]
+          ax.plot(*zip(*line), color="0.6", lw=1, ls=ls, zorder=1,
+                  label=(f"{_READING[reading]} reading"
+                         if len(readings) > 1 else None))
+        if len(readings) > 1:
+          ax.legend(loc="best", fontsize=8)
         positive = [k for k in xs if k > 0]
         ax.set_xscale("symlog", linthresh=min(positive) if positive else 1)
         ax.set_xlabel(r"LocATER strength $\kappa_2$")
