@@ -330,11 +330,12 @@ def _budget_left(flags) -> str:
           if flags.time_budget_s < 1e8 else "")
 
 
-def members_curve(flags, path: str, known: dict[int, float]):
-  """Steps/s for N = 1, 5, 15, 30 (`known`: rates measured already;
-  --rehearse: N = 1, 5, since on a CPU the Pallas path runs in Pallas'
-  interpreter, minutes per program)."""
-  log(f"members: steps/s of N members in one program ({path})")
+def members_curve(flags, path: str, known: dict[int, float], fig: int = 6):
+  """Steps/s for N = 1, 5, 15, 30 members of Fig. `fig`'s model (`known`:
+  rates measured already; --rehearse: N = 1, 5, since on a CPU the Pallas
+  path runs in Pallas' interpreter, minutes per program)."""
+  log(f"members: steps/s of N members of Fig. {fig}'s model ({FIGS[fig]}) "
+      f"in one program ({path})")
   rows = []
   for n in (1, 5) if flags.rehearse else (1, 5, 15, 30):
     if n in known:
@@ -344,7 +345,7 @@ def members_curve(flags, path: str, known: dict[int, float]):
     if left(flags) < 60:
       log(f"members: N={n} skipped (time budget)")
       break
-    c = fig_config(flags, 6, path)
+    c = fig_config(flags, fig, path)
     if n == 1:
       c.sweep.kappa2 = ()
     else:
@@ -360,8 +361,8 @@ def members_curve(flags, path: str, known: dict[int, float]):
     log(f"members N={n}: compile {compile_s:.1f} s, {rate:.1f} steps/s")
   if rows and rows[0][0] == 1:
     one = rows[0][1]
-    print("\nmembers  steps/s  member-steps/s  / (N x one member's; goal"
-          " >= 0.8)", flush=True)
+    print(f"\nmembers ({FIGS[fig]})  steps/s  member-steps/s  / (N x one "
+          "member's; goal >= 0.8)", flush=True)
     for n, rate in rows:
       print(f"  {n:5d} {rate:8.1f} {n * rate:12.0f} {rate / one:10.2f}",
             flush=True)
@@ -383,16 +384,22 @@ RUN_KINDS = ("sweep", "none")
 
 
 def run_spec(fig: int, seed: int, kind: str, fairseq: bool,
-             contrast: bool = False) -> tuple[str, dict]:
+             contrast: bool = False, both: bool = False
+             ) -> tuple[str, dict]:
   """(workdir name, config arguments) of one training run: fig6,
-  fig6_fairseq_seed2, fig9_c, fig9_none. `contrast` (a no-LocATER member
-  added to the sweep) applies to the sweeps of Figs. 6, 8-12 only."""
+  fig6_fairseq_seed2, fig9_c, fig9_none, fig8_both. `contrast` (a
+  no-LocATER member added to the sweep) applies to the sweeps of Figs. 6,
+  8-12 only; `both` trains a sweep under both readings side by side (the
+  configs' `both_readings`; a none run is the same under both)."""
   none = kind == "none"
   contrast = contrast and fig != 7 and not none
-  extra = {"fairseq": fairseq, "contrast": contrast, "none": none,
-           "seed": seed}
-  name = (f"fig{fig}" + "_fairseq" * fairseq + "_c" * contrast
-          + "_none" * none + (f"_seed{seed}" if seed else ""))
+  both = both and not none
+  fairseq = fairseq and not both
+  extra = {"fairseq": fairseq, "both_readings": both, "contrast": contrast,
+           "none": none, "seed": seed}
+  name = (f"fig{fig}" + "_fairseq" * fairseq + "_both" * both
+          + "_c" * contrast + "_none" * none
+          + (f"_seed{seed}" if seed else ""))
   return name, {k: v for k, v in extra.items() if v}
 
 
@@ -411,26 +418,30 @@ def train(flags, path: str, rate: float | None = None):
     if kind == "none" and fig == 7:    # Fig. 7 trains its none member anyway
       continue
     if left(flags) < 30:
-      name, _ = run_spec(fig, seed, kind, flags.fairseq, flags.contrast)
+      name, _ = run_spec(fig, seed, kind, flags.fairseq, flags.contrast,
+                         flags.both_readings)
       log(f"train {name}: skipped (time budget)")
       continue
     train_run(flags, path, fig, seed, kind, flags.fairseq, rate,
-              flags.contrast)
+              flags.contrast, flags.both_readings)
 
 
 def train_run(flags, path: str, fig: int, seed: int, kind: str,
-              fairseq: bool, rate: float | None, contrast: bool = False):
+              fairseq: bool, rate: float | None, contrast: bool = False,
+              both: bool = False):
   """Trains one run (resumable from its workdir) until done or the time
   budget, then prints its finals and writes its figures; `contrast` adds
-  a no-LocATER member to a sweep of Figs. 6, 8-12."""
-  name, extra = run_spec(fig, seed, kind, fairseq, contrast)
+  a no-LocATER member to a sweep of Figs. 6, 8-12, `both` trains both
+  readings side by side."""
+  name, extra = run_spec(fig, seed, kind, fairseq, contrast, both)
   c = fig_config(flags, fig, path, **extra)
   workdir = os.path.join(flags.workdir, name)
   log(f"train {name}: {FIGS[fig] or 'rho_training'}, {c.num_steps} "
       f"steps, path {path}")
   if rate:
     need = run_seconds(fig, kind, c.num_steps - _steps_done(workdir), rate,
-                       "contrast" in extra)
+                       "contrast" in extra, 2 if "both_readings" in extra
+                       else 1)
     log(f"train {name}: ~{need / 60:.1f} min at the probe's {rate:.1f} "
         "steps/s (run_seconds)" + _budget_left(flags)
         + ("" if need < left(flags) - 30 else
@@ -462,29 +473,31 @@ def todo(flags, path: str, rate: float | None):
   Runs finished in an earlier call on this machine are skipped."""
   with open(flags.todo) as f:
     runs = json.load(f).get("todo", [])
+  if flags.both_readings:
+    runs = pair_readings(runs)
   rate = rate or flags.rate
-  total = sum(run_seconds(int(r["figure"]), r["kind"], flags.steps, rate)
-              for r in runs)
+  total = sum(run_seconds(int(r["figure"]), r["kind"], flags.steps, rate,
+                          readings=_readings(r)) for r in runs)
   log(f"todo: {len(runs)} runs still to train ({flags.todo}), ~"
       f"{total / 60:.0f} min in all at {rate:.1f} Fig. 6 steps/s"
       + ("" if rate != flags.rate else " (--rate)") + _budget_left(flags))
   trained = 0
   for r in runs:
     fig, seed, kind = int(r["figure"]), int(r["seed"]), r["kind"]
-    fairseq = r["reading"] == "summed_loss"
-    name, _ = run_spec(fig, seed, kind, fairseq)
+    fairseq, both = r["reading"] == "summed_loss", r["reading"] == "both"
+    name, _ = run_spec(fig, seed, kind, fairseq, both=both)
     steps = flags.steps - _steps_done(os.path.join(flags.workdir, name))
     if steps <= 0:
       log(f"todo {name}: done here already")
       continue
-    need = run_seconds(fig, kind, steps, rate)
+    need = run_seconds(fig, kind, steps, rate, readings=_readings(r))
     if need > left(flags) - TODO_MARGIN_S:
       log(f"todo {name}: ~{need / 60:.1f} min, does not fit "
           f"({left(flags) / 60:.1f} min left); skipped")
       continue
     t = time.time()
     try:                  # one failed run must not end the slice
-      train_run(flags, path, fig, seed, kind, fairseq, rate)
+      train_run(flags, path, fig, seed, kind, fairseq, rate, both=both)
       trained += 1
     except Exception as e:  # pylint: disable=broad-except
       log(f"todo {name}: failed: {type(e).__name__}: {str(e)[:300]}")
@@ -492,6 +505,29 @@ def todo(flags, path: str, rate: float | None):
         f"{need / 60:.1f} (run_seconds' model: members, LAYER_COST, "
         "EVAL_COST)")
   log(f"todo: trained {trained} of {len(runs)} runs")
+
+
+def pair_readings(runs: list[dict]) -> list[dict]:
+  """`runs` (todo entries) with each sweep wanted under both readings for
+  the same figure and seed merged into one entry, reading "both" (one
+  program, `both_readings`), where the first of the two stood."""
+  readings = {}
+  for r in runs:
+    if r["kind"] == "sweep":
+      readings.setdefault((r["figure"], r["seed"]), set()).add(r["reading"])
+  out, merged = [], set()
+  for r in runs:
+    key = (r["figure"], r["seed"])
+    if r["kind"] != "sweep" or len(readings[key]) < 2:
+      out.append(r)
+    elif key not in merged:
+      merged.add(key)
+      out.append(dict(r, reading="both"))
+  return out
+
+
+def _readings(todo_entry: dict) -> int:
+  return 2 if todo_entry["reading"] == "both" else 1
 
 
 TODO_MARGIN_S = 45     # a run's figures, the report and the tarball
@@ -510,11 +546,12 @@ LAYERS = {6: 1, 7: 1, 8: 1, 9: 3, 10: 6, 11: 3, 12: 6}
 
 
 def run_seconds(fig: int, kind: str, steps: int, rate: float,
-                contrast: bool = False) -> float:
+                contrast: bool = False, readings: int = 1) -> float:
   """Projected wall seconds of `steps` steps of one run (see the model
-  above), given `rate`, the probe's steps/s of the Fig. 6 sweep."""
-  members = (1 if kind == "none" else 2 if fig == 7
-             else 5 + contrast)
+  above), given `rate`, the probe's steps/s of the Fig. 6 sweep;
+  `readings` = 2: both readings side by side (`both_readings`)."""
+  members = (1 if kind == "none" else 1 + readings if fig == 7
+             else 5 * readings + contrast)
   one, five = 1 / ONE_MEMBER_RATE, 1 / FIVE_MEMBER_RATE
   per_step = one + (five - one) * (members - 1) / 4
   per_step *= FIVE_MEMBER_RATE / rate * (1 + LAYER_COST * (LAYERS[fig] - 1))
@@ -528,10 +565,12 @@ def _steps_done(workdir: str) -> int:
 
 
 def _print_finals(workdir: str):
-  for m in training_plots.load_members(workdir):
+  members = training_plots.load_members(workdir)
+  width = max([28] + [len(m.get("name", "?")) for m in members])
+  for m in members:
     last = {k: v[-1][-1] for k, v in m["metrics"].items() if len(v[0])}
     get = lambda k: last.get(k, math.nan)  # noqa: E731
-    print(f"  {m.get('name', '?'):28s} valid ppl {get('valid/ppl'):9.2f}  "
+    print(f"  {m.get('name', '?'):{width}s} valid ppl {get('valid/ppl'):9.2f}  "
           f"test ppl {get('test/ppl'):9.2f}  scale "
           f"{get('mean/qk_scale'):.4g}  entropy {get('mean/entropy'):.4f}",
           flush=True)
@@ -627,6 +666,14 @@ def main():
                  "default: the H100's on scan_bf16_pallas)")
   p.add_argument("--contrast", action="store_true",
                  help="add a no-LocATER member per seed (Figs. 6, 8-12)")
+  p.add_argument("--both_readings", action="store_true",
+                 help="train and todo stages: each sweep under both "
+                 "readings of kappa side by side in one program (the "
+                 "configs' both_readings; todo: where both are still to "
+                 "run for a figure and seed)")
+  p.add_argument("--members_figs", default="6",
+                 help="members stage: the figures' models to time, e.g. "
+                 "6,8 (d = 128 and d = 32, one layer)")
   p.add_argument("--k", type=int, default=250, help="steps per call")
   p.add_argument("--probe_steps", type=int, default=500)
   p.add_argument("--time_budget_s", type=float, default=1e9)
@@ -639,6 +686,10 @@ def main():
   if flags.seeds < 1 or flags.first_seed < 0:
     p.error(f"--seeds must be >= 1 and --first_seed >= 0, got "
             f"{flags.seeds} and {flags.first_seed}")
+  if not set(flags.members_figs.split(",")) <= {str(f) for f in FIGS
+                                                if f != 7}:
+    p.error(f"--members_figs takes figures 6, 8-12 (one model each), got "
+            f"{flags.members_figs!r}")
   if not set(flags.runs.split(",")) <= set(RUN_KINDS):
     p.error(f"--runs takes {', '.join(RUN_KINDS)}, got {flags.runs!r}")
   named = (flags.paths.split(",") + [flags.path]
@@ -675,7 +726,8 @@ def main():
     elif stage == "todo":
       todo(flags, path, known.get(5))
     elif stage == "members":
-      members_curve(flags, path, known)
+      for fig in (int(f) for f in flags.members_figs.split(",")):
+        members_curve(flags, path, known if fig == 6 else {}, fig)
     elif stage == "report":
       write_report(flags)
     elif stage == "xent":            # later stages use its best setting
