@@ -45,12 +45,19 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   run per seed and kind, main text first), each trained only when its
   projected time (`run_seconds`) fits the time left, so a slice fills
   itself with what it can finish; --rate gives the Fig. 6 steps/s when no
-  probe ran in the same call.
+  probe ran in the same call. With --both_readings (here and in train)
+  a figure's and seed's sweeps under the two readings of kappa train as
+  one program (`both_readings`: 10 members on the same batches, one
+  compilation and evaluation schedule), or, where that does not fit the
+  time left, as the two runs.
 * report: REPRODUCTION.md (+ reproduction/: summary CSV/JSON, figures)
   in --workdir from every run there (`qkspec.experiments.report`), so each
   slice leaves its verdicts and what is still to run.
 * members: steps/s of N = 1, 5, 15, 30 members in one vmapped program, and
-  the ratio to N times one member's rate (the issue's goal is >= 0.8 N).
+  the ratio to N times one member's rate (the issue's goal is >= 0.8 N),
+  for the model of each figure in --members_figs (default 6: d = 128; 8:
+  d = 32, where the loss's matmuls are 4x smaller and members may come
+  cheaper, which decides whether --both_readings pays there).
 * xent: the loss alone (bench/xent_kernel.py): the chunked XLA loss against
   the Pallas kernels (`qkspec.training.pallas_xent`) at several block
   sizes, with each one's error against a float32 reference. The fastest
@@ -481,8 +488,9 @@ def todo(flags, path: str, rate: float | None):
   log(f"todo: {len(runs)} runs still to train ({flags.todo}), ~"
       f"{total / 60:.0f} min in all at {rate:.1f} Fig. 6 steps/s"
       + ("" if rate != flags.rate else " (--rate)") + _budget_left(flags))
-  trained = 0
-  for r in runs:
+  trained, queue = 0, list(runs)
+  while queue:
+    r = queue.pop(0)
     fig, seed, kind = int(r["figure"]), int(r["seed"]), r["kind"]
     fairseq, both = r["reading"] == "summed_loss", r["reading"] == "both"
     name, _ = run_spec(fig, seed, kind, fairseq, both=both)
@@ -493,7 +501,11 @@ def todo(flags, path: str, rate: float | None):
     need = run_seconds(fig, kind, steps, rate, readings=_readings(r))
     if need > left(flags) - TODO_MARGIN_S:
       log(f"todo {name}: ~{need / 60:.1f} min, does not fit "
-          f"({left(flags) / 60:.1f} min left); skipped")
+          f"({left(flags) / 60:.1f} min left); "
+          + ("its two readings as runs of their own" if both
+             else "skipped"))
+      if both:                      # each reading alone may still fit
+        queue[:0] = r["parts"]
       continue
     t = time.time()
     try:                  # one failed run must not end the slice
@@ -510,19 +522,20 @@ def todo(flags, path: str, rate: float | None):
 def pair_readings(runs: list[dict]) -> list[dict]:
   """`runs` (todo entries) with each sweep wanted under both readings for
   the same figure and seed merged into one entry, reading "both" (one
-  program, `both_readings`), where the first of the two stood."""
-  readings = {}
+  program, `both_readings`), where the first of the two stood; its
+  "parts" are the two entries, for a slice it does not fit."""
+  sweeps = {}                   # (figure, seed) -> its sweep entries
   for r in runs:
     if r["kind"] == "sweep":
-      readings.setdefault((r["figure"], r["seed"]), set()).add(r["reading"])
+      sweeps.setdefault((r["figure"], r["seed"]), []).append(r)
   out, merged = [], set()
   for r in runs:
     key = (r["figure"], r["seed"])
-    if r["kind"] != "sweep" or len(readings[key]) < 2:
+    if r["kind"] != "sweep" or len({x["reading"] for x in sweeps[key]}) < 2:
       out.append(r)
     elif key not in merged:
       merged.add(key)
-      out.append(dict(r, reading="both"))
+      out.append(dict(r, reading="both", parts=sweeps[key]))
   return out
 
 

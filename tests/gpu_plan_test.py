@@ -3,8 +3,12 @@
 The todo stage turns REPRODUCTION.md's list of missing runs into training
 runs on a GPU slice; a slip here wastes GPU time no CPU test would see.
 """
+import argparse
+import json
 import os
 import sys
+import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 
@@ -35,10 +39,15 @@ class PairReadingsTest(absltest.TestCase):
     runs = [_todo("6", "summed_loss", 1), _todo("6", "mean_loss", 1),
             _todo("8", "summed_loss"), _todo("8", "summed_loss", kind="none"),
             _todo("9", "summed_loss"), _todo("8", "mean_loss")]
-    self.assertEqual(gpu_paper.pair_readings(runs), [
-        _todo("6", "both", 1), _todo("8", "both"),
-        _todo("8", "summed_loss", kind="none"),
-        _todo("9", "summed_loss")])        # its literal run is done: alone
+    paired = gpu_paper.pair_readings(runs)
+    self.assertEqual([{k: v for k, v in r.items() if k != "parts"}
+                      for r in paired], [
+                          _todo("6", "both", 1), _todo("8", "both"),
+                          _todo("8", "summed_loss", kind="none"),
+                          _todo("9", "summed_loss")])  # literal done: alone
+    # a slice too short for the pair trains its parts instead
+    self.assertEqual(paired[1]["parts"], [runs[2], runs[5]])
+    self.assertNotIn("parts", paired[2])
 
   def test_names_and_configs_of_a_packed_run(self):
     name, extra = gpu_paper.run_spec(8, 1, "sweep", False, both=True)
@@ -66,6 +75,28 @@ class PairReadingsTest(absltest.TestCase):
     self.assertGreater(both, six)          # 10 members against 6
     self.assertLess(gpu_paper.run_seconds(7, "sweep", 50_000, rate,
                                           readings=2), six)  # 3 members
+
+  def test_todo_trains_the_pair_or_else_its_parts(self):
+    calls = []
+    fake = lambda flags, path, fig, seed, kind, fairseq, rate, both=False: (
+        calls.append((fig, seed, kind, fairseq, both)))
+    with tempfile.TemporaryDirectory() as tmp:
+      flags = argparse.Namespace(
+          todo=os.path.join(tmp, "summary.json"), workdir=tmp, steps=50_000,
+          rate=gpu_paper.PALLAS_RATE, both_readings=True,
+          time_budget_s=1e9)
+      with open(flags.todo, "w") as f:
+        json.dump({"todo": [_todo("6", "summed_loss"),
+                            _todo("6", "mean_loss")]}, f)
+      for left_s, expected in (
+          (1e4, [(6, 0, "sweep", False, True)]),          # the pair fits
+          (400, [(6, 0, "sweep", True, False),            # 10 members: no;
+                 (6, 0, "sweep", False, False)])):        # each reading: yes
+        calls.clear()
+        with mock.patch.object(gpu_paper, "train_run", fake), \
+             mock.patch.object(gpu_paper, "left", lambda _, s=left_s: s):
+          gpu_paper.todo(flags, "scan_bf16_pallas", None)
+        self.assertEqual(calls, expected, left_s)
 
 
 if __name__ == "__main__":
