@@ -149,6 +149,9 @@ exit $rc
   return d
 
 
+KERNEL_W = len("entry_mosaic_gpu_kernel")   # the longest kernel name
+
+
 def _ours(kernel: str) -> bool:
   """The loss's kernels: pallas_xent's ("xent_*") and FlashAttention-3's
   (Mosaic GPU names its entry "entry_mosaic_gpu_kernel")."""
@@ -260,7 +263,7 @@ def main():
   print(f"jax {jax.__version__}; H100 (compile only); d {flags.d_model}; "
         f"{ptxas.stdout.strip().splitlines()[-1] if ptxas.stdout else ''}")
   mesh = h100_mesh("x")
-  print(f"\n{'setting':38s} {'kernel':16s} registers  spill bytes  "
+  print(f"\n{'setting':38s} {'kernel':{KERNEL_W}s} registers  spill bytes  "
         + "  ".join(name for name, _ in _PTX_COUNTS))
   for spec in filter(None, flags.settings.split(",")):
     try:
@@ -271,7 +274,7 @@ def main():
     counts = kernel_instructions(report)
     for kernel, (regs, spill) in sorted(kernel_resources(report).items()):
       c = counts.get(kernel, {})
-      print(f"{spec:38s} {kernel:16s} {regs:9d}  {spill:11d}  "
+      print(f"{spec:38s} {kernel:{KERNEL_W}s} {regs:9d}  {spill:11d}  "
             + "  ".join(f"{c.get(name, '?'):>{len(name)}}"
                         for name, _ in _PTX_COUNTS)
             + ("  (spills)" if spill else ""), flush=True)
