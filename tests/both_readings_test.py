@@ -24,6 +24,7 @@ from qkspec.experiments import report
 from qkspec.training import loop
 from qkspec.training import step as step_lib
 from qkspec.training import sweep
+import testutil
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_compilation_cache_dir", os.path.join(
@@ -41,13 +42,6 @@ def _smoke(arg: str = "", kappa2=(0.0, 1.0)):
   return c
 
 
-def _batch(c):
-  tokens = jax.random.randint(jax.random.key(3),
-                              (c.data.batch_size, c.data.seq_len), 0,
-                              c.data.vocab_size)
-  return {"inputs": tokens, "targets": (tokens + 1) % c.data.vocab_size}
-
-
 def _steps(c, n: int = 2):
   """(params, metrics) after `n` train steps of `c` on a fixed batch."""
   steps = step_lib.build_steps(c)
@@ -56,7 +50,7 @@ def _steps(c, n: int = 2):
       members, stacked=sweep.is_sweep(c))
   state = steps.init(init_keys, hparams)
   for _ in range(n):
-    state, metrics = steps.train(state, _batch(c), dropout_keys)
+    state, metrics = steps.train(state, testutil.lm_batch(c), dropout_keys)
   return jax.device_get(state.params), jax.device_get(metrics)
 
 

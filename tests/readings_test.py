@@ -21,6 +21,7 @@ from qkspec.config import defaults
 from qkspec.config import schema
 from qkspec.training import step as step_lib
 from qkspec.training import sweep
+import testutil
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_compilation_cache_dir", os.path.join(
@@ -40,20 +41,13 @@ def _smoke_lm(added_to, kappa1=KAPPA1, kappa2=KAPPA2):
   return c
 
 
-def _batch(c):
-  tokens = jax.random.randint(jax.random.key(3),
-                              (c.data.batch_size, c.data.seq_len), 0,
-                              c.data.vocab_size)
-  return {"inputs": tokens, "targets": (tokens + 1) % c.data.vocab_size}
-
-
 def _one_step(c):
   """(params, metrics) after one train step of `c` on a fixed batch."""
   steps = step_lib.build_steps(c)
   init_key, dropout_key, hparams = step_lib.member_inputs(
       sweep.members(c), stacked=False)
   state = steps.init(init_key, hparams)
-  state, metrics = steps.train(state, _batch(c), dropout_key)
+  state, metrics = steps.train(state, testutil.lm_batch(c), dropout_key)
   return jax.device_get(state.params), jax.device_get(metrics)
 
 
@@ -87,7 +81,7 @@ class GradientTest(absltest.TestCase):
     steps = step_lib.build_steps(fairseq)
     params = steps.init(jax.random.key(0), sweep.hparams(
         sweep.members(fairseq)[0])).params
-    batch, key = _batch(fairseq), jax.random.key(1)
+    batch, key = testutil.lm_batch(fairseq), jax.random.key(1)
 
     def grads(c, **kw):
       hp = sweep.hparams(sweep.members(c)[0])

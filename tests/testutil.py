@@ -39,3 +39,11 @@ def sweep_losses(config, steps: int) -> tuple:
     state, metrics = built.train(state, built.task.train_batch(i), dk)
     losses.append(np.asarray(metrics["loss"]))
   return built, losses
+
+
+def lm_batch(config, seed: int = 3) -> dict:
+  """A fixed random LM batch of `config`'s shape: targets = inputs + 1."""
+  tokens = jax.random.randint(jax.random.key(seed),
+                              (config.data.batch_size, config.data.seq_len),
+                              0, config.data.vocab_size)
+  return {"inputs": tokens, "targets": (tokens + 1) % config.data.vocab_size}
