@@ -217,7 +217,7 @@ def set_seed(c, seed: int, seeds: int) -> None:
   c.seed = seed
 
 
-READINGS = ("mean_loss", "summed_loss")      # schema.PENALTY_ADDED_TO
+READINGS = tuple(schema.PENALTY_ADDED_TO)    # mean_loss, summed_loss
 
 
 def readings_of(c, *, fairseq: bool, both_readings: bool) -> tuple[str, ...]:

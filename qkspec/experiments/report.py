@@ -83,8 +83,8 @@ CLAIMS = (("B", "scale", -1, "scale shrinks"),
 # figure -> seeds the report asks for under each reading (issue: >= 3 seeds
 # for Fig. 6, >= 1 elsewhere)
 PLAN = {"6": 3, "7": 1, "8": 1, "9": 1, "10": 1, "11": 1, "12": 1}
-READINGS = {"mean_loss": "literal (mean_loss)",
-            "summed_loss": "fairseq (summed_loss)"}
+READINGS = {k: f"{name} ({k})"       # "literal (mean_loss)", ...
+            for k, name in training_plots.READING_NAMES.items()}
 DEVIATIONS = (
     "Precision: float32 parameters, optimizer state, softmax and loss; the "
     "matmuls in each run's `compute_dtype` (listed under Runs): bfloat16 "
@@ -234,15 +234,16 @@ def load_runs(run_dirs) -> list[dict]:
     for m in training_plots.load_members(run_dir):
       m["last_step"] = _last_step(m)
       by_reading.setdefault(m.get("penalty_added_to", reading), []).append(m)
+    run = dict(run_dir=str(run_dir), figure=fig, smoke=smoke,
+               label=f"Fig. {fig}" + (" (smoke)" if smoke else ""),
+               both_readings=len(by_reading) > 1,
+               command=config_command(config, run_dir),
+               d_model=int(config["model"]["d_model"]),
+               num_steps=int(config["num_steps"]))
     for member_reading, members in (by_reading or {reading: []}).items():
       runs.append(dict(
-          run_dir=str(run_dir), figure=fig, smoke=smoke,
-          label=f"Fig. {fig}" + (" (smoke)" if smoke else ""),
-          reading=member_reading, both_readings=len(by_reading) > 1,
-          command=config_command(config, run_dir), members=members,
-          d_model=int(config["model"]["d_model"]),
-          final_step=min((m["last_step"] for m in members), default=0),
-          num_steps=int(config["num_steps"])))
+          run, reading=member_reading, members=members,
+          final_step=min((m["last_step"] for m in members), default=0)))
   return runs
 
 
@@ -846,8 +847,8 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
          "made before it existed.", ""]
   listed = set()
   for run in runs:
-    if run["both_readings"] and run["run_dir"] in listed:
-      continue                     # one program, listed once
+    if run["run_dir"] in listed:   # both readings' halves: one program
+      continue
     listed.add(run["run_dir"])
     reading = ("both readings side by side" if run["both_readings"]
                else READINGS.get(run["reading"]))

@@ -41,7 +41,8 @@ _DEFAULTS = {"seed": 0, "kappa1": 0.0, "kappa2": 0.0, "target": 1.0,
              "penalty_added_to": "mean_loss"}
 _SYMBOL = {"seed": "seed", "kappa1": r"$\kappa_1$", "kappa2": r"$\kappa_2$",
            "target": "target", "penalty_added_to": "reading"}
-_READING = {"mean_loss": "literal", "summed_loss": "fairseq"}
+# the readings of kappa (qkspec.config.schema.PENALTY_ADDED_TO), short
+READING_NAMES = {"mean_loss": "literal", "summed_loss": "fairseq"}
 _LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)))
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 _SCALE_LABEL = r"tr$(W_{QK}^\top W_{QK})$"
@@ -101,7 +102,7 @@ def member_names(members) -> list[str]:
 
 
 def _value_text(value) -> str:
-  return (_READING.get(value, value) if isinstance(value, str)
+  return (READING_NAMES.get(value, value) if isinstance(value, str)
           else f"{value:g}")
 
 
@@ -287,13 +288,13 @@ def vs_kappa2_figure(members):
                 marker=style["marker"], ms=style["ms"] + 2, mfc="none",
                 mew=2, zorder=style["zorder"])
       if axis == "kappa2":
-        readings = sorted({m.get("penalty_added_to", "mean_loss")
-                           for m in members})
+        of = [m.get("penalty_added_to", _DEFAULTS["penalty_added_to"])
+              for m in members]
+        readings = sorted(set(of))
         for reading, ls in zip(readings, ("-", "--")):
-          line = [(x, y) for x, y, m in zip(xs, vals, members)
-                  if m.get("penalty_added_to", "mean_loss") == reading]
+          line = [(x, y) for x, y, r in zip(xs, vals, of) if r == reading]
           ax.plot(*zip(*line), color="0.6", lw=1, ls=ls, zorder=1,
-                  label=(f"{_READING[reading]} reading"
+                  label=(f"{READING_NAMES[reading]} reading"
                          if len(readings) > 1 else None))
         if len(readings) > 1:
           ax.legend(loc="best", fontsize=8)

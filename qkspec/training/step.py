@@ -31,7 +31,8 @@ target per sequence). :math:`\kappa` reaches `LocaterHParams` unchanged.
 A sweep may list the reading per member (`sweep.penalty_added_to`): then
 :math:`s` is a per-member constant mapped with the states
 (`penalty_scales`), so both readings train in one program on the same
-batches, each member equal to its reading's run alone (tests/readings_test.py).
+batches, each member equal to its reading's run alone
+(tests/both_readings_test.py).
 
 `train_step(state, batch, key) -> (state, metrics)` is pure and compiled
 once with `jax.jit` over a ("data",) mesh of all devices: the batch sharded
@@ -245,10 +246,7 @@ def _scaled_members(task, tx, scales: list[float], batch: int):
                       penalty_scale=scale)
   mapped = sweep_lib.over_members(one, (0, None, 0, 0), batch)
   scales_N = np.asarray(scales, np.float32)
-
-  def step(state, batch_, keys):
-    return mapped(state, batch_, keys, jnp.asarray(scales_N))
-  return step
+  return lambda state, batch_, keys: mapped(state, batch_, keys, scales_N)
 
 
 def build_steps(config, mesh=None) -> Steps:
