@@ -49,7 +49,12 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   a figure's and seed's sweeps under the two readings of kappa train as
   one program (`both_readings`: 10 members on the same batches, one
   compilation and evaluation schedule), or, where that does not fit the
-  time left, as the two runs.
+  time left, as the two runs. Where a members curve of the run's model
+  was measured on this path and device (members stage; --curves), the
+  projection is that curve's, and --pack_seeds (default 3) trains seeds
+  0..2 of each of Figs. 8-12 together, with a no-LocATER member per seed,
+  where the curve says that costs at most PACK_GAIN x seed 0 alone
+  (`fig8_both_c_seeds3`: 33 members), else seed 0 as before.
 * report: REPRODUCTION.md (+ reproduction/: summary CSV/JSON, figures)
   in --workdir from every run there (`qkspec.experiments.report`), so each
   slice leaves its verdicts and what is still to run.
@@ -57,7 +62,10 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   the ratio to N times one member's rate (the issue's goal is >= 0.8 N),
   for the model of each figure in --members_figs (default 6: d = 128; 8:
   d = 32, where the loss's matmuls are 4x smaller and members may come
-  cheaper, which decides whether --both_readings pays there).
+  cheaper, which decides whether --both_readings pays there). Each curve
+  goes to WORKDIR/members_curves.json, by device kind and path, for the
+  todo stage's projections in this call and, brought home and passed as
+  --curves (default bench/members_curves.json), in later slices.
 * xent: the loss alone (bench/xent_kernel.py): the chunked XLA loss against
   the Pallas kernels (`qkspec.training.pallas_xent`) at several block
   sizes, with each one's error against a float32 reference. The fastest
@@ -196,8 +204,7 @@ def fig_config(flags, fig: int, path: str, **extra):
   c.data.data_dir = flags.tfds_dir
   c.num_steps = flags.steps
   c.update_from_flattened_dict(PATHS[path])
-  if (flags.pallas and c.model.get("loss_impl") == "pallas"
-      and "model.loss_pallas" not in PATHS[path]):      # not a pinned path
+  if _pallas_of(flags, path):
     c.model.loss_pallas = flags.pallas
   if "steps_per_call" not in PATHS[path]:
     c.steps_per_call = flags.k
@@ -205,6 +212,14 @@ def fig_config(flags, fig: int, path: str, **extra):
     c.log_every, c.eval_every, c.checkpoint_every = 2, 4, 4
     c.eval_max_batches = 2
   return c
+
+
+def _pallas_of(flags, path: str) -> str:
+  """--pallas where it sets `path`'s Pallas blocks (an unpinned Pallas
+  path), else ""."""
+  pinned = "model.loss_pallas" in PATHS[path]
+  return ("" if pinned or PATHS[path].get("model.loss_impl") != "pallas"
+          else flags.pallas)
 
 
 def _stepper(config):
@@ -338,9 +353,10 @@ def _budget_left(flags) -> str:
 
 
 def members_curve(flags, path: str, known: dict[int, float], fig: int = 6):
-  """Steps/s for N = 1, 5, 15, 30 members of Fig. `fig`'s model (`known`:
-  rates measured already; --rehearse: N = 1, 5, since on a CPU the Pallas
-  path runs in Pallas' interpreter, minutes per program)."""
+  """{N: steps/s} for N = 1, 5, 15, 30 members of Fig. `fig`'s model, as
+  far as the time budget reaches (`known`: rates measured already;
+  --rehearse: N = 1, 5, since on a CPU the Pallas path runs in Pallas'
+  interpreter, minutes per program)."""
   log(f"members: steps/s of N members of Fig. {fig}'s model ({FIGS[fig]}) "
       f"in one program ({path})")
   rows = []
@@ -373,6 +389,7 @@ def members_curve(flags, path: str, known: dict[int, float], fig: int = 6):
     for n, rate in rows:
       print(f"  {n:5d} {rate:8.1f} {n * rate:12.0f} {rate / one:10.2f}",
             flush=True)
+  return dict(rows)
 
 
 @contextlib.contextmanager
@@ -391,22 +408,29 @@ RUN_KINDS = ("sweep", "none")
 
 
 def run_spec(fig: int, seed: int, kind: str, fairseq: bool,
-             contrast: bool = False, both: bool = False
+             contrast: bool = False, both: bool = False, seeds: int = 1
              ) -> tuple[str, dict]:
   """(workdir name, config arguments) of one training run: fig6,
-  fig6_fairseq_seed2, fig9_c, fig9_none, fig8_both. `contrast` (a
-  no-LocATER member added to the sweep) applies to the sweeps of Figs. 6,
-  8-12 only; `both` trains a sweep under both readings side by side (the
-  configs' `both_readings`; a none run is the same under both)."""
+  fig6_fairseq_seed2, fig9_c, fig9_none, fig8_both, fig8_both_c_seeds3.
+  `contrast` (a no-LocATER member added to the sweep) applies to the
+  sweeps of Figs. 6, 8-12 only; `both` trains a sweep under both readings
+  side by side (the configs' `both_readings`; a none run is the same under
+  both); `seeds` > 1 trains seeds 0..seeds-1 in one program (`seed` then
+  must be 0)."""
+  if seeds > 1 and seed:
+    raise ValueError(f"seeds={seeds} trains seeds 0..{seeds - 1}; got "
+                     f"seed={seed} too")
   none = kind == "none"
   contrast = contrast and fig != 7 and not none
   both = both and not none
   fairseq = fairseq and not both
+  seeds = seeds if seeds > 1 else 0
   extra = {"fairseq": fairseq, "both_readings": both, "contrast": contrast,
-           "none": none, "seed": seed}
+           "none": none, "seed": seed, "seeds": seeds}
   name = (f"fig{fig}" + "_fairseq" * fairseq + "_both" * both
           + "_c" * contrast + "_none" * none
-          + (f"_seed{seed}" if seed else ""))
+          + (f"_seed{seed}" if seed else "")
+          + (f"_seeds{seeds}" if seeds else ""))
   return name, {k: v for k, v in extra.items() if v}
 
 
@@ -435,22 +459,25 @@ def train(flags, path: str, rate: float | None = None):
 
 def train_run(flags, path: str, fig: int, seed: int, kind: str,
               fairseq: bool, rate: float | None, contrast: bool = False,
-              both: bool = False):
+              both: bool = False, seeds: int = 1):
   """Trains one run (resumable from its workdir) until done or the time
   budget, then prints its finals and writes its figures; `contrast` adds
   a no-LocATER member to a sweep of Figs. 6, 8-12, `both` trains both
-  readings side by side."""
-  name, extra = run_spec(fig, seed, kind, fairseq, contrast, both)
+  readings side by side, `seeds` > 1 seeds 0..seeds-1 together."""
+  name, extra = run_spec(fig, seed, kind, fairseq, contrast, both, seeds)
   c = fig_config(flags, fig, path, **extra)
   workdir = os.path.join(flags.workdir, name)
   log(f"train {name}: {FIGS[fig] or 'rho_training'}, {c.num_steps} "
       f"steps, path {path}")
-  if rate:
+  curve = load_curves(flags, path).get(model_d(fig))
+  if rate or curve:
     need = run_seconds(fig, kind, c.num_steps - _steps_done(workdir), rate,
                        "contrast" in extra, 2 if "both_readings" in extra
-                       else 1)
-    log(f"train {name}: ~{need / 60:.1f} min at the probe's {rate:.1f} "
-        "steps/s (run_seconds)" + _budget_left(flags)
+                       else 1, seeds, curve)
+    log(f"train {name}: ~{need / 60:.1f} min at "
+        + (f"the measured members curve (d = {model_d(fig)})" if curve
+           else f"the probe's {rate:.1f} steps/s") + " (run_seconds)"
+        + _budget_left(flags)
         + ("" if need < left(flags) - 30 else
            ": it will stop early; rerun at once on this machine to resume "
            "(its checkpoint stays here)"))
@@ -474,49 +501,69 @@ def train_run(flags, path: str, fig: int, seed: int, kind: str,
 def todo(flags, path: str, rate: float | None):
   """Trains the runs the report still lacks (--todo: a summary.json with
   `report.todo_runs`' list, in its order), each only when its projected
-  time (`run_seconds` at `rate`, else --rate) fits the time left: a run
-  that would not is skipped for a later, shorter one, so no slice starts
-  what it cannot finish (checkpoints do not come back from the device).
-  Runs finished in an earlier call on this machine are skipped."""
+  time (`run_seconds` at the members curves measured on this path, else
+  at `rate`, else --rate) fits the time left: a run that would not is
+  skipped for a later, shorter one, so no slice starts what it cannot
+  finish (checkpoints do not come back from the device); a packed entry
+  (`pair_readings`, `pack_seeds`) that does not fit gives way to its
+  parts. Runs finished in an earlier call on this machine are skipped."""
   with open(flags.todo) as f:
     runs = json.load(f).get("todo", [])
   if flags.both_readings:
     runs = pair_readings(runs)
   rate = rate or flags.rate
-  total = sum(run_seconds(int(r["figure"]), r["kind"], flags.steps, rate,
-                          readings=_readings(r)) for r in runs)
-  log(f"todo: {len(runs)} runs still to train ({flags.todo}), ~"
-      f"{total / 60:.0f} min in all at {rate:.1f} Fig. 6 steps/s"
-      + ("" if rate != flags.rate else " (--rate)") + _budget_left(flags))
+  curves = load_curves(flags, path)
+  seconds = lambda r, steps=flags.steps: run_seconds(  # noqa: E731
+      int(r["figure"]), r["kind"], steps, rate, r.get("contrast", False),
+      _readings(r), r.get("seeds", 1), curves.get(model_d(int(r["figure"]))))
+  if flags.pack_seeds > 1:
+    runs = pack_seeds(runs, flags.pack_seeds, seconds)
+  total = sum(seconds(r) for r in runs)
+  log(f"todo: {len(runs)} run{'s' * (len(runs) != 1)} still to train "
+      f"({flags.todo}), ~"
+      f"{total / 60:.0f} min in all at "
+      + (f"the members curves measured for d = "
+         f"{', '.join(map(str, sorted(curves)))} and " if curves else "")
+      + f"{rate:.1f} Fig. 6 steps/s" + ("" if rate != flags.rate
+                                        else " (--rate)")
+      + _budget_left(flags))
   trained, queue = 0, list(runs)
   while queue:
     r = queue.pop(0)
-    fig, seed, kind = int(r["figure"]), int(r["seed"]), r["kind"]
-    fairseq, both = r["reading"] == "summed_loss", r["reading"] == "both"
-    name, _ = run_spec(fig, seed, kind, fairseq, both=both)
+    name, spec = _todo_spec(r)
     steps = flags.steps - _steps_done(os.path.join(flags.workdir, name))
     if steps <= 0:
       log(f"todo {name}: done here already")
       continue
-    need = run_seconds(fig, kind, steps, rate, readings=_readings(r))
+    need = seconds(r, steps)
     if need > left(flags) - TODO_MARGIN_S:
+      parts = r.get("parts", [])
       log(f"todo {name}: ~{need / 60:.1f} min, does not fit "
           f"({left(flags) / 60:.1f} min left); "
-          + ("its two readings as runs of their own" if both
-             else "skipped"))
-      if both:                      # each reading alone may still fit
-        queue[:0] = r["parts"]
+          + (f"its parts instead: {', '.join(_todo_spec(p)[0] for p in parts)}"
+             if parts else "skipped"))
+      queue[:0] = parts
       continue
     t = time.time()
     try:                  # one failed run must not end the slice
-      train_run(flags, path, fig, seed, kind, fairseq, rate, both=both)
+      train_run(flags, path, **spec, rate=rate)
       trained += 1
     except Exception as e:  # pylint: disable=broad-except
       log(f"todo {name}: failed: {type(e).__name__}: {str(e)[:300]}")
     log(f"todo {name}: {(time.time() - t) / 60:.1f} min, projected "
-        f"{need / 60:.1f} (run_seconds' model: members, LAYER_COST, "
-        "EVAL_COST)")
+        f"{need / 60:.1f} (run_seconds' model: "
+        + ("measured members curve" if model_d(spec["fig"]) in curves
+           else "members") + ", LAYER_COST, EVAL_COST)")
   log(f"todo: trained {trained} of {len(runs)} runs")
+
+
+def _todo_spec(r: dict) -> tuple[str, dict]:
+  """(workdir name, `train_run` arguments) of a todo entry."""
+  spec = dict(fig=int(r["figure"]), seed=int(r["seed"]), kind=r["kind"],
+              fairseq=r["reading"] == "summed_loss",
+              both=r["reading"] == "both",
+              contrast=r.get("contrast", False), seeds=r.get("seeds", 1))
+  return run_spec(**spec)[0], spec
 
 
 def pair_readings(runs: list[dict]) -> list[dict]:
@@ -539,6 +586,41 @@ def pair_readings(runs: list[dict]) -> list[dict]:
   return out
 
 
+# A figure the report wants with one seed (Figs. 8-12; the issue asks for
+# 3 "where GPU time allows") trains seeds 0..S-1 in one program when that
+# is projected to cost at most PACK_GAIN x its seed-0 runs: on a model
+# whose step is bound by fixed costs rather than its members (d = 32?
+# bench/gpu_results.md), the extra seeds then come at half a run or less.
+PACK_GAIN = 1.5
+
+
+def pack_seeds(runs: list[dict], seeds: int, seconds) -> list[dict]:
+  """`runs` (todo entries, after `pair_readings`) with the seed-0 sweep of
+  each figure that `report.PLAN` wants with one seed widened to seeds
+  0..seeds-1 in one program, a no-LocATER member per seed beside the
+  sweep (`contrast`), where `seconds(entry)` (projected wall seconds) says
+  that costs at most PACK_GAIN x the sweep and the figure's seed-0
+  no-LocATER entry (if listed) trained alone. The packed entry stands
+  where the sweep stood, the no-LocATER entry goes, and both are its
+  "parts", for a slice it does not fit."""
+  nones = {r["figure"]: r for r in runs
+           if r["kind"] == "none" and r["seed"] == 0}
+  out, taken = [], set()
+  for r in runs:
+    fig = r["figure"]
+    if (r["kind"] == "sweep" and r["seed"] == 0 and "seeds" not in r
+        and report.PLAN.get(fig) == 1 and fig in report.CONTRAST_FIGS):
+      parts = [r] + ([nones[fig]] if fig in nones else [])
+      packed = dict(r, seeds=seeds, contrast=True, parts=parts)
+      if seconds(packed) <= PACK_GAIN * sum(seconds(p) for p in parts):
+        out.append(packed)
+        taken.add(fig)
+        continue
+    out.append(r)
+  return [r for r in out if not (r["kind"] == "none" and r["seed"] == 0
+                                 and r["figure"] in taken)]
+
+
 def _readings(todo_entry: dict) -> int:
   return 2 if todo_entry["reading"] == "both" else 1
 
@@ -552,23 +634,102 @@ TODO_MARGIN_S = 45     # a run's figures, the report and the tarball
 # kernels); d = 32 costs as d = 128 (the step is bound by the [4096, V]
 # logits, whose size does not depend on d); evaluation adds EVAL_COST and
 # compilation RUN_OVERHEAD_S (Fig. 6: 8.0 min wall for 7.2 min of training).
+# Where the members stage measured the curve of the run's model (its d,
+# one layer) on this path and device, in this call or an earlier one
+# (`load_curves`), the step's time is that curve's instead (`step_seconds`),
+# and no d = 32 guess is left.
 LAYER_COST = 0.10
 EVAL_COST = 0.07
 RUN_OVERHEAD_S = 20.0
 LAYERS = {6: 1, 7: 1, 8: 1, 9: 3, 10: 6, 11: 3, 12: 6}
 
 
+def run_members(fig: int, kind: str, contrast: bool = False,
+                readings: int = 1, seeds: int = 1) -> int:
+  """Members of one run: the kappa2 sweep (Fig. 7: its 2) per reading,
+  plus a no-LocATER member if `contrast`, times `seeds`; a none run: 1."""
+  if kind == "none":
+    return 1
+  return seeds * (1 + readings if fig == 7 else 5 * readings + contrast)
+
+
+def step_seconds(curve: dict[int, float], n: int) -> float:
+  """Seconds per step of `n` members, from a measured curve {N: steps/s}
+  of two points or more: piecewise linear in N between them; beyond the
+  largest N along the last segment (never below its time), below the
+  smallest N that N's time (fewer members are never slower: an upper
+  bound, so a slice never starts what it cannot finish)."""
+  pts = sorted((k, 1 / r) for k, r in curve.items())
+  if n <= pts[0][0]:
+    return pts[0][1]
+  i = min(sum(k <= n for k, _ in pts) - 1, len(pts) - 2)
+  (n0, t0), (n1, t1) = pts[i], pts[i + 1]
+  t = t0 + (t1 - t0) * (n - n0) / (n1 - n0)
+  return max(t, t1) if n >= n1 else t
+
+
 def run_seconds(fig: int, kind: str, steps: int, rate: float,
-                contrast: bool = False, readings: int = 1) -> float:
+                contrast: bool = False, readings: int = 1, seeds: int = 1,
+                curve: dict[int, float] | None = None) -> float:
   """Projected wall seconds of `steps` steps of one run (see the model
-  above), given `rate`, the probe's steps/s of the Fig. 6 sweep;
-  `readings` = 2: both readings side by side (`both_readings`)."""
-  members = (1 if kind == "none" else 1 + readings if fig == 7
-             else 5 * readings + contrast)
-  one, five = 1 / ONE_MEMBER_RATE, 1 / FIVE_MEMBER_RATE
-  per_step = one + (five - one) * (members - 1) / 4
-  per_step *= FIVE_MEMBER_RATE / rate * (1 + LAYER_COST * (LAYERS[fig] - 1))
+  above), given `rate`, the probe's steps/s of the Fig. 6 sweep, or
+  `curve`, the measured members curve of the run's model ({N: steps/s},
+  which then replaces `rate` and the d = 32 guess); `readings` = 2: both
+  readings side by side (`both_readings`); `seeds`: seeds in one program."""
+  members = run_members(fig, kind, contrast, readings, seeds)
+  if curve and len(curve) > 1:
+    per_step = step_seconds(curve, members)
+  else:
+    one, five = 1 / ONE_MEMBER_RATE, 1 / FIVE_MEMBER_RATE
+    per_step = (one + (five - one) * (members - 1) / 4) * (
+        FIVE_MEMBER_RATE / rate)
+  per_step *= 1 + LAYER_COST * (LAYERS[fig] - 1)
   return steps * per_step * (1 + EVAL_COST) + RUN_OVERHEAD_S
+
+
+def model_d(fig: int) -> int:
+  """d_model of Fig. `fig`'s model (Fig. 7: locater_wt2's, d = 128)."""
+  return int(FIGS[fig].split("d=")[1]) if FIGS[fig] else 128
+
+
+CURVES_FILE = "members_curves.json"
+
+
+def _curves_key(flags, path: str) -> str:
+  """The setting a curve was measured at: the path and its Pallas blocks."""
+  pallas = _pallas_of(flags, path)
+  return path + (f":{pallas}" if pallas else "")
+
+
+def load_curves(flags, path: str) -> dict[int, dict[int, float]]:
+  """d_model -> {N: steps/s}: members curves measured on `path` (at the
+  same Pallas setting) and this device kind, from --curves (a file brought
+  home from a slice) and then WORKDIR's (this machine's earlier calls),
+  the later file's curve replacing the earlier's."""
+  device, key, out = jax.devices()[0].device_kind, _curves_key(flags, path), {}
+  for name in (flags.curves, os.path.join(flags.workdir, CURVES_FILE)):
+    if name and os.path.isfile(name):
+      with open(name) as f:
+        for d, curve in json.load(f).get(device, {}).get(key, {}).items():
+          if len(curve) > 1:            # step_seconds needs two points
+            out[int(d)] = {int(n): float(r) for n, r in curve.items()}
+  return out
+
+
+def save_curve(flags, path: str, d: int, curve: dict[int, float]):
+  """Adds `curve` (d_model `d`, measured on `path`) to WORKDIR's
+  members_curves.json, {device kind: {path[:pallas]: {d: {N: steps/s}}}},
+  which runs.tgz brings home (pass it as --curves to a later slice)."""
+  name = os.path.join(flags.workdir, CURVES_FILE)
+  saved = {}
+  if os.path.isfile(name):
+    with open(name) as f:
+      saved = json.load(f)
+  device = jax.devices()[0].device_kind
+  saved.setdefault(device, {}).setdefault(_curves_key(flags, path), {})[
+      str(d)] = {str(n): r for n, r in sorted(curve.items())}
+  with open(name, "w") as f:
+    json.dump(saved, f, indent=1)
 
 
 def _steps_done(workdir: str) -> int:
@@ -684,6 +845,18 @@ def main():
                  "readings of kappa side by side in one program (the "
                  "configs' both_readings; todo: where both are still to "
                  "run for a figure and seed)")
+  p.add_argument("--pack_seeds", type=int, default=3,
+                 help="todo stage: train seeds 0..N-1 of a figure the "
+                 "report wants with one seed (Figs. 8-12) in one program, "
+                 "with a no-LocATER member per seed, where the measured "
+                 "members curve projects it at most PACK_GAIN x that "
+                 "figure's seed-0 runs (0: never)")
+  p.add_argument("--curves", default=os.path.join(ROOT, "bench",
+                                                  CURVES_FILE),
+                 help="members curves measured in an earlier slice "
+                 "(WORKDIR/members_curves.json brought home), used by the "
+                 "projections on the same path and device kind when "
+                 "present; the members stage adds to WORKDIR's")
   p.add_argument("--members_figs", default="6",
                  help="members stage: the figures' models to time, e.g. "
                  "6,8 (d = 128 and d = 32, one layer)")
@@ -740,7 +913,9 @@ def main():
       todo(flags, path, known.get(5))
     elif stage == "members":
       for fig in (int(f) for f in flags.members_figs.split(",")):
-        members_curve(flags, path, known if fig == 6 else {}, fig)
+        curve = members_curve(flags, path, known if fig == 6 else {}, fig)
+        if len(curve) > 1:           # later projections use it
+          save_curve(flags, path, model_d(fig), curve)
     elif stage == "report":
       write_report(flags)
     elif stage == "xent":            # later stages use its best setting

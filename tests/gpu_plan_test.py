@@ -1,4 +1,5 @@
-"""bench/gpu_paper.py's planning: run names, packed readings, projections.
+"""bench/gpu_paper.py's planning: run names, packed readings and seeds,
+projections from measured members curves.
 
 The todo stage turns REPRODUCTION.md's list of missing runs into training
 runs on a GPU slice; a slip here wastes GPU time no CPU test would see.
@@ -30,6 +31,14 @@ def _todo(figure, reading, seed=0, kind="sweep"):
 
 class Flags:
   manual_dir, tfds_dir, steps, pallas, k, rehearse = "", "/tmp/t", 8, "", 2, 0
+
+
+def _todo_flags(tmp, **kw):
+  return argparse.Namespace(**{
+      "todo": os.path.join(tmp, "summary.json"), "workdir": tmp,
+      "steps": 50_000, "rate": gpu_paper.PALLAS_RATE, "both_readings": True,
+      "time_budget_s": 1e9, "pack_seeds": 3, "curves": "", "pallas": "",
+      **kw})
 
 
 class PairReadingsTest(absltest.TestCase):
@@ -78,13 +87,10 @@ class PairReadingsTest(absltest.TestCase):
 
   def test_todo_trains_the_pair_or_else_its_parts(self):
     calls = []
-    fake = lambda flags, path, fig, seed, kind, fairseq, rate, both=False: (
-        calls.append((fig, seed, kind, fairseq, both)))
+    fake = lambda flags, path, rate, **r: calls.append(
+        (r["fig"], r["seed"], r["kind"], r["fairseq"], r["both"]))
     with tempfile.TemporaryDirectory() as tmp:
-      flags = argparse.Namespace(
-          todo=os.path.join(tmp, "summary.json"), workdir=tmp, steps=50_000,
-          rate=gpu_paper.PALLAS_RATE, both_readings=True,
-          time_budget_s=1e9)
+      flags = _todo_flags(tmp)
       with open(flags.todo, "w") as f:
         json.dump({"todo": [_todo("6", "summed_loss"),
                             _todo("6", "mean_loss")]}, f)
@@ -97,6 +103,154 @@ class PairReadingsTest(absltest.TestCase):
              mock.patch.object(gpu_paper, "left", lambda _, s=left_s: s):
           gpu_paper.todo(flags, "scan_bf16_pallas", None)
         self.assertEqual(calls, expected, left_s)
+
+
+# Members curves {N: steps/s} of a model whose step is bound by fixed costs
+# (members nearly free) and of one whose step grows with its members.
+FLAT = {1: 1000.0, 5: 950.0, 15: 900.0, 30: 850.0}
+LINEAR = {1: 1000.0, 5: 200.0, 15: 1000 / 15, 30: 1000 / 30}
+
+
+class MeasuredCurveTest(absltest.TestCase):
+
+  def test_step_time_interpolates_the_measured_points(self):
+    curve = {1: 1000.0, 5: 500.0, 15: 200.0}          # 1, 2, 5 ms a step
+    for n, ms in ((1, 1.0), (3, 1.5), (5, 2.0), (10, 3.5), (15, 5.0),
+                  (33, 5.0 + 18 * 0.3)):              # beyond: last segment
+      self.assertAlmostEqual(gpu_paper.step_seconds(curve, n), ms / 1e3,
+                             msg=n)
+    # below the smallest measured N: its time (an upper bound); beyond the
+    # largest, never below its time, even where noise bends the curve down
+    self.assertAlmostEqual(gpu_paper.step_seconds({5: 500.0, 15: 200.0}, 1),
+                           2e-3)
+    self.assertAlmostEqual(gpu_paper.step_seconds({1: 500.0, 5: 600.0}, 30),
+                           1 / 600)
+
+  def test_projection_takes_the_curve_and_its_layers(self):
+    curve = {1: 1000.0, 5: 500.0, 15: 200.0}
+
+    def want(n, layers):
+      return (50_000 * gpu_paper.step_seconds(curve, n)
+              * (1 + gpu_paper.LAYER_COST * (layers - 1))
+              * (1 + gpu_paper.EVAL_COST) + gpu_paper.RUN_OVERHEAD_S)
+
+    for fig, kind, kw, n in ((8, "sweep", {}, 5), (9, "none", {}, 1),
+                             (10, "sweep", dict(readings=2, contrast=True,
+                                                seeds=3), 33),
+                             (7, "sweep", dict(readings=2), 3)):
+      got = gpu_paper.run_seconds(fig, kind, 50_000, 1e-9, curve=curve, **kw)
+      self.assertAlmostEqual(got, want(n, gpu_paper.LAYERS[fig]),
+                             msg=(fig, kw))
+    # one point is no curve: the model at the probe's rate
+    rate = gpu_paper.FIVE_MEMBER_RATE
+    self.assertEqual(
+        gpu_paper.run_seconds(8, "sweep", 50_000, rate, curve={5: 1.0}),
+        gpu_paper.run_seconds(8, "sweep", 50_000, rate))
+
+  def test_curves_are_kept_by_device_path_and_pallas_setting(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      brought = os.path.join(tmp, "brought.json")
+      device = gpu_paper.jax.devices()[0].device_kind
+      with open(brought, "w") as f:
+        json.dump({device: {"scan_bf16_pallas": {
+            "32": {"1": 1.0, "5": 2.0}, "128": {"1": 3.0, "5": 4.0}}},
+                   "NVIDIA H200": {"scan_bf16_pallas": {
+                       "64": {"1": 5.0, "5": 6.0}}}}, f)
+      flags = _todo_flags(tmp, curves=brought)
+      self.assertEqual(gpu_paper.load_curves(flags, "scan_bf16_pallas"),
+                       {32: {1: 1.0, 5: 2.0}, 128: {1: 3.0, 5: 4.0}})
+      # this machine's own measurement replaces the brought one
+      gpu_paper.save_curve(flags, "scan_bf16_pallas", 32, {1: 7.0, 5: 8.0})
+      self.assertEqual(gpu_paper.load_curves(flags, "scan_bf16_pallas"),
+                       {32: {1: 7.0, 5: 8.0}, 128: {1: 3.0, 5: 4.0}})
+      # another path, or the same path at other Pallas blocks: not these
+      self.assertEqual(gpu_paper.load_curves(flags, "scan_bf16_fused4096"),
+                       {})
+      flags.pallas = "128x128x8x2"
+      self.assertEqual(gpu_paper.load_curves(flags, "scan_bf16_pallas"), {})
+      self.assertEqual(gpu_paper.load_curves(
+          flags, "scan_bf16_pallas_64x128x4x2"), {})      # pinned: no --pallas
+
+
+class PackSeedsTest(absltest.TestCase):
+
+  def _seconds(self, curve):
+    return lambda r: gpu_paper.run_seconds(
+        int(r["figure"]), r["kind"], 50_000, 1e-9, r.get("contrast", False),
+        2 if r["reading"] == "both" else 1, r.get("seeds", 1), curve)
+
+  def test_cheap_members_pack_three_seeds_with_their_contrast(self):
+    runs = gpu_paper.pair_readings([
+        _todo("6", "summed_loss", 1), _todo("6", "mean_loss", 1),
+        _todo("9", "summed_loss"), _todo("9", "summed_loss", kind="none"),
+        _todo("9", "mean_loss"), _todo("10", "mean_loss")])
+    packed = gpu_paper.pack_seeds(runs, 3, self._seconds(FLAT))
+    self.assertEqual([(r["figure"], r["reading"], r["kind"],
+                       r.get("seeds", 1), r.get("contrast", False))
+                      for r in packed], [
+                          ("6", "both", "sweep", 1, False),  # wants 3 seeds
+                          ("9", "both", "sweep", 3, True),
+                          ("10", "mean_loss", "sweep", 3, True)])
+    # the sweep and the no-LocATER run it replaces, for a short slice
+    self.assertEqual(packed[1]["parts"],
+                     [runs[1], _todo("9", "summed_loss", kind="none")])
+    self.assertEqual(packed[2]["parts"], [_todo("10", "mean_loss")])
+    # members that cost what they weigh: nothing packed
+    self.assertEqual(gpu_paper.pack_seeds(runs, 3, self._seconds(LINEAR)),
+                     runs)
+
+  def test_packed_run_config(self):
+    spec = dict(fig=9, seed=0, kind="sweep", fairseq=False, both=True,
+                contrast=True, seeds=3)
+    name, extra = gpu_paper.run_spec(**spec)
+    self.assertEqual(name, "fig9_both_c_seeds3")
+    c = gpu_paper.fig_config(Flags, 9, "scan_bf16_pallas", **extra)
+    schema.validate(c, num_devices=1)
+    members = sweep.members(c)
+    self.assertLen(members, gpu_paper.run_members(9, "sweep", True, 2, 3))
+    self.assertLen(members, 33)
+    none = [m for m in members if m["kappa1"] == 0 and m["kappa2"] == 0]
+    self.assertEqual(sorted(m["seed"] for m in none), [0, 1, 2])
+    self.assertEqual({(m["seed"], m["penalty_added_to"]) for m in members
+                      if m not in none},
+                     {(s, r) for s in range(3)
+                      for r in ("mean_loss", "summed_loss")})
+    self.assertEqual((c.model.num_layers, c.model.d_model), (3, 32))
+    with self.assertRaisesRegex(ValueError, "seeds=3 trains seeds 0..2"):
+      gpu_paper.run_spec(9, 1, "sweep", False, seeds=3)
+
+  def test_todo_trains_the_packed_run_or_else_its_parts(self):
+    calls = []
+    fake = lambda flags, path, rate, **r: calls.append(
+        (r["fig"], r["kind"], r["both"], r["seeds"], r["contrast"]))
+    with tempfile.TemporaryDirectory() as tmp:
+      flags = _todo_flags(tmp)
+      gpu_paper.save_curve(flags, "scan_bf16_pallas", 32, FLAT)
+      with open(flags.todo, "w") as f:
+        json.dump({"todo": [_todo("9", "summed_loss"),
+                            _todo("9", "summed_loss", kind="none"),
+                            _todo("9", "mean_loss")]}, f)
+      packed = gpu_paper.run_seconds(9, "sweep", 50_000, 1, True, 2, 3, FLAT)
+      pair = gpu_paper.run_seconds(9, "sweep", 50_000, 1, False, 2, 1, FLAT)
+      margin = gpu_paper.TODO_MARGIN_S
+      for left_s, expected in (
+          (packed + margin + 1, [(9, "sweep", True, 3, True)]),
+          (packed + margin - 1, [(9, "sweep", True, 1, False),  # the pair,
+                                 (9, "none", False, 1, False)]),  # its none
+          (pair + margin - 1, [(9, "sweep", False, 1, False),   # each
+                               (9, "sweep", False, 1, False),   # reading
+                               (9, "none", False, 1, False)])):
+        calls.clear()
+        with mock.patch.object(gpu_paper, "train_run", fake), \
+             mock.patch.object(gpu_paper, "left", lambda _, s=left_s: s):
+          gpu_paper.todo(flags, "scan_bf16_pallas", None)
+        self.assertEqual(calls, expected, left_s)
+      calls.clear()                # no curve measured: the model, no packing
+      flags.workdir = os.path.join(tmp, "elsewhere")
+      with mock.patch.object(gpu_paper, "train_run", fake):
+        gpu_paper.todo(flags, "scan_bf16_pallas", None)
+      self.assertEqual(calls, [(9, "sweep", True, 1, False),
+                               (9, "none", False, 1, False)])
 
 
 if __name__ == "__main__":
