@@ -474,9 +474,12 @@ def still_to_run(rows, path: str = GPU_PATH) -> list[str]:
   model); a shorter run or fewer seeds is named as such. Each line ends
   with the `bench/gpu_paper.py` command that adds what is missing (one run
   per seed and kind, `--runs sweep,none`, so each fits a GPU slice), on
-  training path `path`. `todo_runs` lists the same runs one by one.
+  training path `path`; where a figure's two readings lack the same, one
+  line names both and its command trains them side by side
+  (`--both_readings`: one program per seed). `todo_runs` lists the same
+  runs one by one.
   """
-  out = []
+  gaps = {}                     # figure -> {reading: (states, seeds, kinds)}
   for (fig, reading), kinds in _gaps(rows).items():
     wanted = PLAN[fig]
     states, missing, runs = [], set(), []
@@ -495,19 +498,28 @@ def still_to_run(rows, path: str = GPU_PATH) -> list[str]:
         states.append(f"{what}{len(done)} of {wanted} seeds (seed"
                       f"{'s' * (len(done) > 1)} "
                       f"{', '.join(map(str, sorted(done)))} done)")
-    if not runs:
-      continue
-    first, n = min(missing), max(missing) - min(missing) + 1
-    stage = "train_fairseq" if reading == "summed_loss" else "train"
-    command = (f"python bench/gpu_paper.py --tfds_dir DIR --stages {stage}"
-               f" --figs {fig} --path {path}"
-               + (f" --seeds {n}" if n > 1 else "")
-               + (f" --first_seed {first}" if first else "")
-               + (f" --runs {','.join(runs)}" if runs != ["sweep"]
-                  else ""))
-    out.append(f"- Fig. {fig}, {READINGS[reading]}: {'; '.join(states)} "
-               f"(wanted: {wanted} seed{'s' * (wanted > 1)} x "
-               f"{PAPER_STEPS:,} steps): `{command}`")
+    if runs:
+      gaps.setdefault(fig, {})[reading] = (tuple(states), missing, runs)
+  out = []
+  for fig, by_reading in gaps.items():
+    wanted = PLAN[fig]
+    gap = list(by_reading.values())
+    both = len(gap) == len(READINGS) and all(g == gap[0] for g in gap)
+    for reading, (states, missing, runs) in (
+        [("both", gap[0])] if both else by_reading.items()):
+      first, n = min(missing), max(missing) - min(missing) + 1
+      stage = "train_fairseq" if reading == "summed_loss" else "train"
+      command = (f"python bench/gpu_paper.py --tfds_dir DIR --stages {stage}"
+                 + (" --both_readings" if both else "")
+                 + f" --figs {fig} --path {path}"
+                 + (f" --seeds {n}" if n > 1 else "")
+                 + (f" --first_seed {first}" if first else "")
+                 + (f" --runs {','.join(runs)}" if runs != ["sweep"]
+                    else ""))
+      name = "both readings" if both else READINGS[reading]
+      out.append(f"- Fig. {fig}, {name}: {'; '.join(states)} "
+                 f"(wanted: {wanted} seed{'s' * (wanted > 1)} x "
+                 f"{PAPER_STEPS:,} steps): `{command}`")
   return out
 
 
