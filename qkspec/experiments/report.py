@@ -842,7 +842,10 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
          "(resumable; `bash bench/gpu_session.sh` takes the same arguments "
          "on a GPU machine without network access, BUILD.md; `--stages "
          "todo` trains these runs one by one, in the order of summary.json's "
-         "\"todo\" list, as many as fit the slice's time):", ""]
+         "\"todo\" list, as many as fit the slice's time; with "
+         "`--both_readings` a figure's two readings of a seed as one "
+         "program, and, where the measured members curve makes them cheap, "
+         "Figs. 8-12 with 3 seeds, `--pack_seeds`):", ""]
   md += missing or ["- nothing: every figure has both readings at full "
                     "length with the planned seeds."]
   md += ["", "## Run-to-run spread (same config, same seed)", "",
