@@ -62,10 +62,11 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   the ratio to N times one member's rate (the issue's goal is >= 0.8 N),
   for the model of each figure in --members_figs (default 6: d = 128; 8:
   d = 32, where the loss's matmuls are 4x smaller and members may come
-  cheaper, which decides whether --both_readings pays there). Each curve
-  goes to WORKDIR/members_curves.json, by device kind and path, for the
-  todo stage's projections in this call and, brought home and passed as
-  --curves (default bench/members_curves.json), in later slices.
+  cheaper, which decides whether --both_readings pays there; 12: its own
+  six-layer model, whose runs then need no LAYER_COST guess). Each curve
+  goes to WORKDIR/members_curves.json, by device kind, path and model, for
+  the todo stage's projections in this call and, brought home and passed
+  as --curves (default bench/members_curves.json), in later slices.
 * xent: the loss alone (bench/xent_kernel.py): the chunked XLA loss against
   the Pallas kernels (`qkspec.training.pallas_xent`) at several block
   sizes, with each one's error against a float32 reference. The fastest
@@ -469,13 +470,13 @@ def train_run(flags, path: str, fig: int, seed: int, kind: str,
   workdir = os.path.join(flags.workdir, name)
   log(f"train {name}: {FIGS[fig] or 'rho_training'}, {c.num_steps} "
       f"steps, path {path}")
-  curve = load_curves(flags, path).get(model_d(fig))
+  curve, measured = curve_for(load_curves(flags, path), fig)
   if rate or curve:
     need = run_seconds(fig, kind, c.num_steps - _steps_done(workdir), rate,
                        "contrast" in extra, 2 if "both_readings" in extra
-                       else 1, seeds, curve)
+                       else 1, seeds, curve, measured)
     log(f"train {name}: ~{need / 60:.1f} min at "
-        + (f"the measured members curve (d = {model_d(fig)})" if curve
+        + (f"the members curve measured at {measured}" if curve
            else f"the probe's {rate:.1f} steps/s") + " (run_seconds)"
         + _budget_left(flags)
         + ("" if need < left(flags) - 30 else
@@ -515,15 +516,16 @@ def todo(flags, path: str, rate: float | None):
   curves = load_curves(flags, path)
   seconds = lambda r, steps=flags.steps: run_seconds(  # noqa: E731
       int(r["figure"]), r["kind"], steps, rate, r.get("contrast", False),
-      _readings(r), r.get("seeds", 1), curves.get(model_d(int(r["figure"]))))
+      _readings(r), r.get("seeds", 1),
+      *curve_for(curves, int(r["figure"])))
   if flags.pack_seeds > 1:
     runs = pack_seeds(runs, flags.pack_seeds, seconds)
   total = sum(seconds(r) for r in runs)
   log(f"todo: {len(runs)} run{'s' * (len(runs) != 1)} still to train "
       f"({flags.todo}), ~"
       f"{total / 60:.0f} min in all at "
-      + (f"the members curves measured for d = "
-         f"{', '.join(map(str, sorted(curves)))} and " if curves else "")
+      + (f"the members curves measured at {'; '.join(sorted(curves))} "
+         "and " if curves else "")
       + f"{rate:.1f} Fig. 6 steps/s" + ("" if rate != flags.rate
                                         else " (--rate)")
       + _budget_left(flags))
@@ -552,8 +554,9 @@ def todo(flags, path: str, rate: float | None):
       log(f"todo {name}: failed: {type(e).__name__}: {str(e)[:300]}")
     log(f"todo {name}: {(time.time() - t) / 60:.1f} min, projected "
         f"{need / 60:.1f} (run_seconds' model: "
-        + ("measured members curve" if model_d(spec["fig"]) in curves
-           else "members") + ", LAYER_COST, EVAL_COST)")
+        + (f"members curve measured at {curve_for(curves, spec['fig'])[1]}"
+           if curve_for(curves, spec["fig"])[0] else "members")
+        + ", LAYER_COST, EVAL_COST)")
   log(f"todo: trained {trained} of {len(runs)} runs")
 
 
@@ -634,9 +637,10 @@ TODO_MARGIN_S = 45     # a run's figures, the report and the tarball
 # kernels); d = 32 costs as d = 128 (the step is bound by the [4096, V]
 # logits, whose size does not depend on d); evaluation adds EVAL_COST and
 # compilation RUN_OVERHEAD_S (Fig. 6: 8.0 min wall for 7.2 min of training).
-# Where the members stage measured the curve of the run's model (its d,
-# one layer) on this path and device, in this call or an earlier one
-# (`load_curves`), the step's time is that curve's instead (`step_seconds`),
+# Where the members stage measured the curve of the run's model, or of its
+# width at one layer, on this path and device, in this call or an earlier
+# one (`load_curves`, `curve_for`), the step's time is that curve's instead
+# (`step_seconds`; LAYER_COST then only for the layers the curve lacks),
 # and no d = 32 guess is left.
 LAYER_COST = 0.10
 EVAL_COST = 0.07
@@ -670,26 +674,45 @@ def step_seconds(curve: dict[int, float], n: int) -> float:
 
 def run_seconds(fig: int, kind: str, steps: int, rate: float,
                 contrast: bool = False, readings: int = 1, seeds: int = 1,
-                curve: dict[int, float] | None = None) -> float:
+                curve: dict[int, float] | None = None,
+                curve_model: str = "L=1") -> float:
   """Projected wall seconds of `steps` steps of one run (see the model
   above), given `rate`, the probe's steps/s of the Fig. 6 sweep, or
-  `curve`, the measured members curve of the run's model ({N: steps/s},
-  which then replaces `rate` and the d = 32 guess); `readings` = 2: both
-  readings side by side (`both_readings`); `seeds`: seeds in one program."""
+  `curve`, a members curve ({N: steps/s}) measured at `curve_model` (the
+  run's model, or its width at one layer), which then replaces `rate` and
+  the d = 32 guess; `readings` = 2: both readings side by side
+  (`both_readings`); `seeds`: seeds in one program."""
   members = run_members(fig, kind, contrast, readings, seeds)
+  layers = 1 + LAYER_COST * (LAYERS[fig] - 1)
   if curve and len(curve) > 1:
-    per_step = step_seconds(curve, members)
+    per_step = step_seconds(curve, members) * layers / (
+        1 + LAYER_COST * (_layers(curve_model) - 1))
   else:
     one, five = 1 / ONE_MEMBER_RATE, 1 / FIVE_MEMBER_RATE
     per_step = (one + (five - one) * (members - 1) / 4) * (
-        FIVE_MEMBER_RATE / rate)
-  per_step *= 1 + LAYER_COST * (LAYERS[fig] - 1)
+        FIVE_MEMBER_RATE / rate) * layers
   return steps * per_step * (1 + EVAL_COST) + RUN_OVERHEAD_S
 
 
-def model_d(fig: int) -> int:
-  """d_model of Fig. `fig`'s model (Fig. 7: locater_wt2's, d = 128)."""
-  return int(FIGS[fig].split("d=")[1]) if FIGS[fig] else 128
+def model_of(fig: int) -> str:
+  """Fig. `fig`'s model, "L=3,d=32" (Fig. 7: locater_wt2's, Fig. 6's)."""
+  return FIGS[fig] or FIGS[6]
+
+
+def _layers(model: str) -> int:
+  return int(model.split(",")[0].removeprefix("L="))
+
+
+def curve_for(curves: dict[str, dict[int, float]], fig: int
+              ) -> tuple[dict[int, float] | None, str]:
+  """(members curve, the model it was measured at) for Fig. `fig`'s runs:
+  its own model's, else its width's at one layer; (None, "") if neither
+  was measured."""
+  model = model_of(fig)
+  for m in (model, "L=1," + model.split(",")[1]):
+    if m in curves:
+      return curves[m], m
+  return None, ""
 
 
 CURVES_FILE = "members_curves.json"
@@ -701,25 +724,28 @@ def _curves_key(flags, path: str) -> str:
   return path + (f":{pallas}" if pallas else "")
 
 
-def load_curves(flags, path: str) -> dict[int, dict[int, float]]:
-  """d_model -> {N: steps/s}: members curves measured on `path` (at the
-  same Pallas setting) and this device kind, from --curves (a file brought
-  home from a slice) and then WORKDIR's (this machine's earlier calls),
-  the later file's curve replacing the earlier's."""
-  device, key, out = jax.devices()[0].device_kind, _curves_key(flags, path), {}
+def load_curves(flags, path: str) -> dict[str, dict[int, float]]:
+  """Model ("L=1,d=32") -> {N: steps/s}: members curves measured on `path`
+  (at the same Pallas setting) and this device kind, from --curves (a file
+  brought home from a slice) and then WORKDIR's (this machine's earlier
+  calls), the later file's curve replacing the earlier's."""
+  device, key = jax.devices()[0].device_kind, _curves_key(flags, path)
+  out = {}
   for name in (flags.curves, os.path.join(flags.workdir, CURVES_FILE)):
     if name and os.path.isfile(name):
       with open(name) as f:
-        for d, curve in json.load(f).get(device, {}).get(key, {}).items():
+        for model, curve in json.load(f).get(device, {}).get(key,
+                                                              {}).items():
           if len(curve) > 1:            # step_seconds needs two points
-            out[int(d)] = {int(n): float(r) for n, r in curve.items()}
+            out[model] = {int(n): float(r) for n, r in curve.items()}
   return out
 
 
-def save_curve(flags, path: str, d: int, curve: dict[int, float]):
-  """Adds `curve` (d_model `d`, measured on `path`) to WORKDIR's
-  members_curves.json, {device kind: {path[:pallas]: {d: {N: steps/s}}}},
-  which runs.tgz brings home (pass it as --curves to a later slice)."""
+def save_curve(flags, path: str, model: str, curve: dict[int, float]):
+  """Adds `curve` (measured at `model`, "L=1,d=32", on `path`) to
+  WORKDIR's members_curves.json, {device kind: {path[:pallas]: {model:
+  {N: steps/s}}}}, which runs.tgz brings home (pass it as --curves to a
+  later slice)."""
   name = os.path.join(flags.workdir, CURVES_FILE)
   saved = {}
   if os.path.isfile(name):
@@ -727,7 +753,7 @@ def save_curve(flags, path: str, d: int, curve: dict[int, float]):
       saved = json.load(f)
   device = jax.devices()[0].device_kind
   saved.setdefault(device, {}).setdefault(_curves_key(flags, path), {})[
-      str(d)] = {str(n): r for n, r in sorted(curve.items())}
+      model] = {str(n): r for n, r in sorted(curve.items())}
   with open(name, "w") as f:
     json.dump(saved, f, indent=1)
 
@@ -859,7 +885,9 @@ def main():
                  "present; the members stage adds to WORKDIR's")
   p.add_argument("--members_figs", default="6",
                  help="members stage: the figures' models to time, e.g. "
-                 "6,8 (d = 128 and d = 32, one layer)")
+                 "6,8 (d = 128 and d = 32, one layer); a deeper figure's "
+                 "(12: L=6,d=128) then projects its runs without "
+                 "LAYER_COST")
   p.add_argument("--k", type=int, default=250, help="steps per call")
   p.add_argument("--probe_steps", type=int, default=500)
   p.add_argument("--time_budget_s", type=float, default=1e9)
@@ -915,7 +943,7 @@ def main():
       for fig in (int(f) for f in flags.members_figs.split(",")):
         curve = members_curve(flags, path, known if fig == 6 else {}, fig)
         if len(curve) > 1:           # later projections use it
-          save_curve(flags, path, model_d(fig), curve)
+          save_curve(flags, path, model_of(fig), curve)
     elif stage == "report":
       write_report(flags)
     elif stage == "xent":            # later stages use its best setting

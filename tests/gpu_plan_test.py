@@ -141,6 +141,24 @@ class MeasuredCurveTest(absltest.TestCase):
       got = gpu_paper.run_seconds(fig, kind, 50_000, 1e-9, curve=curve, **kw)
       self.assertAlmostEqual(got, want(n, gpu_paper.LAYERS[fig]),
                              msg=(fig, kw))
+    # a curve of the figure's own depth needs no LAYER_COST, one of its
+    # width at one layer takes it; Fig. 7 trains Fig. 6's model
+    curves = {"L=6,d=32": curve, "L=1,d=32": {1: 1.0, 5: 2.0}}
+    self.assertEqual(gpu_paper.curve_for(curves, 10), (curve, "L=6,d=32"))
+    self.assertEqual(gpu_paper.curve_for(curves, 9)[1], "L=1,d=32")
+    self.assertEqual(gpu_paper.curve_for(curves, 12), (None, ""))
+    self.assertEqual(gpu_paper.curve_for({"L=1,d=128": curve}, 7)[1],
+                     "L=1,d=128")
+    self.assertAlmostEqual(
+        gpu_paper.run_seconds(10, "sweep", 50_000, 1e-9, curve=curve,
+                              curve_model="L=6,d=32"), want(5, 1))
+    cost = gpu_paper.LAYER_COST                     # 3 layers measured
+    self.assertAlmostEqual(
+        gpu_paper.run_seconds(10, "sweep", 50_000, 1e-9, curve=curve,
+                              curve_model="L=3,d=32"),
+        50_000 * gpu_paper.step_seconds(curve, 5) * (1 + 5 * cost)
+        / (1 + 2 * cost) * (1 + gpu_paper.EVAL_COST)
+        + gpu_paper.RUN_OVERHEAD_S)
     # one point is no curve: the model at the probe's rate
     rate = gpu_paper.FIVE_MEMBER_RATE
     self.assertEqual(
@@ -153,16 +171,20 @@ class MeasuredCurveTest(absltest.TestCase):
       device = gpu_paper.jax.devices()[0].device_kind
       with open(brought, "w") as f:
         json.dump({device: {"scan_bf16_pallas": {
-            "32": {"1": 1.0, "5": 2.0}, "128": {"1": 3.0, "5": 4.0}}},
+            "L=1,d=32": {"1": 1.0, "5": 2.0},
+            "L=1,d=128": {"1": 3.0, "5": 4.0}}},
                    "NVIDIA H200": {"scan_bf16_pallas": {
-                       "64": {"1": 5.0, "5": 6.0}}}}, f)
+                       "L=1,d=64": {"1": 5.0, "5": 6.0}}}}, f)
       flags = _todo_flags(tmp, curves=brought)
       self.assertEqual(gpu_paper.load_curves(flags, "scan_bf16_pallas"),
-                       {32: {1: 1.0, 5: 2.0}, 128: {1: 3.0, 5: 4.0}})
+                       {"L=1,d=32": {1: 1.0, 5: 2.0},
+                        "L=1,d=128": {1: 3.0, 5: 4.0}})
       # this machine's own measurement replaces the brought one
-      gpu_paper.save_curve(flags, "scan_bf16_pallas", 32, {1: 7.0, 5: 8.0})
+      gpu_paper.save_curve(flags, "scan_bf16_pallas", "L=1,d=32",
+                           {1: 7.0, 5: 8.0})
       self.assertEqual(gpu_paper.load_curves(flags, "scan_bf16_pallas"),
-                       {32: {1: 7.0, 5: 8.0}, 128: {1: 3.0, 5: 4.0}})
+                       {"L=1,d=32": {1: 7.0, 5: 8.0},
+                        "L=1,d=128": {1: 3.0, 5: 4.0}})
       # another path, or the same path at other Pallas blocks: not these
       self.assertEqual(gpu_paper.load_curves(flags, "scan_bf16_fused4096"),
                        {})
@@ -225,7 +247,7 @@ class PackSeedsTest(absltest.TestCase):
         (r["fig"], r["kind"], r["both"], r["seeds"], r["contrast"]))
     with tempfile.TemporaryDirectory() as tmp:
       flags = _todo_flags(tmp)
-      gpu_paper.save_curve(flags, "scan_bf16_pallas", 32, FLAT)
+      gpu_paper.save_curve(flags, "scan_bf16_pallas", "L=1,d=32", FLAT)
       with open(flags.todo, "w") as f:
         json.dump({"todo": [_todo("9", "summed_loss"),
                             _todo("9", "summed_loss", kind="none"),
