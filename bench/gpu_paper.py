@@ -73,8 +73,9 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   accurate setting becomes `model.loss_pallas` of the later stages
   (unless --pallas names one).
 * trace: a `jax.profiler` trace of 20 steps of each of --trace_paths
-  (default: the host path and the fastest, "best"), as Perfetto JSON
-  (summarise with bench/trace_summary.py).
+  (default: the host path and the fastest, "best") training the sweep of
+  each of --trace_figs (default 6), as Perfetto JSON (summarise with
+  bench/trace_summary.py).
 
 On a CPU, --rehearse shrinks every stage to a few steps (same code path).
 Python packages a GPU image may lack (tensorflow-datasets, grain,
@@ -795,25 +796,29 @@ def write_report(flags):
 
 def trace(flags, path: str):
   """Perfetto traces of 20 steps (--rehearse: 2) of each of --trace_paths
-  ("best": `path`, the probe's choice), and each traced program's
-  optimised HLO in WORKDIR/hlo/PATH.txt.gz (small: it travels home in
-  runs.tgz, where the traces do not), which bench/trace_summary.py reads
-  beside the trace to say what each of the longest fusions computes."""
+  ("best": `path`, the probe's choice) training the sweep of each of
+  --trace_figs, and each traced program's optimised HLO in
+  WORKDIR/hlo/NAME.txt.gz (NAME: the path, "_figF" after it for a figure
+  other than 6; small: it travels home in runs.tgz, where the traces do
+  not), which bench/trace_summary.py reads beside the trace to say what
+  each of the longest fusions computes and how busy the GPU was."""
   out = os.path.join(flags.workdir, "traces")
   steps = 2 if flags.rehearse else 20
   chosen = [path if p == "best" else p for p in flags.trace_paths.split(",")]
-  for p in dict.fromkeys(chosen):
+  for fig, p in ((int(f), p) for f in flags.trace_figs.split(",")
+                 for p in dict.fromkeys(chosen)):
+    name = p + (f"_fig{fig}" if fig != 6 else "")
     if left(flags) < 40:
-      log(f"trace {p}: skipped (time budget)")
+      log(f"trace {name}: skipped (time budget)")
       return
-    c = fig_config(flags, 6, p)
+    c = fig_config(flags, fig, p)
     if p != "host_f32_plain":
       c.steps_per_call = steps // 2
     state, call, k = _stepper(c)
     call = call.aot(state)      # the HLO below is this program's
     for i in range(2):
       state, _ = jax.block_until_ready(call(state, i))
-    d = os.path.join(out, p)
+    d = os.path.join(out, name)
     with jax.profiler.trace(d, create_perfetto_trace=True):
       for i in range(2, 2 + steps // k):
         state, _ = call(state, i)
@@ -821,13 +826,14 @@ def trace(flags, path: str):
     found = glob.glob(os.path.join(d, "**", "perfetto_trace.json.gz"),
                       recursive=True)
     if found:
-      shutil.copy(found[0], os.path.join(out, f"{p}.json.gz"))
-    log(f"trace {p}: {found[0] if found else 'no perfetto trace written'}")
-    hlo = os.path.join(flags.workdir, "hlo", f"{p}.txt.gz")
+      shutil.copy(found[0], os.path.join(out, f"{name}.json.gz"))
+    log(f"trace {name}: "
+        f"{found[0] if found else 'no perfetto trace written'}")
+    hlo = os.path.join(flags.workdir, "hlo", f"{name}.txt.gz")
     os.makedirs(os.path.dirname(hlo), exist_ok=True)
     with gzip.open(hlo, "wt") as f:
       f.write(call.as_text())
-    log(f"trace {p}: optimised HLO in {hlo}")
+    log(f"trace {name}: optimised HLO in {hlo}")
     del state
     gc.collect()
 
@@ -894,16 +900,22 @@ def main():
   p.add_argument("--trace_paths", default="host_f32_plain,best",
                  help="trace stage: paths to trace; best = the probe's "
                  "choice (or --path)")
+  p.add_argument("--trace_figs", default="6",
+                 help="trace stage: the figures whose sweep to trace, e.g. "
+                 "6,8 (8: d = 32, where one member's 50,000 steps took as "
+                 "long as a d = 128 member's; is its GPU idle between "
+                 "kernels?)")
   p.add_argument("--rehearse", action="store_true",
                  help="CPU rehearsal: a few steps per stage")
   flags = p.parse_args()
   if flags.seeds < 1 or flags.first_seed < 0:
     p.error(f"--seeds must be >= 1 and --first_seed >= 0, got "
             f"{flags.seeds} and {flags.first_seed}")
-  if not set(flags.members_figs.split(",")) <= {str(f) for f in FIGS
-                                                if f != 7}:
-    p.error(f"--members_figs takes figures 6, 8-12 (one model each), got "
-            f"{flags.members_figs!r}")
+  for name in ("members_figs", "trace_figs"):
+    if not set(getattr(flags, name).split(",")) <= {str(f) for f in FIGS
+                                                    if f != 7}:
+      p.error(f"--{name} takes figures 6, 8-12 (one model each), got "
+              f"{getattr(flags, name)!r}")
   if not set(flags.runs.split(",")) <= set(RUN_KINDS):
     p.error(f"--runs takes {', '.join(RUN_KINDS)}, got {flags.runs!r}")
   named = (flags.paths.split(",") + [flags.path]

@@ -41,6 +41,20 @@ def _todo_flags(tmp, **kw):
       **kw})
 
 
+def _trained(flags, todo, fields, left_s=1e9) -> list[tuple]:
+  """`fields` of each run the todo stage trains from the entries `todo`
+  with `left_s` seconds left (train_run faked)."""
+  with open(flags.todo, "w") as f:
+    json.dump({"todo": todo}, f)
+  calls = []
+  fake = lambda flags, path, rate, **r: calls.append(  # noqa: E731
+      tuple(r[k] for k in fields))
+  with mock.patch.object(gpu_paper, "train_run", fake), \
+       mock.patch.object(gpu_paper, "left", lambda _: left_s):
+    gpu_paper.todo(flags, "scan_bf16_pallas", None)
+  return calls
+
+
 class PairReadingsTest(absltest.TestCase):
 
   def test_both_readings_of_a_sweep_become_one_run_where_the_first_stood(
@@ -86,23 +100,16 @@ class PairReadingsTest(absltest.TestCase):
                                           readings=2), six)  # 3 members
 
   def test_todo_trains_the_pair_or_else_its_parts(self):
-    calls = []
-    fake = lambda flags, path, rate, **r: calls.append(
-        (r["fig"], r["seed"], r["kind"], r["fairseq"], r["both"]))
     with tempfile.TemporaryDirectory() as tmp:
       flags = _todo_flags(tmp)
-      with open(flags.todo, "w") as f:
-        json.dump({"todo": [_todo("6", "summed_loss"),
-                            _todo("6", "mean_loss")]}, f)
+      todo = [_todo("6", "summed_loss"), _todo("6", "mean_loss")]
+      fields = ("fig", "seed", "kind", "fairseq", "both")
       for left_s, expected in (
           (1e4, [(6, 0, "sweep", False, True)]),          # the pair fits
           (400, [(6, 0, "sweep", True, False),            # 10 members: no;
                  (6, 0, "sweep", False, False)])):        # each reading: yes
-        calls.clear()
-        with mock.patch.object(gpu_paper, "train_run", fake), \
-             mock.patch.object(gpu_paper, "left", lambda _, s=left_s: s):
-          gpu_paper.todo(flags, "scan_bf16_pallas", None)
-        self.assertEqual(calls, expected, left_s)
+        self.assertEqual(_trained(flags, todo, fields, left_s), expected,
+                         left_s)
 
 
 # Members curves {N: steps/s} of a model whose step is bound by fixed costs
@@ -242,16 +249,13 @@ class PackSeedsTest(absltest.TestCase):
       gpu_paper.run_spec(9, 1, "sweep", False, seeds=3)
 
   def test_todo_trains_the_packed_run_or_else_its_parts(self):
-    calls = []
-    fake = lambda flags, path, rate, **r: calls.append(
-        (r["fig"], r["kind"], r["both"], r["seeds"], r["contrast"]))
     with tempfile.TemporaryDirectory() as tmp:
       flags = _todo_flags(tmp)
       gpu_paper.save_curve(flags, "scan_bf16_pallas", "L=1,d=32", FLAT)
-      with open(flags.todo, "w") as f:
-        json.dump({"todo": [_todo("9", "summed_loss"),
-                            _todo("9", "summed_loss", kind="none"),
-                            _todo("9", "mean_loss")]}, f)
+      todo = [_todo("9", "summed_loss"), _todo("9", "summed_loss",
+                                               kind="none"),
+              _todo("9", "mean_loss")]
+      fields = ("fig", "kind", "both", "seeds", "contrast")
       packed = gpu_paper.run_seconds(9, "sweep", 50_000, 1, True, 2, 3, FLAT)
       pair = gpu_paper.run_seconds(9, "sweep", 50_000, 1, False, 2, 1, FLAT)
       margin = gpu_paper.TODO_MARGIN_S
@@ -262,17 +266,13 @@ class PackSeedsTest(absltest.TestCase):
           (pair + margin - 1, [(9, "sweep", False, 1, False),   # each
                                (9, "sweep", False, 1, False),   # reading
                                (9, "none", False, 1, False)])):
-        calls.clear()
-        with mock.patch.object(gpu_paper, "train_run", fake), \
-             mock.patch.object(gpu_paper, "left", lambda _, s=left_s: s):
-          gpu_paper.todo(flags, "scan_bf16_pallas", None)
-        self.assertEqual(calls, expected, left_s)
-      calls.clear()                # no curve measured: the model, no packing
+        self.assertEqual(_trained(flags, todo, fields, left_s), expected,
+                         left_s)
+      # no curve measured: the model, which packs nothing
       flags.workdir = os.path.join(tmp, "elsewhere")
-      with mock.patch.object(gpu_paper, "train_run", fake):
-        gpu_paper.todo(flags, "scan_bf16_pallas", None)
-      self.assertEqual(calls, [(9, "sweep", True, 1, False),
-                               (9, "none", False, 1, False)])
+      self.assertEqual(_trained(flags, todo, fields),
+                       [(9, "sweep", True, 1, False),
+                        (9, "none", False, 1, False)])
 
 
 if __name__ == "__main__":
