@@ -553,11 +553,11 @@ def todo(flags, path: str, rate: float | None):
       trained += 1
     except Exception as e:  # pylint: disable=broad-except
       log(f"todo {name}: failed: {type(e).__name__}: {str(e)[:300]}")
+    measured = curve_for(curves, spec["fig"])[1]
     log(f"todo {name}: {(time.time() - t) / 60:.1f} min, projected "
         f"{need / 60:.1f} (run_seconds' model: "
-        + (f"members curve measured at {curve_for(curves, spec['fig'])[1]}"
-           if curve_for(curves, spec["fig"])[0] else "members")
-        + ", LAYER_COST, EVAL_COST)")
+        + (f"members curve measured at {measured}" if measured
+           else "members") + ", LAYER_COST, EVAL_COST)")
   log(f"todo: trained {trained} of {len(runs)} runs")
 
 
@@ -646,7 +646,6 @@ TODO_MARGIN_S = 45     # a run's figures, the report and the tarball
 LAYER_COST = 0.10
 EVAL_COST = 0.07
 RUN_OVERHEAD_S = 20.0
-LAYERS = {6: 1, 7: 1, 8: 1, 9: 3, 10: 6, 11: 3, 12: 6}
 
 
 def run_members(fig: int, kind: str, contrast: bool = False,
@@ -684,7 +683,7 @@ def run_seconds(fig: int, kind: str, steps: int, rate: float,
   the d = 32 guess; `readings` = 2: both readings side by side
   (`both_readings`); `seeds`: seeds in one program."""
   members = run_members(fig, kind, contrast, readings, seeds)
-  layers = 1 + LAYER_COST * (LAYERS[fig] - 1)
+  layers = 1 + LAYER_COST * (_layers(model_of(fig)) - 1)
   if curve and len(curve) > 1:
     per_step = step_seconds(curve, members) * layers / (
         1 + LAYER_COST * (_layers(curve_model) - 1))
