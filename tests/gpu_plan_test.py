@@ -133,6 +133,16 @@ class MeasuredCurveTest(absltest.TestCase):
     self.assertAlmostEqual(gpu_paper.step_seconds({1: 500.0, 5: 600.0}, 30),
                            1 / 600)
 
+  def test_saturation_is_the_fewest_members_near_the_most_throughput(self):
+    # H200, scan_bf16_pallas_fa3 (bench/gpu_results.md (9)): member-steps/s
+    # 1158 / 2022 / 2117 / 2123 at d = 128, 1370 / 3202 / 3896 / 4068 at 32
+    d128 = {1: 1158.1, 5: 404.3, 15: 141.1, 30: 70.8}
+    d32 = {1: 1370.0, 5: 640.4, 15: 259.7, 30: 135.6}
+    self.assertEqual(gpu_paper.saturation(d128), 5)
+    self.assertEqual(gpu_paper.saturation(d32), 15)
+    self.assertEqual(gpu_paper.saturation({1: 100.0, 5: 20.0}), 1)
+    self.assertEqual(gpu_paper.saturation({1: 100.0, 5: 100.0}), 5)
+
   def test_projection_takes_the_curve_and_its_layers(self):
     curve = {1: 1000.0, 5: 500.0, 15: 200.0}
 

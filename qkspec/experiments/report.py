@@ -461,7 +461,10 @@ def _gaps(rows) -> dict:
   return out
 
 
-GPU_PATH = "scan_bf16_pallas"    # bench/gpu_paper.py's fastest path (H100)
+# bench/gpu_paper.py's fastest path on a Hopper GPU (H200: 404.3 Fig. 6
+# steps/s against 232.3 for the Triton-only default blocks, the same call,
+# bench/gpu_results.md (9)); another GPU: --path scan_bf16_pallas
+GPU_PATH = "scan_bf16_pallas_fa3"
 
 
 def still_to_run(rows, path: str = GPU_PATH) -> list[str]:
