@@ -744,8 +744,10 @@ def load_curves(flags, path: str) -> dict[str, dict[int, float]]:
   """Model ("L=1,d=32") -> {N: steps/s}: members curves measured on `path`
   (at the same Pallas setting) and this device kind, from --curves (a file
   brought home from a slice) and then WORKDIR's (this machine's earlier
-  calls), the later file's curve replacing the earlier's."""
-  device, key = jax.devices()[0].device_kind, _curves_key(flags, path)
+  calls), the later file's curve replacing the earlier's. --plan_device
+  names another device kind's curves (a slice's plan listed on a CPU)."""
+  device = flags.plan_device or jax.devices()[0].device_kind
+  key = _curves_key(flags, path)
   out = {}
   for name in (flags.curves, os.path.join(flags.workdir, CURVES_FILE)):
     if name and os.path.isfile(name):
@@ -887,6 +889,11 @@ def main():
                  "default: the H100's on scan_bf16_pallas)")
   p.add_argument("--contrast", action="store_true",
                  help="add a no-LocATER member per seed (Figs. 6, 8-12)")
+  p.add_argument("--plan_device", default="",
+                 help="todo stage: project from this device kind's "
+                 "members curves (e.g. 'NVIDIA H200'; default: this "
+                 "machine's), so that --time_budget_s 0 lists a GPU "
+                 "slice's plan on any machine")
   p.add_argument("--both_readings", action="store_true",
                  help="train and todo stages: each sweep under both "
                  "readings of kappa side by side in one program (the "

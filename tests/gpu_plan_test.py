@@ -38,7 +38,7 @@ def _todo_flags(tmp, **kw):
       "todo": os.path.join(tmp, "summary.json"), "workdir": tmp,
       "steps": 50_000, "rate": gpu_paper.PALLAS_RATE, "both_readings": True,
       "time_budget_s": 1e9, "pack_seeds": 3, "curves": "", "pallas": "",
-      **kw})
+      "plan_device": "", **kw})
 
 
 def _trained(flags, todo, fields, left_s=1e9) -> list[tuple]:
@@ -201,6 +201,11 @@ class MeasuredCurveTest(absltest.TestCase):
       self.assertEqual(gpu_paper.load_curves(flags, "scan_bf16_pallas"),
                        {"L=1,d=32": {1: 7.0, 5: 8.0},
                         "L=1,d=128": {1: 3.0, 5: 4.0}})
+      # another device kind's curves, named (a plan listed on a CPU)
+      flags.plan_device = "NVIDIA H200"
+      self.assertEqual(gpu_paper.load_curves(flags, "scan_bf16_pallas"),
+                       {"L=1,d=64": {1: 5.0, 5: 6.0}})
+      flags.plan_device = ""
       # another path, or the same path at other Pallas blocks: not these
       self.assertEqual(gpu_paper.load_curves(flags, "scan_bf16_fused4096"),
                        {})
