@@ -848,7 +848,8 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
          "\"todo\" list, as many as fit the slice's time; with "
          "`--both_readings` a figure's two readings of a seed as one "
          "program, and, where the measured members curve makes them cheap, "
-         "Figs. 8-12 with 3 seeds, `--pack_seeds`):", ""]
+         "Figs. 8-12 with 3 seeds, `--pack_seeds`; `" + GPU_PATH + "` "
+         "needs a Hopper GPU, elsewhere `--path scan_bf16_pallas`):", ""]
   md += missing or ["- nothing: every figure has both readings at full "
                     "length with the planned seeds."]
   md += ["", "## Run-to-run spread (same config, same seed)", "",
