@@ -507,7 +507,7 @@ def train_run(flags, path: str, fig: int, seed: int, kind: str,
     log(f"train {name}: stopped by the time budget ({e}); rerun to go on")
   wall = time.time() - t
   log(f"train {name}: {_steps_done(workdir)} steps in {wall:.0f} s "
-      f"(compilation and evaluation included)")
+      f"({_last_phases(workdir)})")
   _print_finals(workdir)
   try:
     paths = training_plots.plot_workdir(workdir)
@@ -774,6 +774,17 @@ def save_curve(flags, path: str, model: str, curve: dict[int, float]):
       model] = {str(n): r for n, r in sorted(curve.items())}
   with open(name, "w") as f:
     json.dump(saved, f, indent=1)
+
+
+def _last_phases(workdir: str) -> str:
+  """The last invocation's wall time by phase (run_info.jsonl)."""
+  path = os.path.join(workdir, loop.RUN_INFO)
+  lines = []
+  if os.path.isfile(path):
+    with open(path) as f:
+      lines = [json.loads(x) for x in f if x.strip()][-1:]
+  return (report.phases_text(lines) if lines
+          else "compilation and evaluation included")
 
 
 def _steps_done(workdir: str) -> int:

@@ -143,6 +143,17 @@ class MeasuredCurveTest(absltest.TestCase):
     self.assertEqual(gpu_paper.saturation({1: 100.0, 5: 20.0}), 1)
     self.assertEqual(gpu_paper.saturation({1: 100.0, 5: 100.0}), 5)
 
+  def test_a_run_reports_its_last_invocations_phases(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      self.assertEqual(gpu_paper._last_phases(tmp),   # pylint: disable=protected-access
+                       "compilation and evaluation included")
+      with open(os.path.join(tmp, "run_info.jsonl"), "w") as f:
+        for steps in (50.0, 20.4):
+          f.write(json.dumps({"phases_s": {"compile": 6.0, "steps": steps}})
+                  + "\n")
+      self.assertEqual(gpu_paper._last_phases(tmp),   # pylint: disable=protected-access
+                       "compile 6 s, steps 20 s")
+
   def test_projection_takes_the_curve_and_its_layers(self):
     curve = {1: 1000.0, 5: 500.0, 15: 200.0}
 

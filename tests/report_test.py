@@ -521,7 +521,8 @@ class WriteReportTest(absltest.TestCase):
     # The loop wrote one run_info.jsonl line per run (this CPU, float32).
     info = report.run_info(self.runs[0])
     self.assertRegex(info, r"^1 x .+; compute float32; wall \d+\.\d min "
-                     r"in 1 invocation \(")
+                     r"in 1 invocation \(setup \d+ s, compile \d+ s, steps "
+                     r"\d+ s, .*other \d+ s\)$")
     self.assertIn(info, self.md)
     # A resumed run: its invocations' wall times add up.
     d = tempfile.mkdtemp()
@@ -529,9 +530,20 @@ class WriteReportTest(absltest.TestCase):
       for wall, dtype in ((60.0, "bfloat16"), (30.0, "bfloat16")):
         f.write(json.dumps({"wall_s": wall, "device_kind": "H100",
                             "device_count": 1, "compute_dtype": dtype}) + "\n")
-    self.assertStartsWith(report.run_info(d),
-                          "1 x H100; compute bfloat16; wall 1.5 min in 2 "
-                          "invocations")
+    self.assertEqual(report.run_info(d),
+                     "1 x H100; compute bfloat16; wall 1.5 min in 2 "
+                     "invocations (setup, compilation and evaluation "
+                     "included)")
+    # with the loop's phases: summed over the invocations
+    with open(os.path.join(d, "run_info.jsonl"), "w") as f:
+      for steps in (50.0, 20.0):
+        f.write(json.dumps({
+            "wall_s": steps + 10, "device_kind": "H100", "device_count": 1,
+            "phases_s": {"setup": 4.0, "compile": 6.0, "steps": steps}}
+                           ) + "\n")
+    self.assertEqual(report.run_info(d),
+                     "1 x H100; compute float32; wall 1.5 min in 2 "
+                     "invocations (setup 8 s, compile 12 s, steps 70 s)")
     self.assertEqual(report.run_info(tempfile.mkdtemp()), "")
 
   def test_artefacts_exist(self):

@@ -590,8 +590,20 @@ def run_info(run_dir) -> str:
   wall = sum(x["wall_s"] for x in lines)
   return (f"{', '.join(devices)}; compute {'/'.join(dtypes)}; wall "
           f"{wall / 60:.1f} min in {len(lines)} invocation"
-          f"{'s' if len(lines) > 1 else ''} (setup, compilation and "
-          "evaluation included)")
+          f"{'s' if len(lines) > 1 else ''} ({phases_text(lines)})")
+
+
+def phases_text(lines) -> str:
+  """"setup 4 s, compile 11 s, steps 124 s, ...": the invocations' wall
+  time by phase (`qkspec.training.phases`), summed; runs from before the
+  loop recorded phases say only what their wall time includes."""
+  if not all("phases_s" in x for x in lines):
+    return "setup, compilation and evaluation included"
+  total = {}
+  for x in lines:
+    for k, v in x["phases_s"].items():
+      total[k] = total.get(k, 0.0) + v
+  return ", ".join(f"{k} {v:.0f} s" for k, v in total.items())
 
 
 def _stripe_result(member, layer: int = 0):

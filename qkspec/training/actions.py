@@ -66,7 +66,10 @@ class Pending:
 
 
 class PeriodicAction:
-  """Runs every `every` steps after the start step, and at the last step."""
+  """Runs every `every` steps after the start step, and at the last step.
+  `phase`: what its wall time counts as (`qkspec.training.phases`)."""
+
+  phase = "log"
 
   def __init__(self, every: int, run, start: int):
     self.every, self.run, self.start = every, run, start
@@ -173,6 +176,8 @@ def _evaluate(steps, state,
 class EvalAction(PeriodicAction):
   """Valid/test loss every `eval_every` steps."""
 
+  phase = "eval"
+
   def __init__(self, run, start: int, writers):
     super().__init__(run.config.eval_every, run, start)
     self.writers = writers
@@ -189,6 +194,8 @@ class EvalAction(PeriodicAction):
 
 class CheckpointAction(PeriodicAction):
   """A checkpoint every `checkpoint_every` steps, if the steps were finite."""
+
+  phase = "checkpoint"
 
   def __init__(self, run, start: int, pending: Pending,
                ckpt: ckpt_lib.Checkpointer, writers):

@@ -23,7 +23,9 @@ Shapes: N=sweep members (a leading axis of the state in a vmapped sweep).
 Ctrl-C takes effect at the next call boundary (`qkspec.training.interrupt`):
 the actions due there run, a checkpoint is saved and `interrupt.Interrupted`
 (a KeyboardInterrupt) says how to resume. The checkpointer and the metric
-writers close on every exit (an ExitStack).
+writers close on every exit (an ExitStack). A `phases.PhaseClock` splits
+each invocation's wall time into setup, compilation, steps, evaluation,
+logs and checkpoints (run_info.jsonl's "phases_s", and the last log line).
 clu's `periodic_actions` would fit the actions, but importing it imports
 clu's metric writers and so TensorFlow, which qkspec does not depend on
 (see `qkspec.training.metric_writer`).
@@ -47,6 +49,7 @@ from qkspec.training import actions as actions_lib
 from qkspec.training import checkpoint as ckpt_lib
 from qkspec.training import interrupt
 from qkspec.training import metric_writer
+from qkspec.training import phases
 from qkspec.training import progress
 from qkspec.training import step as step_lib
 from qkspec.training import sweep as sweep_lib
@@ -237,19 +240,29 @@ def _chunk_at(steps: step_lib.Steps, step: int, stop: int) -> int:
 
 def _run(run: Run, state, start: int, actions: list[actions_lib.PeriodicAction],
          pending: actions_lib.Pending, ckpt: ckpt_lib.Checkpointer,
-         stop: interrupt.StopFlag):
+         stop: interrupt.StopFlag, clock: phases.PhaseClock):
   """Trains from `start` to `config.num_steps`, running the due actions.
+
+  Each action's wall time goes to its `phase` on `clock`, after the state
+  is ready (the wait is "steps"); the first call of each compiled step is
+  "compile", the other calls "steps".
 
   Raises:
     interrupt.Interrupted: Ctrl-C (after saving a checkpoint at the step
       boundary where it took effect, when the state there is whole).
   """
-  step, boundary = start, None
+  step, boundary, compiled = start, None, set()
   try:
     while True:
+      ready = False
       for action in actions:
         if action.due(step):
-          action(step, state)
+          if not ready:        # the queued steps' time is "steps"
+            with clock.phase("steps"):
+              jax.block_until_ready(state)
+            ready = True
+          with clock.phase(action.phase):
+            action(step, state)
       boundary = step          # every action due at `step` has run
       if step >= run.config.num_steps:
         return state
@@ -257,15 +270,18 @@ def _run(run: Run, state, start: int, actions: list[actions_lib.PeriodicAction],
         raise KeyboardInterrupt
       k = _chunk_at(run.steps, step, _next_stop(step, actions,
                                                 run.config.num_steps))
-      if k > 1:
-        feed = run.steps.task.feed
-        state, metrics = run.steps.train_many(
-            state, feed.consts, feed.train_inputs(step, k), run.dropout_keys)
-        pending.add(step, metrics, count=k)
-      else:
-        batch = run.steps.task.train_batch(step)
-        state, metrics = run.steps.train(state, batch, run.dropout_keys)
-        pending.add(step, metrics)
+      with clock.phase("steps" if k in compiled else "compile"):
+        if k > 1:
+          feed = run.steps.task.feed
+          state, metrics = run.steps.train_many(
+              state, feed.consts, feed.train_inputs(step, k),
+              run.dropout_keys)
+          pending.add(step, metrics, count=k)
+        else:
+          batch = run.steps.task.train_batch(step)
+          state, metrics = run.steps.train(state, batch, run.dropout_keys)
+          pending.add(step, metrics)
+      compiled.add(k)
       step += k
   except KeyboardInterrupt:
     msg = _save_interrupted(run, state, step, boundary, pending, ckpt)
@@ -302,17 +318,20 @@ def _save_interrupted(run: Run, state, step: int, boundary: int | None,
 RUN_INFO = "run_info.jsonl"
 
 
-def _record_invocation(run: Run, start: int, end: int, wall_s: float,
-                       interrupted: bool = False):
+def _record_invocation(run: Run, start: int, end: int,
+                       clock: phases.PhaseClock, interrupted: bool = False):
   """Appends one line to `<workdir>/run_info.jsonl`: what ran where, how long.
 
   Steps `start`..`end`, wall seconds (setup, compilation and evaluation
-  included), the device kind and count, precision and steps per call; a
-  run resumed n times has n + 1 lines (launch/report.py sums them). A run
+  included; "phases_s": how they split, `phases.PhaseClock.summary`), the
+  device kind and count, precision and steps per call; a run resumed n
+  times has n + 1 lines (launch/report.py sums them). A run
   stopped by Ctrl-C says so (`interrupted`, `end_step` its checkpoint); an
   error writes none.
   """
-  line = {"start_step": start, "end_step": end, "wall_s": round(wall_s, 1),
+  line = {"start_step": start, "end_step": end,
+          "wall_s": round(time.time() - clock.t0, 1),
+          "phases_s": clock.summary(),
           "device_kind": jax.devices()[0].device_kind,
           "device_count": jax.device_count(),
           "process_count": jax.process_count(),
@@ -344,7 +363,7 @@ def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
     interrupt.Interrupted: Ctrl-C (a KeyboardInterrupt), after saving a
       checkpoint; its message says how to resume.
   """
-  t0 = time.time()
+  clock = phases.PhaseClock()
   run = _setup(config, workdir)
   _prepare_workdir(run)
   with contextlib.ExitStack() as stack:
@@ -365,17 +384,21 @@ def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
                                          config.num_steps, log.due),
                  log, actions_lib.EvalAction(run, start, writers),
                  actions_lib.CheckpointAction(run, start, pending, ckpt, writers)]
+      clock.add("setup", time.time() - clock.t0)
       with interrupt.deferred_sigint() as stop:
         try:
-          state = _run(run, state, start, actions, pending, ckpt, stop)
+          state = _run(run, state, start, actions, pending, ckpt, stop,
+                       clock)
         except interrupt.Interrupted:
           if run.lead:                  # ends at the checkpoint it saved
             _record_invocation(run, start, ckpt.latest_step() or start,
-                               time.time() - t0, interrupted=True)
+                               clock, interrupted=True)
           raise
-    ckpt.wait_until_finished()
+    with clock.phase("finish"):
+      ckpt.wait_until_finished()
     if run.lead:
-      _record_invocation(run, start, _host_step(state), time.time() - t0)
+      _record_invocation(run, start, _host_step(state), clock)
+      logging.info("%s", clock.describe())
       logging.info("%s", progress.outputs_summary(
           workdir, run.dirs, run.names, ckpt.directory, ckpt.all_steps()))
   return state

@@ -41,6 +41,8 @@ class ProgressAction:
     clock: seconds (tests may pass a fake).
   """
 
+  phase = "log"          # its wall time, for `qkspec.training.phases`
+
   def __init__(self, every_s: float, start: int, num_steps: int,
                quiet_at: Callable[[int], bool],
                clock: Callable[[], float] = time.monotonic):
