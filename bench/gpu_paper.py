@@ -778,12 +778,8 @@ def save_curve(flags, path: str, model: str, curve: dict[int, float]):
 
 def _last_phases(workdir: str) -> str:
   """The last invocation's wall time by phase (run_info.jsonl)."""
-  path = os.path.join(workdir, loop.RUN_INFO)
-  lines = []
-  if os.path.isfile(path):
-    with open(path) as f:
-      lines = [json.loads(x) for x in f if x.strip()][-1:]
-  return (report.phases_text(lines) if lines
+  last = report.run_info_lines(workdir)[-1:]
+  return (report.phases_text(last) if last
           else "compilation and evaluation included")
 
 

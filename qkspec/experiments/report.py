@@ -578,10 +578,7 @@ def run_info(run_dir) -> str:
   several); their wall times are summed. "" if the file is absent (runs
   made before it existed).
   """
-  path = pathlib.Path(run_dir) / "run_info.jsonl"
-  if not path.is_file():
-    return ""
-  lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+  lines = run_info_lines(run_dir)
   if not lines:
     return ""
   devices = sorted({f"{x['device_count']} x {x['device_kind']}"
@@ -591,6 +588,14 @@ def run_info(run_dir) -> str:
   return (f"{', '.join(devices)}; compute {'/'.join(dtypes)}; wall "
           f"{wall / 60:.1f} min in {len(lines)} invocation"
           f"{'s' if len(lines) > 1 else ''} ({phases_text(lines)})")
+
+
+def run_info_lines(run_dir) -> list[dict]:
+  """`<run_dir>/run_info.jsonl`'s lines, one per invocation ([] if none)."""
+  path = pathlib.Path(run_dir) / "run_info.jsonl"
+  if not path.is_file():
+    return []
+  return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
 def phases_text(lines) -> str:

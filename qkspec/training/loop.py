@@ -330,7 +330,7 @@ def _record_invocation(run: Run, start: int, end: int,
   error writes none.
   """
   line = {"start_step": start, "end_step": end,
-          "wall_s": round(time.time() - clock.t0, 1),
+          "wall_s": round(clock.elapsed(), 1),
           "phases_s": clock.summary(),
           "device_kind": jax.devices()[0].device_kind,
           "device_count": jax.device_count(),
@@ -384,7 +384,7 @@ def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
                                          config.num_steps, log.due),
                  log, actions_lib.EvalAction(run, start, writers),
                  actions_lib.CheckpointAction(run, start, pending, ckpt, writers)]
-      clock.add("setup", time.time() - clock.t0)
+      clock.add("setup", clock.elapsed())
       with interrupt.deferred_sigint() as stop:
         try:
           state = _run(run, state, start, actions, pending, ckpt, stop,

@@ -32,6 +32,10 @@ class PhaseClock:
     self.t0 = clock() if t0 is None else t0
     self.seconds: dict[str, float] = {}
 
+  def elapsed(self) -> float:
+    """Wall seconds since t0."""
+    return self._clock() - self.t0
+
   def add(self, name: str, seconds: float) -> None:
     if name not in PHASES:
       raise ValueError(f"unknown phase {name!r}; one of {PHASES}")
@@ -49,13 +53,12 @@ class PhaseClock:
   def summary(self) -> dict[str, float]:
     """{phase: seconds} in PHASES order (those that ran), and "other": the
     wall time since t0 that no phase holds."""
-    wall = self._clock() - self.t0
     out = {k: round(self.seconds[k], 1) for k in PHASES if k in self.seconds}
-    out["other"] = round(max(wall - sum(self.seconds.values()), 0.0), 1)
+    out["other"] = round(max(self.elapsed() - sum(self.seconds.values()),
+                             0.0), 1)
     return out
 
   def describe(self) -> str:
     """"wall 159.1 s: setup 4.2, compile 11.3, steps 124.0, ..." """
-    wall = self._clock() - self.t0
     parts = ", ".join(f"{k} {v:.1f}" for k, v in self.summary().items())
-    return f"wall {wall:.1f} s: {parts}"
+    return f"wall {self.elapsed():.1f} s: {parts}"
