@@ -59,6 +59,7 @@ def _config():
   c.sweep.kappa1, c.sweep.kappa2, c.sweep.target = (), (), ()
   c.num_steps = 6
   c.log_every, c.eval_every, c.checkpoint_every = 1, 2, 3
+  c.precompile = False     # so the first step compiles on the main thread
   return c
 
 

@@ -67,6 +67,9 @@ def _training(c):
                              # device (training.multi_step); -1 auto: 1 on a
                              # CPU, else the largest divisor <= 250 of
                              # gcd(log_every, eval_every, checkpoint_every)
+  c.precompile = True        # compile the measurements, train and eval
+                             # programs on threads while the state
+                             # initialises (training.precompile)
   c.multihost = False        # call jax.distributed.initialize() first
   return c
 

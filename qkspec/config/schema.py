@@ -245,6 +245,7 @@ _COMMON: dict[str, Callable[[Any], str | None]] = {
     "progress_every_s": _real(0.0),
     "compute_dtype": _choice("float32", "bfloat16"),
     "multihost": _bool,
+    "precompile": _bool,
     "data.seq_len": _int(2),
     "data.batch_size": _int(1),
     "data.seed": _int(0),
@@ -294,7 +295,7 @@ def flatten(config, prefix: str = "") -> dict:
 
 # Keys added after configs were saved; missing means their default.
 _OPTIONAL = ("steps_per_call", "model.loss_kernel_grad", "model.loss_impl",
-             "model.loss_pallas", "model.loss_logits")
+             "model.loss_pallas", "model.loss_logits", "precompile")
 
 
 def validate(config, num_devices: int | None = None) -> None:

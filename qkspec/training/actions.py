@@ -16,6 +16,7 @@ import numpy as np
 
 from qkspec.training import checkpoint as ckpt_lib
 from qkspec.training import layer_stats
+from qkspec.training import precompile
 from qkspec.training import progress
 
 
@@ -135,14 +136,13 @@ class LogAction(PeriodicAction):
 def _eval_calls(steps, state, split: str, batches):
   """(batches done after it, its {"loss_sum", "weight"}) per compiled call.
 
-  With a device feed (`steps.eval_many`): on an accelerator the whole split
-  in one call; on a CPU one batch per call, so the meter can report.
-  Otherwise the host batches of `batches()`, one per call.
+  With a device feed (`steps.eval_many`): `precompile.eval_call_size`
+  batches per call. Otherwise the host batches of `batches()`, one per call.
   """
   feed = steps.task.feed
   if steps.eval_many is not None and split in feed.eval_counts:
     n = feed.eval_counts[split]
-    per_call = n if jax.default_backend() != "cpu" else 1
+    per_call = precompile.eval_call_size(n)
     for start in range(0, n, per_call):
       indices = jnp.arange(start, start + per_call, dtype=jnp.int32)
       yield min(start + per_call, n), steps.eval_many(

@@ -7,6 +7,9 @@ Shapes: N=sweep members (a leading axis of the state in a vmapped sweep).
 1. `_setup`: checks the config, builds the compiled steps
    (`qkspec.training.step.build_steps`) and the sweep's members;
 2. `_prepare_workdir`: writes `config.json` and `members.json`;
+   `_start_compiling`: from here on the measurements, train and eval
+   programs compile on threads (`qkspec.training.precompile`,
+   `config.precompile`), while the main thread goes on;
 3. `_restore_or_init`: the newest checkpoint of `<workdir>/ckpt` that
    restores (damaged newer ones are named and set aside), or a fresh state;
    each member's `metrics.jsonl` loses the records past that step;
@@ -50,6 +53,7 @@ from qkspec.training import checkpoint as ckpt_lib
 from qkspec.training import interrupt
 from qkspec.training import metric_writer
 from qkspec.training import phases
+from qkspec.training import precompile
 from qkspec.training import progress
 from qkspec.training import step as step_lib
 from qkspec.training import sweep as sweep_lib
@@ -164,6 +168,22 @@ def _host_step(state) -> int:
   return int(np.asarray(jax.device_get(state.step)).reshape(-1)[0])
 
 
+def _abstract_state(run: Run):
+  """The TrainState's shapes and dtypes on the replicated sharding."""
+  return ckpt_lib.abstract_like(
+      jax.eval_shape(run.steps.init, run.init_keys, run.hparams),
+      run.steps.replicated)
+
+
+def _start_compiling(run: Run) -> None:
+  """With `config.precompile`, the measurements, train and eval programs
+  compile on threads from here on (`qkspec.training.precompile`)."""
+  if run.config.get("precompile", True):
+    run.steps = precompile.start(
+        run.steps, _abstract_state(run), run.dropout_keys,
+        lambda: run.steps.task.train_batch(0))
+
+
 def _restore_or_init(run: Run, ckpt: ckpt_lib.Checkpointer):
   """The state at the newest checkpoint that restores, or a fresh one.
 
@@ -176,10 +196,7 @@ def _restore_or_init(run: Run, ckpt: ckpt_lib.Checkpointer):
     return run.steps.init(run.init_keys, run.hparams)
   # Checkpoints written when `hparams` was a {"kappa1", "kappa2", "target"}
   # dict restore as they are: orbax stores a NamedTuple by its field names.
-  abstract = ckpt_lib.abstract_like(
-      jax.eval_shape(run.steps.init, run.init_keys, run.hparams),
-      run.steps.replicated)
-  found = ckpt.restore_newest(abstract)
+  found = ckpt.restore_newest(_abstract_state(run))
   if found is None:          # every checkpoint was set aside
     return run.steps.init(run.init_keys, run.hparams)
   latest, state, meta = found
@@ -366,6 +383,7 @@ def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
   clock = phases.PhaseClock()
   run = _setup(config, workdir)
   _prepare_workdir(run)
+  _start_compiling(run)
   with contextlib.ExitStack() as stack:
     ckpt = stack.enter_context(contextlib.closing(ckpt_lib.Checkpointer(
         workdir, max_to_keep=config.max_to_keep,

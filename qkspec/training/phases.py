@@ -14,8 +14,10 @@ phase then holds its own work, not the steps queued before it. It only
 waits where an action is due, and every action either reads the device
 (log, evaluation, checkpoint) or is cheap, so the run syncs no more often
 than without the clock. The first dispatch of a compiled step is
-"compile" (jax compiles it before it returns); whatever no phase holds is
-"other".
+"compile" (jax compiles it before it returns; with `config.precompile` it
+waits there for the worker that compiles it, `qkspec.training.precompile`,
+so "compile" is the compilation the run could not hide behind its setup);
+whatever no phase holds is "other".
 """
 import contextlib
 import time
