@@ -72,6 +72,11 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   sizes, with each one's error against a float32 reference. The fastest
   accurate setting becomes `model.loss_pallas` of the later stages
   (unless --pallas names one).
+* startup: one compiled call of the Fig. 6 sweep on the path (its log at
+  step 0, then --k steps, an evaluation of both splits and a checkpoint:
+  every program a run compiles) with `config.precompile` off, then on
+  (bench/startup.py): the wall time and phases of each, and what
+  compiling on threads while the state initialises saves a run.
 * trace: a `jax.profiler` trace of 20 steps of each of --trace_paths
   (default: the host path and the fastest, "best") training the sweep of
   each of --trace_figs (default 6), as Perfetto JSON (summarise with
@@ -108,6 +113,7 @@ from qkspec.training import loop
 from qkspec.training import step as step_lib
 from qkspec.training import sweep as sweep_lib
 from qkspec.training import tasks
+import startup
 import xent_kernel
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -953,7 +959,7 @@ def main():
   if unknown:
     p.error(f"unknown path(s) {', '.join(unknown)}; known: {', '.join(PATHS)}")
   data_stages = {"probe", "train", "train_fairseq", "todo", "members",
-                 "trace"} & set(flags.stages.split(","))
+                 "trace", "startup"} & set(flags.stages.split(","))
   if data_stages and not flags.manual_dir and not glob.glob(os.path.join(
       flags.tfds_dir, "wikitext2", "*", "dataset_info.json")):
     p.error(f"--tfds_dir {flags.tfds_dir} holds no prepared wikitext2, which "
@@ -994,6 +1000,10 @@ def main():
         flags.pallas = best
       log(f"xent: Pallas setting for the next stages: "
           f"{flags.pallas or 'the default'}")
+    elif stage == "startup":
+      startup.compare(
+          lambda: startup.one_call(fig_config(flags, 6, path), flags.k),
+          1, f"Fig. 6 sweep, one call of {flags.k} steps ({path})", log)
     elif stage == "trace":
       trace(flags, path)
     else:

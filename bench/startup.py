@@ -33,22 +33,28 @@ from qkspec.training import multi_step
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def one_call(c, steps: int = 0):
+  """`c` shortened to `steps` steps (0: one compiled call of its steps per
+  call), logged, evaluated and checkpointed at the end only."""
+  k = c.steps_per_call if c.steps_per_call > 0 else 250
+  c.num_steps = steps or k
+  c.log_every = c.eval_every = c.checkpoint_every = c.num_steps
+  c.progress_every_s = 0.0
+  if multi_step.steps_per_call(c) > c.num_steps:
+    c.steps_per_call = c.num_steps
+  return c
+
+
 def bench_config(model: str, steps: int, eval_batches: int, overrides: dict):
-  """depth_width's `model` cell on synthetic WikiText-2-sized data, one
-  compiled call of training, one log, evaluation and checkpoint."""
+  """depth_width's `model` cell on synthetic WikiText-2-sized data,
+  `one_call`, `eval_batches` batches per split."""
   c = config_args.load_config_file(
       os.path.join(ROOT, "configs", "depth_width.py"), model)
   defaults.synthetic_data(c, vocab_size=33_278, train_tokens=64 * 64 * 8,
                           eval_tokens=64 * 64 * eval_batches)
   c.update_from_flattened_dict(overrides)
-  k = c.steps_per_call if c.steps_per_call > 0 else 250
-  c.num_steps = steps or k
-  c.log_every = c.eval_every = c.checkpoint_every = c.num_steps
   c.eval_max_batches = eval_batches
-  c.progress_every_s = 0.0
-  if multi_step.steps_per_call(c) > c.num_steps:
-    c.steps_per_call = c.num_steps
-  return c
+  return one_call(c, steps)
 
 
 def one_run(config, precompile: bool) -> tuple[float, dict]:
@@ -64,6 +70,25 @@ def one_run(config, precompile: bool) -> tuple[float, dict]:
   finally:
     shutil.rmtree(workdir, ignore_errors=True)
   return wall, phases
+
+
+def compare(make_config, repeats: int, label: str,
+            log=print) -> tuple[float, float]:
+  """Runs `make_config()` with precompile off, then on, `repeats` times;
+  logs each run and the medians; returns (median off, median on)."""
+  walls = {False: [], True: []}
+  for r in range(repeats):
+    for pre in (False, True):
+      wall, ph = one_run(make_config(), pre)
+      walls[pre].append(wall)
+      log(f"startup run {r} precompile={'on ' if pre else 'off'} "
+          f"{wall:6.1f} s: " + ", ".join(f"{k} {v:.1f}"
+                                         for k, v in ph.items()))
+  off, on = statistics.median(walls[False]), statistics.median(walls[True])
+  log(f"startup {label}, median of {repeats}: precompile off {off:.1f} s, "
+      f"on {on:.1f} s; on / off = {on / off:.2f}x (saves {off - on:.1f} s "
+      f"a run)")
+  return off, on
 
 
 def _override(kv: str) -> tuple[str, object]:
@@ -87,18 +112,9 @@ def main():
   a = p.parse_args()
   logging.set_verbosity(logging.WARNING)
   overrides = dict(_override(kv) for kv in a.set)
-  walls = {False: [], True: []}
-  for r in range(a.repeats):
-    for pre in (False, True):
-      c = bench_config(a.model, a.steps, a.eval_batches, overrides)
-      wall, ph = one_run(c, pre)
-      walls[pre].append(wall)
-      print(f"run {r} precompile={'on ' if pre else 'off'} {wall:6.1f} s: "
-            + ", ".join(f"{k} {v:.1f}" for k, v in ph.items()), flush=True)
-  off, on = statistics.median(walls[False]), statistics.median(walls[True])
-  print(f"{a.model}, {c.num_steps} steps, median of {a.repeats}: "
-        f"precompile off {off:.1f} s, on {on:.1f} s; on / off = "
-        f"{on / off:.2f}x (saves {off - on:.1f} s a run)")
+  c = bench_config(a.model, a.steps, a.eval_batches, overrides)
+  compare(lambda: bench_config(a.model, a.steps, a.eval_batches, overrides),
+          a.repeats, f"{a.model}, {c.num_steps} steps")
 
 
 if __name__ == "__main__":

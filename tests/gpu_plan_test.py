@@ -20,6 +20,7 @@ from qkspec.training import tasks
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import gpu_paper
+import startup
 # gpu_paper caches the data per process for its many probes; other tests
 # in this process build other synthetic data under the same key.
 tasks.load_lm_data = gpu_paper._load_lm_data  # pylint: disable=protected-access
@@ -153,6 +154,35 @@ class MeasuredCurveTest(absltest.TestCase):
                   + "\n")
       self.assertEqual(gpu_paper._last_phases(tmp),   # pylint: disable=protected-access
                        "compile 6 s, steps 20 s")
+
+  def test_startup_stage_shortens_fig6_to_one_call(self):
+    c = startup.one_call(gpu_paper.fig_config(Flags, 6, "scan_bf16_pallas"),
+                         250)
+    self.assertEqual((c.num_steps, c.log_every, c.eval_every,
+                      c.checkpoint_every), (250, 250, 250, 250))
+    self.assertEqual(c.steps_per_call, 2)      # Flags.k, as the runs'
+    c = startup.one_call(gpu_paper.fig_config(Flags, 6, "scan_bf16_pallas"),
+                         1)
+    self.assertEqual((c.num_steps, c.steps_per_call), (1, 1))  # k <= steps
+    schema.validate(c)
+
+  def test_startup_alternates_precompile_and_compares_medians(self):
+    seen, lines = [], []
+
+    def one_run(config, pre):
+      seen.append(pre)
+      wall = {False: [40.0, 44.0, 41.0], True: [36.0, 30.0, 37.0]}[pre]
+      return wall[seen.count(pre) - 1], {"setup": 1.0, "compile": 2.0}
+
+    with mock.patch.object(startup, "one_run", one_run):
+      off, on = startup.compare(lambda: None, 3, "Fig. 6", lines.append)
+    self.assertEqual(seen, [False, True] * 3)
+    self.assertEqual((off, on), (41.0, 36.0))
+    self.assertEqual(lines[0], "startup run 0 precompile=off   40.0 s: "
+                     "setup 1.0, compile 2.0")
+    self.assertEqual(lines[-1], "startup Fig. 6, median of 3: precompile "
+                     "off 41.0 s, on 36.0 s; on / off = 0.88x (saves 5.0 s "
+                     "a run)")
 
   def test_projection_takes_the_curve_and_its_layers(self):
     curve = {1: 1000.0, 5: 500.0, 15: 200.0}
