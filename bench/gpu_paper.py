@@ -55,6 +55,11 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   0..2 of each of Figs. 8-12 together, with a no-LocATER member per seed,
   where the curve says that costs at most PACK_GAIN x seed 0 alone
   (`fig8_both_c_seeds3`: 33 members), else seed 0 as before.
+* plan: the projection that the probe prints (every run --figs, --seeds
+  and --runs ask for; at the members curves of --path, or of
+  --plan_device's kind, else at --rate), without probing: e.g. the whole
+  section, `--stages plan --figs 6,8,9,10,11,12 --path
+  scan_bf16_pallas_fa3 --plan_device "NVIDIA H200"`, on any machine.
 * report: REPRODUCTION.md (+ reproduction/: summary CSV/JSON, figures)
   in --workdir from every run there (`qkspec.experiments.report`), so each
   slice leaves its verdicts and what is still to run.
@@ -326,7 +331,7 @@ def probe(flags) -> str:
           + ("" if agrees else "  (disagrees)"), flush=True)
   log(f"fastest path: {best}")
   if best_rate:
-    log(projection(flags, best_rate))
+    log(projection(flags, best_rate, best))
   return best or "scan_f32_plain", best_rate
 
 
@@ -336,22 +341,36 @@ ONE_MEMBER_RATE, FIVE_MEMBER_RATE = 534.1, 115.8   # H100 (gpu_results.md)
 PALLAS_RATE = 223.3
 
 
-def projection(flags, rate: float) -> str:
+def projection(flags, rate: float, path: str) -> str:
   """The wall time of every run that --figs, --seeds and --runs ask for
-  (`run_seconds` at the probe's Fig. 6 rate: evaluation and compilation
-  included)."""
+  (`run_seconds` at the members curves measured on `path` where there are
+  any, else at `rate`, the probe's Fig. 6 steps/s), the steps alone, and
+  each figure's share."""
   figs = [int(f) for f in flags.figs.split(",")]
   kinds = flags.runs.split(",")
   runs = [(f, k) for f in figs for k in kinds if not (f == 7 and k == "none")]
+  curves = load_curves(flags, path)
+  wall, steps, by_fig = 0.0, 0.0, {}
+  for f, k in runs:
+    curve = curve_for(curves, f)
+    w = flags.seeds * run_seconds(f, k, flags.steps, rate, flags.contrast,
+                                  1, 1, *curve)
+    wall += w
+    steps += flags.seeds * flags.steps * run_step_seconds(
+        f, k, rate, flags.contrast, 1, 1, *curve)
+    by_fig[f] = by_fig.get(f, 0.0) + w
   sweeps = flags.seeds * sum(k == "sweep" for _, k in runs)
   nones = flags.seeds * sum(k == "none" for _, k in runs)
-  minutes = flags.seeds * sum(run_seconds(f, k, flags.steps, rate,
-                                          flags.contrast)
-                              for f, k in runs) / 60
   return (f"projected: {sweeps} sweep and {nones} no-LocATER runs of "
           f"{flags.steps:,} steps (--figs {flags.figs}, --seeds "
-          f"{flags.seeds}, --runs {flags.runs}): ~{minutes:.1f} min at "
-          f"{rate:.1f} steps/s, evaluation included" + _budget_left(flags))
+          f"{flags.seeds}, --runs {flags.runs}): ~{wall / 60:.1f} min, of "
+          f"which steps {steps / 60:.1f} and evaluation, compilation and "
+          f"setup {(wall - steps) / 60:.1f}, at "
+          + (f"the members curves measured at {'; '.join(sorted(curves))}"
+             " (LAYER_COST for the layers they lack)" if curves
+             else f"{rate:.1f} Fig. 6 steps/s")
+          + _budget_left(flags) + "; by figure: "
+          + ", ".join(f"{f} {w / 60:.1f}" for f, w in by_fig.items()))
 
 
 def _budget_left(flags) -> str:
@@ -694,11 +713,11 @@ def step_seconds(curve: dict[int, float], n: int) -> float:
   return max(t, t1) if n >= n1 else t
 
 
-def run_seconds(fig: int, kind: str, steps: int, rate: float,
-                contrast: bool = False, readings: int = 1, seeds: int = 1,
-                curve: dict[int, float] | None = None,
-                curve_model: str = "L=1") -> float:
-  """Projected wall seconds of `steps` steps of one run (see the model
+def run_step_seconds(fig: int, kind: str, rate: float,
+                     contrast: bool = False, readings: int = 1,
+                     seeds: int = 1, curve: dict[int, float] | None = None,
+                     curve_model: str = "L=1") -> float:
+  """Projected seconds of one training step of a run (see the model
   above), given `rate`, the probe's steps/s of the Fig. 6 sweep, or
   `curve`, a members curve ({N: steps/s}) measured at `curve_model` (the
   run's model, or its width at one layer), which then replaces `rate` and
@@ -707,13 +726,23 @@ def run_seconds(fig: int, kind: str, steps: int, rate: float,
   members = run_members(fig, kind, contrast, readings, seeds)
   layers = 1 + LAYER_COST * (_layers(model_of(fig)) - 1)
   if curve and len(curve) > 1:
-    per_step = step_seconds(curve, members) * layers / (
+    return step_seconds(curve, members) * layers / (
         1 + LAYER_COST * (_layers(curve_model) - 1))
-  else:
-    one, five = 1 / ONE_MEMBER_RATE, 1 / FIVE_MEMBER_RATE
-    per_step = (one + (five - one) * (members - 1) / 4) * (
-        FIVE_MEMBER_RATE / rate) * layers
-  return steps * per_step * (1 + EVAL_COST) + RUN_OVERHEAD_S
+  one, five = 1 / ONE_MEMBER_RATE, 1 / FIVE_MEMBER_RATE
+  return (one + (five - one) * (members - 1) / 4) * (
+      FIVE_MEMBER_RATE / rate) * layers
+
+
+def run_seconds(fig: int, kind: str, steps: int, rate: float,
+                contrast: bool = False, readings: int = 1, seeds: int = 1,
+                curve: dict[int, float] | None = None,
+                curve_model: str = "L=1") -> float:
+  """Projected wall seconds of `steps` steps of one run: its steps
+  (`run_step_seconds`, same arguments), evaluation (EVAL_COST) and
+  compilation and setup (RUN_OVERHEAD_S)."""
+  return steps * run_step_seconds(fig, kind, rate, contrast, readings,
+                                  seeds, curve, curve_model) * (
+                                      1 + EVAL_COST) + RUN_OVERHEAD_S
 
 
 def model_of(fig: int) -> str:
@@ -1000,6 +1029,8 @@ def main():
         flags.pallas = best
       log(f"xent: Pallas setting for the next stages: "
           f"{flags.pallas or 'the default'}")
+    elif stage == "plan":              # the projection alone, no probe
+      log(projection(flags, known.get(5) or flags.rate, path))
     elif stage == "startup":
       startup.compare(
           lambda: startup.one_call(fig_config(flags, 6, path), flags.k),

@@ -222,6 +222,33 @@ class MeasuredCurveTest(absltest.TestCase):
         gpu_paper.run_seconds(8, "sweep", 50_000, rate, curve={5: 1.0}),
         gpu_paper.run_seconds(8, "sweep", 50_000, rate))
 
+  def test_section_projection_splits_steps_from_the_rest(self):
+    curve = {1: 1000.0, 5: 500.0, 15: 200.0}
+    with tempfile.TemporaryDirectory() as tmp:
+      with open(os.path.join(tmp, "curves.json"), "w") as f:
+        json.dump({"NVIDIA H200": {"scan_bf16_pallas_fa3": {
+            "L=1,d=32": {str(n): r for n, r in curve.items()}}}}, f)
+      flags = _todo_flags(tmp, curves=os.path.join(tmp, "curves.json"),
+                          plan_device="NVIDIA H200", figs="8,10",
+                          runs="sweep,none", seeds=2, contrast=False)
+      line = gpu_paper.projection(flags, 1e-9, "scan_bf16_pallas_fa3")
+    steps = {(8, "sweep"): 50_000 / 500.0, (8, "none"): 50_000 / 1000.0}
+    cost = 1 + 5 * gpu_paper.LAYER_COST           # Fig. 10: L = 6
+    steps.update({(10, k): s * cost for (_, k), s in list(steps.items())})
+    wall = {r: s * (1 + gpu_paper.EVAL_COST) + gpu_paper.RUN_OVERHEAD_S
+            for r, s in steps.items()}
+    total = 2 * sum(wall.values()) / 60             # two seeds
+    fig8 = 2 * (wall[8, "sweep"] + wall[8, "none"]) / 60
+    fig10 = 2 * (wall[10, "sweep"] + wall[10, "none"]) / 60
+    self.assertIn("4 sweep and 4 no-LocATER runs of 50,000 steps", line)
+    self.assertIn(f"~{total:.1f} min, of which steps "
+                  f"{2 * sum(steps.values()) / 60:.1f} and evaluation, "
+                  f"compilation and setup "
+                  f"{total - 2 * sum(steps.values()) / 60:.1f}", line)
+    self.assertIn("members curves measured at L=1,d=32", line)
+    self.assertTrue(line.endswith(f"by figure: 8 {fig8:.1f}, 10 "
+                                  f"{fig10:.1f}"), line)
+
   def test_curves_are_kept_by_device_path_and_pallas_setting(self):
     with tempfile.TemporaryDirectory() as tmp:
       brought = os.path.join(tmp, "brought.json")
