@@ -162,7 +162,8 @@ PATHS = {   # name -> config overrides
     # session-6 default, whose step ran at PALLAS_RATE, the same blocks
     # with dh taken from the forward kernel (pallas_xent.dh_in_forward),
     # and that forward from FlashAttention-3 (qkspec/training/
-    # flash_forward.py; 4 vocabulary splits)
+    # flash_forward.py; 4 vocabulary splits), and dW from it too
+    # (flash_forward.weight_grad; 2 token groups)
     "scan_bf16_pallas_64x128x4x2": {"compute_dtype": "bfloat16",
                                     "model.fused_loss": True,
                                     "model.loss_impl": "pallas",
@@ -177,6 +178,11 @@ PATHS = {   # name -> config overrides
                              "model.loss_impl": "pallas",
                              "model.loss_pallas":
                                  "64x128x4x2x4/fa3/64x128x4x2"},
+    "scan_bf16_pallas_fa3dw": {"compute_dtype": "bfloat16",
+                               "model.fused_loss": True,
+                               "model.loss_impl": "pallas",
+                               "model.loss_pallas":
+                                   "64x128x4x2x4/fa3/fa3x2"},
 }
 T0 = time.time()
 
@@ -958,6 +964,9 @@ def main():
                  "6,8 (d = 128 and d = 32, one layer); a deeper figure's "
                  "(12: L=6,d=128) then projects its runs without "
                  "LAYER_COST")
+  p.add_argument("--xent_blocks", default=xent_kernel.DEFAULT_BLOCKS,
+                 help="xent stage: the Pallas settings to time (default: "
+                 "bench/xent_kernel.py's)")
   p.add_argument("--k", type=int, default=250, help="steps per call")
   p.add_argument("--probe_steps", type=int, default=500)
   p.add_argument("--time_budget_s", type=float, default=1e9)
@@ -1024,7 +1033,8 @@ def main():
       write_report(flags)
     elif stage == "xent":            # later stages use its best setting
       shape = dict(n=128, d=32, v=1000, repeats=2) if flags.rehearse else {}
-      best = xent_kernel.best_pallas(xent_kernel.run(**shape))
+      best = xent_kernel.best_pallas(xent_kernel.run(
+          blocks=flags.xent_blocks, **shape))
       if best and not flags.pallas:
         flags.pallas = best
       log(f"xent: Pallas setting for the next stages: "

@@ -91,7 +91,10 @@ def _tokamax():
 # out. "F/fa3/DW" takes the forward from jax's FlashAttention-3 kernel
 # (qkspec/training/flash_forward.py: F's BN, BV, STAGES and SPLITS are its
 # block_q, block_kv, concurrent steps and vocabulary splits; block_q 128
-# spills 692 bytes, bench/gpu_results.md (8)).
+# spills 692 bytes, bench/gpu_results.md (8)); "F/fa3/fa3xG" its dW too
+# (`flash_forward.weight_grad`: the vocabulary as queries, the tokens as
+# keys in G groups: fewer groups, longer key loops and fewer copies of W,
+# more groups, less float16 range per group).
 DEFAULT_BLOCKS = ("64x128x4x2,128x128x8x2,32x128x4x2,64x64x4x2,64x64x8x2,"
                   "64x128x4x2x2,64x128x4x2x4,"
                   "64x128x4x2x4/64x128x4x2x4/64x128x4x2,"
@@ -100,7 +103,9 @@ DEFAULT_BLOCKS = ("64x128x4x2,128x128x8x2,32x128x4x2,64x64x4x2,64x64x8x2,"
                   "64x64x4x3/fwd/64x128x4x2,64x128x4x2x2/fwd/64x128x4x2,"
                   "64x64x8x2/fwd/64x64x8x2,128x64x8x2/fwd/64x64x8x2,"
                   "64x128x4x2x4/fa3/64x128x4x2,64x128x4x2x2/fa3/64x128x4x2,"
-                  "64x64x4x2x4/fa3/64x64x8x2,64x64x4x3x4/fa3/64x64x8x2")
+                  "64x64x4x2x4/fa3/64x64x8x2,64x64x4x3x4/fa3/64x64x8x2,"
+                  "64x128x4x2x4/fa3/fa3x1,64x128x4x2x4/fa3/fa3x2,"
+                  "64x128x4x2x4/fa3/fa3x4")
 
 
 def _plain(h, kernel, targets, weights, dtype):

@@ -115,6 +115,85 @@ class ForwardTest(parameterized.TestCase):
       _forward(*_inputs(v=130)[:3], (64, 64, 2, 4))   # last part: 192-255
 
 
+def _exact_dw(h, w, y, g):
+  """dW [d, V] of sum_n g_n CE(h_n W, y_n) in float32."""
+  z = h @ w
+  return h.T @ (g[:, None] * (jax.nn.softmax(z, axis=1)
+                              - jax.nn.one_hot(y, w.shape[1])))
+
+
+def _weight_grad(h, w, y, g, config, dtype=jnp.float16):
+  cast = lambda x: x.astype(dtype).astype(jnp.float32)     # noqa: E731
+  lse = jax.nn.logsumexp(cast(h) @ cast(w), axis=1)
+  return flash_forward.weight_grad(
+      h, w, y, lse, g, config, attention=flash_forward.reference_attention,
+      dtype=dtype)
+
+
+class WeightGradTest(parameterized.TestCase):
+
+  @parameterized.parameters(
+      ((64, 64, 2, 1),),     # 150 tokens -> 192: 42 copies of the last
+      ((64, 64, 2, 3),),     # 3 groups of 64
+      ((128, 64, 2, 2),))    # 2 groups of 128 (150 -> 256)
+  def test_equals_the_softmax_gradient(self, config):
+    """The algebra (sorted groups, values scaled by e^{-lse}, key padding,
+    the one-hot part) in float32, and the float16 kernel's rounding."""
+    h, w, y, weights = _inputs()
+    g = 0.37 * weights                          # zeros: padding tokens
+    want = _exact_dw(h, w, y, g)
+    got = jax.jit(functools.partial(_weight_grad, config=config,
+                                    dtype=jnp.float32))(h, w, y, g)
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-6 * float(
+        jnp.abs(want).max()))
+    got = _weight_grad(h, w, y, g, config)
+    want = _exact_dw(F16(h), F16(w), y, g)
+    self.assertLess(float(jnp.linalg.norm(got - want)
+                          / jnp.linalg.norm(want)), 2e-3)
+
+  def test_groups_keep_float16_values_in_range(self):
+    """Two sets of tokens whose lse differ by 50 nats (a feature of h that
+    adds 50 to every logit): in one group the values of the upper set are
+    e^-46 of the lower's and vanish in float16, so their half of dW is
+    lost; two groups (sorted, one set each) keep it."""
+    h, w, y, _ = _inputs(n=128, d=40)
+    h = h.at[:, 0].set(jnp.where(jnp.arange(128) % 2 == 0, 0.0, 50.0))
+    w = w.at[0].set(1.0)
+    g = jnp.ones((128,))
+    want = _exact_dw(F16(h), F16(w), y, g)
+    err = {}
+    for groups in (1, 2):
+      got = _weight_grad(h, w, y, g, (64, 64, 2, groups))
+      err[groups] = float(jnp.linalg.norm(got - want)
+                          / jnp.linalg.norm(want))
+    self.assertGreater(err[1], 0.1)
+    self.assertLess(err[2], 2e-3)
+
+  def test_vmapped_members_fold_into_one_batch(self):
+    members = []
+    for s in range(3):
+      h, w, y, weights = _inputs(seed=s)
+      members.append((h, w, y, weights))
+    stacked = [jnp.stack(x) for x in zip(*members)]
+    seen = []
+
+    def attention(q, k, v, config):
+      seen.append(q.shape)
+      return flash_forward.reference_attention(q, k, v, config)
+
+    def fn(h, w, y, g):
+      lse = jax.nn.logsumexp(F16(h) @ F16(w), axis=1)
+      return flash_forward.weight_grad(h, w, y, lse, g, (64, 64, 2, 2),
+                                       attention=attention)
+    batched = jax.jit(jax.vmap(fn))(*stacked)
+    # 3 members x 2 groups of 128 tokens; 1000 vocabulary rows -> 1024
+    self.assertEqual(seen[-1], (3 * 2, 1024, 1, 64))
+    for i, args in enumerate(members):
+      want = fn(*args)
+      np.testing.assert_allclose(batched[i], want, rtol=0, atol=1e-5 * float(
+          jnp.abs(want).max()))
+
+
 class LossTest(absltest.TestCase):
 
   def test_loss_and_gradients_equal_plain(self):
@@ -135,22 +214,52 @@ class LossTest(absltest.TestCase):
       self.assertLess(float(jnp.linalg.norm(a - b) / jnp.linalg.norm(b)),
                       tol)
 
+  def test_flash_dw_gradients_equal_plain(self):
+    """`flash_dw`: dW from FlashAttention-3's contract too (float16 values:
+    ~1e-3), dh and the loss as with the Triton dW kernel."""
+    h, w, y, weights = _inputs()
+    h, w = F16(h), F16(w)
+    grads = {}
+    for flash_dw in (0, 2):
+      loss = lambda a, b, f=flash_dw: pallas_xent.linear_cross_entropy(  # noqa: E731
+          a, b, y, weights, 64, 64, vocab_splits=2, num_stages=2,
+          dh_in_forward=True, flash_forward=True, flash_dw=f)
+      grads[flash_dw] = jax.grad(loss, (0, 1))(h, w)
+    plain = lambda a, b: jnp.sum(  # noqa: E731
+        weights * optax.softmax_cross_entropy_with_integer_labels(a @ b, y))
+    want = jax.grad(plain, (0, 1))(h, w)
+    np.testing.assert_array_equal(grads[2][0], grads[0][0])
+    self.assertLess(float(jnp.linalg.norm(grads[2][1] - want[1])
+                          / jnp.linalg.norm(want[1])), 2e-3)
+    self.assertGreater(float(jnp.abs(grads[2][1] - grads[0][1]).max()),
+                       0.0)                  # not the Triton kernel's result
+
   def test_setting_parses_and_a_train_step_runs(self):
     self.assertEqual(schema.pallas_settings("64x64x4x2x2/fa3/64x64x4x2"),
                      dict(block_rows=64, block_vocab=64, num_warps=4,
                           num_stages=2, vocab_splits=2, dh_in_forward=True,
                           flash_forward=True,
                           backward=((64, 64, 4, 2, 2), (64, 64, 4, 2))))
+    for spec, groups in (("64x64x4x2x2/fa3/fa3", 2),   # FORWARD's SPLITS
+                         ("64x64x4x2/fa3/fa3", 1),
+                         ("64x64x4x2x2/fa3/fa3x4", 4)):
+      self.assertEqual(schema.pallas_settings(spec)["flash_dw"], groups)
+    for spec, what in (("64x64x4x2/fwd/fa3", "needs 'fa3' in DH's"),
+                       ("64x64x4x2/fa3/fa3x0", "G >= 1 token groups")):
+      with self.assertRaisesRegex(ValueError, what):
+        schema.pallas_settings(spec)
     losses = {}
-    for spec in ("64x64x4x2/fwd/64x64x4x2", "64x64x4x2/fa3/64x64x4x2"):
+    for spec in ("64x64x4x2/fwd/64x64x4x2", "64x64x4x2/fa3/64x64x4x2",
+                 "64x64x4x2/fa3/fa3x2"):
       c = defaults.smoke(defaults.lm_config())
       c.sweep.kappa2 = (0.0, 1.0)
       c.model.loss_impl, c.model.loss_pallas = "pallas", spec
       schema.validate(c)
       _, losses[spec] = testutil.sweep_losses(c, 2)
-    a, b = losses.values()
-    np.testing.assert_allclose(a[0], b[0], rtol=1e-3)   # float16 logits
-    np.testing.assert_allclose(a[1], b[1], rtol=1e-3)
+    a, *others = losses.values()
+    for b in others:
+      np.testing.assert_allclose(a[0], b[0], rtol=1e-3)   # float16 logits
+      np.testing.assert_allclose(a[1], b[1], rtol=1e-3)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ LOSS_LOGITS = ("float32", "compute")   # the chunked loss's logits dtype
 PALLAS_SETTINGS = "64x128x4x2"         # BN x BV x warps x stages (pallas_xent)
 DH_IN_FORWARD = "fwd"   # in a "FORWARD/DH/DW" setting's DH place: no dh kernel
 DH_IN_FLASH = "fa3"     # the same from FlashAttention-3's forward (Hopper)
+DW_IN_FLASH = "fa3"     # in DW's place (after DH's "fa3"): dW as attention
+                        # ("fa3xG": in G token groups)
 
 
 def check_pallas_settings(block_rows: int, block_vocab: int, num_warps: int,
@@ -75,16 +77,35 @@ def pallas_settings(spec: str) -> dict:
   of a dh kernel (`dh_in_forward`); "fa3" there does the same with
   jax's FlashAttention-3 kernel as that forward (`flash_forward`: FORWARD's
   BN, BV, STAGES and SPLITS are its block_q, block_kv, concurrent steps
-  and splits; evaluation keeps the Triton forward). bench/xent_kernel.py
-  times such settings on a GPU."""
+  and splits; evaluation keeps the Triton forward). "fa3" in DW's place
+  too (e.g. "64x128x4x2x4/fa3/fa3") computes dW with the same kernel, the
+  vocabulary as queries and the tokens as keys (`flash_dw`,
+  `flash_forward.weight_grad`: FORWARD's BN, BV and STAGES again, in as
+  many token groups as FORWARD's SPLITS, or G with "fa3xG").
+  bench/xent_kernel.py times such settings on a GPU."""
   parts = spec.split("/") if isinstance(spec, str) else [spec]
   if len(parts) not in (1, 3):
     raise ValueError(f"Pallas settings must be one BNxBVxWARPSxSTAGES or "
                      f"three joined by '/' (forward, dh, dW), got {spec!r}.")
   in_forward = len(parts) == 3 and parts[1] in (DH_IN_FORWARD, DH_IN_FLASH)
   flash = in_forward and parts[1] == DH_IN_FLASH
+  flash_dw = 0
+  if len(parts) == 3 and parts[2].startswith(DW_IN_FLASH):
+    groups = parts[2][len(DW_IN_FLASH):]
+    if groups and not (groups[0] == "x" and groups[1:].isdigit()
+                       and int(groups[1:]) >= 1):
+      raise ValueError(f"Pallas settings {spec!r}: DW's '{DW_IN_FLASH}' "
+                       f"takes 'xG', G >= 1 token groups, got {parts[2]!r}.")
+    forward = _launch(parts[0], spec)
+    flash_dw = int(groups[1:]) if groups else (forward + (1,))[4]
+  if flash_dw and not flash:
+    raise ValueError(f"Pallas settings {spec!r}: '{DW_IN_FLASH}' in DW's "
+                     f"place needs '{DH_IN_FLASH}' in DH's (FlashAttention-3 "
+                     f"for both).")
   if in_forward:
     parts[1] = parts[0]       # the dh kernel's launch: unused
+  if flash_dw:                # the Triton dW kernel's launch: unused
+    parts[2] = "x".join(parts[0].split("x")[:4])
   launches = [_launch(part, spec) for part in parts]
   out = dict(zip(("block_rows", "block_vocab", "num_warps", "num_stages",
                   "vocab_splits"), launches[0]))
@@ -95,6 +116,8 @@ def pallas_settings(spec: str) -> dict:
     out["dh_in_forward"] = True
   if flash:
     out["flash_forward"] = True
+  if flash_dw:
+    out["flash_dw"] = flash_dw
   return out
 
 

@@ -1,4 +1,4 @@
-r"""The loss's forward as attention: jax's FlashAttention-3 kernel (Hopper).
+r"""The loss's forward, and its dW, as attention: FlashAttention-3 (Hopper).
 
 Shapes: N = tokens, d = model width, V = vocabulary; S vocabulary splits.
 
@@ -55,6 +55,9 @@ W), computes the softmax in float32 and rounds its output :math:`\bar w`
 to float16 (relative ~5e-4; tests/flash_forward_test.py bounds dh from
 it against float32).
 
+`weight_grad` turns the kernel round for dW: the vocabulary as queries,
+the tokens as keys (its docstring has the algebra and float16's range).
+
 The kernel runs only on a Hopper GPU. `forward(..., attention=...)` takes
 any function with its contract, so the CPU tests check everything above
 with `reference_attention` in its place; bench/xent_kernel.py times the
@@ -70,6 +73,7 @@ import jax.numpy as jnp
 from qkspec.training.fused_xent import pad_to, round_up
 
 LN2 = math.log(2.0)
+HEADROOM = 10.0      # nats between weight_grad's largest value and float16's
 
 
 class FlashConfig(NamedTuple):
@@ -191,3 +195,84 @@ def forward(h, w, targets, config: FlashConfig, attention=None,
   mean = jnp.sum(jnp.exp(lse_k - lse[None])[..., None] * mean_k, axis=0)
   z_y = jnp.sum(h32 * jnp.take(w32, targets, axis=1).T, axis=1)
   return lse, z_y, mean
+
+
+def weight_grad(h, w, targets, lse, g, config: FlashConfig, attention=None,
+                dtype=jnp.float16):
+  r"""dW [d, V] float32 :math:`= \sum_n g_n (\mathrm{softmax}(z_n) -
+  e_{y_n}) h_n^\top`, z = hW, with the softmax part as attention (the
+  "fa3" dW of `pallas_xent`).
+
+  Column v of the softmax part, :math:`\sum_n g_n e^{z_{nv} -
+  \mathrm{lse}_n} h_n`, is attention with query :math:`W_{:, v}`, keys
+  :math:`h_n` and values :math:`u_n = g_n e^{-\mathrm{lse}_n - c}\,h_n`
+  (the tokens' own normaliser moved into the values): the kernel returns
+  :math:`o_v = \sum_n e^{z_{nv}} u_n / \sum_n e^{z_{nv}}` and
+  :math:`\ell_v = \log\sum_n e^{z_{nv}}`, so the column is
+  :math:`e^{c + \ell_v} o_v`. The denominator cancels: key padding (copies
+  of the last token with zero values) needs no correction, unlike
+  `forward`'s.
+
+  Range: the values are float16, and :math:`e^{-\mathrm{lse}_n}` spans as
+  many nats as lse does over the batch. So the tokens are sorted by
+  :math:`\epsilon_n = \log|g_n| - \mathrm{lse}_n + \log\max_j|h_{nj}|`
+  and cut into `config.splits` equal groups, each its own batch entry
+  with its own c, HEADROOM nats below its largest :math:`\epsilon`, and
+  values :math:`\pm e^{\epsilon_n - c} h_n / \max_j|h_{nj}|`: at most
+  :math:`e^{10}` (float16's largest is :math:`e^{11.09}`, so nothing
+  overflows), at full float16 precision down to :math:`e^{-9.7}`, i.e.
+  for a group spanning up to ~19.7 nats of :math:`\epsilon`; tokens
+  further below lose precision gradually (subnormals) and are dropped
+  past ~26.6 nats. The groups' columns add up in float32. Tokens with
+  :math:`g_n = 0` (padding) get zero values.
+
+  Args:
+    h: [N, d].
+    w: [d, V].
+    targets: int [N].
+    lse: float32 [N], the forward's log-sum-exp of z.
+    g: float32 [N], the row scales (cotangent x weights).
+    config: a `FlashConfig`; block_q vocabulary rows, block_kv tokens per
+      step, and `splits` token groups.
+    attention: as `forward`'s.
+    dtype: what the kernel reads.
+  """
+  config = check_config(config)
+  block_q, block_kv, _, groups = config
+  n, d = h.shape
+  vocab = w.shape[1]
+  width = round_up(d, 64)
+  rows = round_up(n, groups * block_kv)
+  hk = pad_to(h.astype(dtype), 1, width)
+  hk = jnp.concatenate([hk, jnp.repeat(hk[-1:], rows - n, axis=0)], axis=0)
+  g = pad_to(g.astype(jnp.float32), 0, rows)                # pads: g = 0
+  h32 = hk.astype(jnp.float32)
+  peak = jnp.max(jnp.abs(h32), axis=1)
+  live = (g != 0) & (peak > 0)
+  eps = jnp.where(live, jnp.log(jnp.where(live, jnp.abs(g), 1.0))
+                  - pad_to(lse, 0, rows)
+                  + jnp.log(jnp.where(live, peak, 1.0)), -jnp.inf)
+  order = jnp.argsort(eps)
+  grouped = lambda x: x[order].reshape((groups, -1) + x.shape[1:])  # noqa: E731
+  eps_g, live_g = grouped(eps), grouped(live)
+  top = jnp.max(eps_g, axis=1)                              # -inf: no live
+  c = jnp.where(jnp.isfinite(top), top - HEADROOM, 0.0)     # [G]
+  scale = jnp.where(live_g, jnp.sign(grouped(g)) * jnp.exp(
+      jnp.where(live_g, eps_g, 0.0) - c[:, None]) / grouped(jnp.where(
+          live, peak, 1.0)), 0.0)                           # [G, N/G]
+  keys = grouped(hk)                                        # [G, N/G, width]
+  values = (keys.astype(jnp.float32) * scale[..., None]).astype(dtype)
+  wq = pad_to(pad_to(w.astype(dtype), 0, width), 1,
+              round_up(vocab, 2 * block_q))                 # [width, Vq]
+  q = jnp.broadcast_to(wq.T[None, :, None], (groups,) + wq.T.shape[:1]
+                       + (1, width))
+  call = _batched(functools.partial(attention or library_attention,
+                                    config=config))
+  out, lse2 = call(q, keys[:, :, None], values[:, :, None])
+  ell = lse2[:, 0, :vocab].astype(jnp.float32) * LN2 + c[:, None]  # [G, V]
+  factor = jnp.where(jnp.isfinite(top)[:, None], jnp.exp(ell), 0.0)
+  dw = jnp.einsum("gv,gvd->vd", factor,
+                  out[:, :vocab, 0, :d].astype(jnp.float32))
+  # the one-hot part, scattered into the softmax part in place
+  dw = dw.at[targets].add(-g[:n, None] * h32[:n, :d])
+  return dw.T

@@ -79,8 +79,11 @@ lowered); jax 0.11.2, the device image's, and 0.12.0.1 still lower them
 at once (bench/gpu_results.md (7)); `flash_forward` (a "FORWARD/fa3/DW"
 setting) replaces the `dh_in_forward` forward with jax's FlashAttention-3
 kernel for Hopper (Mosaic GPU, `attention_mgpu`), whose query, keys and
-values are h, W^T and W^T, and keeps the Triton dW kernel. Should the
-Triton backend be removed, a Mosaic GPU dW kernel is the way on; tokamax
+values are h, W^T and W^T, and keeps the Triton dW kernel, or ("F/fa3/
+fa3xG", `flash_dw`) takes dW from the same kernel with the vocabulary as
+queries and the tokens as keys (`flash_forward.weight_grad`): then no
+Triton kernel runs in training, which is the way on should the Triton
+backend be removed; tokamax
 0.0.17 offers no GPU kernel for this loss to fall back on (on a GPU its
 `linear_softmax_cross_entropy_loss` defaults to an XLA loss that writes the
 logits, and offers a chunked XLA one like `fused_xent`; its Pallas kernel
@@ -397,7 +400,7 @@ def _dw(b: _Blocks, lse, g):
 
 
 @functools.partial(jax.custom_vjp,
-                   nondiff_argnums=(4, 5, 6, 7, 8, 9, 10, 11, 12, 13))
+                   nondiff_argnums=(4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14))
 def linear_cross_entropy(h: jax.Array, kernel: jax.Array, targets: jax.Array,
                          weights: jax.Array,
                          block_rows: int = DEFAULTS["block_rows"],
@@ -409,7 +412,8 @@ def linear_cross_entropy(h: jax.Array, kernel: jax.Array, targets: jax.Array,
                          backward: tuple | None = None,
                          vocab_splits: int = 1,
                          dh_in_forward: bool = False,
-                         flash_forward: bool = False) -> jax.Array:
+                         flash_forward: bool = False,
+                         flash_dw: int = 0) -> jax.Array:
   r"""Weighted sum :math:`\sum_n w_n \mathrm{CE}(h_n W, y_n)` (see module).
 
   Args:
@@ -442,12 +446,17 @@ def linear_cross_entropy(h: jax.Array, kernel: jax.Array, targets: jax.Array,
       vocab_splits) as its (block_q, block_kv, max_concurrent_steps,
       splits), instead of the Triton "xent_forward_dh" kernel; off a GPU
       (`interpret`) its plain-jnp reference stands in.
+    flash_dw: G > 0: dW from FlashAttention-3 too, in G token groups
+      (`flash_forward.weight_grad`: the vocabulary as queries, the tokens
+      as keys; block_rows, block_vocab and num_stages as its blocks)
+      instead of the Triton dW kernel; 0: the Triton dW kernel.
 
   Returns:
     A float32 scalar; divide by `sum(weights)` for the mean.
   """
   static = (block_rows, block_vocab, compute_dtype, interpret, num_warps,
-            num_stages, backward, vocab_splits, dh_in_forward, flash_forward)
+            num_stages, backward, vocab_splits, dh_in_forward, flash_forward,
+            flash_dw)
   return _loss(h, kernel, targets, weights, static, False)[0]
 
 
@@ -467,7 +476,7 @@ def _loss(h, kernel, targets, weights, static, differentiated):
   `flash_forward`, takes them from FlashAttention-3)."""
   fused_xent.check_inputs(h, kernel, None, targets, weights)
   b = _blocks(h, kernel, targets, static)
-  *_, in_forward, flash = static
+  *_, in_forward, flash, _ = static
   if differentiated and in_forward and flash:
     bn, bv, _, stages, splits = b.launch["xent_forward"]
     lse, zy, *mean_w = flash_lib.forward(
@@ -489,7 +498,13 @@ def _bwd(*args):
   b = _blocks(h, kernel, targets, static)
   g = cotangent * weights.astype(jnp.float32)
   d_h = _dh_from_mean(b, mean_w[0], g) if mean_w else _dh(b, lse, g)
-  d_kernel = _dw(b, lse, g)
+  if static[-1]:                      # flash_dw: its token groups
+    bn, bv, _, stages, _ = b.launch["xent_forward"]
+    d_kernel = flash_lib.weight_grad(
+        h, kernel, targets, lse, g, (bn, bv, stages, static[-1]),
+        attention=flash_lib.reference_attention if b.interpret else None)
+  else:
+    d_kernel = _dw(b, lse, g)
   return (d_h.astype(h.dtype), d_kernel.astype(kernel.dtype),
           *fused_xent.no_cotangents(targets, weights))
 
