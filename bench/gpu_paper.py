@@ -20,7 +20,8 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   pinned settings, the session-6 default and its dh taken from the
   forward kernel). Prints
   compile seconds, steps/s, member-steps/s and the projected wall time of
-  50,000 steps; the fastest path is used by the later stages, and the
+  50,000 steps; the fastest path is used by the later stages (by the train
+  and todo stages unless --train_path names another), and the
   training time of every run --figs, --seeds and --runs ask for is
   projected at its rate (`projection`).
 * train: the kappa2 sweep of every figure in --figs (7: Fig. 7's two
@@ -297,6 +298,9 @@ def timed_rate(config, calls: int):
   return compile_s, rate, k, float(loss)
 
 
+PROBED = {}      # path -> the probe's Fig. 6 steps/s, this process
+
+
 def probe(flags) -> str:
   """Times each path; the fastest whose loss agrees is used next.
 
@@ -320,6 +324,7 @@ def probe(flags) -> str:
     off = abs(loss - ref[k][1]) / abs(ref[k][1])
     agrees = math.isfinite(loss) and off <= 0.02
     rows.append((path, compile_s, rate, loss, agrees))
+    PROBED[path] = rate
     log(f"probe {path}: k={k} compile {compile_s:.1f} s, {rate:.1f} steps/s"
         f" ({5 * rate:.0f} member-steps/s), 50,000 steps in "
         f"{50_000 / rate / 60:.2f} min; loss {loss:.4f}"
@@ -903,6 +908,16 @@ def trace(flags, path: str):
     gc.collect()
 
 
+def _train_path(flags, path: str, known: dict) -> tuple[str, float | None]:
+  """(path, its probed Fig. 6 steps/s or None) of the train and todo
+  stages: --train_path where given, else the probe's choice."""
+  if flags.train_path and flags.train_path != path:
+    log(f"train and todo stages: --train_path {flags.train_path} (the "
+        f"probe's fastest: {path})")
+    return flags.train_path, PROBED.get(flags.train_path)
+  return path, known.get(5)
+
+
 def main():
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--tfds_dir", required=True)
@@ -913,6 +928,9 @@ def main():
                  "scan_bf16_plain,scan_bf16_fused4096,scan_bf16_pallas",
                  help=f"probed paths, of {', '.join(PATHS)}")
   p.add_argument("--path", default="", help="skip the probe: use this path")
+  p.add_argument("--train_path", default="",
+                 help="train and todo stages: this path, whatever the probe "
+                 "chose (a new kernel probed beside the runs' path)")
   p.add_argument("--figs", default="6")
   p.add_argument("--steps", type=int, default=50_000)
   p.add_argument("--seeds", type=int, default=1,
@@ -991,7 +1009,7 @@ def main():
               f"{getattr(flags, name)!r}")
   if not set(flags.runs.split(",")) <= set(RUN_KINDS):
     p.error(f"--runs takes {', '.join(RUN_KINDS)}, got {flags.runs!r}")
-  named = (flags.paths.split(",") + [flags.path]
+  named = (flags.paths.split(",") + [flags.path, flags.train_path]
            + flags.trace_paths.split(","))
   unknown = sorted(set(named) - set(PATHS) - {"", "best"})
   if unknown:
@@ -1017,13 +1035,13 @@ def main():
       path, rate = probe(flags)
       known[5] = rate
     elif stage == "train":
-      train(flags, path, known.get(5))
+      train(flags, *_train_path(flags, path, known))
     elif stage == "train_fairseq":     # the same figures, fairseq's reading
       flags.fairseq = True
-      train(flags, path, known.get(5))
+      train(flags, *_train_path(flags, path, known))
       flags.fairseq = False
     elif stage == "todo":
-      todo(flags, path, known.get(5))
+      todo(flags, *_train_path(flags, path, known))
     elif stage == "members":
       for fig in (int(f) for f in flags.members_figs.split(",")):
         curve = members_curve(flags, path, known if fig == 6 else {}, fig)
