@@ -912,8 +912,8 @@ def _train_path(flags, path: str, known: dict) -> tuple[str, float | None]:
   """(path, its probed Fig. 6 steps/s or None) of the train and todo
   stages: --train_path where given, else the probe's choice."""
   if flags.train_path and flags.train_path != path:
-    log(f"train and todo stages: --train_path {flags.train_path} (the "
-        f"probe's fastest: {path})")
+    log(f"train and todo stages: --train_path {flags.train_path}, not "
+        f"{path}")
     return flags.train_path, PROBED.get(flags.train_path)
   return path, known.get(5)
 
