@@ -472,8 +472,9 @@ def _blocks(h, kernel, targets, static) -> _Blocks:
 
 def _loss(h, kernel, targets, weights, static, differentiated):
   """(loss, residuals); the softmax mean of W among them when
-  differentiated with `dh_in_forward` (static's next to last; its last,
-  `flash_forward`, takes them from FlashAttention-3)."""
+  differentiated with `dh_in_forward` (static's third from last; the next,
+  `flash_forward`, takes them from FlashAttention-3; the last,
+  `flash_dw`, is the backward's)."""
   fused_xent.check_inputs(h, kernel, None, targets, weights)
   b = _blocks(h, kernel, targets, static)
   *_, in_forward, flash, _ = static
