@@ -156,20 +156,18 @@ class MeasuredCurveTest(absltest.TestCase):
                        "compile 6 s, steps 20 s")
 
   def test_train_path_overrides_the_probes_choice_with_its_own_rate(self):
-    flags = argparse.Namespace(train_path="")
-    known = {5: 400.0}
+    train_path = gpu_paper._train_path   # pylint: disable=protected-access
+    flags, known = argparse.Namespace(train_path=""), {5: 400.0}
     with mock.patch.dict(gpu_paper.PROBED, {"scan_bf16_pallas_fa3": 404.3,
                                             "scan_bf16_pallas_fa3dw": 450.0}):
-      self.assertEqual(gpu_paper._train_path(   # pylint: disable=protected-access
-          flags, "scan_bf16_pallas_fa3dw", known),
+      self.assertEqual(train_path(flags, "scan_bf16_pallas_fa3dw", known),
                        ("scan_bf16_pallas_fa3dw", 400.0))
       flags.train_path = "scan_bf16_pallas_fa3"
-      self.assertEqual(gpu_paper._train_path(   # pylint: disable=protected-access
-          flags, "scan_bf16_pallas_fa3dw", known),
+      self.assertEqual(train_path(flags, "scan_bf16_pallas_fa3dw", known),
                        ("scan_bf16_pallas_fa3", 404.3))
       flags.train_path = "scan_bf16_pallas"         # not probed: --rate
-      self.assertEqual(gpu_paper._train_path(   # pylint: disable=protected-access
-          flags, "scan_bf16_pallas_fa3dw", known), ("scan_bf16_pallas", None))
+      self.assertEqual(train_path(flags, "scan_bf16_pallas_fa3dw", known),
+                       ("scan_bf16_pallas", None))
 
   def test_startup_stage_shortens_fig6_to_one_call(self):
     c = startup.one_call(gpu_paper.fig_config(Flags, 6, "scan_bf16_pallas"),

@@ -5,7 +5,6 @@ on the device; qkspec.training.multi_step scans k steps (or a split's eval
 batches) in one call. On a CPU both must equal the host-batch, one-step path
 bit for bit: same batches, same arithmetic in the same order.
 """
-import json
 import os
 import tempfile
 from unittest import mock
@@ -246,16 +245,6 @@ class StepsPerCallTest(absltest.TestCase):
       schema.validate(c)
 
 
-def _records(workdir):
-  out = []
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    for line in f:
-      r = json.loads(line)
-      r.pop("steps_per_sec", None)
-      out.append(r)
-  return out
-
-
 class LoopTest(absltest.TestCase):
   """The loop with k steps per call writes what the one-step loop writes."""
 
@@ -281,9 +270,9 @@ class LoopTest(absltest.TestCase):
     self.assertEqual(int(state.step[0]), 13)
     for member in ("kappa2=0", "kappa2=1"):
       got = {}
-      for r in _records(os.path.join(many, member)):
+      for r in testutil.metric_records(os.path.join(many, member)):
         got.setdefault(r["step"], {}).update(r)
-      want = _records(os.path.join(one, member))
+      want = testutil.metric_records(os.path.join(one, member))
       self.assertNotEmpty(want)
       for r in want:
         for k, v in r.items():

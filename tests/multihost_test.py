@@ -8,7 +8,6 @@ must log the same losses and measurements, save the same parameters, write
 each checkpoint once and its metrics from process 0 only (a second writer
 would append every record twice to the shared metrics.jsonl).
 """
-import json
 import os
 import socket
 import subprocess
@@ -76,12 +75,6 @@ def _finish(procs) -> list[str]:
   return out
 
 
-def _records(workdir):
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    return [{k: v for k, v in json.loads(line).items() if k not in _UNEQUAL}
-            for line in f]
-
-
 def _saved(path):
   """A saved TrainState as {path: numpy array}, on whatever devices we have."""
   checkpointer = ocp.PyTreeCheckpointer()
@@ -114,7 +107,8 @@ class TwoProcessTest(absltest.TestCase):
       self.assertEqual(sorted(os.listdir(os.path.join(one, "ckpt"))),
                        ["2", "4"])
       # Metrics: written once (by process 0), equal to one process's.
-      got, want = _records(two), _records(one)
+      got, want = (testutil.metric_records(wd, _UNEQUAL)
+                   for wd in (two, one))
       self.assertEqual([r["step"] for r in got], [r["step"] for r in want])
       self.assertLen(got, 8)   # steps 0, 2, 4: measurements, train, eval
       for g, w in zip(got, want):

@@ -1,7 +1,6 @@
 """Compiling a run's programs on threads (qkspec.training.precompile)."""
 import collections
 from concurrent import futures
-import json
 import logging
 import os
 import shutil
@@ -69,16 +68,6 @@ def _config(num_steps: int, precompile_on: bool):
   return c
 
 
-def _records(workdir: str) -> list[dict]:
-  out = []
-  with open(os.path.join(workdir, "kappa2=1", "metrics.jsonl")) as f:
-    for line in f:
-      r = json.loads(line)
-      r.pop("steps_per_sec", None)
-      out.append(r)
-  return out
-
-
 class LoopTest(absltest.TestCase):
 
   def setUp(self):
@@ -113,7 +102,9 @@ class LoopTest(absltest.TestCase):
 
     jax.tree.map(np.testing.assert_array_equal, jax.device_get(got),
                  jax.device_get(want))
-    self.assertEqual(_records(warm), _records(plain))
+    self.assertEqual(
+        *(testutil.metric_records(os.path.join(wd, "kappa2=1"))
+          for wd in (warm, plain)))
 
 
 if __name__ == "__main__":

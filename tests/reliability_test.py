@@ -5,7 +5,6 @@ metric_writer and progress on the one-member theory smoke config (d=16,
 T=B=8, a few ms per step).
 """
 import glob
-import json
 import os
 import shutil
 import signal
@@ -39,15 +38,6 @@ def _config(num_steps):
   c.log_every, c.eval_every, c.checkpoint_every = 1, 2, 2
   c.progress_every_s = 0.0
   return c
-
-
-def _records(workdir):
-  """metrics.jsonl records without the timing (steps_per_sec)."""
-  with open(os.path.join(workdir, metric_writer.JSONL)) as f:
-    recs = [json.loads(line) for line in f]
-  for r in recs:
-    r.pop("steps_per_sec", None)
-  return recs
 
 
 def _steps_once(test, records):
@@ -101,7 +91,8 @@ class DamagedCheckpointTest(parameterized.TestCase):
     cls.tmp = tempfile.mkdtemp()
     cls.straight = loop.train_and_evaluate(
         _config(6), os.path.join(cls.tmp, "straight"))
-    cls.straight_records = _records(os.path.join(cls.tmp, "straight"))
+    cls.straight_records = testutil.metric_records(
+        os.path.join(cls.tmp, "straight"))
     cls.base = os.path.join(cls.tmp, "base")
     loop.train_and_evaluate(_config(4), cls.base)
 
@@ -136,7 +127,7 @@ class DamagedCheckpointTest(parameterized.TestCase):
     self.assertIn("resumed from step 2", text)
     self.assertEqual(checkpoint.Checkpointer(wd).all_steps(), [4, 6])
     _assert_trees_equal(resumed, self.straight)
-    records = _records(wd)
+    records = testutil.metric_records(wd)
     self.assertEqual(_steps_once(self, records), list(range(7)))
     self.assertEqual(records, self.straight_records)
 
@@ -201,7 +192,7 @@ class InterruptTest(absltest.TestCase):
         last, f"interrupted at step {stopped}: checkpoint "
         f"{os.path.join(wd, 'ckpt', str(stopped))} saved; to resume, rerun "
         f"the same command with --workdir {wd}.")
-    self.assertEqual(_steps_once(self, _records(wd)),
+    self.assertEqual(_steps_once(self, testutil.metric_records(wd)),
                      list(range(stopped + 1)))
 
     straight = loop.train_and_evaluate(_config(steps),
@@ -210,7 +201,8 @@ class InterruptTest(absltest.TestCase):
       resumed = loop.train_and_evaluate(_config(steps), wd)
     self.assertIn(f"resumed from step {stopped}", "\n".join(logs.output))
     _assert_trees_equal(resumed, straight)
-    self.assertEqual(_records(wd), _records(os.path.join(tmp, "straight")))
+    self.assertEqual(testutil.metric_records(wd), testutil.metric_records(
+        os.path.join(tmp, "straight")))
 
 
 class ProgressTest(absltest.TestCase):

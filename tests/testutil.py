@@ -1,4 +1,5 @@
 """Helpers shared by the tests (not a test file)."""
+import json
 import pathlib
 
 import jax
@@ -39,6 +40,14 @@ def sweep_losses(config, steps: int) -> tuple:
     state, metrics = built.train(state, built.task.train_batch(i), dk)
     losses.append(np.asarray(metrics["loss"]))
   return built, losses
+
+
+def metric_records(directory, drop=("steps_per_sec",)) -> list[dict]:
+  """The records of `directory`/metrics.jsonl without the keys in `drop`
+  (timings, which differ between equal runs)."""
+  with open(pathlib.Path(directory) / "metrics.jsonl") as f:
+    return [{k: v for k, v in json.loads(line).items() if k not in drop}
+            for line in f]
 
 
 def lm_batch(config, seed: int = 3) -> dict:
