@@ -36,8 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def one_call(c, steps: int = 0):
   """`c` shortened to `steps` steps (0: one compiled call of its steps per
   call), logged, evaluated and checkpointed at the end only."""
-  k = c.steps_per_call if c.steps_per_call > 0 else 250
-  c.num_steps = steps or k
+  c.num_steps = steps or multi_step.steps_per_call(c)
   c.log_every = c.eval_every = c.checkpoint_every = c.num_steps
   c.progress_every_s = 0.0
   if multi_step.steps_per_call(c) > c.num_steps:

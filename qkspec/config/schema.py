@@ -89,15 +89,12 @@ def pallas_settings(spec: str) -> dict:
                      f"three joined by '/' (forward, dh, dW), got {spec!r}.")
   in_forward = len(parts) == 3 and parts[1] in (DH_IN_FORWARD, DH_IN_FLASH)
   flash = in_forward and parts[1] == DH_IN_FLASH
-  flash_dw = 0
-  if len(parts) == 3 and parts[2].startswith(DW_IN_FLASH):
-    groups = parts[2][len(DW_IN_FLASH):]
-    if groups and not (groups[0] == "x" and groups[1:].isdigit()
-                       and int(groups[1:]) >= 1):
-      raise ValueError(f"Pallas settings {spec!r}: DW's '{DW_IN_FLASH}' "
-                       f"takes 'xG', G >= 1 token groups, got {parts[2]!r}.")
-    forward = _launch(parts[0], spec)
-    flash_dw = int(groups[1:]) if groups else (forward + (1,))[4]
+  flash_dw = len(parts) == 3 and parts[2].startswith(DW_IN_FLASH)
+  groups = parts[2][len(DW_IN_FLASH):] if flash_dw else ""
+  if groups and not (groups[0] == "x" and groups[1:].isdigit()
+                     and int(groups[1:]) >= 1):
+    raise ValueError(f"Pallas settings {spec!r}: DW's '{DW_IN_FLASH}' "
+                     f"takes 'xG', G >= 1 token groups, got {parts[2]!r}.")
   if flash_dw and not flash:
     raise ValueError(f"Pallas settings {spec!r}: '{DW_IN_FLASH}' in DW's "
                      f"place needs '{DH_IN_FLASH}' in DH's (FlashAttention-3 "
@@ -116,8 +113,8 @@ def pallas_settings(spec: str) -> dict:
     out["dh_in_forward"] = True
   if flash:
     out["flash_forward"] = True
-  if flash_dw:
-    out["flash_dw"] = flash_dw
+  if flash_dw:               # G, else the forward's vocabulary splits
+    out["flash_dw"] = int(groups[1:]) if groups else out.get("vocab_splits", 1)
   return out
 
 

@@ -16,7 +16,6 @@ import numpy as np
 
 from qkspec.training import checkpoint as ckpt_lib
 from qkspec.training import layer_stats
-from qkspec.training import precompile
 from qkspec.training import progress
 
 
@@ -133,16 +132,23 @@ class LogAction(PeriodicAction):
     self._since = (time.time(), step)
 
 
+def eval_call_size(num_batches: int) -> int:
+  """Batches per compiled eval call (`eval_many`): the whole split on an
+  accelerator; one on a CPU, so that the progress meter can report
+  (`qkspec.training.precompile` compiles the same call ahead)."""
+  return num_batches if jax.default_backend() != "cpu" else 1
+
+
 def _eval_calls(steps, state, split: str, batches):
   """(batches done after it, its {"loss_sum", "weight"}) per compiled call.
 
-  With a device feed (`steps.eval_many`): `precompile.eval_call_size`
-  batches per call. Otherwise the host batches of `batches()`, one per call.
+  With a device feed (`steps.eval_many`): `eval_call_size` batches per
+  call. Otherwise the host batches of `batches()`, one per call.
   """
   feed = steps.task.feed
   if steps.eval_many is not None and split in feed.eval_counts:
     n = feed.eval_counts[split]
-    per_call = precompile.eval_call_size(n)
+    per_call = eval_call_size(n)
     for start in range(0, n, per_call):
       indices = jnp.arange(start, start + per_call, dtype=jnp.int32)
       yield min(start + per_call, n), steps.eval_many(

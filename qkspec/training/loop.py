@@ -181,7 +181,7 @@ def _start_compiling(run: Run) -> None:
   if run.config.get("precompile", True):
     run.steps = precompile.start(
         run.steps, _abstract_state(run), run.dropout_keys,
-        lambda: run.steps.task.train_batch(0))
+        run.steps.task.train_batch(0))
 
 
 def _restore_or_init(run: Run, ckpt: ckpt_lib.Checkpointer):

@@ -31,10 +31,12 @@ CPU, where XLA's compilation already uses both cores, little.
 `config.precompile = False` turns it off.
 """
 from concurrent import futures
-from typing import Any, Callable
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
+
+from qkspec.training import actions
 
 
 class Warm:
@@ -55,18 +57,11 @@ class Warm:
     return getattr(self._fn, name)
 
 
-def eval_call_size(num_batches: int) -> int:
-  """Batches per compiled eval call (`eval_many`): the whole split on an
-  accelerator; one on a CPU, so that the progress meter can report."""
-  return num_batches if jax.default_backend() != "cpu" else 1
-
-
 def _compile(fn, *args) -> None:
   fn.lower(*args).compile()
 
 
-def start(steps, abstract_state, dropout_keys: jax.Array,
-          first_batch: Callable[[], Any]):
+def start(steps, abstract_state, dropout_keys: jax.Array, batch):
   """`steps` with its train, measure and eval programs compiling on threads.
 
   Args:
@@ -74,8 +69,8 @@ def start(steps, abstract_state, dropout_keys: jax.Array,
     abstract_state: the TrainState's ShapeDtypeStructs on its sharding
       (`checkpoint.abstract_like(jax.eval_shape(steps.init, ...))`).
     dropout_keys: the run's dropout keys, as the train calls get them.
-    first_batch: () -> a train batch (`steps.task.train_batch(0)`), for
-      the shapes of the measurements' (and single steps') batch.
+    batch: a train batch (`steps.task.train_batch(0)`), for the shapes of
+      the measurements' (and single steps') batch.
 
   Returns:
     `steps` with `train_many` (or `train` where a call runs one step),
@@ -84,7 +79,6 @@ def start(steps, abstract_state, dropout_keys: jax.Array,
   pool = futures.ThreadPoolExecutor(max_workers=3,
                                     thread_name_prefix="precompile")
   feed, k = steps.task.feed, steps.steps_per_call
-  batch = first_batch()
   jobs = {"measure": [pool.submit(_compile, steps.measure,
                                   abstract_state.params, batch)]}
   if k > 1 and steps.train_many is not None:
@@ -98,7 +92,7 @@ def start(steps, abstract_state, dropout_keys: jax.Array,
     jobs["eval_many"] = [
         pool.submit(_compile, steps.eval_many, abstract_state.params,
                     feed.eval_tokens[split],
-                    jnp.zeros(eval_call_size(n), jnp.int32))
+                    jnp.zeros(actions.eval_call_size(n), jnp.int32))
         for split, n in feed.eval_counts.items()]
   pool.shutdown(wait=False)          # the jobs run on; the threads then end
   return steps.replace(**{name: Warm(getattr(steps, name), pending)
