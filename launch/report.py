@@ -2,15 +2,24 @@ r"""Writes REPRODUCTION.md from training run directories (Figs. 6-12).
 
   python launch/report.py --runs /tmp/exp_runs/locater_wt2,/tmp/exp_runs/locater_wt2_fairseq \
       --out REPRODUCTION.md
+  python launch/report.py --out REPRODUCTION.md     # from the records alone
 
 Tables (mean +- std over seeds per kappa2), verdicts on the paper's claims
 B-D, the commands and steps of every run; summary.csv, summary.json and the
-figures go to --figures_dir. Runs of one figure and reading are merged, so
-seeds trained as separate runs (`seed=S` configs, e.g. fig6, fig6_seed1)
-count together. --replicates names runs that repeat one of --runs (same
-config and seed, e.g. a run trained again on another machine): their
-difference is the floor under one-seed verdicts
-(qkspec/experiments/replicates.py). See qkspec/experiments/report.py.
+figures go to --figures_dir. Each run of --runs is first recorded in
+--records_dir (default: records/ in --figures_dir): its config, members,
+run_info and the few metrics the report reads, a few hundred KB kept in
+the repository (qkspec/experiments/run_records.py); the report covers every
+record there, so runs trained in earlier sessions, on machines whose
+disks are gone, still count, and the command without --runs regenerates
+it. A run recorded again (trained further) replaces its record.
+Runs of one figure and reading are merged, so seeds trained as separate
+runs (`seed=S` configs, e.g. fig6, fig6_seed1) count together.
+--replicates names runs that repeat one of the runs (same config and seed,
+e.g. a run trained again on another machine): their difference is the
+floor under one-seed verdicts (qkspec/experiments/replicates.py).
+--norecords reports on --runs alone and records nothing. See
+qkspec/experiments/report.py.
 """
 import sys
 
@@ -20,26 +29,53 @@ from absl import logging
 
 from qkspec.experiments import report
 
-_RUNS = flags.DEFINE_list("runs", None, "launch/train.py workdirs, "
-                          "comma-separated.")
+_RUNS = flags.DEFINE_list("runs", [], "launch/train.py workdirs, "
+                          "comma-separated, recorded before the report.")
 _REPLICATES = flags.DEFINE_list(
-    "replicates", [], "Workdirs that repeat a run of --runs (same config "
-    "and seed): the same-seed rerun spread, the floor under one-seed "
-    "verdicts.")
+    "replicates", [], "Workdirs that repeat a run (same config and seed): "
+    "the same-seed rerun spread, the floor under one-seed verdicts.")
 _OUT = flags.DEFINE_string("out", "REPRODUCTION.md", "The markdown report.")
 _FIGURES_DIR = flags.DEFINE_string(
     "figures_dir", None, "Summary CSV/JSON and figures; default: "
     "reproduction/ next to --out.")
-flags.mark_flags_as_required(["runs"])
+_RECORDS = flags.DEFINE_bool(
+    "records", True, "Record --runs and --replicates in --records_dir and "
+    "report on every record there; --norecords: on --runs alone.")
+_RECORDS_DIR = flags.DEFINE_string(
+    "records_dir", None, "The run records; default: records/ in "
+    "--figures_dir.")
+
+
+def _without_runs(argv: list[str]) -> list[str]:
+  """`argv` less its --runs/--replicates flags (and their values)."""
+  out, skip = [], False
+  for a in argv:
+    if skip:
+      skip = False
+    elif a in ("--runs", "--replicates"):
+      skip = True
+    elif not a.startswith(("--runs=", "--replicates=")):
+      out.append(a)
+  return out
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  command = " ".join(["python launch/report.py"] + sys.argv[1:])
+  records_dir = None
+  if _RECORDS.value:
+    records_dir = _RECORDS_DIR.value or report.default_records_dir(
+        _OUT.value, _FIGURES_DIR.value)
+    args = _without_runs(sys.argv[1:])     # regenerates from the records
+  elif not _RUNS.value:
+    raise app.UsageError("--norecords needs --runs.")
+  else:
+    args = sys.argv[1:]
+  command = " ".join(["python launch/report.py"] + args)
   for path in report.write_report(_RUNS.value, _OUT.value,
                                   _FIGURES_DIR.value, command=command,
-                                  replicate_dirs=_REPLICATES.value):
+                                  replicate_dirs=_REPLICATES.value,
+                                  records_dir=records_dir):
     logging.info("wrote %s", path)
 
 

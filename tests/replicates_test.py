@@ -46,6 +46,18 @@ class SpreadTest(absltest.TestCase):
     self.assertFalse(replicates.within(0.5, 100.0, 100.5, 0.002))
     self.assertTrue(replicates.within(-0.4, 100.4, 100.0, 0.002))
 
+  def test_merge_keeps_the_largest_and_counts_every_pair(self):
+    a = {"valid_ppl": dict(rel=0.01, where="a", n=2),
+         "entropy": dict(rel=0.002, where="a", n=2)}
+    b = {"valid_ppl": dict(rel=0.03, where="b", n=1),
+         "scale": dict(rel=0.5, where="b", n=1)}
+    m = replicates.merge(a, b)
+    self.assertEqual(m["valid_ppl"], dict(rel=0.03, where="b", n=3))
+    self.assertEqual(m["entropy"], a["entropy"])
+    self.assertEqual(m["scale"], b["scale"])
+    self.assertEqual(replicates.merge(), {})
+    self.assertEqual(a["valid_ppl"]["n"], 2)      # inputs left as they were
+
   def test_markdown_without_replicates_says_so(self):
     self.assertIn("no replicate runs given", replicates.markdown({}, {})[0])
 

@@ -68,6 +68,22 @@ def spread(runs, replicates, quantities) -> dict:
   return out
 
 
+def merge(*spreads: dict) -> dict:
+  """`spread` dicts of disjoint pairs as one: per quantity the largest
+  `rel` (with its `where`) and the pairs counted over all of them."""
+  out = {}
+  for s in spreads:
+    for name, x in s.items():
+      if name not in out:
+        out[name] = dict(x)
+        continue
+      n = out[name]["n"] + x["n"]
+      if x["rel"] > out[name]["rel"]:
+        out[name] = dict(x)
+      out[name]["n"] = n
+  return out
+
+
 def within(diff: float, m0: float, m1: float, rel: float) -> bool:
   """Is |diff| within FACTOR x the relative spread `rel` of max(|m0|, |m1|)?"""
   return abs(diff) <= FACTOR * rel * max(abs(m0), abs(m1))

@@ -47,6 +47,15 @@ persistent, salient position profile of rho_i over training) and
 `stripe_verdicts(runs)` a verdict line per reading: stripes with LocATER
 and none without, over every seed.
 
+`write_report(..., records_dir=...)` (launch/report.py's default) first
+records each run (`run_records`: what this module reads of it, small
+enough to commit) and then reports on every record in `records_dir`, so a
+report made from runs on machines that are gone can still be regenerated
+and extended. A record rebuilt from an earlier report may hold final
+values only: its curves and rho maps are then the earlier report's PNGs
+when they are still there (`_earlier_figure`), its stripe tests the ones
+that report printed, and a replicate's spread the one it measured.
+
 The paper figure comes from the config: the two members of
 configs/rho_training.py (kappa1 = 100, kappa2 = 1 and none, kappa1 = kappa2
 = 0) are Fig. 7; otherwise (num_layers, d) picks Figs. 6, 8-12 (smoke
@@ -65,6 +74,7 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from qkspec.experiments import locater_minimum  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import replicates  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec.experiments import run_records  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import stripes  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import training_plots  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -213,8 +223,13 @@ def _seed_groups(members) -> dict:
 
 
 def _last_step(member) -> int:
-  loss = member["metrics"].get("train/loss")
-  return int(loss[0][-1]) if loss is not None and len(loss[0]) else 0
+  """The member's last training step: train/loss's, else (a record that
+  kept final values only) the last step of any metric; 0 if none."""
+  metrics = member["metrics"]
+  loss = metrics.get("train/loss")
+  if loss is not None and len(loss[0]):
+    return int(loss[0][-1])
+  return max((int(s[-1]) for s, _ in metrics.values() if len(s)), default=0)
 
 
 def load_runs(run_dirs) -> list[dict]:
@@ -224,17 +239,20 @@ def load_runs(run_dirs) -> list[dict]:
   A run that trained both readings side by side (`both_readings`:
   members.json names each member's "penalty_added_to") gives one dict
   per reading, each with that reading's members and `both_readings` set.
+  A record (`run_records`) loads as the run it came from: `run_dir` names
+  that run, `path` where it was read.
   """
   runs = []
-  for run_dir in run_dirs:
-    config = _load_config(run_dir)
+  for path in run_dirs:
+    config = _load_config(path)
     fig, smoke = figure_of(config)
     reading = config["locater"].get("penalty_added_to", "mean_loss")
+    run_dir = run_records.origin(path)
     by_reading = {}
-    for m in training_plots.load_members(run_dir):
+    for m in training_plots.load_members(path):
       m["last_step"] = _last_step(m)
       by_reading.setdefault(m.get("penalty_added_to", reading), []).append(m)
-    run = dict(run_dir=str(run_dir), figure=fig, smoke=smoke,
+    run = dict(run_dir=run_dir, path=str(path), figure=fig, smoke=smoke,
                label=f"Fig. {fig}" + (" (smoke)" if smoke else ""),
                both_readings=len(by_reading) > 1,
                command=config_command(config, run_dir),
@@ -575,8 +593,9 @@ def run_info(run_dir) -> str:
   """Device, precision and wall time from `<run_dir>/run_info.jsonl`.
 
   The training loop appends one line per invocation (a resumed run has
-  several); their wall times are summed. "" if the file is absent (runs
-  made before it existed).
+  several); their wall times are summed (a line rebuilt from an earlier
+  report may stand for several: "invocations"). "" if the file is absent
+  (runs made before it existed).
   """
   lines = run_info_lines(run_dir)
   if not lines:
@@ -585,9 +604,10 @@ def run_info(run_dir) -> str:
                     for x in lines})
   dtypes = sorted({x.get("compute_dtype", "float32") for x in lines})
   wall = sum(x["wall_s"] for x in lines)
+  n = sum(x.get("invocations", 1) for x in lines)
   return (f"{', '.join(devices)}; compute {'/'.join(dtypes)}; wall "
-          f"{wall / 60:.1f} min in {len(lines)} invocation"
-          f"{'s' if len(lines) > 1 else ''} ({phases_text(lines)})")
+          f"{wall / 60:.1f} min in {n} invocation"
+          f"{'s' if n > 1 else ''} ({phases_text(lines)})")
 
 
 def run_info_lines(run_dir) -> list[dict]:
@@ -612,11 +632,13 @@ def phases_text(lines) -> str:
 
 
 def _stripe_result(member, layer: int = 0):
-  """`stripes.stripe_test` of the member's layer-`layer` rho map, or None."""
+  """`stripes.stripe_test` of the member's layer-`layer` rho map; else the
+  result a record kept in place of the map (layer 0, members.json
+  "stripes"), or None."""
   key = next((k for k in training_plots.rho_keys(layer)
               if k in member["metrics"]), None)
   if key is None or len(member["metrics"][key][0]) < 2:
-    return None
+    return member.get("stripes") if layer == 0 else None
   return stripes.stripe_test(member["metrics"][key][1])
 
 
@@ -756,6 +778,65 @@ def write_summary(rows, directory, verdict_list=None,
   return [csv_path, json_path]
 
 
+_CURVE_KEYS = ("mean/qk_scale", "mean/entropy", "valid/ppl", "valid/loss")
+
+
+def _has_curves(member) -> bool:
+  """Does `member` keep a curve (>= 2 logged steps) of a panel of
+  `training_plots.fig6_figure`? (A record rebuilt from an earlier report
+  keeps final values only.)"""
+  return any(len(member["metrics"].get(k, ((),))[0]) > 1
+             for k in _CURVE_KEYS)
+
+
+def _earlier_figure(what: str, alt: str, png, rel) -> list[str]:
+  """The line for a figure the records cannot draw: the one an earlier
+  report drew from the runs themselves when it is still there."""
+  if png.is_file():
+    return [f"- {what} (drawn by an earlier report from the runs, which "
+            "were not kept; their records hold final values only): "
+            f"![{alt}]({rel}/{png.name})"]
+  return [f"- {what}: not drawn (the records hold final values only)"]
+
+
+def _curves(cell, counted, title, png, rel, paths) -> list[str]:
+  """The cell's B-D curves over training (seeds averaged): drawn to `png`
+  from the members that kept curves; the markdown lines."""
+  drawn = [m for m in counted if _has_curves(m)]
+  if not drawn:
+    return _earlier_figure("curves over training", "curves", png, rel)
+  panels_of = cell[0]["figure"]    # Fig. 7 (rho maps only): Fig. 6's model
+  fig = training_plots.fig6_figure(seed_mean(drawn),      # B-D vs step
+                                   "6" if panels_of == "7" else panels_of)
+  seeds = max(len(g) for g in _seed_groups(drawn).values())
+  fig.suptitle(f"{title}: over training"
+               + (f", mean over {seeds} seeds" if seeds > 1 else ""))
+  fig.savefig(png, dpi=90)
+  plt.close(fig)
+  paths.append(str(png))
+  skipped = len(counted) - len(drawn)
+  return [f"- curves over training: ![curves]({rel}/{png.name})"
+          + (f" ({skipped} of {len(counted)} members not drawn: their "
+             "records hold final values only)" if skipped else "")]
+
+
+def _rho_maps(run, png, rel, paths) -> list[str]:
+  """Fig. 7's rho_i heat maps of one run, drawn to `png`, and each
+  member's stripe test; the markdown lines."""
+  what = f"rho_i over training (`{run['run_dir']}`)"
+  if any(k in m["metrics"] for m in run["members"]
+         for k in training_plots.rho_keys(0)):
+    fig = training_plots.rho_heatmap_figure(run["members"])
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    paths.append(str(png))
+    md = [f"- {what}: ![rho]({rel}/{png.name})"]
+  else:
+    md = _earlier_figure(what, "rho", png, rel)
+  return md + [f"  - {name}: {stripes.describe(result)}"
+               for name, result in rho_stripes(run["members"])]
+
+
 def report_command(run_dirs, out_path, replicate_dirs=()) -> str:
   """The launch/report.py command that writes `out_path` from `run_dirs`."""
   return (f"python launch/report.py --runs {','.join(map(str, run_dirs))} "
@@ -763,29 +844,85 @@ def report_command(run_dirs, out_path, replicate_dirs=()) -> str:
              if replicate_dirs else "") + f"--out {out_path}")
 
 
+def record_keys(config: dict) -> list[str]:
+  """The metrics the report reads of a run of `config` (`run_records`):
+  the QUANTITIES, valid/loss (the curves' stand-in for valid/ppl),
+  train/loss (the last step) and, for Fig. 7, layer 0's rho_i."""
+  keys = [k for _, k, _ in QUANTITIES] + ["valid/loss", "train/loss"]
+  if figure_of(config)[0] == "7":
+    keys += list(training_plots.rho_keys(0))
+  return keys
+
+
+def default_records_dir(out_path, figures_dir=None) -> str:
+  """`records/` in the figures' directory (default: `reproduction/` next
+  to `out_path`)."""
+  return os.path.join(figures_dir or os.path.join(
+      os.path.dirname(str(out_path)), "reproduction"), "records")
+
+
+def keep_records(run_dirs, records_dir, replicate_dirs=()
+                 ) -> tuple[list[str], list[str]]:
+  """Records `run_dirs` and `replicate_dirs` in `records_dir`
+  (`run_records.write`); (run records, replicate records): every record
+  there, those of earlier calls included."""
+  for role, dirs in (("run", run_dirs), ("replicate", replicate_dirs)):
+    names = [run_records.name_of(run_records.origin(d)) for d in dirs]
+    if len(set(names)) < len(names):
+      raise ValueError(f"two {role} directories share a name ({names}): a "
+                       "record is named after its run directory's basename.")
+    for d in dirs:
+      run_records.write(d, records_dir, record_keys(_load_config(d)), role)
+  return (run_records.listed(records_dir, "run"),
+          run_records.listed(records_dir, "replicate"))
+
+
+def _spread(runs, replicate_dirs) -> dict:
+  """`replicates.spread` of the replicate runs that kept their members,
+  merged with the spreads kept by records that did not."""
+  kept = [run_records.read(d).get("spread") for d in replicate_dirs]
+  loaded = load_runs([d for d, s in zip(replicate_dirs, kept) if s is None])
+  return replicates.merge(
+      replicates.spread(runs, loaded, [(n, k) for n, k, _ in QUANTITIES]),
+      *[s for s in kept if s is not None])
+
+
 def write_report(run_dirs, out_path, figures_dir=None, command=None,
-                 replicate_dirs=()) -> list:
+                 replicate_dirs=(), records_dir=None) -> list:
   """Writes `out_path` (markdown), the summary and figures; their paths.
 
   `replicate_dirs`: runs that repeat a run of `run_dirs` (same config and
-  seed); their differences give the one-seed floor (`replicates`)."""
+  seed); their differences give the one-seed floor (`replicates`).
+  `records_dir`: record the runs there (`run_records`) and report on every
+  record it holds, those of earlier calls included; the markdown then
+  names the command that regenerates it from the records alone."""
   out_path = pathlib.Path(out_path)
   figures_dir = pathlib.Path(figures_dir or out_path.parent / "reproduction")
+  if records_dir is not None:
+    run_dirs, replicate_dirs = keep_records(run_dirs, records_dir,
+                                            replicate_dirs)
+    command = command or f"python launch/report.py --out {out_path}"
+    if not run_dirs:
+      raise ValueError(f"no run records in {records_dir}: give run "
+                       "directories (launch/report.py --runs).")
   runs = load_runs(run_dirs)
   rows = summarize_runs(runs)
   if not rows:
     raise ValueError("no members found in the run directories.")
-  spread = replicates.spread(runs, load_runs(replicate_dirs),
-                             [(n, k) for n, k, _ in QUANTITIES])
+  spread = _spread(runs, replicate_dirs)
   vs = locater_minimum.annotate(verdicts(rows, spread), rows)
   vs += stripe_verdicts(runs)
   by_cell = cells(runs)
   paths = write_summary(rows, figures_dir, vs, spread)
   rel = os.path.relpath(figures_dir, out_path.parent)
+  records = ("" if records_dir is None else
+             f" from the run records in `{records_dir}` (what the report "
+             "reads of each run, kept so that it regenerates without the "
+             "runs; `--runs DIR,...` adds or replaces records)")
   md = ["# Reproduction: language-model claims (Sec. 7, Figs. 6-12)", "",
         "Generated by `" + (command or report_command(run_dirs, out_path,
                                                       replicate_dirs))
-        + "`; do not edit by hand.",
+        + f"`{records}; do not edit by hand.",
         f"Summary: [{rel}/summary.csv]({rel}/summary.csv), "
         f"[{rel}/summary.json]({rel}/summary.json).", "",
         "Claims (paper): with stronger kappa2 the scale tr(W_QK^T W_QK) "
@@ -830,28 +967,12 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
                       f"seed {m['seed']}, kappa2 = {m['kappa2']:g} at step "
                       f"{m['last_step']:,}" for m in left_out))
       png = figures_dir / f"{_slug(label)}_curves_{reading}.png"
-      panels_of = cell[0]["figure"]    # Fig. 7 (rho maps only): Fig. 6's model
-      fig = training_plots.fig6_figure(seed_mean(counted),    # B-D vs step
-                                       "6" if panels_of == "7" else panels_of)
-      seeds = max(r["n_seeds"] for r in rs)
-      fig.suptitle(f"{label}, {READINGS.get(reading, reading)}: over "
-                   "training" + (f", mean over {seeds} seeds"
-                                 if seeds > 1 else ""))
-      fig.savefig(png, dpi=90)
-      plt.close(fig)
-      paths.append(str(png))
-      md.append(f"- curves over training: ![curves]({rel}/{png.name})")
+      md += _curves(cell, counted, f"{label}, {READINGS.get(reading, reading)}",
+                    png, rel, paths)
       for i, run in enumerate(cell):
         if run["figure"] == "7" and "shared_from" not in run:  # rho maps
           png = figures_dir / f"{_slug(label)}_rho_{reading}_{i}.png"
-          fig = training_plots.rho_heatmap_figure(run["members"])
-          fig.savefig(png, dpi=110)
-          plt.close(fig)
-          paths.append(str(png))
-          md.append(f"- rho_i over training (`{run['run_dir']}`): "
-                    f"![rho]({rel}/{png.name})")
-          md += [f"  - {name}: {stripes.describe(result)}"
-                 for name, result in rho_stripes(run["members"])]
+          md += _rho_maps(run, png, rel, paths)
       md += [""] + _table(rs)
       md += [""] + [f"- {v['text']}" for v in vs
                     if v["label"] == label and v["reading"] == reading]
@@ -890,7 +1011,7 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
                else READINGS.get(run["reading"]))
     md.append(f"- {run['label']}, {reading}: "
               f"{_steps_line(run)}; "
-              f"{run_info(run['run_dir']) or 'device and wall time not recorded'}"
+              f"{run_info(run['path']) or 'device and wall time not recorded'}"
               f"; `{run['command']}`")
   md += ["", "## Known deviations from fairseq", ""]
   md += [f"- {d}" for d in DEVIATIONS]
