@@ -113,6 +113,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.config import args as config_args
 from qkspec.experiments import report
+from qkspec.experiments import report_plan
+from qkspec.experiments import report_runs
 from qkspec.experiments import training_plots
 from qkspec.training import interrupt
 from qkspec.training import loop
@@ -554,7 +556,7 @@ def train_run(flags, path: str, fig: int, seed: int, kind: str,
 
 def todo(flags, path: str, rate: float | None):
   """Trains the runs the report still lacks (--todo: a summary.json with
-  `report.todo_runs`' list, in its order), each only when its projected
+  `report_plan.todo_runs`' list, in its order), each only when its projected
   time (`run_seconds` at the members curves measured on this path, else
   at `rate`, else --rate) fits the time left: a run that would not is
   skipped for a later, shorter one, so no slice starts what it cannot
@@ -652,7 +654,7 @@ PACK_GAIN = 1.5
 
 def pack_seeds(runs: list[dict], seeds: int, seconds) -> list[dict]:
   """`runs` (todo entries, after `pair_readings`) with the seed-0 sweep of
-  each figure that `report.PLAN` wants with one seed widened to seeds
+  each figure that `report_plan.PLAN` wants with one seed widened to seeds
   0..seeds-1 in one program, a no-LocATER member per seed beside the
   sweep (`contrast`), where `seconds(entry)` (projected wall seconds) says
   that costs at most PACK_GAIN x the sweep and the figure's seed-0
@@ -665,7 +667,8 @@ def pack_seeds(runs: list[dict], seeds: int, seconds) -> list[dict]:
   for r in runs:
     fig = r["figure"]
     if (r["kind"] == "sweep" and r["seed"] == 0 and "seeds" not in r
-        and report.PLAN.get(fig) == 1 and fig in report.CONTRAST_FIGS):
+        and report_plan.PLAN.get(fig) == 1
+        and fig in report_plan.CONTRAST_FIGS):
       parts = [r] + ([nones[fig]] if fig in nones else [])
       packed = dict(r, seeds=seeds, contrast=True, parts=parts)
       if seconds(packed) <= PACK_GAIN * sum(seconds(p) for p in parts):
@@ -824,8 +827,8 @@ def save_curve(flags, path: str, model: str, curve: dict[int, float]):
 
 def _last_phases(workdir: str) -> str:
   """The last invocation's wall time by phase (run_info.jsonl)."""
-  last = report.run_info_lines(workdir)[-1:]
-  return (report.phases_text(last) if last
+  last = report_runs.run_info_lines(workdir)[-1:]
+  return (report_runs.phases_text(last) if last
           else "compilation and evaluation included")
 
 

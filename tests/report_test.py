@@ -17,6 +17,9 @@ from configs import rho_training
 from qkspec.config import defaults
 from qkspec.config import schema
 from qkspec.experiments import report
+from qkspec.experiments import report_claims
+from qkspec.experiments import report_plan
+from qkspec.experiments import report_runs
 from qkspec.experiments import training_plots
 from qkspec.training import loop
 from qkspec.training import sweep
@@ -43,7 +46,7 @@ def _by_claim(vs):
 class VerdictsTest(absltest.TestCase):
 
   def test_clear_trend_with_small_spread_is_reproduced(self):
-    vs = _by_claim(report.verdicts([_row(0.0, 5.0, 1.0, 200.0),
+    vs = _by_claim(report_claims.verdicts([_row(0.0, 5.0, 1.0, 200.0),
                                     _row(1.0, 3.0, 2.0, 150.0)]))
     self.assertEqual(sorted(vs), ["B", "C", "D"])
     for claim in "BCD":
@@ -51,20 +54,20 @@ class VerdictsTest(absltest.TestCase):
     self.assertIn("2 x pooled std", vs["B"]["text"])
 
   def test_opposite_trend_is_reversed(self):
-    vs = _by_claim(report.verdicts([_row(0.0, 3.0, 2.0, 150.0),
+    vs = _by_claim(report_claims.verdicts([_row(0.0, 3.0, 2.0, 150.0),
                                     _row(1.0, 5.0, 1.0, 200.0)]))
     for claim in "BCD":
       self.assertEqual(vs[claim]["verdict"], "reversed", vs[claim]["text"])
 
   def test_difference_within_spread_is_not_significant(self):
-    vs = _by_claim(report.verdicts([
+    vs = _by_claim(report_claims.verdicts([
         _row(0.0, 5.0, 1.0, 200.0, spread=1.0),
         _row(1.0, 4.5, 1.5, 199.0, spread=1.0)]))
     for claim in "BCD":
       self.assertEqual(vs[claim]["verdict"], "not significant")
 
   def test_one_seed_says_no_error_bar(self):
-    vs = report.verdicts([_row(0.0, 5.0, 1.0, 200.0, n_seeds=1),
+    vs = report_claims.verdicts([_row(0.0, 5.0, 1.0, 200.0, n_seeds=1),
                           _row(1.0, 3.0, 2.0, 150.0, n_seeds=1)])
     self.assertLen(vs, 3)
     for v in vs:
@@ -75,7 +78,7 @@ class VerdictsTest(absltest.TestCase):
             _row(1.0, 3.0, 1.001, 200.3, n_seeds=1)]
     spread = dict(valid_ppl=dict(rel=1e-3), entropy=dict(rel=1e-4),
                   scale=dict(rel=1e-4))
-    vs = _by_claim(report.verdicts(rows, spread))
+    vs = _by_claim(report_claims.verdicts(rows, spread))
     # ppl: |0.3| <= 2 x 1e-3 x 200.3; entropy: 1e-3 > 2 x 1e-4 x 1.001
     self.assertEqual(vs["D"]["verdict"], "not significant", vs["D"]["text"])
     self.assertIn("within 2 x the same-seed rerun spread (0.001 relative)",
@@ -84,20 +87,20 @@ class VerdictsTest(absltest.TestCase):
     self.assertIn("beyond 2 x the same-seed rerun spread", vs["C"]["text"])
     self.assertEqual(vs["B"]["verdict"], "reproduced")
     # without the spread the sign alone decides
-    self.assertEqual(_by_claim(report.verdicts(rows))["D"]["verdict"],
+    self.assertEqual(_by_claim(report_claims.verdicts(rows))["D"]["verdict"],
                      "reversed")
 
   def test_a_shortened_run_says_so_in_its_verdicts(self):
     rows = [dict(_row(0.0, 5.0, 1.0, 200.0), final_step=50_000),
             dict(_row(1.0, 3.0, 2.0, 150.0), final_step=8_000)]
-    for v in report.verdicts(rows):
+    for v in report_claims.verdicts(rows):
       self.assertIn("shortened: 8,000 of 50,000 steps", v["text"])
     rows[1]["final_step"] = 50_000
-    for v in report.verdicts(rows):
+    for v in report_claims.verdicts(rows):
       self.assertNotIn("shortened", v["text"])
 
   def test_no_locater_member_adds_the_fig7_contrast(self):
-    vs = report.verdicts([_row(0.0, 5.0, 1.0, 200.0, kappa1=0.0),
+    vs = report_claims.verdicts([_row(0.0, 5.0, 1.0, 200.0, kappa1=0.0),
                           _row(1.0, 3.0, 2.0, 150.0)])
     self.assertLen(vs, 3)
     self.assertTrue(all(v["contrast"].startswith("none") for v in vs))
@@ -108,7 +111,7 @@ def _run_rows(figure, reading, n_seeds, final_step, smoke=False,
   """Summary rows of a kappa2 = 0, 1 sweep; `none` adds a no-LocATER group
   (default: for the figures that need one)."""
   pairs = [(100.0, 0.0), (100.0, 1.0)]
-  if none or (none is None and figure in report.CONTRAST_FIGS):
+  if none or (none is None and figure in report_plan.CONTRAST_FIGS):
     pairs.append((0.0, 0.0))
   return [dict(figure=figure, reading=reading, seeds=list(range(n_seeds)),
                n_seeds=n_seeds, final_step=final_step, smoke=smoke,
@@ -122,10 +125,10 @@ class StillToRunTest(absltest.TestCase):
             + _run_rows("6", "summed_loss", 3, 11_000)    # shortened
             + _run_rows("8", "mean_loss", 1, 50_000)      # covered
             + _run_rows("9", "mean_loss", 1, 50_000, smoke=True))
-    lines = report.still_to_run(rows)
+    lines = report_plan.still_to_run(rows)
     # one line per reading where the readings lack different runs (Figs. 6
     # and 8), one for both where they lack the same (Figs. 7, 9-12)
-    self.assertLen(lines, len(report.PLAN) + 1)
+    self.assertLen(lines, len(report_plan.PLAN) + 1)
     text = "\n".join(lines)
     self.assertIn("Fig. 6, literal (mean_loss): 1 of 3 seeds (seed 0 done)",
                   text)
@@ -146,22 +149,22 @@ class StillToRunTest(absltest.TestCase):
                   text)
 
   def test_a_complete_plan_leaves_nothing(self):
-    rows = [r for fig, seeds in report.PLAN.items()
-            for reading in report.READINGS
+    rows = [r for fig, seeds in report_plan.PLAN.items()
+            for reading in report_runs.READINGS
             for r in _run_rows(fig, reading, seeds, 50_000)]
-    self.assertEqual(report.still_to_run(rows), [])
+    self.assertEqual(report_plan.still_to_run(rows), [])
     rows[0]["seeds"] = [0, 2]                    # one group lacks seed 1
-    [line] = report.still_to_run(rows)
+    [line] = report_plan.still_to_run(rows)
     self.assertIn("--path scan_bf16_pallas_fa3 --first_seed 1`", line)
 
   def test_figs_8_to_12_need_a_no_locater_member(self):
     rows = _run_rows("9", "mean_loss", 1, 50_000, none=False)
-    [line] = [l for l in report.still_to_run(rows)
+    [line] = [l for l in report_plan.still_to_run(rows)
               if l.startswith("- Fig. 9, literal")]
     self.assertIn("no-LocATER member: not run", line)
     self.assertIn("--figs 9 --path scan_bf16_pallas_fa3 --runs none`", line)
     rows += [dict(rows[0], kappa1=0.0, kappa2=0.0)]        # a none run
-    self.assertFalse([l for l in report.still_to_run(rows)
+    self.assertFalse([l for l in report_plan.still_to_run(rows)
                       if l.startswith("- Fig. 9, literal")])
 
   def test_fig7_shared_no_locater_member_alone_leaves_the_run_to_do(self):
@@ -171,22 +174,22 @@ class StillToRunTest(absltest.TestCase):
                  label="Fig. 7")]
     runs[0]["reading"] = "summed_loss"
     runs[0]["members"][0]["kappa1"] = 0.0            # the none member
-    rows = report.summarize_runs(runs)
+    rows = report_runs.summarize_runs(runs)
     self.assertIn(("mean_loss", 0.0), [(r["reading"], r["kappa1"])
                                        for r in rows])
-    lines = [l for l in report.still_to_run(rows) if "Fig. 7" in l]
+    lines = [l for l in report_plan.still_to_run(rows) if "Fig. 7" in l]
     self.assertLen(lines, 1)
     self.assertStartsWith(lines[0], "- Fig. 7, literal (mean_loss): not run")
     self.assertIn(dict(figure="7", reading="mean_loss", seed=0,
-                       kind="sweep"), report.todo_runs(rows))
+                       kind="sweep"), report_plan.todo_runs(rows))
     self.assertNotIn(dict(figure="7", reading="summed_loss", seed=0,
-                          kind="sweep"), report.todo_runs(rows))
+                          kind="sweep"), report_plan.todo_runs(rows))
 
   def test_todo_lists_each_missing_run_main_text_first(self):
     rows = (_run_rows("6", "mean_loss", 1, 50_000)        # seeds 1, 2 left
             + _run_rows("6", "summed_loss", 3, 11_000)    # shortened: all
             + _run_rows("9", "mean_loss", 1, 50_000, none=False))
-    todo = report.todo_runs(rows)
+    todo = report_plan.todo_runs(rows)
     key = lambda t: (t["figure"], t["reading"], t["seed"], t["kind"])
     self.assertCountEqual(
         [key(t) for t in todo if t["figure"] == "6"],
@@ -214,7 +217,7 @@ class StillToRunTest(absltest.TestCase):
     # a no-LocATER member per seed (under the literal reading) in one
     # program, which load_runs splits into one run per reading
     runs = []
-    for reading in report.READINGS:
+    for reading in report_runs.READINGS:
       run = _run("fig9_both_c_seeds3", (0, 1, 2), 50_000,
                  kappa2=(0.0, 1e-3, 1e-2, 1e-1, 1.0), label="Fig. 9")
       if reading == "mean_loss":
@@ -222,20 +225,20 @@ class StillToRunTest(absltest.TestCase):
                            _run("", (0, 1, 2), 50_000, kappa2=(0.0,))[
                                "members"]]
       runs.append(dict(run, reading=reading, both_readings=True))
-    rows = report.summarize_runs(runs)
+    rows = report_runs.summarize_runs(runs)
     self.assertEqual({(r["reading"], r["kappa1"], r["n_seeds"])
                       for r in rows if r["kappa2"] == 0},
-                     {(reading, k1, 3) for reading in report.READINGS
+                     {(reading, k1, 3) for reading in report_runs.READINGS
                       for k1 in (0.0, 100.0)})
-    self.assertNotIn("9", {t["figure"] for t in report.todo_runs(rows)})
-    self.assertFalse([l for l in report.still_to_run(rows)
+    self.assertNotIn("9", {t["figure"] for t in report_plan.todo_runs(rows)})
+    self.assertFalse([l for l in report_plan.still_to_run(rows)
                       if l.startswith("- Fig. 9")])
 
   def test_todo_is_empty_when_the_plan_is_complete(self):
-    rows = [r for fig, seeds in report.PLAN.items()
-            for reading in report.READINGS
+    rows = [r for fig, seeds in report_plan.PLAN.items()
+            for reading in report_runs.READINGS
             for r in _run_rows(fig, reading, seeds, 50_000)]
-    self.assertEqual(report.todo_runs(rows), [])
+    self.assertEqual(report_plan.todo_runs(rows), [])
 
 
 def _member(seed, kappa2, steps, values, key="mean/entropy"):
@@ -249,7 +252,7 @@ class SeedMeanTest(absltest.TestCase):
     members = [_member(0, 0.0, [0, 10, 20], [1.0, 2.0, 3.0]),
                _member(1, 0.0, [0, 10], [3.0, 4.0]),       # stopped early
                _member(0, 1.0, [0, 10], [5.0, 6.0])]
-    merged = {m["kappa2"]: m for m in report.seed_mean(members)}
+    merged = {m["kappa2"]: m for m in report_runs.seed_mean(members)}
     self.assertEqual(sorted(merged), [0.0, 1.0])
     steps, vals = merged[0.0]["metrics"]["mean/entropy"]
     np.testing.assert_array_equal(steps, [0, 10])
@@ -261,29 +264,29 @@ class SeedMeanTest(absltest.TestCase):
   def test_misaligned_steps_are_not_averaged(self):
     members = [_member(0, 0.0, [0, 10], [1.0, 2.0]),
                _member(1, 0.0, [0, 20], [3.0, 4.0])]
-    self.assertEqual(report.seed_mean(members)[0]["metrics"], {})
+    self.assertEqual(report_runs.seed_mean(members)[0]["metrics"], {})
 
 
 class FigureOfTest(absltest.TestCase):
 
   def test_paper_figures_from_depth_and_width(self):
-    for (layers, d), fig in report.FIGURES.items():
+    for (layers, d), fig in report_runs.FIGURES.items():
       config = dict(model=dict(num_layers=layers, d_model=d),
                     data=dict(name="wikitext2"), sweep=dict(kappa1=[]))
-      self.assertEqual(report.figure_of(config), (fig, False))
+      self.assertEqual(report_runs.figure_of(config), (fig, False))
 
   def test_rho_training_members_are_fig7(self):
     config = dict(model=dict(num_layers=1, d_model=16),
                   data=dict(name="synthetic"),
                   sweep=dict(kappa1=[100, 0], kappa2=[1, 0]))
-    self.assertEqual(report.figure_of(config), ("7", True))
+    self.assertEqual(report_runs.figure_of(config), ("7", True))
 
   def test_a_kappa2_sweep_with_a_none_member_keeps_its_figure(self):
     config = dict(model=dict(num_layers=3, d_model=32),
                   data=dict(name="wikitext2"),
                   sweep=dict(kappa1=[100] * 5 + [0],
                              kappa2=[0, 1e-3, 1e-2, 1e-1, 1, 0]))
-    self.assertEqual(report.figure_of(config), ("9", False))
+    self.assertEqual(report_runs.figure_of(config), ("9", False))
 
 
 class SeedArgumentTest(absltest.TestCase):
@@ -295,7 +298,7 @@ class SeedArgumentTest(absltest.TestCase):
       c = module.get_config(arg)
       schema.validate(c)
       self.assertEqual({m["seed"] for m in sweep.members(c)}, {2}, arg)
-      command = report.config_command(json.loads(c.to_json()), "/tmp/w")
+      command = report_runs.config_command(json.loads(c.to_json()), "/tmp/w")
       self.assertIn(f":{arg} --workdir", command)       # no overrides
       with self.assertRaisesRegex(ValueError, "give one"):
         module.get_config(arg.replace("seed=2", "seed=2,seeds=3"))
@@ -303,7 +306,7 @@ class SeedArgumentTest(absltest.TestCase):
 
 
 def _run(run_dir, seeds, last_step, kappa2=(0.0, 1.0), label="Fig. 6"):
-  """A loaded run (`report.load_runs`' form) with synthetic finals."""
+  """A loaded run (`report_runs.load_runs`' form) with synthetic finals."""
   members = [dict(seed=seed, kappa1=100.0, kappa2=k, target=1.0,
                   last_step=last_step,
                   metrics={"mean/entropy": (np.asarray([last_step]),
@@ -321,7 +324,8 @@ class MergedRunsTest(absltest.TestCase):
             _run("s1", (1,), 50_000),             # seed=1 again: counted once
             _run("s2", (2,), 50_000),             # seed=2 alone
             _run("other", (0,), 50_000, label="Fig. 8")]
-    rows = [r for r in report.summarize_runs(runs) if r["label"] == "Fig. 6"]
+    rows = [r for r in report_runs.summarize_runs(runs)
+            if r["label"] == "Fig. 6"]
     self.assertLen(rows, 2)                       # kappa2 = 0 and 1
     for r in rows:
       self.assertEqual(r["seeds"], [0, 1, 2])
@@ -330,7 +334,8 @@ class MergedRunsTest(absltest.TestCase):
                                              (0, 1, 2)])
       self.assertAlmostEqual(r["entropy_mean"], r["kappa2"] + 1.0)
       self.assertAlmostEqual(r["entropy_std"], 1.0)
-    self.assertEqual(report.still_to_run(report.summarize_runs(runs))[0][:40],
+    rows = report_runs.summarize_runs(runs)
+    self.assertEqual(report_plan.still_to_run(rows)[0][:40],
                      "- Fig. 6, fairseq (summed_loss): not run")
 
   def test_a_no_locater_member_counts_for_both_readings(self):
@@ -338,34 +343,35 @@ class MergedRunsTest(absltest.TestCase):
     sweep["reading"] = "summed_loss"
     none = _run("fig9_none", (0,), 50_000, kappa2=(0.0,), label="Fig. 9")
     none["members"][0]["kappa1"] = 0.0
-    by_cell = report.cells([sweep, none])
+    by_cell = report_runs.cells([sweep, none])
     self.assertEqual([r["run_dir"] for r in by_cell["Fig. 9", "summed_loss"]],
                      ["fig9_fairseq", "fig9_none"])
     view = by_cell["Fig. 9", "summed_loss"][1]
     self.assertEqual(view["shared_from"], "mean_loss")
     self.assertNotIn("shared_from", by_cell["Fig. 9", "mean_loss"][0])
     self.assertNotIn("Fig. 9", "".join(
-        l for l in report.still_to_run(report.summarize_runs([sweep, none]))
+        l for l in report_plan.still_to_run(
+            report_runs.summarize_runs([sweep, none]))
         if "fairseq" in l))         # the fairseq cell is complete
-    fairseq = [r for r in report.summarize_runs([sweep, none])
+    fairseq = [r for r in report_runs.summarize_runs([sweep, none])
                if r["reading"] == "summed_loss"]
     self.assertEqual(sorted((r["kappa1"], r["kappa2"]) for r in fairseq),
                      [(0.0, 0.0), (100.0, 0.0), (100.0, 1.0)])
-    vs = report.verdicts(fairseq)
+    vs = report_claims.verdicts(fairseq)
     self.assertTrue(any(v["contrast"].startswith("none") for v in vs))
     # a LocATER member is never shared: the readings differ there
     self.assertNotIn(("Fig. 6", "summed_loss"),
-                     report.cells([_run("fig6", (0,), 50_000)]))
+                     report_runs.cells([_run("fig6", (0,), 50_000)]))
 
   def test_a_seed_stopped_early_is_left_out_not_averaged(self):
     runs = [_run("s0", (0,), 50_000), _run("s1", (1,), 20_000)]
-    counted, left_out = report.cell_members(runs)
+    counted, left_out = report_runs.cell_members(runs)
     self.assertEqual({m["seed"] for m in counted}, {0})
     self.assertEqual({(m["seed"], m["last_step"]) for m in left_out},
                      {(1, 20_000)})
-    rows = report.summarize_runs(runs)
+    rows = report_runs.summarize_runs(runs)
     self.assertEqual([r["n_seeds"] for r in rows], [1, 1])
-    [line] = [l for l in report.still_to_run(rows) if "literal" in l and
+    [line] = [l for l in report_plan.still_to_run(rows) if "literal" in l and
               "Fig. 6" in l]
     self.assertIn("1 of 3 seeds (seed 0 done)", line)
     self.assertIn("--seeds 2 --first_seed 1`", line)
@@ -395,7 +401,8 @@ class StripeVerdictTest(absltest.TestCase):
     cases = {(True, False): "reproduced", (False, True): "reversed",
              (True, True): "not reproduced", (False, False): "not reproduced"}
     for (with_, without), want in cases.items():
-      [v] = report.stripe_verdicts([_rho_run(with_, without, seeds=(0, 1))])
+      [v] = report_claims.stripe_verdicts(
+          [_rho_run(with_, without, seeds=(0, 1))])
       self.assertEqual(v["verdict"], want, (with_, without))
       self.assertIn(f"stripes in {2 * with_} of 2 LocATER maps and "
                     f"{2 * without} of 2 without", v["text"])
@@ -403,11 +410,12 @@ class StripeVerdictTest(absltest.TestCase):
     run = _rho_run(True, False)
     for m in run["members"]:
       m["last_step"] = 5_000
-    [v] = report.stripe_verdicts([run])
+    [v] = report_claims.stripe_verdicts([run])
     self.assertIn("shortened: 5,000 of 50,000 steps", v["text"])
 
   def test_no_fig7_run_no_line(self):
-    self.assertEqual(report.stripe_verdicts([_run("s0", (0,), 50_000)]), [])
+    self.assertEqual(
+        report_claims.stripe_verdicts([_run("s0", (0,), 50_000)]), [])
 
 
 class NoneArgumentTest(absltest.TestCase):
@@ -420,9 +428,9 @@ class NoneArgumentTest(absltest.TestCase):
       [member] = sweep.members(c)
       self.assertEqual((member["kappa1"], member["kappa2"]), (0.0, 0.0))
       config = json.loads(c.to_json())
-      self.assertEqual(report.figure_of(config), (fig, False))
+      self.assertEqual(report_runs.figure_of(config), (fig, False))
       self.assertIn(f":{arg.replace('none,seed=1', 'seed=1,none')} "
-                    "--workdir", report.config_command(config, "/tmp/w"))
+                    "--workdir", report_runs.config_command(config, "/tmp/w"))
     two = depth_width.get_config("L=3,d=32,none,seeds=2")
     self.assertEqual([(m["seed"], m["kappa1"]) for m in sweep.members(two)],
                      [(0, 0.0), (1, 0.0)])
@@ -443,14 +451,14 @@ class ContrastArgumentTest(absltest.TestCase):
       self.assertEqual(pairs, [(100.0, k) for k in defaults.KAPPA2_SWEEP]
                        + [(0.0, 0.0)])
     config = json.loads(c.to_json())
-    self.assertEqual(report.figure_of(config), ("9", False))
-    command = report.config_command(config, "/tmp/w")
+    self.assertEqual(report_runs.figure_of(config), ("9", False))
+    command = report_runs.config_command(config, "/tmp/w")
     self.assertIn("--config configs/depth_width.py:L=3,d=32,seeds=2,"
                   "contrast --workdir", command)       # no overrides
     one = json.loads(depth_width.get_config("L=1,d=32,contrast").to_json())
     self.assertLen(one["sweep"]["kappa1"], 6)
     self.assertIn("configs/depth_width.py:L=1,d=32,contrast --workdir",
-                  report.config_command(one, "/tmp/w"))
+                  report_runs.config_command(one, "/tmp/w"))
 
 
 class WriteReportTest(absltest.TestCase):
@@ -477,7 +485,7 @@ class WriteReportTest(absltest.TestCase):
       cls.md = f.read()
 
   def test_summary_rows_per_reading_and_kappa2(self):
-    rows = report.summarize(self.runs)
+    rows = report_runs.summarize(self.runs)
     self.assertLen(rows, 4)
     for r in rows:
       self.assertEqual((r["label"], r["n_seeds"], r["final_step"],
@@ -519,7 +527,7 @@ class WriteReportTest(absltest.TestCase):
 
   def test_runs_list_device_precision_and_wall_time(self):
     # The loop wrote one run_info.jsonl line per run (this CPU, float32).
-    info = report.run_info(self.runs[0])
+    info = report_runs.run_info(self.runs[0])
     self.assertRegex(info, r"^1 x .+; compute float32; wall \d+\.\d min "
                      r"in 1 invocation \(setup \d+ s, compile \d+ s, steps "
                      r"\d+ s, .*other \d+ s\)$")
@@ -530,7 +538,7 @@ class WriteReportTest(absltest.TestCase):
       for wall, dtype in ((60.0, "bfloat16"), (30.0, "bfloat16")):
         f.write(json.dumps({"wall_s": wall, "device_kind": "H100",
                             "device_count": 1, "compute_dtype": dtype}) + "\n")
-    self.assertEqual(report.run_info(d),
+    self.assertEqual(report_runs.run_info(d),
                      "1 x H100; compute bfloat16; wall 1.5 min in 2 "
                      "invocations (setup, compilation and evaluation "
                      "included)")
@@ -541,10 +549,10 @@ class WriteReportTest(absltest.TestCase):
             "wall_s": steps + 10, "device_kind": "H100", "device_count": 1,
             "phases_s": {"setup": 4.0, "compile": 6.0, "steps": steps}}
                            ) + "\n")
-    self.assertEqual(report.run_info(d),
+    self.assertEqual(report_runs.run_info(d),
                      "1 x H100; compute float32; wall 1.5 min in 2 "
                      "invocations (setup 8 s, compile 12 s, steps 70 s)")
-    self.assertEqual(report.run_info(tempfile.mkdtemp()), "")
+    self.assertEqual(report_runs.run_info(tempfile.mkdtemp()), "")
 
   def test_artefacts_exist(self):
     figures_dir = os.path.join(self.tmp, "reproduction")
@@ -568,7 +576,7 @@ class WriteReportTest(absltest.TestCase):
     self.assertLen(summary["todo"], 3 * 2 + 2 + 5 * 2 + 5)
 
   def test_rebuilt_command_names_the_overrides(self):
-    command = report.load_runs(self.runs[:1])[0]["command"]
+    command = report_runs.load_runs(self.runs[:1])[0]["command"]
     self.assertIn("--config.sweep.kappa2=", command)
     self.assertIn("--config.num_steps=2", command)
     self.assertNotIn("--config.locater", command)
@@ -607,7 +615,7 @@ class Fig7StripesTest(absltest.TestCase):
     self.assertEqual(curves.call_args.args[1], "6")
     with open(out) as f:
       md = f.read()
-    members = report.rho_stripes(training_plots.load_members(workdir))
+    members = report_claims.rho_stripes(training_plots.load_members(workdir))
     self.assertLen(members, 2)                 # LocATER and none
     for name, result in members:
       self.assertIn(f"  - {name}: ", md)

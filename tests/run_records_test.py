@@ -12,6 +12,8 @@ import jax
 
 from configs import rho_training
 from qkspec.experiments import report
+from qkspec.experiments import report_claims
+from qkspec.experiments import report_runs
 from qkspec.experiments import run_records
 from qkspec.experiments import training_plots
 from qkspec.training import loop
@@ -35,10 +37,10 @@ def _final_values_only(record, dest):
   members = training_plots.load_members(record)
   entries = json.loads(_read(os.path.join(record, "members.json")))
   for entry, m, (_, result) in zip(entries, members,
-                                   report.rho_stripes(members)):
-    step = report._last_step(m)
+                                   report_claims.rho_stripes(members)):
+    step = report_runs.last_step(m)
     finals = {k: training_plots.final_value(m["metrics"], k)
-              for _, k, _ in report.QUANTITIES}
+              for _, k, _ in report_runs.QUANTITIES}
     pathlib.Path(dest, m["dir"], "metrics.jsonl").write_text(
         json.dumps({"step": step, **finals}) + "\n")
     entry["stripes"] = result
@@ -64,7 +66,7 @@ class RunRecordsTest(absltest.TestCase):
 
   def test_the_record_keeps_what_the_report_reads_and_names_its_run(self):
     config = json.loads(_read(os.path.join(self.run_dir, "config.json")))
-    keys = set(report.record_keys(config))
+    keys = set(report_runs.record_keys(config))
     self.assertIn("l0/rho", keys)                 # Fig. 7's maps
     self.assertEqual(run_records.origin(self.record), self.run_dir)
     self.assertEqual(run_records.origin(self.run_dir), self.run_dir)
@@ -97,7 +99,7 @@ class RunRecordsTest(absltest.TestCase):
 
   def test_recording_again_replaces_the_record(self):
     records = os.path.join(self.tmp, "again")
-    run_records.write(self.run_dir, records, report.record_keys(
+    run_records.write(self.run_dir, records, report_runs.record_keys(
         json.loads(_read(os.path.join(self.run_dir, "config.json")))))
     path = run_records.write(self.run_dir, records, ["valid/ppl"])
     self.assertEqual(run_records.listed(records), [path])

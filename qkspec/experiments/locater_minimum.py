@@ -9,9 +9,9 @@ both strengths). So a trained model tells the penalty's doing from the data
 loss's: a W_QK that sits at :math:`W^*` is set by the penalty, and there
 claim B (scale shrinks as :math:`\kappa_2` grows) must come out reversed.
 
-* `compare(rows)`: per LocATER row of `report.summarize` (kappa1 > 0, with
-  its `d_model`): W*'s trace and scale, the trained (seed-mean) trace and
-  scale, and `isotropy` = scale / `spectrum.scale_floor(trace)`. The floor
+* `compare(rows)`: per LocATER row of `report_runs.summarize` (kappa1 > 0,
+  with its `d_model`): W*'s trace and scale, the trained (seed-mean) trace
+  and scale, and `isotropy` = scale / `spectrum.scale_floor(trace)`. The floor
   is the least scale a matrix of that trace can have (1 exactly for a
   multiple of I; on layer means it is still >= 1, by Jensen). `at_minimum`
   says whether the trained W_QK is at W*: trace within `NEAR` of W*'s and
@@ -116,9 +116,9 @@ def markdown(rows, readings: dict) -> list[str]:
 
 
 def annotate(verdict_list, rows) -> list[dict]:
-  """`report.verdicts` with each claim-B line whose stronger group sits at
-  W* saying so: there the penalty alone sets the scale, which grows with
-  kappa2, so B cannot come out "reproduced"."""
+  """`report_claims.verdicts` with each claim-B line whose stronger group
+  sits at W* saying so: there the penalty alone sets the scale, which
+  grows with kappa2, so B cannot come out "reproduced"."""
   at = {(c["label"], c["reading"], c["kappa1"], c["kappa2"])
         for c in compare(rows) if c["at_minimum"]}
   out = []

@@ -12,11 +12,11 @@ measure that).
 
 `spread(runs, replicates, quantities)` pairs each member of a replicate run
 with the member of the same figure, reading, kappa1, kappa2, target and
-seed in `runs` (the report's loaded-run form, `report.load_runs`), both at
-the same last step, and gives per quantity the largest relative difference
-|a - b| / mean(|a|, |b|) over the pairs. `report.verdicts` calls a one-seed
-difference "not significant" when it is within `FACTOR` times that
-relative spread of the larger value.
+seed in `runs` (the report's loaded-run form, `report_runs.load_runs`),
+both at the same last step, and gives per quantity the largest relative
+difference |a - b| / mean(|a|, |b|) over the pairs.
+`report_claims.verdicts` calls a one-seed difference "not significant"
+when it is within `FACTOR` times that relative spread of the larger value.
 """
 import numpy as np
 

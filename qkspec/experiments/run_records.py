@@ -3,12 +3,13 @@
 A `launch/train.py` workdir holds checkpoints and every logged metric (tens
 of MB for a Fig. 12 sweep); REPRODUCTION.md reads only its `config.json`,
 `members.json`, `run_info.jsonl` and, of each member's `metrics.jsonl`, a
-few metrics (`report.record_keys`). `write(run_dir, records_dir, keys)`
-copies just that into `records_dir/<role>s/<name>/` (`name`: the run
+few metrics (`report_runs.record_keys`). `write(run_dir, records_dir,
+keys)` copies just that into `records_dir/<role>s/<name>/` (`name`: the run
 directory's basename), with `record.json` naming the directory it came
-from. A record is a run directory to `report.load_runs`, so the report is
-regenerated from the repository alone, on machines where the runs never
-were: the paper's runs are trained on lent GPU machines and not kept.
+from. A record is a run directory to `report_runs.load_runs`, so the
+report is regenerated from the repository alone, on machines where the
+runs never were: the paper's runs are trained on lent GPU machines and
+not kept.
 
 A record made again (a resumed run, trained further) replaces the old one.
 
@@ -70,7 +71,7 @@ def write(run_dir, records_dir, keys, role: str = "run") -> str:
       `metrics.jsonl` (`run_info.jsonl` is copied when present).
     records_dir: the records' root; this one goes to `<role>s/<name>/`,
       replacing a record of that name.
-    keys: the metric names kept (`report.record_keys`).
+    keys: the metric names kept (`report_runs.record_keys`).
     role: "run" or "replicate" (a run trained again to measure the
       run-to-run spread, `report.write_report`'s replicate_dirs).
   Returns:

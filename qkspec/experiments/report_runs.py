@@ -1,0 +1,358 @@
+"""The report's runs: what of each run it reads, merged per figure and reading.
+
+`load_runs(run_dirs)` reads each workdir of
+`qkspec.training.loop.train_and_evaluate` (`config.json`, `members.json` and
+the members' `metrics.jsonl`, through `training_plots.load_members`; a
+`run_records` record reads the same) into one dict per run and reading of
+kappa; `summarize_runs(runs)` makes the report's rows from them:
+
+* `summarize(run_dirs)`: one row per paper figure, reading of kappa and
+  member group (members that differ only in seed), over every run of that
+  figure and reading (`cell_members`: the seeds may be one program's,
+  `seeds=N`, or separate runs', `seed=S`; a seed met twice counts once, and
+  members stopped before the cell's longest run are left out and named):
+  kappa1, kappa2, the seeds, the commands that trained them, steps run
+  and planned, and mean / std over seeds of the final valid and test
+  perplexity, scale tr(W_QK^T W_QK), trace tr(W_QK) and attention entropy
+  (layers averaged, `mean/...`).
+* `seed_mean(members)`: members that differ only in seed merged into one,
+  each metric averaged over the seeds at their common steps; the report
+  draws these as the curves over training (the paper's panels B-D against
+  the update, `training_plots.fig6_figure`), one line per member group.
+* `run_info(run_dir)`: device, precision and wall time of a run.
+
+A no-LocATER member (kappa1 = kappa2 = 0) trains bit for bit the same under
+both readings, so `cells` counts it in both (tests/readings_test.py).
+
+The paper figure comes from the config (`figure_of`): the two members of
+configs/rho_training.py (kappa1 = 100, kappa2 = 1 and none, kappa1 = kappa2
+= 0) are Fig. 7; otherwise (num_layers, d) picks Figs. 6, 8-12 (smoke
+runs: d is the paper's d / 8, and the label says "smoke").
+"""
+import json
+import math
+import os
+import pathlib
+
+import numpy as np
+
+from qkspec.experiments import run_records
+from qkspec.experiments import training_plots
+
+PAPER_STEPS = 50_000
+FIGURES = {(1, 128): "6", (1, 32): "8", (3, 32): "9", (6, 32): "10",
+           (3, 128): "11", (6, 128): "12"}          # (L, d) -> paper figure
+QUANTITIES = (("valid_ppl", "valid/ppl", "valid ppl"),
+              ("test_ppl", "test/ppl", "test ppl"),
+              ("scale", "mean/qk_scale", "scale tr(W^T W)"),
+              ("trace", "mean/qk_trace", "trace tr(W)"),
+              ("entropy", "mean/entropy", "entropy (nats)"))
+READINGS = {k: f"{name} ({k})"       # "literal (mean_loss)", ...
+            for k, name in training_plots.READING_NAMES.items()}
+
+
+def reading_name(reading: str) -> str:
+  """"literal (mean_loss)" for "mean_loss" (a name it does not know as is)."""
+  return READINGS.get(reading, reading)
+
+
+_REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def load_config(run_dir):
+  """A run's (or record's) config.json as a dict."""
+  with open(os.path.join(run_dir, "config.json")) as f:
+    return json.load(f)
+
+
+def figure_of(config: dict) -> tuple[str, bool]:
+  """(paper figure id, smoke?) of a run's config.json dict."""
+  smoke = config.get("data", {}).get("name") == "synthetic"
+  sweep = config.get("sweep", {})
+  pairs = set(zip(sweep.get("kappa1") or (), sweep.get("kappa2") or ()))
+  if pairs == {(100.0, 1.0), (0.0, 0.0)}:     # configs/rho_training.py
+    return "7", smoke
+  model = config["model"]
+  d = model["d_model"] * (8 if smoke else 1)
+  return FIGURES.get((model["num_layers"], d),
+                     f"L={model['num_layers']},d={model['d_model']}"), smoke
+
+
+def config_command(config: dict, run_dir: str) -> str:
+  """The launch command that rebuilds `config` (config file, arg, overrides).
+
+  The config file and argument follow from the figure, reading, seeds and
+  smoke; every field where config.json differs from what that file gives
+  becomes a `--config.x=y` override.
+  """
+  fig, smoke = figure_of(config)
+  parts = []
+  if fig == "7":
+    name = "rho_training"
+  elif fig == "6":
+    name = "locater_wt2"
+  else:
+    name = "depth_width"
+    d = config["model"]["d_model"] * (8 if smoke else 1)
+    parts += [f"L={config['model']['num_layers']}", f"d={d}"]
+  sweep = config.get("sweep", {})
+  seeds = set(sweep.get("seed") or ())
+  if len(seeds) > 1:
+    parts.append(f"seeds={len(seeds)}")
+  elif config.get("seed"):
+    parts.append(f"seed={config['seed']}")     # one seed alone
+  if fig != "7" and 0.0 in (sweep.get("kappa1") or ()):
+    parts.append("contrast")                   # a no-LocATER member
+  elif (fig != "7" and not sweep.get("kappa1") and not sweep.get("kappa2")
+        and config["locater"]["kappa1"] == 0
+        and config["locater"]["kappa2"] == 0):
+    parts.append("none")                       # that member alone
+
+  if sweep.get("penalty_added_to"):
+    parts.append("both_readings")              # side by side, one program
+  elif config["locater"].get("penalty_added_to") == "summed_loss":
+    parts.append("fairseq")
+  if smoke:
+    parts.append("smoke")
+  arg = ",".join(parts)
+  path = f"configs/{name}.py" + (f":{arg}" if arg else "")
+  overrides = []
+  try:
+    # pylint: disable=g-import-not-at-top
+    from qkspec.config import args as args_lib
+    base = json.loads(args_lib.load_config_file(
+        _REPO / "configs" / f"{name}.py", arg).to_json())
+    overrides = [f"--config.{k}={_flag_value(v)}"
+                 for k, v in _diff(base, config)]
+  except (ValueError, OSError, KeyError) as e:
+    path += f" (not rebuilt exactly: {e})"
+  return " ".join(["python launch/train.py", f"--config {path}", *overrides,
+                   f"--workdir {run_dir}"])
+
+
+def _diff(base, new, prefix=""):
+  out = []
+  for k, v in new.items():
+    key = f"{prefix}{k}"
+    if isinstance(v, dict) and isinstance(base.get(k), dict):
+      out += _diff(base[k], v, key + ".")
+    elif base.get(k, object()) != v:
+      out.append((key, v))
+  return out
+
+
+def _flag_value(v):
+  if isinstance(v, (list, tuple)):
+    return '"(' + ", ".join(repr(x) for x in v) + (",)" if len(v) == 1
+                                                    else ')"')
+  return repr(v) if isinstance(v, str) and not v else str(v)
+
+
+def _mean_std(vals):
+  vals = np.asarray([v for v in vals if np.isfinite(v)], float)
+  if not vals.size:
+    return math.nan, math.nan
+  return float(vals.mean()), (float(vals.std(ddof=1)) if vals.size > 1
+                              else math.nan)
+
+
+def seed_groups(members) -> dict:
+  """(kappa1, kappa2, target) -> the members that differ only in seed."""
+  groups = {}
+  for m in members:
+    groups.setdefault((m["kappa1"], m["kappa2"], m["target"]), []).append(m)
+  return groups
+
+
+def last_step(member) -> int:
+  """The member's last training step: train/loss's, else (a record that
+  kept final values only) the last step of any metric; 0 if none."""
+  metrics = member["metrics"]
+  loss = metrics.get("train/loss")
+  if loss is not None and len(loss[0]):
+    return int(loss[0][-1])
+  return max((int(s[-1]) for s, _ in metrics.values() if len(s)), default=0)
+
+
+def load_runs(run_dirs) -> list[dict]:
+  """One dict per run dir and reading of kappa: its figure, reading,
+  command, members (with their last step) and the steps run and planned.
+
+  A run that trained both readings side by side (`both_readings`:
+  members.json names each member's "penalty_added_to") gives one dict
+  per reading, each with that reading's members and `both_readings` set.
+  A record (`run_records`) loads as the run it came from: `run_dir` names
+  that run, `path` where it was read.
+  """
+  runs = []
+  for path in run_dirs:
+    config = load_config(path)
+    fig, smoke = figure_of(config)
+    reading = config["locater"].get("penalty_added_to", "mean_loss")
+    run_dir = run_records.origin(path)
+    by_reading = {}
+    for m in training_plots.load_members(path):
+      m["last_step"] = last_step(m)
+      by_reading.setdefault(m.get("penalty_added_to", reading), []).append(m)
+    run = dict(run_dir=run_dir, path=str(path), figure=fig, smoke=smoke,
+               label=f"Fig. {fig}" + (" (smoke)" if smoke else ""),
+               both_readings=len(by_reading) > 1,
+               command=config_command(config, run_dir),
+               d_model=int(config["model"]["d_model"]),
+               num_steps=int(config["num_steps"]))
+    for member_reading, members in (by_reading or {reading: []}).items():
+      runs.append(dict(
+          run, reading=member_reading, members=members,
+          final_step=min((m["last_step"] for m in members), default=0)))
+  return runs
+
+
+def _no_locater(member) -> bool:
+  return member["kappa1"] == 0 and member["kappa2"] == 0
+
+
+def cells(runs) -> dict:
+  """(label, reading) -> the runs of that figure and reading of kappa.
+
+  A no-LocATER member (kappa1 = kappa2 = 0) trains bit for bit the same
+  under either reading (the factor multiplies a zero penalty;
+  tests/readings_test.py), so it also joins the other reading's cell: as a
+  view of its run holding just those members, with `shared_from` naming
+  the run's own reading, after that cell's own runs (`cell_members` counts
+  a member met twice once, the cell's own first)."""
+  out = {}
+  for run in runs:
+    out.setdefault((run["label"], run["reading"]), []).append(run)
+  for run in runs:
+    shared = [m for m in run["members"] if _no_locater(m)]
+    for reading in READINGS:
+      if shared and reading != run["reading"]:
+        out.setdefault((run["label"], reading), []).append(dict(
+            run, members=shared, reading=reading,
+            shared_from=run["reading"],
+            final_step=min(m["last_step"] for m in shared)))
+  return out
+
+
+def cell_members(cell_runs) -> tuple[list, list]:
+  """(counted members, left-out members) of one cell's runs.
+
+  The runs of a figure and reading are merged: seeds may come from one
+  program (`seeds=N`) or from separate runs (`seed=S`). A (kappa1, kappa2,
+  target, seed) met twice counts once (the longer run's, else the first).
+  Only members at the cell's longest step count, so a mean never mixes a
+  seed stopped early with finished ones; the others are left out (the
+  report lists them).
+  """
+  chosen = {}
+  for run in cell_runs:
+    for m in run["members"]:
+      key = (m["kappa1"], m["kappa2"], m["target"], m["seed"])
+      if key not in chosen or m["last_step"] > chosen[key]["last_step"]:
+        chosen[key] = {**m, "run_dir": run["run_dir"]}
+  full = max((m["last_step"] for m in chosen.values()), default=0)
+  counted = [m for m in chosen.values() if m["last_step"] == full]
+  return counted, [m for m in chosen.values() if m["last_step"] < full]
+
+
+def summarize_runs(runs) -> list[dict]:
+  """One row per figure, reading and member group (members that differ
+  only in seed), over every run of that figure and reading."""
+  rows = []
+  for (label, reading), rs in cells(runs).items():
+    counted, _ = cell_members(rs)
+    for (kappa1, kappa2, target), ms in sorted(seed_groups(counted).items()):
+      run_dirs = sorted({m["run_dir"] for m in ms})
+      row = dict(figure=rs[0]["figure"], label=label, smoke=rs[0]["smoke"],
+                 reading=reading, run_dirs=run_dirs,
+                 d_model=rs[0].get("d_model"),
+                 kappa1=kappa1, kappa2=kappa2, target=target,
+                 seeds=sorted(m["seed"] for m in ms), n_seeds=len(ms),
+                 commands=list(dict.fromkeys(
+                     r["command"] for r in rs if r["run_dir"] in run_dirs)),
+                 final_step=min(m["last_step"] for m in ms),
+                 num_steps=max(r["num_steps"] for r in rs
+                               if r["run_dir"] in run_dirs))
+      for name, key, _ in QUANTITIES:
+        vals = [training_plots.final_value(m["metrics"], key) for m in ms]
+        row[f"{name}_mean"], row[f"{name}_std"] = _mean_std(vals)
+        row[f"{name}_values"] = vals
+      rows.append(row)
+  return rows
+
+
+def summarize(run_dirs) -> list[dict]:
+  """`summarize_runs(load_runs(run_dirs))`."""
+  return summarize_runs(load_runs(run_dirs))
+
+
+def seed_mean(members) -> list[dict]:
+  """Members differing only in seed -> one each, metrics seed-averaged.
+
+  A metric is averaged over the steps every seed logged (the common
+  prefix of their step lists, which coincide within one run); the merged
+  member keeps the first seed's other fields and `n_seeds`.
+  """
+  out = []
+  for ms in seed_groups(members).values():
+    metrics = {}
+    for key in set.intersection(*(set(m["metrics"]) for m in ms)):
+      n = min(len(m["metrics"][key][0]) for m in ms)
+      steps = [np.asarray(m["metrics"][key][0][:n]) for m in ms]
+      if n and all(np.array_equal(steps[0], st) for st in steps):
+        metrics[key] = (steps[0], np.mean(
+            [np.asarray(m["metrics"][key][1][:n]) for m in ms], axis=0))
+    out.append({**ms[0], "metrics": metrics, "n_seeds": len(ms)})
+  return out
+
+
+def run_info(run_dir) -> str:
+  """Device, precision and wall time from `<run_dir>/run_info.jsonl`.
+
+  The training loop appends one line per invocation (a resumed run has
+  several); their wall times are summed (a line rebuilt from an earlier
+  report may stand for several: "invocations"). "" if the file is absent
+  (runs made before it existed).
+  """
+  lines = run_info_lines(run_dir)
+  if not lines:
+    return ""
+  devices = sorted({f"{x['device_count']} x {x['device_kind']}"
+                    for x in lines})
+  dtypes = sorted({x.get("compute_dtype", "float32") for x in lines})
+  wall = sum(x["wall_s"] for x in lines)
+  n = sum(x.get("invocations", 1) for x in lines)
+  return (f"{', '.join(devices)}; compute {'/'.join(dtypes)}; wall "
+          f"{wall / 60:.1f} min in {n} invocation"
+          f"{'s' if n > 1 else ''} ({phases_text(lines)})")
+
+
+def run_info_lines(run_dir) -> list[dict]:
+  """`<run_dir>/run_info.jsonl`'s lines, one per invocation ([] if none)."""
+  path = pathlib.Path(run_dir) / "run_info.jsonl"
+  if not path.is_file():
+    return []
+  return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def phases_text(lines) -> str:
+  """"setup 4 s, compile 11 s, steps 124 s, ...": the invocations' wall
+  time by phase (`qkspec.training.phases`), summed; runs from before the
+  loop recorded phases say only what their wall time includes."""
+  if not all("phases_s" in x for x in lines):
+    return "setup, compilation and evaluation included"
+  total = {}
+  for x in lines:
+    for k, v in x["phases_s"].items():
+      total[k] = total.get(k, 0.0) + v
+  return ", ".join(f"{k} {v:.0f} s" for k, v in total.items())
+
+
+def record_keys(config: dict) -> list[str]:
+  """The metrics the report reads of a run of `config` (`run_records`):
+  the QUANTITIES, valid/loss (the curves' stand-in for valid/ppl),
+  train/loss (the last step) and, for Fig. 7, layer 0's rho_i."""
+  keys = [k for _, k, _ in QUANTITIES] + ["valid/loss", "train/loss"]
+  if figure_of(config)[0] == "7":
+    keys += list(training_plots.rho_keys(0))
+  return keys
