@@ -61,9 +61,11 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   --plan_device's kind, else at --rate), without probing: e.g. the whole
   section, `--stages plan --figs 6,8,9,10,11,12 --path
   scan_bf16_pallas_fa3 --plan_device "NVIDIA H200"`, on any machine.
-* report: REPRODUCTION.md (+ reproduction/: summary CSV/JSON, figures)
-  in --workdir from every run there (`qkspec.experiments.report`), so each
-  slice leaves its verdicts and what is still to run.
+* report: REPRODUCTION.md (+ reproduction/: summary CSV/JSON, figures,
+  records/) in --workdir from every run there and every run the checkout's
+  committed records hold (`qkspec.experiments.report`,
+  `run_records`), so each slice leaves the whole report's verdicts and
+  what is still to run, and its runs' records, small, to bring home.
 * members: steps/s of N = 1, 5, 15, 30 members in one vmapped program, and
   the ratio to N times one member's rate (the issue's goal is >= 0.8 N),
   for the model of each figure in --members_figs (default 6: d = 128; 8:
@@ -115,6 +117,7 @@ from qkspec.config import args as config_args
 from qkspec.experiments import report
 from qkspec.experiments import report_plan
 from qkspec.experiments import report_runs
+from qkspec.experiments import run_records
 from qkspec.experiments import training_plots
 from qkspec.training import interrupt
 from qkspec.training import loop
@@ -850,21 +853,30 @@ def _print_finals(workdir: str):
           flush=True)
 
 
-def write_report(flags):
-  """REPRODUCTION.md in --workdir from its runs (see module docstring)."""
+def write_report(flags, committed: str = os.path.join(
+    ROOT, "reproduction", "records")):
+  """REPRODUCTION.md in --workdir from its runs and the `committed`
+  records (see module docstring): the workdir's runs are recorded in its
+  reproduction/records/, beside a copy of the committed ones, and replace
+  those of the same name."""
   runs = sorted(os.path.dirname(p) for p in glob.glob(
       os.path.join(flags.workdir, "*", "members.json")))
   if not runs:
     log("report: no runs in the workdir yet")
     return
   out = os.path.join(flags.workdir, "REPRODUCTION.md")
-  command = report.report_command(runs, out)
+  records = report.default_records_dir(out)
+  if os.path.isdir(committed):
+    shutil.copytree(committed, records, dirs_exist_ok=True)
   try:
-    report.write_report(runs, out, command=command)
+    report.write_report(runs, out, records_dir=records)
   except Exception as e:  # pylint: disable=broad-except
     log(f"report failed: {type(e).__name__}: {e}")
     return
-  log(f"report: {out} ({len(runs)} runs); regenerate with `{command}`")
+  log(f"report: {out} ({len(runs)} runs here, "
+      f"{len(run_records.listed(records))} with the committed records); "
+      f"their records: {records}/runs/; here, copy those into "
+      "reproduction/records/runs/ and run `python launch/report.py`")
 
 
 def trace(flags, path: str):
