@@ -137,6 +137,26 @@ class RunRecordsTest(absltest.TestCase):
                   "fig7_smoke_curves_mean_loss.png)", md)
     self.assertIn("![rho](reproduction/fig7_smoke_rho_mean_loss_0.png)", md)
 
+  def test_seeds_with_curves_are_drawn_beside_final_values_only_seeds(self):
+    """Fig. 6's next seed beside the two rebuilt ones: the table counts
+    every seed, the curves are those of the seeds that kept them."""
+    tmp = tempfile.mkdtemp()
+    records = os.path.join(tmp, "records")
+    shutil.copytree(self.record, os.path.join(records, "runs", "fig7"))
+    old = _final_values_only(self.record,
+                             os.path.join(records, "runs", "fig7_seed1"))
+    entries = json.loads(_read(os.path.join(old, "members.json")))
+    for e in entries:
+      e["seed"] = 1
+    pathlib.Path(old, "members.json").write_text(json.dumps(entries))
+    out = os.path.join(tmp, "REPRODUCTION.md")
+    report.write_report([], out, records_dir=records)
+    md = _read(out)
+    self.assertIn("- curves over training: ![curves](reproduction/fig7_smoke_"
+                  "curves_mean_loss.png) (2 of 4 members not drawn: their "
+                  "records hold final values only)", md)
+    self.assertRegex(md, r"\| 100 \| 1 \| 2 \| ")   # both seeds in the table
+
   def test_a_replicate_record_may_keep_its_spread_alone(self):
     tmp = tempfile.mkdtemp()
     records = os.path.join(tmp, "records")
