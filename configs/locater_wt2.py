@@ -36,7 +36,11 @@ each short enough for one GPU slice; the report merges them); the report
       --config.data.data_dir=/tmp/tfds \
       --workdir /tmp/exp_runs/locater_wt2_s3_fairseq
   python launch/report.py --runs /tmp/exp_runs/locater_wt2_s3,/tmp/exp_runs/locater_wt2_s3_fairseq \
-      --out REPRODUCTION.md
+      --out /tmp/exp_runs/REPRODUCTION.md
+
+(the runs' records go beside that report, in /tmp/exp_runs/reproduction/;
+`--out REPRODUCTION.md` instead adds them to the repository's report,
+whose committed records hold the paper's runs so far).
 
 The contrast with no LocATER at all (kappa1 = kappa2 = 0) is the Fig. 7
 config, the same model: configs/rho_training.py:seeds=3[,fairseq]; or add

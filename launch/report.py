@@ -18,7 +18,9 @@ runs (`seed=S` configs, e.g. fig6, fig6_seed1) count together.
 --replicates names runs that repeat one of the runs (same config and seed,
 e.g. a run trained again on another machine): their difference is the
 floor under one-seed verdicts (qkspec/experiments/replicates.py).
---norecords reports on --runs alone and records nothing. See
+--norecords reports on --runs alone and records nothing. Your own runs
+want their own --out (e.g. /tmp/exp_runs/REPRODUCTION.md): with the default
+they join the repository's records and report. See
 qkspec/experiments/report.py.
 """
 import sys
