@@ -227,11 +227,15 @@ def report_command(run_dirs, out_path, replicate_dirs=()) -> str:
              if replicate_dirs else "") + f"--out {out_path}")
 
 
+def _figures_dir(out_path, figures_dir=None) -> pathlib.Path:
+  """`figures_dir`, by default `reproduction/` next to `out_path`."""
+  return pathlib.Path(figures_dir or pathlib.Path(out_path).parent
+                      / "reproduction")
+
+
 def default_records_dir(out_path, figures_dir=None) -> str:
-  """`records/` in the figures' directory (default: `reproduction/` next
-  to `out_path`)."""
-  return os.path.join(figures_dir or os.path.join(
-      os.path.dirname(str(out_path)), "reproduction"), "records")
+  """`records/` in the figures' directory (`_figures_dir`)."""
+  return str(_figures_dir(out_path, figures_dir) / "records")
 
 
 def keep_records(run_dirs, records_dir, replicate_dirs=()
@@ -273,7 +277,7 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
   record it holds, those of earlier calls included; the markdown then
   names the command that regenerates it from the records alone."""
   out_path = pathlib.Path(out_path)
-  figures_dir = pathlib.Path(figures_dir or out_path.parent / "reproduction")
+  figures_dir = _figures_dir(out_path, figures_dir)
   if records_dir is not None:
     run_dirs, replicate_dirs = keep_records(run_dirs, records_dir,
                                             replicate_dirs)
