@@ -127,15 +127,17 @@ class RunRecordsTest(absltest.TestCase):
     for line in verdicts + [x for x in self.md.splitlines()
                             if ": stripes (C = " in x or "no stripes" in x]:
       self.assertIn(line, md)
-    shutil.copytree(os.path.join(self.tmp, "report", "reproduction"),
-                    os.path.join(tmp, "reproduction"), dirs_exist_ok=True)
+    for png in pathlib.Path(self.tmp, "report", "reproduction").glob("*.png"):
+      shutil.copy(png, report.earlier_png(pathlib.Path(tmp, "reproduction",
+                                                       png.name)))
     report.write_report([], out, records_dir=records)
     md = _read(out)
     self.assertIn("- curves over training (drawn by an earlier report from "
                   "the runs, which were not kept; their records hold final "
                   "values only): ![curves](reproduction/"
-                  "fig7_smoke_curves_mean_loss.png)", md)
-    self.assertIn("![rho](reproduction/fig7_smoke_rho_mean_loss_0.png)", md)
+                  "fig7_smoke_curves_mean_loss_earlier.png)", md)
+    self.assertIn("![rho](reproduction/fig7_smoke_rho_mean_loss_0_earlier.png)",
+                  md)
 
   def test_seeds_with_curves_are_drawn_beside_final_values_only_seeds(self):
     """Fig. 6's next seed beside the two rebuilt ones: the table counts
@@ -152,10 +154,23 @@ class RunRecordsTest(absltest.TestCase):
     out = os.path.join(tmp, "REPRODUCTION.md")
     report.write_report([], out, records_dir=records)
     md = _read(out)
-    self.assertIn("- curves over training: ![curves](reproduction/fig7_smoke_"
-                  "curves_mean_loss.png) (2 of 4 members not drawn: their "
-                  "records hold final values only)", md)
+    drawn = ("- curves over training of the members that kept them: "
+             "![curves](reproduction/fig7_smoke_curves_mean_loss.png) (2 of 4 "
+             "members not drawn: their records hold final values only)")
+    self.assertIn(drawn + "\n- curves over training of those 2: not drawn",
+                  md)
     self.assertRegex(md, r"\| 100 \| 1 \| 2 \| ")   # both seeds in the table
+    # the earlier report's figure of the other seed, kept under its own
+    # name, is linked beside the new one, which does not overwrite it
+    earlier = report.earlier_png(pathlib.Path(
+        tmp, "reproduction", "fig7_smoke_curves_mean_loss.png"))
+    earlier.write_bytes(b"earlier")
+    report.write_report([], out, records_dir=records)
+    self.assertIn(drawn + "\n- curves over training of those 2 (drawn by an "
+                  "earlier report from the runs, which were not kept; their "
+                  "records hold final values only): ![curves](reproduction/"
+                  "fig7_smoke_curves_mean_loss_earlier.png)", _read(out))
+    self.assertEqual(earlier.read_bytes(), b"earlier")
 
   def test_a_replicate_record_may_keep_its_spread_alone(self):
     tmp = tempfile.mkdtemp()

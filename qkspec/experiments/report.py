@@ -17,8 +17,8 @@ records each run (`run_records`: what the report reads of it, small
 enough to commit) and then reports on every record in `records_dir`, so a
 report made from runs on machines that are gone can still be regenerated
 and extended. A record rebuilt from an earlier report may hold final
-values only: its curves and rho maps are then the earlier report's PNGs
-when they are still there (`_earlier_figure`), its stripe tests the ones
+values only: its curves and rho maps are then the earlier report's PNGs,
+kept as `*_earlier.png` (`earlier_png`), its stripe tests the ones
 that report printed, and a replicate's spread the one it measured.
 """
 import csv
@@ -172,19 +172,30 @@ def _has_curves(member) -> bool:
              for k in _CURVE_KEYS)
 
 
+def earlier_png(png) -> pathlib.Path:
+  """Where a figure drawn by an earlier report from runs that were not
+  kept lies: `png` with "_earlier" added to its name. Kept under its own
+  name, a later report that draws `png` from new runs of the same cell
+  (the next seed) does not overwrite it."""
+  png = pathlib.Path(png)
+  return png.with_name(f"{png.stem}_earlier{png.suffix}")
+
+
 def _earlier_figure(what: str, alt: str, png, rel) -> list[str]:
   """The line for a figure the records cannot draw: the one an earlier
-  report drew from the runs themselves when it is still there."""
-  if png.is_file():
+  report drew from the runs themselves (`earlier_png`) when it is there."""
+  earlier = earlier_png(png)
+  if earlier.is_file():
     return [f"- {what} (drawn by an earlier report from the runs, which "
             "were not kept; their records hold final values only): "
-            f"![{alt}]({rel}/{png.name})"]
+            f"![{alt}]({rel}/{earlier.name})"]
   return [f"- {what}: not drawn (the records hold final values only)"]
 
 
 def _curves(cell, counted, title, png, rel, paths) -> list[str]:
   """The cell's B-D curves over training (seeds averaged): drawn to `png`
-  from the members that kept curves; the markdown lines."""
+  from the members that kept curves, and the earlier report's figure of
+  those that did not, if there is one; the markdown lines."""
   drawn = [m for m in counted if _has_curves(m)]
   if not drawn:
     return _earlier_figure("curves over training", "curves", png, rel)
@@ -198,9 +209,13 @@ def _curves(cell, counted, title, png, rel, paths) -> list[str]:
   plt.close(fig)
   paths.append(str(png))
   skipped = len(counted) - len(drawn)
-  return [f"- curves over training: ![curves]({rel}/{png.name})"
-          + (f" ({skipped} of {len(counted)} members not drawn: their "
-             "records hold final values only)" if skipped else "")]
+  if not skipped:
+    return [f"- curves over training: ![curves]({rel}/{png.name})"]
+  return [f"- curves over training of the members that kept them: "
+          f"![curves]({rel}/{png.name}) ({skipped} of {len(counted)} "
+          "members not drawn: their records hold final values only)"
+          ] + _earlier_figure(f"curves over training of those {skipped}",
+                              "curves", png, rel)
 
 
 def _rho_maps(run, png, rel, paths) -> list[str]:
