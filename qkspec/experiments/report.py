@@ -214,8 +214,9 @@ def _curves(cell, counted, title, png, rel, paths) -> list[str]:
   return [f"- curves over training of the members that kept them: "
           f"![curves]({rel}/{png.name}) ({skipped} of {len(counted)} "
           "members not drawn: their records hold final values only)"
-          ] + _earlier_figure(f"curves over training of those {skipped}",
-                              "curves", png, rel)
+          ] + _earlier_figure(f"curves over training of the other {skipped} "
+                              f"member{'s' * (skipped > 1)}", "curves", png,
+                              rel)
 
 
 def _rho_maps(run, png, rel, paths) -> list[str]:
