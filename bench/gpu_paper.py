@@ -565,7 +565,9 @@ def todo(flags, path: str, rate: float | None):
   skipped for a later, shorter one, so no slice starts what it cannot
   finish (checkpoints do not come back from the device); a packed entry
   (`pair_readings`, `pack_seeds`) that does not fit gives way to its
-  parts. Runs finished in an earlier call on this machine are skipped."""
+  parts. Runs finished in an earlier call on this machine are skipped, and
+  a packed entry one of whose parts an earlier call here trained (or
+  began) gives way to its parts, so that part is not trained twice."""
   with open(flags.todo) as f:
     runs = json.load(f).get("todo", [])
   if flags.both_readings:
@@ -594,6 +596,13 @@ def todo(flags, path: str, rate: float | None):
     steps = flags.steps - _steps_done(os.path.join(flags.workdir, name))
     if steps <= 0:
       log(f"todo {name}: done here already")
+      continue
+    started = [p for p in r.get("parts", []) if _steps_done(
+        os.path.join(flags.workdir, _todo_spec(p)[0]))]
+    if started:         # an earlier call here trained a part: not it again
+      log(f"todo {name}: {', '.join(_todo_spec(p)[0] for p in started)} "
+          "trained here already; its parts instead")
+      queue[:0] = r["parts"]
       continue
     need = seconds(r, steps)
     if need > left(flags) - TODO_MARGIN_S:

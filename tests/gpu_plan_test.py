@@ -114,6 +114,22 @@ class PairReadingsTest(absltest.TestCase):
         self.assertEqual(_trained(flags, todo, fields, left_s), expected,
                          left_s)
 
+  def test_a_part_trained_by_an_earlier_call_here_is_not_trained_again(
+      self):
+    """A slice's first call fit only the pair's fairseq part; its second
+    call, on the same machine, trains the literal part alone."""
+    with tempfile.TemporaryDirectory() as tmp:
+      flags = _todo_flags(tmp)
+      todo = [_todo("8", "summed_loss"), _todo("8", "mean_loss"),
+              _todo("9", "summed_loss"), _todo("9", "mean_loss")]
+      fields = ("fig", "seed", "kind", "fairseq", "both")
+      for name, step in (("fig8_fairseq", "50000"), ("fig9", "250")):
+        os.makedirs(os.path.join(tmp, name, "ckpt", step))
+      self.assertEqual(_trained(flags, todo, fields), [
+          (8, 0, "sweep", False, False),  # the part not yet trained
+          (9, 0, "sweep", True, False),   # fig9 (begun) resumes beside
+          (9, 0, "sweep", False, False)])  # its other part
+
 
 # Members curves {N: steps/s} of a model whose step is bound by fixed costs
 # (members nearly free) and of one whose step grows with its members.
