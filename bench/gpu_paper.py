@@ -71,7 +71,7 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   for the model of each figure in --members_figs (default 6: d = 128; 8:
   d = 32, where the loss's matmuls are 4x smaller and members may come
   cheaper, which decides whether --both_readings pays there; 12: its own
-  six-layer model, whose runs then need no LAYER_COST guess). Each curve
+  six-layer model, whose runs then need no `deeper` guess). Each curve
   goes to WORKDIR/members_curves.json, by device kind, path and model, for
   the todo stage's projections in this call and, brought home and passed
   as --curves (default bench/members_curves.json), in later slices.
@@ -383,7 +383,7 @@ def projection(flags, rate: float, path: str) -> str:
           f"which steps {steps / 60:.1f} and evaluation, compilation and "
           f"setup {(wall - steps) / 60:.1f}, at "
           + (f"the members curves measured at {'; '.join(sorted(curves))}"
-             " (LAYER_COST for the layers they lack)" if curves
+             " (`deeper` for the layers they lack)" if curves
              else f"{rate:.1f} Fig. 6 steps/s")
           + _budget_left(flags) + "; by figure: "
           + ", ".join(f"{f} {w / 60:.1f}" for f, w in by_fig.items()))
@@ -623,7 +623,7 @@ def todo(flags, path: str, rate: float | None):
     log(f"todo {name}: {(time.time() - t) / 60:.1f} min, projected "
         f"{need / 60:.1f} (run_seconds' model: "
         + (f"members curve measured at {measured}" if measured
-           else "members") + ", LAYER_COST, EVAL_COST)")
+           else "members") + ", deeper, EVAL_COST)")
   log(f"todo: trained {trained} of {len(runs)} runs")
 
 
@@ -700,17 +700,24 @@ TODO_MARGIN_S = 45     # a run's figures, the report and the tarball
 # Projection model (H100, bench/gpu_results.md): steps/s of N members of
 # the d = 128, L = 1 model is 534.1 at N = 1 and 115.8 at N = 5; a step's
 # time taken as linear in N between them, scaled by the probe's Fig. 6
-# rate; each layer beyond the first adds LAYER_COST (a guess until a
-# deeper run is timed: ~5% more FLOPs per layer at d = 128, plus its
-# kernels); d = 32 costs as d = 128 (the step is bound by the [4096, V]
+# rate; each layer beyond the first adds LAYER_COST of the one-layer step
+# (its work: ~5% more FLOPs per layer at d = 128) and LAYER_S (its
+# kernels' fixed cost, the same for any number of members: `deeper`); d =
+# 32 costs as d = 128 (the step is bound by the [4096, V]
 # logits, whose size does not depend on d); evaluation adds EVAL_COST and
 # compilation RUN_OVERHEAD_S (Fig. 6: 8.0 min wall for 7.2 min of training).
 # Where the members stage measured the curve of the run's model, or of its
 # width at one layer, on this path and device, in this call or an earlier
 # one (`load_curves`, `curve_for`), the step's time is that curve's instead
-# (`step_seconds`; LAYER_COST then only for the layers the curve lacks),
-# and no d = 32 guess is left.
-LAYER_COST = 0.10
+# (`step_seconds`; `deeper` then only for the layers the curve lacks),
+# and no d = 32 guess is left. LAYER_S is measured (H200, 2026-11-27,
+# scan_bf16_pallas_fa3, bench/gpu_results.md (11)): Fig. 9's no-LocATER
+# run (L = 3, d = 32, one member) stepped 1.62 ms (81 s for 50,000 steps)
+# against 0.730 ms at L = 1 (the members curve at N = 1), 0.445 ms a
+# layer, of which LAYER_COST x 0.730 ms is its work; before, LAYER_COST =
+# 0.10 alone projected that run at 1.1 min, and it took 1.6.
+LAYER_COST = 0.05
+LAYER_S = 0.41e-3
 EVAL_COST = 0.07
 RUN_OVERHEAD_S = 20.0
 
@@ -750,13 +757,22 @@ def run_step_seconds(fig: int, kind: str, rate: float,
   the d = 32 guess; `readings` = 2: both readings side by side
   (`both_readings`); `seeds`: seeds in one program."""
   members = run_members(fig, kind, contrast, readings, seeds)
-  layers = 1 + LAYER_COST * (_layers(model_of(fig)) - 1)
+  layers = _layers(model_of(fig))
   if curve and len(curve) > 1:
-    return step_seconds(curve, members) * layers / (
-        1 + LAYER_COST * (_layers(curve_model) - 1))
+    return deeper(step_seconds(curve, members), layers,
+                  _layers(curve_model))
   one, five = 1 / ONE_MEMBER_RATE, 1 / FIVE_MEMBER_RATE
-  return (one + (five - one) * (members - 1) / 4) * (
-      FIVE_MEMBER_RATE / rate) * layers
+  return deeper((one + (five - one) * (members - 1) / 4) * (
+      FIVE_MEMBER_RATE / rate), layers)
+
+
+def deeper(step_s: float, layers: int, measured_layers: int = 1) -> float:
+  """Seconds of a step of the `layers`-layer model from `step_s`, that of
+  the same members at `measured_layers`: each layer beyond the first adds
+  LAYER_COST x the one-layer step and LAYER_S (the model above)."""
+  one = (step_s - LAYER_S * (measured_layers - 1)) / (
+      1 + LAYER_COST * (measured_layers - 1))
+  return one * (1 + LAYER_COST * (layers - 1)) + LAYER_S * (layers - 1)
 
 
 def run_seconds(fig: int, kind: str, steps: int, rate: float,
@@ -817,7 +833,16 @@ def load_curves(flags, path: str) -> dict[str, dict[int, float]]:
                                                               {}).items():
           if len(curve) > 1:            # step_seconds needs two points
             out[model] = {int(n): float(r) for n, r in curve.items()}
+  if not out and path in CURVES_STAND_IN:
+    return load_curves(flags, CURVES_STAND_IN[path])
   return out
+
+
+# A path whose members curves are not measured yet projects its runs by
+# those of a slower path: scan_bf16_pallas_fa3dw (dW from FlashAttention-3)
+# ran the Fig. 6 step 1.07x faster than scan_bf16_pallas_fa3 on the H200
+# (bench/gpu_results.md (11)), so fa3's curves bound its runs from above.
+CURVES_STAND_IN = {"scan_bf16_pallas_fa3dw": "scan_bf16_pallas_fa3"}
 
 
 def save_curve(flags, path: str, model: str, curve: dict[int, float]):
@@ -1005,7 +1030,7 @@ def main():
                  help="members stage: the figures' models to time, e.g. "
                  "6,8 (d = 128 and d = 32, one layer); a deeper figure's "
                  "(12: L=6,d=128) then projects its runs without "
-                 "LAYER_COST")
+                 "the layer model (deeper)")
   p.add_argument("--xent_blocks", default=xent_kernel.DEFAULT_BLOCKS,
                  help="xent stage: the Pallas settings to time (default: "
                  "bench/xent_kernel.py's)")

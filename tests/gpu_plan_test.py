@@ -220,8 +220,8 @@ class MeasuredCurveTest(absltest.TestCase):
     curve = {1: 1000.0, 5: 500.0, 15: 200.0}
 
     def want(n, layers):
-      return (50_000 * gpu_paper.step_seconds(curve, n)
-              * (1 + gpu_paper.LAYER_COST * (layers - 1))
+      return (50_000 * gpu_paper.deeper(gpu_paper.step_seconds(curve, n),
+                                        layers)
               * (1 + gpu_paper.EVAL_COST) + gpu_paper.RUN_OVERHEAD_S)
 
     for fig, kind, kw, n, layers in (
@@ -230,7 +230,7 @@ class MeasuredCurveTest(absltest.TestCase):
         (7, "sweep", dict(readings=2), 3, 1)):
       got = gpu_paper.run_seconds(fig, kind, 50_000, 1e-9, curve=curve, **kw)
       self.assertAlmostEqual(got, want(n, layers), msg=(fig, kw))
-    # a curve of the figure's own depth needs no LAYER_COST, one of its
+    # a curve of the figure's own depth needs no layer model, one of its
     # width at one layer takes it; Fig. 7 trains Fig. 6's model
     curves = {"L=6,d=32": curve, "L=1,d=32": {1: 1.0, 5: 2.0}}
     self.assertEqual(gpu_paper.curve_for(curves, 10), (curve, "L=6,d=32"))
@@ -241,18 +241,49 @@ class MeasuredCurveTest(absltest.TestCase):
     self.assertAlmostEqual(
         gpu_paper.run_seconds(10, "sweep", 50_000, 1e-9, curve=curve,
                               curve_model="L=6,d=32"), want(5, 1))
-    cost = gpu_paper.LAYER_COST                     # 3 layers measured
-    self.assertAlmostEqual(
+    self.assertAlmostEqual(                         # 3 layers measured
         gpu_paper.run_seconds(10, "sweep", 50_000, 1e-9, curve=curve,
                               curve_model="L=3,d=32"),
-        50_000 * gpu_paper.step_seconds(curve, 5) * (1 + 5 * cost)
-        / (1 + 2 * cost) * (1 + gpu_paper.EVAL_COST)
-        + gpu_paper.RUN_OVERHEAD_S)
+        50_000 * gpu_paper.deeper(gpu_paper.step_seconds(curve, 5), 6, 3)
+        * (1 + gpu_paper.EVAL_COST) + gpu_paper.RUN_OVERHEAD_S)
     # one point is no curve: the model at the probe's rate
     rate = gpu_paper.FIVE_MEMBER_RATE
     self.assertEqual(
         gpu_paper.run_seconds(8, "sweep", 50_000, rate, curve={5: 1.0}),
         gpu_paper.run_seconds(8, "sweep", 50_000, rate))
+
+  def test_layer_model_gives_the_measured_deeper_step(self):
+    """`deeper` is exact at the measured depth, adds LAYER_COST of the
+    one-layer step and LAYER_S a layer, and gives back the one deeper run
+    timed (H200, bench/gpu_results.md (11)): Fig. 9's no-LocATER run, 81 s
+    for 50,000 steps, from the d = 32 members curve at one layer."""
+    for t, measured in ((1e-3, 1), (4e-3, 3), (9e-3, 6)):
+      self.assertAlmostEqual(gpu_paper.deeper(t, measured, measured), t)
+      self.assertAlmostEqual(
+          gpu_paper.deeper(gpu_paper.deeper(t, 1, measured), measured), t)
+    self.assertAlmostEqual(gpu_paper.deeper(2e-3, 3) - 2e-3, 2 * (
+        gpu_paper.LAYER_COST * 2e-3 + gpu_paper.LAYER_S))
+    d32 = {1: 1369.95, 5: 640.36, 15: 259.73, 30: 135.60}  # members_curves
+    step = gpu_paper.run_step_seconds(9, "none", 1e-9, curve=d32,
+                                      curve_model="L=1,d=32")
+    self.assertAlmostEqual(step * 50_000, 81.0, delta=1.0)
+
+  def test_fa3dw_takes_fa3s_curves_until_its_own_are_measured(self):
+    fa3 = {"1": 1000.0, "5": 500.0}
+    own = {"1": 1100.0, "5": 550.0}
+    with tempfile.TemporaryDirectory() as tmp:
+      name = os.path.join(tmp, "curves.json")
+      flags = _todo_flags(tmp, curves=name, plan_device="NVIDIA H200")
+      for saved, want in (({"scan_bf16_pallas_fa3": fa3}, fa3),
+                          ({"scan_bf16_pallas_fa3": fa3,
+                            "scan_bf16_pallas_fa3dw": own}, own)):
+        with open(name, "w") as f:
+          json.dump({"NVIDIA H200": {k: {"L=1,d=32": c}
+                                     for k, c in saved.items()}}, f)
+        self.assertEqual(
+            gpu_paper.load_curves(flags, "scan_bf16_pallas_fa3dw"),
+            {"L=1,d=32": {int(n): r for n, r in want.items()}})
+      self.assertEqual(gpu_paper.load_curves(flags, "scan_bf16_pallas"), {})
 
   def test_section_projection_splits_steps_from_the_rest(self):
     curve = {1: 1000.0, 5: 500.0, 15: 200.0}
@@ -265,8 +296,8 @@ class MeasuredCurveTest(absltest.TestCase):
                           runs="sweep,none", seeds=2, contrast=False)
       line = gpu_paper.projection(flags, 1e-9, "scan_bf16_pallas_fa3")
     steps = {(8, "sweep"): 50_000 / 500.0, (8, "none"): 50_000 / 1000.0}
-    cost = 1 + 5 * gpu_paper.LAYER_COST           # Fig. 10: L = 6
-    steps.update({(10, k): s * cost for (_, k), s in list(steps.items())})
+    steps.update({(10, k): 50_000 * gpu_paper.deeper(s / 50_000, 6)
+                  for (_, k), s in list(steps.items())})    # Fig. 10: L = 6
     wall = {r: s * (1 + gpu_paper.EVAL_COST) + gpu_paper.RUN_OVERHEAD_S
             for r, s in steps.items()}
     total = 2 * sum(wall.values()) / 60             # two seeds

@@ -48,10 +48,12 @@ def _gaps(rows) -> dict:
   return out
 
 
-# bench/gpu_paper.py's fastest path on a Hopper GPU (H200: 404.3 Fig. 6
-# steps/s against 232.3 for the Triton-only default blocks, the same call,
-# bench/gpu_results.md (9)); another GPU: --path scan_bf16_pallas
-GPU_PATH = "scan_bf16_pallas_fa3"
+# bench/gpu_paper.py's fastest path on a Hopper GPU: the loss's forward
+# and its dW from FlashAttention-3 (H200: 433.1 Fig. 6 steps/s against
+# 404.0 with the Triton dW of the runs before 2026-11-27, the same call,
+# and a smaller gradient error, bench/gpu_results.md (11)); another GPU:
+# --path scan_bf16_pallas
+GPU_PATH = "scan_bf16_pallas_fa3dw"
 
 
 def still_to_run(rows, path: str = GPU_PATH) -> list[str]:
