@@ -822,10 +822,12 @@ def load_curves(flags, path: str) -> dict[str, dict[int, float]]:
   (at the same Pallas setting) and this device kind, from --curves (a file
   brought home from a slice) and then WORKDIR's (this machine's earlier
   calls), the later file's curve replacing the earlier's. --plan_device
-  names another device kind's curves (a slice's plan listed on a CPU)."""
+  names another device kind's curves (a slice's plan listed on a CPU).
+  A model not measured on `path` takes its CURVES_STAND_IN path's curve."""
   device = flags.plan_device or jax.devices()[0].device_kind
   key = _curves_key(flags, path)
-  out = {}
+  out = (load_curves(flags, CURVES_STAND_IN[path])
+         if path in CURVES_STAND_IN else {})
   for name in (flags.curves, os.path.join(flags.workdir, CURVES_FILE)):
     if name and os.path.isfile(name):
       with open(name) as f:
@@ -833,13 +835,11 @@ def load_curves(flags, path: str) -> dict[str, dict[int, float]]:
                                                               {}).items():
           if len(curve) > 1:            # step_seconds needs two points
             out[model] = {int(n): float(r) for n, r in curve.items()}
-  if not out and path in CURVES_STAND_IN:
-    return load_curves(flags, CURVES_STAND_IN[path])
   return out
 
 
-# A path whose members curves are not measured yet projects its runs by
-# those of a slower path: scan_bf16_pallas_fa3dw (dW from FlashAttention-3)
+# A path's models whose members curves are not measured yet project their
+# runs by those of a slower path: scan_bf16_pallas_fa3dw (dW from FA3)
 # ran the Fig. 6 step 1.07x faster than scan_bf16_pallas_fa3 on the H200
 # (bench/gpu_results.md (11)), so fa3's curves bound its runs from above.
 CURVES_STAND_IN = {"scan_bf16_pallas_fa3dw": "scan_bf16_pallas_fa3"}

@@ -271,18 +271,21 @@ class MeasuredCurveTest(absltest.TestCase):
   def test_fa3dw_takes_fa3s_curves_until_its_own_are_measured(self):
     fa3 = {"1": 1000.0, "5": 500.0}
     own = {"1": 1100.0, "5": 550.0}
+    ints = lambda c: {int(n): r for n, r in c.items()}  # noqa: E731
     with tempfile.TemporaryDirectory() as tmp:
       name = os.path.join(tmp, "curves.json")
       flags = _todo_flags(tmp, curves=name, plan_device="NVIDIA H200")
-      for saved, want in (({"scan_bf16_pallas_fa3": fa3}, fa3),
-                          ({"scan_bf16_pallas_fa3": fa3,
-                            "scan_bf16_pallas_fa3dw": own}, own)):
+      for saved, want in (
+          ({"scan_bf16_pallas_fa3": {"L=1,d=32": fa3}},
+           {"L=1,d=32": fa3}),
+          ({"scan_bf16_pallas_fa3": {"L=1,d=32": fa3, "L=6,d=32": fa3},
+            "scan_bf16_pallas_fa3dw": {"L=6,d=32": own}},
+           {"L=1,d=32": fa3, "L=6,d=32": own})):   # its own where measured
         with open(name, "w") as f:
-          json.dump({"NVIDIA H200": {k: {"L=1,d=32": c}
-                                     for k, c in saved.items()}}, f)
+          json.dump({"NVIDIA H200": saved}, f)
         self.assertEqual(
             gpu_paper.load_curves(flags, "scan_bf16_pallas_fa3dw"),
-            {"L=1,d=32": {int(n): r for n, r in want.items()}})
+            {m: ints(c) for m, c in want.items()})
       self.assertEqual(gpu_paper.load_curves(flags, "scan_bf16_pallas"), {})
 
   def test_section_projection_splits_steps_from_the_rest(self):
