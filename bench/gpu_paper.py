@@ -848,13 +848,15 @@ CURVES_STAND_IN = {"scan_bf16_pallas_fa3dw": "scan_bf16_pallas_fa3"}
 def save_curve(flags, path: str, model: str, curve: dict[int, float]):
   """Adds `curve` (measured at `model`, "L=1,d=32", on `path`) to
   WORKDIR's members_curves.json, {device kind: {path[:pallas]: {model:
-  {N: steps/s}}}}, which runs.tgz brings home (pass it as --curves to a
-  later slice)."""
+  {N: steps/s}}}}, which runs.tgz brings home to replace --curves
+  (bench/members_curves.json): the first curve saved in a workdir starts
+  it from --curves, so it holds the earlier slices' curves too."""
   name = os.path.join(flags.workdir, CURVES_FILE)
   saved = {}
-  if os.path.isfile(name):
-    with open(name) as f:
-      saved = json.load(f)
+  for old in (flags.curves, name):
+    if old and os.path.isfile(old):
+      with open(old) as f:
+        saved = json.load(f)
   device = jax.devices()[0].device_kind
   saved.setdefault(device, {}).setdefault(_curves_key(flags, path), {})[
       model] = {str(n): r for n, r in sorted(curve.items())}

@@ -335,6 +335,14 @@ class MeasuredCurveTest(absltest.TestCase):
       self.assertEqual(gpu_paper.load_curves(flags, "scan_bf16_pallas"),
                        {"L=1,d=32": {1: 7.0, 5: 8.0},
                         "L=1,d=128": {1: 3.0, 5: 4.0}})
+      # ... and the workdir's file, brought home, replaces --curves whole:
+      # it keeps the brought curves it did not measure, of every device
+      with open(os.path.join(tmp, gpu_paper.CURVES_FILE)) as f:
+        home = json.load(f)
+      self.assertEqual(home["NVIDIA H200"], {"scan_bf16_pallas": {
+          "L=1,d=64": {"1": 5.0, "5": 6.0}}})
+      self.assertEqual(home[device]["scan_bf16_pallas"]["L=1,d=128"],
+                       {"1": 3.0, "5": 4.0})
       # another device kind's curves, named (a plan listed on a CPU)
       flags.plan_device = "NVIDIA H200"
       self.assertEqual(gpu_paper.load_curves(flags, "scan_bf16_pallas"),
