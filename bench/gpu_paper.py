@@ -662,6 +662,11 @@ def pair_readings(runs: list[dict]) -> list[dict]:
 # whose step is bound by fixed costs rather than its members (d = 32?
 # bench/gpu_results.md), the extra seeds then come at half a run or less.
 PACK_GAIN = 1.5
+# ... and when it fits one device call (a 10-minute call's --time_budget_s
+# 540 less TODO_MARGIN_S): a run cut by a call's end is lost (its
+# checkpoints stay on the machine), so a longer pack would never be
+# trained; its parts are, one per call.
+MAX_RUN_S = 540 - 45
 
 
 def pack_seeds(runs: list[dict], seeds: int, seconds) -> list[dict]:
@@ -670,7 +675,8 @@ def pack_seeds(runs: list[dict], seeds: int, seconds) -> list[dict]:
   0..seeds-1 in one program, a no-LocATER member per seed beside the
   sweep (`contrast`), where `seconds(entry)` (projected wall seconds) says
   that costs at most PACK_GAIN x the sweep and the figure's seed-0
-  no-LocATER entry (if listed) trained alone. The packed entry stands
+  no-LocATER entry (if listed) trained alone, and at most MAX_RUN_S (one
+  call's time). The packed entry stands
   where the sweep stood, the no-LocATER entry goes, and both are its
   "parts", for a slice it does not fit."""
   nones = {r["figure"]: r for r in runs
@@ -683,7 +689,8 @@ def pack_seeds(runs: list[dict], seeds: int, seconds) -> list[dict]:
         and fig in report_plan.CONTRAST_FIGS):
       parts = [r] + ([nones[fig]] if fig in nones else [])
       packed = dict(r, seeds=seeds, contrast=True, parts=parts)
-      if seconds(packed) <= PACK_GAIN * sum(seconds(p) for p in parts):
+      if seconds(packed) <= min(MAX_RUN_S, PACK_GAIN * sum(
+          seconds(p) for p in parts)):
         out.append(packed)
         taken.add(fig)
         continue

@@ -411,6 +411,14 @@ class PackSeedsTest(absltest.TestCase):
     # members that cost what they weigh: nothing packed
     self.assertEqual(gpu_paper.pack_seeds(runs, 3, self._seconds(LINEAR)),
                      runs)
+    # nor a pack longer than one device call (MAX_RUN_S), however cheap
+    # its seeds
+    seconds = self._seconds(FLAT)
+    one_call = (seconds(packed[2]) + seconds(packed[2]["parts"][0])) / 2
+    self.assertGreater(seconds(packed[2]), one_call)
+    with mock.patch.object(gpu_paper, "MAX_RUN_S", one_call):
+      self.assertEqual(gpu_paper.pack_seeds(runs, 3, seconds)[2],
+                       _todo("10", "mean_loss"))
 
   def test_packed_run_config(self):
     spec = dict(fig=9, seed=0, kind="sweep", fairseq=False, both=True,
