@@ -1,7 +1,8 @@
 r"""What an H100 would compile, on a machine without a GPU.
 
   JAX_PLATFORMS=cpu python bench/deviceless.py [--settings S1,S2,...]
-      [--step scan_bf16_pallas] [--tfds_dir .gpudata/tfds] [--out DIR]
+      [--step scan_bf16_pallas [--step_figs 6,8,10]]
+      [--tfds_dir .gpudata/tfds] [--out DIR]
 
 XLA compiles for a GPU it does not have from a description of it (a
 `GpuTargetConfigProto`, written here from the H100 SXM's public numbers)
@@ -16,11 +17,12 @@ slice:
   how many are waited for at once, cp.async or TMA loads). Spills cost:
   on the H100 the settings whose dh or dW kernel spilled were the slow ones
   (bench/gpu_results.md (4) and (6)).
-* with --step, the optimised HLO of a Fig. 6 train step on a
-  bench/gpu_paper.py path (written to OUT/PATH.txt.gz, which
-  bench/trace_summary.py reads beside a trace), and the fusions that move
-  the most bytes, each with what it computes
-  (`trace_summary.hlo_fusions`).
+* with --step, the optimised HLO of a Fig. 6 train step (--step_figs:
+  other figures' too) on a bench/gpu_paper.py path (written to
+  OUT/PATH.txt.gz, which bench/trace_summary.py reads beside a trace), the
+  kernels one step launches (`trace_summary.loop_kernels`: deeper models
+  pay per kernel) and the fusions that move the most bytes, each with what
+  it computes (`trace_summary.hlo_fusions`).
 
 Nothing is timed: no autotuning either, so XLA's own matmuls keep default
 tiles. Needs, in an environment of its own (never the project's: the
@@ -214,15 +216,16 @@ def _as_gpu():
                                                sharding=sharding))
 
 
-def step_hlo(path: str, tfds_dir: str, k: int = 4) -> str:
-  """Optimised HLO of k scanned Fig. 6 steps on gpu_paper's `path`."""
+def step_hlo(path: str, tfds_dir: str, k: int = 4, fig: int = 6) -> str:
+  """Optimised HLO of k scanned steps of Fig. `fig`'s sweep on gpu_paper's
+  `path`."""
   _as_gpu()
   import gpu_paper  # pylint: disable=g-import-not-at-top
   from qkspec.training import step as step_lib  # pylint: disable=g-import-not-at-top
   from qkspec.training import sweep as sweep_lib  # pylint: disable=g-import-not-at-top
   flags = argparse.Namespace(manual_dir="", tfds_dir=tfds_dir, steps=50_000,
                              pallas=None, k=k, rehearse=False)
-  config = gpu_paper.fig_config(flags, 6, path)
+  config = gpu_paper.fig_config(flags, fig, path)
   mesh = h100_mesh("data")
   steps = step_lib.build_steps(config, mesh=mesh)
   ik, dk, hp = step_lib.member_inputs(sweep_lib.members(config),
@@ -252,6 +255,9 @@ def main():
                  help="the loss's d (Figs. 8-10: 32)")
   p.add_argument("--step", default="",
                  help="a bench/gpu_paper.py path: its step's HLO too")
+  p.add_argument("--step_figs", default="6",
+                 help="--step: the figures whose sweep's step to compile "
+                 "(e.g. 8,10: one and six layers at d = 32)")
   p.add_argument("--tfds_dir", default=".gpudata/tfds")
   p.add_argument("--out", default="runs/deviceless")
   flags = p.parse_args()
@@ -278,13 +284,18 @@ def main():
             + "  ".join(f"{c.get(name, '?'):>{len(name)}}"
                         for name, _ in _PTX_COUNTS)
             + ("  (spills)" if spill else ""), flush=True)
-  if flags.step:
-    text = step_hlo(flags.step, flags.tfds_dir)
-    hlo = os.path.join(flags.out, f"{flags.step}.txt.gz")
+  for fig in filter(None, flags.step_figs.split(",") if flags.step else []):
+    text = step_hlo(flags.step, flags.tfds_dir, fig=int(fig))
+    name = flags.step + ("" if fig == "6" else f"_fig{fig}")
+    hlo = os.path.join(flags.out, f"{name}.txt.gz")
     with gzip.open(hlo, "wt") as f:
       f.write(text)
+    kernels = trace_summary.loop_kernels(text)
+    print(f"\n{name}: Fig. {fig}'s step launches {sum(kernels.values())} "
+          "kernels (" + ", ".join(f"{op} {n}" for op, n in
+                                  kernels.most_common()) + ")")
     fusions = trace_summary.hlo_fusions(text)
-    print(f"\n{flags.step}: optimised HLO in {hlo}; the fusions writing the "
+    print(f"{name}: optimised HLO in {hlo}; the fusions writing the "
           "most bytes (a proxy for their HBM traffic):")
     top = collections.Counter({name: hlo_bytes(f.shape)
                                for name, f in fusions.items()})

@@ -142,6 +142,34 @@ def hlo_fusions(text: str) -> dict[str, Fusion]:
   return out
 
 
+# Opcodes of an optimised GPU module that run no kernel of their own.
+_NO_KERNEL = {"parameter", "constant", "get-tuple-element", "tuple",
+              "bitcast"}
+
+
+def loop_kernels(text: str) -> collections.Counter:
+  """Opcode -> count of the instructions that launch a kernel (a fusion, a
+  custom call, a copy, ...) in the body of the entry computation's while
+  loops (the scanned train steps): the kernels one step launches."""
+  bodies, current, entry, loops = collections.defaultdict(list), None, "", []
+  for line in text.splitlines():
+    header = _HEADER.match(line)
+    if header and "=" not in line.split("(")[0]:
+      current = header.group(1)
+      entry = current if line.lstrip().startswith("ENTRY") else entry
+      continue
+    m = _INSTRUCTION.match(line)
+    if m:
+      _, opcode = _shape_and_opcode(m.group(2))
+      bodies[current].append(opcode)
+      body = re.search(r"body=%([\w.\-]+)", m.group(2))
+      if opcode == "while" and body:
+        loops.append((current, body.group(1)))
+  return collections.Counter(
+      op for where, body in loops if where == entry
+      for op in bodies[body] if op not in _NO_KERNEL)
+
+
 def _hlo_beside(path: str) -> dict[str, Fusion]:
   """hlo_fusions of WORKDIR/hlo/NAME.txt.gz for WORKDIR/traces/NAME.json.gz,
   or {} where there is none."""

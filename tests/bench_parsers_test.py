@@ -79,6 +79,42 @@ class ParsersTest(absltest.TestCase):
     self.assertTrue(text.endswith(
         "from jit(train_many)/while/body/add (_adam.py:13)"), text)
 
+  def test_kernels_of_the_step_loops_body(self):
+    """The entry's while body: its fusions, custom calls and copies count,
+    its tuple plumbing does not; a fusion's inner ops, the condition and
+    the entry's own kernels do not."""
+    loop = """\
+%body.1 (arg: (s32[], f32[4])) -> (s32[], f32[4]) {
+  %arg = (s32[], f32[4]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%arg), index=0
+  %x = f32[4]{0} get-tuple-element(%arg), index=1
+  %f1 = f32[4]{0} fusion(%x), kind=kLoop, calls=%fused_computation.7
+  %f2 = (f32[4]{0}, s32[]) fusion(%f1, %i), kind=kInput, calls=%fused_computation.7
+  %g = f32[4]{0} get-tuple-element(%f2), index=0
+  %cc = f32[4]{0} custom-call(%g), custom_call_target="__gpu$xla.gpu.triton"
+  %c = f32[4]{0} copy(%cc)
+  %b = f32[4]{0} bitcast(%c)
+  ROOT %t = (s32[], f32[4]{0}) tuple(%i, %b)
+}
+
+%cond.2 (arg.1: (s32[], f32[4])) -> pred[] {
+  %arg.1 = (s32[], f32[4]{0}) parameter(0)
+  ROOT %lt = pred[] fusion(%arg.1), kind=kLoop, calls=%fused_computation.7
+}
+
+ENTRY %main.3 (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  %z = s32[] constant(0)
+  %t0 = (s32[], f32[4]{0}) tuple(%z, %p)
+  %w = (s32[], f32[4]{0}) while(%t0), condition=%cond.2, body=%body.1
+  %out = f32[4]{0} get-tuple-element(%w), index=1
+  ROOT %last = f32[4]{0} fusion(%out), kind=kLoop, calls=%fused_computation.7
+}
+"""
+    self.assertEqual(trace_summary.loop_kernels(loop),
+                     {"fusion": 2, "custom-call": 1, "copy": 1})
+    self.assertEqual(trace_summary.loop_kernels(HLO), {})   # no loop
+
   def test_bytes_of_an_hlo_shape(self):
     self.assertEqual(deviceless.hlo_bytes("(f32[5,128]{1,0}, pred[5]{0})"),
                      5 * 128 * 4 + 5)
