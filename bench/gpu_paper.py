@@ -597,8 +597,7 @@ def todo(flags, path: str, rate: float | None):
     if steps <= 0:
       log(f"todo {name}: done here already")
       continue
-    started = [p for p in r.get("parts", []) if _steps_done(
-        os.path.join(flags.workdir, _todo_spec(p)[0]))]
+    started = [p for p in r.get("parts", []) if _started(flags, p)]
     if started:         # an earlier call here trained a part: not it again
       log(f"todo {name}: {', '.join(_todo_spec(p)[0] for p in started)} "
           "trained here already; its parts instead")
@@ -625,6 +624,13 @@ def todo(flags, path: str, rate: float | None):
         + (f"members curve measured at {measured}" if measured
            else "members") + ", deeper, EVAL_COST)")
   log(f"todo: trained {trained} of {len(runs)} runs")
+
+
+def _started(flags, r: dict) -> bool:
+  """Did an earlier call on this machine train (or begin) todo entry `r`
+  or any of its parts?"""
+  return bool(_steps_done(os.path.join(flags.workdir, _todo_spec(r)[0]))
+              or any(_started(flags, p) for p in r.get("parts", [])))
 
 
 def _todo_spec(r: dict) -> tuple[str, dict]:
@@ -662,11 +668,9 @@ def pair_readings(runs: list[dict]) -> list[dict]:
 # whose step is bound by fixed costs rather than its members (d = 32?
 # bench/gpu_results.md), the extra seeds then come at half a run or less.
 PACK_GAIN = 1.5
-# ... and when it fits one device call (a 10-minute call's --time_budget_s
-# 540 less TODO_MARGIN_S): a run cut by a call's end is lost (its
-# checkpoints stay on the machine), so a longer pack would never be
-# trained; its parts are, one per call.
-MAX_RUN_S = 540 - 45
+# ... and when it fits one device call (MAX_RUN_S, below): a run cut by a
+# call's end is lost (its checkpoints stay on the machine), so a longer
+# pack would never be trained; its parts are, one per call.
 
 
 def pack_seeds(runs: list[dict], seeds: int, seconds) -> list[dict]:
@@ -704,6 +708,7 @@ def _readings(todo_entry: dict) -> int:
 
 
 TODO_MARGIN_S = 45     # a run's figures, the report and the tarball
+MAX_RUN_S = 540 - TODO_MARGIN_S   # a 10-minute call's --time_budget_s 540
 # Projection model (H100, bench/gpu_results.md): steps/s of N members of
 # the d = 128, L = 1 model is 534.1 at N = 1 and 115.8 at N = 5; a step's
 # time taken as linear in N between them, scaled by the probe's Fig. 6

@@ -129,6 +129,11 @@ class PairReadingsTest(absltest.TestCase):
           (8, 0, "sweep", False, False),  # the part not yet trained
           (9, 0, "sweep", True, False),   # fig9 (begun) resumes beside
           (9, 0, "sweep", False, False)])  # its other part
+      # a part of a part: the pair inside a 3-seed pack
+      pack = dict(_todo("8", "both"), seeds=3, contrast=True, parts=[
+          dict(_todo("8", "both"), parts=todo[:2])])
+      self.assertTrue(gpu_paper._started(flags, pack))  # pylint: disable=protected-access
+      self.assertFalse(gpu_paper._started(flags, _todo("10", "mean_loss")))  # pylint: disable=protected-access
 
 
 # Members curves {N: steps/s} of a model whose step is bound by fixed costs
