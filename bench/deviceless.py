@@ -286,16 +286,16 @@ def main():
             + ("  (spills)" if spill else ""), flush=True)
   for fig in filter(None, flags.step_figs.split(",") if flags.step else []):
     text = step_hlo(flags.step, flags.tfds_dir, fig=int(fig))
-    name = flags.step + ("" if fig == "6" else f"_fig{fig}")
-    hlo = os.path.join(flags.out, f"{name}.txt.gz")
+    stem = flags.step + ("" if fig == "6" else f"_fig{fig}")
+    hlo = os.path.join(flags.out, f"{stem}.txt.gz")
     with gzip.open(hlo, "wt") as f:
       f.write(text)
     kernels = trace_summary.loop_kernels(text)
-    print(f"\n{name}: Fig. {fig}'s step launches {sum(kernels.values())} "
+    print(f"\n{stem}: Fig. {fig}'s step launches {sum(kernels.values())} "
           "kernels (" + ", ".join(f"{op} {n}" for op, n in
                                   kernels.most_common()) + ")")
     fusions = trace_summary.hlo_fusions(text)
-    print(f"{name}: optimised HLO in {hlo}; the fusions writing the "
+    print(f"{stem}: optimised HLO in {hlo}; the fusions writing the "
           "most bytes (a proxy for their HBM traffic):")
     top = collections.Counter({name: hlo_bytes(f.shape)
                                for name, f in fusions.items()})

@@ -105,31 +105,40 @@ class Fusion(typing.NamedTuple):
   summary: str    # "SHAPE kind: op xN, ...; from OP_NAME (FILE:LINE)"
 
 
-def hlo_fusions(text: str) -> dict[str, Fusion]:
-  """Fusion instruction name -> `Fusion` from an HLO module's text
-  (`compiled.as_text()`): what each fusion computes."""
-  bodies, fusions, current = collections.defaultdict(list), {}, None
+def _computations(text: str) -> tuple[str, dict[str, list[tuple[str, str]]]]:
+  """(the entry computation's name, computation name -> its instructions
+  as (name, right-hand side), in order) of an HLO module's text."""
+  bodies, current, entry = collections.defaultdict(list), None, ""
   for line in text.splitlines():
     header = _HEADER.match(line)
     if header and "=" not in line.split("(")[0]:
       current = header.group(1)
+      entry = current if line.lstrip().startswith("ENTRY") else entry
       continue
     m = _INSTRUCTION.match(line)
-    if not m:
-      continue
-    name, rest = m.groups()
-    shape, opcode = _shape_and_opcode(rest)
-    op_name = re.search(r'op_name="([^"]*)"', rest)
-    source = re.search(r'source_file="([^"]*)" source_line=(\d+)', rest)
-    where = (op_name.group(1) if op_name else "") + (
-        f" ({os.path.basename(source.group(1))}:{source.group(2)})"
-        if source else "")
-    bodies[current].append((opcode, where))
-    calls = re.search(r"calls=%([\w.\-]+)", rest)
-    kind = re.search(r"kind=(k\w+)", rest)
-    if opcode == "fusion" and calls:
-      fusions[name] = (shape, kind.group(1) if kind else "", calls.group(1),
-                       where)
+    if m:
+      bodies[current].append(m.groups())
+  return entry, bodies
+
+
+def hlo_fusions(text: str) -> dict[str, Fusion]:
+  """Fusion instruction name -> `Fusion` from an HLO module's text
+  (`compiled.as_text()`): what each fusion computes."""
+  bodies, fusions = collections.defaultdict(list), {}
+  for computation, instructions in _computations(text)[1].items():
+    for name, rest in instructions:
+      shape, opcode = _shape_and_opcode(rest)
+      op_name = re.search(r'op_name="([^"]*)"', rest)
+      source = re.search(r'source_file="([^"]*)" source_line=(\d+)', rest)
+      where = (op_name.group(1) if op_name else "") + (
+          f" ({os.path.basename(source.group(1))}:{source.group(2)})"
+          if source else "")
+      bodies[computation].append((opcode, where))
+      calls = re.search(r"calls=%([\w.\-]+)", rest)
+      kind = re.search(r"kind=(k\w+)", rest)
+      if opcode == "fusion" and calls:
+        fusions[name] = (shape, kind.group(1) if kind else "",
+                         calls.group(1), where)
   out = {}
   for name, (shape, kind, called, where) in fusions.items():
     ops = collections.Counter(op for op, _ in bodies[called]
@@ -151,23 +160,15 @@ def loop_kernels(text: str) -> collections.Counter:
   """Opcode -> count of the instructions that launch a kernel (a fusion, a
   custom call, a copy, ...) in the body of the entry computation's while
   loops (the scanned train steps): the kernels one step launches."""
-  bodies, current, entry, loops = collections.defaultdict(list), None, "", []
-  for line in text.splitlines():
-    header = _HEADER.match(line)
-    if header and "=" not in line.split("(")[0]:
-      current = header.group(1)
-      entry = current if line.lstrip().startswith("ENTRY") else entry
-      continue
-    m = _INSTRUCTION.match(line)
-    if m:
-      _, opcode = _shape_and_opcode(m.group(2))
-      bodies[current].append(opcode)
-      body = re.search(r"body=%([\w.\-]+)", m.group(2))
-      if opcode == "while" and body:
-        loops.append((current, body.group(1)))
-  return collections.Counter(
-      op for where, body in loops if where == entry
-      for op in bodies[body] if op not in _NO_KERNEL)
+  entry, bodies = _computations(text)
+  out = collections.Counter()
+  for _, rest in bodies.get(entry, []):
+    body = re.search(r"body=%([\w.\-]+)", rest)
+    if _shape_and_opcode(rest)[1] == "while" and body:
+      out.update(op for op in (_shape_and_opcode(r)[1]
+                               for _, r in bodies[body.group(1)])
+                 if op not in _NO_KERNEL)
+  return out
 
 
 def _hlo_beside(path: str) -> dict[str, Fusion]:
