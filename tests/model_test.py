@@ -275,6 +275,40 @@ class ModelTest(parameterized.TestCase):
     np.testing.assert_allclose(emb[3, half:], np.cos(5 * freq), rtol=1e-6)
 
 
+class FusedQkvTest(parameterized.TestCase):
+  """`fused_qkv`: one matmul for q, k, v over the same parameters."""
+
+  @parameterized.parameters((1, True), (2, False))
+  def test_same_parameters_loss_and_gradients(self, heads, bias):
+    tokens = jax.random.randint(jax.random.key(11), (B, T), 0, V)
+    batch = {"inputs": tokens, "targets": jnp.roll(tokens, -1, axis=1)}
+    out = []
+    for fused in (False, True):
+      mc = _lm_model_config(num_layers=2, num_heads=heads, qkv_bias=bias,
+                            fused_qkv=fused)
+      m = model_lib.make_model(mc, "lm", V)
+      params = m.init(jax.random.key(12), tokens)["params"]
+      if bias:    # non-zero biases, so that their gradients are checked
+        params = jax.tree.map(lambda x: x + 0.1, params)
+      task = tasks.Task("lm", m, tokens, None, {}, tasks.token_loss, True,
+                        model_lib.attention_temperature(mc), V,
+                        fused_loss=True)
+      loss = lambda p, t=task: t.summed_loss(p, batch, deterministic=True)[0]  # noqa: E731
+      out.append((params, loss(params), jax.grad(loss)(params)))
+    (p0, l0, g0), (p1, l1, g1) = out
+    chex.assert_trees_all_equal_shapes_and_dtypes(p0, p1)
+    jax.tree.map(np.testing.assert_array_equal, p0, p1)
+    np.testing.assert_allclose(l1, l0, rtol=1e-6)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5,
+                                                         atol=1e-6), g1, g0)
+
+  def test_needs_factored_projections(self):
+    m = model_lib.make_model(_lm_model_config(qk_param="joint",
+                                              fused_qkv=True), "lm", V)
+    with self.assertRaisesRegex(ValueError, "fused_qkv needs"):
+      m.init(jax.random.key(0), jnp.zeros((B, T), jnp.int32))
+
+
 class OptionsTest(absltest.TestCase):
 
   def test_every_config_option_has_an_implementation(self):

@@ -155,6 +155,11 @@ def lm_config() -> ml_collections.ConfigDict:
       temperature=config_dict.placeholder(float),  # lambda; None =
                              # sqrt(d / num_heads), the head width (fairseq)
       attn_dropout=0.0,      # fairseq default attention_dropout
+      attention_impl="xla",  # softmax(QK^T/lambda)V in XLA, or "pallas": one
+                             # fused kernel forward, two backward (GPU;
+                             # interpreted on CPU; training/attention_kernel)
+      fused_qkv=False,       # q, k, v as one matmul (same parameters; fewer
+                             # GPU kernels in the backward)
       ffn_dim=128,           # FFN width (paper: = d)
       activation="relu",     # fairseq default activation_fn
       norm="post",           # post (fairseq default) | pre | none

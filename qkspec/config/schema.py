@@ -14,6 +14,7 @@ QK_PARAMS = ("factored", "joint")      # W_Q, W_K kernels | one joint W_QK
 NORMS = ("post", "pre", "none")        # LayerNorm placement
 ACTIVATIONS = ("relu", "identity", "gelu")
 LOSS_IMPLS = ("chunked", "pallas")     # fused_xent | pallas_xent
+ATTENTION_IMPLS = ("xla", "pallas")    # model.SelfAttention | attention_kernel
 LOSS_LOGITS = ("float32", "compute")   # the chunked loss's logits dtype
 PALLAS_SETTINGS = "64x128x4x2"         # BN x BV x warps x stages (pallas_xent)
 DH_IN_FORWARD = "fwd"   # in a "FORWARD/DH/DW" setting's DH place: no dh kernel
@@ -287,6 +288,8 @@ _LM_MODEL = {
     "model.loss_chunk": _int(1),          # rows per fused-loss chunk
     "model.loss_kernel_grad": _choice("vd", "dv"),  # fused-loss dW layout
     "model.loss_impl": _choice(*LOSS_IMPLS),  # fused_xent | pallas_xent
+    "model.attention_impl": _choice(*ATTENTION_IMPLS),
+    "model.fused_qkv": _bool,             # one matmul for q, k, v
     "model.loss_pallas": _pallas_settings,  # BNxBVxWARPSxSTAGES (pallas)
     "model.loss_logits": _choice(*LOSS_LOGITS),  # chunked: logits dtype
 }
@@ -315,7 +318,8 @@ def flatten(config, prefix: str = "") -> dict:
 
 # Keys added after configs were saved; missing means their default.
 _OPTIONAL = ("steps_per_call", "model.loss_kernel_grad", "model.loss_impl",
-             "model.loss_pallas", "model.loss_logits", "precompile")
+             "model.loss_pallas", "model.loss_logits", "precompile",
+             "model.attention_impl", "model.fused_qkv")
 
 
 def validate(config, num_devices: int | None = None) -> None:

@@ -22,10 +22,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from qkspec.config import schema
+from qkspec.training import attention_kernel
 from qkspec.training import fused_xent
 from qkspec.training import pallas_xent
 
 QK_PARAMS = schema.QK_PARAMS
+ATTENTION_IMPLS = schema.ATTENTION_IMPLS
 NORMS = schema.NORMS
 # One function per name of schema.ACTIVATIONS (tests/model_test.py checks).
 ACTIVATIONS = {"relu": nn.relu, "identity": lambda x: x, "gelu": nn.gelu}
@@ -35,6 +37,25 @@ ACTIVATIONS = {"relu": nn.relu, "identity": lambda x: x, "gelu": nn.gelu}
 # 1/sqrt(2) for q/k/v, embeddings N(0, d^-1/2).
 _xavier = nn.initializers.xavier_uniform()
 _xavier_qkv = nn.initializers.variance_scaling(0.5, "fan_avg", "uniform")
+
+
+class ProjectionParams(nn.Module):
+  """The kernel [d, H, D] and bias [H, D] of `nn.DenseGeneral((H, D))`
+  (same names, shapes, initial values: the kernel drawn as [d, HD], the
+  fans DenseGeneral's initialiser sees), without applying them: for
+  `SelfAttention(fused_qkv=True)`, which applies three at once."""
+  features: tuple[int, int]
+  use_bias: bool = True
+  kernel_init: Any = _xavier_qkv
+
+  @nn.compact
+  def __call__(self, d: int):
+    H, D = self.features
+    kernel = self.param("kernel", lambda rng, shape: self.kernel_init(
+        rng, (d, H * D)).reshape(shape), (d, H, D))
+    if not self.use_bias:
+      return kernel, None
+    return kernel, self.param("bias", nn.initializers.zeros_init(), (H, D))
 
 
 def causal_mask(seq_len: int) -> jax.Array:
@@ -53,8 +74,16 @@ class SelfAttention(nn.Module):
   `qk_param="joint"` the logits are :math:`x_t W_{QK} x_j^\top/\lambda` from
   one parameter `w_qk` [H, d, d] (no q/k biases), as in the paper's analysis.
 
+  With `fused_qkv` (factored) the three projections are one matmul with
+  the kernels side by side, same parameters: on a GPU one kernel for their
+  input gradient and one for their bias gradient instead of three each.
+
   Sows `logits` (raw, before masking) and `probs` (after the mask), both
-  [B, H, T, T] in float32.
+  [B, H, T, T] in float32. With `impl="pallas"` (factored, no attention
+  dropout) the softmax and both matmuls are one fused kernel
+  (`qkspec.training.attention_kernel`) whenever "intermediates" is not
+  being collected; collecting it takes the XLA path, which computes what
+  is sown.
   """
   num_heads: int = 1
   head_dim: int | None = None          # D; None means d // H
@@ -64,11 +93,23 @@ class SelfAttention(nn.Module):
   causal: bool = True
   temperature: float | None = None     # lambda; None means sqrt(D)
   attn_dropout: float = 0.0
+  impl: str = "xla"                    # ATTENTION_IMPLS
+  fused_qkv: bool = False              # one matmul for q, k, v (factored)
   dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x_BxTxd: jax.Array, deterministic: bool = True):
     B, T, d = x_BxTxd.shape
+    if self.impl not in ATTENTION_IMPLS:
+      raise ValueError(f"attention impl must be one of {ATTENTION_IMPLS}, "
+                       f"got {self.impl!r}.")
+    if self.impl == "pallas" and (self.qk_param == "joint"
+                                  or self.attn_dropout):
+      raise ValueError("attention impl 'pallas' needs qk_param='factored' "
+                       "and attn_dropout=0.")
+    if self.fused_qkv and self.qk_param == "joint":
+      raise ValueError("fused_qkv needs qk_param='factored' (a joint W_QK "
+                       "has no query and key projections).")
     H = self.num_heads
     D = self.head_dim or d // H
     lam = head_temperature(self.temperature, D)
@@ -82,11 +123,20 @@ class SelfAttention(nn.Module):
       xw_BxTxHxd = jnp.einsum("bti,hij->bthj", x_BxTxd,
                               w_qk_HxDxd.astype(self.dtype))
       logits_BxHxTxT = jnp.einsum("bqhj,bkj->bhqk", xw_BxTxHxd, x_BxTxd)
+      v_BxTxHxD = dense("value", _xavier_qkv)(x_BxTxd)
+    elif self.fused_qkv:
+      q_BxTxHxD, k_BxTxHxD, v_BxTxHxD = self._qkv(x_BxTxd, H, D)
     else:
       q_BxTxHxD = dense("query", _xavier_qkv)(x_BxTxd)
       k_BxTxHxD = dense("key", _xavier_qkv)(x_BxTxd)
+      v_BxTxHxD = dense("value", _xavier_qkv)(x_BxTxd)
+    if (self.impl == "pallas"
+        and not self.is_mutable_collection("intermediates")):
+      u_BxTxHxD = attention_kernel.attention(q_BxTxHxD, k_BxTxHxD, v_BxTxHxD,
+                                             lam, causal=self.causal)
+      return self._output(u_BxTxHxD, d)
+    if self.qk_param != "joint":
       logits_BxHxTxT = jnp.einsum("bqhd,bkhd->bhqk", q_BxTxHxD, k_BxTxHxD)
-    v_BxTxHxD = dense("value", _xavier_qkv)(x_BxTxd)
     logits_BxHxTxT = logits_BxHxTxT.astype(jnp.float32) / lam
     self.sow("intermediates", "logits", logits_BxHxTxT)
     if self.causal:
@@ -100,6 +150,32 @@ class SelfAttention(nn.Module):
         probs_BxHxTxT, deterministic=deterministic)
     u_BxTxHxD = jnp.einsum("bhqk,bkhd->bqhd", probs_BxHxTxT.astype(self.dtype),
                            v_BxTxHxD)
+    return self._output(u_BxTxHxD, d)
+
+  def _qkv(self, x_BxTxd: jax.Array, H: int, D: int):
+    """q, k, v [B, T, H, D] as one [d, 3HD] matmul (`fused_qkv`).
+
+    Written in two dimensions on purpose: stacking the kernels on a new
+    axis (or concatenating them along the head axis) gave the same kernel
+    count but made XLA's layout assignment copy other parameters' AdamW
+    state every step on the GPU (bench/gpu_results.md (13)).
+    """
+    B, T, d = x_BxTxd.shape
+    kernels, biases = zip(*(
+        ProjectionParams((H, D), self.use_bias, name=name)(d)
+        for name in ("query", "key", "value")))
+    w_dx3HD = jnp.concatenate([w.reshape(d, H * D) for w in kernels],
+                              axis=1).astype(self.dtype)
+    qkv_BxTx3HD = jnp.einsum("btd,de->bte", x_BxTxd.astype(self.dtype),
+                             w_dx3HD)
+    if self.use_bias:
+      b_3HD = jnp.concatenate([b.reshape(H * D) for b in biases])
+      qkv_BxTx3HD = qkv_BxTx3HD + b_3HD.astype(self.dtype)[None, None]
+    return tuple(qkv_BxTx3HD[..., i * H * D:(i + 1) * H * D].reshape(
+        B, T, H, D) for i in range(3))
+
+  def _output(self, u_BxTxHxD: jax.Array, d: int) -> jax.Array:
+    B, T, H, D = u_BxTxHxD.shape
     if self.out_proj:
       return nn.DenseGeneral(d, axis=(-2, -1), use_bias=self.use_bias,
                              dtype=self.dtype, kernel_init=_xavier,
@@ -329,7 +405,9 @@ def make_model(model_config, task: str, vocab_size: int | None = None,
                    qk_param=m.qk_param, use_bias=m.qkv_bias,
                    out_proj=m.out_proj, causal=m.causal,
                    temperature=attention_temperature(m),
-                   attn_dropout=m.attn_dropout)
+                   attn_dropout=m.attn_dropout,
+                   impl=m.get("attention_impl", "xla"),
+                   fused_qkv=m.get("fused_qkv", False))
   block = dict(attention=attention, ffn_dim=m.ffn_dim, activation=m.activation,
                norm=m.norm, ffn_bias=m.ffn_bias, dropout=m.dropout)
   if task == "theory":

@@ -1,0 +1,143 @@
+"""Tests for qkspec.training.attention_kernel (Pallas' interpreter on a CPU):
+the fused attention and its gradients against the jnp sum, and the model
+with attention_impl='pallas' against the XLA path."""
+# pylint: disable=invalid-name
+import dataclasses
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from qkspec.config import defaults as common
+from qkspec.config import schema
+from qkspec.training import attention_kernel
+from qkspec.training import layer_stats
+from qkspec.training import model as model_lib
+from qkspec.training import tasks
+
+V = 40
+
+
+def _qkv(key, B=2, T=16, H=2, D=16, dtype=jnp.float32):
+  return tuple(jax.random.normal(k, (B, T, H, D), dtype)
+               for k in jax.random.split(key, 3))
+
+
+def _lm(impl, **kw):
+  c = common.lm_config()
+  c.model.update(d_model=16, ffn_dim=16, num_layers=2, loss_chunk=8,
+                 attention_impl=impl, **kw)
+  return c.model, model_lib.make_model(c.model, "lm", V)
+
+
+class AttentionTest(parameterized.TestCase):
+
+  @parameterized.parameters((16, True), (128, True), (16, False))
+  def test_equals_the_softmax_sum_and_its_gradient(self, T, causal):
+    # T = 128: two key blocks, the running softmax and the causal block
+    # skip; float32 operands, so only the summation order differs.
+    q, k, v = _qkv(jax.random.key(0), T=T)
+    lam = 3.0
+    got = attention_kernel.attention(q, k, v, lam, causal=causal)
+    want = attention_kernel.reference(q, k, v, lam, causal=causal)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    w = jax.random.normal(jax.random.key(1), want.shape)
+    grads = [jax.grad(lambda *a, f=f: jnp.sum(w * f(*a, lam, causal=causal)),
+                      (0, 1, 2))(q, k, v)
+             for f in (attention_kernel.attention, attention_kernel.reference)]
+    for g, r in zip(*grads):
+      np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
+
+  def test_causal_output_ignores_the_future(self):
+    q, k, v = _qkv(jax.random.key(2))
+    out = attention_kernel.attention(q, k, v, 1.0)
+    v2 = v.at[:, 9:].add(5.0)                       # change tokens 9..15
+    out2 = attention_kernel.attention(q, k, v2, 1.0)
+    np.testing.assert_array_equal(out[:, :9], out2[:, :9])
+    self.assertGreater(float(jnp.abs(out[:, 9:] - out2[:, 9:]).max()), 0.1)
+
+  def test_bfloat16_within_its_rounding(self):
+    q, k, v = _qkv(jax.random.key(3), dtype=jnp.bfloat16)
+    got = attention_kernel.attention(q, k, v, 4.0)
+    self.assertEqual(got.dtype, jnp.bfloat16)
+    want = attention_kernel.reference(q, k, v, 4.0)
+    err = float(jnp.max(jnp.abs(got.astype(jnp.float32) - want)))
+    self.assertLess(err, 2e-2 * float(jnp.max(jnp.abs(want))))
+
+  def test_members_under_vmap_equal_one_at_a_time(self):
+    q, k, v = (x.reshape(3, 2, 16, 1, 8) for x in _qkv(
+        jax.random.key(4), B=6, H=1, D=8))
+    got = jax.vmap(lambda *a: attention_kernel.attention(*a, 2.0))(q, k, v)
+    for m in range(3):
+      np.testing.assert_allclose(
+          got[m], attention_kernel.attention(q[m], k[m], v[m], 2.0),
+          rtol=1e-6, atol=1e-6)
+
+  def test_sequence_length_must_fit_the_blocks(self):
+    self.assertEqual(attention_kernel.block_size(64), 64)
+    self.assertEqual(attention_kernel.block_size(8), 8)
+    self.assertEqual(attention_kernel.block_size(192), 64)
+    with self.assertRaisesRegex(ValueError, "multiple of 64"):
+      attention_kernel.block_size(96)
+
+
+class ModelTest(absltest.TestCase):
+
+  def test_pallas_model_equals_xla_model(self):
+    # Same parameters (same tree, same initial values), same loss and
+    # gradients in float32.
+    tokens = jax.random.randint(jax.random.key(5), (2, 16), 0, V)
+    batch = {"inputs": tokens, "targets": jnp.roll(tokens, -1, axis=1)}
+    out = []
+    for impl in ("xla", "pallas"):
+      mc, m = _lm(impl)
+      params = m.init(jax.random.key(6), tokens)["params"]
+      task = tasks.Task("lm", m, tokens, None, {}, tasks.token_loss, True,
+                        model_lib.attention_temperature(mc), V,
+                        fused_loss=True)
+      loss = lambda p, t=task: t.summed_loss(p, batch, deterministic=True)[0]  # noqa: E731
+      out.append((task, params, loss(params), jax.grad(loss)(params)))
+    (xla, p0, l0, g0), (pallas, p1, l1, g1) = out
+    jax.tree.map(np.testing.assert_array_equal, p0, p1)
+    np.testing.assert_allclose(l1, l0, rtol=1e-6)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4,
+                                                         atol=1e-6), g1, g0)
+    # Measuring collects "intermediates": the XLA path, every value equal.
+    got = [layer_stats.measure(p0, batch, task=t) for t in (xla, pallas)]
+    for key in got[0]:
+      np.testing.assert_allclose(got[1][key], got[0][key], rtol=1e-6,
+                                 err_msg=key)
+
+  def test_dropout_still_applies_around_the_kernel(self):
+    # attention_impl changes the attention only: the blocks' dropout
+    # draws the same masks (same rng), so training losses agree.
+    tokens = jax.random.randint(jax.random.key(7), (2, 16), 0, V)
+    losses = []
+    for impl in ("xla", "pallas"):
+      mc, m = _lm(impl, dropout=0.3)
+      params = m.init(jax.random.key(8), tokens)["params"]
+      task = dataclasses.replace(
+          tasks.Task("lm", m, tokens, None, {}, tasks.token_loss, True,
+                     model_lib.attention_temperature(mc), V),
+          fused_loss=True)
+      losses.append(task.summed_loss(
+          params, {"inputs": tokens, "targets": tokens}, deterministic=False,
+          rngs={"dropout": jax.random.key(9)})[0])
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-6)
+
+  def test_unsupported_combinations_fail_clearly(self):
+    tokens = jnp.zeros((1, 16), jnp.int32)
+    for kw in ({"qk_param": "joint"}, {"attn_dropout": 0.1}):
+      _, m = _lm("pallas", **kw)
+      with self.assertRaisesRegex(ValueError, "needs qk_param='factored'"):
+        m.init(jax.random.key(0), tokens)
+    c = common.lm_config()
+    c.model.attention_impl = "flash"
+    with self.assertRaisesRegex(ValueError, "attention_impl"):
+      schema.validate(c)
+
+
+if __name__ == "__main__":
+  absltest.main()
