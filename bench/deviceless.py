@@ -1,7 +1,7 @@
 r"""What an H100 would compile, on a machine without a GPU.
 
   JAX_PLATFORMS=cpu python bench/deviceless.py [--settings S1,S2,...]
-      [--step scan_bf16_pallas [--step_figs 6,8,10]]
+      [--step scan_bf16_pallas [--step_figs 6,8,10] [--set K=V,...]]
       [--tfds_dir .gpudata/tfds] [--out DIR]
 
 XLA compiles for a GPU it does not have from a description of it (a
@@ -18,7 +18,8 @@ slice:
   on the H100 the settings whose dh or dW kernel spilled were the slow ones
   (bench/gpu_results.md (4) and (6)).
 * with --step, the optimised HLO of a Fig. 6 train step (--step_figs:
-  other figures' too) on a bench/gpu_paper.py path (written to
+  other figures' too; --set: config overrides on top of the path's, e.g.
+  model.fused_qkv=False) on a bench/gpu_paper.py path (written to
   OUT/PATH.txt.gz, which bench/trace_summary.py reads beside a trace), the
   kernels one step launches (`trace_summary.loop_kernels`: deeper models
   pay per kernel) and the fusions that move the most bytes, each with what
@@ -53,6 +54,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.config import schema
 from qkspec.training import pallas_xent
+import startup
 import trace_summary
 import xent_kernel
 
@@ -216,9 +218,10 @@ def _as_gpu():
                                                sharding=sharding))
 
 
-def step_hlo(path: str, tfds_dir: str, k: int = 4, fig: int = 6) -> str:
+def step_hlo(path: str, tfds_dir: str, k: int = 4, fig: int = 6,
+             overrides: str = "") -> str:
   """Optimised HLO of k scanned steps of Fig. `fig`'s sweep on gpu_paper's
-  `path`."""
+  `path`, with `overrides` ("model.fused_qkv=False,...") on top."""
   _as_gpu()
   import gpu_paper  # pylint: disable=g-import-not-at-top
   from qkspec.training import step as step_lib  # pylint: disable=g-import-not-at-top
@@ -226,6 +229,8 @@ def step_hlo(path: str, tfds_dir: str, k: int = 4, fig: int = 6) -> str:
   flags = argparse.Namespace(manual_dir="", tfds_dir=tfds_dir, steps=50_000,
                              pallas=None, k=k, rehearse=False)
   config = gpu_paper.fig_config(flags, fig, path)
+  config.update_from_flattened_dict(dict(
+      startup.parse_override(kv) for kv in filter(None, overrides.split(","))))
   mesh = h100_mesh("data")
   steps = step_lib.build_steps(config, mesh=mesh)
   ik, dk, hp = step_lib.member_inputs(sweep_lib.members(config),
@@ -258,6 +263,9 @@ def main():
   p.add_argument("--step_figs", default="6",
                  help="--step: the figures whose sweep's step to compile "
                  "(e.g. 8,10: one and six layers at d = 32)")
+  p.add_argument("--set", default="",
+                 help="--step: config overrides on top of the path's "
+                 "(K=V,...; e.g. model.attention_impl=xla)")
   p.add_argument("--tfds_dir", default=".gpudata/tfds")
   p.add_argument("--out", default="runs/deviceless")
   flags = p.parse_args()
@@ -285,8 +293,10 @@ def main():
                         for name, _ in _PTX_COUNTS)
             + ("  (spills)" if spill else ""), flush=True)
   for fig in filter(None, flags.step_figs.split(",") if flags.step else []):
-    text = step_hlo(flags.step, flags.tfds_dir, fig=int(fig))
-    stem = flags.step + ("" if fig == "6" else f"_fig{fig}")
+    text = step_hlo(flags.step, flags.tfds_dir, fig=int(fig),
+                    overrides=flags.set)
+    stem = flags.step + ("" if fig == "6" else f"_fig{fig}") + "".join(
+        f"_{kv.split('.')[-1]}" for kv in filter(None, flags.set.split(",")))
     hlo = os.path.join(flags.out, f"{stem}.txt.gz")
     with gzip.open(hlo, "wt") as f:
       f.write(text)

@@ -90,7 +90,7 @@ def compare(make_config, repeats: int, label: str,
   return off, on
 
 
-def _override(kv: str) -> tuple[str, object]:
+def parse_override(kv: str) -> tuple[str, object]:
   """"key=value" -> (key, value as a Python literal, else the string)."""
   k, v = kv.split("=", 1)
   try:
@@ -110,7 +110,7 @@ def main():
                  help="config overrides key=value (a GPU path's)")
   a = p.parse_args()
   logging.set_verbosity(logging.WARNING)
-  overrides = dict(_override(kv) for kv in a.set)
+  overrides = dict(parse_override(kv) for kv in a.set)
   c = bench_config(a.model, a.steps, a.eval_batches, overrides)
   compare(lambda: bench_config(a.model, a.steps, a.eval_batches, overrides),
           a.repeats, f"{a.model}, {c.num_steps} steps")

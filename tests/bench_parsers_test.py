@@ -14,6 +14,7 @@ from absl.testing import absltest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import deviceless
+import startup
 import trace_summary
 
 PTXAS = """\
@@ -114,6 +115,14 @@ ENTRY %main.3 (p: f32[4]) -> f32[4] {
     self.assertEqual(trace_summary.loop_kernels(loop),
                      {"fusion": 2, "custom-call": 1, "copy": 1})
     self.assertEqual(trace_summary.loop_kernels(HLO), {})   # no loop
+
+  def test_config_overrides_are_literals_or_strings(self):
+    self.assertEqual(startup.parse_override("model.fused_qkv=False"),
+                     ("model.fused_qkv", False))
+    self.assertEqual(startup.parse_override("model.attention_impl=xla"),
+                     ("model.attention_impl", "xla"))
+    self.assertEqual(startup.parse_override("steps_per_call=250"),
+                     ("steps_per_call", 250))
 
   def test_bytes_of_an_hlo_shape(self):
     self.assertEqual(deviceless.hlo_bytes("(f32[5,128]{1,0}, pred[5]{0})"),

@@ -291,7 +291,16 @@ class MeasuredCurveTest(absltest.TestCase):
         self.assertEqual(
             gpu_paper.load_curves(flags, "scan_bf16_pallas_fa3dw"),
             {m: ints(c) for m, c in want.items()})
+        # fewer kernels a layer, not timed yet: fa3dw's curves, or fa3's
+        self.assertEqual(
+            gpu_paper.load_curves(flags, "scan_bf16_pallas_fa3dw_attn"),
+            {m: ints(c) for m, c in want.items()})
       self.assertEqual(gpu_paper.load_curves(flags, "scan_bf16_pallas"), {})
+
+  def test_every_path_is_a_valid_config_of_every_figure(self):
+    for path in gpu_paper.PATHS:
+      for fig in gpu_paper.FIGS:
+        schema.validate(gpu_paper.fig_config(Flags, fig, path))
 
   def test_section_projection_splits_steps_from_the_rest(self):
     curve = {1: 1000.0, 5: 500.0, 15: 200.0}
