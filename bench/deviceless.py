@@ -296,7 +296,8 @@ def main():
     text = step_hlo(flags.step, flags.tfds_dir, fig=int(fig),
                     overrides=flags.set)
     stem = flags.step + ("" if fig == "6" else f"_fig{fig}") + "".join(
-        f"_{kv.split('.')[-1]}" for kv in filter(None, flags.set.split(",")))
+        "_" + kv.split(".")[-1].replace("=", "-")
+        for kv in filter(None, flags.set.split(",")))
     hlo = os.path.join(flags.out, f"{stem}.txt.gz")
     with gzip.open(hlo, "wt") as f:
       f.write(text)

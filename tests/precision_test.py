@@ -8,7 +8,9 @@ small LM on the synthetic bigram stream, the bf16 train loss stays within
 2% of the float32 loss at every step, both fall by more than 0.5 nats, and
 the final LocATER-relevant statistic tr(W_QK^T W_QK) agrees within 5%.
 The same holds with the chunked loss's logits block in bfloat16 too
-(`model.loss_logits="compute"`, fairseq's FP16 logits).
+(`model.loss_logits="compute"`, fairseq's FP16 logits), and with the GPU's
+fewer-kernels layer (`model.attention_impl="pallas"`, `model.fused_qkv`),
+which in float32 tracks the default layer within 1e-4 at every step.
 """
 from absl.testing import absltest
 import jax
@@ -23,13 +25,15 @@ from qkspec.training import sweep as sweep_lib
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
-def _train(compute_dtype, fused, num_steps=300, loss_logits="float32"):
+def _train(compute_dtype, fused, num_steps=300, loss_logits="float32",
+           **model):
   c = defaults.smoke(defaults.lm_config(), d_model=32)
   c.data.vocab_size, c.data.seq_len, c.data.batch_size = 64, 16, 16
   c.locater.kappa1, c.locater.kappa2 = 1e-3, 1e-2
   c.model.dropout = 0.0
   c.model.fused_loss, c.model.loss_chunk = fused, 64
   c.model.loss_logits = loss_logits
+  c.model.update(model)
   c.compute_dtype = compute_dtype
   c.num_steps = num_steps
   steps = step_lib.build_steps(c)
@@ -58,6 +62,18 @@ class Bfloat16TracksFloat32Test(absltest.TestCase):
       self.assertLess(abs(scale16 - scale32) / scale32, 0.05)
       # and bf16 really is another arithmetic (the check can fail)
       self.assertGreater(rel.max(), 0.0)
+
+  def test_fewer_kernels_layer_tracks_the_default_layer(self):
+    fast = dict(attention_impl="pallas", fused_qkv=True)
+    f32, scale32 = _train("float32", True, num_steps=100)
+    fast32, fast_scale32 = _train("float32", True, num_steps=100, **fast)
+    np.testing.assert_allclose(fast32, f32, rtol=1e-4)
+    self.assertGreater(np.abs(fast32 - f32).max(), 0.0)   # the kernel ran
+    self.assertLess(abs(fast_scale32 - scale32) / scale32, 1e-4)
+    bf16, scale16 = _train("bfloat16", True, num_steps=100, **fast)
+    rel = np.abs(bf16 - f32) / f32
+    self.assertLess(rel.max(), 0.02)
+    self.assertLess(abs(scale16 - scale32) / scale32, 0.05)
 
 
 if __name__ == "__main__":
