@@ -36,14 +36,11 @@ no Triton. jax 0.11 marks the example deprecated in favour of tokamax's
 `dot_product_attention` (an optional GPU dependency here, see BUILD.md);
 it is still shipped, and the same in jax 0.10 and 0.11.
 """
+import functools
 import warnings
 
 import jax
 import jax.numpy as jnp
-
-with warnings.catch_warnings():
-  warnings.simplefilter("ignore", DeprecationWarning)
-  from jax.experimental.pallas.ops.gpu import attention as _mha  # pylint: disable=g-import-not-at-top
 
 BLOCK = 64     # query and key block: T = 64 (the paper's) is one of each
 
@@ -57,6 +54,22 @@ def block_size(seq_len: int) -> int:
                      f"to be a multiple of {BLOCK} or at most {BLOCK}, got "
                      f"{seq_len}.")
   return block
+
+
+@functools.cache
+def _mha():
+  """jax's Pallas attention example, imported on first use (only this
+  option needs it; jax 0.11 warns that it is deprecated)."""
+  try:
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", DeprecationWarning)
+      from jax.experimental.pallas.ops.gpu import attention  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError(
+        f"attention_impl='pallas' needs jax.experimental.pallas.ops.gpu."
+        f"attention, which jax {jax.__version__} lacks; use "
+        f"attention_impl='xla'.") from e
+  return attention
 
 
 def attention(q_BxTxHxD: jax.Array, k_BxTxHxD: jax.Array,
@@ -78,10 +91,11 @@ def attention(q_BxTxHxD: jax.Array, k_BxTxHxD: jax.Array,
     raise NotImplementedError("attention_impl='pallas' is a Triton (GPU) "
                               "kernel; use 'xla' on a TPU.")
   b = block_size(q_BxTxHxD.shape[1])
-  blocks = _mha.BlockSizes(block_q=b, block_k=b, block_q_dkv=b,
+  mha = _mha()
+  blocks = mha.BlockSizes(block_q=b, block_k=b, block_q_dkv=b,
                            block_kv_dkv=b, block_q_dq=b, block_kv_dq=b)
   dtype = v_BxTxHxD.dtype
-  return _mha.mha(q_BxTxHxD.astype(dtype), k_BxTxHxD.astype(dtype),
+  return mha.mha(q_BxTxHxD.astype(dtype), k_BxTxHxD.astype(dtype),
                   v_BxTxHxD, None, sm_scale=1.0 / temperature, causal=causal,
                   block_sizes=blocks, interpret=interpret)
 
