@@ -32,7 +32,10 @@ for the model to sow, so `SelfAttention` uses it only when the
 (`layer_stats`) take the XLA path, with the same parameters.
 
 On a CPU the kernels run in Pallas' interpreter (tests); on a TPU there is
-no Triton. jax 0.11 marks the example deprecated in favour of tokamax's
+no Triton. Under a multi-device mesh the kernels are opaque to XLA's
+partitioner, as `pallas_xent`'s are (expected to gather their inputs to
+each device: correct, not fast; not measured): the option is for one
+GPU. jax 0.11 marks the example deprecated in favour of tokamax's
 `dot_product_attention` (an optional GPU dependency here, see BUILD.md);
 it is still shipped, and the same in jax 0.10 and 0.11.
 """
