@@ -10,10 +10,8 @@
 # Expects (BUILD.md, "A GPU machine without network access"): python3 with
 # CUDA jax, flax, optax, orbax and chex; `.whl/` with the wheels of
 # tensorflow-datasets, grain, array_record, ml_collections and their small
-# dependencies (skipped when absent or NO_WHEELS=1: a full install needs
-# none; `.whl/optional/` (tokamax and its dependencies) is installed best
-# effort into OPTIONAL_SITE, which bench/xent_kernel.py appends to the end
-# of sys.path, so it never shadows an installed package); WikiText-2
+# dependencies (bench/gpu_wheels.sh installs them; skipped when absent or
+# NO_WHEELS=1: a full install needs none); WikiText-2
 # built into `.gpudata/tfds` (override with TFDS_DIR). Runs go to
 # WORKDIR (default runs/gpu_paper) and resume from it when rerun.
 set -uo pipefail
@@ -21,19 +19,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/gpu_out}
 WORKDIR=${WORKDIR:-runs/gpu_paper}
 mkdir -p "$OUT"
-if [ -z "${NO_WHEELS:-}" ] && compgen -G ".whl/*.whl" > /dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile \
-    --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  if compgen -G ".whl/optional/*.whl" > /dev/null; then   # tokamax: may fail
-    python3 -m pip install -q --no-index --no-deps --no-compile \
-      --no-cache-dir --upgrade --target /tmp/site-optional \
-      .whl/optional/*.whl || echo "optional wheels not installed"
-    export OPTIONAL_SITE=/tmp/site-optional   # bench/xent_kernel.py appends it
-  fi
-  export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
-else
-  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-fi
+source bench/gpu_wheels.sh || exit 1
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-.92}
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null
 python3 bench/gpu_paper.py --tfds_dir "${TFDS_DIR:-.gpudata/tfds}" \

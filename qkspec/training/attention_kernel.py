@@ -37,7 +37,8 @@ partitioner, as `pallas_xent`'s are (expected to gather their inputs to
 each device: correct, not fast; not measured): the option is for one
 GPU. jax 0.11 marks the example deprecated in favour of tokamax's
 `dot_product_attention` (an optional GPU dependency here, see BUILD.md);
-it is still shipped, and the same in jax 0.10 and 0.11.
+it is still shipped, and the same in jax 0.10, 0.11 and 0.12 (the tests pass
+under each).
 """
 import functools
 import warnings
