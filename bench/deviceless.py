@@ -2,6 +2,7 @@ r"""What an H100 would compile, on a machine without a GPU.
 
   JAX_PLATFORMS=cpu python bench/deviceless.py [--settings S1,S2,...]
       [--step scan_bf16_pallas [--step_figs 6,8,10] [--set K=V,...]]
+      [--attention 32,128]
       [--tfds_dir .gpudata/tfds] [--out DIR]
 
 XLA compiles for a GPU it does not have from a description of it (a
@@ -24,6 +25,10 @@ slice:
   kernels one step launches (`trace_summary.loop_kernels`: deeper models
   pay per kernel) and the fusions that move the most bytes, each with what
   it computes (`trace_summary.hlo_fusions`).
+
+* with --attention, the kernels of the causal attention's forward and
+  backward by implementation: `qkspec.training.attention_kernel` (the
+  model's `attention_impl="pallas"`), XLA's, and tokamax's (`$OPTIONAL_SITE`).
 
 Nothing is timed: no autotuning either, so XLA's own matmuls keep default
 tiles. Needs, in an environment of its own (never the project's: the
@@ -245,6 +250,54 @@ def step_hlo(path: str, tfds_dir: str, k: int = 4, fig: int = 6,
                                   jax.tree.map(like, dk)).compile().as_text()
 
 
+def attention_kernels(mesh, head_dim: int, members=5, batch=64,
+                      seq=64) -> dict[str, str]:
+  """Implementation -> the kernels (or the error) of the causal attention's
+  forward and backward at [members, B, T, 1, D] bf16 under vmap (a sum of
+  squares of the output as the loss: two fusions of every count):
+  `attention_kernel` (jax's Pallas example), the jnp sum (XLA), and
+  tokamax's `dot_product_attention` where importable (`$OPTIONAL_SITE`;
+  its device check off: `tokamax_cross_compile`)."""
+  # pylint: disable=g-import-not-at-top
+  from absl import flags as absl_flags
+  from qkspec.training import attention_kernel
+  lam = head_dim ** 0.5
+  impls = {
+      "attention_kernel": lambda q, k, v: attention_kernel.attention(
+          q, k, v, lam, interpret=False),
+      "xla": lambda q, k, v: attention_kernel.reference(
+          q, k, v, lam).astype(q.dtype)}
+  tokamax = xent_kernel._tokamax()  # pylint: disable=protected-access
+  if tokamax:
+    absl_flags.FLAGS.tokamax_cross_compile = True
+    for impl in ("triton", "mosaic", "xla"):
+      impls[f"tokamax_{impl}"] = functools.partial(
+          lambda q, k, v, impl: tokamax.dot_product_attention(
+              q, k, v, is_causal=True, scale=1 / lam, implementation=impl),
+          impl=impl)
+  arg = jax.ShapeDtypeStruct((members, batch, seq, 1, head_dim), jnp.bfloat16,
+                             sharding=jax.NamedSharding(mesh, jax.P()))
+  out = {}
+  for name, f in impls.items():
+    loss = lambda q, k, v, f=f: jnp.sum(
+        jax.vmap(f)(q, k, v).astype(jnp.float32) ** 2)
+    try:
+      with jax.set_mesh(mesh):
+        text = jax.jit(jax.value_and_grad(loss, (0, 1, 2))).lower(
+            arg, arg, arg).compile().as_text()
+    except Exception as e:  # pylint: disable=broad-except
+      out[name] = f"failed: {type(e).__name__}: {str(e)[:160]}"
+      continue
+    entry, bodies = trace_summary._computations(text)  # pylint: disable=protected-access
+    kernels = collections.Counter(
+        op for op in (trace_summary._shape_and_opcode(r)[1]  # pylint: disable=protected-access
+                      for _, r in bodies[entry])
+        if op not in trace_summary._NO_KERNEL)  # pylint: disable=protected-access
+    out[name] = f"{sum(kernels.values())} kernels (" + ", ".join(
+        f"{op} {n}" for op, n in kernels.most_common()) + ")"
+  return out
+
+
 def hlo_bytes(shape: str) -> int:
   """Bytes of an HLO shape string (a tuple's summed)."""
   size = {"f32": 4, "bf16": 2, "s32": 4, "u32": 4, "pred": 1, "f16": 2}
@@ -266,6 +319,9 @@ def main():
   p.add_argument("--set", default="",
                  help="--step: config overrides on top of the path's "
                  "(K=V,...; e.g. model.attention_impl=xla)")
+  p.add_argument("--attention", default="",
+                 help="head widths (e.g. 32,128): the kernels of the causal "
+                 "attention's forward and backward by implementation")
   p.add_argument("--tfds_dir", default=".gpudata/tfds")
   p.add_argument("--out", default="runs/deviceless")
   flags = p.parse_args()
@@ -292,6 +348,9 @@ def main():
             + "  ".join(f"{c.get(name, '?'):>{len(name)}}"
                         for name, _ in _PTX_COUNTS)
             + ("  (spills)" if spill else ""), flush=True)
+  for head_dim in filter(None, flags.attention.split(",")):
+    for name, what in attention_kernels(mesh, int(head_dim)).items():
+      print(f"attention D={head_dim} {name}: {what}", flush=True)
   for fig in filter(None, flags.step_figs.split(",") if flags.step else []):
     text = step_hlo(flags.step, flags.tfds_dir, fig=int(fig),
                     overrides=flags.set)
