@@ -36,8 +36,10 @@ no Triton. Under a multi-device mesh the kernels are opaque to XLA's
 partitioner, as `pallas_xent`'s are (expected to gather their inputs to
 each device: correct, not fast; not measured): the option is for one
 GPU. jax 0.11 marks the example deprecated in favour of tokamax's
-`dot_product_attention` (an optional GPU dependency here, see BUILD.md);
-it is still shipped, and the same in jax 0.10, 0.11 and 0.12 (the tests pass
+`dot_product_attention`, whose Triton implementation compiles to as many
+kernels here (`bench/deviceless.py --attention`; its FlashAttention-3 one
+wants 128-token query blocks) but would be a dependency; the example is
+still shipped, and the same in jax 0.10, 0.11 and 0.12 (the tests pass
 under each).
 """
 import functools
