@@ -9,7 +9,8 @@ small LM on the synthetic bigram stream, the bf16 train loss stays within
 the final LocATER-relevant statistic tr(W_QK^T W_QK) agrees within 5%.
 The same holds with the chunked loss's logits block in bfloat16 too
 (`model.loss_logits="compute"`, fairseq's FP16 logits), and with the GPU's
-fewer-kernels layer (`model.attention_impl="pallas"`, `model.fused_qkv`),
+fewer-kernels layer (`model.attention_impl="pallas"`, `model.fused_qkv`,
+`model.fused_norm`),
 which in float32 tracks the default layer within 1e-4 at every step.
 """
 from absl.testing import absltest
@@ -64,7 +65,7 @@ class Bfloat16TracksFloat32Test(absltest.TestCase):
       self.assertGreater(rel.max(), 0.0)
 
   def test_fewer_kernels_layer_tracks_the_default_layer(self):
-    fast = dict(attention_impl="pallas", fused_qkv=True)
+    fast = dict(attention_impl="pallas", fused_qkv=True, fused_norm=True)
     f32, scale32 = _train("float32", True, num_steps=100)
     fast32, fast_scale32 = _train("float32", True, num_steps=100, **fast)
     np.testing.assert_allclose(fast32, f32, rtol=1e-4)

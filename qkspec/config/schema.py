@@ -290,6 +290,7 @@ _LM_MODEL = {
     "model.loss_impl": _choice(*LOSS_IMPLS),  # fused_xent | pallas_xent
     "model.attention_impl": _choice(*ATTENTION_IMPLS),
     "model.fused_qkv": _bool,             # one matmul for q, k, v
+    "model.fused_norm": _bool,            # Post-LN add+dropout+LN one kernel
     "model.loss_pallas": _pallas_settings,  # BNxBVxWARPSxSTAGES (pallas)
     "model.loss_logits": _choice(*LOSS_LOGITS),  # chunked: logits dtype
 }
@@ -319,7 +320,7 @@ def flatten(config, prefix: str = "") -> dict:
 # Keys added after configs were saved; missing means their default.
 _OPTIONAL = ("steps_per_call", "model.loss_kernel_grad", "model.loss_impl",
              "model.loss_pallas", "model.loss_logits", "precompile",
-             "model.attention_impl", "model.fused_qkv")
+             "model.attention_impl", "model.fused_qkv", "model.fused_norm")
 
 
 def validate(config, num_devices: int | None = None) -> None:
@@ -362,6 +363,10 @@ def validate(config, num_devices: int | None = None) -> None:
       and not m.fused_loss):
     raise ValueError("config.model.loss_impl='pallas' is a fused loss: it "
                      "needs config.model.fused_loss=True.")
+  if task == "lm" and flat.get("model.fused_norm") and m.norm != "post":
+    raise ValueError("config.model.fused_norm=True fuses Post-LN's residual "
+                     "sum, dropout and LayerNorm: it needs "
+                     f"config.model.norm='post', got {m.norm!r}.")
   if (task == "lm" and flat.get("model.loss_logits", "float32") != "float32"
       and (not m.fused_loss or flat.get("model.loss_impl") == "pallas")):
     raise ValueError("config.model.loss_logits='compute' is an option of the "

@@ -24,6 +24,7 @@ import numpy as np
 from qkspec.config import schema
 from qkspec.training import attention_kernel
 from qkspec.training import fused_xent
+from qkspec.training import norm_kernel
 from qkspec.training import pallas_xent
 
 QK_PARAMS = schema.QK_PARAMS
@@ -186,14 +187,32 @@ class SelfAttention(nn.Module):
     return u_BxTxHxD.reshape(B, T, d)
 
 
+class AddDropoutNorm(nn.Module):
+  """LayerNorm(x + mask * u) as one kernel (`norm_kernel`), with the
+  parameters of `nn.LayerNorm` (`scale` ones, `bias` zeros, [d])."""
+  epsilon: float = 1e-5
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxTxd, u_BxTxd, mask_BxTxd):
+    d = x_BxTxd.shape[-1]
+    scale = self.param("scale", nn.initializers.ones_init(), (d,))
+    bias = self.param("bias", nn.initializers.zeros_init(), (d,))
+    return norm_kernel.add_dropout_norm(
+        x_BxTxd.astype(self.dtype), u_BxTxd.astype(self.dtype), mask_BxTxd,
+        scale, bias, eps=self.epsilon)
+
+
 class Block(nn.Module):
   r"""One transformer block (paper Sec. 2), Post-LN, Pre-LN or no LN.
 
   .. math:: Z = U(X) + X,\qquad X' = W_{F_2}\sigma(W_{F_1} Z) + Z
 
   (Post-LN normalises Z and X'; Pre-LN normalises the inputs of U and of the
-  FFN.) Dropout follows the attention and the FFN, as in fairseq. Sows the
-  block output `out` [B, T, d].
+  FFN.) Dropout follows the attention and the FFN, as in fairseq. With
+  `fused_norm` (Post-LN) each residual sum, its dropout and its LayerNorm
+  are one kernel (`AddDropoutNorm`), same parameters and dropout masks.
+  Sows the block output `out` [B, T, d].
   """
   attention: dict
   ffn_dim: int
@@ -201,29 +220,38 @@ class Block(nn.Module):
   norm: str = "post"
   ffn_bias: bool = True
   dropout: float = 0.0
+  fused_norm: bool = False             # Post-LN: add, dropout, LN one kernel
   dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x_BxTxd: jax.Array, deterministic: bool = True):
     d = x_BxTxd.shape[-1]
+    if self.fused_norm and self.norm != "post":
+      raise ValueError(f"fused_norm needs norm='post', got {self.norm!r}.")
     ln = lambda name: nn.LayerNorm(epsilon=1e-5, dtype=self.dtype,  # noqa: E731
                                    name=name)
     drop = nn.Dropout(self.dropout)
+
+    def residual(name, x, u):
+      """x + dropout(u), layer-normed under Post-LN."""
+      if self.fused_norm:        # the mask nn.Dropout draws, in float32
+        mask = drop(jnp.ones(u.shape, jnp.float32),
+                    deterministic=deterministic)
+        return AddDropoutNorm(dtype=self.dtype, name=name)(x, u, mask)
+      z = x + drop(u, deterministic=deterministic)
+      return ln(name)(z) if self.norm == "post" else z
+
     h = ln("attn_ln")(x_BxTxd) if self.norm == "pre" else x_BxTxd
     u = SelfAttention(**self.attention, dtype=self.dtype, name="attn")(
         h, deterministic)
-    z_BxTxd = x_BxTxd + drop(u, deterministic=deterministic)
-    if self.norm == "post":
-      z_BxTxd = ln("attn_ln")(z_BxTxd)
+    z_BxTxd = residual("attn_ln", x_BxTxd, u)
     h = ln("ffn_ln")(z_BxTxd) if self.norm == "pre" else z_BxTxd
     h_BxTxF = nn.Dense(self.ffn_dim, use_bias=self.ffn_bias, dtype=self.dtype,
                        kernel_init=_xavier, name="ffn1")(h)
     h_BxTxF = ACTIVATIONS[self.activation](h_BxTxF)
     h = nn.Dense(d, use_bias=self.ffn_bias, dtype=self.dtype,
                  kernel_init=_xavier, name="ffn2")(h_BxTxF)
-    x_BxTxd = z_BxTxd + drop(h, deterministic=deterministic)
-    if self.norm == "post":
-      x_BxTxd = ln("ffn_ln")(x_BxTxd)
+    x_BxTxd = residual("ffn_ln", z_BxTxd, h)
     self.sow("intermediates", "out", x_BxTxd)
     return x_BxTxd
 
@@ -409,7 +437,8 @@ def make_model(model_config, task: str, vocab_size: int | None = None,
                    impl=m.get("attention_impl", "xla"),
                    fused_qkv=m.get("fused_qkv", False))
   block = dict(attention=attention, ffn_dim=m.ffn_dim, activation=m.activation,
-               norm=m.norm, ffn_bias=m.ffn_bias, dropout=m.dropout)
+               norm=m.norm, ffn_bias=m.ffn_bias, dropout=m.dropout,
+               fused_norm=m.get("fused_norm", False))
   if task == "theory":
     return TheoryModel(m.num_layers, block, dtype)
   if vocab_size is None:

@@ -1,0 +1,183 @@
+r"""Post-LN's residual sum, dropout and LayerNorm as one kernel (GPU, Pallas).
+
+Shapes: N = tokens (rows), d = model width; P = row blocks.
+
+A Post-LN block (paper Sec. 2, fairseq's default) ends each sublayer with
+
+.. math:: z = x + m \odot u,\qquad
+          y = \frac{z - \mu}{\sqrt{\sigma^2 + \epsilon}}\,\gamma + \beta,
+          \qquad \mu = \tfrac1d \textstyle\sum_j z_j,\quad
+          \sigma^2 = \tfrac1d \textstyle\sum_j (z_j - \mu)^2
+
+per token (x the sublayer's input, u its output, m the dropout mask scaled
+by 1/keep). XLA runs this as three kernels forward (the sums with the
+residual and dropout, the reciprocal square root, the normalisation) and
+three backward, each of which does almost nothing at the paper's sizes;
+the small models' steps are bound by how many kernels they launch
+(bench/gpu_results.md (12)-(13)). `add_dropout_norm` is one Pallas
+(Triton) kernel forward, one program per block of rows holding its rows
+in registers, and one backward plus XLA's sum of the per-block
+:math:`\gamma, \beta` gradients. With :math:`\hat z = (z - \mu)/\sigma`
+and :math:`g = \gamma \odot dy` the backward is
+
+.. math:: dz = \frac{1}{\sigma}\Big(g - \overline{g} - \hat z\,
+          \overline{g \odot \hat z}\Big),\qquad dx = dz,\qquad
+          du = m \odot dz,\qquad d\gamma = \textstyle\sum_n dy \odot \hat z,
+          \qquad d\beta = \textstyle\sum_n dy
+
+(bars: means over the d columns), which tests check against autodiff.
+
+Same maths as `flax.linen.LayerNorm` after `nn.Dropout`, in float32
+inside the kernel (the variance in two passes, as PyTorch's LayerNorm
+computes it, where Flax's default takes E[z^2] - E[z]^2; z not rounded to
+the compute dtype before the statistics): tests/norm_kernel_test.py
+bounds the difference. The mask comes from `nn.Dropout` applied to ones in
+float32, so the model draws the same masks as its XLA path and scales by
+exactly 1/keep. On a CPU the kernels run in Pallas' interpreter; on a
+TPU there is no Triton.
+"""
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+ROWS = 64      # rows a program normalises
+
+
+def row_block(n: int) -> int:
+  """Rows per program: min(ROWS, N), which must divide N."""
+  rows = min(ROWS, n)
+  if n % rows:
+    raise ValueError(f"fused_norm needs the token count (batch x sequence) "
+                     f"to be a multiple of {ROWS} or at most {ROWS}, got "
+                     f"{n}.")
+  return rows
+
+
+def _stats(x_ref, u_ref, m_ref):
+  z = (x_ref[...].astype(jnp.float32)
+       + u_ref[...].astype(jnp.float32) * m_ref[...].astype(jnp.float32))
+  mean = jnp.mean(z, axis=1)
+  zc = z - mean[:, None]
+  return zc, mean, jnp.mean(zc * zc, axis=1)
+
+
+def _forward_kernel(x_ref, u_ref, m_ref, g_ref, b_ref, y_ref, mean_ref,
+                    rstd_ref, *, eps):
+  zc, mean, var = _stats(x_ref, u_ref, m_ref)
+  rstd = jax.lax.rsqrt(var + eps)
+  y = zc * rstd[:, None] * g_ref[...][None, :] + b_ref[...][None, :]
+  y_ref[...] = y.astype(y_ref.dtype)
+  mean_ref[...] = mean
+  rstd_ref[...] = rstd
+
+
+def _backward_kernel(x_ref, u_ref, m_ref, g_ref, mean_ref, rstd_ref, dy_ref,
+                     dx_ref, du_ref, dgb_ref):
+  m = m_ref[...].astype(jnp.float32)
+  z = x_ref[...].astype(jnp.float32) + u_ref[...].astype(jnp.float32) * m
+  rstd = rstd_ref[...][:, None]
+  zhat = (z - mean_ref[...][:, None]) * rstd
+  dy = dy_ref[...].astype(jnp.float32)
+  g = dy * g_ref[...][None, :]
+  dz = (g - jnp.mean(g, axis=1)[:, None]
+        - zhat * jnp.mean(g * zhat, axis=1)[:, None]) * rstd
+  dx_ref[...] = dz.astype(dx_ref.dtype)
+  du_ref[...] = (dz * m).astype(du_ref.dtype)
+  # gamma's and beta's block sums in one array: one XLA sum for both
+  dgb_ref[0, :] = jnp.sum(dy * zhat, axis=0)
+  dgb_ref[1, :] = jnp.sum(dy, axis=0)
+
+
+def _interpret(interpret):
+  if interpret is None:
+    interpret = jax.default_backend() == "cpu"
+  if not interpret and jax.default_backend() == "tpu":
+    raise NotImplementedError("fused_norm is a Triton (GPU) kernel; leave it "
+                              "off on a TPU.")
+  return interpret
+
+
+def _forward(x_Nxd, u_Nxd, m_Nxd, scale_d, bias_d, eps, interpret):
+  n, d = x_Nxd.shape
+  rows = row_block(n)
+  tile = pl.BlockSpec((rows, d), lambda i: (i, 0))
+  vector = pl.BlockSpec((d,), lambda i: (0,))
+  per_row = pl.BlockSpec((rows,), lambda i: (i,))
+  return pl.pallas_call(
+      functools.partial(_forward_kernel, eps=eps), grid=(n // rows,),
+      in_specs=[tile, tile, tile, vector, vector],
+      out_specs=[tile, per_row, per_row],
+      out_shape=[jax.ShapeDtypeStruct((n, d), x_Nxd.dtype),
+                 jax.ShapeDtypeStruct((n,), jnp.float32),
+                 jax.ShapeDtypeStruct((n,), jnp.float32)],
+      interpret=_interpret(interpret), name="add_dropout_norm",
+  )(x_Nxd, u_Nxd, m_Nxd, scale_d, bias_d)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _add_dropout_norm(x_Nxd, u_Nxd, m_Nxd, scale_d, bias_d, eps, interpret):
+  return _forward(x_Nxd, u_Nxd, m_Nxd, scale_d, bias_d, eps, interpret)[0]
+
+
+def _vjp_forward(x_Nxd, u_Nxd, m_Nxd, scale_d, bias_d, eps, interpret):
+  y, mean, rstd = _forward(x_Nxd, u_Nxd, m_Nxd, scale_d, bias_d, eps,
+                           interpret)
+  return y, (x_Nxd, u_Nxd, m_Nxd, scale_d, mean, rstd)
+
+
+def _vjp_backward(eps, interpret, residuals, dy_Nxd):
+  del eps
+  x_Nxd, u_Nxd, m_Nxd, scale_d, mean, rstd = residuals
+  n, d = x_Nxd.shape
+  rows = row_block(n)
+  tile = pl.BlockSpec((rows, d), lambda i: (i, 0))
+  vector = pl.BlockSpec((d,), lambda i: (0,))
+  per_row = pl.BlockSpec((rows,), lambda i: (i,))
+  per_block = pl.BlockSpec((None, 2, d), lambda i: (i, 0, 0))
+  blocks = n // rows
+  dx, du, dgb_Px2xd = pl.pallas_call(
+      _backward_kernel, grid=(blocks,),
+      in_specs=[tile, tile, tile, vector, per_row, per_row, tile],
+      out_specs=[tile, tile, per_block],
+      out_shape=[jax.ShapeDtypeStruct((n, d), x_Nxd.dtype),
+                 jax.ShapeDtypeStruct((n, d), u_Nxd.dtype),
+                 jax.ShapeDtypeStruct((blocks, 2, d), jnp.float32)],
+      interpret=_interpret(interpret), name="add_dropout_norm_backward",
+  )(x_Nxd, u_Nxd, m_Nxd, scale_d, mean, rstd, dy_Nxd)
+  dgb_2xd = jnp.sum(dgb_Px2xd, axis=0).astype(scale_d.dtype)
+  return dx, du, None, dgb_2xd[0], dgb_2xd[1]
+
+
+_add_dropout_norm.defvjp(_vjp_forward, _vjp_backward)
+
+
+def add_dropout_norm(x: jax.Array, u: jax.Array, mask: jax.Array,
+                     scale: jax.Array, bias: jax.Array, *, eps: float = 1e-5,
+                     interpret: bool | None = None) -> jax.Array:
+  r"""LayerNorm(x + mask * u) over the last axis, in x's dtype (module doc).
+
+  Args:
+    x, u: [..., d], the sublayer's input and output.
+    mask: [..., d], the dropout mask scaled by 1/keep (ones without
+      dropout); no gradient flows to it.
+    scale, bias: [d], :math:`\gamma` and :math:`\beta` (float32).
+    eps: added to the variance.
+    interpret: run in Pallas' interpreter; None: on a CPU only.
+  """
+  d = x.shape[-1]
+  flat = lambda a: a.reshape(-1, d)  # noqa: E731
+  y = _add_dropout_norm(flat(x), flat(u), flat(mask), scale, bias, eps,
+                        interpret)
+  return y.reshape(x.shape)
+
+
+def reference(x, u, mask, scale, bias, *, eps: float = 1e-5) -> jax.Array:
+  """The same in float32 jnp, differentiable by autodiff (tests)."""
+  z = (x.astype(jnp.float32) + u.astype(jnp.float32)
+       * mask.astype(jnp.float32))
+  zc = z - jnp.mean(z, axis=-1, keepdims=True)
+  var = jnp.mean(zc * zc, axis=-1, keepdims=True)
+  row = lambda v: v.reshape((1,) * (z.ndim - 1) + (-1,))  # noqa: E731
+  return zc * jax.lax.rsqrt(var + eps) * row(scale) + row(bias)
