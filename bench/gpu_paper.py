@@ -198,6 +198,16 @@ PATHS = {   # name -> config overrides
                                         "64x128x4x2x4/fa3/fa3x2",
                                     "model.attention_impl": "pallas",
                                     "model.fused_qkv": True},
+    # and Post-LN's residual sum, dropout and LayerNorm as one kernel
+    # (qkspec/training/norm_kernel.py)
+    "scan_bf16_pallas_fa3dw_fused": {"compute_dtype": "bfloat16",
+                                     "model.fused_loss": True,
+                                     "model.loss_impl": "pallas",
+                                     "model.loss_pallas":
+                                         "64x128x4x2x4/fa3/fa3x2",
+                                     "model.attention_impl": "pallas",
+                                     "model.fused_qkv": True,
+                                     "model.fused_norm": True},
 }
 T0 = time.time()
 
@@ -863,11 +873,13 @@ def load_curves(flags, path: str) -> dict[str, dict[int, float]]:
 # runs by those of a slower path: scan_bf16_pallas_fa3dw (dW from FA3)
 # ran the Fig. 6 step 1.07x faster than scan_bf16_pallas_fa3 on the H200
 # (bench/gpu_results.md (11)), so fa3's curves bound its runs from above.
-# scan_bf16_pallas_fa3dw_attn (the same loss, a third fewer kernels a
-# layer, bench/gpu_results.md (13)) is projected as fa3dw until a slice
-# times it: not a bound, since its kernels are not timed yet.
+# scan_bf16_pallas_fa3dw_attn and _fused (the same loss, a third and
+# ~40% fewer kernels a layer, bench/gpu_results.md (13)) are projected as
+# fa3dw until a slice times them: not a bound, since their kernels are not
+# timed yet.
 CURVES_STAND_IN = {"scan_bf16_pallas_fa3dw": "scan_bf16_pallas_fa3",
-                   "scan_bf16_pallas_fa3dw_attn": "scan_bf16_pallas_fa3dw"}
+                   "scan_bf16_pallas_fa3dw_attn": "scan_bf16_pallas_fa3dw",
+                   "scan_bf16_pallas_fa3dw_fused": "scan_bf16_pallas_fa3dw"}
 
 
 def save_curve(flags, path: str, model: str, curve: dict[int, float]):

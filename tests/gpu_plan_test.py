@@ -292,9 +292,10 @@ class MeasuredCurveTest(absltest.TestCase):
             gpu_paper.load_curves(flags, "scan_bf16_pallas_fa3dw"),
             {m: ints(c) for m, c in want.items()})
         # fewer kernels a layer, not timed yet: fa3dw's curves, or fa3's
-        self.assertEqual(
-            gpu_paper.load_curves(flags, "scan_bf16_pallas_fa3dw_attn"),
-            {m: ints(c) for m, c in want.items()})
+        for path in ("scan_bf16_pallas_fa3dw_attn",
+                     "scan_bf16_pallas_fa3dw_fused"):
+          self.assertEqual(gpu_paper.load_curves(flags, path),
+                           {m: ints(c) for m, c in want.items()})
       self.assertEqual(gpu_paper.load_curves(flags, "scan_bf16_pallas"), {})
 
   def test_every_path_is_a_valid_config_of_every_figure(self):
