@@ -51,15 +51,21 @@ import jax.numpy as jnp
 BLOCK = 64     # query and key block: T = 64 (the paper's) is one of each
 
 
+def fitting_block(n: int, most: int, needs: str) -> int:
+  """min(most, n), which must divide n; `needs` opens the error ("X
+  needs the sequence length")."""
+  block = min(most, n)
+  if n % block:
+    raise ValueError(f"{needs} to be a multiple of {most} or at most "
+                     f"{most}, got {n}.")
+  return block
+
+
 def block_size(seq_len: int) -> int:
   """The kernels' query/key block for T tokens: min(BLOCK, T), which must
   divide T."""
-  block = min(BLOCK, seq_len)
-  if seq_len % block:
-    raise ValueError(f"attention_impl='pallas' needs the sequence length "
-                     f"to be a multiple of {BLOCK} or at most {BLOCK}, got "
-                     f"{seq_len}.")
-  return block
+  return fitting_block(seq_len, BLOCK,
+                       "attention_impl='pallas' needs the sequence length")
 
 
 @functools.cache

@@ -42,17 +42,15 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from qkspec.training import attention_kernel
+
 ROWS = 64      # rows a program normalises
 
 
 def row_block(n: int) -> int:
   """Rows per program: min(ROWS, N), which must divide N."""
-  rows = min(ROWS, n)
-  if n % rows:
-    raise ValueError(f"fused_norm needs the token count (batch x sequence) "
-                     f"to be a multiple of {ROWS} or at most {ROWS}, got "
-                     f"{n}.")
-  return rows
+  return attention_kernel.fitting_block(
+      n, ROWS, "fused_norm needs the token count (batch x sequence)")
 
 
 def _stats(x_ref, u_ref, m_ref):
