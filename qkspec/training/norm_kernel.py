@@ -34,7 +34,9 @@ the compute dtype before the statistics): tests/norm_kernel_test.py
 bounds the difference. The mask comes from `nn.Dropout` applied to ones in
 float32, so the model draws the same masks as its XLA path and scales by
 exactly 1/keep. On a CPU the kernels run in Pallas' interpreter; on a
-TPU there is no Triton.
+TPU there is no Triton. Under a multi-device mesh the kernels are opaque
+to XLA's partitioner, as `attention_kernel`'s are: the option is for one
+GPU.
 """
 import functools
 
