@@ -48,23 +48,15 @@ import warnings
 import jax
 import jax.numpy as jnp
 
+from qkspec.training import pallas_common
+
 BLOCK = 64     # query and key block: T = 64 (the paper's) is one of each
-
-
-def fitting_block(n: int, most: int, needs: str) -> int:
-  """min(most, n), which must divide n; `needs` opens the error ("X
-  needs the sequence length")."""
-  block = min(most, n)
-  if n % block:
-    raise ValueError(f"{needs} to be a multiple of {most} or at most "
-                     f"{most}, got {n}.")
-  return block
 
 
 def block_size(seq_len: int) -> int:
   """The kernels' query/key block for T tokens: min(BLOCK, T), which must
   divide T."""
-  return fitting_block(seq_len, BLOCK,
+  return pallas_common.fitting_block(seq_len, BLOCK,
                        "attention_impl='pallas' needs the sequence length")
 
 
@@ -97,11 +89,9 @@ def attention(q_BxTxHxD: jax.Array, k_BxTxHxD: jax.Array,
     causal: query t sees keys j <= t.
     interpret: run in Pallas' interpreter; None: on a CPU only.
   """
-  if interpret is None:
-    interpret = jax.default_backend() == "cpu"
-  if not interpret and jax.default_backend() == "tpu":
-    raise NotImplementedError("attention_impl='pallas' is a Triton (GPU) "
-                              "kernel; use 'xla' on a TPU.")
+  interpret = pallas_common.interpret_mode(
+      interpret, "the attention kernels (attention_impl='pallas')",
+      "attention_impl='xla'")
   b = block_size(q_BxTxHxD.shape[1])
   mha = _mha()
   blocks = mha.BlockSizes(block_q=b, block_k=b, block_q_dkv=b,

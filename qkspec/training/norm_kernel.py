@@ -44,20 +44,24 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from qkspec.training import attention_kernel
+from qkspec.training import pallas_common
 
 ROWS = 64      # rows a program normalises
 
 
 def row_block(n: int) -> int:
   """Rows per program: min(ROWS, N), which must divide N."""
-  return attention_kernel.fitting_block(
+  return pallas_common.fitting_block(
       n, ROWS, "fused_norm needs the token count (batch x sequence)")
 
 
+def _sum(x_ref, u_ref, m):
+  """z = x + m u of a block of rows, float32 (`m` the mask, loaded)."""
+  return x_ref[...].astype(jnp.float32) + u_ref[...].astype(jnp.float32) * m
+
+
 def _stats(x_ref, u_ref, m_ref):
-  z = (x_ref[...].astype(jnp.float32)
-       + u_ref[...].astype(jnp.float32) * m_ref[...].astype(jnp.float32))
+  z = _sum(x_ref, u_ref, m_ref[...].astype(jnp.float32))
   mean = jnp.mean(z, axis=1)
   zc = z - mean[:, None]
   return zc, mean, jnp.mean(zc * zc, axis=1)
@@ -76,7 +80,7 @@ def _forward_kernel(x_ref, u_ref, m_ref, g_ref, b_ref, y_ref, mean_ref,
 def _backward_kernel(x_ref, u_ref, m_ref, g_ref, mean_ref, rstd_ref, dy_ref,
                      dx_ref, du_ref, dgb_ref):
   m = m_ref[...].astype(jnp.float32)
-  z = x_ref[...].astype(jnp.float32) + u_ref[...].astype(jnp.float32) * m
+  z = _sum(x_ref, u_ref, m)
   rstd = rstd_ref[...][:, None]
   zhat = (z - mean_ref[...][:, None]) * rstd
   dy = dy_ref[...].astype(jnp.float32)
@@ -91,22 +95,24 @@ def _backward_kernel(x_ref, u_ref, m_ref, g_ref, mean_ref, rstd_ref, dy_ref,
 
 
 def _interpret(interpret):
-  if interpret is None:
-    interpret = jax.default_backend() == "cpu"
-  if not interpret and jax.default_backend() == "tpu":
-    raise NotImplementedError("fused_norm is a Triton (GPU) kernel; leave it "
-                              "off on a TPU.")
-  return interpret
+  return pallas_common.interpret_mode(interpret, "fused_norm's kernels",
+                                      "fused_norm=False")
+
+
+def _blocks(n: int, d: int):
+  """(row blocks P, and the blocks of a [N, d] tile, a [d] vector and a
+  [N] per-row array) of both kernels' grids."""
+  rows = row_block(n)
+  return (n // rows, pl.BlockSpec((rows, d), lambda i: (i, 0)),
+          pl.BlockSpec((d,), lambda i: (0,)),
+          pl.BlockSpec((rows,), lambda i: (i,)))
 
 
 def _forward(x_Nxd, u_Nxd, m_Nxd, scale_d, bias_d, eps, interpret):
   n, d = x_Nxd.shape
-  rows = row_block(n)
-  tile = pl.BlockSpec((rows, d), lambda i: (i, 0))
-  vector = pl.BlockSpec((d,), lambda i: (0,))
-  per_row = pl.BlockSpec((rows,), lambda i: (i,))
+  blocks, tile, vector, per_row = _blocks(n, d)
   return pl.pallas_call(
-      functools.partial(_forward_kernel, eps=eps), grid=(n // rows,),
+      functools.partial(_forward_kernel, eps=eps), grid=(blocks,),
       in_specs=[tile, tile, tile, vector, vector],
       out_specs=[tile, per_row, per_row],
       out_shape=[jax.ShapeDtypeStruct((n, d), x_Nxd.dtype),
@@ -131,12 +137,8 @@ def _vjp_backward(eps, interpret, residuals, dy_Nxd):
   del eps
   x_Nxd, u_Nxd, m_Nxd, scale_d, mean, rstd = residuals
   n, d = x_Nxd.shape
-  rows = row_block(n)
-  tile = pl.BlockSpec((rows, d), lambda i: (i, 0))
-  vector = pl.BlockSpec((d,), lambda i: (0,))
-  per_row = pl.BlockSpec((rows,), lambda i: (i,))
+  blocks, tile, vector, per_row = _blocks(n, d)
   per_block = pl.BlockSpec((None, 2, d), lambda i: (i, 0, 0))
-  blocks = n // rows
   dx, du, dgb_Px2xd = pl.pallas_call(
       _backward_kernel, grid=(blocks,),
       in_specs=[tile, tile, tile, vector, per_row, per_row, tile],

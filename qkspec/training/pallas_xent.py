@@ -103,7 +103,6 @@ measured).
 """
 import functools
 
-from absl import logging
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
@@ -112,6 +111,7 @@ from jax.experimental.pallas import triton as pl_triton
 from qkspec.config import schema
 from qkspec.training import flash_forward as flash_lib
 from qkspec.training import fused_xent
+from qkspec.training import pallas_common
 from qkspec.training.fused_xent import pad_to, round_up
 
 _MIN_SIDE = 16       # d is padded to a power of two >= this (Triton dots)
@@ -263,7 +263,11 @@ class _Blocks:
     self.w = pad_to(pad_to(kernel.astype(compute_dtype), 0, width), 1,
                     round_up(vocab, columns))
     self.y = pad_to(targets.astype(jnp.int32), 0, rows)
-    self.interpret = _interpret(interpret)
+    self.interpret = pallas_common.interpret_mode(
+        interpret, "pallas_xent's kernels",
+        "model.loss_impl='chunked' (qkspec.training.fused_xent)",
+        cpu_note="pallas_xent on a CPU runs in Pallas' interpreter (correct, "
+        "slow: for tests); model.loss_impl='chunked' is the CPU path.")
 
   def vec(self, name):
     """[BN] of a [rows] vector, BN the kernel `name`'s (row block i)."""
@@ -314,23 +318,6 @@ class _Blocks:
                              splits=splits, **options)
     return self.call(body, name, grid, in_specs, out_specs, out_shape,
                      self.h, self.w, *vectors, label=label)
-
-
-def _interpret(interpret):
-  platform = jax.default_backend()
-  if interpret is None:
-    interpret = platform == "cpu"
-    if interpret:
-      logging.log_first_n(
-          logging.WARNING, "pallas_xent on a CPU runs in Pallas' interpreter "
-          "(correct, slow: for tests); model.loss_impl='chunked' is the CPU "
-          "path.", 1)
-  if not interpret and platform == "tpu":
-    raise NotImplementedError(
-        f"pallas_xent's kernels are written for Triton (GPU); on {platform!r} "
-        "use model.loss_impl='chunked' (qkspec.training.fused_xent), or "
-        "interpret=True to run them in Pallas' interpreter.")
-  return interpret
 
 
 def _forward(b: _Blocks, mean_w: bool = False):
