@@ -288,13 +288,8 @@ def attention_kernels(mesh, head_dim: int, members=5, batch=64,
     except Exception as e:  # pylint: disable=broad-except
       out[name] = f"failed: {type(e).__name__}: {str(e)[:160]}"
       continue
-    entry, bodies = trace_summary._computations(text)  # pylint: disable=protected-access
-    kernels = collections.Counter(
-        op for op in (trace_summary._shape_and_opcode(r)[1]  # pylint: disable=protected-access
-                      for _, r in bodies[entry])
-        if op not in trace_summary._NO_KERNEL)  # pylint: disable=protected-access
-    out[name] = f"{sum(kernels.values())} kernels (" + ", ".join(
-        f"{op} {n}" for op, n in kernels.most_common()) + ")"
+    out[name] = trace_summary.describe_kernels(
+        trace_summary.entry_kernels(text))
   return out
 
 
@@ -360,10 +355,8 @@ def main():
     hlo = os.path.join(flags.out, f"{stem}.txt.gz")
     with gzip.open(hlo, "wt") as f:
       f.write(text)
-    kernels = trace_summary.loop_kernels(text)
-    print(f"\n{stem}: Fig. {fig}'s step launches {sum(kernels.values())} "
-          "kernels (" + ", ".join(f"{op} {n}" for op, n in
-                                  kernels.most_common()) + ")")
+    print(f"\n{stem}: Fig. {fig}'s step launches "
+          + trace_summary.describe_kernels(trace_summary.loop_kernels(text)))
     fusions = trace_summary.hlo_fusions(text)
     print(f"{stem}: optimised HLO in {hlo}; the fusions writing the "
           "most bytes (a proxy for their HBM traffic):")

@@ -189,26 +189,16 @@ PATHS = {   # name -> config overrides
                                "model.loss_impl": "pallas",
                                "model.loss_pallas":
                                    "64x128x4x2x4/fa3/fa3x2"},
-    # and fewer kernels a layer: the attention as one fused kernel
-    # (qkspec/training/attention_kernel.py), q, k, v as one matmul
-    "scan_bf16_pallas_fa3dw_attn": {"compute_dtype": "bfloat16",
-                                    "model.fused_loss": True,
-                                    "model.loss_impl": "pallas",
-                                    "model.loss_pallas":
-                                        "64x128x4x2x4/fa3/fa3x2",
-                                    "model.attention_impl": "pallas",
-                                    "model.fused_qkv": True},
-    # and Post-LN's residual sum, dropout and LayerNorm as one kernel
-    # (qkspec/training/norm_kernel.py)
-    "scan_bf16_pallas_fa3dw_fused": {"compute_dtype": "bfloat16",
-                                     "model.fused_loss": True,
-                                     "model.loss_impl": "pallas",
-                                     "model.loss_pallas":
-                                         "64x128x4x2x4/fa3/fa3x2",
-                                     "model.attention_impl": "pallas",
-                                     "model.fused_qkv": True,
-                                     "model.fused_norm": True},
 }
+# fa3dw with fewer kernels a layer: the attention as one fused kernel
+# (qkspec/training/attention_kernel.py) and q, k, v as one matmul; and
+# Post-LN's residual sum, dropout and LayerNorm as one kernel too
+# (qkspec/training/norm_kernel.py)
+PATHS["scan_bf16_pallas_fa3dw_attn"] = dict(
+    PATHS["scan_bf16_pallas_fa3dw"], **{"model.attention_impl": "pallas",
+                                        "model.fused_qkv": True})
+PATHS["scan_bf16_pallas_fa3dw_fused"] = dict(
+    PATHS["scan_bf16_pallas_fa3dw_attn"], **{"model.fused_norm": True})
 T0 = time.time()
 
 

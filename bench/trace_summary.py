@@ -156,19 +156,38 @@ _NO_KERNEL = {"parameter", "constant", "get-tuple-element", "tuple",
               "bitcast"}
 
 
+def _launches(instructions) -> collections.Counter:
+  """Opcode -> count of `instructions` ((name, right-hand side) pairs)
+  that launch a kernel (a fusion, a custom call, a copy, ...)."""
+  return collections.Counter(
+      op for op in (_shape_and_opcode(rest)[1] for _, rest in instructions)
+      if op not in _NO_KERNEL)
+
+
 def loop_kernels(text: str) -> collections.Counter:
-  """Opcode -> count of the instructions that launch a kernel (a fusion, a
-  custom call, a copy, ...) in the body of the entry computation's while
-  loops (the scanned train steps): the kernels one step launches."""
+  """Opcode -> count of the kernels in the body of the entry
+  computation's while loops (the scanned train steps): the kernels one
+  step launches."""
   entry, bodies = _computations(text)
   out = collections.Counter()
   for _, rest in bodies.get(entry, []):
     body = re.search(r"body=%([\w.\-]+)", rest)
     if _shape_and_opcode(rest)[1] == "while" and body:
-      out.update(op for op in (_shape_and_opcode(r)[1]
-                               for _, r in bodies[body.group(1)])
-                 if op not in _NO_KERNEL)
+      out.update(_launches(bodies[body.group(1)]))
   return out
+
+
+def entry_kernels(text: str) -> collections.Counter:
+  """Opcode -> count of the kernels the entry computation launches itself
+  (a program without a loop: all of them)."""
+  entry, bodies = _computations(text)
+  return _launches(bodies.get(entry, []))
+
+
+def describe_kernels(kernels: collections.Counter) -> str:
+  """"N kernels (fusion n, custom-call m, ...)"."""
+  return f"{sum(kernels.values())} kernels (" + ", ".join(
+      f"{op} {n}" for op, n in kernels.most_common()) + ")"
 
 
 def _hlo_beside(path: str) -> dict[str, Fusion]:

@@ -115,6 +115,11 @@ ENTRY %main.3 (p: f32[4]) -> f32[4] {
     self.assertEqual(trace_summary.loop_kernels(loop),
                      {"fusion": 2, "custom-call": 1, "copy": 1})
     self.assertEqual(trace_summary.loop_kernels(HLO), {})   # no loop
+    # a program without a loop: the entry computation's own kernels
+    self.assertEqual(trace_summary.entry_kernels(HLO), {"fusion": 1})
+    self.assertEqual(trace_summary.describe_kernels(
+        trace_summary.loop_kernels(loop)),
+        "4 kernels (fusion 2, custom-call 1, copy 1)")
 
   def test_config_overrides_are_literals_or_strings(self):
     self.assertEqual(startup.parse_override("model.fused_qkv=False"),
