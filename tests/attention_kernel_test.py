@@ -2,8 +2,6 @@
 the fused attention and its gradients against the jnp sum, and the model
 with attention_impl='pallas' against the XLA path."""
 # pylint: disable=invalid-name
-import dataclasses
-
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
@@ -14,8 +12,7 @@ from qkspec.config import defaults as common
 from qkspec.config import schema
 from qkspec.training import attention_kernel
 from qkspec.training import layer_stats
-from qkspec.training import model as model_lib
-from qkspec.training import tasks
+import testutil
 
 V = 40
 
@@ -29,7 +26,7 @@ def _lm(impl, **kw):
   c = common.lm_config()
   c.model.update(d_model=16, ffn_dim=16, num_layers=2, loss_chunk=8,
                  attention_impl=impl, **kw)
-  return c.model, model_lib.make_model(c.model, "lm", V)
+  return testutil.fused_lm_task(c.model, V)
 
 
 class AttentionTest(parameterized.TestCase):
@@ -92,11 +89,8 @@ class ModelTest(absltest.TestCase):
     batch = {"inputs": tokens, "targets": jnp.roll(tokens, -1, axis=1)}
     out = []
     for impl in ("xla", "pallas"):
-      mc, m = _lm(impl)
-      params = m.init(jax.random.key(6), tokens)["params"]
-      task = tasks.Task("lm", m, tokens, None, {}, tasks.token_loss, True,
-                        model_lib.attention_temperature(mc), V,
-                        fused_loss=True)
+      task = _lm(impl)
+      params = task.model.init(jax.random.key(6), tokens)["params"]
       loss = lambda p, t=task: t.summed_loss(p, batch, deterministic=True)[0]  # noqa: E731
       out.append((task, params, loss(params), jax.grad(loss)(params)))
     (xla, p0, l0, g0), (pallas, p1, l1, g1) = out
@@ -116,12 +110,8 @@ class ModelTest(absltest.TestCase):
     tokens = jax.random.randint(jax.random.key(7), (2, 16), 0, V)
     losses = []
     for impl in ("xla", "pallas"):
-      mc, m = _lm(impl, dropout=0.3)
-      params = m.init(jax.random.key(8), tokens)["params"]
-      task = dataclasses.replace(
-          tasks.Task("lm", m, tokens, None, {}, tasks.token_loss, True,
-                     model_lib.attention_temperature(mc), V),
-          fused_loss=True)
+      task = _lm(impl, dropout=0.3)
+      params = task.model.init(jax.random.key(8), tokens)["params"]
       losses.append(task.summed_loss(
           params, {"inputs": tokens, "targets": tokens}, deterministic=False,
           rngs={"dropout": jax.random.key(9)})[0])
@@ -130,9 +120,9 @@ class ModelTest(absltest.TestCase):
   def test_unsupported_combinations_fail_clearly(self):
     tokens = jnp.zeros((1, 16), jnp.int32)
     for kw in ({"qk_param": "joint"}, {"attn_dropout": 0.1}):
-      _, m = _lm("pallas", **kw)
+      model = _lm("pallas", **kw).model
       with self.assertRaisesRegex(ValueError, "needs qk_param='factored'"):
-        m.init(jax.random.key(0), tokens)
+        model.init(jax.random.key(0), tokens)
     c = common.lm_config()
     c.model.attention_impl = "flash"
     with self.assertRaisesRegex(ValueError, "attention_impl"):

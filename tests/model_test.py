@@ -16,9 +16,9 @@ from qkspec.config import defaults as common
 from qkspec.config import schema
 from qkspec.theory import locater
 from qkspec.training import model as model_lib
-from qkspec.training import tasks
 from qkspec.training import step as step_lib
 from qkspec.training import layer_stats
+import testutil
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
@@ -205,9 +205,7 @@ class ModelTest(parameterized.TestCase):
     np.testing.assert_allclose(step_lib.locater_term(params, hp), want,
                                rtol=1e-6)
     # The training objective is loss + that term.
-    task = tasks.Task("lm", m, tokens, None, {}, tasks.token_loss, True,
-                      model_lib.attention_temperature(c.model), V,
-                      fused_loss=True)
+    task = testutil.fused_lm_task(c.model, V)
     batch = {"inputs": tokens, "targets": tokens + 1}
     key = jax.random.key(0)
     total, (loss, pen) = step_lib.objective(params, hp, batch, key,
@@ -223,15 +221,12 @@ class ModelTest(parameterized.TestCase):
   def test_fused_loss_gradients_equal_plain(self):
     c = common.lm_config()
     c.model.update(d_model=d, ffn_dim=d, num_layers=2, loss_chunk=5)
-    m = model_lib.make_model(c.model, "lm", V)
+    fused = testutil.fused_lm_task(c.model, V)
     k1, k2 = jax.random.split(jax.random.key(7))
     tokens = jax.random.randint(k1, (B, T), 0, V)
     batch = {"inputs": tokens, "targets": jnp.roll(tokens, -1, axis=1),
              "weights": (jax.random.uniform(k2, (B, T)) > 0.3) * 1.0}
-    params = m.init(jax.random.key(8), tokens)["params"]
-    fused = tasks.Task("lm", m, tokens, None, {}, tasks.token_loss, True,
-                       model_lib.attention_temperature(c.model), V,
-                       fused_loss=True)
+    params = fused.model.init(jax.random.key(8), tokens)["params"]
     plain = dataclasses.replace(fused, fused_loss=False)
     grads = [jax.grad(lambda p, t=t: t.summed_loss(
         p, batch, deterministic=True)[0])(params) for t in (fused, plain)]
@@ -243,13 +238,10 @@ class ModelTest(parameterized.TestCase):
     # still reads the sown attention: every measurement matches.
     c = common.lm_config()
     c.model.update(d_model=d, ffn_dim=d, num_layers=2, loss_chunk=5)
-    m = model_lib.make_model(c.model, "lm", V)
+    fused = testutil.fused_lm_task(c.model, V)
     tokens = jax.random.randint(jax.random.key(9), (B, T), 0, V)
     batch = {"inputs": tokens, "targets": jnp.roll(tokens, -1, axis=1)}
-    params = m.init(jax.random.key(10), tokens)["params"]
-    fused = tasks.Task("lm", m, tokens, None, {}, tasks.token_loss, True,
-                       model_lib.attention_temperature(c.model), V,
-                       fused_loss=True)
+    params = fused.model.init(jax.random.key(10), tokens)["params"]
     got = [layer_stats.measure(params, batch, task=t)
            for t in (fused, dataclasses.replace(fused, fused_loss=False))]
     self.assertEqual(set(got[0]), set(got[1]))
@@ -286,13 +278,10 @@ class FusedQkvTest(parameterized.TestCase):
     for fused in (False, True):
       mc = _lm_model_config(num_layers=2, num_heads=heads, qkv_bias=bias,
                             fused_qkv=fused)
-      m = model_lib.make_model(mc, "lm", V)
-      params = m.init(jax.random.key(12), tokens)["params"]
+      task = testutil.fused_lm_task(mc, V)
+      params = task.model.init(jax.random.key(12), tokens)["params"]
       if bias:    # non-zero biases, so that their gradients are checked
         params = jax.tree.map(lambda x: x + 0.1, params)
-      task = tasks.Task("lm", m, tokens, None, {}, tasks.token_loss, True,
-                        model_lib.attention_temperature(mc), V,
-                        fused_loss=True)
       loss = lambda p, t=task: t.summed_loss(p, batch, deterministic=True)[0]  # noqa: E731
       out.append((params, loss(params), jax.grad(loss)(params)))
     (p0, l0, g0), (p1, l1, g1) = out

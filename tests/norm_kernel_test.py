@@ -12,9 +12,8 @@ import numpy as np
 
 from qkspec.config import defaults as common
 from qkspec.config import schema
-from qkspec.training import model as model_lib
 from qkspec.training import norm_kernel
-from qkspec.training import tasks
+import testutil
 
 V = 40
 jax.config.update("jax_numpy_rank_promotion", "raise")
@@ -85,10 +84,7 @@ class KernelTest(parameterized.TestCase):
 def _task(**model):
   c = common.lm_config()
   c.model.update(d_model=16, ffn_dim=16, num_layers=2, loss_chunk=8, **model)
-  m = model_lib.make_model(c.model, "lm", V)
-  return tasks.Task("lm", m, None, None, {}, tasks.token_loss, True,
-                    model_lib.attention_temperature(c.model), V,
-                    fused_loss=True)
+  return testutil.fused_lm_task(c.model, V)
 
 
 class BlockTest(absltest.TestCase):
