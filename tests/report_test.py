@@ -118,6 +118,24 @@ def _run_rows(figure, reading, n_seeds, final_step, smoke=False,
                kappa1=k1, kappa2=k2) for k1, k2 in pairs]
 
 
+class FigureOrderTest(absltest.TestCase):
+
+  def test_figures_in_numeric_order(self):
+    self.assertEqual(
+        sorted(["Fig. 10", "Fig. 6 (smoke)", "Fig. 9", "Fig. 6", "Fig. 12"],
+               key=report_runs.label_order),
+        ["Fig. 6", "Fig. 6 (smoke)", "Fig. 9", "Fig. 10", "Fig. 12"])
+
+  def test_verdicts_list_fig6_before_fig10(self):
+    rows = []
+    for fig in ("10", "6"):
+      for r in (_row(0.0, 5.0, 1.0, 200.0), _row(1.0, 3.0, 2.0, 150.0)):
+        rows.append(dict(r, figure=fig, label=f"Fig. {fig}"))
+    vs = report_claims.verdicts(rows)
+    self.assertEqual([v["text"].split(",")[0] for v in vs],
+                     ["Fig. 6"] * 3 + ["Fig. 10"] * 3)
+
+
 class StillToRunTest(absltest.TestCase):
 
   def test_lists_each_uncovered_cell_with_its_command(self):

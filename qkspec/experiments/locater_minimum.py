@@ -25,6 +25,7 @@ import math
 
 import numpy as np
 
+from qkspec.experiments import report_runs
 from qkspec.theory import locater
 from qkspec.theory import spectrum
 
@@ -101,7 +102,8 @@ def markdown(rows, readings: dict) -> list[str]:
   groups = {}
   for c in cs:
     groups.setdefault((c["label"], c["reading"]), []).append(c)
-  for (label, reading), g in sorted(groups.items()):
+  for (label, reading), g in sorted(groups.items(),
+                                    key=report_runs.cell_order):
     g = sorted(g, key=lambda c: c["kappa2"])
     name = readings.get(reading, reading)
     kappa1 = "/".join(sorted({f"{c['kappa1']:g}" for c in g}))

@@ -330,8 +330,7 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
         "## Verdicts", ""]
   md += [f"- {v['text']}" for v in vs] or ["- (no kappa2 = 0 / 1 pair)"]
   md += [""] + locater_minimum.markdown(rows, report_runs.READINGS)
-  labels = sorted({r["label"] for r in rows},
-                  key=lambda l: (len(l.split()[1]), l))
+  labels = sorted({r["label"] for r in rows}, key=report_runs.label_order)
   for label in labels:
     md += ["", f"## {label}", ""]
     locater = any(r["label"] == label and r["kappa1"] > 0 for r in rows)
@@ -403,7 +402,7 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
          "(written by the training loop); \"not recorded\" marks runs "
          "made before it existed.", ""]
   listed = set()
-  for run in runs:
+  for run in sorted(runs, key=lambda r: report_runs.label_order(r["label"])):
     if run["run_dir"] in listed:   # both readings' halves: one program
       continue
     listed.add(run["run_dir"])

@@ -92,7 +92,7 @@ def verdicts(rows, spread=None) -> list[dict]:
   for r in rows:
     groups.setdefault((r["label"], r["reading"]), []).append(r)
   out = []
-  for _, rs in sorted(groups.items()):
+  for _, rs in sorted(groups.items(), key=report_runs.cell_order):
     pairs = []
     base, alt = _pick(rs, True, 0.0), _pick(rs, True, 1.0)
     if base and alt:
@@ -141,7 +141,8 @@ def stripe_verdicts(runs) -> list[dict]:
   and no map without it does, "reversed" for the opposite, else "not
   reproduced"."""
   out = []
-  for (label, reading), rs in sorted(report_runs.cells(runs).items()):
+  for (label, reading), rs in sorted(report_runs.cells(runs).items(),
+                                     key=report_runs.cell_order):
     if rs[0]["figure"] != "7":
       continue
     found = {True: [], False: []}          # LocATER? -> [stripes?]

@@ -56,6 +56,20 @@ def reading_name(reading: str) -> str:
   return READINGS.get(reading, reading)
 
 
+def label_order(label: str) -> tuple:
+  """Sort key of a figure label: "Fig. 6" before "Fig. 10" (its number,
+  then the label: "Fig. 6" before "Fig. 6 (smoke)")."""
+  number = label.split()[1] if len(label.split()) > 1 else ""
+  return (int(number) if number.isdigit() else math.inf, label)
+
+
+def cell_order(item) -> tuple:
+  """Sort key of a ((label, reading), value) item: by `label_order`, then
+  the reading."""
+  (label, reading), _ = item
+  return label_order(label), reading
+
+
 _REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
