@@ -150,21 +150,21 @@ class StillToRunTest(absltest.TestCase):
     text = "\n".join(lines)
     self.assertIn("Fig. 6, literal (mean_loss): 1 of 3 seeds (seed 0 done)",
                   text)
-    self.assertIn("--stages train --figs 6 --path scan_bf16_pallas_fa3dw "
+    self.assertIn("--stages train --figs 6 --path scan_bf16_pallas_fa3dw_fused "
                   "--seeds 2 --first_seed 1`", text)    # the missing seeds
     self.assertIn("Fig. 6, fairseq (summed_loss): shortened: 11,000 of "
                   "50,000 steps", text)
     self.assertNotIn("Fig. 8, literal", text)
     self.assertIn("Fig. 9, both readings: not run", text)  # smoke
     self.assertIn("--stages train_fairseq --figs 6 --path "
-                  "scan_bf16_pallas_fa3dw --seeds 3`", text)
+                  "scan_bf16_pallas_fa3dw_fused --seeds 3`", text)
     self.assertIn("Fig. 8, fairseq (summed_loss): not run", text)
     self.assertIn("--stages train --both_readings --figs 7 --path "
-                  "scan_bf16_pallas_fa3dw`", text)
+                  "scan_bf16_pallas_fa3dw_fused`", text)
     self.assertIn("--stages train --both_readings --figs 9 --path "
-                  "scan_bf16_pallas_fa3dw --runs sweep,none`", text)
-    self.assertIn("--figs 9 --path scan_bf16_pallas_fa3dw --runs sweep,none`",
-                  text)
+                  "scan_bf16_pallas_fa3dw_fused --runs sweep,none`", text)
+    self.assertIn("--figs 9 --path scan_bf16_pallas_fa3dw_fused "
+                  "--runs sweep,none`", text)
 
   def test_a_complete_plan_leaves_nothing(self):
     rows = [r for fig, seeds in report_plan.PLAN.items()
@@ -173,14 +173,15 @@ class StillToRunTest(absltest.TestCase):
     self.assertEqual(report_plan.still_to_run(rows), [])
     rows[0]["seeds"] = [0, 2]                    # one group lacks seed 1
     [line] = report_plan.still_to_run(rows)
-    self.assertIn("--path scan_bf16_pallas_fa3dw --first_seed 1`", line)
+    self.assertIn("--path scan_bf16_pallas_fa3dw_fused --first_seed 1`", line)
 
   def test_figs_8_to_12_need_a_no_locater_member(self):
     rows = _run_rows("9", "mean_loss", 1, 50_000, none=False)
     [line] = [l for l in report_plan.still_to_run(rows)
               if l.startswith("- Fig. 9, literal")]
     self.assertIn("no-LocATER member: not run", line)
-    self.assertIn("--figs 9 --path scan_bf16_pallas_fa3dw --runs none`", line)
+    self.assertIn("--figs 9 --path scan_bf16_pallas_fa3dw_fused "
+                  "--runs none`", line)
     rows += [dict(rows[0], kappa1=0.0, kappa2=0.0)]        # a none run
     self.assertFalse([l for l in report_plan.still_to_run(rows)
                       if l.startswith("- Fig. 9, literal")])

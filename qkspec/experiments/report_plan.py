@@ -49,11 +49,14 @@ def _gaps(rows) -> dict:
 
 
 # bench/gpu_paper.py's fastest path on a Hopper GPU: the loss's forward
-# and its dW from FlashAttention-3 (H200: 433.1 Fig. 6 steps/s against
-# 404.0 with the Triton dW of the runs before 2026-11-27, the same call,
-# and a smaller gradient error, bench/gpu_results.md (11)); another GPU:
-# --path scan_bf16_pallas
-GPU_PATH = "scan_bf16_pallas_fa3dw"
+# and its dW from FlashAttention-3 (bench/gpu_results.md (11)) and the
+# layers' fewer kernels (fused attention, one QKV matmul, Post-LN's
+# residual, dropout and LayerNorm as one kernel): H200, the same call, Fig.
+# 10's model 795.7 steps/s at one member against 334.7 without the fewer
+# kernels, 467.6 against 263.7 at five, Fig. 6's sweep 452.8 against 438.9
+# (bench/gpu_results.md (14)); the runs' path from 2026-11-27's second
+# slice on. Another GPU: --path scan_bf16_pallas
+GPU_PATH = "scan_bf16_pallas_fa3dw_fused"
 
 
 def still_to_run(rows, path: str = GPU_PATH) -> list[str]:
