@@ -537,11 +537,11 @@ def train_run(flags, path: str, fig: int, seed: int, kind: str,
   workdir = os.path.join(flags.workdir, name)
   log(f"train {name}: {FIGS[fig] or 'rho_training'}, {c.num_steps} "
       f"steps, path {path}")
-  curve, measured = curve_for(load_curves(flags, path), fig)
+  curve, measured, layer_s = curve_for(load_curves(flags, path), fig)
   if rate or curve:
     need = run_seconds(fig, kind, c.num_steps - _steps_done(workdir), rate,
                        "contrast" in extra, 2 if "both_readings" in extra
-                       else 1, seeds, curve, measured)
+                       else 1, seeds, curve, measured, layer_s)
     log(f"train {name}: ~{need / 60:.1f} min at "
         + (f"the members curve measured at {measured}" if curve
            else f"the probe's {rate:.1f} steps/s") + " (run_seconds)"
@@ -736,7 +736,10 @@ MAX_RUN_S = 540 - TODO_MARGIN_S   # a 10-minute call's --time_budget_s 540
 # run (L = 3, d = 32, one member) stepped 1.62 ms (81 s for 50,000 steps)
 # against 0.730 ms at L = 1 (the members curve at N = 1), 0.445 ms a
 # layer, of which LAYER_COST x 0.730 ms is its work; before, LAYER_COST =
-# 0.10 alone projected that run at 1.1 min, and it took 1.6.
+# 0.10 alone projected that run at 1.1 min, and it took 1.6. A path whose
+# curves hold a width at one layer and deeper takes its own LAYER_S, fitted
+# to them (`layer_seconds`: fa3dw's Fig. 10 curve gives 0.415 ms, the
+# fewer-kernels path's 0.069 ms, H200, bench/gpu_results.md (14)).
 LAYER_COST = 0.05
 LAYER_S = 0.41e-3
 EVAL_COST = 0.07
@@ -770,41 +773,61 @@ def step_seconds(curve: dict[int, float], n: int) -> float:
 def run_step_seconds(fig: int, kind: str, rate: float,
                      contrast: bool = False, readings: int = 1,
                      seeds: int = 1, curve: dict[int, float] | None = None,
-                     curve_model: str = "L=1") -> float:
+                     curve_model: str = "L=1",
+                     layer_s: float = LAYER_S) -> float:
   """Projected seconds of one training step of a run (see the model
   above), given `rate`, the probe's steps/s of the Fig. 6 sweep, or
   `curve`, a members curve ({N: steps/s}) measured at `curve_model` (the
   run's model, or its width at one layer), which then replaces `rate` and
   the d = 32 guess; `readings` = 2: both readings side by side
-  (`both_readings`); `seeds`: seeds in one program."""
+  (`both_readings`); `seeds`: seeds in one program; `layer_s`: a layer's
+  fixed seconds on this path (`layer_seconds`)."""
   members = run_members(fig, kind, contrast, readings, seeds)
   layers = _layers(model_of(fig))
   if curve and len(curve) > 1:
     return deeper(step_seconds(curve, members), layers,
-                  _layers(curve_model))
+                  _layers(curve_model), layer_s)
   one, five = 1 / ONE_MEMBER_RATE, 1 / FIVE_MEMBER_RATE
   return deeper((one + (five - one) * (members - 1) / 4) * (
-      FIVE_MEMBER_RATE / rate), layers)
+      FIVE_MEMBER_RATE / rate), layers, 1, layer_s)
 
 
-def deeper(step_s: float, layers: int, measured_layers: int = 1) -> float:
+def deeper(step_s: float, layers: int, measured_layers: int = 1,
+           layer_s: float = LAYER_S) -> float:
   """Seconds of a step of the `layers`-layer model from `step_s`, that of
   the same members at `measured_layers`: each layer beyond the first adds
-  LAYER_COST x the one-layer step and LAYER_S (the model above)."""
-  one = (step_s - LAYER_S * (measured_layers - 1)) / (
+  LAYER_COST x the one-layer step and `layer_s` (the model above)."""
+  one = (step_s - layer_s * (measured_layers - 1)) / (
       1 + LAYER_COST * (measured_layers - 1))
-  return one * (1 + LAYER_COST * (layers - 1)) + LAYER_S * (layers - 1)
+  return one * (1 + LAYER_COST * (layers - 1)) + layer_s * (layers - 1)
+
+
+def layer_seconds(curves: dict[str, dict[int, float]]) -> float:
+  """A path's fixed seconds a layer (`deeper`'s `layer_s`) fitted to its
+  members curves: for each width measured at one layer and deeper (L = k)
+  and each N both measured, the `layer_s` that carries the one-layer step
+  onto the deeper one; the most of these (a fixed cost should not depend
+  on N: the most keeps projections from falling short), never below 0.
+  LAYER_S where no width has both."""
+  fits = []
+  for model, curve in curves.items():
+    layers, width = _layers(model), model.split(",")[1]
+    base = curves.get(f"L=1,{width}")
+    if layers > 1 and base:
+      fits += [(1 / curve[n] - (1 + LAYER_COST * (layers - 1)) / base[n])
+               / (layers - 1) for n in set(curve) & set(base)]
+  return max(max(fits), 0.0) if fits else LAYER_S
 
 
 def run_seconds(fig: int, kind: str, steps: int, rate: float,
                 contrast: bool = False, readings: int = 1, seeds: int = 1,
                 curve: dict[int, float] | None = None,
-                curve_model: str = "L=1") -> float:
+                curve_model: str = "L=1", layer_s: float = LAYER_S) -> float:
   """Projected wall seconds of `steps` steps of one run: its steps
   (`run_step_seconds`, same arguments), evaluation (EVAL_COST) and
   compilation and setup (RUN_OVERHEAD_S)."""
   return steps * run_step_seconds(fig, kind, rate, contrast, readings,
-                                  seeds, curve, curve_model) * (
+                                  seeds, curve, curve_model, layer_s) * (
                                       1 + EVAL_COST) + RUN_OVERHEAD_S
 
 
@@ -818,15 +841,16 @@ def _layers(model: str) -> int:
 
 
 def curve_for(curves: dict[str, dict[int, float]], fig: int
-              ) -> tuple[dict[int, float] | None, str]:
-  """(members curve, the model it was measured at) for Fig. `fig`'s runs:
-  its own model's, else its width's at one layer; (None, "") if neither
-  was measured."""
-  model = model_of(fig)
+              ) -> tuple[dict[int, float] | None, str, float]:
+  """(members curve, the model it was measured at, the path's seconds a
+  layer: `layer_seconds`) for Fig. `fig`'s runs: its own model's curve,
+  else its width's at one layer; (None, "", ...) if neither was
+  measured."""
+  model, layer_s = model_of(fig), layer_seconds(curves)
   for m in (model, "L=1," + model.split(",")[1]):
     if m in curves:
-      return curves[m], m
-  return None, ""
+      return curves[m], m, layer_s
+  return None, "", layer_s
 
 
 CURVES_FILE = "members_curves.json"

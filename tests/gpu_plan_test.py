@@ -238,9 +238,9 @@ class MeasuredCurveTest(absltest.TestCase):
     # a curve of the figure's own depth needs no layer model, one of its
     # width at one layer takes it; Fig. 7 trains Fig. 6's model
     curves = {"L=6,d=32": curve, "L=1,d=32": {1: 1.0, 5: 2.0}}
-    self.assertEqual(gpu_paper.curve_for(curves, 10), (curve, "L=6,d=32"))
+    self.assertEqual(gpu_paper.curve_for(curves, 10)[:2], (curve, "L=6,d=32"))
     self.assertEqual(gpu_paper.curve_for(curves, 9)[1], "L=1,d=32")
-    self.assertEqual(gpu_paper.curve_for(curves, 12), (None, ""))
+    self.assertEqual(gpu_paper.curve_for(curves, 12)[:2], (None, ""))
     self.assertEqual(gpu_paper.curve_for({"L=1,d=128": curve}, 7)[1],
                      "L=1,d=128")
     self.assertAlmostEqual(
@@ -272,6 +272,51 @@ class MeasuredCurveTest(absltest.TestCase):
     step = gpu_paper.run_step_seconds(9, "none", 1e-9, curve=d32,
                                       curve_model="L=1,d=32")
     self.assertAlmostEqual(step * 50_000, 81.0, delta=1.0)
+
+  def test_layer_seconds_fitted_to_a_paths_curves(self):
+    """A width measured at one layer and deeper gives the path's own
+    seconds a layer: exact for curves that follow `deeper`, the most over
+    N, never below zero; LAYER_S without such a pair; `curve_for` hands it
+    to the projection of a depth no curve has (Fig. 12 from d = 128's one
+    layer)."""
+    base = {1: 1000.0, 5: 400.0}
+    deep = lambda s, n=None: {  # noqa: E731
+        k: 1 / gpu_paper.deeper(1 / r, 6, 1, s if n in (None, k) else 0.0)
+        for k, r in base.items()}
+    self.assertAlmostEqual(gpu_paper.layer_seconds(
+        {"L=1,d=32": base, "L=6,d=32": deep(0.2e-3)}), 0.2e-3)
+    self.assertAlmostEqual(gpu_paper.layer_seconds(        # the most
+        {"L=1,d=32": base, "L=6,d=32": deep(0.3e-3, n=5)}), 0.3e-3)
+    self.assertEqual(gpu_paper.layer_seconds(
+        {"L=1,d=32": base, "L=6,d=32": {1: 2000.0, 5: 800.0}}), 0.0)
+    self.assertEqual(gpu_paper.layer_seconds({"L=1,d=32": base}),
+                     gpu_paper.LAYER_S)
+    self.assertEqual(gpu_paper.layer_seconds({"L=6,d=32": base}),
+                     gpu_paper.LAYER_S)
+    curves = {"L=1,d=32": base, "L=6,d=32": deep(0.1e-3),
+              "L=1,d=128": {1: 900.0, 5: 300.0}}
+    curve, model, layer_s = gpu_paper.curve_for(curves, 12)
+    self.assertEqual((model, round(layer_s, 9)), ("L=1,d=128", 0.1e-3))
+    self.assertAlmostEqual(
+        gpu_paper.run_step_seconds(12, "sweep", 1e-9, curve=curve,
+                                   curve_model=model, layer_s=layer_s),
+        gpu_paper.deeper(1 / 300.0, 6, 1, 0.1e-3))
+
+  def test_fitted_layers_give_the_fewer_kernels_runs(self):
+    """The fewer-kernels path on an H200 (bench/gpu_results.md (14)): its
+    Fig. 10 curve against fa3's one-layer d = 32 curve fits ~0.07 ms a
+    layer (fa3dw's: 0.415, the measured LAYER_S); Fig. 9's pair, trained on
+    it in 162 s, then projects within 0-20% above."""
+    fa3 = {"L=1,d=32": {1: 1369.95, 5: 640.36, 15: 259.73, 30: 135.60}}
+    fa3dw = dict(fa3, **{"L=6,d=32": {1: 334.71, 5: 263.73}})
+    fused = dict(fa3, **{"L=6,d=32": {1: 795.70, 5: 467.58}})
+    self.assertAlmostEqual(gpu_paper.layer_seconds(fa3dw), 0.415e-3,
+                           delta=0.005e-3)
+    self.assertAlmostEqual(gpu_paper.layer_seconds(fused), 0.069e-3,
+                           delta=0.005e-3)
+    pair = gpu_paper.run_seconds(9, "sweep", 50_000, 1, False, 2, 1,
+                                 *gpu_paper.curve_for(fused, 9))
+    self.assertBetween(pair / 162.0, 1.0, 1.2)
 
   def test_fa3dw_takes_fa3s_curves_until_its_own_are_measured(self):
     fa3 = {"1": 1000.0, "5": 500.0}
