@@ -8,6 +8,7 @@ import tempfile
 
 from absl.testing import absltest
 import jax
+from jax.experimental.compilation_cache import compilation_cache
 import numpy as np
 
 from qkspec.training import loop
@@ -105,6 +106,47 @@ class LoopTest(absltest.TestCase):
     self.assertEqual(
         *(testutil.metric_records(os.path.join(wd, "kappa2=1"))
           for wd in (warm, plain)))
+
+
+class CompileProgramsTest(absltest.TestCase):
+
+  def setUp(self):
+    """A fresh persistent compilation cache (the other tests' settings
+    back afterwards) and jax's log of what it compiles or reads."""
+    super().setUp()
+    root = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, root, ignore_errors=True)
+    for name, value in (("jax_compilation_cache_dir",
+                         os.path.join(root, "cache")),
+                        ("jax_persistent_cache_min_compile_time_secs", 0.0),
+                        ("jax_log_compiles", True)):
+      self.addCleanup(jax.config.update, name, getattr(jax.config, name))
+      jax.config.update(name, value)
+    compilation_cache.reset_cache()
+    self.addCleanup(compilation_cache.reset_cache)
+    self.messages = []
+    handler = logging.Handler()
+    handler.emit = lambda record: self.messages.append(record.getMessage())
+    jax_logger = logging.getLogger("jax")
+    jax_logger.addHandler(handler)
+    self.addCleanup(jax_logger.removeHandler, handler)
+    self.workdir = os.path.join(root, "run")
+
+  def _read_from_cache(self) -> set[str]:
+    prefix = "Persistent compilation cache hit for '"
+    got = {m.removeprefix(prefix).split("'")[0] for m in self.messages
+           if m.startswith(prefix)}
+    self.messages.clear()
+    return got
+
+  def test_the_run_then_reads_each_program_from_the_cache(self):
+    programs = {"jit_init_state", "jit_mapped", "jit_train_many",
+                "jit_eval_many"}
+    loop.compile_programs(_config(4, True))
+    self.assertFalse(self._read_from_cache() & programs)   # a fresh cache
+    self.assertFalse(os.path.exists(self.workdir))
+    loop.train_and_evaluate(_config(4, True), self.workdir)
+    self.assertLessEqual(programs, self._read_from_cache())
 
 
 if __name__ == "__main__":

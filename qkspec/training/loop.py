@@ -184,6 +184,23 @@ def _start_compiling(run: Run) -> None:
         run.steps.task.train_batch(0))
 
 
+def compile_programs(config) -> None:
+  """Compiles a run's programs (its initialisation, measurements, train
+  call and evaluation) without training, and waits for them.
+
+  With JAX's persistent compilation cache on (`jax_compilation_cache_dir`),
+  a later `train_and_evaluate` of the same config, in this process or
+  another, then reads each program from the cache instead of compiling it:
+  bench/gpu_paper.py's `warm` stage compiles a slice's runs side by side
+  so. Writes nothing but the cache.
+  """
+  run = _setup(config, workdir="")
+  steps = precompile.start(run.steps, _abstract_state(run), run.dropout_keys,
+                           run.steps.task.train_batch(0))
+  run.steps.init.lower(run.init_keys, run.hparams).compile()
+  precompile.wait(steps)
+
+
 def _restore_or_init(run: Run, ckpt: ckpt_lib.Checkpointer):
   """The state at the newest checkpoint that restores, or a fresh one.
 

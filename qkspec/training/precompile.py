@@ -49,12 +49,25 @@ class Warm:
     self._fn, self._pending = fn, list(pending)
 
   def __call__(self, *args, **kwargs):
-    while self._pending:             # raises a worker's error, once
-      self._pending.pop().result()
+    self.wait()
     return self._fn(*args, **kwargs)
+
+  def wait(self) -> None:
+    """Waits for the background compiles; raises a worker's error, once."""
+    while self._pending:
+      self._pending.pop().result()
 
   def __getattr__(self, name):
     return getattr(self._fn, name)
+
+
+def wait(steps) -> None:
+  """Waits for every compile `start` began for `steps` (raises a worker's
+  error)."""
+  for name in ("train", "train_many", "measure", "eval_many"):
+    fn = getattr(steps, name, None)
+    if isinstance(fn, Warm):
+      fn.wait()
 
 
 def _compile(fn, *args) -> None:
