@@ -24,6 +24,11 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   and todo stages unless --train_path names another), and the
   training time of every run --figs, --seeds and --runs ask for is
   projected at its rate (`projection`).
+* warm: compiles the programs of every run the train stage then trains
+  (not yet finished) side by side on threads, into the persistent
+  compilation cache WORKDIR/jax_cache (on in every stage), so that each
+  run reads them instead of compiling its own when the last one ends
+  (`warm`, `loop.compile_programs`).
 * train: the kappa2 sweep of every figure in --figs (7: Fig. 7's two
   members, configs/rho_training.py) for --steps steps with
   periodic evaluation, through `qkspec.training.loop` (resumable: rerunning
@@ -95,6 +100,7 @@ Python packages a GPU image may lack (tensorflow-datasets, grain,
 array_record, ml_collections): see BUILD.md.
 """
 import argparse
+from concurrent import futures
 import contextlib
 import gc
 import glob
@@ -212,15 +218,18 @@ def left(flags) -> float:
 
 _load_lm_data = tasks.load_lm_data
 _DATA = {}
+_DATA_LOCK = threading.Lock()
 
 
 def _load_once(config):
-  """tasks.load_lm_data, read once per process (every probe builds a task)."""
+  """tasks.load_lm_data, read once per process (every probe builds a task;
+  the warm stage's threads each build one)."""
   key = (config.data.name, config.data.manual_dir, config.data.data_dir,
          config.data.seed)
-  if key not in _DATA:
-    _DATA[key] = _load_lm_data(config)
-  return _DATA[key]
+  with _DATA_LOCK:
+    if key not in _DATA:
+      _DATA[key] = _load_lm_data(config)
+    return _DATA[key]
 
 
 tasks.load_lm_data = _load_once
@@ -502,6 +511,43 @@ def run_spec(fig: int, seed: int, kind: str, fairseq: bool,
   return name, {k: v for k, v in extra.items() if v}
 
 
+def train_runs(flags) -> list[tuple[int, int, str]]:
+  """(fig, seed, kind) of each run the train stage trains: every figure of
+  --figs, seed from --first_seed on (--seeds) and kind of --runs (Fig. 7
+  trains its none member anyway, so no none run of its own)."""
+  return [(int(f), s, k) for f in flags.figs.split(",")
+          for s in range(flags.first_seed, flags.first_seed + flags.seeds)
+          for k in flags.runs.split(",") if not (k == "none" and f == "7")]
+
+
+def warm(flags, path: str):
+  """Compiles the programs of each run the train stage will train and has
+  not finished (`train_runs`, read with --fairseq, --contrast and
+  --both_readings as train reads them) side by side on threads
+  (`loop.compile_programs`) into the persistent compilation cache
+  (WORKDIR/jax_cache): each run then reads them instead of compiling its
+  own after the last run ends, ~15-20 s a run on a GPU host (setup and
+  compile, bench/gpu_results.md (14)). A run whose compile fails here
+  compiles its own as before."""
+  runs = []
+  for fig, seed, kind in train_runs(flags):
+    name, extra = run_spec(fig, seed, kind, flags.fairseq, flags.contrast,
+                           flags.both_readings)
+    if _steps_done(os.path.join(flags.workdir, name)) < flags.steps:
+      runs.append((name, fig_config(flags, fig, path, **extra)))
+  t = time.time()
+  with futures.ThreadPoolExecutor(max(len(runs), 1),
+                                  thread_name_prefix="warm") as pool:
+    jobs = {name: pool.submit(loop.compile_programs, c) for name, c in runs}
+  for name, job in jobs.items():
+    if job.exception() is not None:
+      log(f"warm {name}: failed: {type(job.exception()).__name__}: "
+          f"{str(job.exception())[:300]}")
+  log(f"warm: the programs of {len(runs)} run(s) compiled side by side in "
+      f"{time.time() - t:.0f} s ({', '.join(jobs) or 'none to train'}; "
+      f"path {path})")
+
+
 def train(flags, path: str, rate: float | None = None):
   """Trains each figure of --figs, one run per seed and kind of --runs
   (resumable), prints its finals, plots; `rate` (the probe's Fig. 6
@@ -510,12 +556,7 @@ def train(flags, path: str, rate: float | None = None):
   give 629 (bench/gpu_results.md, members), so separate runs cost ~8%, and
   each run then fits one GPU slice (checkpoints stay on the machine, so a
   run cut by the slice's end is lost unless resumed on the same lease)."""
-  for fig, seed, kind in ((int(f), s, k) for f in flags.figs.split(",")
-                          for s in range(flags.first_seed,
-                                         flags.first_seed + flags.seeds)
-                          for k in flags.runs.split(",")):
-    if kind == "none" and fig == 7:    # Fig. 7 trains its none member anyway
-      continue
+  for fig, seed, kind in train_runs(flags):
     if left(flags) < 30:
       name, _ = run_spec(fig, seed, kind, flags.fairseq, flags.contrast,
                          flags.both_readings)
@@ -1116,8 +1157,8 @@ def main():
   unknown = sorted(set(named) - set(PATHS) - {"", "best"})
   if unknown:
     p.error(f"unknown path(s) {', '.join(unknown)}; known: {', '.join(PATHS)}")
-  data_stages = {"probe", "train", "train_fairseq", "todo", "members",
-                 "trace", "startup"} & set(flags.stages.split(","))
+  data_stages = {"probe", "warm", "train", "train_fairseq", "todo",
+                 "members", "trace", "startup"} & set(flags.stages.split(","))
   if data_stages and not flags.manual_dir and not glob.glob(os.path.join(
       flags.tfds_dir, "wikitext2", "*", "dataset_info.json")):
     p.error(f"--tfds_dir {flags.tfds_dir} holds no prepared wikitext2, which "
@@ -1129,6 +1170,11 @@ def main():
     flags.k, flags.probe_steps = 2, 2
     flags.steps = min(flags.steps, 8)
   os.makedirs(flags.workdir, exist_ok=True)
+  # Compiled programs persist in WORKDIR/jax_cache (gpu_session.sh leaves
+  # it out of runs.tgz): a run resumed or trained again on this machine,
+  # and the runs the warm stage compiled for, read them.
+  jax.config.update("jax_compilation_cache_dir",
+                    os.path.join(flags.workdir, "jax_cache"))
   log(f"jax {jax.__version__}, devices {jax.devices()}")
   stages = flags.stages.split(",")
   path, known = flags.path or "scan_f32_plain", {}
@@ -1136,6 +1182,8 @@ def main():
     if stage == "probe":
       path, rate = probe(flags)
       known[5] = rate
+    elif stage == "warm":
+      warm(flags, _train_path(flags, path, known)[0])
     elif stage == "train":
       train(flags, *_train_path(flags, path, known))
     elif stage == "train_fairseq":     # the same figures, fairseq's reading

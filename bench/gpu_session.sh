@@ -29,7 +29,7 @@ if compgen -G "$WORKDIR/traces/*.json.gz" > /dev/null; then
   python3 bench/trace_summary.py "$WORKDIR"/traces/*.json.gz \
     | tee "$OUT/trace.txt"
 fi
-tar czf "$OUT/runs.tgz" --exclude=ckpt --exclude=traces \
+tar czf "$OUT/runs.tgz" --exclude=ckpt --exclude=traces --exclude=jax_cache \
   -C "$(dirname "$WORKDIR")" "$(basename "$WORKDIR")"
 echo "results in $OUT (stdout.txt, stderr.txt, runs.tgz); gpu_paper.py rc=$rc"
 exit "$rc"

@@ -445,6 +445,56 @@ class ReportStageTest(absltest.TestCase):
                     f"`{records}`", md)
 
 
+class WarmStageTest(absltest.TestCase):
+
+  def _flags(self, tmp, **kw):
+    return argparse.Namespace(**{
+        "manual_dir": "", "tfds_dir": "/tmp/t", "steps": 8, "pallas": "",
+        "k": 2, "rehearse": 0, "workdir": tmp, "figs": "7,9", "seeds": 1,
+        "first_seed": 0, "runs": "sweep,none", "fairseq": False,
+        "contrast": False, "both_readings": True, **kw})
+
+  def test_train_runs_skip_fig7s_none_run(self):
+    flags = argparse.Namespace(figs="6,7", first_seed=1, seeds=2,
+                               runs="sweep,none")
+    self.assertEqual(gpu_paper.train_runs(flags),
+                     [(6, 1, "sweep"), (6, 1, "none"), (6, 2, "sweep"),
+                      (6, 2, "none"), (7, 1, "sweep"), (7, 2, "sweep")])
+
+  def test_warm_compiles_the_unfinished_runs_train_builds(self):
+    """The configs warm compiles are train_run's, for the runs not done
+    (fig9_none finished here); a failed compile is logged, not raised."""
+    with tempfile.TemporaryDirectory() as tmp:
+      flags = self._flags(tmp)
+      compiled, lines = [], []
+
+      def compile_programs(c):
+        compiled.append(c.to_dict())
+        if c.model.num_layers == 3 and not c.sweep.kappa2:
+          raise RuntimeError("no kernel")
+
+      done = lambda wd: 8 if wd.endswith("fig9_none") else 0  # noqa: E731
+      with mock.patch.object(gpu_paper.loop, "compile_programs",
+                             compile_programs), \
+           mock.patch.object(gpu_paper, "_steps_done", done), \
+           mock.patch.object(gpu_paper, "log", lines.append):
+        gpu_paper.warm(flags, "scan_bf16_pallas")
+        self.assertCountEqual(compiled, [
+            gpu_paper.fig_config(flags, fig, "scan_bf16_pallas",
+                                 **gpu_paper.run_spec(fig, 0, kind, False,
+                                                      False, True)[1]
+                                 ).to_dict()
+            for fig, kind in ((7, "sweep"), (9, "sweep"))])
+        self.assertIn("fig7_both, fig9_both", lines[-1])
+        self.assertEqual(lines[:-1], [])
+        flags.runs = "none"
+        done = lambda wd: 0  # noqa: E731
+        with mock.patch.object(gpu_paper, "_steps_done", done):
+          gpu_paper.warm(flags, "scan_bf16_pallas")
+        self.assertStartsWith(lines[-2], "warm fig9_none: failed: "
+                              "RuntimeError: no kernel")
+
+
 class PackSeedsTest(absltest.TestCase):
 
   def _seconds(self, curve):
