@@ -118,6 +118,53 @@ def _run_rows(figure, reading, n_seeds, final_step, smoke=False,
                kappa1=k1, kappa2=k2) for k1, k2 in pairs]
 
 
+class PairedTest(absltest.TestCase):
+  """Members of one seed share initialisation and batches: their per-seed
+  differences decide the paired verdict."""
+
+  def _rows(self, ppl0, ppl1, seeds=(0, 1, 2, 3)):
+    rows = []
+    for kappa2, ppl in ((0.0, ppl0), (1.0, ppl1)):
+      r = _row(kappa2, 5.0, 1.0, float(np.mean(ppl)), n_seeds=len(ppl),
+               spread=float(np.std(ppl, ddof=1)))
+      rows.append(dict(r, seeds=list(seeds[:len(ppl)]),
+                       valid_ppl_values=list(ppl)))
+    return rows
+
+  def test_consistent_differences_hidden_by_the_seed_spread(self):
+    """Fig. 6 literal's numbers: +0.16, +0.09, +0.07, +0.10 over seeds
+    that spread ~1: not significant unpaired, reversed paired."""
+    ppl0 = [236.0, 237.5, 238.2, 236.3]
+    ppl1 = [a + d for a, d in zip(ppl0, (0.16, 0.09, 0.07, 0.10))]
+    v = _by_claim(report_claims.verdicts(self._rows(ppl0, ppl1)))["D"]
+    self.assertEqual(v["verdict"], "not significant")
+    self.assertEqual(v["paired"], "reversed")
+    self.assertIn("paired by seed: +0.105 ± 0.039 over 4 seeds, 4 of 4 "
+                  "of that sign: **reversed**", v["text"])
+
+  def test_a_seed_of_the_other_sign_or_a_small_mean_is_not_significant(self):
+    ppl0 = [236.0, 237.5, 238.2, 236.3]
+    for deltas in ((-0.2, -0.2, -0.2, 0.01), (-0.2, 0.19, -0.01, 0.05),
+                   (-0.3, -0.01, -0.01, -0.01)):     # within 2 x its se
+      ppl1 = [a + d for a, d in zip(ppl0, deltas)]
+      self.assertEqual(report_claims.paired(
+          "valid_ppl", *self._rows(ppl0, ppl1), -1)[0], "not significant")
+    ppl1 = [a - 0.2 for a in ppl0]                        # lower: the claim
+    self.assertEqual(report_claims.paired(
+        "valid_ppl", *self._rows(ppl0, ppl1), -1)[0], "reproduced")
+
+  def test_pairs_by_seed_and_needs_two(self):
+    base, alt = self._rows([236.0, 237.0, 238.0], [236.1, 237.1, 238.1])
+    alt = dict(alt, seeds=[2, 1, 5], valid_ppl_values=[238.1, 237.1, 1e9])
+    verdict, d = report_claims.paired("valid_ppl", base, alt, -1)
+    np.testing.assert_allclose(d, [0.1, 0.1])             # seeds 1 and 2
+    self.assertEqual(verdict, "reversed")
+    one = dict(alt, seeds=[2], valid_ppl_values=[238.1])
+    self.assertIsNone(report_claims.paired("valid_ppl", base, one, -1)[0])
+    self.assertNotIn("paired", report_claims.verdicts(
+        [dict(base, n_seeds=1), dict(one, n_seeds=1)])[2]["text"])
+
+
 class FigureOrderTest(absltest.TestCase):
 
   def test_figures_in_numeric_order(self):

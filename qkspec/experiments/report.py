@@ -326,7 +326,12 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
         "perplexity lower (D). A verdict is *not significant* when "
         "|mean difference| <= 2 x the pooled std over seeds, or, with one "
         f"seed, <= {replicates.FACTOR:g} x the relative difference between "
-        "two runs of the same config and seed (below).", "",
+        "two runs of the same config and seed (below). With two seeds or "
+        "more a line also gives the *paired* verdict: the members of one "
+        "seed share their initialisation and batches, so the per-seed "
+        "differences decide it (significant when their mean exceeds 2 x "
+        "its standard error and every seed agrees in sign), which the "
+        "seeds' spread of each group's mean can hide.", "",
         "## Verdicts", ""]
   md += [f"- {v['text']}" for v in vs] or ["- (no kappa2 = 0 / 1 pair)"]
   md += [""] + locater_minimum.markdown(rows, report_runs.READINGS)

@@ -9,6 +9,10 @@
   decides and the line says "one seed: no error bar", unless replicate runs
   (the same config and seed trained again) show a run-to-run spread as
   large as the difference (`replicates`): then it is "not significant" too.
+  With two seeds or more in both groups the line adds a paired verdict
+  (`paired`): a sweep's members of one seed share their initialisation and
+  batches, so the per-seed differences can be consistent where the seeds'
+  spread of each group's mean hides them.
 * Fig. 7's heat maps get a stripe test per member (`stripes.stripe_test`: a
   persistent, salient position profile of rho_i over training; a record
   rebuilt from an earlier report keeps the result instead of the map) and
@@ -43,6 +47,23 @@ def _shortened(steps: int) -> str:
           f"; shortened: {steps:,} of {report_runs.PAPER_STEPS:,} steps")
 
 
+def paired(quantity, base, alt, sign):
+  """(verdict, per-seed differences) of `alt` - `base` over the seeds both
+  rows hold (`seeds`, `{quantity}_values`): "reproduced" or "reversed" (by
+  `sign`, the sign the paper expects) when the mean difference exceeds 2 x
+  its standard error (std / sqrt(n)) and every seed's difference has its
+  sign, else "not significant"; None with fewer than two common seeds."""
+  b = dict(zip(base.get("seeds", ()), base.get(f"{quantity}_values", ())))
+  a = dict(zip(alt.get("seeds", ()), alt.get(f"{quantity}_values", ())))
+  d = np.array([a[s] - b[s] for s in sorted(set(a) & set(b))], float)
+  if len(d) < 2 or not np.all(np.isfinite(d)):
+    return None, d
+  mean, se = d.mean(), d.std(ddof=1) / math.sqrt(len(d))
+  if abs(mean) <= 2 * se or not np.all(np.sign(d) == np.sign(mean)):
+    return "not significant", d
+  return ("reproduced" if np.sign(mean) == sign else "reversed"), d
+
+
 def _compare(claim, quantity, sign, what, base, alt, contrast, spread=None):
   """One verdict: `alt` (stronger LocATER) against `base`; its note says
   when either ran fewer than the paper's steps. With one seed, `spread`
@@ -73,6 +94,12 @@ def _compare(claim, quantity, sign, what, base, alt, contrast, spread=None):
       verdict = "reproduced" if np.sign(diff) == sign else "reversed"
     note = (f"|diff| {abs(diff):.4g} vs 2 x pooled std {2 * pooled:.4g}, "
             f"{min(base['n_seeds'], alt['n_seeds'])} seeds")
+  by_seed, d = paired(quantity, base, alt, sign)
+  if by_seed:
+    same = int(np.sum(np.sign(d) == np.sign(d.mean())))
+    note += (f"; paired by seed: {d.mean():+.4g} ± {d.std(ddof=1):.2g} "
+             f"over {len(d)} seeds, {same} of {len(d)} of that sign: "
+             f"**{by_seed}**")
   note += _shortened(min(base.get("final_step", report_runs.PAPER_STEPS),
                          alt.get("final_step", report_runs.PAPER_STEPS)))
   text = (f"{alt['label']}, {report_runs.reading_name(alt['reading'])}, "
@@ -82,7 +109,8 @@ def _compare(claim, quantity, sign, what, base, alt, contrast, spread=None):
   return dict(figure=alt["figure"], label=alt["label"],
               reading=alt["reading"], claim=claim, contrast=contrast,
               kappa1=alt["kappa1"], kappa2=alt["kappa2"],
-              verdict=verdict, diff=diff, note=note, text=text)
+              verdict=verdict, diff=diff, note=note, text=text,
+              paired=by_seed)
 
 
 def verdicts(rows, spread=None) -> list[dict]:
