@@ -31,6 +31,7 @@ CPU, where XLA's compilation already uses both cores, little.
 `config.precompile = False` turns it off.
 """
 from concurrent import futures
+import dataclasses
 from typing import Callable
 
 import jax
@@ -62,10 +63,10 @@ class Warm:
 
 
 def wait(steps) -> None:
-  """Waits for every compile `start` began for `steps` (raises a worker's
-  error)."""
-  for name in ("train", "train_many", "measure", "eval_many"):
-    fn = getattr(steps, name, None)
+  """Waits for every compile `start` began for `steps` (its `Warm`
+  functions; raises a worker's error)."""
+  for field in dataclasses.fields(steps):
+    fn = getattr(steps, field.name)
     if isinstance(fn, Warm):
       fn.wait()
 
