@@ -530,6 +530,35 @@ class PackSeedsTest(absltest.TestCase):
       self.assertEqual(gpu_paper.pack_seeds(runs, 3, seconds)[2],
                        _todo("10", "mean_loss"))
 
+  def test_a_sweep_takes_its_no_locater_run_as_one_more_member(self):
+    runs = gpu_paper.pair_readings([
+        _todo("12", "summed_loss"), _todo("12", "summed_loss", kind="none"),
+        _todo("12", "mean_loss"), _todo("10", "mean_loss")])
+    pair, none, ten = runs
+    shape = lambda rs: [(r["figure"], r["reading"], r["kind"],  # noqa: E731
+                         r.get("seeds", 1), r.get("contrast", False))
+                        for r in rs]
+    wanted = [("12", "both", "sweep", 1, True),
+              ("10", "mean_loss", "sweep", 1, False)]   # no none listed
+    with mock.patch.object(gpu_paper, "MAX_RUN_S", 1e9):
+      # members that cost what they weigh: three seeds cost 3x, but the
+      # eleventh member costs a lone member's steps without its overhead
+      packed = gpu_paper.pack_seeds(runs, 3, self._seconds(LINEAR))
+      self.assertEqual(shape(packed), wanted)
+      self.assertEqual(packed[0]["parts"], [pair, none])
+      # --pack_seeds 1 (seeds never packed): the same, even where seeds
+      # would come cheap
+      self.assertEqual(shape(gpu_paper.pack_seeds(runs, 1,
+                                                  self._seconds(FLAT))),
+                       wanted)
+      # a member dearer in the program than alone: apart, as listed
+      steep = {1: 1000.0, 5: 50.0, 15: 10.0, 30: 5.0}
+      self.assertEqual(gpu_paper.pack_seeds(runs, 3, self._seconds(steep)),
+                       runs)
+    # and never longer than one device call
+    self.assertEqual(gpu_paper.pack_seeds(runs, 1, self._seconds(LINEAR)),
+                     runs)
+
   def test_packed_run_config(self):
     spec = dict(fig=9, seed=0, kind="sweep", fairseq=False, both=True,
                 contrast=True, seeds=3)

@@ -208,10 +208,9 @@ class StillToRunTest(absltest.TestCase):
     self.assertIn("Fig. 8, fairseq (summed_loss): not run", text)
     self.assertIn("--stages train --both_readings --figs 7 --path "
                   "scan_bf16_pallas_fa3dw_fused`", text)
+    # its sweep and no-LocATER member as one program
     self.assertIn("--stages train --both_readings --figs 9 --path "
-                  "scan_bf16_pallas_fa3dw_fused --runs sweep,none`", text)
-    self.assertIn("--figs 9 --path scan_bf16_pallas_fa3dw_fused "
-                  "--runs sweep,none`", text)
+                  "scan_bf16_pallas_fa3dw_fused --contrast`", text)
 
   def test_a_complete_plan_leaves_nothing(self):
     rows = [r for fig, seeds in report_plan.PLAN.items()

@@ -68,7 +68,8 @@ def still_to_run(rows, path: str = GPU_PATH) -> list[str]:
   `contrast` or `none` runs; Fig. 7's runs are that contrast for Fig. 6's
   model); a shorter run or fewer seeds is named as such. Each line ends
   with the `bench/gpu_paper.py` command that adds what is missing (one run
-  per seed and kind, `--runs sweep,none`, so each fits a GPU slice), on
+  per seed; a missing sweep and no-LocATER member as one program,
+  `--contrast`: one member more costs less than a run of its own), on
   training path `path`; where a figure's two readings lack the same, one
   line names both and its command trains them side by side
   (`--both_readings`: one program per seed). `todo_runs` lists the same
@@ -110,13 +111,22 @@ def still_to_run(rows, path: str = GPU_PATH) -> list[str]:
                  + f" --figs {fig} --path {path}"
                  + (f" --seeds {n}" if n > 1 else "")
                  + (f" --first_seed {first}" if first else "")
-                 + (f" --runs {','.join(runs)}" if runs != ["sweep"]
-                    else ""))
+                 + _runs_flag(runs))
       name = "both readings" if both else report_runs.reading_name(reading)
       out.append(f"- Fig. {fig}, {name}: {'; '.join(states)} "
                  f"(wanted: {wanted} seed{'s' * (wanted > 1)} x "
                  f"{report_runs.PAPER_STEPS:,} steps): `{command}`")
   return out
+
+
+def _runs_flag(kinds: list[str]) -> str:
+  """The `bench/gpu_paper.py` flag that trains the missing `kinds` of a
+  cell: the sweep alone is the default, the sweep and its no-LocATER
+  member one program (`--contrast`), the member alone `--runs none`."""
+  if kinds == ["sweep"]:
+    return ""
+  return " --contrast" if kinds == ["sweep", "none"] else (
+      f" --runs {','.join(kinds)}")
 
 
 MAIN_TEXT_FIGS = ("6", "7")        # Sec. 7; Figs. 8-12 are Appendix D
