@@ -406,7 +406,25 @@ def projection(flags, rate: float, path: str) -> str:
              " (`deeper` for the layers they lack)" if curves
              else f"{rate:.1f} Fig. 6 steps/s")
           + _budget_left(flags) + "; by figure: "
-          + ", ".join(f"{f} {w / 60:.1f}" for f, w in by_fig.items()))
+          + ", ".join(f"{f} {w / 60:.1f}" for f, w in by_fig.items())
+          + lanes_text(by_fig, getattr(flags, "lanes", "")))
+
+
+def lanes_text(by_fig: dict[int, float], lanes: str) -> str:
+  """What `projection` adds for --lanes ("6,11,12/8,9,10": figures that
+  train side by side, one process each, bench/gpu_section.sh): each lane's
+  projected minutes and the section's between the longest lane (were the
+  lanes to overlap fully) and their sum (not at all: the GPU time-slices
+  between processes, CUDA's default, and each only fills the other's idle
+  gaps); "" without lanes."""
+  if not lanes:
+    return ""
+  each = [sum(by_fig.get(int(f), 0.0) for f in lane.split(","))
+          for lane in lanes.split("/")]
+  return (f"; in lanes {' | '.join(lanes.split('/'))}: "
+          f"{' | '.join(f'{w / 60:.1f}' for w in each)} min, so the "
+          f"section ~{max(each) / 60:.1f} min if they overlap fully, "
+          f"~{sum(each) / 60:.1f} if not at all")
 
 
 def _budget_left(flags) -> str:
@@ -1110,6 +1128,11 @@ def main():
                  "default: the H100's on scan_bf16_pallas)")
   p.add_argument("--contrast", action="store_true",
                  help="add a no-LocATER member per seed (Figs. 6, 8-12)")
+  p.add_argument("--lanes", default="",
+                 help="plan stage: the figures of --figs in groups that "
+                 "train side by side, one process each (bench/"
+                 "gpu_section.sh), e.g. 6,11,12/8,9,10: each group's "
+                 "projected time and the section's bounds")
   p.add_argument("--plan_device", default="",
                  help="todo stage: project from this device kind's "
                  "members curves (e.g. 'NVIDIA H200'; default: this "
@@ -1164,6 +1187,10 @@ def main():
                                                     if f != 7}:
       p.error(f"--{name} takes figures 6, 8-12 (one model each), got "
               f"{getattr(flags, name)!r}")
+  if flags.lanes and sorted(flags.lanes.replace("/", ",").split(",")) != (
+      sorted(flags.figs.split(","))):
+    p.error(f"--lanes {flags.lanes} must group the figures of --figs "
+            f"{flags.figs}, each once")
   if not set(flags.runs.split(",")) <= set(RUN_KINDS):
     p.error(f"--runs takes {', '.join(RUN_KINDS)}, got {flags.runs!r}")
   named = (flags.paths.split(",") + [flags.path, flags.train_path]

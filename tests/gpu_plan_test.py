@@ -375,6 +375,17 @@ class MeasuredCurveTest(absltest.TestCase):
     self.assertTrue(line.endswith(f"by figure: 8 {fig8:.1f}, 10 "
                                   f"{fig10:.1f}"), line)
 
+  def test_lanes_bound_the_section_between_their_longest_and_their_sum(self):
+    by_fig = {6: 120.0, 8: 60.0, 11: 180.0}
+    self.assertEqual(gpu_paper.lanes_text(by_fig, "6,11/8"),
+                     "; in lanes 6,11 | 8: 5.0 | 1.0 min, so the section "
+                     "~5.0 min if they overlap fully, ~6.0 if not at all")
+    self.assertEqual(gpu_paper.lanes_text(by_fig, "8/6/11"),
+                     "; in lanes 8 | 6 | 11: 1.0 | 2.0 | 3.0 min, so the "
+                     "section ~3.0 min if they overlap fully, ~6.0 if not "
+                     "at all")
+    self.assertEqual(gpu_paper.lanes_text(by_fig, ""), "")
+
   def test_curves_are_kept_by_device_path_and_pallas_setting(self):
     with tempfile.TemporaryDirectory() as tmp:
       brought = os.path.join(tmp, "brought.json")

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The paper's whole experimental section on one GPU (issue 10, goal 2):
+# the kappa2 sweeps of Figs. 6, 8, 9, 10, 11 and 12 (d in {32, 128} x
+# L in {1, 3, 6}, five kappa2 members each, one reading of kappa, 50,000
+# steps, periodic evaluation), each run's figures, and one report of the
+# six (tables, verdicts, curves) in OUT/REPRODUCTION.md.
+#
+#   bash bench/gpu_section.sh [gpu_paper.py arguments ...]
+#   e.g. bash bench/gpu_section.sh --time_budget_s 540
+#
+# 1. plan: the projected wall time at the members curves measured on this
+#    device kind (bench/members_curves.json, `gpu_paper.py --stages plan`),
+#    one figure after another and in the lanes below.
+# 2. the lanes at once (bench/gpu_concurrent.sh, with CUDA's Multi-Process
+#    Service where the machine has it; MPS=0: time-sliced): by default the
+#    d = 128 figures 6, 11, 12, whose steps are bound by the output
+#    projection's loss, beside the d = 32 figures 8, 9, 10, whose many
+#    small kernels leave most of the GPU idle.
+# 3. the report of the section's runs alone (launch/report.py --norecords)
+#    and the section's wall time.
+#
+# Trains on the runs' path (qkspec.experiments.report_plan.GPU_PATH: a
+# Hopper GPU's) unless --path names another (elsewhere: --path
+# scan_bf16_pallas); --fairseq: fairseq's reading of kappa; --time_budget_s
+# stops each lane at a call boundary with its checkpoint saved; a rerun on
+# the same machine resumes each run (WORKDIRs runs/gpu_section_lane1, 2).
+# LANES="6,11,12 8,9,10" (the default) regroups the figures. Needs what
+# bench/gpu_session.sh needs (BUILD.md, "A GPU machine without network
+# access"); a CPU rehearses it with --path scan_f32_plain --rehearse.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-runs/gpu_section_out}
+LANES=${LANES:-6,11,12 8,9,10}
+mkdir -p "$OUT"
+source bench/gpu_wheels.sh || exit 1
+read -r -a lanes <<< "$LANES"
+path=$(python3 -c "from qkspec.experiments import report_plan
+print(report_plan.GPU_PATH)") || exit 1
+t0=$(date +%s)
+python3 bench/gpu_paper.py --tfds_dir "${TFDS_DIR:-.gpudata/tfds}" \
+  --workdir "$OUT/plan" --stages plan --path "$path" \
+  --figs "$(IFS=,; echo "${lanes[*]}")" \
+  --lanes "$(IFS=/; echo "${lanes[*]}")" "$@" 2>&1 | grep "projected" \
+  | tee "$OUT/plan.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || exit 1
+args=()
+for lane in "${lanes[@]}"; do
+  args+=("--stages train --figs $lane --path $path $*")
+done
+MPS=${MPS:-1} NO_WHEELS=1 WORKDIR_PREFIX=runs/gpu_section_lane \
+  OUT="$OUT/lanes" bash bench/gpu_concurrent.sh "${args[@]}" \
+  | tee "$OUT/lanes.txt"
+runs=$(find runs/gpu_section_lane* -mindepth 2 -maxdepth 2 \
+  -name members.json -printf '%h\n' 2>/dev/null | sort | paste -sd,)
+if [ -n "$runs" ]; then
+  python3 launch/report.py --norecords --runs "$runs" \
+    --out "$OUT/REPRODUCTION.md" > "$OUT/report.txt" 2>&1 \
+    || echo "report failed: see $OUT/report.txt"
+fi
+echo "section: Figs. $(IFS=,; echo "${lanes[*]}") in" \
+  "$(( $(date +%s) - t0 )) s, lanes ${lanes[*]} (the runs: $OUT/lanes.txt;" \
+  "the report: $OUT/REPRODUCTION.md)"
