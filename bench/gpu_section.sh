@@ -15,7 +15,9 @@
 #    Service where the machine has it; MPS=0: time-sliced): by default the
 #    d = 128 figures 6, 11, 12, whose steps are bound by the output
 #    projection's loss, beside the d = 32 figures 8, 9, 10, whose many
-#    small kernels leave most of the GPU idle.
+#    small kernels leave most of the GPU idle. Each lane first compiles
+#    its runs' programs side by side (gpu_paper.py's warm stage), then
+#    trains them one after another.
 # 3. the report of the section's runs alone (launch/report.py --norecords)
 #    and the section's wall time.
 #
@@ -45,7 +47,7 @@ python3 bench/gpu_paper.py --tfds_dir "${TFDS_DIR:-.gpudata/tfds}" \
 [ "${PIPESTATUS[0]}" = 0 ] || exit 1
 args=()
 for lane in "${lanes[@]}"; do
-  args+=("--stages train --figs $lane --path $path $*")
+  args+=("--stages warm,train --figs $lane --path $path $*")
 done
 MPS=${MPS:-1} NO_WHEELS=1 WORKDIR_PREFIX=runs/gpu_section_lane \
   OUT="$OUT/lanes" bash bench/gpu_concurrent.sh "${args[@]}" \
