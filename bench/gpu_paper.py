@@ -752,10 +752,10 @@ def pack_seeds(runs: list[dict], seeds: int, seconds) -> list[dict]:
   call's time). Where the seeds do not pay (or `seeds` is 1) but that
   no-LocATER entry is listed, the sweep takes it as one more member
   (`contrast`, seed 0 only) where that costs no more than the two runs
-  apart: one member more in a program is never dearer than a program of
-  its own on a GPU (the members curves), and it saves a run's compilation
-  and evaluation (H200, Fig. 12's pair: ~6.5 min with it against 6.0 +
-  1.6 apart). The packed entry stands where the sweep stood, the
+  apart: on the members curves measured so far one member more in a
+  program costs less than a program of its own, and it saves a run's
+  compilation and evaluation (H200, Fig. 12's pair: ~6.5 min with it
+  against 6.0 + 1.6 apart). The packed entry stands where the sweep stood, the
   no-LocATER entry goes, and both are its "parts", for a slice it does
   not fit."""
   nones = {r["figure"]: r for r in runs
