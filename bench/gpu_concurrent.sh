@@ -35,9 +35,10 @@ if [ "${MPS:-0}" = 1 ]; then
     export CUDA_MPS_PIPE_DIRECTORY=/tmp/qkspec-mps/pipe \
       CUDA_MPS_LOG_DIRECTORY=/tmp/qkspec-mps/log
     mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    # (-d fails where a call cut short left one running: that one serves)
+    nvidia-cuda-mps-control -d 2> /dev/null
     # a client's first kernel starts the server; listed only if it did
-    if nvidia-cuda-mps-control -d \
-        && timeout 120 python3 -c "import jax.numpy as j; j.ones(8).sum().block_until_ready()" \
+    if timeout 120 python3 -c "import jax.numpy as j; j.ones(8).sum().block_until_ready()" \
         && [ -n "$(echo get_server_list | nvidia-cuda-mps-control)" ]; then
       mps=on
       trap 'echo quit | nvidia-cuda-mps-control' EXIT
