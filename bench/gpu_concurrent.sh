@@ -13,7 +13,8 @@
 #
 # Give each process runs no other one trains (`--stages train --figs`,
 # not `todo`, which would pick the same first runs). Prints each process's
-# exit status, wall time and its runs' timing lines, then the whole wall:
+# exit status, wall time and its runs' timing lines, then the whole wall
+# (and exits 1 if any process failed):
 # against the runs' times alone (their projections, or the same runs one
 # after another) that says what running them together gained.
 #
@@ -54,6 +55,7 @@ fi
 fraction=$(python3 -c "print(f'{0.9 / $#:.2f}')")
 t0=$(date +%s)
 i=0
+pids=()
 for args in "$@"; do
   i=$((i + 1))
   mkdir -p "$OUT/p$i"
@@ -63,12 +65,17 @@ for args in "$@"; do
     NO_WHEELS=1 XLA_PYTHON_CLIENT_MEM_FRACTION=$fraction OUT="$OUT/p$i" \
       WORKDIR="${WORKDIR_PREFIX:-runs/gpu_p}$i" bash bench/gpu_session.sh $args \
       > "$OUT/p$i/session.txt" 2>&1
-    echo "process $i: rc $? in $(( $(date +%s) - start )) s: $args"
+    rc=$?
+    echo "process $i: rc $rc in $(( $(date +%s) - start )) s: $args"
+    exit "$rc"
   ) &
+  pids+=($!)
 done
-wait
+failed=0
+for pid in "${pids[@]}"; do wait "$pid" || failed=$((failed + 1)); done
 for j in $(seq 1 "$i"); do
   grep -h "steps in\|stopped by" "$OUT/p$j/stdout.txt" 2>/dev/null \
     | sed "s/^/process $j: /"
 done
 echo "all $i processes in $(( $(date +%s) - t0 )) s, MPS $mps (results in $OUT/p*)"
+[ "$failed" = 0 ] || { echo "$failed of $i processes failed"; exit 1; }

@@ -26,7 +26,9 @@
 # scan_bf16_pallas); --fairseq: fairseq's reading of kappa; --time_budget_s
 # stops each lane at a call boundary with its checkpoint saved; a rerun on
 # the same machine resumes each run (WORKDIRs runs/gpu_section_lane1, 2).
-# LANES="6,11,12 8,9,10" (the default) regroups the figures. Needs what
+# The arguments reach each lane's gpu_paper.py as words split at spaces
+# (none may hold one). LANES="6,11,12 8,9,10" (the default) regroups the
+# figures; exits 1 if a lane failed. Needs what
 # bench/gpu_session.sh needs (BUILD.md, "A GPU machine without network
 # access"); a CPU rehearses it with --path scan_f32_plain --rehearse.
 set -uo pipefail
@@ -42,9 +44,9 @@ t0=$(date +%s)
 python3 bench/gpu_paper.py --tfds_dir "${TFDS_DIR:-.gpudata/tfds}" \
   --workdir "$OUT/plan" --stages plan --path "$path" \
   --figs "$(IFS=,; echo "${lanes[*]}")" \
-  --lanes "$(IFS=/; echo "${lanes[*]}")" "$@" 2>&1 | grep "projected" \
-  | tee "$OUT/plan.txt"
-[ "${PIPESTATUS[0]}" = 0 ] || exit 1
+  --lanes "$(IFS=/; echo "${lanes[*]}")" "$@" > "$OUT/plan_log.txt" 2>&1 \
+  || { cat "$OUT/plan_log.txt"; exit 1; }
+grep "projected" "$OUT/plan_log.txt" | tee "$OUT/plan.txt"
 args=()
 for lane in "${lanes[@]}"; do
   args+=("--stages warm,train --figs $lane --path $path $*")
@@ -52,6 +54,7 @@ done
 MPS=${MPS:-1} NO_WHEELS=1 WORKDIR_PREFIX=runs/gpu_section_lane \
   OUT="$OUT/lanes" bash bench/gpu_concurrent.sh "${args[@]}" \
   | tee "$OUT/lanes.txt"
+rc=${PIPESTATUS[0]}
 runs=$(find runs/gpu_section_lane* -mindepth 2 -maxdepth 2 \
   -name members.json -printf '%h\n' 2>/dev/null | sort | paste -sd,)
 if [ -n "$runs" ]; then
@@ -62,3 +65,4 @@ fi
 echo "section: Figs. $(IFS=,; echo "${lanes[*]}") in" \
   "$(( $(date +%s) - t0 )) s, lanes ${lanes[*]} (the runs: $OUT/lanes.txt;" \
   "the report: $OUT/REPRODUCTION.md)"
+exit "$rc"
