@@ -548,7 +548,11 @@ def warm(flags, path: str):
   (WORKDIR/jax_cache): each run then reads them instead of compiling its
   own after the last run ends, ~15-20 s a run on a GPU host (setup and
   compile, bench/gpu_results.md (14)). A run whose compile fails here
-  compiles its own as before."""
+  compiles its own as before. Skipped, as train skips a run, where less
+  than 30 s of the time budget is left."""
+  if left(flags) < 30:
+    log("warm: skipped (time budget)")
+    return
   runs = []
   for fig, seed, kind in train_runs(flags):
     name, extra = run_spec(fig, seed, kind, flags.fairseq, flags.contrast,

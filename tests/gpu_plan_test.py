@@ -463,7 +463,17 @@ class WarmStageTest(absltest.TestCase):
         "manual_dir": "", "tfds_dir": "/tmp/t", "steps": 8, "pallas": "",
         "k": 2, "rehearse": 0, "workdir": tmp, "figs": "7,9", "seeds": 1,
         "first_seed": 0, "runs": "sweep,none", "fairseq": False,
-        "contrast": False, "both_readings": True, **kw})
+        "contrast": False, "both_readings": True, "time_budget_s": 1e9,
+        **kw})
+
+  def test_warm_compiles_nothing_without_the_time_to(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      compiled, lines = [], []
+      with mock.patch.object(gpu_paper.loop, "compile_programs",
+                             compiled.append), \
+           mock.patch.object(gpu_paper, "log", lines.append):
+        gpu_paper.warm(self._flags(tmp, time_budget_s=20), "scan_bf16_pallas")
+      self.assertEqual((compiled, lines), ([], ["warm: skipped (time budget)"]))
 
   def test_train_runs_skip_fig7s_none_run(self):
     flags = argparse.Namespace(figs="6,7", first_seed=1, seeds=2,
