@@ -15,7 +15,7 @@
 #    Service where the machine has it; MPS=0: time-sliced): by default the
 #    d = 128 figures 6, 11, 12, whose steps are bound by the output
 #    projection's loss, beside the d = 32 figures 8, 9, 10, whose many
-#    small kernels leave most of the GPU idle. Each lane first compiles
+#    small kernels likely leave most of its SMs idle. Each lane first compiles
 #    its runs' programs side by side (gpu_paper.py's warm stage), then
 #    trains them one after another.
 # 3. the report of the section's runs alone (launch/report.py --norecords)
