@@ -51,11 +51,12 @@ args=()
 for lane in "${lanes[@]}"; do
   args+=("--stages warm,train --figs $lane --path $path $*")
 done
-MPS=${MPS:-1} NO_WHEELS=1 WORKDIR_PREFIX=runs/gpu_section_lane \
+prefix=runs/gpu_section_lane          # the lanes' WORKDIRs: prefix1, prefix2
+MPS=${MPS:-1} NO_WHEELS=1 WORKDIR_PREFIX=$prefix \
   OUT="$OUT/lanes" bash bench/gpu_concurrent.sh "${args[@]}" \
   | tee "$OUT/lanes.txt"
 rc=${PIPESTATUS[0]}
-runs=$(find runs/gpu_section_lane* -mindepth 2 -maxdepth 2 \
+runs=$(find "$prefix"* -mindepth 2 -maxdepth 2 \
   -name members.json -printf '%h\n' 2>/dev/null | sort | paste -sd,)
 if [ -n "$runs" ]; then
   python3 launch/report.py --norecords --runs "$runs" \
