@@ -69,7 +69,8 @@ def still_to_run(rows, path: str = GPU_PATH) -> list[str]:
   model); a shorter run or fewer seeds is named as such. Each line ends
   with the `bench/gpu_paper.py` command that adds what is missing (one run
   per seed; a missing sweep and no-LocATER member as one program,
-  `--contrast`: one member more costs less than a run of its own), on
+  `--contrast`: on the members curves measured so far one member more
+  costs less than a run of its own), on
   training path `path`; where a figure's two readings lack the same, one
   line names both and its command trains them side by side
   (`--both_readings`: one program per seed). `todo_runs` lists the same
