@@ -666,6 +666,38 @@ class NoneOnlyReportTest(absltest.TestCase):
       self.assertNotIn("![Fig. 6 (smoke)](", f.read())
 
 
+class ReadingLinesTest(absltest.TestCase):
+
+  def test_a_reading_with_its_no_locater_member_alone_draws_no_line(self):
+    fairseq = lambda *a, **k: dict(_row(*a, **k), reading="summed_loss")
+    rows = [_row(0.0, 43.0, 2.35, 201.7, n_seeds=1, kappa1=0.0),
+            fairseq(0.0, 0.054, 2.784, 213.6, n_seeds=1),
+            fairseq(1.0, 0.057, 2.788, 213.6, n_seeds=1)]
+    with mock.patch.object(report.locater_minimum, "star_curve",
+                           return_value=([], [])):
+      fig = report.figure(rows, "Fig. 6")
+    for ax in fig.axes:
+      _, labels = ax.get_legend_handles_labels()
+      self.assertEqual(labels, ["2: fairseq (summed_loss)"])
+
+  def test_a_run_giving_a_cell_two_roles_is_named_once(self):
+    run = dict(run_dir="fig12_both_c", final_step=50_000, num_steps=50_000,
+               both_readings=True, command="python launch/train.py x",
+               reading="summed_loss")
+    shared = dict(run, shared_from="mean_loss")  # its contrast member
+    first, command = report.run_lines([run, shared])
+    self.assertEqual(first, (
+        "- run `fig12_both_c`: 50,000 steps run of 50,000 planned; its "
+        "members of this reading (the run trained both readings side by "
+        "side, on the same batches); and its no-LocATER members, shared "
+        "from the literal (mean_loss) reading (kappa1 = kappa2 = 0 trains "
+        "the same under both)"))
+    self.assertEqual(command, "  - command: `python launch/train.py x`")
+    [alone, _] = report.run_lines([dict(shared, both_readings=False)])
+    self.assertIn("; its no-LocATER members only, shared from", alone)
+    self.assertLen(report.run_lines([run, dict(shared, run_dir="none")]), 4)
+
+
 class Fig7StripesTest(absltest.TestCase):
 
   def test_fig7_report_has_heat_maps_and_a_stripe_line_per_member(self):

@@ -93,12 +93,14 @@ def figure(rows, label):
     rs = sorted((r for r in rows if r["label"] == label
                  and r["reading"] == reading and r["kappa1"] > 0),
                 key=lambda r: r["kappa2"])
+    if not rs:               # its no-LocATER member alone: nothing to draw
+      continue
     for ax, (q, ylabel, _) in zip(axes, panels):
       means = [r[f"{q}_mean"] for r in rs]
       curves[q].append(means)
       ax.errorbar([r["kappa2"] for r in rs], means,
                   yerr=[np.nan_to_num(r[f"{q}_std"]) for r in rs],
-                  capsize=3,
+                  capsize=3, color=f"C{i}",   # a reading's colour in all
                   label=f"{i + 1}: {report_runs.reading_name(reading)}",
                   **styles[i % len(styles)])
       ax.set(xlabel=r"$\kappa_2$", ylabel=ylabel)
@@ -118,6 +120,38 @@ def figure(rows, label):
   axes[0].legend(loc="lower right")  # W* rises with kappa2: that corner's free
   fig.suptitle(f"{label}: final values, mean ± std over seeds")
   return fig
+
+
+def _role(run, alone: bool) -> str:
+  """What a cell's entry takes from its run (`report_runs.cells`); `alone`:
+  the cell takes nothing else from that run."""
+  if "shared_from" in run:
+    return (f"its no-LocATER members{' only' if alone else ''}, shared "
+            f"from the "
+            f"{report_runs.reading_name(run['shared_from'])} reading "
+            "(kappa1 = kappa2 = 0 trains the same under both)")
+  if run["both_readings"]:
+    return ("its members of this reading (the run trained both readings "
+            "side by side, on the same batches)")
+  return ""
+
+
+def run_lines(cell) -> list[str]:
+  """One markdown item per run of a (figure, reading) cell, with its
+  command: a run that gives the cell its own members and its shared
+  no-LocATER member (a `both_readings` run with `contrast`) is named once,
+  with both roles."""
+  by_dir = {}
+  for run in cell:
+    by_dir.setdefault(run["run_dir"], []).append(run)
+  lines = []
+  for entries in by_dir.values():
+    roles = [r for r in (_role(e, len(entries) == 1) for e in entries) if r]
+    lines += [f"- run `{entries[0]['run_dir']}`: {_steps_line(entries[0])}"
+              + "".join(("; " if i == 0 else "; and ") + r
+                        for i, r in enumerate(roles)),
+              f"  - command: `{entries[0]['command']}`"]
+  return lines
 
 
 def _slug(label):
@@ -350,17 +384,7 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
       rs = [r for r in rows if r["label"] == label and r["reading"] == reading]
       md += [f"### {report_runs.reading_name(reading)}", ""]
       cell = by_cell[(label, reading)]
-      for run in cell:
-        md += [f"- run `{run['run_dir']}`: {_steps_line(run)}"
-               + (f"; its no-LocATER members only, shared from the "
-                  f"{report_runs.reading_name(run['shared_from'])} reading "
-                  "(kappa1 = kappa2 "
-                  "= 0 trains the same under both)"
-                  if "shared_from" in run else
-                  "; its members of this reading (the run trained both "
-                  "readings side by side, on the same batches)"
-                  if run["both_readings"] else ""),
-               f"  - command: `{run['command']}`"]
+      md += run_lines(cell)
       counted, left_out = report_runs.cell_members(cell)
       if left_out:
         md.append(f"- left out (stopped before step "
