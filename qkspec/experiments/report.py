@@ -73,7 +73,8 @@ def _steps_line(r):
 
 
 def figure(rows, label):
-  """Final scale, entropy and valid ppl vs kappa2, one line per reading.
+  """Final scale, entropy and valid ppl vs kappa2, one line per reading
+  that has LocATER members (each reading in its colour in every figure).
 
   Readings whose values coincide stay visible (the first wide and solid,
   the next thinner, dashed, hollow markers) and the panel says so, as
@@ -127,8 +128,7 @@ def _role(run, alone: bool) -> str:
   the cell takes nothing else from that run."""
   if "shared_from" in run:
     return (f"its no-LocATER members{' only' if alone else ''}, shared "
-            f"from the "
-            f"{report_runs.reading_name(run['shared_from'])} reading "
+            f"from the {report_runs.reading_name(run['shared_from'])} reading "
             "(kappa1 = kappa2 = 0 trains the same under both)")
   if run["both_readings"]:
     return ("its members of this reading (the run trained both readings "
