@@ -12,12 +12,16 @@
 #    device kind (bench/members_curves.json, `gpu_paper.py --stages plan`),
 #    one figure after another and in the lanes below.
 # 2. the lanes at once (bench/gpu_concurrent.sh, with CUDA's Multi-Process
-#    Service where the machine has it; MPS=0: time-sliced): by default the
-#    d = 128 figures 6, 11, 12, whose steps are bound by the output
-#    projection's loss, beside the d = 32 figures 8, 9, 10, whose many
-#    small kernels likely leave most of its SMs idle. Each lane first compiles
-#    its runs' programs side by side (gpu_paper.py's warm stage), then
-#    trains them one after another.
+#    Service where the machine has it; MPS=0: time-sliced). A step has a
+#    part that fills the GPU (the output projection's loss, its largest
+#    at d = 128) and one of many small kernels (its layers, most at L = 6)
+#    that likely leave most SMs idle. By default the lanes are Figs. 12, 8,
+#    9 and Figs. 11, 6, 10: each mixes both parts, and they project evenly
+#    (7.6 | 7.8 min on the H200), where the d = 128 figures beside the
+#    d = 32 ones (LANES="6,11,12 8,9,10") leave a 9.3 min lane, longer
+#    than the section may take; Fig. 11 first, the report's one run left
+#    (issue 12). Each lane first compiles its runs' programs side by side
+#    (gpu_paper.py's warm stage), then trains them one after another.
 # 3. the report of the section's runs alone (launch/report.py --norecords)
 #    and the section's wall time.
 #
@@ -27,14 +31,14 @@
 # stops each lane at a call boundary with its checkpoint saved; a rerun on
 # the same machine resumes each run (WORKDIRs runs/gpu_section_lane1, 2).
 # The arguments reach each lane's gpu_paper.py as words split at spaces
-# (none may hold one). LANES="6,11,12 8,9,10" (the default) regroups the
+# (none may hold one). LANES="12,8,9 11,6,10" (the default) regroups the
 # figures; exits 1 if a lane failed. Needs what
 # bench/gpu_session.sh needs (BUILD.md, "A GPU machine without network
 # access"); a CPU rehearses it with --path scan_f32_plain --rehearse.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/gpu_section_out}
-LANES=${LANES:-6,11,12 8,9,10}
+LANES=${LANES:-12,8,9 11,6,10}
 mkdir -p "$OUT"
 source bench/gpu_wheels.sh || exit 1
 read -r -a lanes <<< "$LANES"
