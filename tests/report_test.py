@@ -573,6 +573,10 @@ class WriteReportTest(absltest.TestCase):
     self.assertIn("configs/locater_wt2.py:seeds=2,fairseq,smoke", self.md)
     self.assertIn("## Known deviations from fairseq", self.md)
     self.assertIn("## LocATER's own minimum", self.md)
+    self.assertIn("## Verdicts\n\nAt a glance (each verdict's numbers "
+                  "below):\n\n| figure | reading | B (scale shrinks), "
+                  "kappa2 0 -> 1 |", self.md)
+    self.assertIn("\n| Fig. 6 (smoke) | fairseq (summed_loss) | ", self.md)
     self.assertIn("### Fig. 6 (smoke), fairseq (summed_loss) (d = 16, "
                   "kappa1 = 100)", self.md)
     self.assertIn("## Still to run", self.md)
@@ -664,6 +668,41 @@ class NoneOnlyReportTest(absltest.TestCase):
     self.assertIn("fig6_smoke_curves_mean_loss.png", paths)
     with open(out) as f:
       self.assertNotIn("![Fig. 6 (smoke)](", f.read())
+
+
+class GlanceTest(absltest.TestCase):
+
+  def test_a_row_per_figure_and_reading_a_column_per_claim(self):
+    def v(label, claim, contrast, verdict, paired=None, reading="mean_loss"):
+      return dict(label=label, reading=reading, claim=claim,
+                  contrast=contrast, verdict=verdict, paired=paired)
+    k2, none = "kappa2 = 0 -> 1", "none -> kappa1 = 100, kappa2 = 1"
+    vs = [v("Fig. 10", "B", k2, "reversed"), v("Fig. 10", "C", k2,
+                                               "reproduced"),
+          v("Fig. 10", "D", none, "not significant"),
+          v("Fig. 6", "C", k2, "not significant", paired="reproduced"),
+          v("Fig. 6", "D", k2, "reversed", paired="reversed"),
+          v("Fig. 6", "B", k2, "reproduced", reading="summed_loss"),
+          dict(label="Fig. 7", reading="mean_loss", claim="stripes",
+               verdict="not reproduced")]
+    table = report_claims.glance(vs)
+    self.assertEqual(table[0].count(" | "), 7)           # 8 columns
+    self.assertEqual(table[2:5], [
+        "| Fig. 6 | literal (mean_loss) | - | n.s. (paired: yes) | "
+        "**reversed** | - | - | - |",
+        "| Fig. 6 | fairseq (summed_loss) | yes | - | - | - | - | - |",
+        "| Fig. 10 | literal (mean_loss) | **reversed** | yes | - | - | - | "
+        "n.s. |"])
+    self.assertEqual(table[-1], "Stripes in rho_i over training (Fig. 7: "
+                     "with LocATER, none without): Fig. 7, literal "
+                     "(mean_loss) no.")
+    self.assertEqual(report_claims.glance([]), [])
+
+  def test_verdicts_fill_the_table(self):
+    rows = [_row(0.0, 1.0, 2.80, 240.0), _row(1.0, 0.5, 2.90, 230.0)]
+    [row] = report_claims.glance(report_claims.verdicts(rows))[2:]
+    self.assertEqual(row, "| Fig. 6 | literal (mean_loss) | yes | yes | "
+                     "yes | - | - | - |")
 
 
 class ReadingLinesTest(absltest.TestCase):

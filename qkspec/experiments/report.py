@@ -367,6 +367,9 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
         "its standard error and every seed agrees in sign), which the "
         "seeds' spread of each group's mean can hide.", "",
         "## Verdicts", ""]
+  table = report_claims.glance(vs)
+  if table:
+    md += ["At a glance (each verdict's numbers below):", ""] + table + [""]
   md += [f"- {v['text']}" for v in vs] or ["- (no kappa2 = 0 / 1 pair)"]
   md += [""] + locater_minimum.markdown(rows, report_runs.READINGS)
   labels = sorted({r["label"] for r in rows}, key=report_runs.label_order)

@@ -18,6 +18,8 @@
   rebuilt from an earlier report keeps the result instead of the map) and
   `stripe_verdicts(runs)` a verdict line per reading: stripes with LocATER
   and none without, over every seed.
+* `glance(verdicts)`: all of them as one table, a row per figure and
+  reading, a column per claim and contrast, which the report puts first.
 """
 import math
 
@@ -136,6 +138,45 @@ def verdicts(rows, spread=None) -> list[dict]:
       out += [_compare(c, q, s, w, b, a, contrast, spread)
               for c, q, s, w in CLAIMS]
   return out
+
+
+_SHORT = {"reproduced": "yes", "reversed": "**reversed**",
+          "not significant": "n.s.", "not reproduced": "no"}
+
+
+def glance(vs) -> list[str]:
+  """The verdicts `vs` as one markdown table: a row per figure and
+  reading, a column per claim and contrast (kappa2 = 0 -> 1; no LocATER
+  -> LocATER); "yes" (reproduced), "**reversed**", "n.s." (not
+  significant), a paired verdict that differs in brackets, "-" where the
+  runs lack the pair; Fig. 7's stripe verdicts as a line below it."""
+  cells, stripe = {}, []
+  for v in vs:
+    if v["claim"] == "stripes":
+      stripe.append(f"{v['label']}, {report_runs.reading_name(v['reading'])}"
+                    f" {_SHORT[v['verdict']]}")
+      continue
+    kind = "kappa2" if v["contrast"].startswith("kappa2") else "none"
+    cell = _SHORT[v["verdict"]]
+    if v.get("paired") and v["paired"] != v["verdict"]:
+      cell += f" (paired: {_SHORT[v['paired']]})"
+    cells.setdefault((v["label"], v["reading"]), {})[kind, v["claim"]] = cell
+  claims = [c for c, _, _, _ in CLAIMS]
+  lines = ["| figure | reading | " + " | ".join(
+      f"{c} ({what}), {contrast}" for contrast in ("kappa2 0 -> 1",
+                                                  "none -> LocATER")
+      for c, _, _, what in CLAIMS) + " |",
+           "|" + "---|" * (2 + 2 * len(claims))]
+  for (label, reading), row in sorted(cells.items(),
+                                      key=report_runs.cell_order):
+    lines.append(f"| {label} | {report_runs.reading_name(reading)} | "
+                 + " | ".join(row.get((kind, c), "-")
+                              for kind in ("kappa2", "none")
+                              for c in claims) + " |")
+  if stripe:
+    lines += ["", "Stripes in rho_i over training (Fig. 7: with LocATER, "
+              "none without): " + "; ".join(stripe) + "."]
+  return lines if cells or stripe else []
 
 
 def plus_minus(mean, std):
