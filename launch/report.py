@@ -12,7 +12,9 @@ run_info and the few metrics the report reads, a few hundred KB kept in
 the repository (qkspec/experiments/run_records.py); the report covers every
 record there, so runs trained in earlier sessions, on machines whose
 disks are gone, still count, and the command without --runs regenerates
-it. A run recorded again (trained further) replaces its record.
+it. A run recorded again (trained further) replaces its record; another
+run whose directory has the same basename is refused (rename it, or give
+it as a replicate).
 Runs of one figure and reading are merged, so seeds trained as separate
 runs (`seed=S` configs, e.g. fig6, fig6_seed1) count together.
 --replicates names runs that repeat one of the runs (same config and seed,

@@ -108,6 +108,21 @@ class RunRecordsTest(absltest.TestCase):
       self.assertEqual(set(m["metrics"]), {"valid/ppl"})
     self.assertEqual(run_records.read(path)["keys"], ["valid/ppl"])
 
+  def test_another_run_of_the_same_name_does_not_replace_the_record(self):
+    records = os.path.join(self.tmp, "named")
+    keys = ["valid/ppl"]
+    path = run_records.write(self.run_dir, records, keys)
+    other = os.path.join(self.tmp, "section_lane2", "fig7")
+    shutil.copytree(self.run_dir, other, ignore=shutil.ignore_patterns("ckpt"))
+    with self.assertRaisesRegex(ValueError, f"records {self.run_dir}; "
+                                f"{other} has the same name"):
+      run_records.write(other, records, keys)
+    self.assertEqual(run_records.origin(path), self.run_dir)
+    # the same run, by another spelling of its path, or its record: fine
+    run_records.write(os.path.relpath(self.run_dir), records, keys)
+    run_records.write(path, records, keys)
+    run_records.write(other, records, keys, role="replicate")
+
   def test_a_final_values_only_record_keeps_the_verdicts(self):
     """A record rebuilt from an earlier report (final values, stored stripe
     tests): the same tables and verdicts; the earlier figures are linked

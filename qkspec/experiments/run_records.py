@@ -70,7 +70,9 @@ def write(run_dir, records_dir, keys, role: str = "run") -> str:
     run_dir: has `config.json`, `members.json` and each member's
       `metrics.jsonl` (`run_info.jsonl` is copied when present).
     records_dir: the records' root; this one goes to `<role>s/<name>/`,
-      replacing a record of that name.
+      replacing a record of that name made from the same run directory
+      (another run's record of that name is an error: a section's `fig6`
+      must not replace the report's).
     keys: the metric names kept (`report_runs.record_keys`).
     role: "run" or "replicate" (a run trained again to measure the
       run-to-run spread, `report.write_report`'s replicate_dirs).
@@ -85,6 +87,14 @@ def write(run_dir, records_dir, keys, role: str = "run") -> str:
                      "members.json): give launch/train.py's --workdir.")
   source = read(src)
   dest = pathlib.Path(records_dir) / f"{role}s" / name_of(origin(src))
+  held = read(dest).get("run_dir") if (dest / RECORD).is_file() else None
+  if held and os.path.abspath(held) != os.path.abspath(origin(src)):
+    raise ValueError(
+        f"{dest} records {held}; {origin(src)} has the same name (a record "
+        "is named after its run directory's basename) and would replace it. "
+        "Rename this run's directory, give it as a replicate (--replicates) "
+        "if it trains that run's config and seed again, or delete the "
+        "record first to replace it.")
   tmp = dest.with_name(dest.name + ".tmp")
   shutil.rmtree(tmp, ignore_errors=True)
   tmp.mkdir(parents=True)
