@@ -1031,7 +1031,8 @@ def write_report(flags, committed: str = os.path.join(
   if os.path.isdir(committed):
     shutil.copytree(committed, records, dirs_exist_ok=True)
   try:
-    report.write_report(runs, out, records_dir=records)
+    report.write_report(runs, out, records_dir=records,
+                        replace_records=True)
   except Exception as e:  # pylint: disable=broad-except
     log(f"report failed: {type(e).__name__}: {e}")
     return

@@ -122,6 +122,9 @@ class RunRecordsTest(absltest.TestCase):
     run_records.write(os.path.relpath(self.run_dir), records, keys)
     run_records.write(path, records, keys)
     run_records.write(other, records, keys, role="replicate")
+    # a GPU slice's report: its runs extend the records of their names
+    path = run_records.write(other, records, keys, replace=True)
+    self.assertEqual(run_records.origin(path), other)
 
   def test_a_final_values_only_record_keeps_the_verdicts(self):
     """A record rebuilt from an earlier report (final values, stored stripe

@@ -288,11 +288,11 @@ def default_records_dir(out_path, figures_dir=None) -> str:
   return str(_figures_dir(out_path, figures_dir) / "records")
 
 
-def keep_records(run_dirs, records_dir, replicate_dirs=()
+def keep_records(run_dirs, records_dir, replicate_dirs=(), replace=False
                  ) -> tuple[list[str], list[str]]:
   """Records `run_dirs` and `replicate_dirs` in `records_dir`
-  (`run_records.write`); (run records, replicate records): every record
-  there, those of earlier calls included."""
+  (`run_records.write`, `replace`); (run records, replicate records):
+  every record there, those of earlier calls included."""
   for role, dirs in (("run", run_dirs), ("replicate", replicate_dirs)):
     names = [run_records.name_of(run_records.origin(d)) for d in dirs]
     if len(set(names)) < len(names):
@@ -300,7 +300,7 @@ def keep_records(run_dirs, records_dir, replicate_dirs=()
                        "record is named after its run directory's basename.")
     for d in dirs:
       keys = report_runs.record_keys(report_runs.load_config(d))
-      run_records.write(d, records_dir, keys, role)
+      run_records.write(d, records_dir, keys, role, replace)
   return (run_records.listed(records_dir, "run"),
           run_records.listed(records_dir, "replicate"))
 
@@ -318,19 +318,22 @@ def _spread(runs, replicate_dirs) -> dict:
 
 
 def write_report(run_dirs, out_path, figures_dir=None, command=None,
-                 replicate_dirs=(), records_dir=None) -> list:
+                 replicate_dirs=(), records_dir=None,
+                 replace_records=False) -> list:
   """Writes `out_path` (markdown), the summary and figures; their paths.
 
   `replicate_dirs`: runs that repeat a run of `run_dirs` (same config and
   seed); their differences give the one-seed floor (`replicates`).
   `records_dir`: record the runs there (`run_records`) and report on every
   record it holds, those of earlier calls included; the markdown then
-  names the command that regenerates it from the records alone."""
+  names the command that regenerates it from the records alone;
+  `replace_records`: the runs replace records of their names whatever
+  runs those came from (`run_records.write`'s `replace`)."""
   out_path = pathlib.Path(out_path)
   figures_dir = _figures_dir(out_path, figures_dir)
   if records_dir is not None:
     run_dirs, replicate_dirs = keep_records(run_dirs, records_dir,
-                                            replicate_dirs)
+                                            replicate_dirs, replace_records)
     command = command or f"python launch/report.py --out {out_path}"
     if not run_dirs:
       raise ValueError(f"no run records in {records_dir}: give run "

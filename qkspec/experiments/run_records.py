@@ -63,7 +63,8 @@ def _filter_metrics(src: pathlib.Path, dest: pathlib.Path, keys) -> None:
   dest.write_text("".join(x + "\n" for x in keep), encoding="utf-8")
 
 
-def write(run_dir, records_dir, keys, role: str = "run") -> str:
+def write(run_dir, records_dir, keys, role: str = "run",
+          replace: bool = False) -> str:
   """Records `run_dir` (a training workdir, or a record) in `records_dir`.
 
   Args:
@@ -76,6 +77,9 @@ def write(run_dir, records_dir, keys, role: str = "run") -> str:
     keys: the metric names kept (`report_runs.record_keys`).
     role: "run" or "replicate" (a run trained again to measure the
       run-to-run spread, `report.write_report`'s replicate_dirs).
+    replace: replace a record of that name whatever run it came from (a
+      GPU slice's report, whose runs carry the names of the records they
+      extend, from another directory).
   Returns:
     The record's path.
   """
@@ -88,7 +92,8 @@ def write(run_dir, records_dir, keys, role: str = "run") -> str:
   source = read(src)
   dest = pathlib.Path(records_dir) / f"{role}s" / name_of(origin(src))
   held = read(dest).get("run_dir") if (dest / RECORD).is_file() else None
-  if held and os.path.abspath(held) != os.path.abspath(origin(src)):
+  if (held and not replace
+      and os.path.abspath(held) != os.path.abspath(origin(src))):
     raise ValueError(
         f"{dest} records {held}; {origin(src)} has the same name (a record "
         "is named after its run directory's basename) and would replace it. "
