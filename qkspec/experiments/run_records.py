@@ -89,13 +89,13 @@ def write(run_dir, records_dir, keys, role: str = "run",
   if not (src / "members.json").is_file():
     raise ValueError(f"{run_dir} is not a training run directory (no "
                      "members.json): give launch/train.py's --workdir.")
-  source = read(src)
-  dest = pathlib.Path(records_dir) / f"{role}s" / name_of(origin(src))
-  held = read(dest).get("run_dir") if (dest / RECORD).is_file() else None
+  source, came_from = read(src), origin(src)
+  dest = pathlib.Path(records_dir) / f"{role}s" / name_of(came_from)
+  held = read(dest).get("run_dir")        # None where no record is there
   if (held and not replace
-      and os.path.abspath(held) != os.path.abspath(origin(src))):
+      and os.path.abspath(held) != os.path.abspath(came_from)):
     raise ValueError(
-        f"{dest} records {held}; {origin(src)} has the same name (a record "
+        f"{dest} records {held}; {came_from} has the same name (a record "
         "is named after its run directory's basename) and would replace it. "
         "Rename this run's directory, give it as a replicate (--replicates) "
         "if it trains that run's config and seed again, or delete the "
@@ -111,7 +111,7 @@ def write(run_dir, records_dir, keys, role: str = "run",
     _filter_metrics(src / member["dir"] / _METRICS,
                     tmp / member["dir"] / _METRICS, set(keys))
   (tmp / RECORD).write_text(json.dumps(
-      {**source, "run_dir": origin(src), "role": role,
+      {**source, "run_dir": came_from, "role": role,
        "keys": sorted(set(keys))}, indent=1) + "\n")
   shutil.rmtree(dest, ignore_errors=True)
   tmp.rename(dest)
