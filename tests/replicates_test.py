@@ -58,6 +58,28 @@ class SpreadTest(absltest.TestCase):
     self.assertEqual(replicates.merge(), {})
     self.assertEqual(a["valid_ppl"]["n"], 2)      # inputs left as they were
 
+  def test_by_reading_keeps_each_readings_floor_apart(self):
+    """The literal reading's scale-sized values (near 1e-6) move by
+    percents between reruns: no floor for the fairseq reading's."""
+    runs = [_run("a", {0.0: (200.0, 2.0)}),
+            _run("f", {0.0: (200.0, 2.0)}, reading="summed_loss")]
+    reps = [_run("b", {0.0: (210.0, 2.0)}),
+            _run("g", {0.0: (201.0, 2.0)}, reading="summed_loss")]
+    kept = {"entropy": dict(rel=0.5, where="kept", n=1)}
+    s = replicates.by_reading(runs, reps, QUANTITIES, kept=[kept])
+    self.assertEqual(sorted(s), ["mean_loss", "summed_loss"])
+    self.assertAlmostEqual(s["mean_loss"]["valid_ppl"]["rel"], 10 / 205)
+    self.assertAlmostEqual(s["summed_loss"]["valid_ppl"]["rel"], 1 / 200.5)
+    for reading in s:                  # a kept spread counts for both
+      self.assertEqual(s[reading]["entropy"]["rel"], 0.5)
+    # a reading that was not rerun has no floor, unless a kept one is given
+    alone = replicates.by_reading(runs, reps[:1], QUANTITIES,
+                                  readings={"summed_loss"})
+    self.assertEqual(sorted(alone), ["mean_loss"])
+    self.assertEqual(sorted(replicates.by_reading(
+        runs, reps[:1], QUANTITIES, {"summed_loss"}, [kept])),
+                     ["mean_loss", "summed_loss"])
+
   def test_markdown_without_replicates_says_so(self):
     self.assertIn("no replicate runs given", replicates.markdown({}, {})[0])
 

@@ -76,8 +76,8 @@ class VerdictsTest(absltest.TestCase):
   def test_one_seed_within_the_rerun_spread_is_not_significant(self):
     rows = [_row(0.0, 5.0, 1.0, 200.0, n_seeds=1),
             _row(1.0, 3.0, 1.001, 200.3, n_seeds=1)]
-    spread = dict(valid_ppl=dict(rel=1e-3), entropy=dict(rel=1e-4),
-                  scale=dict(rel=1e-4))
+    spread = {"mean_loss": dict(valid_ppl=dict(rel=1e-3),
+                                entropy=dict(rel=1e-4), scale=dict(rel=1e-4))}
     vs = _by_claim(report_claims.verdicts(rows, spread))
     # ppl: |0.3| <= 2 x 1e-3 x 200.3; entropy: 1e-3 > 2 x 1e-4 x 1.001
     self.assertEqual(vs["D"]["verdict"], "not significant", vs["D"]["text"])
@@ -86,9 +86,14 @@ class VerdictsTest(absltest.TestCase):
     self.assertEqual(vs["C"]["verdict"], "reproduced", vs["C"]["text"])
     self.assertIn("beyond 2 x the same-seed rerun spread", vs["C"]["text"])
     self.assertEqual(vs["B"]["verdict"], "reproduced")
-    # without the spread the sign alone decides
+    # without the spread the sign alone decides, and so it does with the
+    # spread of the other reading only
     self.assertEqual(_by_claim(report_claims.verdicts(rows))["D"]["verdict"],
                      "reversed")
+    other = {"summed_loss": spread["mean_loss"]}
+    d = _by_claim(report_claims.verdicts(rows, other))["D"]
+    self.assertEqual(d["verdict"], "reversed", d["text"])
+    self.assertNotIn("rerun spread", d["text"])
 
   def test_a_shortened_run_says_so_in_its_verdicts(self):
     rows = [dict(_row(0.0, 5.0, 1.0, 200.0), final_step=50_000),
@@ -586,13 +591,16 @@ class WriteReportTest(absltest.TestCase):
 
   def test_rerun_spread_section_and_summary(self):
     self.assertIn("## Run-to-run spread (same config, same seed)", self.md)
-    self.assertIn(f"- valid ppl: 0 relative (largest of 4 pairs: "
-                  f"`{self.runs[0]}` vs `{self.replicate}`", self.md)
+    self.assertIn("literal (mean_loss) (the floor of this reading's "
+                  "one-seed verdicts):\n\n- valid ppl: 0 relative (largest "
+                  f"of 4 pairs: `{self.runs[0]}` vs `{self.replicate}`",
+                  self.md)
     self.assertIn(f"--replicates {self.replicate} --out", self.md)
     with open(os.path.join(self.tmp, "reproduction", "summary.json")) as f:
       spread = json.load(f)["rerun_spread"]
-    self.assertEqual(spread["entropy"]["rel"], 0.0)
-    self.assertEqual(spread["entropy"]["n"], 4)   # 2 seeds x 2 kappa2
+    self.assertEqual(spread["mean_loss"]["entropy"]["rel"], 0.0)
+    self.assertEqual(spread["mean_loss"]["entropy"]["n"], 4)  # 2 seeds x 2
+    self.assertNotIn("summed_loss", spread)   # its reading was not rerun
 
   def test_runs_list_device_precision_and_wall_time(self):
     # The loop wrote one run_info.jsonl line per run (this CPU, float32).

@@ -17,6 +17,12 @@ both at the same last step, and gives per quantity the largest relative
 difference |a - b| / mean(|a|, |b|) over the pairs.
 `report_claims.verdicts` calls a one-seed difference "not significant"
 when it is within `FACTOR` times that relative spread of the larger value.
+
+`by_reading` keeps one spread per reading of kappa: the readings put a
+quantity at different scales (the literal reading's kappa1 = 100 holds
+tr(W^T W) near 1e-6, where a rerun moves it by percents, the fairseq
+reading near 0.1, where it moves by less than 0.1%), so a relative
+spread measured in one reading is no floor for the other.
 """
 import numpy as np
 
@@ -65,6 +71,21 @@ def spread(runs, replicates, quantities) -> dict:
     if found:
       rel, where = max(found, key=lambda x: x[0])   # the first of a tie
       out[name] = dict(rel=rel, where=where, n=len(found))
+  return out
+
+
+def by_reading(runs, replicates, quantities, readings=(),
+               kept=()) -> dict:
+  """reading -> `spread` of the replicate runs of that reading, merged
+  with `kept` (spreads kept without their runs' reading, e.g. records
+  rebuilt without members: they count for every reading), for each
+  reading of `replicates` and `readings` that has a spread."""
+  out = {}
+  for reading in sorted({r["reading"] for r in replicates} | set(readings)):
+    s = merge(spread(runs, [r for r in replicates if r["reading"] == reading],
+                     quantities), *kept)
+    if s:
+      out[reading] = s
   return out
 
 

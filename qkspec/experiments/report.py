@@ -306,15 +306,16 @@ def keep_records(run_dirs, records_dir, replicate_dirs=(), replace=False
 
 
 def _spread(runs, replicate_dirs) -> dict:
-  """`replicates.spread` of the replicate runs that kept their members,
-  merged with the spreads kept by records that did not."""
+  """reading -> `replicates.spread` of the replicate runs that kept their
+  members, merged with the spreads kept by records that did not
+  (`replicates.by_reading`)."""
   kept = [run_records.read(d).get("spread") for d in replicate_dirs]
   loaded = report_runs.load_runs(
       [d for d, s in zip(replicate_dirs, kept) if s is None])
   quantities = [(n, k) for n, k, _ in report_runs.QUANTITIES]
-  return replicates.merge(
-      replicates.spread(runs, loaded, quantities),
-      *[s for s in kept if s is not None])
+  return replicates.by_reading(runs, loaded, quantities,
+                               {r["reading"] for r in runs},
+                               [s for s in kept if s is not None])
 
 
 def write_report(run_dirs, out_path, figures_dir=None, command=None,
@@ -363,7 +364,8 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
         "perplexity lower (D). A verdict is *not significant* when "
         "|mean difference| <= 2 x the pooled std over seeds, or, with one "
         f"seed, <= {replicates.FACTOR:g} x the relative difference between "
-        "two runs of the same config and seed (below). With two seeds or "
+        "two runs of the same config and seed, measured in the same reading "
+        "of kappa (below). With two seeds or "
         "more a line also gives the *paired* verdict: the members of one "
         "seed share their initialisation and batches, so the per-seed "
         "differences decide it (significant when their mean exceeds 2 x "
@@ -429,9 +431,16 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
          "another order each run), so one "
          "seed's kappa2 effect must exceed their difference before its sign "
          "means anything; seeds spread results further (the +- columns). "
-         "Largest relative difference of the final values:", ""]
-  md += replicates.markdown(
-      spread, {n: t for n, _, t in report_runs.QUANTITIES})
+         "Largest relative difference of the final values, per reading of "
+         "kappa (the readings hold the scale at different sizes: near 1e-6 "
+         "in the literal one, where a rerun moves it by percents):", ""]
+  titles = {n: t for n, _, t in report_runs.QUANTITIES}
+  if not spread:
+    md += replicates.markdown({}, titles)
+  for reading, s in spread.items():
+    md += [f"{report_runs.reading_name(reading)} (the floor of this "
+           "reading's one-seed verdicts):", ""]
+    md += replicates.markdown(s, titles) + [""]
   md += ["", "## Runs", "",
          "Device and wall time come from each run's `run_info.jsonl` "
          "(written by the training loop); \"not recorded\" marks runs "

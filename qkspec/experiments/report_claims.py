@@ -7,8 +7,9 @@
   "reproduced", "reversed" or "not significant" (the difference of the
   means is within 2 x the pooled std over seeds). With one seed the sign
   decides and the line says "one seed: no error bar", unless replicate runs
-  (the same config and seed trained again) show a run-to-run spread as
-  large as the difference (`replicates`): then it is "not significant" too.
+  (the same config and seed trained again) show a run-to-run spread in
+  the same reading as large as the difference (`replicates.by_reading`):
+  then it is "not significant" too.
   With two seeds or more in both groups the line adds a paired verdict
   (`paired`): a sweep's members of one seed share their initialisation and
   batches, so the per-seed differences can be consistent where the seeds'
@@ -69,8 +70,9 @@ def paired(quantity, base, alt, sign):
 def _compare(claim, quantity, sign, what, base, alt, contrast, spread=None):
   """One verdict: `alt` (stronger LocATER) against `base`; its note says
   when either ran fewer than the paper's steps. With one seed, `spread`
-  (`replicates.spread`) makes a difference within the same-seed rerun
-  spread "not significant"."""
+  (reading -> `replicates.spread`, `replicates.by_reading`) makes a
+  difference within the same-seed rerun spread of `alt`'s reading "not
+  significant"."""
   m0, s0 = base[f"{quantity}_mean"], base[f"{quantity}_std"]
   m1, s1 = alt[f"{quantity}_mean"], alt[f"{quantity}_std"]
   diff = m1 - m0
@@ -81,7 +83,7 @@ def _compare(claim, quantity, sign, what, base, alt, contrast, spread=None):
     verdict = ("not significant" if diff == 0 else
                "reproduced" if np.sign(diff) == sign else "reversed")
     note = "one seed: no error bar"
-    rel = (spread or {}).get(quantity, {}).get("rel")
+    rel = (spread or {}).get(alt["reading"], {}).get(quantity, {}).get("rel")
     if rel is not None:
       inside = replicates.within(diff, m0, m1, rel)
       verdict = "not significant" if inside else verdict
@@ -117,7 +119,7 @@ def _compare(claim, quantity, sign, what, base, alt, contrast, spread=None):
 
 def verdicts(rows, spread=None) -> list[dict]:
   """Claims B, C, D per figure label and reading (see module docstring;
-  `spread`: `replicates.spread`, the one-seed floor)."""
+  `spread`: reading -> `replicates.spread`, the one-seed floor)."""
   groups = {}
   for r in rows:
     groups.setdefault((r["label"], r["reading"]), []).append(r)
