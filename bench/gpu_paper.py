@@ -617,7 +617,8 @@ def train_run(flags, path: str, fig: int, seed: int, kind: str,
   t = time.time()
   try:
     with deadline(left(flags) - 15):
-      loop.train_and_evaluate(c, workdir)
+      if not train_resuming(c, workdir, name, flags.nan_retries):
+        FAILED.append(name)
   except interrupt.Interrupted as e:
     log(f"train {name}: stopped by the time budget ({e}); rerun to go on")
   wall = time.time() - t
@@ -629,6 +630,32 @@ def train_run(flags, path: str, fig: int, seed: int, kind: str,
     log(f"figures: {', '.join(os.path.basename(p) for p in paths)}")
   except Exception as e:  # pylint: disable=broad-except
     log(f"figures failed: {type(e).__name__}: {e}")
+
+
+FAILED = []        # runs given up on (train_resuming): main exits 1
+
+
+def train_resuming(c, workdir: str, name: str, retries: int) -> bool:
+  """`loop.train_and_evaluate(c, workdir)`, resumed from the run's newest
+  checkpoint up to `retries` times after a step that was not finite;
+  False, with the error logged, when the last try fails too (the next run
+  then goes on). On a GPU two runs of one config do not sum in the same
+  order (`qkspec.experiments.replicates`), so a step that overflowed once
+  may not again: bench/gpu_results.md (16), where a 5-member Fig. 12
+  run's kappa2 = 0 member went NaN at step 29,927 and its rerun from the
+  step-25,000 checkpoint went past it. On the CPU the rerun repeats the
+  step exactly and fails the same way."""
+  for attempt in range(retries + 1):
+    try:
+      loop.train_and_evaluate(c, workdir)
+      return True
+    except FloatingPointError as e:
+      log(f"train {name}: {e} " + (
+          f"Retrying from its newest checkpoint ({attempt + 1} of "
+          f"{retries}, --nan_retries)." if attempt < retries else
+          f"Giving the run up after {retries} retr"
+          f"{'y' if retries == 1 else 'ies'}; the next run goes on."))
+  return False
 
 
 def todo(flags, path: str, rate: float | None):
@@ -1181,9 +1208,15 @@ def main():
                  "6,8 (8: d = 32, where one member's 50,000 steps took as "
                  "long as a d = 128 member's; is its GPU idle between "
                  "kernels?)")
+  p.add_argument("--nan_retries", type=int, default=1,
+                 help="a run whose step is not finite resumes from its "
+                 "newest checkpoint this many times before it is given up "
+                 "(a GPU's rerun does not sum in the same order)")
   p.add_argument("--rehearse", action="store_true",
                  help="CPU rehearsal: a few steps per stage")
   flags = p.parse_args()
+  if flags.nan_retries < 0:
+    p.error(f"--nan_retries must be >= 0, got {flags.nan_retries}")
   if flags.seeds < 1 or flags.first_seed < 0:
     p.error(f"--seeds must be >= 1 and --first_seed >= 0, got "
             f"{flags.seeds} and {flags.first_seed}")
@@ -1264,6 +1297,10 @@ def main():
     else:
       raise SystemExit(f"unknown stage {stage!r}")
   log("done")
+  if FAILED:
+    log(f"given up (not finite after --nan_retries {flags.nan_retries}): "
+        f"{', '.join(FAILED)}")
+    sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -516,6 +516,63 @@ class WarmStageTest(absltest.TestCase):
                               "RuntimeError: no kernel")
 
 
+class TrainResumingTest(absltest.TestCase):
+
+  def _train(self, outcomes, retries):
+    """train_resuming over a loop whose calls end as `outcomes` say
+    (True: finished, False: not finite); (result, calls, log lines)."""
+    calls, lines = [], []
+
+    def fake(c, workdir):
+      calls.append(workdir)
+      if not outcomes[len(calls) - 1]:
+        raise FloatingPointError(f"NaN at step {len(calls)}: the newest "
+                                 "checkpoint is step 0.")
+
+    with mock.patch.object(gpu_paper.loop, "train_and_evaluate", fake), \
+         mock.patch.object(gpu_paper, "log", lines.append):
+      ok = gpu_paper.train_resuming(None, "/w/fig12", "fig12", retries)
+    return ok, calls, lines
+
+  def test_a_nan_the_rerun_goes_past_costs_one_retry(self):
+    ok, calls, lines = self._train([False, True], retries=1)
+    self.assertTrue(ok)
+    self.assertEqual(calls, ["/w/fig12"] * 2)
+    self.assertEqual(lines, ["train fig12: NaN at step 1: the newest "
+                             "checkpoint is step 0. Retrying from its newest "
+                             "checkpoint (1 of 1, --nan_retries)."])
+
+  def test_gives_up_after_the_retries(self):
+    for retries in (0, 2):
+      ok, calls, lines = self._train([False] * 3, retries)
+      self.assertFalse(ok)
+      self.assertLen(calls, retries + 1)
+      self.assertEndsWith(lines[-1], f"Giving the run up after {retries} "
+                          "retries; the next run goes on.")
+    self.assertEqual(self._train([True], 0)[:2], (True, ["/w/fig12"]))
+
+  def test_the_real_loop_resumes_after_its_error(self):
+    """On the CPU a rerun repeats the overflow exactly: the loop, entered
+    again in the same process after its FloatingPointError, resumes from
+    the step-1 checkpoint and fails at step 1 again."""
+    from configs import theory_task  # pylint: disable=g-import-not-at-top
+    c = theory_task.get_config("smoke")
+    c.sweep.kappa1, c.sweep.kappa2, c.sweep.target = (), (), ()
+    c.update(dict(num_steps=6, log_every=3, checkpoint_every=1,
+                  eval_every=100))
+    c.opt.lr = 1e30          # step 0's update blows the weights up
+    with tempfile.TemporaryDirectory() as tmp:
+      lines = []
+      with mock.patch.object(gpu_paper, "log", lines.append), \
+           self.assertLogs("absl", "INFO") as logs:
+        self.assertFalse(gpu_paper.train_resuming(c, tmp, "t", 1))
+    self.assertIn("resumed from step 1", "\n".join(logs.output))
+    self.assertLen(lines, 2)
+    for line in lines:
+      self.assertIn("at step 1:", line)
+      self.assertIn("the newest checkpoint is step 1 (", line)
+
+
 class PackSeedsTest(absltest.TestCase):
 
   def _seconds(self, curve):
