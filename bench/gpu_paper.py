@@ -92,6 +92,10 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   every program a run compiles) with `config.precompile` off, then on
   (bench/startup.py): the wall time and phases of each, and what
   compiling on threads while the state initialises saves a run.
+* rate: steps/s of each --figs sweep (5 kappa2 members, one program) on
+  --path, and its final train loss, under this process's XLA_FLAGS
+  (bench/xla_flags_ab.py runs it once per setting: XLA reads its flags
+  when a process starts).
 * trace: a `jax.profiler` trace of 20 steps of each of --trace_paths
   (default: the host path and the fastest, "best") training the sweep of
   each of --trace_figs (default 6), as Perfetto JSON (summarise with
@@ -324,6 +328,22 @@ def timed_rate(config, calls: int):
 
 
 PROBED = {}      # path -> the probe's Fig. 6 steps/s, this process
+
+
+def rates(flags, path: str):
+  """The rate stage: each --figs sweep timed as the probe times Fig. 6's
+  (`timed_rate`), a line each (bench/xla_flags_ab.py reads them)."""
+  for fig in (int(f) for f in flags.figs.split(",")):
+    c = fig_config(flags, fig, path)
+    calls = max(1, flags.probe_steps // max(c.steps_per_call, 1))
+    try:
+      compile_s, rate, _, loss = timed_rate(c, calls)
+    except Exception as e:  # pylint: disable=broad-except
+      log(f"rate fig{fig}: failed: {type(e).__name__}: {str(e)[:300]}")
+      continue
+    log(f"rate fig{fig} ({model_of(fig)}, {path}): compile {compile_s:.1f} "
+        f"s, {rate:.1f} steps/s; loss {loss:.6g}; XLA_FLAGS "
+        f"{os.environ.get('XLA_FLAGS') or '(none)'}")
 
 
 def probe(flags) -> str:
@@ -1237,7 +1257,7 @@ def main():
   if unknown:
     p.error(f"unknown path(s) {', '.join(unknown)}; known: {', '.join(PATHS)}")
   data_stages = {"probe", "warm", "train", "train_fairseq", "todo",
-                 "members", "trace", "startup"} & set(flags.stages.split(","))
+                 "members", "trace", "startup", "rate"} & set(flags.stages.split(","))
   if data_stages and not flags.manual_dir and not glob.glob(os.path.join(
       flags.tfds_dir, "wikitext2", "*", "dataset_info.json")):
     p.error(f"--tfds_dir {flags.tfds_dir} holds no prepared wikitext2, which "
@@ -1294,6 +1314,8 @@ def main():
           1, f"Fig. 6 sweep, one call of {flags.k} steps ({path})", log)
     elif stage == "trace":
       trace(flags, path)
+    elif stage == "rate":
+      rates(flags, path)
     else:
       raise SystemExit(f"unknown stage {stage!r}")
   log("done")

@@ -1,0 +1,124 @@
+r"""Steps/s of the section's sweeps under XLA_FLAGS settings, A/B.
+
+  python bench/xla_flags_ab.py [--settings default,off,graphs] [--rounds 2] \
+      -- --tfds_dir .gpudata/tfds --path scan_bf16_pallas_fa3dw_fused \
+      --figs 12,10
+
+XLA reads XLA_FLAGS once, when a process starts its backend, so each
+setting runs in a process of its own (`bench/gpu_paper.py --stages rate`
+with the arguments after `--`); the rounds alternate the settings' order
+(A B C, then C B A, ...) so that a drift of the machine falls on all of
+them. Prints each process's steps/s per figure, then per figure and setting
+the median, its ratio to the first setting's and whether the final train
+loss agrees with it (within LOSS_RTOL: a setting that changes the numbers
+is named, whatever its speed).
+
+The settings are XLA's command buffers (CUDA graphs on an NVIDIA GPU):
+bench/gpu_results.md (12) and (16) found the deep models' steps bound by
+their kernels' count (~7 us each at d = 128, 355 kernels in Fig. 12's
+step), the cost CUDA graphs cut by launching many kernels at once.
+- default: the XLA of this jax as it comes (in jax 0.7.2's, command
+  buffers for runs of >= 5 fusions, cuBLAS, cuDNN and custom calls, but
+  not for loops);
+- off: none (each kernel launched by itself): what default saves;
+- graphs: loops and conditionals too, and runs of any length, so that the
+  k steps of a call (`lax.scan`) may become one CUDA graph.
+A setting that fails (flags this jax does not know, a capture XLA cannot
+do) is reported and the others go on; exits 1 if every process failed.
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SETTINGS = {
+    "default": "",
+    "off": ("--xla_gpu_enable_command_buffer=-FUSION,-CUBLAS,-CUBLASLT,"
+            "-CUSTOM_CALL,-CUDNN"),
+    "graphs": ("--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL "
+               "--xla_gpu_graph_min_graph_size=1"),
+}
+LOSS_RTOL = 1e-2    # reruns differ a little on a GPU; a broken capture, not
+_RATE = re.compile(r"rate fig(\d+) \(.*?\): compile ([\d.]+) s, ([\d.]+) "
+                   r"steps/s; loss (\S+);")
+
+
+def order(settings: list[str], rounds: int) -> list[str]:
+  """The settings run by run: forwards, backwards, forwards, ..."""
+  return [s for r in range(rounds)
+          for s in (settings if r % 2 == 0 else settings[::-1])]
+
+
+def parse(output: str) -> dict[int, tuple[float, float]]:
+  """fig -> (steps/s, final train loss) from a rate stage's lines."""
+  return {int(m[1]): (float(m[3]), float(m[4]))
+          for m in _RATE.finditer(output)}
+
+
+def summarize(runs: list[tuple[str, dict]], settings: list[str]
+              ) -> list[str]:
+  """Lines per figure and setting: the median steps/s over its runs
+  (`runs`: (setting, `parse` result) per process), the ratio to the first
+  setting's median, and whether its losses agree with that setting's."""
+  lines = []
+  figs = sorted({f for _, r in runs for f in r})
+  for fig in figs:
+    got = {s: [r[fig] for name, r in runs if name == s and fig in r]
+           for s in settings}
+    ref = got[settings[0]]
+    ref_rate = statistics.median(x for x, _ in ref) if ref else None
+    ref_loss = ref[0][1] if ref else None
+    for s in settings:
+      if not got[s]:
+        lines.append(f"fig{fig} {s:>8}: no run finished")
+        continue
+      rate = statistics.median(x for x, _ in got[s])
+      line = (f"fig{fig} {s:>8}: {rate:8.1f} steps/s (median of "
+              f"{len(got[s])}: {', '.join(f'{x:.1f}' for x, _ in got[s])})")
+      if ref_rate:
+        line += f", x{rate / ref_rate:.3f} of {settings[0]}"
+        off = max(abs(loss - ref_loss) / abs(ref_loss) for _, loss in got[s])
+        line += ("" if off <= LOSS_RTOL else
+                 f"; its loss DISAGREES ({off:.1%} off {settings[0]}'s)")
+      lines.append(line)
+  return lines
+
+
+def main():
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--settings", default="default,off,graphs",
+                 help=f"of {', '.join(SETTINGS)}; the first is the reference")
+  p.add_argument("--rounds", type=int, default=2)
+  p.add_argument("rest", nargs="*", help="gpu_paper.py's arguments, after --")
+  flags = p.parse_args()
+  settings = flags.settings.split(",")
+  unknown = [s for s in settings if s not in SETTINGS]
+  if unknown or flags.rounds < 1:
+    p.error(f"unknown setting(s) {unknown} (known: {', '.join(SETTINGS)}) "
+            f"or --rounds {flags.rounds} < 1")
+  runs, t0 = [], time.time()
+  for name in order(settings, flags.rounds):
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = " ".join(
+        x for x in (os.environ.get("XLA_FLAGS", ""), SETTINGS[name]) if x)
+    cmd = [sys.executable, os.path.join(HERE, "gpu_paper.py"),
+           "--stages", "rate", *flags.rest]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                         check=False)
+    found = parse(out.stdout + out.stderr)
+    print(f"[{time.time() - t0:6.1f}s] {name}: rc {out.returncode}, "
+          + (", ".join(f"fig{f} {r:.1f} steps/s (loss {l:.6g})"
+                       for f, (r, l) in sorted(found.items()))
+             or "no rate: " + (out.stdout + out.stderr)[-400:].replace(
+                 "\n", " | ")), flush=True)
+    runs.append((name, found))
+  print("\n".join(summarize(runs, settings)), flush=True)
+  sys.exit(0 if any(r for _, r in runs) else 1)
+
+
+if __name__ == "__main__":
+  main()

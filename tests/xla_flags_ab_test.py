@@ -1,0 +1,56 @@
+"""Tests for bench/xla_flags_ab.py (the XLA_FLAGS A/B's bookkeeping)."""
+import os
+import sys
+
+from absl.testing import absltest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+# pylint: disable=g-import-not-at-top,wrong-import-position
+import xla_flags_ab
+
+# Lines as gpu_paper.py's rate stage logs them.
+OUT = """INFO:absl:Reusing dataset wikitext2
+[  37.2s] rate fig12 (L=6,d=128, scan_bf16_pallas_fa3dw_fused): compile 12.3 s, 229.4 steps/s; loss 7.50941; XLA_FLAGS (none)
+[  40.0s] rate fig10: failed: XlaRuntimeError: boom
+[  52.9s] rate fig8 (L=1,d=32, scan_bf16_pallas_fa3dw_fused): compile 3.1 s, 1201.5 steps/s; loss nan; XLA_FLAGS --x=1
+"""
+
+
+class XlaFlagsABTest(absltest.TestCase):
+
+  def test_order_alternates_so_drift_falls_on_every_setting(self):
+    self.assertEqual(xla_flags_ab.order(["a", "b", "c"], 3),
+                     ["a", "b", "c", "c", "b", "a", "a", "b", "c"])
+
+  def test_parse_reads_rate_and_loss_and_skips_failures(self):
+    got = xla_flags_ab.parse(OUT)
+    self.assertEqual(sorted(got), [8, 12])
+    self.assertEqual(got[12], (229.4, 7.50941))
+    self.assertTrue(got[8][1] != got[8][1])          # nan kept as nan
+
+  def test_summary_medians_ratios_and_a_loss_that_disagrees(self):
+    runs = [("default", {12: (200.0, 7.5)}), ("graphs", {12: (300.0, 7.5)}),
+            ("graphs", {12: (320.0, 7.51)}), ("default", {12: (210.0, 7.5)}),
+            ("off", {12: (100.0, 9.0)})]
+    lines = xla_flags_ab.summarize(runs, ["default", "graphs", "off"])
+    self.assertEqual(lines, [
+        "fig12  default:    205.0 steps/s (median of 2: 200.0, 210.0), "
+        "x1.000 of default",
+        "fig12   graphs:    310.0 steps/s (median of 2: 300.0, 320.0), "
+        "x1.512 of default",
+        "fig12      off:    100.0 steps/s (median of 1: 100.0), x0.488 of "
+        "default; its loss DISAGREES (20.0% off default's)"])
+
+  def test_summary_says_when_a_setting_never_ran(self):
+    lines = xla_flags_ab.summarize([("default", {6: (100.0, 7.0)}),
+                                    ("graphs", {})], ["default", "graphs"])
+    self.assertEqual(lines[1], "fig6   graphs: no run finished")
+    lines = xla_flags_ab.summarize([("graphs", {6: (100.0, 7.0)})],
+                                   ["default", "graphs"])
+    self.assertEqual(lines, ["fig6  default: no run finished",
+                             "fig6   graphs:    100.0 steps/s (median of 1: "
+                             "100.0)"])
+
+
+if __name__ == "__main__":
+  absltest.main()
