@@ -1256,8 +1256,8 @@ def main():
   unknown = sorted(set(named) - set(PATHS) - {"", "best"})
   if unknown:
     p.error(f"unknown path(s) {', '.join(unknown)}; known: {', '.join(PATHS)}")
-  data_stages = {"probe", "warm", "train", "train_fairseq", "todo",
-                 "members", "trace", "startup", "rate"} & set(flags.stages.split(","))
+  data_stages = {"probe", "warm", "train", "train_fairseq", "todo", "members",
+                 "trace", "startup", "rate"} & set(flags.stages.split(","))
   if data_stages and not flags.manual_dir and not glob.glob(os.path.join(
       flags.tfds_dir, "wikitext2", "*", "dataset_info.json")):
     p.error(f"--tfds_dir {flags.tfds_dir} holds no prepared wikitext2, which "

@@ -3,7 +3,7 @@
 # the kappa2 sweeps of Figs. 6, 8, 9, 10, 11 and 12 (d in {32, 128} x
 # L in {1, 3, 6}, five kappa2 members each, one reading of kappa, 50,000
 # steps, periodic evaluation), each run's figures, and one report of the
-# six (tables, verdicts, curves) in OUT/REPRODUCTION.md.
+# six (tables, verdicts, curves) in WORK/REPRODUCTION.md (OUT/work.tgz).
 #
 #   bash bench/gpu_section.sh [gpu_paper.py arguments ...]
 #   e.g. bash bench/gpu_section.sh --time_budget_s 540
@@ -32,42 +32,59 @@
 # the same machine resumes each run (WORKDIRs runs/gpu_section_lane1, 2).
 # The arguments reach each lane's gpu_paper.py as words split at spaces
 # (none may hold one). LANES="12,8,9 11,6,10" (the default) regroups the
-# figures; exits 1 if a lane failed. Needs what
+# figures; exits 1 if a lane failed.
+#
+# What comes back from a lent GPU is at most 8 files (OUT), so the section
+# works in WORK (default runs/gpu_section_work: the plan, the lanes' logs
+# and runs.tgz, the report) and leaves in OUT four: section.txt (the plan,
+# the lanes' lines and the section's wall time), lane1.tgz and lane2.tgz
+# (each lane's runs, to unpack in runs/) and work.tgz (WORK's logs and the
+# section's report, runs.tgz left out). Needs what
 # bench/gpu_session.sh needs (BUILD.md, "A GPU machine without network
 # access"); a CPU rehearses it with --path scan_f32_plain --rehearse.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/gpu_section_out}
+WORK=${WORK:-runs/gpu_section_work}
 LANES=${LANES:-12,8,9 11,6,10}
-mkdir -p "$OUT"
+mkdir -p "$OUT" "$WORK"
 source bench/gpu_wheels.sh || exit 1
 read -r -a lanes <<< "$LANES"
 path=$(python3 -c "from qkspec.experiments import report_plan
 print(report_plan.GPU_PATH)") || exit 1
 t0=$(date +%s)
 python3 bench/gpu_paper.py --tfds_dir "${TFDS_DIR:-.gpudata/tfds}" \
-  --workdir "$OUT/plan" --stages plan --path "$path" \
+  --workdir "$WORK/plan" --stages plan --path "$path" \
   --figs "$(IFS=,; echo "${lanes[*]}")" \
-  --lanes "$(IFS=/; echo "${lanes[*]}")" "$@" > "$OUT/plan_log.txt" 2>&1 \
-  || { cat "$OUT/plan_log.txt"; exit 1; }
-grep "projected" "$OUT/plan_log.txt" | tee "$OUT/plan.txt"
+  --lanes "$(IFS=/; echo "${lanes[*]}")" "$@" > "$WORK/plan_log.txt" 2>&1 \
+  || { cat "$WORK/plan_log.txt"; exit 1; }
+grep "projected" "$WORK/plan_log.txt" | tee "$WORK/plan.txt"
 args=()
 for lane in "${lanes[@]}"; do
   args+=("--stages warm,train --figs $lane --path $path $*")
 done
 prefix=runs/gpu_section_lane          # the lanes' WORKDIRs: prefix1, prefix2
 MPS=${MPS:-1} NO_WHEELS=1 WORKDIR_PREFIX=$prefix \
-  OUT="$OUT/lanes" bash bench/gpu_concurrent.sh "${args[@]}" \
-  | tee "$OUT/lanes.txt"
+  OUT="$WORK/lanes" bash bench/gpu_concurrent.sh "${args[@]}" \
+  | tee "$WORK/lanes.txt"
 rc=${PIPESTATUS[0]}
 runs=$(find "$prefix"* -mindepth 2 -maxdepth 2 \
   -name members.json -printf '%h\n' 2>/dev/null | sort | paste -sd,)
 if [ -n "$runs" ]; then
   python3 launch/report.py --norecords --runs "$runs" \
-    --out "$OUT/REPRODUCTION.md" > "$OUT/report.txt" 2>&1 \
-    || echo "report failed: see $OUT/report.txt"
+    --out "$WORK/REPRODUCTION.md" > "$WORK/report.txt" 2>&1 \
+    || echo "report failed: see $WORK/report.txt"
 fi
 echo "section: Figs. $(IFS=,; echo "${lanes[*]}") in" \
-  "$(( $(date +%s) - t0 )) s, lanes ${lanes[*]} (the runs: $OUT/lanes.txt;" \
-  "the report: $OUT/REPRODUCTION.md)"
+  "$(( $(date +%s) - t0 )) s, lanes ${lanes[*]} (the runs: $WORK/lanes.txt;" \
+  "the report: $WORK/REPRODUCTION.md)" | tee "$WORK/section.txt"
+cat "$WORK/plan.txt" "$WORK/lanes.txt" "$WORK/section.txt" \
+  > "$OUT/section.txt"
+for i in $(seq "${#lanes[@]}"); do
+  if [ -f "$WORK/lanes/p$i/runs.tgz" ]; then
+    cp "$WORK/lanes/p$i/runs.tgz" "$OUT/lane$i.tgz"
+  fi
+done
+tar czf "$OUT/work.tgz" --exclude=runs.tgz --exclude=plan -C "$WORK" .
+echo "brought back: $(cd "$OUT" && ls | paste -sd' ')"
 exit "$rc"
