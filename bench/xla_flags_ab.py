@@ -1,8 +1,8 @@
 r"""Steps/s of the section's sweeps under XLA_FLAGS settings, A/B.
 
   python bench/xla_flags_ab.py [--settings default,off,graphs] [--rounds 2] \
-      -- --tfds_dir .gpudata/tfds --path scan_bf16_pallas_fa3dw_fused \
-      --figs 12,10
+      [--setting NAME=FLAGS ...] -- --tfds_dir .gpudata/tfds \
+      --path scan_bf16_pallas_fa3dw_fused --figs 12,10
 
 XLA reads XLA_FLAGS once, when a process starts its backend, so each
 setting runs in a process of its own (`bench/gpu_paper.py --stages rate`
@@ -23,7 +23,10 @@ step), the cost CUDA graphs cut by launching many kernels at once.
 - off: none (each kernel launched by itself): what default saves;
 - graphs: loops and conditionals too, and runs of any length, so that the
   k steps of a call (`lax.scan`) may become one CUDA graph.
-A setting that fails (flags this jax does not know, a capture XLA cannot
+- cublas: XLA's matmuls by cuBLAS rather than Triton (the deviceless
+  compile, which cannot autotune, made every one a Triton GEMM fusion).
+`--setting NAME=FLAGS` adds another (named in --settings to run it). A
+setting that fails (flags this jax does not know, a capture XLA cannot
 do) is reported and the others go on; exits 1 if every process failed.
 """
 import argparse
@@ -41,6 +44,7 @@ SETTINGS = {
             "-CUSTOM_CALL,-CUDNN"),
     "graphs": ("--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL "
                "--xla_gpu_graph_min_graph_size=1"),
+    "cublas": "--xla_gpu_enable_triton_gemm=false",
 }
 LOSS_RTOL = 1e-2    # reruns differ a little on a GPU; a broken capture, not
 _RATE = re.compile(r"rate fig(\d+) \(.*?\): compile ([\d.]+) s, ([\d.]+) "
@@ -93,13 +97,22 @@ def main():
   p.add_argument("--settings", default="default,off,graphs",
                  help=f"of {', '.join(SETTINGS)}; the first is the reference")
   p.add_argument("--rounds", type=int, default=2)
+  p.add_argument("--setting", action="append", default=[],
+                 help="NAME=FLAGS: one more setting (repeatable)")
   p.add_argument("rest", nargs="*", help="gpu_paper.py's arguments, after --")
   flags = p.parse_args()
+  for extra in flags.setting:
+    name, sep, value = extra.partition("=")
+    if not (sep and name):
+      p.error(f"--setting takes NAME=FLAGS, got {extra!r}")
+    SETTINGS[name] = value
   settings = flags.settings.split(",")
   unknown = [s for s in settings if s not in SETTINGS]
-  if unknown or flags.rounds < 1:
-    p.error(f"unknown setting(s) {unknown} (known: {', '.join(SETTINGS)}) "
-            f"or --rounds {flags.rounds} < 1")
+  if unknown:
+    p.error(f"unknown setting(s) {', '.join(unknown)} (known: "
+            f"{', '.join(SETTINGS)}; --setting NAME=FLAGS adds one)")
+  if flags.rounds < 1:
+    p.error(f"--rounds must be >= 1, got {flags.rounds}")
   runs, t0 = [], time.time()
   for name in order(settings, flags.rounds):
     env = dict(os.environ)
