@@ -430,21 +430,30 @@ def projection(flags, rate: float, path: str) -> str:
           + lanes_text(by_fig, getattr(flags, "lanes", "")))
 
 
+# Two lanes through MPS on the H200 did 1.24 times one GPU's work a second
+# (Fig. 12 at 0.54 of its alone rate beside Fig. 11 at 0.71,
+# bench/gpu_results.md (16)).
+LANES_OVERLAP = 1.24
+
+
 def lanes_text(by_fig: dict[int, float], lanes: str) -> str:
   """What `projection` adds for --lanes ("6,11,12/8,9,10": figures that
   train side by side, one process each, bench/gpu_section.sh): each lane's
   projected minutes and the section's between the longest lane (were the
   lanes to overlap fully) and their sum (not at all: the GPU time-slices
   between processes, CUDA's default, and each only fills the other's idle
-  gaps); "" without lanes."""
+  gaps), and at the overlap measured (`LANES_OVERLAP`); "" without
+  lanes."""
   if not lanes:
     return ""
   each = [sum(by_fig.get(int(f), 0.0) for f in lane.split(","))
           for lane in lanes.split("/")]
+  measured = max(max(each), sum(each) / LANES_OVERLAP)
   return (f"; in lanes {' | '.join(lanes.split('/'))}: "
           f"{' | '.join(f'{w / 60:.1f}' for w in each)} min, so the "
           f"section ~{max(each) / 60:.1f} min if they overlap fully, "
-          f"~{sum(each) / 60:.1f} if not at all")
+          f"~{sum(each) / 60:.1f} if not at all, ~{measured / 60:.1f} at "
+          f"the {LANES_OVERLAP:g}x two MPS lanes gave on the H200")
 
 
 def _budget_left(flags) -> str:

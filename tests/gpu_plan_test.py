@@ -377,13 +377,16 @@ class MeasuredCurveTest(absltest.TestCase):
 
   def test_lanes_bound_the_section_between_their_longest_and_their_sum(self):
     by_fig = {6: 120.0, 8: 60.0, 11: 180.0}
+    # 6 min of work at 1.24x: 4.8 min, but never under the longest lane
     self.assertEqual(gpu_paper.lanes_text(by_fig, "6,11/8"),
                      "; in lanes 6,11 | 8: 5.0 | 1.0 min, so the section "
-                     "~5.0 min if they overlap fully, ~6.0 if not at all")
+                     "~5.0 min if they overlap fully, ~6.0 if not at all, "
+                     "~5.0 at the 1.24x two MPS lanes gave on the H200")
     self.assertEqual(gpu_paper.lanes_text(by_fig, "8/6/11"),
                      "; in lanes 8 | 6 | 11: 1.0 | 2.0 | 3.0 min, so the "
                      "section ~3.0 min if they overlap fully, ~6.0 if not "
-                     "at all")
+                     "at all, ~4.8 at the 1.24x two MPS lanes gave on the "
+                     "H200")
     self.assertEqual(gpu_paper.lanes_text(by_fig, ""), "")
 
   def test_curves_are_kept_by_device_path_and_pallas_setting(self):
