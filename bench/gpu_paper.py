@@ -330,17 +330,25 @@ def timed_rate(config, calls: int):
 PROBED = {}      # path -> the probe's Fig. 6 steps/s, this process
 
 
+def try_rate(flags, c, what: str):
+  """`timed_rate` of config `c` over --probe_steps steps, or None, with
+  `what`'s failure logged, where it does not compile or run."""
+  calls = max(1, flags.probe_steps // max(c.steps_per_call, 1))
+  try:
+    return timed_rate(c, calls)
+  except Exception as e:  # pylint: disable=broad-except
+    log(f"{what}: failed: {type(e).__name__}: {str(e)[:300]}")
+    return None
+
+
 def rates(flags, path: str):
   """The rate stage: each --figs sweep timed as the probe times Fig. 6's
   (`timed_rate`), a line each (bench/xla_flags_ab.py reads them)."""
   for fig in (int(f) for f in flags.figs.split(",")):
-    c = fig_config(flags, fig, path)
-    calls = max(1, flags.probe_steps // max(c.steps_per_call, 1))
-    try:
-      compile_s, rate, _, loss = timed_rate(c, calls)
-    except Exception as e:  # pylint: disable=broad-except
-      log(f"rate fig{fig}: failed: {type(e).__name__}: {str(e)[:300]}")
+    timed = try_rate(flags, fig_config(flags, fig, path), f"rate fig{fig}")
+    if timed is None:
       continue
+    compile_s, rate, _, loss = timed
     log(f"rate fig{fig} ({model_of(fig)}, {path}): compile {compile_s:.1f} "
         f"s, {rate:.1f} steps/s; loss {loss:.6g}; XLA_FLAGS "
         f"{os.environ.get('XLA_FLAGS') or '(none)'}")
@@ -484,12 +492,10 @@ def members_curve(flags, path: str, known: dict[int, float], fig: int = 6):
     else:
       c.sweep.seed = tuple(range(n // 5))
       c.sweep.mode = "product"
-    calls = max(1, flags.probe_steps // max(c.steps_per_call, 1))
-    try:
-      compile_s, rate, _, _ = timed_rate(c, calls)
-    except Exception as e:  # pylint: disable=broad-except
-      log(f"members N={n}: failed: {type(e).__name__}: {str(e)[:300]}")
+    timed = try_rate(flags, c, f"members N={n}")
+    if timed is None:
       break
+    compile_s, rate, _, _ = timed
     rows.append((n, rate))
     log(f"members N={n}: compile {compile_s:.1f} s, {rate:.1f} steps/s")
   if rows and rows[0][0] == 1:
