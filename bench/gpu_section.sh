@@ -14,14 +14,15 @@
 # 2. the lanes at once (bench/gpu_concurrent.sh, with CUDA's Multi-Process
 #    Service where the machine has it; MPS=0: time-sliced). A step has a
 #    part that fills the GPU (the output projection's loss, its largest
-#    at d = 128) and one of many small kernels (its layers, most at L = 6)
-#    that likely leave most SMs idle. By default the lanes are Figs. 12, 8,
-#    9 and Figs. 11, 6, 10: each mixes both parts, and they project evenly
-#    (7.6 | 7.8 min on the H200), where the d = 128 figures beside the
-#    d = 32 ones (LANES="6,11,12 8,9,10") leave a 9.3 min lane, longer
-#    than the section may take; Fig. 11 first, the report's one run left
-#    (issue 12). Each lane first compiles its runs' programs side by side
-#    (gpu_paper.py's warm stage), then trains them one after another.
+#    at d = 128) and one of many small kernels (its layers, most at L = 6).
+#    By default the lanes are Figs. 12, 8, 9 and Figs. 11, 6, 10: each
+#    mixes both parts, and they project evenly (7.6 | 7.8 min on the
+#    H200), where the d = 128 figures beside the d = 32 ones
+#    (LANES="6,11,12 8,9,10") leave a 9.3 min lane. Measured on the H200
+#    (bench/gpu_results.md (16)): two lanes did 1.24 times one GPU's work,
+#    so the section takes ~12.4 min of its 15.4 alone. Each lane first
+#    compiles its runs' programs side by side (gpu_paper.py's warm
+#    stage), then trains them one after another.
 # 3. the report of the section's runs alone (launch/report.py --norecords)
 #    and the section's wall time.
 #
