@@ -365,14 +365,10 @@ def probe(flags) -> str:
   log("probe: the Fig. 6 sweep (5 members, d=128, L=1) by each path")
   rows, best, best_rate, ref = [], None, 0.0, {}
   for path in flags.paths.split(","):
-    c = fig_config(flags, 6, path)
-    k = 1 if PATHS[path].get("steps_per_call") == 1 else flags.k
-    calls = max(1, flags.probe_steps // k)
-    try:
-      compile_s, rate, k, loss = timed_rate(c, calls)
-    except Exception as e:  # pylint: disable=broad-except
-      log(f"probe {path}: failed: {type(e).__name__}: {str(e)[:300]}")
+    timed = try_rate(flags, fig_config(flags, 6, path), f"probe {path}")
+    if timed is None:
       continue
+    compile_s, rate, k, loss = timed
     ref.setdefault(k, (path, loss))
     off = abs(loss - ref[k][1]) / abs(ref[k][1])
     agrees = math.isfinite(loss) and off <= 0.02
