@@ -104,33 +104,34 @@ def main():
                  help="NAME=FLAGS: one more setting (repeatable)")
   p.add_argument("rest", nargs="*", help="gpu_paper.py's arguments, after --")
   flags = p.parse_args()
+  known = dict(SETTINGS)           # and those of --setting
   for extra in flags.setting:
     name, sep, value = extra.partition("=")
     if not (sep and name):
       p.error(f"--setting takes NAME=FLAGS, got {extra!r}")
-    SETTINGS[name] = value
+    known[name] = value
   settings = flags.settings.split(",")
-  unknown = [s for s in settings if s not in SETTINGS]
+  unknown = [s for s in settings if s not in known]
   if unknown:
     p.error(f"unknown setting(s) {', '.join(unknown)} (known: "
-            f"{', '.join(SETTINGS)}; --setting NAME=FLAGS adds one)")
+            f"{', '.join(known)}; --setting NAME=FLAGS adds one)")
   if flags.rounds < 1:
     p.error(f"--rounds must be >= 1, got {flags.rounds}")
   runs, t0 = [], time.time()
   for name in order(settings, flags.rounds):
     env = dict(os.environ)
     env["XLA_FLAGS"] = " ".join(
-        x for x in (os.environ.get("XLA_FLAGS", ""), SETTINGS[name]) if x)
+        x for x in (os.environ.get("XLA_FLAGS", ""), known[name]) if x)
     cmd = [sys.executable, os.path.join(HERE, "gpu_paper.py"),
            "--stages", "rate", *flags.rest]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True,
                          check=False)
-    found = parse(out.stdout + out.stderr)
+    text = out.stdout + out.stderr
+    found = parse(text)
     print(f"[{time.time() - t0:6.1f}s] {name}: rc {out.returncode}, "
           + (", ".join(f"fig{f} {r:.1f} steps/s (loss {l:.6g})"
                        for f, (r, l) in sorted(found.items()))
-             or "no rate: " + (out.stdout + out.stderr)[-400:].replace(
-                 "\n", " | ")), flush=True)
+             or "no rate: " + text[-400:].replace("\n", " | ")), flush=True)
     runs.append((name, found))
   print("\n".join(summarize(runs, settings)), flush=True)
   sys.exit(0 if any(r for _, r in runs) else 1)
