@@ -419,6 +419,17 @@ class MergedRunsTest(absltest.TestCase):
     view = by_cell["Fig. 9", "summed_loss"][1]
     self.assertEqual(view["shared_from"], "mean_loss")
     self.assertNotIn("shared_from", by_cell["Fig. 9", "mean_loss"][0])
+    # in the fairseq cell the member is the cell's reading (a figure's
+    # legend names no reading), and its own run keeps its own
+    none["members"][0]["penalty_added_to"] = "mean_loss"  # as members.json
+    for m in sweep["members"]:
+      m["penalty_added_to"] = "summed_loss"
+    by_cell = report_runs.cells([sweep, none])
+    view = by_cell["Fig. 9", "summed_loss"][1]
+    self.assertEqual(view["members"][0]["penalty_added_to"], "summed_loss")
+    self.assertEqual(none["members"][0]["penalty_added_to"], "mean_loss")
+    self.assertEqual(training_plots.varying_fields(
+        sweep["members"] + view["members"]), ["kappa1", "kappa2"])
     self.assertNotIn("Fig. 9", "".join(
         l for l in report_plan.still_to_run(
             report_runs.summarize_runs([sweep, none]))

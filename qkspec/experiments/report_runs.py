@@ -233,7 +233,9 @@ def cells(runs) -> dict:
   tests/readings_test.py), so it also joins the other reading's cell: as a
   view of its run holding just those members, with `shared_from` naming
   the run's own reading, after that cell's own runs (`cell_members` counts
-  a member met twice once, the cell's own first)."""
+  a member met twice once, the cell's own first). In the view the members
+  carry the cell's reading (their "penalty_added_to"), so a figure of the
+  cell does not name the reading they were trained under as a difference."""
   out = {}
   for run in runs:
     out.setdefault((run["label"], run["reading"]), []).append(run)
@@ -242,7 +244,8 @@ def cells(runs) -> dict:
     for reading in READINGS:
       if shared and reading != run["reading"]:
         out.setdefault((run["label"], reading), []).append(dict(
-            run, members=shared, reading=reading,
+            run, members=[dict(m, penalty_added_to=reading)
+                          for m in shared], reading=reading,
             shared_from=run["reading"],
             final_step=min(m["last_step"] for m in shared)))
   return out
