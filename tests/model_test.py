@@ -187,6 +187,26 @@ class ModelTest(parameterized.TestCase):
     want = jax.nn.relu(z @ blk["ffn1"]["kernel"]) @ blk["ffn2"]["kernel"] + z
     np.testing.assert_allclose(out, want, rtol=2e-5, atol=2e-5)
 
+  def test_qk_matrices_is_each_layers_product_and_its_gradient(self):
+    c = common.lm_config()
+    common.synthetic_data(c)
+    c.model.update(d_model=d, ffn_dim=d, num_layers=3, num_heads=2)
+    m = model_lib.make_model(c.model, "lm", V)
+    params = m.init(jax.random.key(6), jnp.zeros((B, T), jnp.int32))["params"]
+
+    def per_layer(p):                     # one product per layer
+      return jnp.stack([model_lib.qk_from_kernels(a["query"]["kernel"],
+                                                  a["key"]["kernel"])
+                        for a in model_lib.attention_params(p)])
+    np.testing.assert_allclose(model_lib.qk_matrices(params),
+                               per_layer(params), rtol=1e-6, atol=0)
+    # the layers' order, and a weight per layer and head in the gradient
+    wts = jnp.arange(1.0, 7.0).reshape(3, 2, 1, 1)
+    loss = lambda f: lambda p: jnp.sum(wts * f(p) ** 2)  # noqa: E731
+    got = jax.grad(loss(model_lib.qk_matrices))(params)
+    want = jax.grad(loss(per_layer))(params)
+    chex.assert_trees_all_close(got, want, rtol=1e-6, atol=1e-9)
+
   def test_locater_term_equals_locater_penalty_of_qk_matrices(self):
     c = common.lm_config()
     common.synthetic_data(c)

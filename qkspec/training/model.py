@@ -495,13 +495,16 @@ def qk_matrices(params) -> jax.Array:
 
   Unscaled (the logits divide by :math:`\lambda` separately), as LocATER and
   Fig. 6B use them. Works on a params tree with leading (e.g. sweep) axes
-  only under `jax.vmap`.
+  only under `jax.vmap`. From Q/K kernels, the layers' kernels are stacked
+  and multiplied in one batched matmul (one kernel forward and two backward
+  on a GPU, where a product per layer launched 3 L: bench/gpu_results.md
+  (17)).
   """
-  out = []
-  for attn in attention_params(params):
-    if "w_qk" in attn:
-      out.append(attn["w_qk"])
-    else:
-      out.append(qk_from_kernels(attn["query"]["kernel"],
-                                 attn["key"]["kernel"]))
-  return jnp.stack(out)
+  attns = attention_params(params)
+  if any("w_qk" in attn for attn in attns):
+    return jnp.stack([attn["w_qk"] if "w_qk" in attn else
+                      qk_from_kernels(attn["query"]["kernel"],
+                                      attn["key"]["kernel"])
+                      for attn in attns])
+  stacked = lambda name: jnp.stack([a[name]["kernel"] for a in attns])  # noqa: E731
+  return jax.vmap(qk_from_kernels)(stacked("query"), stacked("key"))
