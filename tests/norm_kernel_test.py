@@ -49,6 +49,28 @@ class KernelTest(parameterized.TestCase):
         continue
       np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5, err_msg=name)
 
+  @parameterized.parameters(((2, 64, 16),), ((1, 8, 32),))
+  def test_with_the_sublayers_bias_and_its_gradient(self, shape):
+    # z = x + m (u + c): c's gradient is the column sum of du.
+    x, u, mask, scale, bias = _inputs(jax.random.key(8), shape)
+    c = 0.3 * jax.random.normal(jax.random.key(9), shape[-1:])
+    row = c.reshape((1,) * (len(shape) - 1) + (-1,))
+    want = norm_kernel.reference(x, u + row, mask, scale, bias)
+    np.testing.assert_allclose(
+        norm_kernel.reference(x, u, mask, scale, bias, u_bias=c), want,
+        rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        norm_kernel.add_dropout_norm(x, u, mask, scale, bias, u_bias=c),
+        want, rtol=1e-5, atol=1e-5)
+    w = jax.random.normal(jax.random.key(1), shape)
+    grads = [jax.grad(lambda x, u, s, b, c, f=f: jnp.sum(
+        w * f(x, u, mask, s, b, u_bias=c)), (0, 1, 2, 3, 4))(
+            x, u, scale, bias, c)
+             for f in (norm_kernel.add_dropout_norm, norm_kernel.reference)]
+    for name, g, r in zip(("x", "u", "scale", "bias", "u_bias"), *grads):
+      np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5, err_msg=name)
+    self.assertGreater(float(jnp.max(jnp.abs(grads[0][4]))), 0.1)
+
   def test_equals_flax_layer_norm_after_dropout(self):
     x, u, mask, scale, bias = _inputs(jax.random.key(2))
     ln = nn.LayerNorm(epsilon=1e-5)

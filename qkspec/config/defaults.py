@@ -161,7 +161,8 @@ def lm_config() -> ml_collections.ConfigDict:
       fused_qkv=False,       # q, k, v as one matmul (same parameters; fewer
                              # GPU kernels in the backward)
       fused_norm=False,      # Post-LN: residual sum, dropout and LayerNorm
-                             # as one kernel (GPU; training/norm_kernel)
+                             # as one kernel, with the sublayer's bias
+                             # (GPU; training/norm_kernel)
       ffn_dim=128,           # FFN width (paper: = d)
       activation="relu",     # fairseq default activation_fn
       norm="post",           # post (fairseq default) | pre | none

@@ -41,22 +41,26 @@ _xavier_qkv = nn.initializers.variance_scaling(0.5, "fan_avg", "uniform")
 
 
 class ProjectionParams(nn.Module):
-  """The kernel [d, H, D] and bias [H, D] of `nn.DenseGeneral((H, D))`
-  (same names, shapes, initial values: the kernel drawn as [d, HD], the
-  fans DenseGeneral's initialiser sees), without applying them: for
-  `SelfAttention(fused_qkv=True)`, which applies three at once."""
-  features: tuple[int, int]
+  """The kernel [*in_dims, *features] and bias [*features] of
+  `nn.DenseGeneral(features)` over the input axes `in_dims` (`nn.Dense`'s
+  for one of each), same names, shapes and initial values (the kernel
+  drawn as [prod(in_dims), prod(features)], the fans DenseGeneral's
+  initialiser sees), without applying them: for `SelfAttention(fused_qkv=
+  True)`, which applies three at once, and for projections whose bias the
+  fused Post-LN kernel adds (`Block(fused_norm=True)`)."""
+  features: tuple[int, ...]
   use_bias: bool = True
   kernel_init: Any = _xavier_qkv
 
   @nn.compact
-  def __call__(self, d: int):
-    H, D = self.features
+  def __call__(self, *in_dims: int):
+    flat = (math.prod(in_dims), math.prod(self.features))
     kernel = self.param("kernel", lambda rng, shape: self.kernel_init(
-        rng, (d, H * D)).reshape(shape), (d, H, D))
+        rng, flat).reshape(shape), (*in_dims, *self.features))
     if not self.use_bias:
       return kernel, None
-    return kernel, self.param("bias", nn.initializers.zeros_init(), (H, D))
+    return kernel, self.param("bias", nn.initializers.zeros_init(),
+                              self.features)
 
 
 def causal_mask(seq_len: int) -> jax.Array:
@@ -79,6 +83,9 @@ class SelfAttention(nn.Module):
   the kernels side by side, same parameters: on a GPU one kernel for their
   input gradient and one for their bias gradient instead of three each.
 
+  With `defer_out_bias` it returns (U before the output projection's bias,
+  that bias or None): `Block(fused_norm=True)` adds it in its kernel.
+
   Sows `logits` (raw, before masking) and `probs` (after the mask), both
   [B, H, T, T] in float32. With `impl="pallas"` (factored, no attention
   dropout) the softmax and both matmuls are one fused kernel
@@ -96,6 +103,7 @@ class SelfAttention(nn.Module):
   attn_dropout: float = 0.0
   impl: str = "xla"                    # ATTENTION_IMPLS
   fused_qkv: bool = False              # one matmul for q, k, v (factored)
+  defer_out_bias: bool = False         # return (U, out bias) unadded
   dtype: Any = jnp.float32
 
   @nn.compact
@@ -175,32 +183,42 @@ class SelfAttention(nn.Module):
     return tuple(qkv_BxTx3HD[..., i * H * D:(i + 1) * H * D].reshape(
         B, T, H, D) for i in range(3))
 
-  def _output(self, u_BxTxHxD: jax.Array, d: int) -> jax.Array:
+  def _output(self, u_BxTxHxD: jax.Array, d: int):
+    """U [B, T, d] after the output projection (or the heads side by side
+    without one); with `defer_out_bias`, (U without the projection's bias,
+    that bias or None)."""
     B, T, H, D = u_BxTxHxD.shape
-    if self.out_proj:
+    if not self.out_proj:
+      if H * D != d:
+        raise ValueError(f"out_proj=False needs heads*head_dim == d, got "
+                         f"{H}*{D} != {d}.")
+      u_BxTxd = u_BxTxHxD.reshape(B, T, d)
+      return (u_BxTxd, None) if self.defer_out_bias else u_BxTxd
+    if not self.defer_out_bias:
       return nn.DenseGeneral(d, axis=(-2, -1), use_bias=self.use_bias,
                              dtype=self.dtype, kernel_init=_xavier,
                              name="out")(u_BxTxHxD)
-    if H * D != d:
-      raise ValueError(f"out_proj=False needs heads*head_dim == d, got "
-                       f"{H}*{D} != {d}.")
-    return u_BxTxHxD.reshape(B, T, d)
+    kernel_HxDxd, bias_d = ProjectionParams((d,), self.use_bias, _xavier,
+                                            name="out")(H, D)
+    return jnp.einsum("bthe,hed->btd", u_BxTxHxD.astype(self.dtype),
+                      kernel_HxDxd.astype(self.dtype)), bias_d
 
 
 class AddDropoutNorm(nn.Module):
-  """LayerNorm(x + mask * u) as one kernel (`norm_kernel`), with the
-  parameters of `nn.LayerNorm` (`scale` ones, `bias` zeros, [d])."""
+  """LayerNorm(x + mask * (u + u_bias)) as one kernel (`norm_kernel`), with
+  the parameters of `nn.LayerNorm` (`scale` ones, `bias` zeros, [d]);
+  `u_bias` the sublayer's bias, None when `u` has it."""
   epsilon: float = 1e-5
   dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, x_BxTxd, u_BxTxd, mask_BxTxd):
+  def __call__(self, x_BxTxd, u_BxTxd, mask_BxTxd, u_bias_d=None):
     d = x_BxTxd.shape[-1]
     scale = self.param("scale", nn.initializers.ones_init(), (d,))
     bias = self.param("bias", nn.initializers.zeros_init(), (d,))
     return norm_kernel.add_dropout_norm(
         x_BxTxd.astype(self.dtype), u_BxTxd.astype(self.dtype), mask_BxTxd,
-        scale, bias, eps=self.epsilon)
+        scale, bias, u_bias=u_bias_d, eps=self.epsilon)
 
 
 class Block(nn.Module):
@@ -211,7 +229,9 @@ class Block(nn.Module):
   (Post-LN normalises Z and X'; Pre-LN normalises the inputs of U and of the
   FFN.) Dropout follows the attention and the FFN, as in fairseq. With
   `fused_norm` (Post-LN) each residual sum, its dropout and its LayerNorm
-  are one kernel (`AddDropoutNorm`), same parameters and dropout masks.
+  are one kernel (`AddDropoutNorm`), which also adds the bias of the
+  sublayer's last projection (attention output, ffn2: applied without it),
+  same parameters and dropout masks.
   Sows the block output `out` [B, T, d].
   """
   attention: dict
@@ -232,26 +252,36 @@ class Block(nn.Module):
                                    name=name)
     drop = nn.Dropout(self.dropout)
 
-    def residual(name, x, u):
-      """x + dropout(u), layer-normed under Post-LN."""
+    def residual(name, x, u, u_bias=None):
+      """x + dropout(u + u_bias), layer-normed under Post-LN (u_bias: only
+      with fused_norm, which adds the sublayer's bias in its kernel)."""
       if self.fused_norm:        # the mask nn.Dropout draws, in float32
         mask = drop(jnp.ones(u.shape, jnp.float32),
                     deterministic=deterministic)
-        return AddDropoutNorm(dtype=self.dtype, name=name)(x, u, mask)
+        return AddDropoutNorm(dtype=self.dtype, name=name)(x, u, mask,
+                                                           u_bias)
       z = x + drop(u, deterministic=deterministic)
       return ln(name)(z) if self.norm == "post" else z
 
     h = ln("attn_ln")(x_BxTxd) if self.norm == "pre" else x_BxTxd
-    u = SelfAttention(**self.attention, dtype=self.dtype, name="attn")(
-        h, deterministic)
-    z_BxTxd = residual("attn_ln", x_BxTxd, u)
+    u = SelfAttention(**self.attention, defer_out_bias=self.fused_norm,
+                      dtype=self.dtype, name="attn")(h, deterministic)
+    u, u_bias = u if self.fused_norm else (u, None)
+    z_BxTxd = residual("attn_ln", x_BxTxd, u, u_bias)
     h = ln("ffn_ln")(z_BxTxd) if self.norm == "pre" else z_BxTxd
     h_BxTxF = nn.Dense(self.ffn_dim, use_bias=self.ffn_bias, dtype=self.dtype,
                        kernel_init=_xavier, name="ffn1")(h)
     h_BxTxF = ACTIVATIONS[self.activation](h_BxTxF)
-    h = nn.Dense(d, use_bias=self.ffn_bias, dtype=self.dtype,
-                 kernel_init=_xavier, name="ffn2")(h_BxTxF)
-    x_BxTxd = residual("ffn_ln", z_BxTxd, h)
+    if self.fused_norm:          # ffn2's bias added in the norm kernel
+      kernel_Fxd, bias_d = ProjectionParams((d,), self.ffn_bias, _xavier,
+                                            name="ffn2")(self.ffn_dim)
+      h = jnp.einsum("btf,fd->btd", h_BxTxF.astype(self.dtype),
+                     kernel_Fxd.astype(self.dtype))
+      x_BxTxd = residual("ffn_ln", z_BxTxd, h, bias_d)
+    else:
+      h = nn.Dense(d, use_bias=self.ffn_bias, dtype=self.dtype,
+                   kernel_init=_xavier, name="ffn2")(h_BxTxF)
+      x_BxTxd = residual("ffn_ln", z_BxTxd, h)
     self.sow("intermediates", "out", x_BxTxd)
     return x_BxTxd
 

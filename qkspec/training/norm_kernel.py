@@ -4,13 +4,13 @@ Shapes: N = tokens (rows), d = model width; P = row blocks.
 
 A Post-LN block (paper Sec. 2, fairseq's default) ends each sublayer with
 
-.. math:: z = x + m \odot u,\qquad
+.. math:: z = x + m \odot (u + c),\qquad
           y = \frac{z - \mu}{\sqrt{\sigma^2 + \epsilon}}\,\gamma + \beta,
           \qquad \mu = \tfrac1d \textstyle\sum_j z_j,\quad
           \sigma^2 = \tfrac1d \textstyle\sum_j (z_j - \mu)^2
 
-per token (x the sublayer's input, u its output, m the dropout mask scaled
-by 1/keep). XLA runs this as three kernels forward (the sums with the
+per token (x the sublayer's input, u its output before its bias c, m the
+dropout mask scaled by 1/keep; without c, u is the output with its bias). XLA runs this as three kernels forward (the sums with the
 residual and dropout, the reciprocal square root, the normalisation) and
 three backward, each of which does almost nothing at the paper's sizes;
 the small models' steps are bound by how many kernels they launch
@@ -23,9 +23,12 @@ and :math:`g = \gamma \odot dy` the backward is
 .. math:: dz = \frac{1}{\sigma}\Big(g - \overline{g} - \hat z\,
           \overline{g \odot \hat z}\Big),\qquad dx = dz,\qquad
           du = m \odot dz,\qquad d\gamma = \textstyle\sum_n dy \odot \hat z,
-          \qquad d\beta = \textstyle\sum_n dy
+          \qquad d\beta = \textstyle\sum_n dy,\qquad dc = \textstyle\sum_n du
 
 (bars: means over the d columns), which tests check against autodiff.
+Taking the sublayer's bias c (its projection applied without it) saves the
+XLA kernel that adds it forward and the one that sums its gradient: the
+kernel adds it in float32 and sums dc with gamma's and beta's block sums.
 
 Same maths as `flax.linen.LayerNorm` after `nn.Dropout`, in float32
 inside the kernel (the variance in two passes, as PyTorch's LayerNorm
@@ -55,21 +58,25 @@ def row_block(n: int) -> int:
       n, ROWS, "fused_norm needs the token count (batch x sequence)")
 
 
-def _sum(x_ref, u_ref, m):
-  """z = x + m u of a block of rows, float32 (`m` the mask, loaded)."""
-  return x_ref[...].astype(jnp.float32) + u_ref[...].astype(jnp.float32) * m
+def _sum(x_ref, u_ref, m, c_ref):
+  """z = x + m (u + c) of a block of rows, float32 (`m` the mask, loaded;
+  `c_ref` None: no bias)."""
+  u = u_ref[...].astype(jnp.float32)
+  if c_ref is not None:
+    u = u + c_ref[...][None, :]
+  return x_ref[...].astype(jnp.float32) + u * m
 
 
-def _stats(x_ref, u_ref, m_ref):
-  z = _sum(x_ref, u_ref, m_ref[...].astype(jnp.float32))
+def _stats(x_ref, u_ref, m_ref, c_ref):
+  z = _sum(x_ref, u_ref, m_ref[...].astype(jnp.float32), c_ref)
   mean = jnp.mean(z, axis=1)
   zc = z - mean[:, None]
   return zc, mean, jnp.mean(zc * zc, axis=1)
 
 
-def _forward_kernel(x_ref, u_ref, m_ref, g_ref, b_ref, y_ref, mean_ref,
-                    rstd_ref, *, eps):
-  zc, mean, var = _stats(x_ref, u_ref, m_ref)
+def _forward_kernel(*refs, eps, biased):
+  x_ref, u_ref, m_ref, *c_ref, g_ref, b_ref, y_ref, mean_ref, rstd_ref = refs
+  zc, mean, var = _stats(x_ref, u_ref, m_ref, c_ref[0] if biased else None)
   rstd = jax.lax.rsqrt(var + eps)
   y = zc * rstd[:, None] * g_ref[...][None, :] + b_ref[...][None, :]
   y_ref[...] = y.astype(y_ref.dtype)
@@ -77,21 +84,25 @@ def _forward_kernel(x_ref, u_ref, m_ref, g_ref, b_ref, y_ref, mean_ref,
   rstd_ref[...] = rstd
 
 
-def _backward_kernel(x_ref, u_ref, m_ref, g_ref, mean_ref, rstd_ref, dy_ref,
-                     dx_ref, du_ref, dgb_ref):
+def _backward_kernel(*refs, biased):
+  (x_ref, u_ref, m_ref, *c_ref, g_ref, mean_ref, rstd_ref, dy_ref, dx_ref,
+   du_ref, dgb_ref) = refs
   m = m_ref[...].astype(jnp.float32)
-  z = _sum(x_ref, u_ref, m)
+  z = _sum(x_ref, u_ref, m, c_ref[0] if biased else None)
   rstd = rstd_ref[...][:, None]
   zhat = (z - mean_ref[...][:, None]) * rstd
   dy = dy_ref[...].astype(jnp.float32)
   g = dy * g_ref[...][None, :]
   dz = (g - jnp.mean(g, axis=1)[:, None]
         - zhat * jnp.mean(g * zhat, axis=1)[:, None]) * rstd
+  du = dz * m
   dx_ref[...] = dz.astype(dx_ref.dtype)
-  du_ref[...] = (dz * m).astype(du_ref.dtype)
-  # gamma's and beta's block sums in one array: one XLA sum for both
+  du_ref[...] = du.astype(du_ref.dtype)
+  # gamma's, beta's (and c's) block sums in one array: one XLA sum for all
   dgb_ref[0, :] = jnp.sum(dy * zhat, axis=0)
   dgb_ref[1, :] = jnp.sum(dy, axis=0)
+  if biased:
+    dgb_ref[2, :] = jnp.sum(du, axis=0)
 
 
 def _interpret(interpret):
@@ -108,78 +119,92 @@ def _blocks(n: int, d: int):
           pl.BlockSpec((rows,), lambda i: (i,)))
 
 
-def _forward(x_Nxd, u_Nxd, m_Nxd, scale_d, bias_d, eps, interpret):
+def _forward(x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, bias_d, eps, interpret):
   n, d = x_Nxd.shape
   blocks, tile, vector, per_row = _blocks(n, d)
+  biased = c_d is not None
   return pl.pallas_call(
-      functools.partial(_forward_kernel, eps=eps), grid=(blocks,),
-      in_specs=[tile, tile, tile, vector, vector],
+      functools.partial(_forward_kernel, eps=eps, biased=biased),
+      grid=(blocks,),
+      in_specs=[tile, tile, tile] + [vector] * (2 + biased),
       out_specs=[tile, per_row, per_row],
       out_shape=[jax.ShapeDtypeStruct((n, d), x_Nxd.dtype),
                  jax.ShapeDtypeStruct((n,), jnp.float32),
                  jax.ShapeDtypeStruct((n,), jnp.float32)],
       interpret=_interpret(interpret), name="add_dropout_norm",
-  )(x_Nxd, u_Nxd, m_Nxd, scale_d, bias_d)
+  )(x_Nxd, u_Nxd, m_Nxd, *([c_d] if biased else []), scale_d, bias_d)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
-def _add_dropout_norm(x_Nxd, u_Nxd, m_Nxd, scale_d, bias_d, eps, interpret):
-  return _forward(x_Nxd, u_Nxd, m_Nxd, scale_d, bias_d, eps, interpret)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7))
+def _add_dropout_norm(x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, bias_d, eps,
+                      interpret):
+  return _forward(x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, bias_d, eps,
+                  interpret)[0]
 
 
-def _vjp_forward(x_Nxd, u_Nxd, m_Nxd, scale_d, bias_d, eps, interpret):
-  y, mean, rstd = _forward(x_Nxd, u_Nxd, m_Nxd, scale_d, bias_d, eps,
+def _vjp_forward(x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, bias_d, eps, interpret):
+  y, mean, rstd = _forward(x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, bias_d, eps,
                            interpret)
-  return y, (x_Nxd, u_Nxd, m_Nxd, scale_d, mean, rstd)
+  return y, (x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, mean, rstd)
 
 
 def _vjp_backward(eps, interpret, residuals, dy_Nxd):
   del eps
-  x_Nxd, u_Nxd, m_Nxd, scale_d, mean, rstd = residuals
+  x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, mean, rstd = residuals
   n, d = x_Nxd.shape
   blocks, tile, vector, per_row = _blocks(n, d)
-  per_block = pl.BlockSpec((None, 2, d), lambda i: (i, 0, 0))
-  dx, du, dgb_Px2xd = pl.pallas_call(
-      _backward_kernel, grid=(blocks,),
-      in_specs=[tile, tile, tile, vector, per_row, per_row, tile],
+  biased = c_d is not None
+  sums = 2 + biased
+  per_block = pl.BlockSpec((None, sums, d), lambda i: (i, 0, 0))
+  dx, du, dgb_PxSxd = pl.pallas_call(
+      functools.partial(_backward_kernel, biased=biased), grid=(blocks,),
+      in_specs=[tile, tile, tile] + [vector] * (1 + biased)
+      + [per_row, per_row, tile],
       out_specs=[tile, tile, per_block],
       out_shape=[jax.ShapeDtypeStruct((n, d), x_Nxd.dtype),
                  jax.ShapeDtypeStruct((n, d), u_Nxd.dtype),
-                 jax.ShapeDtypeStruct((blocks, 2, d), jnp.float32)],
+                 jax.ShapeDtypeStruct((blocks, sums, d), jnp.float32)],
       interpret=_interpret(interpret), name="add_dropout_norm_backward",
-  )(x_Nxd, u_Nxd, m_Nxd, scale_d, mean, rstd, dy_Nxd)
-  dgb_2xd = jnp.sum(dgb_Px2xd, axis=0).astype(scale_d.dtype)
-  return dx, du, None, dgb_2xd[0], dgb_2xd[1]
+  )(x_Nxd, u_Nxd, m_Nxd, *([c_d] if biased else []), scale_d, mean, rstd,
+    dy_Nxd)
+  dgb_Sxd = jnp.sum(dgb_PxSxd, axis=0).astype(scale_d.dtype)
+  dc = dgb_Sxd[2].astype(c_d.dtype) if biased else None
+  return dx, du, None, dc, dgb_Sxd[0], dgb_Sxd[1]
 
 
 _add_dropout_norm.defvjp(_vjp_forward, _vjp_backward)
 
 
 def add_dropout_norm(x: jax.Array, u: jax.Array, mask: jax.Array,
-                     scale: jax.Array, bias: jax.Array, *, eps: float = 1e-5,
+                     scale: jax.Array, bias: jax.Array, *,
+                     u_bias: jax.Array | None = None, eps: float = 1e-5,
                      interpret: bool | None = None) -> jax.Array:
-  r"""LayerNorm(x + mask * u) over the last axis, in x's dtype (module doc).
+  r"""LayerNorm(x + mask * (u + u_bias)) over the last axis, in x's dtype
+  (module doc).
 
   Args:
     x, u: [..., d], the sublayer's input and output.
     mask: [..., d], the dropout mask scaled by 1/keep (ones without
       dropout); no gradient flows to it.
     scale, bias: [d], :math:`\gamma` and :math:`\beta` (float32).
+    u_bias: [d], c, the bias of the projection that gave `u`, added here
+      (in float32) rather than by it; None: `u` has its bias.
     eps: added to the variance.
     interpret: run in Pallas' interpreter; None: on a CPU only.
   """
   d = x.shape[-1]
   flat = lambda a: a.reshape(-1, d)  # noqa: E731
-  y = _add_dropout_norm(flat(x), flat(u), flat(mask), scale, bias, eps,
-                        interpret)
+  y = _add_dropout_norm(flat(x), flat(u), flat(mask), u_bias, scale, bias,
+                        eps, interpret)
   return y.reshape(x.shape)
 
 
-def reference(x, u, mask, scale, bias, *, eps: float = 1e-5) -> jax.Array:
+def reference(x, u, mask, scale, bias, *, u_bias=None,
+              eps: float = 1e-5) -> jax.Array:
   """The same in float32 jnp, differentiable by autodiff (tests)."""
-  z = (x.astype(jnp.float32) + u.astype(jnp.float32)
-       * mask.astype(jnp.float32))
+  row = lambda v: v.reshape((1,) * (x.ndim - 1) + (-1,))  # noqa: E731
+  u = u.astype(jnp.float32) + (0.0 if u_bias is None else row(u_bias))
+  z = x.astype(jnp.float32) + u * mask.astype(jnp.float32)
   zc = z - jnp.mean(z, axis=-1, keepdims=True)
   var = jnp.mean(zc * zc, axis=-1, keepdims=True)
-  row = lambda v: v.reshape((1,) * (z.ndim - 1) + (-1,))  # noqa: E731
   return zc * jax.lax.rsqrt(var + eps) * row(scale) + row(bias)
