@@ -15,8 +15,9 @@ is named, whatever its speed).
 
 The settings are XLA's command buffers (CUDA graphs on an NVIDIA GPU):
 bench/gpu_results.md (12) and (16) found the deep models' steps bound by
-their kernels' count (~7 us each at d = 128, 355 kernels in Fig. 12's
-step), the cost CUDA graphs cut by launching many kernels at once.
+their kernels' count (~7 us each at d = 128; Fig. 12's step 355 kernels
+then, 320 since (17)), the cost CUDA graphs cut by launching many kernels
+at once.
 - default: the XLA of this jax as it comes (in jax 0.7.2's, command
   buffers for runs of >= 5 fusions, cuBLAS, cuDNN and custom calls, but
   not for loops);
@@ -25,9 +26,10 @@ step), the cost CUDA graphs cut by launching many kernels at once.
   k steps of a call (`lax.scan`) may become one CUDA graph.
 - cublas: XLA's matmuls by cuBLAS rather than Triton (the deviceless
   compile, which cannot autotune, made every one a Triton GEMM fusion;
-  without them an H100's Fig. 12 step is 290 kernels, not 355, each
-  weight gradient one call written in bf16 in place of a float32 split-K
-  GEMM and its reduction: bench/gpu_results.md (16)).
+  without them an H100's Fig. 12 step is 266 kernels, not 320 (290 and
+  355 before (17)), each weight gradient one call written in bf16 in
+  place of a float32 split-K GEMM and its reduction: bench/gpu_results.md
+  (16), (17)).
 `--setting NAME=FLAGS` adds another (named in --settings to run it). A
 setting that fails (flags this jax does not know, a capture XLA cannot
 do) is reported and the others go on; exits 1 if every process failed.
