@@ -92,9 +92,18 @@ class KernelTest(parameterized.TestCase):
     x, u, mask, scale, bias = _inputs(jax.random.key(4), (3, 16, 8))
     got = jax.vmap(lambda x, u, m: norm_kernel.add_dropout_norm(
         x, u, m, scale, bias))(x, u, mask)
+    c = jax.random.normal(jax.random.key(5), (3, 8))   # a bias per member
+    f = lambda x, u, m, c: norm_kernel.add_dropout_norm(  # noqa: E731
+        x, u, m, scale, bias, u_bias=c)
+    got_c, grad_c = jax.vmap(lambda *a: (f(*a), jax.grad(
+        lambda c: jnp.sum(f(*a[:3], c) ** 2))(a[3])))(x, u, mask, c)
     for i in range(3):
       np.testing.assert_allclose(got[i], norm_kernel.add_dropout_norm(
           x[i], u[i], mask[i], scale, bias), rtol=1e-6, atol=1e-6)
+      np.testing.assert_allclose(got_c[i], f(x[i], u[i], mask[i], c[i]),
+                                 rtol=1e-6, atol=1e-6)
+      np.testing.assert_allclose(grad_c[i], jax.grad(lambda c: jnp.sum(
+          f(x[i], u[i], mask[i], c) ** 2))(c[i]), rtol=1e-5, atol=1e-6)
 
   def test_rows_must_fit_the_blocks(self):
     self.assertEqual(norm_kernel.row_block(4096), 64)

@@ -10,7 +10,8 @@ A Post-LN block (paper Sec. 2, fairseq's default) ends each sublayer with
           \sigma^2 = \tfrac1d \textstyle\sum_j (z_j - \mu)^2
 
 per token (x the sublayer's input, u its output before its bias c, m the
-dropout mask scaled by 1/keep; without c, u is the output with its bias). XLA runs this as three kernels forward (the sums with the
+dropout mask scaled by 1/keep; without c, u is the output with its bias).
+XLA runs this as three kernels forward (the sums with the
 residual and dropout, the reciprocal square root, the normalisation) and
 three backward, each of which does almost nothing at the paper's sizes;
 the small models' steps are bound by how many kernels they launch
