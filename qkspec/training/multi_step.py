@@ -31,6 +31,8 @@ import math
 import jax
 import jax.numpy as jnp
 
+from qkspec.training import weight_copies
+
 MAX_AUTO_STEPS = 250
 
 
@@ -46,7 +48,7 @@ def steps_per_call(config) -> int:
   return max(d for d in range(1, min(g, MAX_AUTO_STEPS) + 1) if g % d == 0)
 
 
-def scan_train(step_fn, feed, batch_sharding=None):
+def scan_train(step_fn, feed, batch_sharding=None, copies_dtype=None):
   """`train_many(state, consts, xs, keys) -> (state, metrics [k, ...])`.
 
   Args:
@@ -56,14 +58,23 @@ def scan_train(step_fn, feed, batch_sharding=None):
       the batch of one step from its host input x.
     batch_sharding: where each gathered batch is laid out (its leading axis
       on the mesh's data axis), or None.
+    copies_dtype: the model's compute dtype: other than float32, the scan
+      carries the decoder's weights cast to it (`weight_copies`: cast once
+      before the first step, then by each update), none of which leaves it.
   """
+  cast = copies_dtype is not None and jnp.dtype(copies_dtype) != jnp.float32
+
   def train_many(state, consts, xs, keys):
     def body(state, x):
       batch = feed.train_batch(consts, x)
       if batch_sharding is not None:
         batch = jax.lax.with_sharding_constraint(batch, batch_sharding)
       return step_fn(state, batch, keys)
-    return jax.lax.scan(body, state, xs)
+    if cast:
+      state = state.replace(copies=weight_copies.copies(state.params,
+                                                        copies_dtype))
+    state, metrics = jax.lax.scan(body, state, xs)
+    return (state.replace(copies=None) if cast else state), metrics
   return train_many
 
 

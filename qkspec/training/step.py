@@ -56,6 +56,7 @@ from qkspec.training import layer_stats
 from qkspec.training import model as model_lib
 from qkspec.training import multi_step
 from qkspec.training import sweep as sweep_lib
+from qkspec.training import weight_copies
 from qkspec.training import tasks
 
 
@@ -64,6 +65,9 @@ class TrainState(struct.PyTreeNode):
   params: Any
   opt_state: Any
   hparams: locater.LocaterHParams   # (kappa1, kappa2, target): float32 []
+  # inside multi_step's scan only: the decoder's weights cast to the compute
+  # dtype by the last update (`weight_copies`); None elsewhere
+  copies: Any = None
 
 
 def make_optimizer(opt, num_steps: int) -> optax.GradientTransformation:
@@ -157,14 +161,18 @@ def penalty_scales(config) -> list[float]:
 
 def objective(params, hparams: locater.LocaterHParams, batch, dropout_key, *,
               task: tasks.Task, deterministic: bool = False,
-              penalty_scale: float = 1.0):
+              penalty_scale: float = 1.0, copies=None):
   """(loss + penalty, (loss, penalty)); loss = mean over weighted items.
 
   `penalty` is `penalty_scale * locater_term(params, hparams)`, what enters
   the objective (and what is logged as train/penalty): with the fairseq
-  reading already divided by the targets per batch.
+  reading already divided by the targets per batch. `copies`: the
+  decoder's weights already cast (`weight_copies`), which the loss uses in
+  place of casting them.
   """
-  loss_sum, weight = task.summed_loss(params, batch,
+  model_params = (params if copies is None
+                  else weight_copies.use_copies(params, copies))
+  loss_sum, weight = task.summed_loss(model_params, batch,
                                      deterministic=deterministic,
                                      rngs={"dropout": dropout_key})
   loss = loss_sum / weight
@@ -184,15 +192,18 @@ def train_step(state: TrainState, batch, key: jax.Array, *, task: tasks.Task,
       functools.partial(objective, task=task, penalty_scale=penalty_scale),
       has_aux=True)
   (total, (loss, penalty)), grads = grad_fn(state.params, state.hparams,
-                                            batch, step_key)
+                                            batch, step_key,
+                                            copies=state.copies)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
+  copies = (None if state.copies is None
+            else weight_copies.copies(params, task.model.dtype))
   finite = jnp.isfinite(total) & jnp.all(jnp.stack(
       [jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)]))
   metrics = {"loss": loss, "penalty": penalty, "finite": finite,
              "grad_norm": optax.tree.norm(grads)}
   return state.replace(step=state.step + 1, params=params,
-                       opt_state=opt_state), metrics
+                       opt_state=opt_state, copies=copies), metrics
 
 
 def eval_step(params, batch, *, task: tasks.Task) -> dict[str, jax.Array]:
@@ -275,7 +286,8 @@ def build_steps(config, mesh=None) -> Steps:
   if task.feed is not None:
     xs_sharding = getattr(task.feed, "ids_sharding", replicated)
     many["train_many"] = jax.jit(
-        multi_step.scan_train(step, task.feed, batch_sharding),
+        multi_step.scan_train(step, task.feed, batch_sharding,
+                              copies_dtype=task.model.dtype),
         in_shardings=(replicated, replicated, xs_sharding, replicated),
         out_shardings=(replicated, replicated), donate_argnums=0)
   if task.feed is not None and task.feed.eval_counts:
