@@ -56,8 +56,8 @@ from qkspec.training import layer_stats
 from qkspec.training import model as model_lib
 from qkspec.training import multi_step
 from qkspec.training import sweep as sweep_lib
-from qkspec.training import weight_copies
 from qkspec.training import tasks
+from qkspec.training import weight_copies
 
 
 class TrainState(struct.PyTreeNode):
