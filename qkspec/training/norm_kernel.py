@@ -75,9 +75,10 @@ def _stats(x_ref, u_ref, m_ref, c_ref):
   return zc, mean, jnp.mean(zc * zc, axis=1)
 
 
-def _forward_kernel(*refs, eps, biased):
+def _forward_kernel(*refs, eps):
+  """`refs`: x, u, m, [c,] gamma, beta, then the outputs y, mean, rstd."""
   x_ref, u_ref, m_ref, *c_ref, g_ref, b_ref, y_ref, mean_ref, rstd_ref = refs
-  zc, mean, var = _stats(x_ref, u_ref, m_ref, c_ref[0] if biased else None)
+  zc, mean, var = _stats(x_ref, u_ref, m_ref, c_ref[0] if c_ref else None)
   rstd = jax.lax.rsqrt(var + eps)
   y = zc * rstd[:, None] * g_ref[...][None, :] + b_ref[...][None, :]
   y_ref[...] = y.astype(y_ref.dtype)
@@ -85,11 +86,13 @@ def _forward_kernel(*refs, eps, biased):
   rstd_ref[...] = rstd
 
 
-def _backward_kernel(*refs, biased):
+def _backward_kernel(*refs):
+  """`refs`: x, u, m, [c,] gamma, mean, rstd, dy, then the outputs dx, du
+  and the block sums (gamma's, beta's[, c's])."""
   (x_ref, u_ref, m_ref, *c_ref, g_ref, mean_ref, rstd_ref, dy_ref, dx_ref,
    du_ref, dgb_ref) = refs
   m = m_ref[...].astype(jnp.float32)
-  z = _sum(x_ref, u_ref, m, c_ref[0] if biased else None)
+  z = _sum(x_ref, u_ref, m, c_ref[0] if c_ref else None)
   rstd = rstd_ref[...][:, None]
   zhat = (z - mean_ref[...][:, None]) * rstd
   dy = dy_ref[...].astype(jnp.float32)
@@ -102,7 +105,7 @@ def _backward_kernel(*refs, biased):
   # gamma's, beta's (and c's) block sums in one array: one XLA sum for all
   dgb_ref[0, :] = jnp.sum(dy * zhat, axis=0)
   dgb_ref[1, :] = jnp.sum(dy, axis=0)
-  if biased:
+  if c_ref:
     dgb_ref[2, :] = jnp.sum(du, axis=0)
 
 
@@ -125,8 +128,7 @@ def _forward(x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, bias_d, eps, interpret):
   blocks, tile, vector, per_row = _blocks(n, d)
   biased = c_d is not None
   return pl.pallas_call(
-      functools.partial(_forward_kernel, eps=eps, biased=biased),
-      grid=(blocks,),
+      functools.partial(_forward_kernel, eps=eps), grid=(blocks,),
       in_specs=[tile, tile, tile] + [vector] * (2 + biased),
       out_specs=[tile, per_row, per_row],
       out_shape=[jax.ShapeDtypeStruct((n, d), x_Nxd.dtype),
@@ -158,7 +160,7 @@ def _vjp_backward(eps, interpret, residuals, dy_Nxd):
   sums = 2 + biased
   per_block = pl.BlockSpec((None, sums, d), lambda i: (i, 0, 0))
   dx, du, dgb_PxSxd = pl.pallas_call(
-      functools.partial(_backward_kernel, biased=biased), grid=(blocks,),
+      _backward_kernel, grid=(blocks,),
       in_specs=[tile, tile, tile] + [vector] * (1 + biased)
       + [per_row, per_row, tile],
       out_specs=[tile, tile, per_block],
