@@ -71,6 +71,34 @@ class KernelTest(parameterized.TestCase):
       np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5, err_msg=name)
     self.assertGreater(float(jnp.max(jnp.abs(grads[0][4]))), 0.1)
 
+  def test_two_references_gradients_add(self):
+    # y read by two consumers through outputs=2: the kernel adds dy1 + dy2.
+    x, u, mask, scale, bias = _inputs(jax.random.key(10))
+    c = 0.3 * jax.random.normal(jax.random.key(11), x.shape[-1:])
+    w1, w2 = jax.random.normal(jax.random.key(12), (2, *x.shape))
+    y1, y2 = norm_kernel.add_dropout_norm(x, u, mask, scale, bias, u_bias=c,
+                                          outputs=2)
+    want = norm_kernel.reference(x, u, mask, scale, bias, u_bias=c)
+    for y in (y1, y2):
+      np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+    def two(x, u, s, b, c):
+      y1, y2 = norm_kernel.add_dropout_norm(x, u, mask, s, b, u_bias=c,
+                                            outputs=2)
+      return jnp.sum(w1 * y1) + jnp.sum(w2 * jnp.tanh(y2))
+
+    def one(x, u, s, b, c):
+      y = norm_kernel.reference(x, u, mask, s, b, u_bias=c)
+      return jnp.sum(w1 * y) + jnp.sum(w2 * jnp.tanh(y))
+
+    args = (x, u, scale, bias, c)
+    for name, g, r in zip(("x", "u", "scale", "bias", "u_bias"),
+                          jax.grad(two, range(5))(*args),
+                          jax.grad(one, range(5))(*args)):
+      np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5, err_msg=name)
+    with self.assertRaisesRegex(ValueError, "outputs must be 1 or 2"):
+      norm_kernel.add_dropout_norm(x, u, mask, scale, bias, outputs=3)
+
   def test_equals_flax_layer_norm_after_dropout(self):
     x, u, mask, scale, bias = _inputs(jax.random.key(2))
     ln = nn.LayerNorm(epsilon=1e-5)

@@ -207,8 +207,10 @@ class SelfAttention(nn.Module):
 class AddDropoutNorm(nn.Module):
   """LayerNorm(x + mask * (u + u_bias)) as one kernel (`norm_kernel`), with
   the parameters of `nn.LayerNorm` (`scale` ones, `bias` zeros, [d]);
-  `u_bias` the sublayer's bias, None when `u` has it."""
+  `u_bias` the sublayer's bias, None when `u` has it. `outputs=2` returns
+  two references to the result, whose gradients the kernel adds."""
   epsilon: float = 1e-5
+  outputs: int = 1
   dtype: Any = jnp.float32
 
   @nn.compact
@@ -218,7 +220,7 @@ class AddDropoutNorm(nn.Module):
     bias = self.param("bias", nn.initializers.zeros_init(), (d,))
     return norm_kernel.add_dropout_norm(
         x_BxTxd.astype(self.dtype), u_BxTxd.astype(self.dtype), mask_BxTxd,
-        scale, bias, u_bias=u_bias_d, eps=self.epsilon)
+        scale, bias, u_bias=u_bias_d, eps=self.epsilon, outputs=self.outputs)
 
 
 class Block(nn.Module):
@@ -231,7 +233,11 @@ class Block(nn.Module):
   `fused_norm` (Post-LN) each residual sum, its dropout and its LayerNorm
   are one kernel (`AddDropoutNorm`), which also adds the bias of the
   sublayer's last projection (attention output, ffn2: applied without it),
-  same parameters and dropout masks.
+  same parameters and dropout masks. Each normalised sum is then read twice
+  (the residual stream, the next sublayer) through two references whose
+  gradients the kernel adds (`norm_kernel`, `outputs=2`): the block takes
+  x as an array or as such a pair (residual, sublayer input) and, with
+  `two_outputs`, returns one.
   Sows the block output `out` [B, T, d].
   """
   attention: dict
@@ -241,10 +247,13 @@ class Block(nn.Module):
   ffn_bias: bool = True
   dropout: float = 0.0
   fused_norm: bool = False             # Post-LN: add, dropout, LN one kernel
+  two_outputs: bool = False            # fused_norm: return (x', x')
   dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, x_BxTxd: jax.Array, deterministic: bool = True):
+  def __call__(self, x_BxTxd, deterministic: bool = True):
+    x_BxTxd, x_in_BxTxd = (x_BxTxd if isinstance(x_BxTxd, tuple)
+                           else (x_BxTxd, x_BxTxd))
     d = x_BxTxd.shape[-1]
     if self.fused_norm and self.norm != "post":
       raise ValueError(f"fused_norm needs norm='post', got {self.norm!r}.")
@@ -252,23 +261,26 @@ class Block(nn.Module):
                                    name=name)
     drop = nn.Dropout(self.dropout)
 
-    def residual(name, x, u, u_bias=None):
-      """x + dropout(u + u_bias), layer-normed under Post-LN (u_bias: only
-      with fused_norm, which adds the sublayer's bias in its kernel)."""
+    def residual(name, x, u, u_bias=None, outputs=1):
+      """x + dropout(u + u_bias), layer-normed under Post-LN (u_bias, and
+      `outputs` references to the result: only with fused_norm, which adds
+      the sublayer's bias, and the references' gradients, in its kernel)."""
       if self.fused_norm:        # the mask nn.Dropout draws, in float32
         mask = drop(jnp.ones(u.shape, jnp.float32),
                     deterministic=deterministic)
-        return AddDropoutNorm(dtype=self.dtype, name=name)(x, u, mask,
-                                                           u_bias)
+        return AddDropoutNorm(outputs=outputs, dtype=self.dtype,
+                              name=name)(x, u, mask, u_bias)
       z = x + drop(u, deterministic=deterministic)
       return ln(name)(z) if self.norm == "post" else z
 
-    h = ln("attn_ln")(x_BxTxd) if self.norm == "pre" else x_BxTxd
+    h = ln("attn_ln")(x_in_BxTxd) if self.norm == "pre" else x_in_BxTxd
     u = SelfAttention(**self.attention, defer_out_bias=self.fused_norm,
                       dtype=self.dtype, name="attn")(h, deterministic)
-    u, u_bias = u if self.fused_norm else (u, None)
-    z_BxTxd = residual("attn_ln", x_BxTxd, u, u_bias)
-    h = ln("ffn_ln")(z_BxTxd) if self.norm == "pre" else z_BxTxd
+    if self.fused_norm:
+      z_BxTxd, h = residual("attn_ln", x_BxTxd, *u, outputs=2)
+    else:
+      z_BxTxd = h = residual("attn_ln", x_BxTxd, u)
+    h = ln("ffn_ln")(h) if self.norm == "pre" else h
     h_BxTxF = nn.Dense(self.ffn_dim, use_bias=self.ffn_bias, dtype=self.dtype,
                        kernel_init=_xavier, name="ffn1")(h)
     h_BxTxF = ACTIVATIONS[self.activation](h_BxTxF)
@@ -277,12 +289,14 @@ class Block(nn.Module):
                                             name="ffn2")(self.ffn_dim)
       h = jnp.einsum("btf,fd->btd", h_BxTxF.astype(self.dtype),
                      kernel_Fxd.astype(self.dtype))
-      x_BxTxd = residual("ffn_ln", z_BxTxd, h, bias_d)
+      x_BxTxd = residual("ffn_ln", z_BxTxd, h, bias_d,
+                         outputs=1 + self.two_outputs)
     else:
       h = nn.Dense(d, use_bias=self.ffn_bias, dtype=self.dtype,
                    kernel_init=_xavier, name="ffn2")(h_BxTxF)
       x_BxTxd = residual("ffn_ln", z_BxTxd, h)
-    self.sow("intermediates", "out", x_BxTxd)
+    self.sow("intermediates", "out", x_BxTxd[0] if isinstance(x_BxTxd, tuple)
+             else x_BxTxd)
     return x_BxTxd
 
 
@@ -294,9 +308,10 @@ class Decoder(nn.Module):
 
   @nn.compact
   def __call__(self, x_BxTxd: jax.Array, deterministic: bool = True):
-    for layer in range(self.num_layers):
-      x_BxTxd = Block(**self.block, dtype=self.dtype, name=f"block_{layer}")(
-          x_BxTxd, deterministic)
+    for layer in range(self.num_layers):   # fused_norm: (x, x) between
+      two = self.block.get("fused_norm", False) and layer < self.num_layers - 1
+      x_BxTxd = Block(**self.block, two_outputs=two, dtype=self.dtype,
+                      name=f"block_{layer}")(x_BxTxd, deterministic)
     if self.block.get("norm") == "pre":
       x_BxTxd = nn.LayerNorm(epsilon=1e-5, dtype=self.dtype,
                              name="final_ln")(x_BxTxd)

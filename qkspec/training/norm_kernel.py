@@ -30,6 +30,11 @@ and :math:`g = \gamma \odot dy` the backward is
 Taking the sublayer's bias c (its projection applied without it) saves the
 XLA kernel that adds it forward and the one that sums its gradient: the
 kernel adds it in float32 and sums dc with gamma's and beta's block sums.
+In a block y is read twice, by the residual stream and by the next
+sublayer, and autodiff adds the two gradients in an XLA kernel before the
+backward reads dy; with `outputs=2` y is returned as two references (the
+same array, no copy) whose gradients the backward kernel adds itself,
+:math:`dy = dy_1 + dy_2` in float32.
 
 Same maths as `flax.linen.LayerNorm` after `nn.Dropout`, in float32
 inside the kernel (the variance in two passes, as PyTorch's LayerNorm
@@ -86,16 +91,18 @@ def _forward_kernel(*refs, eps):
   rstd_ref[...] = rstd
 
 
-def _backward_kernel(*refs):
-  """`refs`: x, u, m, [c,] gamma, mean, rstd, dy, then the outputs dx, du
-  and the block sums (gamma's, beta's[, c's])."""
-  (x_ref, u_ref, m_ref, *c_ref, g_ref, mean_ref, rstd_ref, dy_ref, dx_ref,
-   du_ref, dgb_ref) = refs
+def _backward_kernel(*refs, cotangents):
+  """`refs`: x, u, m, [c,] gamma, mean, rstd, the `cotangents` dy (summed),
+  then the outputs dx, du and the block sums (gamma's, beta's[, c's])."""
+  *refs, dx_ref, du_ref, dgb_ref = refs
+  ins, dy_refs = refs[:-cotangents], refs[-cotangents:]
+  x_ref, u_ref, m_ref, *c_ref, g_ref, mean_ref, rstd_ref = ins
   m = m_ref[...].astype(jnp.float32)
   z = _sum(x_ref, u_ref, m, c_ref[0] if c_ref else None)
   rstd = rstd_ref[...][:, None]
   zhat = (z - mean_ref[...][:, None]) * rstd
-  dy = dy_ref[...].astype(jnp.float32)
+  dy = functools.reduce(jnp.add, [r[...].astype(jnp.float32)
+                                  for r in dy_refs])
   g = dy * g_ref[...][None, :]
   dz = (g - jnp.mean(g, axis=1)[:, None]
         - zhat * jnp.mean(g * zhat, axis=1)[:, None]) * rstd
@@ -138,21 +145,29 @@ def _forward(x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, bias_d, eps, interpret):
   )(x_Nxd, u_Nxd, m_Nxd, *([c_d] if biased else []), scale_d, bias_d)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7))
+def _references(y, outputs: int):
+  """y, or `outputs` references to it (a tuple)."""
+  return y if outputs == 1 else (y,) * outputs
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8))
 def _add_dropout_norm(x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, bias_d, eps,
-                      interpret):
-  return _forward(x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, bias_d, eps,
-                  interpret)[0]
+                      interpret, outputs):
+  return _references(_forward(x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, bias_d,
+                              eps, interpret)[0], outputs)
 
 
-def _vjp_forward(x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, bias_d, eps, interpret):
+def _vjp_forward(x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, bias_d, eps, interpret,
+                 outputs):
   y, mean, rstd = _forward(x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, bias_d, eps,
                            interpret)
-  return y, (x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, mean, rstd)
+  return (_references(y, outputs),
+          (x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, mean, rstd))
 
 
-def _vjp_backward(eps, interpret, residuals, dy_Nxd):
+def _vjp_backward(eps, interpret, outputs, residuals, dy):
   del eps
+  dys = dy if outputs > 1 else (dy,)
   x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, mean, rstd = residuals
   n, d = x_Nxd.shape
   blocks, tile, vector, per_row = _blocks(n, d)
@@ -160,16 +175,17 @@ def _vjp_backward(eps, interpret, residuals, dy_Nxd):
   sums = 2 + biased
   per_block = pl.BlockSpec((None, sums, d), lambda i: (i, 0, 0))
   dx, du, dgb_PxSxd = pl.pallas_call(
-      _backward_kernel, grid=(blocks,),
+      functools.partial(_backward_kernel, cotangents=len(dys)),
+      grid=(blocks,),
       in_specs=[tile, tile, tile] + [vector] * (1 + biased)
-      + [per_row, per_row, tile],
+      + [per_row, per_row] + [tile] * len(dys),
       out_specs=[tile, tile, per_block],
       out_shape=[jax.ShapeDtypeStruct((n, d), x_Nxd.dtype),
                  jax.ShapeDtypeStruct((n, d), u_Nxd.dtype),
                  jax.ShapeDtypeStruct((blocks, sums, d), jnp.float32)],
       interpret=_interpret(interpret), name="add_dropout_norm_backward",
   )(x_Nxd, u_Nxd, m_Nxd, *([c_d] if biased else []), scale_d, mean, rstd,
-    dy_Nxd)
+    *dys)
   dgb_Sxd = jnp.sum(dgb_PxSxd, axis=0).astype(scale_d.dtype)
   dc = dgb_Sxd[2].astype(c_d.dtype) if biased else None
   return dx, du, None, dc, dgb_Sxd[0], dgb_Sxd[1]
@@ -181,9 +197,10 @@ _add_dropout_norm.defvjp(_vjp_forward, _vjp_backward)
 def add_dropout_norm(x: jax.Array, u: jax.Array, mask: jax.Array,
                      scale: jax.Array, bias: jax.Array, *,
                      u_bias: jax.Array | None = None, eps: float = 1e-5,
-                     interpret: bool | None = None) -> jax.Array:
+                     outputs: int = 1, interpret: bool | None = None):
   r"""LayerNorm(x + mask * (u + u_bias)) over the last axis, in x's dtype
-  (module doc).
+  (module doc); with `outputs=2`, a tuple of two references to it, whose
+  gradients the backward kernel adds (for a y read by two consumers).
 
   Args:
     x, u: [..., d], the sublayer's input and output.
@@ -193,13 +210,16 @@ def add_dropout_norm(x: jax.Array, u: jax.Array, mask: jax.Array,
     u_bias: [d], c, the bias of the projection that gave `u`, added here
       (in float32) rather than by it; None: `u` has its bias.
     eps: added to the variance.
+    outputs: 1 (y) or 2 ((y, y)).
     interpret: run in Pallas' interpreter; None: on a CPU only.
   """
+  if outputs not in (1, 2):
+    raise ValueError(f"outputs must be 1 or 2, got {outputs!r}.")
   d = x.shape[-1]
   flat = lambda a: a.reshape(-1, d)  # noqa: E731
   y = _add_dropout_norm(flat(x), flat(u), flat(mask), u_bias, scale, bias,
-                        eps, interpret)
-  return y.reshape(x.shape)
+                        eps, interpret, outputs)
+  return jax.tree.map(lambda a: a.reshape(x.shape), y)
 
 
 def reference(x, u, mask, scale, bias, *, u_bias=None,
