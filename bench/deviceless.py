@@ -255,7 +255,8 @@ def attention_kernels(mesh, head_dim: int, members=5, batch=64,
   """Implementation -> the kernels (or the error) of the causal attention's
   forward and backward at [members, B, T, 1, D] bf16 under vmap (a sum of
   squares of the output as the loss: two fusions of every count):
-  `attention_kernel` (jax's Pallas example), the jnp sum (XLA), and
+  `attention_kernel` (jax's Pallas example), its `packed_attention`, the
+  jnp sum (XLA), and
   tokamax's `dot_product_attention` where importable (`$OPTIONAL_SITE`;
   its device check off: `tokamax_cross_compile`)."""
   # pylint: disable=g-import-not-at-top
@@ -265,6 +266,10 @@ def attention_kernels(mesh, head_dim: int, members=5, batch=64,
   impls = {
       "attention_kernel": lambda q, k, v: attention_kernel.attention(
           q, k, v, lam, interpret=False),
+      # the packed kernel from q, k, v stacked here (a kernel each way
+      # that the model, which has them packed, does not launch)
+      "packed_attention": lambda q, k, v: attention_kernel.packed_attention(
+          jnp.stack([q, k, v], axis=2), lam, interpret=False),
       "xla": lambda q, k, v: attention_kernel.reference(
           q, k, v, lam).astype(q.dtype)}
   tokamax = xent_kernel._tokamax()  # pylint: disable=protected-access

@@ -80,19 +80,97 @@ class AttentionTest(parameterized.TestCase):
       attention_kernel.block_size(96)
 
 
-class ModelTest(absltest.TestCase):
+def _packed(key, B=2, T=16, H=2, D=16, dtype=jnp.float32):
+  """qkv [B, T, 3, H, D] and three biases [H, D]."""
+  k1, k2 = jax.random.split(key)
+  qkv = jax.random.normal(k1, (B, T, 3, H, D), dtype)
+  return qkv, tuple(0.5 * jax.random.normal(k2, (3, H, D)))
 
-  def test_pallas_model_equals_xla_model(self):
+
+def _unpacked(qkv, biases, lam, causal=True):
+  """The reference from the packed projections plus their biases."""
+  q, k, v = (qkv[:, :, i] + (0.0 if biases is None else biases[i])
+             for i in range(3))
+  return attention_kernel.reference(q, k, v, lam, causal=causal)
+
+
+class PackedTest(parameterized.TestCase):
+
+  @parameterized.parameters((16, True, True), (64, True, True),
+                            (16, False, True), (16, True, False))
+  def test_equals_the_softmax_sum_and_its_gradients(self, T, causal, biased):
+    qkv, biases = _packed(jax.random.key(10), T=T)
+    biases = biases if biased else None
+    lam = 3.0
+    f = lambda a, b: attention_kernel.packed_attention(  # noqa: E731
+        a, lam, biases=b, causal=causal)
+    want = _unpacked(qkv, biases, lam, causal)
+    np.testing.assert_allclose(f(qkv, biases), want, rtol=1e-5, atol=1e-5)
+    w = jax.random.normal(jax.random.key(11), want.shape)
+    argnums = (0, 1) if biased else 0
+    grads = [jax.grad(lambda a, b, g=g: jnp.sum(w * g(a, b)), argnums)(
+        qkv, biases) for g in (f, lambda a, b: _unpacked(a, b, lam, causal))]
+    jax.tree.map(lambda g, r: np.testing.assert_allclose(
+        g, r, rtol=1e-4, atol=1e-5), *grads)
+    if biased:      # the biases' gradients are the sums of dq, dk, dv
+      for i in range(3):
+        np.testing.assert_allclose(grads[0][1][i], jnp.sum(
+            grads[0][0][:, :, i], axis=(0, 1)), rtol=1e-4, atol=1e-5)
+
+  def test_bfloat16_within_its_rounding(self):
+    qkv, biases = _packed(jax.random.key(12), dtype=jnp.bfloat16)
+    got = attention_kernel.packed_attention(qkv, 4.0, biases=biases)
+    self.assertEqual(got.dtype, jnp.bfloat16)
+    want = _unpacked(qkv.astype(jnp.float32), biases, 4.0)
+    err = float(jnp.max(jnp.abs(got.astype(jnp.float32) - want)))
+    self.assertLess(err, 2e-2 * float(jnp.max(jnp.abs(want))))
+
+  def test_members_under_vmap_equal_one_at_a_time(self):
+    qkv = jax.random.normal(jax.random.key(13), (3, 2, 16, 3, 1, 8))
+    biases = tuple(jax.random.normal(jax.random.key(14 + i), (3, 1, 8))
+                   for i in range(3))      # each member its own biases
+    f = lambda a, b: attention_kernel.packed_attention(a, 2.0, biases=b)  # noqa: E731
+    loss = lambda a, b: jnp.sum(f(a, b) ** 2)  # noqa: E731
+    got, grad = jax.vmap(lambda a, b: (f(a, b), jax.grad(loss, (0, 1))(
+        a, b)))(qkv, biases)
+    for m in range(3):
+      one = tuple(b[m] for b in biases)
+      np.testing.assert_allclose(got[m], f(qkv[m], one), rtol=1e-6,
+                                 atol=1e-6)
+      jax.tree.map(lambda g, r, m=m: np.testing.assert_allclose(
+          g[m], r, rtol=1e-5, atol=1e-6), grad,
+                   jax.grad(loss, (0, 1))(qkv[m], one))
+
+  def test_one_block_only(self):
+    self.assertTrue(attention_kernel.one_block(64))
+    self.assertFalse(attention_kernel.one_block(128))
+    qkv, _ = _packed(jax.random.key(15), T=128)
+    with self.assertRaisesRegex(ValueError, "T <= 64"):
+      attention_kernel.packed_attention(qkv, 1.0)
+
+
+class ModelTest(parameterized.TestCase):
+
+  @parameterized.parameters(False, True)
+  def test_pallas_model_equals_xla_model(self, fused_qkv):
     # Same parameters (same tree, same initial values), same loss and
-    # gradients in float32.
+    # gradients in float32; fused_qkv: the packed kernel (T = 16), with
+    # the q/k/v biases (perturbed from their zeros) added in it.
     tokens = jax.random.randint(jax.random.key(5), (2, 16), 0, V)
     batch = {"inputs": tokens, "targets": jnp.roll(tokens, -1, axis=1)}
     out = []
     for impl in ("xla", "pallas"):
-      task = _lm(impl)
+      task = _lm(impl, fused_qkv=fused_qkv)
       params = task.model.init(jax.random.key(6), tokens)["params"]
+      leaves, tree = jax.tree.flatten(params)
+      params = jax.tree.unflatten(tree, [
+          p + 0.05 * jax.random.normal(k, p.shape) for p, k in
+          zip(leaves, jax.random.split(jax.random.key(7), len(leaves)))])
       loss = lambda p, t=task: t.summed_loss(p, batch, deterministic=True)[0]  # noqa: E731
       out.append((task, params, loss(params), jax.grad(loss)(params)))
+      if impl == "pallas":     # which kernel the model calls
+        self.assertEqual("name=packed_attention" in str(
+            jax.make_jaxpr(loss)(params)), fused_qkv)
     (xla, p0, l0, g0), (pallas, p1, l1, g1) = out
     jax.tree.map(np.testing.assert_array_equal, p0, p1)
     np.testing.assert_allclose(l1, l0, rtol=1e-6)

@@ -23,6 +23,12 @@ probabilities, rounded to V's dtype, by V. The backward recomputes the
 probabilities from the log-sum-exp (a first kernel computes
 :math:`\delta_t = \sum_d dU_{td} U_{td}`, a second dQ, dK and dV).
 
+`packed_attention` is the same sum written here for one block (T <= 64,
+the paper's sequences) over the QKV matmul's output as it is, [B, T, 3,
+H, D], the biases added inside: one kernel forward and one backward,
+where `attention` needs XLA kernels around its own (the section before
+`packed_attention` below).
+
 Same maths as the XLA path, one rounding fewer: XLA rounds the logits to
 the compute dtype (bfloat16) before its float32 softmax, the kernel keeps
 them in float32 (tests/attention_kernel_test.py: float32 agrees to 1e-5,
@@ -46,6 +52,8 @@ import functools
 import warnings
 
 import jax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
 import jax.numpy as jnp
 
 from qkspec.training import pallas_common
@@ -114,3 +122,176 @@ def reference(q_BxTxHxD, k_BxTxHxD, v_BxTxHxD, temperature: float, *,
                        jnp.finfo(jnp.float32).min)
   return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(logits, -1),
                     f32(v_BxTxHxD))
+
+
+# --- One block over the packed projections -----------------------------
+#
+# At T <= BLOCK a sequence is one query block and one key block, and the
+# attention of a head is a handful of tile products. `packed_attention`
+# computes it from the QKV matmul's output as it is, [B, T, 3, H, D] (no
+# slicing into three arrays), adds the three biases itself and, backward,
+# writes dQ, dK, dV side by side in the same layout with the biases'
+# per-sequence sums: one kernel forward (where the example's path launches
+# an XLA kernel for the bias and the slices, then its own) and one
+# backward (its preprocessing and main kernels, then XLA's concatenation;
+# bench/gpu_results.md (18)). Backward, with P the probabilities
+# recomputed from the log-sum-exp, dP = dU V^T and s = 1/lambda:
+#
+#   dV = P^T dU,  dS = P * (dP - rowsum(P * dP)) * s,  dQ = dS K,
+#   dK = dS^T Q
+#
+# (rowsum(P * dP) is FlashAttention's delta = rowsum(dU * U), taken from
+# the whole row it has here, so no output needs to be kept for it).
+
+def one_block(seq_len: int) -> bool:
+  """Whether `packed_attention` takes T tokens (T <= BLOCK)."""
+  return seq_len <= BLOCK
+
+
+def _tiles(qkv_ref, bias_refs, dtype):
+  """q, k, v [T, D] of a (sequence, head), biases added (rounded to the
+  compute dtype first, as the XLA path adds them), in `dtype`."""
+  tiles = []
+  for i in range(3):
+    t = qkv_ref[:, i, :]
+    if bias_refs:
+      b = bias_refs[i][...].astype(dtype).astype(jnp.float32)
+      t = (t.astype(jnp.float32) + b[None, :]).astype(dtype)
+    tiles.append(t)
+  return tiles
+
+
+def _logits(q, k, scale, causal):
+  """s q k^T in float32 [T, T], -inf where the mask hides a key."""
+  s = plgpu.dot(q, k.T) * scale
+  if causal:
+    t = s.shape[0]
+    rows = jax.lax.broadcasted_iota(jnp.int32, (t, t), 0)
+    cols = jax.lax.broadcasted_iota(jnp.int32, (t, t), 1)
+    s = jnp.where(rows >= cols, s, -jnp.inf)
+  return s
+
+
+def _packed_forward_kernel(qkv_ref, *refs, scale, causal):
+  """`refs`: [the three biases,] then the outputs u [T, D], lse [T]."""
+  *bias_refs, u_ref, lse_ref = refs
+  q, k, v = _tiles(qkv_ref, bias_refs, u_ref.dtype)
+  s = _logits(q, k, scale, causal)
+  m = jnp.max(s, axis=1)
+  p = jnp.exp(s - m[:, None])
+  l = jnp.sum(p, axis=1)
+  u = plgpu.dot(p.astype(v.dtype), v) / l[:, None]
+  u_ref[...] = u.astype(u_ref.dtype)
+  lse_ref[...] = m + jnp.log(l)
+
+
+def _packed_backward_kernel(qkv_ref, *refs, scale, causal):
+  """`refs`: [the three biases,] lse, du, then the outputs dqkv [T, 3, D]
+  [and the biases' sums over the sequence, [3, D]]."""
+  biased = len(refs) == 7
+  bias_refs = refs[:3] if biased else ()
+  lse_ref, du_ref, dqkv_ref = refs[len(bias_refs):len(bias_refs) + 3]
+  q, k, v = _tiles(qkv_ref, bias_refs, du_ref.dtype)
+  p = jnp.exp(_logits(q, k, scale, causal) - lse_ref[...][:, None])
+  du = du_ref[...]
+  dv = plgpu.dot(p.astype(du.dtype).T, du)
+  dp = plgpu.dot(du, v.T)
+  ds = p * (dp - jnp.sum(p * dp, axis=1)[:, None]) * scale
+  dq = plgpu.dot(ds.astype(k.dtype), k)
+  dk = plgpu.dot(ds.astype(q.dtype).T, q)
+  for i, g in enumerate((dq, dk, dv)):
+    dqkv_ref[:, i, :] = g.astype(dqkv_ref.dtype)
+    if biased:
+      refs[-1][i, :] = jnp.sum(g, axis=0)
+
+
+def _packed_specs(qkv_shape, biased: bool):
+  """The grid (B, H) and the blocks of qkv (and dqkv), the biases, a
+  [B, T, H, D] tile and lse [B, H, T]."""
+  B, T, _, H, D = qkv_shape
+  packed = pl.BlockSpec((None, T, 3, None, D), lambda b, h: (b, 0, 0, h, 0))
+  bias = [pl.BlockSpec((None, D), lambda b, h: (h, 0))] * (3 * biased)
+  tile = pl.BlockSpec((None, T, None, D), lambda b, h: (b, 0, h, 0))
+  lse = pl.BlockSpec((None, None, T), lambda b, h: (b, h, 0))
+  return (B, H), packed, bias, tile, lse
+
+
+def _params(head_dim: int):
+  """Triton's settings: 8 warps at D > 64 (as the example's forward; at
+  D = 128 the backward then needs ~130 registers a thread, not 255)."""
+  return plgpu.CompilerParams(num_warps=4 if head_dim <= 64 else 8,
+                              num_stages=1)
+
+
+def _packed_forward(qkv, biases, scale, causal, interpret):
+  B, T, _, H, D = qkv.shape
+  grid, packed, bias, tile, lse = _packed_specs(qkv.shape, bool(biases))
+  return pl.pallas_call(
+      functools.partial(_packed_forward_kernel, scale=scale, causal=causal),
+      grid=grid, in_specs=[packed] + bias, out_specs=[tile, lse],
+      out_shape=[jax.ShapeDtypeStruct((B, T, H, D), qkv.dtype),
+                 jax.ShapeDtypeStruct((B, H, T), jnp.float32)],
+      compiler_params=_params(D),
+      interpret=interpret, name="packed_attention",
+  )(qkv, *biases)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def _packed(qkv, biases, scale, causal, interpret):
+  return _packed_forward(qkv, biases, scale, causal, interpret)[0]
+
+
+def _packed_vjp_forward(qkv, biases, scale, causal, interpret):
+  u, lse = _packed_forward(qkv, biases, scale, causal, interpret)
+  return u, (qkv, biases, lse)
+
+
+def _packed_vjp_backward(scale, causal, interpret, residuals, du):
+  qkv, biases, lse = residuals
+  B, _, _, H, D = qkv.shape
+  grid, packed, bias, tile, lse_spec = _packed_specs(qkv.shape, bool(biases))
+  sums = [pl.BlockSpec((None, 3, None, D), lambda b, h: (b, 0, h, 0))]
+  out = pl.pallas_call(
+      functools.partial(_packed_backward_kernel, scale=scale, causal=causal),
+      grid=grid, in_specs=[packed] + bias + [lse_spec, tile],
+      out_specs=[packed] + sums * bool(biases),
+      out_shape=[jax.ShapeDtypeStruct(qkv.shape, qkv.dtype)]
+      + [jax.ShapeDtypeStruct((B, 3, H, D), jnp.float32)] * bool(biases),
+      compiler_params=_params(D),
+      interpret=interpret, name="packed_attention_backward",
+  )(qkv, *biases, lse, du.astype(qkv.dtype))
+  if not biases:
+    return out[0], ()
+  db_3xHxD = jnp.sum(out[1], axis=0)
+  return out[0], tuple(db_3xHxD[i].astype(b.dtype)
+                       for i, b in enumerate(biases))
+
+
+_packed.defvjp(_packed_vjp_forward, _packed_vjp_backward)
+
+
+def packed_attention(qkv_BxTx3xHxD: jax.Array, temperature: float, *,
+                     biases: tuple[jax.Array, ...] | None = None,
+                     causal: bool = True, interpret: bool | None = None
+                     ) -> jax.Array:
+  r""":math:`U = \mathrm{softmax}(\mathrm{mask}(QK^\top/\lambda))V` per head
+  from the projections side by side, [B, T, H, D] in their dtype; one
+  kernel forward and one backward (the section above), for T <= BLOCK.
+
+  Args:
+    qkv_BxTx3xHxD: queries, keys, values [B, T, 3, H, D] (the QKV matmul's
+      output, reshaped), without their biases.
+    temperature: :math:`\lambda`.
+    biases: (b_q, b_k, b_v), each [H, D], added in the kernel; None: none.
+    causal: query t sees keys j <= t.
+    interpret: run in Pallas' interpreter; None: on a CPU only.
+  """
+  interpret = pallas_common.interpret_mode(
+      interpret, "the attention kernels (attention_impl='pallas')",
+      "attention_impl='xla'")
+  T = qkv_BxTx3xHxD.shape[1]
+  if not one_block(T) or qkv_BxTx3xHxD.shape[2] != 3:
+    raise ValueError(f"packed_attention takes [B, T <= {BLOCK}, 3, H, D], "
+                     f"got {qkv_BxTx3xHxD.shape}.")
+  return _packed(qkv_BxTx3xHxD, tuple(biases or ()), 1.0 / temperature,
+                 causal, interpret)

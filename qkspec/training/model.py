@@ -91,7 +91,9 @@ class SelfAttention(nn.Module):
   dropout) the softmax and both matmuls are one fused kernel
   (`qkspec.training.attention_kernel`) whenever "intermediates" is not
   being collected; collecting it takes the XLA path, which computes what
-  is sown.
+  is sown. With `fused_qkv` too, a sequence of at most 64 tokens goes to
+  `packed_attention`, which reads the QKV matmul's output unsliced and adds
+  the q/k/v biases itself (one kernel each way).
   """
   num_heads: int = 1
   head_dim: int | None = None          # D; None means d // H
@@ -122,6 +124,12 @@ class SelfAttention(nn.Module):
     H = self.num_heads
     D = self.head_dim or d // H
     lam = head_temperature(self.temperature, D)
+    kernels = (self.impl == "pallas"
+               and not self.is_mutable_collection("intermediates"))
+    if kernels and self.fused_qkv and attention_kernel.one_block(T):
+      qkv_BxTx3xHxD, biases = self._qkv(x_BxTxd, H, D, packed=True)
+      return self._output(attention_kernel.packed_attention(
+          qkv_BxTx3xHxD, lam, biases=biases, causal=self.causal), d)
     dense = lambda name, init: nn.DenseGeneral(  # noqa: E731
         (H, D), use_bias=self.use_bias, dtype=self.dtype, kernel_init=init,
         name=name)
@@ -139,8 +147,7 @@ class SelfAttention(nn.Module):
       q_BxTxHxD = dense("query", _xavier_qkv)(x_BxTxd)
       k_BxTxHxD = dense("key", _xavier_qkv)(x_BxTxd)
       v_BxTxHxD = dense("value", _xavier_qkv)(x_BxTxd)
-    if (self.impl == "pallas"
-        and not self.is_mutable_collection("intermediates")):
+    if kernels:
       u_BxTxHxD = attention_kernel.attention(q_BxTxHxD, k_BxTxHxD, v_BxTxHxD,
                                              lam, causal=self.causal)
       return self._output(u_BxTxHxD, d)
@@ -161,8 +168,10 @@ class SelfAttention(nn.Module):
                            v_BxTxHxD)
     return self._output(u_BxTxHxD, d)
 
-  def _qkv(self, x_BxTxd: jax.Array, H: int, D: int):
-    """q, k, v [B, T, H, D] as one [d, 3HD] matmul (`fused_qkv`).
+  def _qkv(self, x_BxTxd: jax.Array, H: int, D: int, packed: bool = False):
+    """q, k, v [B, T, H, D] as one [d, 3HD] matmul (`fused_qkv`); `packed`:
+    its output as it is, [B, T, 3, H, D] without the biases, and the biases
+    (three [H, D], or None), for `attention_kernel.packed_attention`.
 
     Written in two dimensions on purpose: stacking the kernels on a new
     axis (or concatenating them along the head axis) gave the same kernel
@@ -177,6 +186,9 @@ class SelfAttention(nn.Module):
                               axis=1).astype(self.dtype)
     qkv_BxTx3HD = jnp.einsum("btd,de->bte", x_BxTxd.astype(self.dtype),
                              w_dx3HD)
+    if packed:
+      return (qkv_BxTx3HD.reshape(B, T, 3, H, D),
+              biases if self.use_bias else None)
     if self.use_bias:
       b_3HD = jnp.concatenate([b.reshape(H * D) for b in biases])
       qkv_BxTx3HD = qkv_BxTx3HD + b_3HD.astype(self.dtype)[None, None]
