@@ -15,6 +15,7 @@ from qkspec.training import layer_stats
 import testutil
 
 V = 40
+jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
 def _qkv(key, B=2, T=16, H=2, D=16, dtype=jnp.float32):
@@ -89,7 +90,7 @@ def _packed(key, B=2, T=16, H=2, D=16, dtype=jnp.float32):
 
 def _unpacked(qkv, biases, lam, causal=True):
   """The reference from the packed projections plus their biases."""
-  q, k, v = (qkv[:, :, i] + (0.0 if biases is None else biases[i])
+  q, k, v = (qkv[:, :, i] + (0.0 if biases is None else biases[i][None, None])
              for i in range(3))
   return attention_kernel.reference(q, k, v, lam, causal=causal)
 
