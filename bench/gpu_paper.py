@@ -603,31 +603,35 @@ def warm(flags, path: str):
       f"path {path})")
 
 
-def train(flags, path: str, rate: float | None = None):
+def train(flags, path: str, rate: float | None = None) -> list[str]:
   """Trains each figure of --figs, one run per seed and kind of --runs
   (resumable), prints its finals, plots; `rate` (the probe's Fig. 6
-  steps/s) projects each run's time. A run per seed, not `seeds=N`
+  steps/s) projects each run's time. Returns the runs given up on
+  (`train_resuming`). A run per seed, not `seeds=N`
   in one program: on the H100, 5 members give 579 member-steps/s and 15
   give 629 (bench/gpu_results.md, members), so separate runs cost ~8%, and
   each run then fits one GPU slice (checkpoints stay on the machine, so a
   run cut by the slice's end is lost unless resumed on the same lease)."""
+  given_up = []
   for fig, seed, kind in train_runs(flags):
+    name, _ = run_spec(fig, seed, kind, flags.fairseq, flags.contrast,
+                       flags.both_readings)
     if left(flags) < 30:
-      name, _ = run_spec(fig, seed, kind, flags.fairseq, flags.contrast,
-                         flags.both_readings)
       log(f"train {name}: skipped (time budget)")
-      continue
-    train_run(flags, path, fig, seed, kind, flags.fairseq, rate,
-              flags.contrast, flags.both_readings)
+    elif not train_run(flags, path, fig, seed, kind, flags.fairseq, rate,
+                       flags.contrast, flags.both_readings):
+      given_up.append(name)
+  return given_up
 
 
 def train_run(flags, path: str, fig: int, seed: int, kind: str,
               fairseq: bool, rate: float | None, contrast: bool = False,
-              both: bool = False, seeds: int = 1):
+              both: bool = False, seeds: int = 1) -> bool:
   """Trains one run (resumable from its workdir) until done or the time
   budget, then prints its finals and writes its figures; `contrast` adds
   a no-LocATER member to a sweep of Figs. 6, 8-12, `both` trains both
-  readings side by side, `seeds` > 1 seeds 0..seeds-1 together."""
+  readings side by side, `seeds` > 1 seeds 0..seeds-1 together. False:
+  given up on (a step not finite after --nan_retries)."""
   name, extra = run_spec(fig, seed, kind, fairseq, contrast, both, seeds)
   c = fig_config(flags, fig, path, **extra)
   workdir = os.path.join(flags.workdir, name)
@@ -645,11 +649,10 @@ def train_run(flags, path: str, fig: int, seed: int, kind: str,
         + ("" if need < left(flags) - 30 else
            ": it will stop early; rerun at once on this machine to resume "
            "(its checkpoint stays here)"))
-  t = time.time()
+  t, finite = time.time(), True
   try:
     with deadline(left(flags) - 15):
-      if not train_resuming(c, workdir, name, flags.nan_retries):
-        FAILED.append(name)
+      finite = train_resuming(c, workdir, name, flags.nan_retries)
   except interrupt.Interrupted as e:
     log(f"train {name}: stopped by the time budget ({e}); rerun to go on")
   wall = time.time() - t
@@ -661,9 +664,7 @@ def train_run(flags, path: str, fig: int, seed: int, kind: str,
     log(f"figures: {', '.join(os.path.basename(p) for p in paths)}")
   except Exception as e:  # pylint: disable=broad-except
     log(f"figures failed: {type(e).__name__}: {e}")
-
-
-FAILED = []        # runs given up on (train_resuming): main exits 1
+  return finite
 
 
 def train_resuming(c, workdir: str, name: str, retries: int) -> bool:
@@ -689,7 +690,7 @@ def train_resuming(c, workdir: str, name: str, retries: int) -> bool:
   return False
 
 
-def todo(flags, path: str, rate: float | None):
+def todo(flags, path: str, rate: float | None) -> list[str]:
   """Trains the runs the report still lacks (--todo: a summary.json with
   `report_plan.todo_runs`' list, in its order), each only when its projected
   time (`run_seconds` at the members curves measured on this path, else
@@ -699,7 +700,8 @@ def todo(flags, path: str, rate: float | None):
   (`pair_readings`, `pack_seeds`) that does not fit gives way to its
   parts. Runs finished in an earlier call on this machine are skipped, and
   a packed entry one of whose parts an earlier call here trained (or
-  began) gives way to its parts, so that part is not trained twice."""
+  began) gives way to its parts, so that part is not trained twice.
+  Returns the runs given up on (`train_resuming`)."""
   with open(flags.todo) as f:
     runs = json.load(f).get("todo", [])
   if flags.both_readings:
@@ -720,7 +722,7 @@ def todo(flags, path: str, rate: float | None):
       + f"{rate:.1f} Fig. 6 steps/s" + ("" if rate != flags.rate
                                         else " (--rate)")
       + _budget_left(flags))
-  trained, queue = 0, list(runs)
+  trained, queue, given_up = 0, list(runs), []
   while queue:
     r = queue.pop(0)
     name, spec = _todo_spec(r)
@@ -745,8 +747,10 @@ def todo(flags, path: str, rate: float | None):
       continue
     t = time.time()
     try:                  # one failed run must not end the slice
-      train_run(flags, path, **spec, rate=rate)
-      trained += 1
+      if train_run(flags, path, **spec, rate=rate):
+        trained += 1
+      else:
+        given_up.append(name)
     except Exception as e:  # pylint: disable=broad-except
       log(f"todo {name}: failed: {type(e).__name__}: {str(e)[:300]}")
     measured = curve_for(curves, spec["fig"])[1]
@@ -755,6 +759,7 @@ def todo(flags, path: str, rate: float | None):
         + (f"members curve measured at {measured}" if measured
            else "members") + ", deeper, EVAL_COST)")
   log(f"todo: trained {trained} of {len(runs)} runs")
+  return given_up
 
 
 def _started(flags, r: dict) -> bool:
@@ -1288,6 +1293,7 @@ def main():
   log(f"jax {jax.__version__}, devices {jax.devices()}")
   stages = flags.stages.split(",")
   path, known = flags.path or "scan_f32_plain", {}
+  given_up = []      # runs not finite after --nan_retries: exits 1
   for stage in stages:                 # in the order given
     if stage == "probe":
       path, rate = probe(flags)
@@ -1295,13 +1301,13 @@ def main():
     elif stage == "warm":
       warm(flags, _train_path(flags, path, known)[0])
     elif stage == "train":
-      train(flags, *_train_path(flags, path, known))
+      given_up += train(flags, *_train_path(flags, path, known))
     elif stage == "train_fairseq":     # the same figures, fairseq's reading
       flags.fairseq = True
-      train(flags, *_train_path(flags, path, known))
+      given_up += train(flags, *_train_path(flags, path, known))
       flags.fairseq = False
     elif stage == "todo":
-      todo(flags, *_train_path(flags, path, known))
+      given_up += todo(flags, *_train_path(flags, path, known))
     elif stage == "members":
       for fig in (int(f) for f in flags.members_figs.split(",")):
         curve = members_curve(flags, path, known if fig == 6 else {}, fig)
@@ -1330,9 +1336,9 @@ def main():
     else:
       raise SystemExit(f"unknown stage {stage!r}")
   log("done")
-  if FAILED:
+  if given_up:
     log(f"given up (not finite after --nan_retries {flags.nan_retries}): "
-        f"{', '.join(FAILED)}")
+        f"{', '.join(given_up)}")
     sys.exit(1)
 
 

@@ -44,17 +44,21 @@ def _todo_flags(tmp, **kw):
       "plan_device": "", **kw})
 
 
-def _trained(flags, todo, fields, left_s=1e9) -> list[tuple]:
+def _trained(flags, todo, fields, left_s=1e9, finite=True,
+             given_up=None) -> list[tuple]:
   """`fields` of each run the todo stage trains from the entries `todo`
-  with `left_s` seconds left (train_run faked)."""
+  with `left_s` seconds left (train_run faked, each run ending `finite`;
+  the names todo gives up on appended to `given_up`)."""
   with open(flags.todo, "w") as f:
     json.dump({"todo": todo}, f)
   calls = []
   fake = lambda flags, path, rate, **r: calls.append(  # noqa: E731
-      tuple(r[k] for k in fields))
+      tuple(r[k] for k in fields)) or finite
   with mock.patch.object(gpu_paper, "train_run", fake), \
        mock.patch.object(gpu_paper, "left", lambda _: left_s):
-    gpu_paper.todo(flags, "scan_bf16_pallas", None)
+    names = gpu_paper.todo(flags, "scan_bf16_pallas", None)
+  if given_up is not None:
+    given_up += names
   return calls
 
 
@@ -113,6 +117,20 @@ class PairReadingsTest(absltest.TestCase):
                  (6, 0, "sweep", False, False)])):        # each reading: yes
         self.assertEqual(_trained(flags, todo, fields, left_s), expected,
                          left_s)
+
+  def test_todo_returns_the_runs_given_up_and_goes_on(self):
+    # A run not finite after its retries (train_run False): named for
+    # main's exit status, and the next run still trains.
+    with tempfile.TemporaryDirectory() as tmp:
+      flags = _todo_flags(tmp, both_readings=False)
+      todo = [_todo("8", "summed_loss"), _todo("9", "summed_loss")]
+      given_up = []
+      self.assertLen(_trained(flags, todo, ("fig",), finite=False,
+                              given_up=given_up), 2)
+      self.assertEqual(given_up, ["fig8_fairseq", "fig9_fairseq"])
+      given_up = []
+      _trained(flags, todo, ("fig",), given_up=given_up)
+      self.assertEqual(given_up, [])
 
   def test_a_part_trained_by_an_earlier_call_here_is_not_trained_again(
       self):
