@@ -1,6 +1,6 @@
 r"""Steps/s of the section's sweeps under XLA_FLAGS settings, A/B.
 
-  python bench/xla_flags_ab.py [--settings default,off,graphs] [--rounds 2] \
+  python bench/xla_flags_ab.py [--settings default,off,graphs,cublas] [--rounds 2] \
       [--setting NAME=FLAGS ...] -- --tfds_dir .gpudata/tfds \
       --path scan_bf16_pallas_fa3dw_fused --figs 12,10
 
@@ -99,7 +99,7 @@ def summarize(runs: list[tuple[str, dict]], settings: list[str]
 
 def main():
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--settings", default="default,off,graphs",
+  p.add_argument("--settings", default="default,off,graphs,cublas",
                  help=f"of {', '.join(SETTINGS)}; the first is the reference")
   p.add_argument("--rounds", type=int, default=2)
   p.add_argument("--setting", action="append", default=[],
