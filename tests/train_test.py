@@ -22,6 +22,7 @@ from qkspec.training import metric_writer
 from qkspec.experiments import training_plots
 from qkspec.training import loop
 from qkspec.training import model as model_lib
+from qkspec.training import step as step_lib
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_compilation_cache_dir", os.path.join(
@@ -119,6 +120,19 @@ class MeasurementTest(absltest.TestCase):
 
 
 class NaNTest(absltest.TestCase):
+
+  def test_a_gradient_not_finite_is_flagged_with_a_finite_loss(self):
+    grads = {"a": np.ones((3, 4), np.float32), "b": np.full(5, 2.0,
+                                                            np.float32)}
+    finite, norm = step_lib.update_checks(np.float32(1.0), grads)
+    self.assertTrue(finite)
+    np.testing.assert_allclose(norm, np.sqrt(12 + 20), rtol=1e-6)
+    for bad in (np.nan, np.inf, -np.inf, 1e20):   # 1e20: norm overflows
+      b = grads["b"].copy()
+      b[3] = bad
+      self.assertFalse(step_lib.update_checks(
+          np.float32(1.0), {**grads, "b": b})[0], bad)
+    self.assertFalse(step_lib.update_checks(np.float32(np.nan), grads)[0])
 
   def test_nonfinite_loss_stops_with_the_step_and_keeps_last_checkpoint(self):
     # lr = 1e30: the update at step 0 is finite but blows the weights up, so
