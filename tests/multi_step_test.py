@@ -40,7 +40,9 @@ def _lm_smoke(kappa2=(0.0, 1.0)):
 
 
 def _leaves_equal(test, a, b):
+  test.assertEqual(jax.tree.structure(a), jax.tree.structure(b))
   for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+    test.assertEqual(np.asarray(x).dtype, np.asarray(y).dtype)
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
@@ -132,11 +134,25 @@ class ScanTest(parameterized.TestCase):
     _leaves_equal(self, singles, scanned)
     _leaves_equal(self, jax.tree.map(lambda *x: jnp.stack(x), *metrics),
                   stacked)
+    self.assertIsNotNone(multi_step.pack_metrics(metrics[0]))   # packed
     # And the training moved: a scan that returned its input would pass
     # the equality above only if the single steps did nothing either.
     self.assertFalse(np.array_equal(
         np.asarray(jax.tree.leaves(singles.params)[0]),
         np.asarray(jax.tree.leaves(steps.init(ik, hp).params)[0])))
+
+  def test_metrics_pack_into_one_array_and_back(self):
+    m = {"loss": jnp.array([1.5, -2.25]), "finite": jnp.array([True, False]),
+         "n": {"grad_norm": jnp.array([3.0, jnp.inf])}}
+    packed = multi_step.pack_metrics(m)
+    self.assertEqual(packed.shape, (3, 2))
+    k = jnp.stack([packed, 2 * packed])           # two steps
+    got = multi_step.unpack_metrics(k, m)
+    _leaves_equal(self, got, jax.tree.map(
+        lambda x: jnp.stack([x, (2 * x).astype(x.dtype)]), m))
+    for other in ({"a": jnp.zeros(2), "b": jnp.zeros(3)},    # shapes differ
+                  {"a": jnp.zeros(2), "b": jnp.zeros(2, jnp.int32)}):
+      self.assertIsNone(multi_step.pack_metrics(other))
 
   def test_eval_program_equals_per_batch_eval(self):
     c = _lm_smoke()

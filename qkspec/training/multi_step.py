@@ -11,9 +11,11 @@ model's step. Here the batches are built on the device from the task's
   a `jax.lax.scan` of `step_fn` over the k host inputs `xs` (block ids, or
   step numbers for the theory task), the batch of each step gathered inside
   the scan. The metrics come back stacked [k, ...] and stay on the device
-  until a log or checkpoint reads them. Each step is `step_fn` itself, the
-  same arithmetic in the same order, so k steps in one call equal k calls
-  of `step_fn` bit for bit on a CPU (tests/multi_step_test.py);
+  until a log or checkpoint reads them (written into one [k, metrics, ...]
+  array by one kernel a step, where a stacked output each took a kernel of
+  its own on a GPU, and split after the scan). Each step is `step_fn`
+  itself, the same arithmetic in the same order, so k steps in one call
+  equal k calls of `step_fn` bit for bit on a CPU (tests/multi_step_test.py);
 * `scan_eval(eval_fn, feed)` returns `eval_many(params, tokens, indices)`:
   the summed loss and weight over the eval batches `indices`, accumulated
   in batch order as the per-batch path does.
@@ -65,17 +67,45 @@ def scan_train(step_fn, feed, batch_sharding=None, copies_dtype=None):
   cast = copies_dtype is not None and jnp.dtype(copies_dtype) != jnp.float32
 
   def train_many(state, consts, xs, keys):
+    like = []          # the step's metrics (their structure), when packed
+
     def body(state, x):
       batch = feed.train_batch(consts, x)
       if batch_sharding is not None:
         batch = jax.lax.with_sharding_constraint(batch, batch_sharding)
-      return step_fn(state, batch, keys)
+      state, metrics = step_fn(state, batch, keys)
+      packed = pack_metrics(metrics)
+      if packed is None:
+        return state, metrics
+      like.append(metrics)
+      return state, packed
     if cast:
       state = state.replace(copies=weight_copies.copies(state.params,
                                                         copies_dtype))
     state, metrics = jax.lax.scan(body, state, xs)
+    if like:
+      metrics = unpack_metrics(metrics, like[0])
     return (state.replace(copies=None) if cast else state), metrics
   return train_many
+
+
+def pack_metrics(metrics):
+  """A step's metrics as one float32 array [metrics, ...] (leaves in tree
+  order), or None unless every leaf has the same shape and is float32 or
+  bool (which float32 holds exactly)."""
+  leaves = jax.tree.leaves(metrics)
+  if (not leaves or len({x.shape for x in leaves}) != 1
+      or any(x.dtype not in (jnp.float32, jnp.bool_) for x in leaves)):
+    return None
+  return jnp.stack([x.astype(jnp.float32) for x in leaves])
+
+
+def unpack_metrics(packed_kxMx, like):
+  """`pack_metrics`' arrays of k steps, [k, metrics, ...], as `like`'s
+  structure and dtypes, each leaf [k, ...]."""
+  leaves, tree = jax.tree.flatten(like)
+  return jax.tree.unflatten(tree, [packed_kxMx[:, i].astype(x.dtype)
+                                   for i, x in enumerate(leaves)])
 
 
 def scan_eval(eval_fn, feed, batch_sharding=None):
