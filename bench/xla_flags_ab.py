@@ -16,7 +16,7 @@ is named, whatever its speed).
 The settings are XLA's command buffers (CUDA graphs on an NVIDIA GPU):
 bench/gpu_results.md (12) and (16) found the deep models' steps bound by
 their kernels' count (~7 us each at d = 128; Fig. 12's step 355 kernels
-then, 245 since (17)-(18)), the cost CUDA graphs cut by launching many kernels
+then, 244 since (17)-(18)), the cost CUDA graphs cut by launching many kernels
 at once.
 - default: the XLA of this jax as it comes (in jax 0.7.2's, command
   buffers for runs of >= 5 fusions, cuBLAS, cuDNN and custom calls, but
@@ -26,10 +26,10 @@ at once.
   k steps of a call (`lax.scan`) may become one CUDA graph.
 - cublas: XLA's matmuls by cuBLAS rather than Triton (the deviceless
   compile, which cannot autotune, made every one a Triton GEMM fusion;
-  without them an H100's Fig. 12 step is 216 kernels, not 245 (290 and
-  355 before (17)), each weight gradient one call written in bf16 in
-  place of a float32 split-K GEMM and its reduction: bench/gpu_results.md
-  (16), (17)).
+  without them an H100's Fig. 12 step was 216 kernels against 245 in
+  (18), 290 against 355 in (16)), each weight gradient one call written
+  in bf16 in place of a float32 split-K GEMM and its reduction:
+  bench/gpu_results.md (16)-(18)).
 `--setting NAME=FLAGS` adds another (named in --settings to run it). A
 setting that fails (flags this jax does not know, a capture XLA cannot
 do) is reported and the others go on; exits 1 if every process failed.
