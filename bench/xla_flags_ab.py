@@ -1,7 +1,7 @@
 r"""Steps/s of the section's sweeps under XLA_FLAGS settings, A/B.
 
-  python bench/xla_flags_ab.py [--settings default,off,graphs,cublas] [--rounds 2] \
-      [--setting NAME=FLAGS ...] -- --tfds_dir .gpudata/tfds \
+  python bench/xla_flags_ab.py [--settings default,off,graphs,cublas] \
+      [--rounds 2] [--setting NAME=FLAGS ...] -- --tfds_dir .gpudata/tfds \
       --path scan_bf16_pallas_fa3dw_fused --figs 12,10
 
 XLA reads XLA_FLAGS once, when a process starts its backend, so each

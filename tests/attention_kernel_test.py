@@ -130,7 +130,8 @@ class PackedTest(parameterized.TestCase):
     qkv = jax.random.normal(jax.random.key(13), (3, 2, 16, 3, 1, 8))
     biases = tuple(jax.random.normal(jax.random.key(14 + i), (3, 1, 8))
                    for i in range(3))      # each member its own biases
-    f = lambda a, b: attention_kernel.packed_attention(a, 2.0, biases=b)  # noqa: E731
+    f = lambda a, b: attention_kernel.packed_attention(  # noqa: E731
+        a, 2.0, biases=b)
     loss = lambda a, b: jnp.sum(f(a, b) ** 2)  # noqa: E731
     got, grad = jax.vmap(lambda a, b: (f(a, b), jax.grad(loss, (0, 1))(
         a, b)))(qkv, biases)

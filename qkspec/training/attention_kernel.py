@@ -26,8 +26,8 @@ probabilities from the log-sum-exp (a first kernel computes
 `packed_attention` is the same sum written here for one block (T <= 64,
 the paper's sequences) over the QKV matmul's output as it is, [B, T, 3,
 H, D], the biases added inside: one kernel forward and one backward,
-where `attention` needs XLA kernels around its own (the section before
-`packed_attention` below).
+where `attention` needs XLA kernels around its own (the comment opening
+that part of this module).
 
 Same maths as the XLA path, one rounding fewer: XLA rounds the logits to
 the compute dtype (bfloat16) before its float32 softmax, the kernel keeps
@@ -187,7 +187,8 @@ def _packed_forward_kernel(qkv_ref, *refs, scale, causal):
 
 def _packed_backward_kernel(qkv_ref, *refs, scale, causal):
   """`refs`: [the three biases,] lse, du, then the outputs dqkv [T, 3, D]
-  [and the biases' sums over the sequence, [3, D]]."""
+  [and the biases' sums over the sequence, [3, D]]: 7 with biases, 3
+  without."""
   biased = len(refs) == 7
   bias_refs = refs[:3] if biased else ()
   lse_ref, du_ref, dqkv_ref = refs[len(bias_refs):len(bias_refs) + 3]
