@@ -10,6 +10,7 @@ from absl.testing import parameterized
 import jax
 import ml_collections
 import numpy as np
+import optax
 
 _REPO = pathlib.Path(__file__).resolve().parents[1]
 from qkspec.config import defaults as common
@@ -122,16 +123,21 @@ class MeasurementTest(absltest.TestCase):
 class NaNTest(absltest.TestCase):
 
   def test_a_gradient_not_finite_is_flagged_with_a_finite_loss(self):
+    # "c" is large enough to be summed by itself, "a" and "b" flat.
+    big = step_lib.FLAT_NORM_MAX
     grads = {"a": np.ones((3, 4), np.float32), "b": np.full(5, 2.0,
-                                                            np.float32)}
+                                                            np.float32),
+             "c": np.full((2, big // 2), 0.5, np.float32)}
     finite, norm = step_lib.update_checks(np.float32(1.0), grads)
     self.assertTrue(finite)
-    np.testing.assert_allclose(norm, np.sqrt(12 + 20), rtol=1e-6)
-    for bad in (np.nan, np.inf, -np.inf, 1e20):   # 1e20: norm overflows
-      b = grads["b"].copy()
-      b[3] = bad
-      self.assertFalse(step_lib.update_checks(
-          np.float32(1.0), {**grads, "b": b})[0], bad)
+    np.testing.assert_allclose(norm, np.sqrt(12 + 20 + big / 4), rtol=1e-6)
+    np.testing.assert_allclose(norm, optax.tree.norm(grads), rtol=1e-6)
+    for leaf in ("b", "c"):
+      for bad in (np.nan, np.inf, -np.inf, 1e20):   # 1e20: norm overflows
+        g = grads[leaf].copy()
+        g.reshape(-1)[3] = bad
+        self.assertFalse(step_lib.update_checks(
+            np.float32(1.0), {**grads, leaf: g})[0], (leaf, bad))
     self.assertFalse(step_lib.update_checks(np.float32(np.nan), grads)[0])
 
   def test_nonfinite_loss_stops_with_the_step_and_keeps_last_checkpoint(self):
