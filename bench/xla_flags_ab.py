@@ -26,9 +26,10 @@ at once.
   k steps of a call (`lax.scan`) may become one CUDA graph.
 - cublas: XLA's matmuls by cuBLAS rather than Triton (the deviceless
   compile, which cannot autotune, made every one a Triton GEMM fusion;
-  without them an H100's Fig. 12 step was 216 kernels against 245 in
-  (18), 290 against 355 in (16)), each weight gradient one call written
-  in bf16 in place of a float32 split-K GEMM and its reduction:
+  without them an H100's Fig. 12 step was 290 kernels against 355 in
+  (16), 208 against 207 at the end of (18), where the optimizer's kernels
+  take in most split-K reductions), each weight gradient one call
+  written in bf16 in place of a float32 split-K GEMM and its reduction:
   bench/gpu_results.md (16)-(18)).
 `--setting NAME=FLAGS` adds another (named in --settings to run it). A
 setting that fails (flags this jax does not know, a capture XLA cannot
