@@ -61,6 +61,12 @@ from qkspec.training import pallas_common
 BLOCK = 64     # query and key block: T = 64 (the paper's) is one of each
 
 
+def _interpret(interpret):
+  return pallas_common.interpret_mode(
+      interpret, "the attention kernels (attention_impl='pallas')",
+      "attention_impl='xla'")
+
+
 def block_size(seq_len: int) -> int:
   """The kernels' query/key block for T tokens: min(BLOCK, T), which must
   divide T."""
@@ -97,9 +103,7 @@ def attention(q_BxTxHxD: jax.Array, k_BxTxHxD: jax.Array,
     causal: query t sees keys j <= t.
     interpret: run in Pallas' interpreter; None: on a CPU only.
   """
-  interpret = pallas_common.interpret_mode(
-      interpret, "the attention kernels (attention_impl='pallas')",
-      "attention_impl='xla'")
+  interpret = _interpret(interpret)
   b = block_size(q_BxTxHxD.shape[1])
   mha = _mha()
   blocks = mha.BlockSizes(block_q=b, block_k=b, block_q_dkv=b,
@@ -287,9 +291,7 @@ def packed_attention(qkv_BxTx3xHxD: jax.Array, temperature: float, *,
     causal: query t sees keys j <= t.
     interpret: run in Pallas' interpreter; None: on a CPU only.
   """
-  interpret = pallas_common.interpret_mode(
-      interpret, "the attention kernels (attention_impl='pallas')",
-      "attention_impl='xla'")
+  interpret = _interpret(interpret)
   T = qkv_BxTx3xHxD.shape[1]
   if not one_block(T) or qkv_BxTx3xHxD.shape[2] != 3:
     raise ValueError(f"packed_attention takes [B, T <= {BLOCK}, 3, H, D], "
