@@ -16,8 +16,8 @@ is named, whatever its speed).
 The settings are XLA's command buffers (CUDA graphs on an NVIDIA GPU):
 bench/gpu_results.md (12) and (16) found the deep models' steps bound by
 their kernels' count (~7 us each at d = 128; Fig. 12's step 355 kernels
-then, 207 since (17)-(18)), the cost CUDA graphs cut by launching many kernels
-at once.
+then, 207 since (17)-(18)), the cost CUDA graphs cut by launching many
+kernels at once.
 - default: the XLA of this jax as it comes (in jax 0.7.2's, command
   buffers for runs of >= 5 fusions, cuBLAS, cuDNN and custom calls, but
   not for loops);
