@@ -52,6 +52,7 @@ SETTINGS = {
                "--xla_gpu_graph_min_graph_size=1"),
     "cublas": "--xla_gpu_enable_triton_gemm=false",
 }
+WIN_MARGIN = 0.05   # --winner_out: a setting must beat the first by 5%
 LOSS_RTOL = 1e-2    # reruns differ a little on a GPU; a broken capture, not
 _RATE = re.compile(r"rate fig(\d+) \(.*?\): compile ([\d.]+) s, ([\d.]+) "
                    r"steps/s; loss (\S+);")
@@ -98,6 +99,28 @@ def summarize(runs: list[tuple[str, dict]], settings: list[str]
   return lines
 
 
+def winner(runs: list[tuple[str, dict]], settings: list[str], fig: int,
+           margin: float = WIN_MARGIN) -> str:
+  """The setting to run `fig` under: the fastest (median steps/s) whose
+  loss agrees with the first setting's and whose median beats the first's
+  by at least `margin` (0.05: 5% faster); else the first setting (also
+  when it never finished: nothing to compare with)."""
+  ref = [r[fig] for name, r in runs if name == settings[0] and fig in r]
+  if not ref:
+    return settings[0]
+  ref_rate = statistics.median(x for x, _ in ref)
+  best, best_rate = settings[0], ref_rate * (1 + margin)
+  for s in settings[1:]:
+    got = [r[fig] for name, r in runs if name == s and fig in r]
+    if not got or any(not abs(loss - ref[0][1]) <= LOSS_RTOL * abs(ref[0][1])
+                      for _, loss in got):
+      continue
+    rate = statistics.median(x for x, _ in got)
+    if rate >= best_rate:
+      best, best_rate = s, rate
+  return best
+
+
 def main():
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--settings", default="default,off,graphs,cublas",
@@ -105,6 +128,12 @@ def main():
   p.add_argument("--rounds", type=int, default=2)
   p.add_argument("--setting", action="append", default=[],
                  help="NAME=FLAGS: one more setting (repeatable)")
+  p.add_argument("--winner_out", default="",
+                 help="write the XLA_FLAGS of `winner` (the setting that "
+                 "beats the first by >= 5%% on --winner_fig with its loss "
+                 "agreeing, else the first) to this file, and its name to "
+                 "stdout's last line")
+  p.add_argument("--winner_fig", type=int, default=12)
   p.add_argument("rest", nargs="*", help="gpu_paper.py's arguments, after --")
   flags = p.parse_args()
   known = dict(SETTINGS)           # and those of --setting
@@ -137,6 +166,12 @@ def main():
              or "no rate: " + text[-400:].replace("\n", " | ")), flush=True)
     runs.append((name, found))
   print("\n".join(summarize(runs, settings)), flush=True)
+  if flags.winner_out:
+    best = winner(runs, settings, flags.winner_fig)
+    with open(flags.winner_out, "w") as f:
+      f.write(known[best])
+    print(f"winner on fig{flags.winner_fig}: {best} "
+          f"(XLA_FLAGS {known[best] or '(none)'})", flush=True)
   sys.exit(0 if any(r for _, r in runs) else 1)
 
 

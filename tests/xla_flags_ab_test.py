@@ -51,6 +51,20 @@ class XlaFlagsABTest(absltest.TestCase):
                              "fig6   graphs:    100.0 steps/s (median of 1: "
                              "100.0)"])
 
+  def test_winner_must_beat_the_first_by_the_margin_with_its_loss(self):
+    runs = [("default", {12: (200.0, 7.5)}), ("graphs", {12: (209.0, 7.5)}),
+            ("cublas", {12: (260.0, 7.5)}), ("off", {12: (400.0, 9.0)})]
+    settings = ["default", "graphs", "cublas", "off"]
+    # off is fastest but its loss disagrees; cublas beats default by 30%
+    self.assertEqual(xla_flags_ab.winner(runs, settings, 12), "cublas")
+    # graphs (4.5% faster) is within the margin: default stays
+    self.assertEqual(xla_flags_ab.winner(runs, settings[:2], 12), "default")
+    self.assertEqual(xla_flags_ab.winner(runs, settings[:2], 12, 0.04),
+                     "graphs")
+    # nothing to compare with: the first setting
+    self.assertEqual(xla_flags_ab.winner(runs[1:], settings, 12), "default")
+    self.assertEqual(xla_flags_ab.winner(runs, settings, 10), "default")
+
 
 if __name__ == "__main__":
   absltest.main()

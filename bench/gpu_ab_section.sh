@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One GPU call, two steps: the XLA_FLAGS A/B on Figs. 12 and 10
+# (bench/xla_flags_ab.py, its lines in OUT/ab.txt), then the section
+# (bench/gpu_section.sh: its lanes, report and four files in OUT) under
+# the A/B's winner (a setting that beats the first by >= 5% on Fig. 12 with
+# its loss agreeing, else the first), with what is left of CALL_S seconds.
+# A lent GPU comes in short calls and goes back after ~30 s idle: one call
+# spends no idle time choosing between them.
+#
+#   CALL_S=570 SETTINGS=default,graphs ROUNDS=1 bash bench/gpu_ab_section.sh
+#   (a CPU rehearses it: ... bash bench/gpu_ab_section.sh --path
+#   scan_f32_plain --rehearse; the arguments reach both steps' gpu_paper.py)
+#
+# The winner's flags are left in WINNER (default /tmp/qkspec_ab_winner),
+# for a next call that resumes the section under them:
+#   XLA_FLAGS="$(cat /tmp/qkspec_ab_winner)" bash bench/gpu_section.sh \
+#     --time_budget_s S
+set -uo pipefail
+cd "$(dirname "$0")/.."
+t0=$(date +%s)
+CALL_S=${CALL_S:-570}
+OUT=${OUT:-runs/gpu_section_out}
+WINNER=${WINNER:-/tmp/qkspec_ab_winner}
+mkdir -p "$OUT"
+source bench/gpu_wheels.sh || exit 1
+path=$(python3 -c "from qkspec.experiments import report_plan
+print(report_plan.GPU_PATH)") || exit 1
+python3 bench/xla_flags_ab.py --settings "${SETTINGS:-default,graphs}" \
+  --rounds "${ROUNDS:-1}" --winner_out "$WINNER" -- \
+  --tfds_dir "${TFDS_DIR:-.gpudata/tfds}" --workdir /tmp/qkspec_ab \
+  --path "$path" --figs 12,10 --probe_steps "${PROBE_STEPS:-1500}" "$@" \
+  2>&1 | tee "$OUT/ab.txt"
+[ -f "$WINNER" ] || { echo "the A/B chose no setting"; exit 1; }
+left=$(( CALL_S - ($(date +%s) - t0) - 25 ))   # the report and packing
+echo "section under XLA_FLAGS '$(cat "$WINNER")' with --time_budget_s $left"
+XLA_FLAGS="$(cat "$WINNER")" NO_WHEELS=1 OUT="$OUT" \
+  bash bench/gpu_section.sh --time_budget_s "$left" "$@"
