@@ -107,6 +107,34 @@ class LoopTest(absltest.TestCase):
         *(testutil.metric_records(os.path.join(wd, "kappa2=1"))
           for wd in (warm, plain)))
 
+  def test_a_prepared_run_compiles_nothing_more_and_is_the_same(self):
+    plain = os.path.join(self.root, "plain")
+    want = loop.train_and_evaluate(_config(4, False), plain)
+    self.compiles.seen.clear()
+    ready = os.path.join(self.root, "ready")
+    run = loop.prepare(_config(4, False), ready)
+    self.assertFalse(os.path.exists(ready))          # prepare writes nothing
+    self.assertEqual(self._ours(), {(p, True): 1 for p in PROGRAMS})
+    self.compiles.seen.clear()
+    got = loop.train_and_evaluate(_config(4, False), ready, prepared=run)
+    self.assertFalse({n for n, _ in self.compiles.seen}
+                     & {*PROGRAMS, "jit(init_state)"})
+    jax.tree.map(np.testing.assert_array_equal, jax.device_get(got),
+                 jax.device_get(want))
+    self.assertEqual(
+        *(testutil.metric_records(os.path.join(wd, "kappa2=1"))
+          for wd in (ready, plain)))
+
+  def test_a_run_prepared_for_another_workdir_or_config_is_refused(self):
+    run = loop.prepare(_config(4, False), os.path.join(self.root, "a"))
+    with self.assertRaisesRegex(ValueError, "prepared run is .*'s, not"):
+      loop.train_and_evaluate(_config(4, False),
+                              os.path.join(self.root, "b"), prepared=run)
+    with self.assertRaisesRegex(ValueError, "with another config"):
+      loop.train_and_evaluate(_config(6, False),
+                              os.path.join(self.root, "a"), prepared=run)
+    self.assertFalse(os.path.exists(os.path.join(self.root, "b")))
+
 
 class CompileProgramsTest(absltest.TestCase):
 

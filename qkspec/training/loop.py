@@ -9,7 +9,9 @@ Shapes: N=sweep members (a leading axis of the state in a vmapped sweep).
 2. `_prepare_workdir`: writes `config.json` and `members.json`;
    `_start_compiling`: from here on the measurements, train and eval
    programs compile on threads (`qkspec.training.precompile`,
-   `config.precompile`), while the main thread goes on;
+   `config.precompile`), while the main thread goes on (or `prepare`
+   did steps 1 and 2's compiling ahead: `train_and_evaluate(...,
+   prepared=run)`);
 3. `_restore_or_init`: the newest checkpoint of `<workdir>/ckpt` that
    restores (damaged newer ones are named and set aside), or a fresh state;
    each member's `metrics.jsonl` loses the records past that step;
@@ -184,9 +186,27 @@ def _start_compiling(run: Run) -> None:
         run.steps.task.train_batch(0))
 
 
+def prepare(config, workdir: str) -> Run:
+  """A run built and its programs compiled (its initialisation,
+  measurements, train call and evaluation), waiting for them; writes
+  nothing. `train_and_evaluate(config, workdir, prepared=run)` then trains
+  it with no setup or compilation of its own: the same jitted functions,
+  whose first calls find their executables (and traces) ready.
+
+  bench/gpu_paper.py prepares a lane's next run on a thread while the run
+  before it trains (bench/gpu_results.md (19): 5-15 s of "setup" and
+  "compile" a run on a GPU host, with the persistent cache warm).
+  """
+  run = _setup(config, workdir)
+  run.steps = precompile.start(run.steps, _abstract_state(run),
+                               run.dropout_keys, run.steps.task.train_batch(0))
+  run.steps.init.lower(run.init_keys, run.hparams).compile()
+  precompile.wait(run.steps)
+  return run
+
+
 def compile_programs(config) -> None:
-  """Compiles a run's programs (its initialisation, measurements, train
-  call and evaluation) without training, and waits for them.
+  """Compiles a run's programs (`prepare`) without training.
 
   With JAX's persistent compilation cache on (`jax_compilation_cache_dir`),
   a later `train_and_evaluate` of the same config, in this process or
@@ -194,11 +214,18 @@ def compile_programs(config) -> None:
   bench/gpu_paper.py's `warm` stage compiles a slice's runs side by side
   so. Writes nothing but the cache.
   """
-  run = _setup(config, workdir="")
-  steps = precompile.start(run.steps, _abstract_state(run), run.dropout_keys,
-                           run.steps.task.train_batch(0))
-  run.steps.init.lower(run.init_keys, run.hparams).compile()
-  precompile.wait(steps)
+  prepare(config, workdir="")
+
+
+def _check_prepared(run: Run, config, workdir: str) -> None:
+  """Raises ValueError unless `run` was prepared for `config` in `workdir`."""
+  if run.workdir != workdir or run.config.to_json() != config.to_json():
+    raise ValueError(
+        f"the prepared run is {run.workdir!r}'s"
+        + (", with another config" if run.config.to_json() != config.to_json()
+           else "")
+        + f", not this one ({workdir!r}): prepare(config, workdir) with "
+        "the config and workdir it trains.")
 
 
 def _restore_or_init(run: Run, ckpt: ckpt_lib.Checkpointer):
@@ -378,8 +405,12 @@ def _record_invocation(run: Run, start: int, end: int,
     f.write(json.dumps(line) + "\n")
 
 
-def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
+def train_and_evaluate(config, workdir: str, prepared: Run | None = None
+                       ) -> step_lib.TrainState:
   """Trains `config` (one run or a vmapped sweep) in `workdir`; resumes.
+
+  `prepared`: `prepare(config, workdir)`'s run, built and compiled ahead
+  (on another thread, say); else the run is built here.
 
   Writes `<workdir>/config.json`, `run_info.jsonl` (one line per finished
   invocation: steps, wall time, device), `members.json` (name, directory and
@@ -391,16 +422,22 @@ def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
     The final TrainState (leading member axis for a sweep).
 
   Raises:
-    ValueError: a bad config (before training).
+    ValueError: a bad config (before training); `prepared` for another
+      config or workdir.
     RuntimeError: `<workdir>/ckpt` has checkpoints and none restores.
     FloatingPointError: NaN/Inf in loss or gradients, naming the step.
     interrupt.Interrupted: Ctrl-C (a KeyboardInterrupt), after saving a
       checkpoint; its message says how to resume.
   """
   clock = phases.PhaseClock()
-  run = _setup(config, workdir)
-  _prepare_workdir(run)
-  _start_compiling(run)
+  if prepared is None:
+    run = _setup(config, workdir)
+    _prepare_workdir(run)
+    _start_compiling(run)
+  else:
+    _check_prepared(prepared, config, workdir)
+    run = prepared
+    _prepare_workdir(run)
   with contextlib.ExitStack() as stack:
     ckpt = stack.enter_context(contextlib.closing(ckpt_lib.Checkpointer(
         workdir, max_to_keep=config.max_to_keep,
