@@ -28,13 +28,18 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   (not yet finished) side by side on threads, into the persistent
   compilation cache WORKDIR/jax_cache (on in every stage), so that each
   run reads them instead of compiling its own when the last one ends
-  (`warm`, `loop.compile_programs`).
+  (`warm`, `loop.compile_programs`). Since (19) the train stage prepares
+  each next run while one trains (--prepare_next), which leaves warm
+  little to do.
 * train: the kappa2 sweep of every figure in --figs (7: Fig. 7's two
   members, configs/rho_training.py) for --steps steps with
   periodic evaluation, through `qkspec.training.loop` (resumable: rerunning
-  with the same --workdir continues each run from its checkpoint). When the
-  time budget runs out, the run is stopped at a call boundary, its
-  checkpoint saved (as Ctrl-C does) and the script says so; rerun to go on.
+  with the same --workdir continues each run from its checkpoint). While a
+  run trains, the next is built and compiled on a thread (`loop.prepare`),
+  and a finished run's figures are drawn there (--noprepare_next:
+  neither). When the time budget runs out, the run is stopped at a call
+  boundary, its checkpoint saved (as Ctrl-C does) and the script says so;
+  rerun to go on.
   Prints steps/s, wall time and each member's final valid perplexity,
   writes each run's figures (launch/plot_training.py); the loop's
   `run_info.jsonl` (device, precision, steps, wall time per invocation)
@@ -435,9 +440,10 @@ def projection(flags, rate: float, path: str) -> str:
 
 
 # Two lanes through MPS on the H200 did 1.24 times one GPU's work a second
-# (Fig. 12 at 0.54 of its alone rate beside Fig. 11 at 0.71,
-# bench/gpu_results.md (16)).
-LANES_OVERLAP = 1.24
+# in bench/gpu_results.md (16) (Fig. 12 at 0.54 of its alone rate beside
+# Fig. 11 at 0.71), 1.04-1.16 at (19)'s fewer kernels a step (Fig. 10 at
+# 0.39 beside Fig. 8 at ~0.77, Fig. 12 at 0.48 beside Fig. 11).
+LANES_OVERLAP = 1.1
 
 
 def lanes_text(by_fig: dict[int, float], lanes: str) -> str:
@@ -612,26 +618,57 @@ def train(flags, path: str, rate: float | None = None) -> list[str]:
   give 629 (bench/gpu_results.md, members), so separate runs cost ~8%, and
   each run then fits one GPU slice (checkpoints stay on the machine, so a
   run cut by the slice's end is lost unless resumed on the same lease)."""
-  given_up = []
-  for fig, seed, kind in train_runs(flags):
-    name, _ = run_spec(fig, seed, kind, flags.fairseq, flags.contrast,
-                       flags.both_readings)
-    if left(flags) < 30:
-      log(f"train {name}: skipped (time budget)")
-    elif not train_run(flags, path, fig, seed, kind, flags.fairseq, rate,
-                       flags.contrast, flags.both_readings):
-      given_up.append(name)
+  given_up, runs, ahead = [], train_runs(flags), {}
+  with futures.ThreadPoolExecutor(1, thread_name_prefix="next") as pool:
+    for i, (fig, seed, kind) in enumerate(runs):
+      name, _ = run_spec(fig, seed, kind, flags.fairseq, flags.contrast,
+                         flags.both_readings)
+      if left(flags) < 30:
+        log(f"train {name}: skipped (time budget)")
+        continue
+      if (flags.prepare_next and i + 1 < len(runs)
+          and left(flags) > PREPARE_MIN_S):
+        ahead[i + 1] = pool.submit(prepare_run, flags, path, *runs[i + 1])
+      if not train_run(flags, path, fig, seed, kind, flags.fairseq, rate,
+                       flags.contrast, flags.both_readings,
+                       prepared=ahead.pop(i, None),
+                       plots=pool if flags.prepare_next else None):
+        given_up.append(name)
   return given_up
+
+
+# A lane prepares its next run only with this much of the time budget left
+# at the start of the run before: a process exits only when the thread's
+# compilation ends (~15-40 s on a GPU host).
+PREPARE_MIN_S = 120
+
+
+def prepare_run(flags, path: str, fig: int, seed: int, kind: str):
+  """`loop.prepare` of the run `train_run` would train next (its config
+  and workdir), or None if it is finished; run on `train`'s thread while
+  the run before it trains."""
+  name, extra = run_spec(fig, seed, kind, flags.fairseq, flags.contrast,
+                         flags.both_readings)
+  c = fig_config(flags, fig, path, **extra)
+  workdir = os.path.join(flags.workdir, name)
+  if _steps_done(workdir) >= c.num_steps:
+    return None
+  return loop.prepare(c, workdir)
 
 
 def train_run(flags, path: str, fig: int, seed: int, kind: str,
               fairseq: bool, rate: float | None, contrast: bool = False,
-              both: bool = False, seeds: int = 1) -> bool:
+              both: bool = False, seeds: int = 1,
+              prepared: futures.Future | None = None,
+              plots: futures.Executor | None = None) -> bool:
   """Trains one run (resumable from its workdir) until done or the time
   budget, then prints its finals and writes its figures; `contrast` adds
   a no-LocATER member to a sweep of Figs. 6, 8-12, `both` trains both
-  readings side by side, `seeds` > 1 seeds 0..seeds-1 together. False:
-  given up on (a step not finite after --nan_retries)."""
+  readings side by side, `seeds` > 1 seeds 0..seeds-1 together;
+  `prepared`: a `prepare_run` future for this run (one that failed is
+  said, and the run builds its own); `plots`: draws the figures there
+  (a thread), not before returning. False: given up on (a step not
+  finite after --nan_retries)."""
   name, extra = run_spec(fig, seed, kind, fairseq, contrast, both, seeds)
   c = fig_config(flags, fig, path, **extra)
   workdir = os.path.join(flags.workdir, name)
@@ -649,26 +686,44 @@ def train_run(flags, path: str, fig: int, seed: int, kind: str,
         + ("" if need < left(flags) - 30 else
            ": it will stop early; rerun at once on this machine to resume "
            "(its checkpoint stays here)"))
-  t, finite = time.time(), True
+  t, finite, run = time.time(), True, None
+  if prepared is not None:
+    try:
+      run = prepared.result()
+    except Exception as e:  # pylint: disable=broad-except
+      log(f"train {name}: preparing it ahead failed ({type(e).__name__}: "
+          f"{str(e)[:300]}); it builds its own")
   try:
     with deadline(left(flags) - 15):
-      finite = train_resuming(c, workdir, name, flags.nan_retries)
+      finite = train_resuming(c, workdir, name, flags.nan_retries, run)
   except interrupt.Interrupted as e:
     log(f"train {name}: stopped by the time budget ({e}); rerun to go on")
   wall = time.time() - t
   log(f"train {name}: {_steps_done(workdir)} steps in {wall:.0f} s "
       f"({_last_phases(workdir)})")
   _print_finals(workdir)
-  try:
-    paths = training_plots.plot_workdir(workdir)
-    log(f"figures: {', '.join(os.path.basename(p) for p in paths)}")
-  except Exception as e:  # pylint: disable=broad-except
-    log(f"figures failed: {type(e).__name__}: {e}")
+  if plots is None:
+    plot_run(workdir)
+  else:
+    plots.submit(plot_run, workdir)
   return finite
 
 
-def train_resuming(c, workdir: str, name: str, retries: int) -> bool:
-  """`loop.train_and_evaluate(c, workdir)`, resumed from the run's newest
+def plot_run(workdir: str) -> None:
+  """A run's figures (`training_plots.plot_workdir`), logged."""
+  try:
+    paths = training_plots.plot_workdir(workdir)
+    log(f"figures {os.path.basename(workdir)}: "
+        f"{', '.join(os.path.basename(p) for p in paths)}")
+  except Exception as e:  # pylint: disable=broad-except
+    log(f"figures {os.path.basename(workdir)} failed: {type(e).__name__}: "
+        f"{e}")
+
+
+def train_resuming(c, workdir: str, name: str, retries: int,
+                   prepared: loop.Run | None = None) -> bool:
+  """`loop.train_and_evaluate(c, workdir)` (with `prepared`, its
+  `loop.prepare` run, where given), resumed from the run's newest
   checkpoint up to `retries` times after a step that was not finite;
   False, with the error logged, when the last try fails too (the next run
   then goes on). On a GPU two runs of one config do not sum in the same
@@ -679,7 +734,7 @@ def train_resuming(c, workdir: str, name: str, retries: int) -> bool:
   step exactly and fails the same way."""
   for attempt in range(retries + 1):
     try:
-      loop.train_and_evaluate(c, workdir)
+      loop.train_and_evaluate(c, workdir, prepared=prepared)
       return True
     except FloatingPointError as e:
       log(f"train {name}: {e} " + (
@@ -1244,6 +1299,11 @@ def main():
                  "6,8 (8: d = 32, where one member's 50,000 steps took as "
                  "long as a d = 128 member's; is its GPU idle between "
                  "kernels?)")
+  p.add_argument("--prepare_next", action=argparse.BooleanOptionalAction,
+                 default=True,
+                 help="train: build and compile the next run on a thread "
+                 "while one trains, and draw a finished run's figures "
+                 "there (`loop.prepare`; bench/gpu_results.md (19))")
   p.add_argument("--nan_retries", type=int, default=1,
                  help="a run whose step is not finite resumes from its "
                  "newest checkpoint this many times before it is given up "

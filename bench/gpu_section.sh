@@ -18,11 +18,15 @@
 #    By default the lanes are Figs. 12, 8, 9 and Figs. 11, 6, 10: each
 #    mixes both parts, and they project evenly (7.6 | 7.8 min on the
 #    H200), where the d = 128 figures beside the d = 32 ones
-#    (LANES="6,11,12 8,9,10") leave a 9.3 min lane. Measured on the H200
-#    (bench/gpu_results.md (16)): two lanes did 1.24 times one GPU's work,
-#    so the section takes ~12.4 min of its 15.4 alone. Each lane first
-#    compiles its runs' programs side by side (gpu_paper.py's warm
-#    stage), then trains them one after another.
+#    (LANES="6,11,12 8,9,10") leave a 9.3 min lane. Measured on the H200:
+#    two lanes did 1.24 times one GPU's work in (16), 1.04-1.16 at (19)'s
+#    fewer kernels a step, and the section took ~11 min ((19), from two
+#    calls' pieces). Each lane trains its runs one after another, building
+#    and compiling the next on a thread while one trains and drawing a
+#    finished run's figures there (gpu_paper.py --prepare_next; until
+#    (19) each lane first compiled its runs side by side, the warm stage,
+#    36-38 s before its first step, and each run still spent 5-15 s in
+#    setup and compilation).
 # 3. the report of the section's runs alone (launch/report.py --norecords)
 #    and the section's wall time.
 #
@@ -62,7 +66,7 @@ python3 bench/gpu_paper.py --tfds_dir "${TFDS_DIR:-.gpudata/tfds}" \
 grep "projected" "$WORK/plan_log.txt" | tee "$WORK/plan.txt"
 args=()
 for lane in "${lanes[@]}"; do
-  args+=("--stages warm,train --figs $lane --path $path $*")
+  args+=("--stages train --figs $lane --path $path $*")
 done
 prefix=runs/gpu_section_lane          # the lanes' WORKDIRs: prefix1, prefix2
 MPS=${MPS:-1} NO_WHEELS=1 WORKDIR_PREFIX=$prefix \

@@ -395,15 +395,22 @@ class MeasuredCurveTest(absltest.TestCase):
 
   def test_lanes_bound_the_section_between_their_longest_and_their_sum(self):
     by_fig = {6: 120.0, 8: 60.0, 11: 180.0}
-    # 6 min of work at 1.24x: 4.8 min, but never under the longest lane
+    # at 1.1x 5 min of work take 4.5, 6 min 5.5, but never less than the
+    # longest lane
+    self.assertEndsWith(gpu_paper.lanes_text(by_fig, "6,8,11"),
+                        "6.0 min, so the section ~6.0 min if they overlap "
+                        "fully, ~6.0 if not at all, ~6.0 at the 1.1x two "
+                        "MPS lanes gave on the H200")
+    by_fig[6] = 60.0
     self.assertEqual(gpu_paper.lanes_text(by_fig, "6,11/8"),
-                     "; in lanes 6,11 | 8: 5.0 | 1.0 min, so the section "
-                     "~5.0 min if they overlap fully, ~6.0 if not at all, "
-                     "~5.0 at the 1.24x two MPS lanes gave on the H200")
+                     "; in lanes 6,11 | 8: 4.0 | 1.0 min, so the section "
+                     "~4.0 min if they overlap fully, ~5.0 if not at all, "
+                     "~4.5 at the 1.1x two MPS lanes gave on the H200")
+    by_fig[6] = 120.0
     self.assertEqual(gpu_paper.lanes_text(by_fig, "8/6/11"),
                      "; in lanes 8 | 6 | 11: 1.0 | 2.0 | 3.0 min, so the "
                      "section ~3.0 min if they overlap fully, ~6.0 if not "
-                     "at all, ~4.8 at the 1.24x two MPS lanes gave on the "
+                     "at all, ~5.5 at the 1.1x two MPS lanes gave on the "
                      "H200")
     self.assertEqual(gpu_paper.lanes_text(by_fig, ""), "")
 
@@ -477,15 +484,20 @@ class ReportStageTest(absltest.TestCase):
                     f"`{records}`", md)
 
 
+def _stage_flags(tmp, **kw):
+  """The flags the warm and train stages read."""
+  return argparse.Namespace(**{
+      "manual_dir": "", "tfds_dir": "/tmp/t", "steps": 8, "pallas": "",
+      "k": 2, "rehearse": 0, "workdir": tmp, "figs": "7,9", "seeds": 1,
+      "first_seed": 0, "runs": "sweep,none", "fairseq": False,
+      "contrast": False, "both_readings": True, "time_budget_s": 1e9,
+      **kw})
+
+
 class WarmStageTest(absltest.TestCase):
 
   def _flags(self, tmp, **kw):
-    return argparse.Namespace(**{
-        "manual_dir": "", "tfds_dir": "/tmp/t", "steps": 8, "pallas": "",
-        "k": 2, "rehearse": 0, "workdir": tmp, "figs": "7,9", "seeds": 1,
-        "first_seed": 0, "runs": "sweep,none", "fairseq": False,
-        "contrast": False, "both_readings": True, "time_budget_s": 1e9,
-        **kw})
+    return _stage_flags(tmp, **kw)
 
   def test_warm_compiles_nothing_without_the_time_to(self):
     with tempfile.TemporaryDirectory() as tmp:
@@ -537,6 +549,70 @@ class WarmStageTest(absltest.TestCase):
                               "RuntimeError: no kernel")
 
 
+class PrepareNextTest(absltest.TestCase):
+  """train prepares run i + 1 on its thread while run i trains."""
+
+  def _train(self, left_s=1e9, prepare_next=True, fail=()):
+    """(run, what it was handed ready, or None) of each train_run call."""
+    flags = _stage_flags("/w", figs="8,9,12", runs="sweep",
+                                 both_readings=False,
+                                 prepare_next=prepare_next, nan_retries=1)
+    got, lines = [], []
+
+    def prepare_run(flags, path, fig, seed, kind):
+      del flags, path, seed, kind
+      if fig in fail:
+        raise RuntimeError("no kernel")
+      return f"fig{fig} ready"
+
+    def train_run(flags, path, fig, *args, prepared=None, plots=None):
+      del flags, path, args
+      self.assertEqual(plots is not None, prepare_next)
+      ready = None
+      if prepared is not None:
+        try:
+          ready = prepared.result()
+        except RuntimeError as e:
+          ready = str(e)
+      got.append((fig, ready))
+      return True
+
+    with mock.patch.object(gpu_paper, "prepare_run", prepare_run), \
+         mock.patch.object(gpu_paper, "train_run", train_run), \
+         mock.patch.object(gpu_paper, "left", lambda _: left_s), \
+         mock.patch.object(gpu_paper, "log", lines.append):
+      self.assertEqual(gpu_paper.train(flags, "scan_bf16_pallas"), [])
+    return got
+
+  def test_each_run_after_the_first_comes_prepared(self):
+    self.assertEqual(self._train(), [(8, None), (9, "fig9 ready"),
+                                     (12, "fig12 ready")])
+    self.assertEqual(self._train(fail=(9,)),
+                     [(8, None), (9, "no kernel"), (12, "fig12 ready")])
+
+  def test_nothing_is_prepared_without_the_flag_or_the_time(self):
+    want = [(8, None), (9, None), (12, None)]
+    self.assertEqual(self._train(prepare_next=False), want)
+    self.assertEqual(self._train(left_s=gpu_paper.PREPARE_MIN_S), want)
+
+  def test_a_prepared_run_is_the_one_train_run_trains(self):
+    """prepare_run builds the config and workdir train_run then passes to
+    the loop (loop.train_and_evaluate refuses any other), and nothing for
+    a finished run."""
+    flags = _stage_flags("/w", figs="9", runs="sweep",
+                                 both_readings=False)
+    built = []
+    with mock.patch.object(gpu_paper.loop, "prepare",
+                           lambda c, wd: built.append((c.to_json(), wd))), \
+         mock.patch.object(gpu_paper, "_steps_done", lambda wd: 0):
+      gpu_paper.prepare_run(flags, "scan_bf16_pallas", 9, 0, "sweep")
+    want = gpu_paper.fig_config(flags, 9, "scan_bf16_pallas").to_json()
+    self.assertEqual(built, [(want, "/w/fig9")])
+    with mock.patch.object(gpu_paper, "_steps_done", lambda wd: 8):
+      self.assertIsNone(
+          gpu_paper.prepare_run(flags, "scan_bf16_pallas", 9, 0, "sweep"))
+
+
 class TrainResumingTest(absltest.TestCase):
 
   def _train(self, outcomes, retries):
@@ -544,15 +620,17 @@ class TrainResumingTest(absltest.TestCase):
     (True: finished, False: not finite); (result, calls, log lines)."""
     calls, lines = [], []
 
-    def fake(c, workdir):
+    def fake(c, workdir, prepared=None):
       calls.append(workdir)
+      self.assertEqual(prepared, "ready")
       if not outcomes[len(calls) - 1]:
         raise FloatingPointError(f"NaN at step {len(calls)}: the newest "
                                  "checkpoint is step 0.")
 
     with mock.patch.object(gpu_paper.loop, "train_and_evaluate", fake), \
          mock.patch.object(gpu_paper, "log", lines.append):
-      ok = gpu_paper.train_resuming(None, "/w/fig12", "fig12", retries)
+      ok = gpu_paper.train_resuming(None, "/w/fig12", "fig12", retries,
+                                    "ready")
     return ok, calls, lines
 
   def test_a_nan_the_rerun_goes_past_costs_one_retry(self):
