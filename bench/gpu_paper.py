@@ -35,11 +35,11 @@ Stages (each prints a table; all in one process, so ratios are comparable):
   members, configs/rho_training.py) for --steps steps with
   periodic evaluation, through `qkspec.training.loop` (resumable: rerunning
   with the same --workdir continues each run from its checkpoint). While a
-  run trains, the next is built and compiled on a thread (`loop.prepare`),
-  and a finished run's figures are drawn there (--noprepare_next:
-  neither). When the time budget runs out, the run is stopped at a call
-  boundary, its checkpoint saved (as Ctrl-C does) and the script says so;
-  rerun to go on.
+  run trains, the next is built and compiled on a thread (`loop.prepare`;
+  the first run too, before the next is begun), and a finished run's
+  figures are drawn there (--noprepare_next: neither). When the time
+  budget runs out, the run is stopped at a call boundary, its checkpoint
+  saved (as Ctrl-C does) and the script says so; rerun to go on.
   Prints steps/s, wall time and each member's final valid perplexity,
   writes each run's figures (launch/plot_training.py); the loop's
   `run_info.jsonl` (device, precision, steps, wall time per invocation)
@@ -617,7 +617,13 @@ def train(flags, path: str, rate: float | None = None) -> list[str]:
   in one program: on the H100, 5 members give 579 member-steps/s and 15
   give 629 (bench/gpu_results.md, members), so separate runs cost ~8%, and
   each run then fits one GPU slice (checkpoints stay on the machine, so a
-  run cut by the slice's end is lost unless resumed on the same lease)."""
+  run cut by the slice's end is lost unless resumed on the same lease).
+
+  With --prepare_next each run is built and compiled on one thread
+  (`prepare_run`), the first before the next is begun (its compilation
+  then has the machine's cores to itself, the GPU waiting for it) and each
+  next while the run before it trains; finished runs' figures are drawn
+  on the same thread."""
   given_up, runs, ahead = [], train_runs(flags), {}
   with futures.ThreadPoolExecutor(1, thread_name_prefix="next") as pool:
     for i, (fig, seed, kind) in enumerate(runs):
@@ -626,6 +632,10 @@ def train(flags, path: str, rate: float | None = None) -> list[str]:
       if left(flags) < 30:
         log(f"train {name}: skipped (time budget)")
         continue
+      # The first run (or one not prepared ahead) on the thread too, so
+      # that the next, queued after it, does not share its compilation.
+      if flags.prepare_next and i not in ahead:
+        ahead[i] = pool.submit(prepare_run, flags, path, *runs[i])
       if (flags.prepare_next and i + 1 < len(runs)
           and left(flags) > PREPARE_MIN_S):
         ahead[i + 1] = pool.submit(prepare_run, flags, path, *runs[i + 1])

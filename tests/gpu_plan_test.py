@@ -10,6 +10,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from unittest import mock
 
 from absl.testing import absltest
@@ -550,17 +551,20 @@ class WarmStageTest(absltest.TestCase):
 
 
 class PrepareNextTest(absltest.TestCase):
-  """train prepares run i + 1 on its thread while run i trains."""
+  """train prepares each run on its thread, the next while one trains."""
 
   def _train(self, left_s=1e9, prepare_next=True, fail=()):
-    """(run, what it was handed ready, or None) of each train_run call."""
+    """(run, what it was handed ready or None, whether the next run was
+    being prepared while it trained) of each train_run call."""
     flags = _stage_flags("/w", figs="8,9,12", runs="sweep",
-                                 both_readings=False,
-                                 prepare_next=prepare_next, nan_retries=1)
-    got, lines = [], []
+                         both_readings=False, prepare_next=prepare_next,
+                         nan_retries=1)
+    got, prepared_figs = [], []
+    following = {8: 9, 9: 12}
 
     def prepare_run(flags, path, fig, seed, kind):
       del flags, path, seed, kind
+      prepared_figs.append(fig)
       if fig in fail:
         raise RuntimeError("no kernel")
       return f"fig{fig} ready"
@@ -574,33 +578,43 @@ class PrepareNextTest(absltest.TestCase):
           ready = prepared.result()
         except RuntimeError as e:
           ready = str(e)
-      got.append((fig, ready))
+      deadline = time.time() + 1.0    # the thread prepares the next, if told
+      while (fig in following and following[fig] not in prepared_figs
+             and time.time() < deadline):
+        time.sleep(0.01)
+      got.append((fig, ready, following.get(fig) in prepared_figs))
       return True
 
     with mock.patch.object(gpu_paper, "prepare_run", prepare_run), \
          mock.patch.object(gpu_paper, "train_run", train_run), \
          mock.patch.object(gpu_paper, "left", lambda _: left_s), \
-         mock.patch.object(gpu_paper, "log", lines.append):
+         mock.patch.object(gpu_paper, "log", lambda _: None):
       self.assertEqual(gpu_paper.train(flags, "scan_bf16_pallas"), [])
     return got
 
-  def test_each_run_after_the_first_comes_prepared(self):
-    self.assertEqual(self._train(), [(8, None), (9, "fig9 ready"),
-                                     (12, "fig12 ready")])
-    self.assertEqual(self._train(fail=(9,)),
-                     [(8, None), (9, "no kernel"), (12, "fig12 ready")])
+  def test_each_run_comes_prepared_and_the_next_is_prepared_meanwhile(self):
+    """The first is prepared on the thread before the next, so its
+    compilation is not shared with the next run's."""
+    self.assertEqual(self._train(), [(8, "fig8 ready", True),
+                                     (9, "fig9 ready", True),
+                                     (12, "fig12 ready", False)])
+    self.assertEqual(self._train(fail=(9,)), [(8, "fig8 ready", True),
+                                              (9, "no kernel", True),
+                                              (12, "fig12 ready", False)])
 
-  def test_nothing_is_prepared_without_the_flag_or_the_time(self):
-    want = [(8, None), (9, None), (12, None)]
-    self.assertEqual(self._train(prepare_next=False), want)
-    self.assertEqual(self._train(left_s=gpu_paper.PREPARE_MIN_S), want)
+  def test_nothing_is_prepared_ahead_without_the_flag_or_the_time(self):
+    self.assertEqual(self._train(prepare_next=False),
+                     [(8, None, False), (9, None, False), (12, None, False)])
+    # short of time: each run still prepared on the thread, none ahead
+    self.assertEqual(self._train(left_s=gpu_paper.PREPARE_MIN_S), [
+        (8, "fig8 ready", False), (9, "fig9 ready", False),
+        (12, "fig12 ready", False)])
 
   def test_a_prepared_run_is_the_one_train_run_trains(self):
     """prepare_run builds the config and workdir train_run then passes to
     the loop (loop.train_and_evaluate refuses any other), and nothing for
     a finished run."""
-    flags = _stage_flags("/w", figs="9", runs="sweep",
-                                 both_readings=False)
+    flags = _stage_flags("/w", figs="9", runs="sweep", both_readings=False)
     built = []
     with mock.patch.object(gpu_paper.loop, "prepare",
                            lambda c, wd: built.append((c.to_json(), wd))), \
