@@ -70,6 +70,24 @@ def parse(output: str) -> dict[int, tuple[float, float]]:
           for m in _RATE.finditer(output)}
 
 
+def _of_fig(runs: list[tuple[str, dict]], settings: list[str], fig: int
+            ) -> dict[str, list[tuple[float, float]]]:
+  """(steps/s, loss) of each process that ran Fig. `fig`, by setting."""
+  return {s: [r[fig] for name, r in runs if name == s and fig in r]
+          for s in settings}
+
+
+def _loss_offs(got: list[tuple[float, float]], ref_loss: float
+               ) -> list[float]:
+  """Each run's relative distance of its loss from `ref_loss`."""
+  return [abs(loss - ref_loss) / abs(ref_loss) for _, loss in got]
+
+
+def _agree(offs: list[float]) -> bool:
+  """Whether every loss is within LOSS_RTOL (a NaN is not)."""
+  return all(off <= LOSS_RTOL for off in offs)
+
+
 def summarize(runs: list[tuple[str, dict]], settings: list[str]
               ) -> list[str]:
   """Lines per figure and setting: the median steps/s over its runs
@@ -78,8 +96,7 @@ def summarize(runs: list[tuple[str, dict]], settings: list[str]
   lines = []
   figs = sorted({f for _, r in runs for f in r})
   for fig in figs:
-    got = {s: [r[fig] for name, r in runs if name == s and fig in r]
-           for s in settings}
+    got = _of_fig(runs, settings, fig)
     ref = got[settings[0]]
     ref_rate = statistics.median(x for x, _ in ref) if ref else None
     ref_loss = ref[0][1] if ref else None
@@ -92,9 +109,10 @@ def summarize(runs: list[tuple[str, dict]], settings: list[str]
               f"{len(got[s])}: {', '.join(f'{x:.1f}' for x, _ in got[s])})")
       if ref_rate:
         line += f", x{rate / ref_rate:.3f} of {settings[0]}"
-        off = max(abs(loss - ref_loss) / abs(ref_loss) for _, loss in got[s])
-        line += ("" if off <= LOSS_RTOL else
-                 f"; its loss DISAGREES ({off:.1%} off {settings[0]}'s)")
+        offs = _loss_offs(got[s], ref_loss)
+        line += ("" if _agree(offs) else
+                 f"; its loss DISAGREES ({max(offs):.1%} off "
+                 f"{settings[0]}'s)")
       lines.append(line)
   return lines
 
@@ -105,17 +123,16 @@ def winner(runs: list[tuple[str, dict]], settings: list[str], fig: int,
   loss agrees with the first setting's and whose median beats the first's
   by at least `margin` (0.05: 5% faster); else the first setting (also
   when it never finished: nothing to compare with)."""
-  ref = [r[fig] for name, r in runs if name == settings[0] and fig in r]
+  got = _of_fig(runs, settings, fig)
+  ref = got[settings[0]]
   if not ref:
     return settings[0]
   ref_rate = statistics.median(x for x, _ in ref)
   best, best_rate = settings[0], ref_rate * (1 + margin)
   for s in settings[1:]:
-    got = [r[fig] for name, r in runs if name == s and fig in r]
-    if not got or any(not abs(loss - ref[0][1]) <= LOSS_RTOL * abs(ref[0][1])
-                      for _, loss in got):
+    if not got[s] or not _agree(_loss_offs(got[s], ref[0][1])):
       continue
-    rate = statistics.median(x for x, _ in got)
+    rate = statistics.median(x for x, _ in got[s])
     if rate >= best_rate:
       best, best_rate = s, rate
   return best

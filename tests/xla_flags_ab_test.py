@@ -41,6 +41,15 @@ class XlaFlagsABTest(absltest.TestCase):
         "fig12      off:    100.0 steps/s (median of 1: 100.0), x0.488 of "
         "default; its loss DISAGREES (20.0% off default's)"])
 
+  def test_a_nan_loss_disagrees_wherever_it_falls(self):
+    for losses in ((7.5, float("nan")), (float("nan"), 7.5)):
+      runs = [("default", {12: (200.0, 7.5)})] + [
+          ("graphs", {12: (300.0, loss)}) for loss in losses]
+      self.assertIn("DISAGREES",
+                    xla_flags_ab.summarize(runs, ["default", "graphs"])[1])
+      self.assertEqual(xla_flags_ab.winner(runs, ["default", "graphs"], 12),
+                       "default")
+
   def test_summary_says_when_a_setting_never_ran(self):
     lines = xla_flags_ab.summarize([("default", {6: (100.0, 7.0)}),
                                     ("graphs", {})], ["default", "graphs"])
