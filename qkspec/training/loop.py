@@ -177,10 +177,11 @@ def _abstract_state(run: Run):
       run.steps.replicated)
 
 
-def _start_compiling(run: Run) -> None:
-  """With `config.precompile`, the measurements, train and eval programs
-  compile on threads from here on (`qkspec.training.precompile`)."""
-  if run.config.get("precompile", True):
+def _start_compiling(run: Run, always: bool = False) -> None:
+  """With `config.precompile` (or `always`), the measurements, train and
+  eval programs compile on threads from here on
+  (`qkspec.training.precompile`)."""
+  if always or run.config.get("precompile", True):
     run.steps = precompile.start(
         run.steps, _abstract_state(run), run.dropout_keys,
         run.steps.task.train_batch(0))
@@ -198,8 +199,7 @@ def prepare(config, workdir: str) -> Run:
   "compile" a run on a GPU host, with the persistent cache warm).
   """
   run = _setup(config, workdir)
-  run.steps = precompile.start(run.steps, _abstract_state(run),
-                               run.dropout_keys, run.steps.task.train_batch(0))
+  _start_compiling(run, always=True)
   run.steps.init.lower(run.init_keys, run.hparams).compile()
   precompile.wait(run.steps)
   return run
@@ -219,11 +219,11 @@ def compile_programs(config) -> None:
 
 def _check_prepared(run: Run, config, workdir: str) -> None:
   """Raises ValueError unless `run` was prepared for `config` in `workdir`."""
-  if run.workdir != workdir or run.config.to_json() != config.to_json():
+  other_config = run.config.to_json() != config.to_json()
+  if run.workdir != workdir or other_config:
     raise ValueError(
         f"the prepared run is {run.workdir!r}'s"
-        + (", with another config" if run.config.to_json() != config.to_json()
-           else "")
+        + (", with another config" if other_config else "")
         + f", not this one ({workdir!r}): prepare(config, workdir) with "
         "the config and workdir it trains.")
 
@@ -430,14 +430,12 @@ def train_and_evaluate(config, workdir: str, prepared: Run | None = None
       checkpoint; its message says how to resume.
   """
   clock = phases.PhaseClock()
-  if prepared is None:
-    run = _setup(config, workdir)
-    _prepare_workdir(run)
-    _start_compiling(run)
-  else:
+  if prepared is not None:
     _check_prepared(prepared, config, workdir)
-    run = prepared
-    _prepare_workdir(run)
+  run = prepared or _setup(config, workdir)
+  _prepare_workdir(run)
+  if prepared is None:
+    _start_compiling(run)
   with contextlib.ExitStack() as stack:
     ckpt = stack.enter_context(contextlib.closing(ckpt_lib.Checkpointer(
         workdir, max_to_keep=config.max_to_keep,

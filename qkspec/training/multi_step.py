@@ -67,7 +67,7 @@ def scan_train(step_fn, feed, batch_sharding=None, copies_dtype=None):
   cast = copies_dtype is not None and jnp.dtype(copies_dtype) != jnp.float32
 
   def train_many(state, consts, xs, keys):
-    like = []          # the step's metrics (their structure), when packed
+    like = []          # the step's metrics' structure and dtypes, if packed
 
     def body(state, x):
       batch = feed.train_batch(consts, x)
@@ -77,7 +77,9 @@ def scan_train(step_fn, feed, batch_sharding=None, copies_dtype=None):
       packed = pack_metrics(metrics)
       if packed is None:
         return state, metrics
-      like.append(metrics)
+      like.append(jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape,
+                                                              x.dtype),
+                               metrics))       # no tracer leaves the scan
       return state, packed
     if cast:
       state = state.replace(copies=weight_copies.copies(state.params,
