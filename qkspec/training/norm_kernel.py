@@ -73,22 +73,40 @@ def _sum(x_ref, u_ref, m, c_ref):
   return x_ref[...].astype(jnp.float32) + u * m
 
 
-def _stats(x_ref, u_ref, m_ref, c_ref):
-  z = _sum(x_ref, u_ref, m_ref[...].astype(jnp.float32), c_ref)
+def layer_norm_rows(z, gamma, beta, eps):
+  """(y, mean, rstd) of LayerNorm over the rows of z [R, d] float32 (the
+  variance in two passes), inside a kernel; `ffn_kernel` shares it."""
   mean = jnp.mean(z, axis=1)
   zc = z - mean[:, None]
-  return zc, mean, jnp.mean(zc * zc, axis=1)
+  rstd = jax.lax.rsqrt(jnp.mean(zc * zc, axis=1) + eps)
+  return zc * rstd[:, None] * gamma[None, :] + beta[None, :], mean, rstd
+
+
+def layer_norm_rows_backward(z, mean, rstd, gamma, dy):
+  """(dz, zhat) of `layer_norm_rows` (module doc), float32 [R, d]."""
+  rstd = rstd[:, None]
+  zhat = (z - mean[:, None]) * rstd
+  g = dy * gamma[None, :]
+  dz = (g - jnp.mean(g, axis=1)[:, None]
+        - zhat * jnp.mean(g * zhat, axis=1)[:, None]) * rstd
+  return dz, zhat
 
 
 def _forward_kernel(*refs, eps):
   """`refs`: x, u, m, [c,] gamma, beta, then the outputs y, mean, rstd."""
   x_ref, u_ref, m_ref, *c_ref, g_ref, b_ref, y_ref, mean_ref, rstd_ref = refs
-  zc, mean, var = _stats(x_ref, u_ref, m_ref, c_ref[0] if c_ref else None)
-  rstd = jax.lax.rsqrt(var + eps)
-  y = zc * rstd[:, None] * g_ref[...][None, :] + b_ref[...][None, :]
+  z = _sum(x_ref, u_ref, m_ref[...].astype(jnp.float32),
+           c_ref[0] if c_ref else None)
+  y, mean, rstd = layer_norm_rows(z, g_ref[...], b_ref[...], eps)
   y_ref[...] = y.astype(y_ref.dtype)
   mean_ref[...] = mean
   rstd_ref[...] = rstd
+
+
+def sum_cotangents(dy_refs):
+  """The outputs' cotangents (one per reference) added in float32."""
+  return functools.reduce(jnp.add, [r[...].astype(jnp.float32)
+                                    for r in dy_refs])
 
 
 def _backward_kernel(*refs, cotangents):
@@ -99,13 +117,9 @@ def _backward_kernel(*refs, cotangents):
   x_ref, u_ref, m_ref, *c_ref, g_ref, mean_ref, rstd_ref = ins
   m = m_ref[...].astype(jnp.float32)
   z = _sum(x_ref, u_ref, m, c_ref[0] if c_ref else None)
-  rstd = rstd_ref[...][:, None]
-  zhat = (z - mean_ref[...][:, None]) * rstd
-  dy = functools.reduce(jnp.add, [r[...].astype(jnp.float32)
-                                  for r in dy_refs])
-  g = dy * g_ref[...][None, :]
-  dz = (g - jnp.mean(g, axis=1)[:, None]
-        - zhat * jnp.mean(g * zhat, axis=1)[:, None]) * rstd
+  dy = sum_cotangents(dy_refs)
+  dz, zhat = layer_norm_rows_backward(z, mean_ref[...], rstd_ref[...],
+                                      g_ref[...], dy)
   du = dz * m
   dx_ref[...] = dz.astype(dx_ref.dtype)
   du_ref[...] = du.astype(du_ref.dtype)
