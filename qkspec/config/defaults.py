@@ -163,6 +163,8 @@ def lm_config() -> ml_collections.ConfigDict:
       fused_norm=False,      # Post-LN: residual sum, dropout and LayerNorm
                              # as one kernel, with the sublayer's bias
                              # (GPU; training/norm_kernel)
+      fused_ffn=False,       # fused_norm: the FFN (ReLU, ffn_dim = d) in
+                             # the norm's kernel too (GPU; training/ffn_kernel)
       ffn_dim=128,           # FFN width (paper: = d)
       activation="relu",     # fairseq default activation_fn
       norm="post",           # post (fairseq default) | pre | none

@@ -291,6 +291,7 @@ _LM_MODEL = {
     "model.attention_impl": _choice(*ATTENTION_IMPLS),
     "model.fused_qkv": _bool,             # one matmul for q, k, v
     "model.fused_norm": _bool,            # Post-LN add+dropout+LN one kernel
+    "model.fused_ffn": _bool,             # fused_norm + the FFN, one kernel
     "model.loss_pallas": _pallas_settings,  # BNxBVxWARPSxSTAGES (pallas)
     "model.loss_logits": _choice(*LOSS_LOGITS),  # chunked: logits dtype
 }
@@ -320,7 +321,8 @@ def flatten(config, prefix: str = "") -> dict:
 # Keys added after configs were saved; missing means their default.
 _OPTIONAL = ("steps_per_call", "model.loss_kernel_grad", "model.loss_impl",
              "model.loss_pallas", "model.loss_logits", "precompile",
-             "model.attention_impl", "model.fused_qkv", "model.fused_norm")
+             "model.attention_impl", "model.fused_qkv", "model.fused_norm",
+             "model.fused_ffn")
 
 
 def validate(config, num_devices: int | None = None) -> None:
@@ -367,6 +369,15 @@ def validate(config, num_devices: int | None = None) -> None:
     raise ValueError("config.model.fused_norm=True fuses Post-LN's residual "
                      "sum, dropout and LayerNorm: it needs "
                      f"config.model.norm='post', got {m.norm!r}.")
+  if task == "lm" and flat.get("model.fused_ffn") and not (
+      flat.get("model.fused_norm") and m.activation == "relu"
+      and m.ffn_dim == m.d_model):
+    raise ValueError("config.model.fused_ffn=True puts the FFN in "
+                     "fused_norm's kernel: it needs config.model.fused_norm="
+                     "True, activation='relu' and ffn_dim == d_model; got "
+                     f"fused_norm={flat.get('model.fused_norm')}, "
+                     f"activation={m.activation!r}, ffn_dim={m.ffn_dim}, "
+                     f"d_model={m.d_model}.")
   if (task == "lm" and flat.get("model.loss_logits", "float32") != "float32"
       and (not m.fused_loss or flat.get("model.loss_impl") == "pallas")):
     raise ValueError("config.model.loss_logits='compute' is an option of the "

@@ -23,6 +23,7 @@ import numpy as np
 
 from qkspec.config import schema
 from qkspec.training import attention_kernel
+from qkspec.training import ffn_kernel
 from qkspec.training import fused_xent
 from qkspec.training import norm_kernel
 from qkspec.training import pallas_xent
@@ -249,7 +250,9 @@ class Block(nn.Module):
   (the residual stream, the next sublayer) through two references whose
   gradients the kernel adds (`norm_kernel`, `outputs=2`): the block takes
   x as an array or as such a pair (residual, sublayer input) and, with
-  `two_outputs`, returns one.
+  `two_outputs`, returns one. With `fused_ffn` too (ReLU, F = d) the FFN,
+  its residual sum, dropout and LayerNorm are one kernel (`FFNNorm`,
+  `ffn_kernel`), same parameters and dropout masks.
   Sows the block output `out` [B, T, d].
   """
   attention: dict
@@ -259,6 +262,7 @@ class Block(nn.Module):
   ffn_bias: bool = True
   dropout: float = 0.0
   fused_norm: bool = False             # Post-LN: add, dropout, LN one kernel
+  fused_ffn: bool = False              # fused_norm: the FFN in it too (F = d)
   two_outputs: bool = False            # fused_norm: return (x', x')
   dtype: Any = jnp.float32
 
@@ -269,6 +273,12 @@ class Block(nn.Module):
     d = x_BxTxd.shape[-1]
     if self.fused_norm and self.norm != "post":
       raise ValueError(f"fused_norm needs norm='post', got {self.norm!r}.")
+    if self.fused_ffn and not (self.fused_norm and self.activation == "relu"
+                               and self.ffn_dim == d):
+      raise ValueError("fused_ffn needs fused_norm, activation='relu' and "
+                       f"ffn_dim == d ({d}); got fused_norm="
+                       f"{self.fused_norm}, activation={self.activation!r}, "
+                       f"ffn_dim={self.ffn_dim}.")
     ln = lambda name: nn.LayerNorm(epsilon=1e-5, dtype=self.dtype,  # noqa: E731
                                    name=name)
     drop = nn.Dropout(self.dropout)
@@ -292,24 +302,61 @@ class Block(nn.Module):
       z_BxTxd, h = residual("attn_ln", x_BxTxd, *u, outputs=2)
     else:
       z_BxTxd = h = residual("attn_ln", x_BxTxd, u)
-    h = ln("ffn_ln")(h) if self.norm == "pre" else h
-    h_BxTxF = nn.Dense(self.ffn_dim, use_bias=self.ffn_bias, dtype=self.dtype,
-                       kernel_init=_xavier, name="ffn1")(h)
-    h_BxTxF = ACTIVATIONS[self.activation](h_BxTxF)
-    if self.fused_norm:          # ffn2's bias added in the norm kernel
-      kernel_Fxd, bias_d = ProjectionParams((d,), self.ffn_bias, _xavier,
-                                            name="ffn2")(self.ffn_dim)
-      h = jnp.einsum("btf,fd->btd", h_BxTxF.astype(self.dtype),
-                     kernel_Fxd.astype(self.dtype))
-      x_BxTxd = residual("ffn_ln", z_BxTxd, h, bias_d,
-                         outputs=1 + self.two_outputs)
+    if self.fused_ffn:
+      x_BxTxd = self._ffn_norm(z_BxTxd, h, drop, deterministic)
     else:
-      h = nn.Dense(d, use_bias=self.ffn_bias, dtype=self.dtype,
-                   kernel_init=_xavier, name="ffn2")(h_BxTxF)
-      x_BxTxd = residual("ffn_ln", z_BxTxd, h)
+      h = ln("ffn_ln")(h) if self.norm == "pre" else h
+      h_BxTxF = nn.Dense(self.ffn_dim, use_bias=self.ffn_bias,
+                         dtype=self.dtype, kernel_init=_xavier,
+                         name="ffn1")(h)
+      h_BxTxF = ACTIVATIONS[self.activation](h_BxTxF)
+      if self.fused_norm:          # ffn2's bias added in the norm kernel
+        kernel_Fxd, bias_d = ProjectionParams((d,), self.ffn_bias, _xavier,
+                                              name="ffn2")(self.ffn_dim)
+        h = jnp.einsum("btf,fd->btd", h_BxTxF.astype(self.dtype),
+                       kernel_Fxd.astype(self.dtype))
+        x_BxTxd = residual("ffn_ln", z_BxTxd, h, bias_d,
+                           outputs=1 + self.two_outputs)
+      else:
+        h = nn.Dense(d, use_bias=self.ffn_bias, dtype=self.dtype,
+                     kernel_init=_xavier, name="ffn2")(h_BxTxF)
+        x_BxTxd = residual("ffn_ln", z_BxTxd, h)
     self.sow("intermediates", "out", x_BxTxd[0] if isinstance(x_BxTxd, tuple)
              else x_BxTxd)
     return x_BxTxd
+
+  def _ffn_norm(self, z_BxTxd, h_BxTxd, drop, deterministic):
+    """`fused_ffn`: ffn1, ffn2 and ffn_ln as one kernel (`ffn_kernel`),
+    the same parameters (names, shapes, initial values) and dropout mask
+    as the unfused Post-LN path."""
+    d = z_BxTxd.shape[-1]
+    w1, b1 = ProjectionParams((self.ffn_dim,), self.ffn_bias, _xavier,
+                              name="ffn1")(d)
+    w2, b2 = ProjectionParams((d,), self.ffn_bias, _xavier,
+                              name="ffn2")(self.ffn_dim)
+    mask = drop(jnp.ones(z_BxTxd.shape, jnp.float32),
+                deterministic=deterministic)
+    return FFNNorm(outputs=1 + self.two_outputs, dtype=self.dtype,
+                   name="ffn_ln")((z_BxTxd, h_BxTxd), mask, w1, b1, w2, b2)
+
+
+class FFNNorm(nn.Module):
+  """LayerNorm(x + mask * (relu(x W1 + b1) W2 + b2)) as one kernel
+  (`ffn_kernel`), with `nn.LayerNorm`'s parameters (`scale`, `bias`);
+  x the pair of references (residual, FFN input) of the attention's
+  `AddDropoutNorm(outputs=2)`."""
+  epsilon: float = 1e-5
+  outputs: int = 1
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_pair, mask_BxTxd, w1, b1, w2, b2):
+    d = x_pair[0].shape[-1]
+    scale = self.param("scale", nn.initializers.ones_init(), (d,))
+    bias = self.param("bias", nn.initializers.zeros_init(), (d,))
+    return ffn_kernel.ffn_norm(
+        tuple(x.astype(self.dtype) for x in x_pair), mask_BxTxd, w1, b1, w2,
+        b2, scale, bias, eps=self.epsilon, outputs=self.outputs)
 
 
 class Decoder(nn.Module):
@@ -495,7 +542,8 @@ def make_model(model_config, task: str, vocab_size: int | None = None,
                    fused_qkv=m.get("fused_qkv", False))
   block = dict(attention=attention, ffn_dim=m.ffn_dim, activation=m.activation,
                norm=m.norm, ffn_bias=m.ffn_bias, dropout=m.dropout,
-               fused_norm=m.get("fused_norm", False))
+               fused_norm=m.get("fused_norm", False),
+               fused_ffn=m.get("fused_ffn", False))
   if task == "theory":
     return TheoryModel(m.num_layers, block, dtype)
   if vocab_size is None:
