@@ -10,8 +10,8 @@ the final LocATER-relevant statistic tr(W_QK^T W_QK) agrees within 5%.
 The same holds with the chunked loss's logits block in bfloat16 too
 (`model.loss_logits="compute"`, fairseq's FP16 logits), and with the GPU's
 fewer-kernels layer (`model.attention_impl="pallas"`, `model.fused_qkv`,
-`model.fused_norm`),
-which in float32 tracks the default layer within 1e-4 at every step.
+`model.fused_norm`, and with `model.fused_ffn` too), which in float32
+tracks the default layer within 1e-4 at every step.
 """
 from absl.testing import absltest
 import jax
@@ -65,16 +65,17 @@ class Bfloat16TracksFloat32Test(absltest.TestCase):
       self.assertGreater(rel.max(), 0.0)
 
   def test_fewer_kernels_layer_tracks_the_default_layer(self):
-    fast = dict(attention_impl="pallas", fused_qkv=True, fused_norm=True)
     f32, scale32 = _train("float32", True, num_steps=100)
-    fast32, fast_scale32 = _train("float32", True, num_steps=100, **fast)
-    np.testing.assert_allclose(fast32, f32, rtol=1e-4)
-    self.assertGreater(np.abs(fast32 - f32).max(), 0.0)   # the kernel ran
-    self.assertLess(abs(fast_scale32 - scale32) / scale32, 1e-4)
-    bf16, scale16 = _train("bfloat16", True, num_steps=100, **fast)
-    rel = np.abs(bf16 - f32) / f32
-    self.assertLess(rel.max(), 0.02)
-    self.assertLess(abs(scale16 - scale32) / scale32, 0.05)
+    fused = dict(attention_impl="pallas", fused_qkv=True, fused_norm=True)
+    for fast in (fused, dict(fused, fused_ffn=True)):
+      fast32, fast_scale32 = _train("float32", True, num_steps=100, **fast)
+      np.testing.assert_allclose(fast32, f32, rtol=1e-4, err_msg=str(fast))
+      self.assertGreater(np.abs(fast32 - f32).max(), 0.0)  # the kernel ran
+      self.assertLess(abs(fast_scale32 - scale32) / scale32, 1e-4)
+      bf16, scale16 = _train("bfloat16", True, num_steps=100, **fast)
+      rel = np.abs(bf16 - f32) / f32
+      self.assertLess(rel.max(), 0.02, str(fast))
+      self.assertLess(abs(scale16 - scale32) / scale32, 0.05)
 
 
 if __name__ == "__main__":
