@@ -4,6 +4,10 @@
 # (bench/gpu_section.sh: its lanes, report and four files in OUT) under
 # the A/B's winner (a setting that beats the first by >= 5% on Fig. 12 with
 # its loss agreeing, else the first), with what is left of CALL_S seconds.
+# Setting "ffn" is the XLA of default on another path: the FFN in the
+# norm's kernel (scan_bf16_pallas_fa3dw_ffn, qkspec/training/ffn_kernel.py);
+# if it wins, the section trains on it:
+#   CALL_S=570 SETTINGS=default,ffn bash bench/gpu_ab_section.sh
 # A lent GPU comes in short calls and goes back after ~30 s idle: one call
 # spends no idle time choosing between them.
 #
@@ -11,10 +15,12 @@
 #   (a CPU rehearses it: ... bash bench/gpu_ab_section.sh --path
 #   scan_f32_plain --rehearse; the arguments reach both steps' gpu_paper.py)
 #
-# The winner's flags are left in WINNER (default /tmp/qkspec_ab_winner),
-# for a next call that resumes the section under them:
+# The winner's flags are left in WINNER (default /tmp/qkspec_ab_winner)
+# and its path, if it has its own, in WINNER.path, for a next call that
+# resumes the section under them (a run refuses another path's config):
 #   XLA_FLAGS="$(cat /tmp/qkspec_ab_winner)" bash bench/gpu_section.sh \
-#     --time_budget_s S
+#     --time_budget_s S $(p=$(cat /tmp/qkspec_ab_winner.path); \
+#     [ -n "$p" ] && echo --path "$p")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
@@ -25,13 +31,19 @@ mkdir -p "$OUT"
 source bench/gpu_wheels.sh || exit 1
 path=$(python3 -c "from qkspec.experiments import report_plan
 print(report_plan.GPU_PATH)") || exit 1
+rm -f "$WINNER" "$WINNER.path"
 python3 bench/xla_flags_ab.py --settings "${SETTINGS:-default,graphs}" \
-  --rounds "${ROUNDS:-1}" --winner_out "$WINNER" -- \
+  --rounds "${ROUNDS:-1}" --winner_out "$WINNER" \
+  --setting ffn= --path_of ffn=scan_bf16_pallas_fa3dw_ffn \
+  --winner_path_out "$WINNER.path" -- \
   --tfds_dir "${TFDS_DIR:-.gpudata/tfds}" --workdir /tmp/qkspec_ab \
   --path "$path" --figs 12,10 --probe_steps "${PROBE_STEPS:-1500}" "$@" \
   2>&1 | tee "$OUT/ab.txt"
 [ -f "$WINNER" ] || { echo "the A/B chose no setting"; exit 1; }
 left=$(( CALL_S - ($(date +%s) - t0) - 25 ))   # the report and packing
-echo "section under XLA_FLAGS '$(cat "$WINNER")' with --time_budget_s $left"
+won_path=$(cat "$WINNER.path" 2>/dev/null)
+echo "section under XLA_FLAGS '$(cat "$WINNER")'" \
+  "${won_path:+on path $won_path }with --time_budget_s $left"
 XLA_FLAGS="$(cat "$WINNER")" NO_WHEELS=1 OUT="$OUT" \
-  bash bench/gpu_section.sh --time_budget_s "$left" "$@"
+  bash bench/gpu_section.sh --time_budget_s "$left" "$@" \
+  ${won_path:+--path "$won_path"}

@@ -31,7 +31,11 @@ kernels at once.
   take in most split-K reductions), each weight gradient one call
   written in bf16 in place of a float32 split-K GEMM and its reduction:
   bench/gpu_results.md (16)-(18)).
-`--setting NAME=FLAGS` adds another (named in --settings to run it). A
+`--setting NAME=FLAGS` adds another (named in --settings to run it), and
+`--path_of NAME=PATH` has setting NAME train on another bench/gpu_paper.py
+path (e.g. `--setting ffn= --path_of ffn=scan_bf16_pallas_fa3dw_ffn`: the
+FFN in the norm's kernel, against the shared `--path`), so one A/B weighs
+a code path as it weighs flags. A
 setting that fails (flags this jax does not know, a capture XLA cannot
 do) is reported and the others go on; exits 1 if every process failed.
 """
@@ -62,6 +66,15 @@ def order(settings: list[str], rounds: int) -> list[str]:
   """The settings run by run: forwards, backwards, forwards, ..."""
   return [s for r in range(rounds)
           for s in (settings if r % 2 == 0 else settings[::-1])]
+
+
+def command(name: str, rest: list[str], paths: dict[str, str]
+            ) -> list[str]:
+  """The rate process of setting `name`: gpu_paper.py with the shared
+  arguments `rest`, then `--path` of `paths` (--path_of) if it has one
+  (argparse keeps the last)."""
+  return [sys.executable, os.path.join(HERE, "gpu_paper.py"), "--stages",
+          "rate", *rest] + (["--path", paths[name]] if name in paths else [])
 
 
 def parse(output: str) -> dict[int, tuple[float, float]]:
@@ -151,6 +164,12 @@ def main():
                  "agreeing, else the first) to this file, and its name to "
                  "stdout's last line")
   p.add_argument("--winner_fig", type=int, default=12)
+  p.add_argument("--path_of", action="append", default=[],
+                 help="NAME=PATH: setting NAME trains on gpu_paper.py's "
+                 "path PATH (repeatable)")
+  p.add_argument("--winner_path_out", default="",
+                 help="with --winner_out: write the winner's --path_of "
+                 "path to this file (empty: the shared --path)")
   p.add_argument("rest", nargs="*", help="gpu_paper.py's arguments, after --")
   flags = p.parse_args()
   known = dict(SETTINGS)           # and those of --setting
@@ -159,6 +178,12 @@ def main():
     if not (sep and name):
       p.error(f"--setting takes NAME=FLAGS, got {extra!r}")
     known[name] = value
+  paths = {}
+  for extra in flags.path_of:
+    name, sep, value = extra.partition("=")
+    if not (sep and name and value):
+      p.error(f"--path_of takes NAME=PATH, got {extra!r}")
+    paths[name] = value
   settings = flags.settings.split(",")
   unknown = [s for s in settings if s not in known]
   if unknown:
@@ -171,8 +196,7 @@ def main():
     env = dict(os.environ)
     env["XLA_FLAGS"] = " ".join(
         x for x in (os.environ.get("XLA_FLAGS", ""), known[name]) if x)
-    cmd = [sys.executable, os.path.join(HERE, "gpu_paper.py"),
-           "--stages", "rate", *flags.rest]
+    cmd = command(name, flags.rest, paths)
     out = subprocess.run(cmd, env=env, capture_output=True, text=True,
                          check=False)
     text = out.stdout + out.stderr
@@ -187,8 +211,13 @@ def main():
     best = winner(runs, settings, flags.winner_fig)
     with open(flags.winner_out, "w") as f:
       f.write(known[best])
+    if flags.winner_path_out:
+      with open(flags.winner_path_out, "w") as f:
+        f.write(paths.get(best, ""))
     print(f"winner on fig{flags.winner_fig}: {best} "
-          f"(XLA_FLAGS {known[best] or '(none)'})", flush=True)
+          f"(XLA_FLAGS {known[best] or '(none)'}"
+          + (f", path {paths[best]}" if best in paths else "") + ")",
+          flush=True)
   sys.exit(0 if any(r for _, r in runs) else 1)
 
 
