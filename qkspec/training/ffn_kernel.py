@@ -33,11 +33,12 @@ and the block's sums of :math:`db_1 = \sum da`, :math:`dc = \sum du`,
 :math:`d\gamma = \sum dy \odot \hat z`, :math:`d\beta = \sum dy` in one
 [P, 4, d] float32 array, which one XLA reduction sums. The weight
 gradients :math:`dW_1 = x^\top da` and :math:`dW_2 = \mathrm{relu}(a)^\top
-du` are XLA's matmuls over all rows of the kernel's da, relu(a) and du:
+du` are one batched XLA matmul over all rows of the kernel's x, relu(a),
+da and du (written as the pairs (x, relu(a)), (da, du)):
 summing them in the kernel (per-block [d, d] products, then XLA's sum)
 needed more than 255 registers a thread at d = 128 (ptxas spilled ~1.2 KB
 a thread, deviceless) and wrote 42 MB of partial sums a layer. So a
-layer's FFN and its norm launch 1 kernel forward and 4 backward instead
+layer's FFN and its norm launch 1 kernel forward and 3 backward instead
 of 4 and 8.
 
 Same roundings as the XLA path under a half-precision compute dtype: a,
@@ -127,14 +128,14 @@ def _forward_kernel(*refs, eps, biased):
 
 def _backward_kernel(*refs, biased, cotangents):
   """`refs`: x, m, w1, [b1,] w2, [c,] gamma, mean, rstd, the `cotangents`
-  dy, then the outputs dx (the residual's), dx (the FFN input's), da,
-  relu(a), du (the weight gradients' operands, in x's dtype) and the
-  block's sums [4, d] of db1, dc, dgamma, dbeta."""
+  dy, then the outputs dx (the residual's), dx (the FFN input's), the
+  weight gradients' operands [2, R, d] in x's dtype, (x, relu(a)) and
+  (da, du), and the block's sums [4, d] of db1, dc, dgamma, dbeta."""
   (x_ref, m_ref, w1_ref, b1_ref, w2_ref, c_ref, g_ref), rest = _split(
       refs, biased)
   mean_ref, rstd_ref, *rest = rest
   dy_refs = rest[:cotangents]
-  dres_ref, din_ref, da_ref, h_ref, du_ref, sums_ref = rest[cotangents:]
+  dres_ref, din_ref, lhs_ref, rhs_ref, sums_ref = rest[cotangents:]
   x, w1, w2 = x_ref[...], w1_ref[...], w2_ref[...]
   dtype = x.dtype
   m = m_ref[...].astype(jnp.float32)
@@ -149,9 +150,10 @@ def _backward_kernel(*refs, biased, cotangents):
   da = jnp.where(a > 0, dh, jnp.zeros_like(dh))
   dres_ref[...] = dz.astype(dres_ref.dtype)
   din_ref[...] = plgpu.dot(da, w1.T).astype(din_ref.dtype)
-  da_ref[...] = da
-  h_ref[...] = h
-  du_ref[...] = du_c
+  lhs_ref[0] = x
+  lhs_ref[1] = h
+  rhs_ref[0] = da
+  rhs_ref[1] = du_c
   sums_ref[0, :] = jnp.sum(da.astype(jnp.float32), axis=0)
   sums_ref[1, :] = jnp.sum(du, axis=0)
   sums_ref[2, :] = jnp.sum(dy * zhat, axis=0)
@@ -230,23 +232,25 @@ def _vjp_backward(eps, interpret, outputs, residuals, dy):
       n, d, ROWS if d <= 64 else ROWS // 2)
   biased = b1 is not None
   sums = pl.BlockSpec((None, 4, d), lambda i: (i, 0, 0))
+  pair = pl.BlockSpec((2, n // blocks, d), lambda i: (0, i, 0))
   tile_of = jax.ShapeDtypeStruct((n, d), x.dtype)
-  dres, din, da, h, du, sums_Px4xd = pl.pallas_call(
+  pair_of = jax.ShapeDtypeStruct((2, n, d), x.dtype)
+  dres, din, lhs, rhs, sums_Px4xd = pl.pallas_call(
       functools.partial(_backward_kernel, biased=biased,
                         cotangents=len(dys)),
       grid=(blocks,),
       in_specs=[tile, tile, weight] + [vector] * biased + [weight]
       + [vector] * biased + [vector, per_row, per_row] + [tile] * len(dys),
-      out_specs=[tile] * 5 + [sums],
-      out_shape=[tile_of] * 5
-      + [jax.ShapeDtypeStruct((blocks, 4, d), jnp.float32)],
+      out_specs=[tile, tile, pair, pair, sums],
+      out_shape=[tile_of, tile_of, pair_of, pair_of,
+                 jax.ShapeDtypeStruct((blocks, 4, d), jnp.float32)],
       compiler_params=_params(d),
       interpret=_interpret(interpret), name="ffn_norm_backward",
   )(x, m, *_weights(w1, b1, w2, c), scale, mean, rstd, *dys)
-  # the weight gradients as the XLA path's matmuls compute them: over all
-  # rows, in x's dtype
-  dw1 = jnp.dot(x.T, da).astype(w1.dtype)
-  dw2 = jnp.dot(h.T, du).astype(w2.dtype)
+  # the weight gradients as the XLA path's matmuls compute them, over all
+  # rows in x's dtype: both as one batched matmul (one kernel)
+  dw = jnp.einsum("gnd,gne->gde", lhs, rhs)
+  dw1, dw2 = dw[0].astype(w1.dtype), dw[1].astype(w2.dtype)
   total = jnp.sum(sums_Px4xd, axis=0)                # one XLA reduction
   db1 = total[0].astype(x.dtype).astype(b1.dtype) if biased else None
   dc = total[1].astype(c.dtype) if biased else None
