@@ -33,12 +33,11 @@ and the block's sums of :math:`db_1 = \sum da`, :math:`dc = \sum du`,
 :math:`d\gamma = \sum dy \odot \hat z`, :math:`d\beta = \sum dy` in one
 [P, 4, d] float32 array, which one XLA reduction sums. The weight
 gradients :math:`dW_1 = x^\top da` and :math:`dW_2 = \mathrm{relu}(a)^\top
-du` are one batched XLA matmul over all rows of the kernel's x, relu(a),
-da and du (written as the pairs (x, relu(a)), (da, du)):
+du` are XLA's matmuls over all rows of the kernel's da, relu(a) and du:
 summing them in the kernel (per-block [d, d] products, then XLA's sum)
 needed more than 255 registers a thread at d = 128 (ptxas spilled ~1.2 KB
 a thread, deviceless) and wrote 42 MB of partial sums a layer. So a
-layer's FFN and its norm launch 1 kernel forward and 3 backward instead
+layer's FFN and its norm launch 1 kernel forward and 4 backward instead
 of 4 and 8.
 
 Same roundings as the XLA path under a half-precision compute dtype: a,
@@ -46,9 +45,10 @@ the ReLU's output, u and the cotangents du and :math:`du\,W_2^\top` are
 rounded to it where the XLA path's matmuls round their outputs; the
 weight gradients are the XLA path's matmuls; :math:`db_1` is summed in
 float32 over the blocks and rounded once, as XLA's reduction over all
-rows rounds once (the order of the float32 sums differs). The residual's cotangent and the FFN input's
-are returned apart (x arrives as the two references of `norm_kernel`'s
-`outputs=2`, whose kernel adds them), as in the XLA path.
+rows rounds once (the order of the float32 sums differs). The residual's
+cotangent and the FFN input's are returned apart (x arrives as the two
+references of `norm_kernel`'s `outputs=2`, whose kernel adds them), as in
+the XLA path.
 tests/ffn_kernel_test.py checks the values and gradients against
 `reference` (autodiff) in float32 and bfloat16.
 
@@ -101,14 +101,6 @@ def _split(refs, biased):
   return (x, m, w1, b1, w2, c, gamma), rest
 
 
-def _residual_sum(x, m, u, c_ref):
-  """z = x + m (u + c) in float32."""
-  u = u.astype(jnp.float32)
-  if c_ref is not None:
-    u = u + c_ref[...][None, :]
-  return x.astype(jnp.float32) + u * m
-
-
 def _forward_kernel(*refs, eps, biased):
   """`refs`: x, m, w1, [b1,] w2, [c,] gamma, beta, then the outputs y,
   mean, rstd."""
@@ -118,7 +110,7 @@ def _forward_kernel(*refs, eps, biased):
   x = x_ref[...]
   _, _, u = _ffn(x, w1_ref[...], None if b1_ref is None else b1_ref[...],
                  w2_ref[...])
-  z = _residual_sum(x, m_ref[...].astype(jnp.float32), u, c_ref)
+  z = norm_kernel.residual_sum(x, u, m_ref[...].astype(jnp.float32), c_ref)
   y, mean, rstd = norm_kernel.layer_norm_rows(z, g_ref[...], beta_ref[...],
                                               eps)
   y_ref[...] = y.astype(y_ref.dtype)
@@ -128,19 +120,19 @@ def _forward_kernel(*refs, eps, biased):
 
 def _backward_kernel(*refs, biased, cotangents):
   """`refs`: x, m, w1, [b1,] w2, [c,] gamma, mean, rstd, the `cotangents`
-  dy, then the outputs dx (the residual's), dx (the FFN input's), the
-  weight gradients' operands [2, R, d] in x's dtype, (x, relu(a)) and
-  (da, du), and the block's sums [4, d] of db1, dc, dgamma, dbeta."""
+  dy, then the outputs dx (the residual's), dx (the FFN input's), da,
+  relu(a), du (the weight gradients' operands, in x's dtype) and the
+  block's sums [4, d] of db1, dc, dgamma, dbeta."""
   (x_ref, m_ref, w1_ref, b1_ref, w2_ref, c_ref, g_ref), rest = _split(
       refs, biased)
   mean_ref, rstd_ref, *rest = rest
   dy_refs = rest[:cotangents]
-  dres_ref, din_ref, lhs_ref, rhs_ref, sums_ref = rest[cotangents:]
+  dres_ref, din_ref, da_ref, h_ref, du_ref, sums_ref = rest[cotangents:]
   x, w1, w2 = x_ref[...], w1_ref[...], w2_ref[...]
   dtype = x.dtype
   m = m_ref[...].astype(jnp.float32)
   a, h, u = _ffn(x, w1, None if b1_ref is None else b1_ref[...], w2)
-  z = _residual_sum(x, m, u, c_ref)
+  z = norm_kernel.residual_sum(x, u, m, c_ref)
   dy = norm_kernel.sum_cotangents(dy_refs)
   dz, zhat = norm_kernel.layer_norm_rows_backward(
       z, mean_ref[...], rstd_ref[...], g_ref[...], dy)
@@ -150,28 +142,29 @@ def _backward_kernel(*refs, biased, cotangents):
   da = jnp.where(a > 0, dh, jnp.zeros_like(dh))
   dres_ref[...] = dz.astype(dres_ref.dtype)
   din_ref[...] = plgpu.dot(da, w1.T).astype(din_ref.dtype)
-  lhs_ref[0] = x
-  lhs_ref[1] = h
-  rhs_ref[0] = da
-  rhs_ref[1] = du_c
+  da_ref[...] = da
+  h_ref[...] = h
+  du_ref[...] = du_c
   sums_ref[0, :] = jnp.sum(da.astype(jnp.float32), axis=0)
   sums_ref[1, :] = jnp.sum(du, axis=0)
   sums_ref[2, :] = jnp.sum(dy * zhat, axis=0)
   sums_ref[3, :] = jnp.sum(dy, axis=0)
 
 
-def _specs(n: int, d: int, most: int = ROWS):
+def row_specs(n: int, d: int, most: int = ROWS,
+              option: str = "fused_ffn"):
   """(row blocks P, and the blocks of a [N, d] tile, a [d, d] weight, a
-  [d] vector and a [N] per-row array), at most `most` rows a block."""
+  [d] vector and a [N] per-row array), at most `most` rows a block
+  (`option` names the config option in the error when they do not fit)."""
   rows = pallas_common.fitting_block(
-      n, most, "fused_ffn needs the token count (batch x sequence)")
+      n, most, f"{option} needs the token count (batch x sequence)")
   return (n // rows, pl.BlockSpec((rows, d), lambda i: (i, 0)),
           pl.BlockSpec((d, d), lambda i: (0, 0)),
           pl.BlockSpec((d,), lambda i: (0,)),
           pl.BlockSpec((rows,), lambda i: (i,)))
 
 
-def _params(d: int):
+def compiler_params(d: int):
   """Triton's settings: 8 warps at d > 64 (as `attention_kernel`'s)."""
   return plgpu.CompilerParams(num_warps=4 if d <= 64 else 8, num_stages=1)
 
@@ -184,7 +177,7 @@ def _weights(w1, b1, w2, c):
 
 def _forward(x, m, w1, b1, w2, c, scale, bias, eps, interpret):
   n, d = x.shape
-  blocks, tile, weight, vector, per_row = _specs(n, d)
+  blocks, tile, weight, vector, per_row = row_specs(n, d)
   biased = b1 is not None
   return pl.pallas_call(
       functools.partial(_forward_kernel, eps=eps, biased=biased),
@@ -195,21 +188,17 @@ def _forward(x, m, w1, b1, w2, c, scale, bias, eps, interpret):
       out_shape=[jax.ShapeDtypeStruct((n, d), x.dtype),
                  jax.ShapeDtypeStruct((n,), jnp.float32),
                  jax.ShapeDtypeStruct((n,), jnp.float32)],
-      compiler_params=_params(d),
+      compiler_params=compiler_params(d),
       interpret=_interpret(interpret), name="ffn_norm",
   )(x, m, *_weights(w1, b1, w2, c), scale, bias)
-
-
-def _references(y, outputs: int):
-  return y if outputs == 1 else (y,) * outputs
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(9, 10, 11))
 def _ffn_norm(x_res, x_in, m, w1, b1, w2, c, scale, bias, eps, interpret,
               outputs):
   del x_res
-  return _references(_forward(x_in, m, w1, b1, w2, c, scale, bias, eps,
-                              interpret)[0], outputs)
+  return norm_kernel.references(_forward(x_in, m, w1, b1, w2, c, scale,
+                                        bias, eps, interpret)[0], outputs)
 
 
 def _vjp_forward(x_res, x_in, m, w1, b1, w2, c, scale, bias, eps, interpret,
@@ -217,8 +206,8 @@ def _vjp_forward(x_res, x_in, m, w1, b1, w2, c, scale, bias, eps, interpret,
   del x_res
   y, mean, rstd = _forward(x_in, m, w1, b1, w2, c, scale, bias, eps,
                            interpret)
-  return _references(y, outputs), (x_in, m, w1, b1, w2, c, scale, mean,
-                                   rstd)
+  return norm_kernel.references(y, outputs), (x_in, m, w1, b1, w2, c, scale,
+                                              mean, rstd)
 
 
 def _vjp_backward(eps, interpret, outputs, residuals, dy):
@@ -228,29 +217,30 @@ def _vjp_backward(eps, interpret, outputs, residuals, dy):
   n, d = x.shape
   # 64 rows at d = 128 need more than 255 registers a thread (ptxas
   # spilled ~1 KB a thread, bench/deviceless.py); 32 do not
-  blocks, tile, weight, vector, per_row = _specs(
+  blocks, tile, weight, vector, per_row = row_specs(
       n, d, ROWS if d <= 64 else ROWS // 2)
   biased = b1 is not None
   sums = pl.BlockSpec((None, 4, d), lambda i: (i, 0, 0))
-  pair = pl.BlockSpec((2, n // blocks, d), lambda i: (0, i, 0))
   tile_of = jax.ShapeDtypeStruct((n, d), x.dtype)
-  pair_of = jax.ShapeDtypeStruct((2, n, d), x.dtype)
-  dres, din, lhs, rhs, sums_Px4xd = pl.pallas_call(
+  dres, din, da, h, du, sums_Px4xd = pl.pallas_call(
       functools.partial(_backward_kernel, biased=biased,
                         cotangents=len(dys)),
       grid=(blocks,),
       in_specs=[tile, tile, weight] + [vector] * biased + [weight]
       + [vector] * biased + [vector, per_row, per_row] + [tile] * len(dys),
-      out_specs=[tile, tile, pair, pair, sums],
-      out_shape=[tile_of, tile_of, pair_of, pair_of,
-                 jax.ShapeDtypeStruct((blocks, 4, d), jnp.float32)],
-      compiler_params=_params(d),
+      out_specs=[tile] * 5 + [sums],
+      out_shape=[tile_of] * 5
+      + [jax.ShapeDtypeStruct((blocks, 4, d), jnp.float32)],
+      compiler_params=compiler_params(d),
       interpret=_interpret(interpret), name="ffn_norm_backward",
   )(x, m, *_weights(w1, b1, w2, c), scale, mean, rstd, *dys)
   # the weight gradients as the XLA path's matmuls compute them, over all
-  # rows in x's dtype: both as one batched matmul (one kernel)
-  dw = jnp.einsum("gnd,gne->gde", lhs, rhs)
-  dw1, dw2 = dw[0].astype(w1.dtype), dw[1].astype(w2.dtype)
+  # rows in x's dtype. Not as one batched matmul of stacked operands: on
+  # an H100 XLA then splits its K and lays the gradients out transposed,
+  # copying both weights' AdamW states every step (deviceless: Fig. 6's
+  # step 68 kernels, 4 of them copies, against 61)
+  dw1 = jnp.dot(x.T, da).astype(w1.dtype)
+  dw2 = jnp.dot(h.T, du).astype(w2.dtype)
   total = jnp.sum(sums_Px4xd, axis=0)                # one XLA reduction
   db1 = total[0].astype(x.dtype).astype(b1.dtype) if biased else None
   dc = total[1].astype(c.dtype) if biased else None

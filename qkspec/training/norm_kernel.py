@@ -64,13 +64,17 @@ def row_block(n: int) -> int:
       n, ROWS, "fused_norm needs the token count (batch x sequence)")
 
 
-def _sum(x_ref, u_ref, m, c_ref):
-  """z = x + m (u + c) of a block of rows, float32 (`m` the mask, loaded;
-  `c_ref` None: no bias)."""
-  u = u_ref[...].astype(jnp.float32)
+def residual_sum(x, u, m, c_ref):
+  """z = x + m (u + c) of a block of rows, float32 (x, u and the mask m
+  loaded; `c_ref` None: no bias); `ffn_kernel`'s kernels share it."""
+  u = u.astype(jnp.float32)
   if c_ref is not None:
     u = u + c_ref[...][None, :]
-  return x_ref[...].astype(jnp.float32) + u * m
+  return x.astype(jnp.float32) + u * m
+
+
+def _sum(x_ref, u_ref, m, c_ref):
+  return residual_sum(x_ref[...], u_ref[...], m, c_ref)
 
 
 def layer_norm_rows(z, gamma, beta, eps):
@@ -159,7 +163,7 @@ def _forward(x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, bias_d, eps, interpret):
   )(x_Nxd, u_Nxd, m_Nxd, *([c_d] if biased else []), scale_d, bias_d)
 
 
-def _references(y, outputs: int):
+def references(y, outputs: int):
   """y, or `outputs` references to it (a tuple)."""
   return y if outputs == 1 else (y,) * outputs
 
@@ -167,7 +171,7 @@ def _references(y, outputs: int):
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8))
 def _add_dropout_norm(x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, bias_d, eps,
                       interpret, outputs):
-  return _references(_forward(x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, bias_d,
+  return references(_forward(x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, bias_d,
                               eps, interpret)[0], outputs)
 
 
@@ -175,7 +179,7 @@ def _vjp_forward(x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, bias_d, eps, interpret,
                  outputs):
   y, mean, rstd = _forward(x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, bias_d, eps,
                            interpret)
-  return (_references(y, outputs),
+  return (references(y, outputs),
           (x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, mean, rstd))
 
 
