@@ -1,7 +1,8 @@
 """Tests for qkspec.training.ffn_kernel (Pallas' interpreter on a CPU): the
 FFN with its residual sum, dropout and LayerNorm as one kernel, its
 gradients against autodiff of the jnp reference in float32 and bfloat16,
-and the Post-LN block with fused_ffn against the block with fused_norm."""
+and the Post-LN block with fused_ffn and/or fused_out_proj
+(qkspec.training.proj_norm_kernel) against the block with fused_norm."""
 # pylint: disable=invalid-name
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -170,16 +171,22 @@ def _task(**model):
   return testutil.fused_lm_task(c.model, V)
 
 
-class BlockTest(absltest.TestCase):
+class BlockTest(parameterized.TestCase):
 
-  def test_fused_ffn_block_equals_fused_norm_block(self):
+  @parameterized.named_parameters(
+      ("ffn", dict(fused_ffn=True), ["ffn_norm_backward"]),
+      ("out_proj", dict(fused_out_proj=True), ["proj_norm_backward"]),
+      ("both", dict(fused_ffn=True, fused_out_proj=True),
+       ["ffn_norm_backward", "proj_norm_backward"]))
+  def test_sublayer_kernels_block_equals_fused_norm_block(self, fused,
+                                                          kernels):
     # Same parameters; same loss and gradients; with dropout the same
-    # loss too: the fused FFN draws the same masks.
+    # loss too: the kernels draw the same masks.
     tokens = jax.random.randint(jax.random.key(5), (2, 16), 0, V)
     batch = {"inputs": tokens, "targets": jnp.roll(tokens, -1, axis=1)}
     out = []
-    for ffn in (False, True):
-      task = _task(fused_norm=True, fused_ffn=ffn, dropout=0.3)
+    for variant in ({}, fused):
+      task = _task(fused_norm=True, dropout=0.3, **variant)
       params = task.model.init(jax.random.key(6), tokens)["params"]
       params = jax.tree.map(lambda p: p + 0.05, params)   # biases != 0
       loss = lambda p, t=task, det=True: t.summed_loss(  # noqa: E731
@@ -188,7 +195,8 @@ class BlockTest(absltest.TestCase):
                   loss(params, det=False), jax.grad(
                       lambda p, f=loss: f(p, det=False))(params)))
       traced = str(jax.make_jaxpr(jax.grad(loss))(params))
-      self.assertEqual("ffn_norm_backward" in traced, ffn)   # the kernel ran
+      for kernel in kernels:                         # the kernels ran
+        self.assertEqual(kernel in traced, bool(variant), kernel)
     (p0, l0, g0, d0, gd0), (p1, l1, g1, d1, gd1) = out
     jax.tree.map(np.testing.assert_array_equal, p0, p1)
     np.testing.assert_allclose(l1, l0, rtol=1e-6)
@@ -210,8 +218,17 @@ class BlockTest(absltest.TestCase):
       with self.assertRaisesRegex(ValueError, "model.fused_ffn"):
         schema.validate(c)
     c = common.lm_config()
-    c.model.update(fused_norm=True, fused_ffn=True)
+    c.model.update(fused_norm=True, fused_ffn=True, fused_out_proj=True)
     schema.validate(c)                               # the paper's model
+
+  def test_out_proj_needs_fused_norm(self):
+    task = _task(fused_out_proj=True)
+    with self.assertRaisesRegex(ValueError, "fused_out_proj needs fused_norm"):
+      task.model.init(jax.random.key(0), jnp.zeros((1, 16), jnp.int32))
+    c = common.lm_config()
+    c.model.fused_out_proj = True
+    with self.assertRaisesRegex(ValueError, "model.fused_out_proj"):
+      schema.validate(c)
 
 
 if __name__ == "__main__":

@@ -165,6 +165,8 @@ def lm_config() -> ml_collections.ConfigDict:
                              # (GPU; training/norm_kernel)
       fused_ffn=False,       # fused_norm: the FFN (ReLU, ffn_dim = d) in
                              # the norm's kernel too (GPU; training/ffn_kernel)
+      fused_out_proj=False,  # fused_norm: the attention's output projection
+                             # in its norm's kernel (training/proj_norm_kernel)
       ffn_dim=128,           # FFN width (paper: = d)
       activation="relu",     # fairseq default activation_fn
       norm="post",           # post (fairseq default) | pre | none

@@ -292,6 +292,7 @@ _LM_MODEL = {
     "model.fused_qkv": _bool,             # one matmul for q, k, v
     "model.fused_norm": _bool,            # Post-LN add+dropout+LN one kernel
     "model.fused_ffn": _bool,             # fused_norm + the FFN, one kernel
+    "model.fused_out_proj": _bool,        # fused_norm + W_O, one kernel
     "model.loss_pallas": _pallas_settings,  # BNxBVxWARPSxSTAGES (pallas)
     "model.loss_logits": _choice(*LOSS_LOGITS),  # chunked: logits dtype
 }
@@ -322,7 +323,7 @@ def flatten(config, prefix: str = "") -> dict:
 _OPTIONAL = ("steps_per_call", "model.loss_kernel_grad", "model.loss_impl",
              "model.loss_pallas", "model.loss_logits", "precompile",
              "model.attention_impl", "model.fused_qkv", "model.fused_norm",
-             "model.fused_ffn")
+             "model.fused_ffn", "model.fused_out_proj")
 
 
 def validate(config, num_devices: int | None = None) -> None:
@@ -378,6 +379,13 @@ def validate(config, num_devices: int | None = None) -> None:
                      f"fused_norm={flat.get('model.fused_norm')}, "
                      f"activation={m.activation!r}, ffn_dim={m.ffn_dim}, "
                      f"d_model={m.d_model}.")
+  if task == "lm" and flat.get("model.fused_out_proj") and not (
+      flat.get("model.fused_norm") and m.out_proj):
+    raise ValueError("config.model.fused_out_proj=True puts the attention's "
+                     "output projection in fused_norm's kernel: it needs "
+                     "config.model.fused_norm=True and out_proj=True; got "
+                     f"fused_norm={flat.get('model.fused_norm')}, "
+                     f"out_proj={m.out_proj}.")
   if (task == "lm" and flat.get("model.loss_logits", "float32") != "float32"
       and (not m.fused_loss or flat.get("model.loss_impl") == "pallas")):
     raise ValueError("config.model.loss_logits='compute' is an option of the "

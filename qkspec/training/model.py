@@ -27,6 +27,7 @@ from qkspec.training import ffn_kernel
 from qkspec.training import fused_xent
 from qkspec.training import norm_kernel
 from qkspec.training import pallas_xent
+from qkspec.training import proj_norm_kernel
 
 QK_PARAMS = schema.QK_PARAMS
 ATTENTION_IMPLS = schema.ATTENTION_IMPLS
@@ -85,7 +86,10 @@ class SelfAttention(nn.Module):
   input gradient and one for their bias gradient instead of three each.
 
   With `defer_out_bias` it returns (U before the output projection's bias,
-  that bias or None): `Block(fused_norm=True)` adds it in its kernel.
+  that bias or None): `Block(fused_norm=True)` adds it in its kernel; with
+  `defer_out_proj` too, (the heads' outputs [B, T, HD], the projection's
+  kernel [HD, d], its bias or None): `Block(fused_out_proj=True)` applies
+  both in its kernel.
 
   Sows `logits` (raw, before masking) and `probs` (after the mask), both
   [B, H, T, T] in float32. With `impl="pallas"` (factored, no attention
@@ -107,6 +111,7 @@ class SelfAttention(nn.Module):
   impl: str = "xla"                    # ATTENTION_IMPLS
   fused_qkv: bool = False              # one matmul for q, k, v (factored)
   defer_out_bias: bool = False         # return (U, out bias) unadded
+  defer_out_proj: bool = False         # and the projection unapplied
   dtype: Any = jnp.float32
 
   @nn.compact
@@ -213,6 +218,12 @@ class SelfAttention(nn.Module):
                              name="out")(u_BxTxHxD)
     kernel_HxDxd, bias_d = ProjectionParams((d,), self.use_bias, _xavier,
                                             name="out")(H, D)
+    if self.defer_out_proj:
+      # cast before the reshape, as a scan's weight copy is: XLA may keep
+      # a matmul's bf16 output in float32 when a cast follows it directly
+      # (excess precision), so the order decides the gradient's bits
+      return (u_BxTxHxD.reshape(B, T, H * D),
+              kernel_HxDxd.astype(self.dtype).reshape(H * D, d), bias_d)
     return jnp.einsum("bthe,hed->btd", u_BxTxHxD.astype(self.dtype),
                       kernel_HxDxd.astype(self.dtype)), bias_d
 
@@ -252,7 +263,9 @@ class Block(nn.Module):
   x as an array or as such a pair (residual, sublayer input) and, with
   `two_outputs`, returns one. With `fused_ffn` too (ReLU, F = d) the FFN,
   its residual sum, dropout and LayerNorm are one kernel (`FFNNorm`,
-  `ffn_kernel`), same parameters and dropout masks.
+  `ffn_kernel`), and with `fused_out_proj` the attention's output
+  projection and its norm (`ProjNorm`, `proj_norm_kernel`), same
+  parameters and dropout masks.
   Sows the block output `out` [B, T, d].
   """
   attention: dict
@@ -263,6 +276,7 @@ class Block(nn.Module):
   dropout: float = 0.0
   fused_norm: bool = False             # Post-LN: add, dropout, LN one kernel
   fused_ffn: bool = False              # fused_norm: the FFN in it too (F = d)
+  fused_out_proj: bool = False         # fused_norm: attention's W_O in it
   two_outputs: bool = False            # fused_norm: return (x', x')
   dtype: Any = jnp.float32
 
@@ -296,9 +310,19 @@ class Block(nn.Module):
       return ln(name)(z) if self.norm == "post" else z
 
     h = ln("attn_ln")(x_in_BxTxd) if self.norm == "pre" else x_in_BxTxd
+    if self.fused_out_proj and not (self.fused_norm and self.attention.get(
+        "out_proj", True)):
+      raise ValueError("fused_out_proj needs fused_norm and out_proj=True "
+                       "(the output projection joins the norm's kernel).")
     u = SelfAttention(**self.attention, defer_out_bias=self.fused_norm,
+                      defer_out_proj=self.fused_out_proj,
                       dtype=self.dtype, name="attn")(h, deterministic)
-    if self.fused_norm:
+    if self.fused_out_proj:
+      mask = drop(jnp.ones(x_BxTxd.shape, jnp.float32),
+                  deterministic=deterministic)
+      z_BxTxd, h = ProjNorm(outputs=2, dtype=self.dtype, name="attn_ln")(
+          x_BxTxd, mask, *u)
+    elif self.fused_norm:
       z_BxTxd, h = residual("attn_ln", x_BxTxd, *u, outputs=2)
     else:
       z_BxTxd = h = residual("attn_ln", x_BxTxd, u)
@@ -338,6 +362,23 @@ class Block(nn.Module):
                 deterministic=deterministic)
     return FFNNorm(outputs=1 + self.two_outputs, dtype=self.dtype,
                    name="ffn_ln")((z_BxTxd, h_BxTxd), mask, w1, b1, w2, b2)
+
+
+class ProjNorm(nn.Module):
+  """LayerNorm(x + mask * (u W_O + b_O)) as one kernel (`proj_norm_kernel`),
+  with `nn.LayerNorm`'s parameters; u the heads' outputs side by side."""
+  epsilon: float = 1e-5
+  outputs: int = 1
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxTxd, mask_BxTxd, u_BxTxHD, w_HDxd, b_d):
+    d = x_BxTxd.shape[-1]
+    scale = self.param("scale", nn.initializers.ones_init(), (d,))
+    bias = self.param("bias", nn.initializers.zeros_init(), (d,))
+    return proj_norm_kernel.proj_norm(
+        x_BxTxd.astype(self.dtype), u_BxTxHD, mask_BxTxd, w_HDxd, b_d, scale,
+        bias, eps=self.epsilon, outputs=self.outputs)
 
 
 class FFNNorm(nn.Module):
@@ -543,7 +584,8 @@ def make_model(model_config, task: str, vocab_size: int | None = None,
   block = dict(attention=attention, ffn_dim=m.ffn_dim, activation=m.activation,
                norm=m.norm, ffn_bias=m.ffn_bias, dropout=m.dropout,
                fused_norm=m.get("fused_norm", False),
-               fused_ffn=m.get("fused_ffn", False))
+               fused_ffn=m.get("fused_ffn", False),
+               fused_out_proj=m.get("fused_out_proj", False))
   if task == "theory":
     return TheoryModel(m.num_layers, block, dtype)
   if vocab_size is None:
