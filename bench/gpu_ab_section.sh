@@ -4,10 +4,11 @@
 # (bench/gpu_section.sh: its lanes, report and four files in OUT) under
 # the A/B's winner (a setting that beats the first by >= 5% on Fig. 12 with
 # its loss agreeing, else the first), with what is left of CALL_S seconds.
-# Setting "ffn" is the XLA of default on another path: the FFN in the
-# norm's kernel (scan_bf16_pallas_fa3dw_ffn, qkspec/training/ffn_kernel.py);
-# if it wins, the section trains on it:
-#   CALL_S=570 SETTINGS=default,ffn bash bench/gpu_ab_section.sh
+# Setting "sublayer" is the XLA of default on another path: each
+# sublayer's last matmul in its norm's kernel (scan_bf16_pallas_fa3dw_
+# sublayer: qkspec/training/ffn_kernel.py, proj_norm_kernel.py); if it
+# wins, the section trains on it:
+#   CALL_S=570 SETTINGS=default,sublayer bash bench/gpu_ab_section.sh
 # A lent GPU comes in short calls and goes back after ~30 s idle: one call
 # spends no idle time choosing between them.
 #
@@ -34,7 +35,8 @@ print(report_plan.GPU_PATH)") || exit 1
 rm -f "$WINNER" "$WINNER.path"
 python3 bench/xla_flags_ab.py --settings "${SETTINGS:-default,graphs}" \
   --rounds "${ROUNDS:-1}" --winner_out "$WINNER" \
-  --setting ffn= --path_of ffn=scan_bf16_pallas_fa3dw_ffn \
+  --setting sublayer= \
+  --path_of sublayer=scan_bf16_pallas_fa3dw_sublayer \
   --winner_path_out "$WINNER.path" -- \
   --tfds_dir "${TFDS_DIR:-.gpudata/tfds}" --workdir /tmp/qkspec_ab \
   --path "$path" --figs 12,10 --probe_steps "${PROBE_STEPS:-1500}" "$@" \

@@ -105,16 +105,17 @@ class ScanTest(parameterized.TestCase):
       ("lm_sweep", "lm", (0.0, 1.0)),
       ("lm_sweep_bfloat16", "lm_bf16", (0.0, 1.0)),
       ("lm_sweep_bfloat16_fused", "lm_bf16_fused", (0.0, 1.0)),
-      ("lm_sweep_bfloat16_ffn", "lm_bf16_ffn", (0.0, 1.0)),
+      ("lm_sweep_bfloat16_sublayer", "lm_bf16_sublayer", (0.0, 1.0)),
       ("theory_single", "theory", ()))
   def test_scan_equals_single_steps(self, task, kappa2):
     if task.startswith("lm"):
       c = _lm_smoke(kappa2)
       if task.startswith("lm_bf16"):  # the scan carries bf16 weight copies
         c.compute_dtype = "bfloat16"
-      if task in ("lm_bf16_fused", "lm_bf16_ffn"):  # the GPU path's layer
+      if task in ("lm_bf16_fused", "lm_bf16_sublayer"):  # GPU paths' layer
+        sub = task == "lm_bf16_sublayer"
         c.model.update(attention_impl="pallas", fused_qkv=True,
-                       fused_norm=True, fused_ffn=task == "lm_bf16_ffn")
+                       fused_norm=True, fused_ffn=sub, fused_out_proj=sub)
     else:
       c = testutil.get_config("theory_task", "smoke")
       c.sweep.kappa1, c.sweep.target = (), ()

@@ -24,13 +24,13 @@ class XlaFlagsABTest(absltest.TestCase):
 
   def test_a_setting_with_a_path_of_its_own_trains_on_it(self):
     rest = ["--figs", "12", "--path", "shared"]
-    paths = {"ffn": "scan_bf16_pallas_fa3dw_ffn"}
+    paths = {"sub": "scan_bf16_pallas_fa3dw_sublayer"}
     self.assertEqual(xla_flags_ab.command("default", rest, paths)[2:],
                      ["--stages", "rate", *rest])
-    ffn = xla_flags_ab.command("ffn", rest, paths)
-    self.assertEqual(ffn[2:], ["--stages", "rate", *rest, "--path",
-                               "scan_bf16_pallas_fa3dw_ffn"])
-    self.assertTrue(ffn[1].endswith("gpu_paper.py"))
+    sub = xla_flags_ab.command("sub", rest, paths)
+    self.assertEqual(sub[2:], ["--stages", "rate", *rest, "--path",
+                               "scan_bf16_pallas_fa3dw_sublayer"])
+    self.assertTrue(sub[1].endswith("gpu_paper.py"))
 
   def test_parse_reads_rate_and_loss_and_skips_failures(self):
     got = xla_flags_ab.parse(OUT)
