@@ -68,3 +68,32 @@ def fused_lm_task(model_config, vocab_size: int):
                     None, None, {}, tasks.token_loss, model_config.causal,
                     model_lib.attention_temperature(model_config), vocab_size,
                     fused_loss=True)
+
+
+def grads_skipping_none(f, args) -> list:
+  """Gradients of the scalar f(*args) by each of `args` that is not None
+  (an absent bias), None in the others' places."""
+  present = [i for i, a in enumerate(args) if a is not None]
+
+  def of_present(*given):
+    full = list(args)
+    for i, a in zip(present, given):
+      full[i] = a
+    return f(*full)
+
+  got = jax.grad(of_present, range(len(present)))(*[args[i] for i in present])
+  out = [None] * len(args)
+  for j, i in enumerate(present):
+    out[i] = got[j]
+  return out
+
+
+def assert_grads_close(test, names, got, want, rtol=1e-4, atol=1e-4):
+  """Each gradient of `got` close to `want`'s (None where want's is), and
+  want's not all near zero (so the check can fail)."""
+  for name, g, r in zip(names, got, want):
+    if r is None:
+      test.assertIsNone(g, name)
+      continue
+    np.testing.assert_allclose(g, r, rtol=rtol, atol=atol, err_msg=name)
+    test.assertGreater(float(np.max(np.abs(r))), 0.1, name)
