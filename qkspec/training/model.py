@@ -293,6 +293,10 @@ class Block(nn.Module):
                        f"ffn_dim == d ({d}); got fused_norm="
                        f"{self.fused_norm}, activation={self.activation!r}, "
                        f"ffn_dim={self.ffn_dim}.")
+    if self.fused_out_proj and not (self.fused_norm and self.attention.get(
+        "out_proj", True)):
+      raise ValueError("fused_out_proj needs fused_norm and out_proj=True "
+                       "(the output projection joins the norm's kernel).")
     ln = lambda name: nn.LayerNorm(epsilon=1e-5, dtype=self.dtype,  # noqa: E731
                                    name=name)
     drop = nn.Dropout(self.dropout)
@@ -310,10 +314,6 @@ class Block(nn.Module):
       return ln(name)(z) if self.norm == "post" else z
 
     h = ln("attn_ln")(x_in_BxTxd) if self.norm == "pre" else x_in_BxTxd
-    if self.fused_out_proj and not (self.fused_norm and self.attention.get(
-        "out_proj", True)):
-      raise ValueError("fused_out_proj needs fused_norm and out_proj=True "
-                       "(the output projection joins the norm's kernel).")
     u = SelfAttention(**self.attention, defer_out_bias=self.fused_norm,
                       defer_out_proj=self.fused_out_proj,
                       dtype=self.dtype, name="attn")(h, deterministic)

@@ -66,7 +66,8 @@ def row_block(n: int) -> int:
 
 def residual_sum(x, u, m, c_ref):
   """z = x + m (u + c) of a block of rows, float32 (x, u and the mask m
-  loaded; `c_ref` None: no bias); `ffn_kernel`'s kernels share it."""
+  loaded; `c_ref` None: no bias); `ffn_kernel` and `proj_norm_kernel`
+  share it."""
   u = u.astype(jnp.float32)
   if c_ref is not None:
     u = u + c_ref[...][None, :]
@@ -79,7 +80,8 @@ def _sum(x_ref, u_ref, m, c_ref):
 
 def layer_norm_rows(z, gamma, beta, eps):
   """(y, mean, rstd) of LayerNorm over the rows of z [R, d] float32 (the
-  variance in two passes), inside a kernel; `ffn_kernel` shares it."""
+  variance in two passes), inside a kernel; `ffn_kernel` and
+  `proj_norm_kernel` share it."""
   mean = jnp.mean(z, axis=1)
   zc = z - mean[:, None]
   rstd = jax.lax.rsqrt(jnp.mean(zc * zc, axis=1) + eps)
