@@ -152,17 +152,41 @@ def one_block(seq_len: int) -> bool:
   return seq_len <= BLOCK
 
 
+def with_bias(t, b_ref, dtype):
+  """Tile t [T, D] plus the bias in `b_ref` (rounded to the compute dtype
+  first, as the XLA path adds it), in `dtype`; `b_ref` None: t."""
+  if b_ref is None:
+    return t
+  b = b_ref[...].astype(dtype).astype(jnp.float32)
+  return (t.astype(jnp.float32) + b[None, :]).astype(dtype)
+
+
 def _tiles(qkv_ref, bias_refs, dtype):
-  """q, k, v [T, D] of a (sequence, head), biases added (rounded to the
-  compute dtype first, as the XLA path adds them), in `dtype`."""
-  tiles = []
-  for i in range(3):
-    t = qkv_ref[:, i, :]
-    if bias_refs:
-      b = bias_refs[i][...].astype(dtype).astype(jnp.float32)
-      t = (t.astype(jnp.float32) + b[None, :]).astype(dtype)
-    tiles.append(t)
-  return tiles
+  """q, k, v [T, D] of a (sequence, head), biases added, in `dtype`."""
+  return [with_bias(qkv_ref[:, i, :], bias_refs[i] if bias_refs else None,
+                    dtype) for i in range(3)]
+
+
+def attend(q, k, v, scale, causal):
+  """(U [T, D] float32, lse [T]) of one (sequence, head): the section's
+  forward, in a kernel; `qkv_attention_kernel` shares it."""
+  s = _logits(q, k, scale, causal)
+  m = jnp.max(s, axis=1)
+  p = jnp.exp(s - m[:, None])
+  l = jnp.sum(p, axis=1)
+  return plgpu.dot(p.astype(v.dtype), v) / l[:, None], m + jnp.log(l)
+
+
+def attend_backward(q, k, v, lse, du, scale, causal):
+  """(dQ, dK, dV) [T, D] float32 of one (sequence, head) from the
+  log-sum-exp and dU (the section's backward)."""
+  p = jnp.exp(_logits(q, k, scale, causal) - lse[:, None])
+  dv = plgpu.dot(p.astype(du.dtype).T, du)
+  dp = plgpu.dot(du, v.T)
+  ds = p * (dp - jnp.sum(p * dp, axis=1)[:, None]) * scale
+  dq = plgpu.dot(ds.astype(k.dtype), k)
+  dk = plgpu.dot(ds.astype(q.dtype).T, q)
+  return dq, dk, dv
 
 
 def _logits(q, k, scale, causal):
@@ -180,13 +204,9 @@ def _packed_forward_kernel(qkv_ref, *refs, scale, causal):
   """`refs`: [the three biases,] then the outputs u [T, D], lse [T]."""
   *bias_refs, u_ref, lse_ref = refs
   q, k, v = _tiles(qkv_ref, bias_refs, u_ref.dtype)
-  s = _logits(q, k, scale, causal)
-  m = jnp.max(s, axis=1)
-  p = jnp.exp(s - m[:, None])
-  l = jnp.sum(p, axis=1)
-  u = plgpu.dot(p.astype(v.dtype), v) / l[:, None]
+  u, lse = attend(q, k, v, scale, causal)
   u_ref[...] = u.astype(u_ref.dtype)
-  lse_ref[...] = m + jnp.log(l)
+  lse_ref[...] = lse
 
 
 def _packed_backward_kernel(qkv_ref, *refs, scale, causal):
@@ -197,13 +217,8 @@ def _packed_backward_kernel(qkv_ref, *refs, scale, causal):
   bias_refs = refs[:3] if biased else ()
   lse_ref, du_ref, dqkv_ref = refs[len(bias_refs):len(bias_refs) + 3]
   q, k, v = _tiles(qkv_ref, bias_refs, du_ref.dtype)
-  p = jnp.exp(_logits(q, k, scale, causal) - lse_ref[...][:, None])
-  du = du_ref[...]
-  dv = plgpu.dot(p.astype(du.dtype).T, du)
-  dp = plgpu.dot(du, v.T)
-  ds = p * (dp - jnp.sum(p * dp, axis=1)[:, None]) * scale
-  dq = plgpu.dot(ds.astype(k.dtype), k)
-  dk = plgpu.dot(ds.astype(q.dtype).T, q)
+  dq, dk, dv = attend_backward(q, k, v, lse_ref[...], du_ref[...], scale,
+                               causal)
   for i, g in enumerate((dq, dk, dv)):
     dqkv_ref[:, i, :] = g.astype(dqkv_ref.dtype)
     if biased:
@@ -221,7 +236,7 @@ def _packed_specs(qkv_shape, biased: bool):
   return (B, H), packed, bias, tile, lse
 
 
-def _params(head_dim: int):
+def compiler_params(head_dim: int):
   """Triton's settings: 8 warps at D > 64 (as the example's forward; at
   D = 128 the backward then needs ~130 registers a thread, not 255)."""
   return plgpu.CompilerParams(num_warps=4 if head_dim <= 64 else 8,
@@ -236,7 +251,7 @@ def _packed_forward(qkv, biases, scale, causal, interpret):
       grid=grid, in_specs=[packed] + bias, out_specs=[tile, lse],
       out_shape=[jax.ShapeDtypeStruct((B, T, H, D), qkv.dtype),
                  jax.ShapeDtypeStruct((B, H, T), jnp.float32)],
-      compiler_params=_params(D),
+      compiler_params=compiler_params(D),
       interpret=interpret, name="packed_attention",
   )(qkv, *biases)
 
@@ -262,7 +277,7 @@ def _packed_vjp_backward(scale, causal, interpret, residuals, du):
       out_specs=[packed] + sums * bool(biases),
       out_shape=[jax.ShapeDtypeStruct(qkv.shape, qkv.dtype)]
       + [jax.ShapeDtypeStruct((B, 3, H, D), jnp.float32)] * bool(biases),
-      compiler_params=_params(D),
+      compiler_params=compiler_params(D),
       interpret=interpret, name="packed_attention_backward",
   )(qkv, *biases, lse, du.astype(qkv.dtype))
   if not biases:
