@@ -160,6 +160,8 @@ def lm_config() -> ml_collections.ConfigDict:
                              # interpreted on CPU; training/attention_kernel)
       fused_qkv=False,       # q, k, v as one matmul (same parameters; fewer
                              # GPU kernels in the backward)
+      fused_qkv_attention=False,  # fused_qkv, one head: that matmul inside
+                             # the attention's kernel (qkv_attention_kernel)
       fused_norm=False,      # Post-LN: residual sum, dropout and LayerNorm
                              # as one kernel, with the sublayer's bias
                              # (GPU; training/norm_kernel)

@@ -290,6 +290,7 @@ _LM_MODEL = {
     "model.loss_impl": _choice(*LOSS_IMPLS),  # fused_xent | pallas_xent
     "model.attention_impl": _choice(*ATTENTION_IMPLS),
     "model.fused_qkv": _bool,             # one matmul for q, k, v
+    "model.fused_qkv_attention": _bool,   # ... inside the attention kernel
     "model.fused_norm": _bool,            # Post-LN add+dropout+LN one kernel
     "model.fused_ffn": _bool,             # fused_norm + the FFN, one kernel
     "model.fused_out_proj": _bool,        # fused_norm + W_O, one kernel
@@ -323,7 +324,8 @@ def flatten(config, prefix: str = "") -> dict:
 _OPTIONAL = ("steps_per_call", "model.loss_kernel_grad", "model.loss_impl",
              "model.loss_pallas", "model.loss_logits", "precompile",
              "model.attention_impl", "model.fused_qkv", "model.fused_norm",
-             "model.fused_ffn", "model.fused_out_proj")
+             "model.fused_ffn", "model.fused_out_proj",
+             "model.fused_qkv_attention")
 
 
 def validate(config, num_devices: int | None = None) -> None:
@@ -379,6 +381,16 @@ def validate(config, num_devices: int | None = None) -> None:
                      f"fused_norm={flat.get('model.fused_norm')}, "
                      f"activation={m.activation!r}, ffn_dim={m.ffn_dim}, "
                      f"d_model={m.d_model}.")
+  if task == "lm" and flat.get("model.fused_qkv_attention") and not (
+      flat.get("model.attention_impl") == "pallas"
+      and flat.get("model.fused_qkv") and m.num_heads == 1):
+    raise ValueError("config.model.fused_qkv_attention=True computes q, k, "
+                     "v inside the attention's kernel: it needs "
+                     "config.model.attention_impl='pallas', fused_qkv=True "
+                     "and num_heads=1; got attention_impl="
+                     f"{flat.get('model.attention_impl')!r}, fused_qkv="
+                     f"{flat.get('model.fused_qkv')}, num_heads="
+                     f"{m.num_heads}.")
   if task == "lm" and flat.get("model.fused_out_proj") and not (
       flat.get("model.fused_norm") and m.out_proj):
     raise ValueError("config.model.fused_out_proj=True puts the attention's "

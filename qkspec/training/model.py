@@ -28,6 +28,7 @@ from qkspec.training import fused_xent
 from qkspec.training import norm_kernel
 from qkspec.training import pallas_xent
 from qkspec.training import proj_norm_kernel
+from qkspec.training import qkv_attention_kernel
 
 QK_PARAMS = schema.QK_PARAMS
 ATTENTION_IMPLS = schema.ATTENTION_IMPLS
@@ -84,6 +85,9 @@ class SelfAttention(nn.Module):
   With `fused_qkv` (factored) the three projections are one matmul with
   the kernels side by side, same parameters: on a GPU one kernel for their
   input gradient and one for their bias gradient instead of three each.
+  With `fused_qkv_attention` too (one head, `impl="pallas"`, T <= 64) the
+  projections are computed inside the attention's kernel, and their input
+  gradient inside its backward (`qkv_attention_kernel`).
 
   With `defer_out_bias` it returns (U before the output projection's bias,
   that bias or None): `Block(fused_norm=True)` adds it in its kernel; with
@@ -112,6 +116,7 @@ class SelfAttention(nn.Module):
   fused_qkv: bool = False              # one matmul for q, k, v (factored)
   defer_out_bias: bool = False         # return (U, out bias) unadded
   defer_out_proj: bool = False         # and the projection unapplied
+  fused_qkv_attention: bool = False    # q, k, v inside the kernel (H = 1)
   dtype: Any = jnp.float32
 
   @nn.compact
@@ -127,11 +132,24 @@ class SelfAttention(nn.Module):
     if self.fused_qkv and self.qk_param == "joint":
       raise ValueError("fused_qkv needs qk_param='factored' (a joint W_QK "
                        "has no query and key projections).")
+    if self.fused_qkv_attention and not (
+        self.impl == "pallas" and self.fused_qkv and self.num_heads == 1):
+      raise ValueError("fused_qkv_attention needs attention impl 'pallas', "
+                       "fused_qkv and one head; got impl="
+                       f"{self.impl!r}, fused_qkv={self.fused_qkv}, "
+                       f"num_heads={self.num_heads}.")
     H = self.num_heads
     D = self.head_dim or d // H
     lam = head_temperature(self.temperature, D)
     kernels = (self.impl == "pallas"
                and not self.is_mutable_collection("intermediates"))
+    if (kernels and self.fused_qkv_attention
+        and attention_kernel.one_block(T)):
+      ws, biases = self._qkv_params(d, H, D)
+      return self._output(qkv_attention_kernel.projected_attention(
+          x_BxTxd.astype(self.dtype), [w.astype(self.dtype) for w in ws],
+          lam, biases=biases if self.use_bias else None,
+          causal=self.causal), d)
     if kernels and self.fused_qkv and attention_kernel.one_block(T):
       qkv_BxTx3xHxD, biases = self._qkv(x_BxTxd, H, D, packed=True)
       return self._output(attention_kernel.packed_attention(
@@ -185,9 +203,7 @@ class SelfAttention(nn.Module):
     state every step on the GPU (bench/gpu_results.md (13)).
     """
     B, T, d = x_BxTxd.shape
-    kernels, biases = zip(*(
-        ProjectionParams((H, D), self.use_bias, name=name)(d)
-        for name in ("query", "key", "value")))
+    kernels, biases = self._qkv_params(d, H, D)
     w_dx3HD = jnp.concatenate([w.reshape(d, H * D) for w in kernels],
                               axis=1).astype(self.dtype)
     qkv_BxTx3HD = jnp.einsum("btd,de->bte", x_BxTxd.astype(self.dtype),
@@ -200,6 +216,12 @@ class SelfAttention(nn.Module):
       qkv_BxTx3HD = qkv_BxTx3HD + b_3HD.astype(self.dtype)[None, None]
     return tuple(qkv_BxTx3HD[..., i * H * D:(i + 1) * H * D].reshape(
         B, T, H, D) for i in range(3))
+
+  def _qkv_params(self, d: int, H: int, D: int):
+    """The q, k, v kernels ([d, H, D] each) and biases (or Nones) of
+    `fused_qkv`, as three `ProjectionParams`."""
+    return zip(*(ProjectionParams((H, D), self.use_bias, name=name)(d)
+                 for name in ("query", "key", "value")))
 
   def _output(self, u_BxTxHxD: jax.Array, d: int):
     """U [B, T, d] after the output projection (or the heads side by side
@@ -580,7 +602,8 @@ def make_model(model_config, task: str, vocab_size: int | None = None,
                    temperature=attention_temperature(m),
                    attn_dropout=m.attn_dropout,
                    impl=m.get("attention_impl", "xla"),
-                   fused_qkv=m.get("fused_qkv", False))
+                   fused_qkv=m.get("fused_qkv", False),
+                   fused_qkv_attention=m.get("fused_qkv_attention", False))
   block = dict(attention=attention, ffn_dim=m.ffn_dim, activation=m.activation,
                norm=m.norm, ffn_bias=m.ffn_bias, dropout=m.dropout,
                fused_norm=m.get("fused_norm", False),
