@@ -4,11 +4,12 @@
 # (bench/gpu_section.sh: its lanes, report and four files in OUT) under
 # the A/B's winner (a setting that beats the first by >= 5% on Fig. 12 with
 # its loss agreeing, else the first), with what is left of CALL_S seconds.
-# Setting "sublayer" is the XLA of default on another path: each
-# sublayer's last matmul in its norm's kernel (scan_bf16_pallas_fa3dw_
-# sublayer: qkspec/training/ffn_kernel.py, proj_norm_kernel.py); if it
-# wins, the section trains on it:
-#   CALL_S=570 SETTINGS=default,sublayer bash bench/gpu_ab_section.sh
+# Settings "norms" and "sublayer" are the XLA of default on other paths:
+# each sublayer's last matmul in its norm's kernel (scan_bf16_pallas_
+# fa3dw_norms: qkspec/training/ffn_kernel.py, proj_norm_kernel.py), and q,
+# k, v in the attention's kernel too (_sublayer: qkv_attention_kernel.py);
+# if one wins, the section trains on its path:
+#   CALL_S=570 SETTINGS=default,norms,sublayer bash bench/gpu_ab_section.sh
 # A lent GPU comes in short calls and goes back after ~30 s idle: one call
 # spends no idle time choosing between them.
 #
@@ -35,6 +36,7 @@ print(report_plan.GPU_PATH)") || exit 1
 rm -f "$WINNER" "$WINNER.path"
 python3 bench/xla_flags_ab.py --settings "${SETTINGS:-default,graphs}" \
   --rounds "${ROUNDS:-1}" --winner_out "$WINNER" \
+  --setting norms= --path_of norms=scan_bf16_pallas_fa3dw_norms \
   --setting sublayer= \
   --path_of sublayer=scan_bf16_pallas_fa3dw_sublayer \
   --winner_path_out "$WINNER.path" -- \

@@ -217,11 +217,15 @@ PATHS["scan_bf16_pallas_fa3dw_attn"] = dict(
 PATHS["scan_bf16_pallas_fa3dw_fused"] = dict(
     PATHS["scan_bf16_pallas_fa3dw_attn"], **{"model.fused_norm": True})
 # and each sublayer's last matmul in its norm's kernel: the FFN
-# (qkspec/training/ffn_kernel.py) and the attention's output projection
-# (qkspec/training/proj_norm_kernel.py)
-PATHS["scan_bf16_pallas_fa3dw_sublayer"] = dict(
+# (qkspec/training/ffn_kernel.py), the attention's output projection
+# (proj_norm_kernel.py); and q, k, v in the attention's kernel too
+# (qkv_attention_kernel.py)
+PATHS["scan_bf16_pallas_fa3dw_norms"] = dict(
     PATHS["scan_bf16_pallas_fa3dw_fused"], **{"model.fused_ffn": True,
                                               "model.fused_out_proj": True})
+PATHS["scan_bf16_pallas_fa3dw_sublayer"] = dict(
+    PATHS["scan_bf16_pallas_fa3dw_norms"],
+    **{"model.fused_qkv_attention": True})
 T0 = time.time()
 
 
@@ -1097,13 +1101,14 @@ def load_curves(flags, path: str) -> dict[str, dict[int, float]]:
 # ran the Fig. 6 step 1.07x faster than scan_bf16_pallas_fa3 on the H200
 # (bench/gpu_results.md (11)), so fa3's curves bound its runs from above.
 # scan_bf16_pallas_fa3dw_attn and _fused (the same loss, a third and
-# ~40% fewer kernels a layer, bench/gpu_results.md (13); _sublayer,
-# fewer still, (20)) are projected as
+# ~40% fewer kernels a layer, bench/gpu_results.md (13); _norms and
+# _sublayer, fewer still, (20)) are projected as
 # fa3dw until a slice times them: not a bound, since their kernels are not
 # timed yet.
 CURVES_STAND_IN = {"scan_bf16_pallas_fa3dw": "scan_bf16_pallas_fa3",
                    "scan_bf16_pallas_fa3dw_attn": "scan_bf16_pallas_fa3dw",
                    "scan_bf16_pallas_fa3dw_fused": "scan_bf16_pallas_fa3dw",
+                   "scan_bf16_pallas_fa3dw_norms": "scan_bf16_pallas_fa3dw",
                    "scan_bf16_pallas_fa3dw_sublayer":
                        "scan_bf16_pallas_fa3dw"}
 

@@ -34,8 +34,8 @@ kernels at once.
 `--setting NAME=FLAGS` adds another (named in --settings to run it), and
 `--path_of NAME=PATH` has setting NAME train on another bench/gpu_paper.py
 path (e.g. `--setting sublayer= --path_of
-sublayer=scan_bf16_pallas_fa3dw_sublayer`: each sublayer's last matmul in
-its norm's kernel, against the shared `--path`), so one A/B weighs a code
+sublayer=scan_bf16_pallas_fa3dw_sublayer`: each sublayer's matmuls in
+its kernels, against the shared `--path`), so one A/B weighs a code
 path as it weighs flags. A
 setting that fails (flags this jax does not know, a capture XLA cannot
 do) is reported and the others go on; exits 1 if every process failed.

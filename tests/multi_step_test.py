@@ -115,7 +115,8 @@ class ScanTest(parameterized.TestCase):
       if task in ("lm_bf16_fused", "lm_bf16_sublayer"):  # GPU paths' layer
         sub = task == "lm_bf16_sublayer"
         c.model.update(attention_impl="pallas", fused_qkv=True,
-                       fused_norm=True, fused_ffn=sub, fused_out_proj=sub)
+                       fused_norm=True, fused_ffn=sub, fused_out_proj=sub,
+                       fused_qkv_attention=sub)
     else:
       c = testutil.get_config("theory_task", "smoke")
       c.sweep.kappa1, c.sweep.target = (), ()

@@ -10,8 +10,8 @@ the final LocATER-relevant statistic tr(W_QK^T W_QK) agrees within 5%.
 The same holds with the chunked loss's logits block in bfloat16 too
 (`model.loss_logits="compute"`, fairseq's FP16 logits), and with the GPU's
 fewer-kernels layer (`model.attention_impl="pallas"`, `model.fused_qkv`,
-`model.fused_norm`, and with `model.fused_ffn` and
-`model.fused_out_proj` too), which in float32
+`model.fused_norm`, and with `model.fused_ffn`, `model.fused_out_proj`
+and `model.fused_qkv_attention` too), which in float32
 tracks the default layer within 1e-4 at every step.
 """
 from absl.testing import absltest
@@ -68,7 +68,9 @@ class Bfloat16TracksFloat32Test(absltest.TestCase):
   def test_fewer_kernels_layer_tracks_the_default_layer(self):
     f32, scale32 = _train("float32", True, num_steps=100)
     fused = dict(attention_impl="pallas", fused_qkv=True, fused_norm=True)
-    for fast in (fused, dict(fused, fused_ffn=True, fused_out_proj=True)):
+    sub = dict(fused, fused_ffn=True, fused_out_proj=True,
+               fused_qkv_attention=True)
+    for fast in (fused, sub):
       fast32, fast_scale32 = _train("float32", True, num_steps=100, **fast)
       np.testing.assert_allclose(fast32, f32, rtol=1e-4, err_msg=str(fast))
       self.assertGreater(np.abs(fast32 - f32).max(), 0.0)  # the kernel ran
