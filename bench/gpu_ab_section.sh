@@ -19,7 +19,7 @@
 #
 # The winner's flags are left in WINNER (default /tmp/qkspec_ab_winner)
 # and its path, if it has its own, in WINNER.path, for a next call that
-# resumes the section under them (a run refuses another path's config):
+# resumes the section under them (its runs were started on them):
 #   XLA_FLAGS="$(cat /tmp/qkspec_ab_winner)" bash bench/gpu_section.sh \
 #     --time_budget_s S $(p=$(cat /tmp/qkspec_ab_winner.path); \
 #     [ -n "$p" ] && echo --path "$p")
