@@ -199,42 +199,36 @@ class BlockTest(parameterized.TestCase):
     np.testing.assert_allclose(d1, d0, rtol=1e-6)
     self.assertGreater(abs(float(d0 - l0)), 1e-3)    # dropout did something
 
-  def test_needs_fused_norm_relu_and_square_ffn(self):
-    for model, why in ((dict(fused_norm=False), "fused_norm=False"),
-                       (dict(fused_norm=True, activation="gelu"), "gelu"),
-                       (dict(fused_norm=True, ffn_dim=32), "ffn_dim=32")):
-      task = _task(fused_ffn=True, **model)
-      with self.assertRaisesRegex(ValueError, why):
-        task.model.init(jax.random.key(0), jnp.zeros((1, 16), jnp.int32))
-      c = common.lm_config()
-      c.model.update(fused_ffn=True, **model)
-      with self.assertRaisesRegex(ValueError, "model.fused_ffn"):
-        schema.validate(c)
-    c = common.lm_config()
-    c.model.update(fused_norm=True, fused_ffn=True, fused_out_proj=True)
-    schema.validate(c)                               # the paper's model
-
-  def test_qkv_attention_needs_the_packed_kernels_path_and_one_head(self):
-    for model, why in ((dict(fused_qkv=True), "impl='xla'"),
-                       (dict(attention_impl="pallas"), "fused_qkv=False"),
-                       (dict(attention_impl="pallas", fused_qkv=True,
-                             num_heads=2), "num_heads=2")):
-      task = _task(fused_qkv_attention=True, **model)
-      with self.assertRaisesRegex(ValueError, why):
-        task.model.init(jax.random.key(0), jnp.zeros((1, 16), jnp.int32))
-      c = common.lm_config()
-      c.model.update(fused_qkv_attention=True, **model)
-      with self.assertRaisesRegex(ValueError, "model.fused_qkv_attention"):
-        schema.validate(c)
-
-  def test_out_proj_needs_fused_norm(self):
-    task = _task(fused_out_proj=True)
-    with self.assertRaisesRegex(ValueError, "fused_out_proj needs fused_norm"):
+  @parameterized.named_parameters(
+      ("ffn_without_fused_norm", "fused_ffn", dict(fused_norm=False),
+       "fused_norm=False"),
+      ("ffn_gelu", "fused_ffn", dict(fused_norm=True, activation="gelu"),
+       "gelu"),
+      ("ffn_wider", "fused_ffn", dict(fused_norm=True, ffn_dim=32),
+       "ffn_dim=32"),
+      ("out_proj_without_fused_norm", "fused_out_proj", {},
+       "fused_norm=False|needs fused_norm"),
+      ("qkv_xla", "fused_qkv_attention", dict(fused_qkv=True), "impl='xla'"),
+      ("qkv_unfused", "fused_qkv_attention", dict(attention_impl="pallas"),
+       "fused_qkv=False"),
+      ("qkv_two_heads", "fused_qkv_attention",
+       dict(attention_impl="pallas", fused_qkv=True, num_heads=2),
+       "num_heads=2"))
+  def test_refused_where_its_kernel_does_not_apply(self, option, model, why):
+    task = _task(**{option: True}, **model)
+    with self.assertRaisesRegex(ValueError, why):
       task.model.init(jax.random.key(0), jnp.zeros((1, 16), jnp.int32))
     c = common.lm_config()
-    c.model.fused_out_proj = True
-    with self.assertRaisesRegex(ValueError, "model.fused_out_proj"):
+    c.model.update(**{option: True}, **model)
+    with self.assertRaisesRegex(ValueError, f"model.{option}"):
       schema.validate(c)
+
+  def test_the_papers_model_takes_all_three(self):
+    c = common.lm_config()
+    c.model.update(attention_impl="pallas", fused_qkv=True, fused_norm=True,
+                   fused_ffn=True, fused_out_proj=True,
+                   fused_qkv_attention=True)
+    schema.validate(c)
 
 
 if __name__ == "__main__":
