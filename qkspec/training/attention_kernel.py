@@ -152,19 +152,11 @@ def one_block(seq_len: int) -> bool:
   return seq_len <= BLOCK
 
 
-def with_bias(t, b_ref, dtype):
-  """Tile t [T, D] plus the bias in `b_ref` (rounded to the compute dtype
-  first, as the XLA path adds it), in `dtype`; `b_ref` None: t."""
-  if b_ref is None:
-    return t
-  b = b_ref[...].astype(dtype).astype(jnp.float32)
-  return (t.astype(jnp.float32) + b[None, :]).astype(dtype)
-
-
 def _tiles(qkv_ref, bias_refs, dtype):
   """q, k, v [T, D] of a (sequence, head), biases added, in `dtype`."""
-  return [with_bias(qkv_ref[:, i, :], bias_refs[i] if bias_refs else None,
-                    dtype) for i in range(3)]
+  return [pallas_common.with_bias(qkv_ref[:, i, :],
+                                  bias_refs[i] if bias_refs else None, dtype)
+          for i in range(3)]
 
 
 def attend(q, k, v, scale, causal):
@@ -236,13 +228,6 @@ def _packed_specs(qkv_shape, biased: bool):
   return (B, H), packed, bias, tile, lse
 
 
-def compiler_params(head_dim: int):
-  """Triton's settings: 8 warps at D > 64 (as the example's forward; at
-  D = 128 the backward then needs ~130 registers a thread, not 255)."""
-  return plgpu.CompilerParams(num_warps=4 if head_dim <= 64 else 8,
-                              num_stages=1)
-
-
 def _packed_forward(qkv, biases, scale, causal, interpret):
   B, T, _, H, D = qkv.shape
   grid, packed, bias, tile, lse = _packed_specs(qkv.shape, bool(biases))
@@ -251,7 +236,7 @@ def _packed_forward(qkv, biases, scale, causal, interpret):
       grid=grid, in_specs=[packed] + bias, out_specs=[tile, lse],
       out_shape=[jax.ShapeDtypeStruct((B, T, H, D), qkv.dtype),
                  jax.ShapeDtypeStruct((B, H, T), jnp.float32)],
-      compiler_params=compiler_params(D),
+      compiler_params=pallas_common.layer_params(D),
       interpret=interpret, name="packed_attention",
   )(qkv, *biases)
 
@@ -277,7 +262,7 @@ def _packed_vjp_backward(scale, causal, interpret, residuals, du):
       out_specs=[packed] + sums * bool(biases),
       out_shape=[jax.ShapeDtypeStruct(qkv.shape, qkv.dtype)]
       + [jax.ShapeDtypeStruct((B, 3, H, D), jnp.float32)] * bool(biases),
-      compiler_params=compiler_params(D),
+      compiler_params=pallas_common.layer_params(D),
       interpret=interpret, name="packed_attention_backward",
   )(qkv, *biases, lse, du.astype(qkv.dtype))
   if not biases:

@@ -74,20 +74,12 @@ def _interpret(interpret):
                                       "fused_ffn=False")
 
 
-def _round(x, dtype):
-  """x rounded to `dtype`, back in float32."""
-  return x.astype(dtype).astype(jnp.float32)
-
-
-def _ffn(x, w1, b1, w2):
+def _ffn(x, w1, b1_ref, w2):
   """(a, relu(a), u) of a block of rows x [R, d] in the compute dtype (x's),
   each rounded to it as the XLA path's matmul outputs and bias add are;
-  `b1` None: no bias."""
+  `b1_ref` None: no bias."""
   dtype = x.dtype
-  a = plgpu.dot(x, w1)
-  if b1 is not None:
-    a = _round(a, dtype) + _round(b1, dtype)[None, :]
-  a = a.astype(dtype)
+  a = pallas_common.with_bias(plgpu.dot(x, w1).astype(dtype), b1_ref, dtype)
   h = jnp.maximum(a, jnp.zeros_like(a))
   return a, h, plgpu.dot(h, w2).astype(dtype)
 
@@ -108,7 +100,7 @@ def _forward_kernel(*refs, eps, biased):
       refs, biased)
   beta_ref, y_ref, mean_ref, rstd_ref = rest
   x = x_ref[...]
-  _, _, u = _ffn(x, w1_ref[...], None if b1_ref is None else b1_ref[...],
+  _, _, u = _ffn(x, w1_ref[...], b1_ref,
                  w2_ref[...])
   z = norm_kernel.residual_sum(x, u, m_ref[...].astype(jnp.float32), c_ref)
   y, mean, rstd = norm_kernel.layer_norm_rows(z, g_ref[...], beta_ref[...],
@@ -131,7 +123,7 @@ def _backward_kernel(*refs, biased, cotangents):
   x, w1, w2 = x_ref[...], w1_ref[...], w2_ref[...]
   dtype = x.dtype
   m = m_ref[...].astype(jnp.float32)
-  a, h, u = _ffn(x, w1, None if b1_ref is None else b1_ref[...], w2)
+  a, h, u = _ffn(x, w1, b1_ref, w2)
   z = norm_kernel.residual_sum(x, u, m, c_ref)
   dy = norm_kernel.sum_cotangents(dy_refs)
   dz, zhat = norm_kernel.layer_norm_rows_backward(
@@ -164,9 +156,11 @@ def row_specs(n: int, d: int, most: int = ROWS,
           pl.BlockSpec((rows,), lambda i: (i,)))
 
 
-def compiler_params(d: int):
-  """Triton's settings: 8 warps at d > 64 (as `attention_kernel`'s)."""
-  return plgpu.CompilerParams(num_warps=4 if d <= 64 else 8, num_stages=1)
+def backward_rows(d: int) -> int:
+  """Rows a backward program takes: ROWS, half of it at d > 64 (at d = 128
+  64 rows needed more than 255 registers a thread: ptxas spilled ~1 KB a
+  thread, bench/deviceless.py; 32 do not)."""
+  return ROWS if d <= 64 else ROWS // 2
 
 
 def _weights(w1, b1, w2, c):
@@ -188,7 +182,7 @@ def _forward(x, m, w1, b1, w2, c, scale, bias, eps, interpret):
       out_shape=[jax.ShapeDtypeStruct((n, d), x.dtype),
                  jax.ShapeDtypeStruct((n,), jnp.float32),
                  jax.ShapeDtypeStruct((n,), jnp.float32)],
-      compiler_params=compiler_params(d),
+      compiler_params=pallas_common.layer_params(d),
       interpret=_interpret(interpret), name="ffn_norm",
   )(x, m, *_weights(w1, b1, w2, c), scale, bias)
 
@@ -215,10 +209,7 @@ def _vjp_backward(eps, interpret, outputs, residuals, dy):
   dys = dy if outputs > 1 else (dy,)
   x, m, w1, b1, w2, c, scale, mean, rstd = residuals
   n, d = x.shape
-  # 64 rows at d = 128 need more than 255 registers a thread (ptxas
-  # spilled ~1 KB a thread, bench/deviceless.py); 32 do not
-  blocks, tile, weight, vector, per_row = row_specs(
-      n, d, ROWS if d <= 64 else ROWS // 2)
+  blocks, tile, weight, vector, per_row = row_specs(n, d, backward_rows(d))
   biased = b1 is not None
   sums = pl.BlockSpec((None, 4, d), lambda i: (i, 0, 0))
   tile_of = jax.ShapeDtypeStruct((n, d), x.dtype)
@@ -231,7 +222,7 @@ def _vjp_backward(eps, interpret, outputs, residuals, dy):
       out_specs=[tile] * 5 + [sums],
       out_shape=[tile_of] * 5
       + [jax.ShapeDtypeStruct((blocks, 4, d), jnp.float32)],
-      compiler_params=compiler_params(d),
+      compiler_params=pallas_common.layer_params(d),
       interpret=_interpret(interpret), name="ffn_norm_backward",
   )(x, m, *_weights(w1, b1, w2, c), scale, mean, rstd, *dys)
   # the weight gradients as the XLA path's matmuls compute them, over all

@@ -250,20 +250,27 @@ class SelfAttention(nn.Module):
                       kernel_HxDxd.astype(self.dtype)), bias_d
 
 
-class AddDropoutNorm(nn.Module):
-  """LayerNorm(x + mask * (u + u_bias)) as one kernel (`norm_kernel`), with
-  the parameters of `nn.LayerNorm` (`scale` ones, `bias` zeros, [d]);
-  `u_bias` the sublayer's bias, None when `u` has it. `outputs=2` returns
-  two references to the result, whose gradients the kernel adds."""
+class _KernelNorm(nn.Module):
+  """A Post-LN LayerNorm computed inside a kernel, with the parameters of
+  `nn.LayerNorm` (`scale` ones, `bias` zeros, [d]); `outputs=2` returns two
+  references to the result, whose gradients the kernel adds."""
   epsilon: float = 1e-5
   outputs: int = 1
   dtype: Any = jnp.float32
 
+  def _norm_params(self, d: int):
+    """(scale, bias), `nn.LayerNorm`'s."""
+    return (self.param("scale", nn.initializers.ones_init(), (d,)),
+            self.param("bias", nn.initializers.zeros_init(), (d,)))
+
+
+class AddDropoutNorm(_KernelNorm):
+  """LayerNorm(x + mask * (u + u_bias)) as one kernel (`norm_kernel`);
+  `u_bias` the sublayer's bias, None when `u` has it."""
+
   @nn.compact
   def __call__(self, x_BxTxd, u_BxTxd, mask_BxTxd, u_bias_d=None):
-    d = x_BxTxd.shape[-1]
-    scale = self.param("scale", nn.initializers.ones_init(), (d,))
-    bias = self.param("bias", nn.initializers.zeros_init(), (d,))
+    scale, bias = self._norm_params(x_BxTxd.shape[-1])
     return norm_kernel.add_dropout_norm(
         x_BxTxd.astype(self.dtype), u_BxTxd.astype(self.dtype), mask_BxTxd,
         scale, bias, u_bias=u_bias_d, eps=self.epsilon, outputs=self.outputs)
@@ -386,37 +393,26 @@ class Block(nn.Module):
                    name="ffn_ln")((z_BxTxd, h_BxTxd), mask, w1, b1, w2, b2)
 
 
-class ProjNorm(nn.Module):
-  """LayerNorm(x + mask * (u W_O + b_O)) as one kernel (`proj_norm_kernel`),
-  with `nn.LayerNorm`'s parameters; u the heads' outputs side by side."""
-  epsilon: float = 1e-5
-  outputs: int = 1
-  dtype: Any = jnp.float32
+class ProjNorm(_KernelNorm):
+  """LayerNorm(x + mask * (u W_O + b_O)) as one kernel (`proj_norm_kernel`);
+  u the heads' outputs side by side."""
 
   @nn.compact
   def __call__(self, x_BxTxd, mask_BxTxd, u_BxTxHD, w_HDxd, b_d):
-    d = x_BxTxd.shape[-1]
-    scale = self.param("scale", nn.initializers.ones_init(), (d,))
-    bias = self.param("bias", nn.initializers.zeros_init(), (d,))
+    scale, bias = self._norm_params(x_BxTxd.shape[-1])
     return proj_norm_kernel.proj_norm(
         x_BxTxd.astype(self.dtype), u_BxTxHD, mask_BxTxd, w_HDxd, b_d, scale,
         bias, eps=self.epsilon, outputs=self.outputs)
 
 
-class FFNNorm(nn.Module):
+class FFNNorm(_KernelNorm):
   """LayerNorm(x + mask * (relu(x W1 + b1) W2 + b2)) as one kernel
-  (`ffn_kernel`), with `nn.LayerNorm`'s parameters (`scale`, `bias`);
-  x the pair of references (residual, FFN input) of the attention's
-  `AddDropoutNorm(outputs=2)`."""
-  epsilon: float = 1e-5
-  outputs: int = 1
-  dtype: Any = jnp.float32
+  (`ffn_kernel`); x the pair of references (residual, FFN input) of the
+  attention's `AddDropoutNorm(outputs=2)`."""
 
   @nn.compact
   def __call__(self, x_pair, mask_BxTxd, w1, b1, w2, b2):
-    d = x_pair[0].shape[-1]
-    scale = self.param("scale", nn.initializers.ones_init(), (d,))
-    bias = self.param("bias", nn.initializers.zeros_init(), (d,))
+    scale, bias = self._norm_params(x_pair[0].shape[-1])
     return ffn_kernel.ffn_norm(
         tuple(x.astype(self.dtype) for x in x_pair), mask_BxTxd, w1, b1, w2,
         b2, scale, bias, eps=self.epsilon, outputs=self.outputs)

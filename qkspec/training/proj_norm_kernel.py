@@ -98,7 +98,7 @@ def _forward(x, u, m, w, c, scale, bias, eps, interpret):
       out_shape=[jax.ShapeDtypeStruct((n, d), x.dtype),
                  jax.ShapeDtypeStruct((n,), jnp.float32),
                  jax.ShapeDtypeStruct((n,), jnp.float32)],
-      compiler_params=ffn_kernel.compiler_params(d),
+      compiler_params=pallas_common.layer_params(d),
       interpret=_interpret(interpret), name="proj_norm",
   )(x, u, m, w, *([c] if biased else []), scale, bias)
 
@@ -120,10 +120,8 @@ def _vjp_backward(eps, interpret, outputs, residuals, dy):
   dys = dy if outputs > 1 else (dy,)
   x, u, m, w, c, scale, mean, rstd = residuals
   n, d = x.shape
-  # at most 32 rows at d > 64, as ffn_kernel's backward (registers)
   blocks, tile, weight, vector, per_row = ffn_kernel.row_specs(
-      n, d, ffn_kernel.ROWS if d <= 64 else ffn_kernel.ROWS // 2,
-      option="fused_out_proj")
+      n, d, ffn_kernel.backward_rows(d), option="fused_out_proj")
   biased = c is not None
   tile_of = jax.ShapeDtypeStruct((n, d), x.dtype)
   dx, du, dv, sums_Px3xd = pl.pallas_call(
@@ -136,13 +134,13 @@ def _vjp_backward(eps, interpret, outputs, residuals, dy):
                                            lambda i: (i, 0, 0))],
       out_shape=[tile_of] * 3
       + [jax.ShapeDtypeStruct((blocks, 3, d), jnp.float32)],
-      compiler_params=ffn_kernel.compiler_params(d),
+      compiler_params=pallas_common.layer_params(d),
       interpret=_interpret(interpret), name="proj_norm_backward",
   )(x, u, m, w, *([c] if biased else []), scale, mean, rstd, *dys)
   dw = jnp.dot(u.T, dv).astype(w.dtype)      # the XLA path's matmul
   total = jnp.sum(sums_Px3xd, axis=0)        # one XLA reduction
   dc = total[0].astype(c.dtype) if biased else None
-  return (dx, du.astype(u.dtype), None, dw, dc,
+  return (dx, du, None, dw, dc,
           total[1].astype(scale.dtype), total[2])
 
 

@@ -22,7 +22,7 @@ backward (with the sum) instead of 3 and 4.
 
 Same roundings as the packed path under a half-precision compute dtype
 (q, k, v rounded to it as the QKV matmul's output, then the biases added
-as `attention_kernel.with_bias` adds them; dQ, dK, dV rounded before the
+as `pallas_common.with_bias` adds them; dQ, dK, dV rounded before the
 input gradient's products, which are summed in float32 and rounded
 once, as XLA's one matmul over the 3D columns); tests/
 qkv_attention_kernel_test.py checks values and gradients against
@@ -46,8 +46,8 @@ def _interpret(interpret):
 
 def _projections(x, w_refs, bias_refs, dtype):
   """q, k, v [T, D] of a sequence, as the packed path has them."""
-  return [attention_kernel.with_bias(plgpu.dot(x, w[...]).astype(dtype),
-                                     b, dtype)
+  return [pallas_common.with_bias(plgpu.dot(x, w[...]).astype(dtype), b,
+                                  dtype)
           for w, b in zip(w_refs, bias_refs or (None,) * 3)]
 
 
@@ -103,7 +103,7 @@ def _forward(x, ws, biases, scale, causal, interpret):
       out_specs=[tile, lse],
       out_shape=[jax.ShapeDtypeStruct((B, T, D), x.dtype),
                  jax.ShapeDtypeStruct((B, T), jnp.float32)],
-      compiler_params=attention_kernel.compiler_params(max(D, d)),
+      compiler_params=pallas_common.layer_params(max(D, d)),
       interpret=interpret, name="qkv_attention",
   )(x, *ws, *biases)
 
@@ -135,7 +135,7 @@ def _vjp_backward(scale, causal, interpret, residuals, du):
       out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype),
                  jax.ShapeDtypeStruct((B, T, 3, D), x.dtype),
                  jax.ShapeDtypeStruct((B, 3, D), jnp.float32)],
-      compiler_params=attention_kernel.compiler_params(max(D, d)),
+      compiler_params=pallas_common.layer_params(max(D, d)),
       interpret=interpret, name="qkv_attention_backward",
   )(x, *ws, *biases, lse, du.astype(x.dtype))
   # the weight gradient as the packed path's one matmul over all rows
