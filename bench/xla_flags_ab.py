@@ -152,6 +152,19 @@ def winner(runs: list[tuple[str, dict]], settings: list[str], fig: int,
   return best
 
 
+def _named(parser, pairs: list[str], flag: str, what: str,
+           empty: bool = True) -> dict[str, str]:
+  """{NAME: VALUE} of `flag`'s NAME=VALUE arguments (VALUE may be empty
+  only if `empty`); a parser error names the first that is not."""
+  out = {}
+  for extra in pairs:
+    name, sep, value = extra.partition("=")
+    if not (sep and name and (value or empty)):
+      parser.error(f"{flag} takes NAME={what}, got {extra!r}")
+    out[name] = value
+  return out
+
+
 def main():
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--settings", default="default,off,graphs,cublas",
@@ -174,17 +187,8 @@ def main():
   p.add_argument("rest", nargs="*", help="gpu_paper.py's arguments, after --")
   flags = p.parse_args()
   known = dict(SETTINGS)           # and those of --setting
-  for extra in flags.setting:
-    name, sep, value = extra.partition("=")
-    if not (sep and name):
-      p.error(f"--setting takes NAME=FLAGS, got {extra!r}")
-    known[name] = value
-  paths = {}
-  for extra in flags.path_of:
-    name, sep, value = extra.partition("=")
-    if not (sep and name and value):
-      p.error(f"--path_of takes NAME=PATH, got {extra!r}")
-    paths[name] = value
+  known.update(_named(p, flags.setting, "--setting", "FLAGS"))
+  paths = _named(p, flags.path_of, "--path_of", "PATH", empty=False)
   settings = flags.settings.split(",")
   unknown = [s for s in settings if s not in known]
   if unknown:
