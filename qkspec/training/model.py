@@ -330,15 +330,18 @@ class Block(nn.Module):
                                    name=name)
     drop = nn.Dropout(self.dropout)
 
+    def mask(shape):
+      """The mask nn.Dropout draws (scaled by 1/keep), in float32, for the
+      kernels that apply it (fused_norm and the options on top of it)."""
+      return drop(jnp.ones(shape, jnp.float32), deterministic=deterministic)
+
     def residual(name, x, u, u_bias=None, outputs=1):
       """x + dropout(u + u_bias), layer-normed under Post-LN (u_bias, and
       `outputs` references to the result: only with fused_norm, which adds
       the sublayer's bias, and the references' gradients, in its kernel)."""
-      if self.fused_norm:        # the mask nn.Dropout draws, in float32
-        mask = drop(jnp.ones(u.shape, jnp.float32),
-                    deterministic=deterministic)
+      if self.fused_norm:
         return AddDropoutNorm(outputs=outputs, dtype=self.dtype,
-                              name=name)(x, u, mask, u_bias)
+                              name=name)(x, u, mask(u.shape), u_bias)
       z = x + drop(u, deterministic=deterministic)
       return ln(name)(z) if self.norm == "post" else z
 
@@ -347,16 +350,14 @@ class Block(nn.Module):
                       defer_out_proj=self.fused_out_proj,
                       dtype=self.dtype, name="attn")(h, deterministic)
     if self.fused_out_proj:
-      mask = drop(jnp.ones(x_BxTxd.shape, jnp.float32),
-                  deterministic=deterministic)
       z_BxTxd, h = ProjNorm(outputs=2, dtype=self.dtype, name="attn_ln")(
-          x_BxTxd, mask, *u)
+          x_BxTxd, mask(x_BxTxd.shape), *u)
     elif self.fused_norm:
       z_BxTxd, h = residual("attn_ln", x_BxTxd, *u, outputs=2)
     else:
       z_BxTxd = h = residual("attn_ln", x_BxTxd, u)
     if self.fused_ffn:
-      x_BxTxd = self._ffn_norm(z_BxTxd, h, drop, deterministic)
+      x_BxTxd = self._ffn_norm(z_BxTxd, h, mask(z_BxTxd.shape))
     else:
       h = ln("ffn_ln")(h) if self.norm == "pre" else h
       h_BxTxF = nn.Dense(self.ffn_dim, use_bias=self.ffn_bias,
@@ -378,19 +379,18 @@ class Block(nn.Module):
              else x_BxTxd)
     return x_BxTxd
 
-  def _ffn_norm(self, z_BxTxd, h_BxTxd, drop, deterministic):
+  def _ffn_norm(self, z_BxTxd, h_BxTxd, mask_BxTxd):
     """`fused_ffn`: ffn1, ffn2 and ffn_ln as one kernel (`ffn_kernel`),
-    the same parameters (names, shapes, initial values) and dropout mask
-    as the unfused Post-LN path."""
+    the same parameters (names, shapes, initial values) as the unfused
+    Post-LN path; `mask_BxTxd` the dropout mask it draws there."""
     d = z_BxTxd.shape[-1]
     w1, b1 = ProjectionParams((self.ffn_dim,), self.ffn_bias, _xavier,
                               name="ffn1")(d)
     w2, b2 = ProjectionParams((d,), self.ffn_bias, _xavier,
                               name="ffn2")(self.ffn_dim)
-    mask = drop(jnp.ones(z_BxTxd.shape, jnp.float32),
-                deterministic=deterministic)
     return FFNNorm(outputs=1 + self.two_outputs, dtype=self.dtype,
-                   name="ffn_ln")((z_BxTxd, h_BxTxd), mask, w1, b1, w2, b2)
+                   name="ffn_ln")((z_BxTxd, h_BxTxd), mask_BxTxd, w1, b1,
+                                  w2, b2)
 
 
 class ProjNorm(_KernelNorm):
