@@ -176,8 +176,10 @@ def forward(h, w, targets, config: FlashConfig, attention=None,
   width = round_up(d, 64)
   hq = pad_to(pad_to(h.astype(dtype), 0, round_up(n, 2 * block_q)), 1, width)
   wk = pad_to(w.astype(dtype), 0, width)
-  keys = jnp.concatenate([wk, jnp.repeat(wk[:, -1:], pad, axis=1)], axis=1)
   values = pad_to(wk, 1, columns)
+  # the keys as a select over the values' shape (not a concatenation), so
+  # that XLA makes both in one pass over W
+  keys = jnp.where(jnp.arange(columns) < vocab, values, wk[:, -1:])
   split = lambda x: x.T.reshape(splits, part, 1, width)    # noqa: E731
   q = jnp.broadcast_to(hq[None, :, None], (splits, hq.shape[0], 1, width))
   call = _batched(functools.partial(attention or library_attention,
