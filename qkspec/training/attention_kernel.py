@@ -161,23 +161,40 @@ def _tiles(qkv_ref, bias_refs, dtype):
 
 def attend(q, k, v, scale, causal):
   """(U [T, D] float32, lse [T]) of one (sequence, head): the section's
-  forward, in a kernel; `qkv_attention_kernel` shares it."""
+  forward, in a kernel; `qkv_attention_kernel` shares it. `v` may be a
+  function that returns it, called after the softmax (so that a kernel
+  computing v holds it only from there)."""
   s = _logits(q, k, scale, causal)
   m = jnp.max(s, axis=1)
   p = jnp.exp(s - m[:, None])
   l = jnp.sum(p, axis=1)
+  v = v() if callable(v) else v
   return plgpu.dot(p.astype(v.dtype), v) / l[:, None], m + jnp.log(l)
 
 
-def attend_backward(q, k, v, lse, du, scale, causal):
+def attend_backward(q, k, v, lse, du, scale, causal, emit=None):
   """(dQ, dK, dV) [T, D] float32 of one (sequence, head) from the
-  log-sum-exp and dU (the section's backward)."""
+  log-sum-exp and dU (the section's backward).
+
+  `v` may be a function that returns it (called once, where it is first
+  needed), and `emit(i, g)` is handed each gradient (i = 0, 1, 2 for dQ,
+  dK, dV) as soon as it is computed: dV first, then dQ and dK. A kernel
+  that computes v or uses a gradient there, not after all three, holds
+  fewer tiles at once (`qkv_attention_kernel` at d = 128 on an H100:
+  40 bytes a thread spilled, not 64, and its matmuls no longer
+  serialized for want of registers).
+  """
+  emit = emit or (lambda i, g: None)
   p = jnp.exp(_logits(q, k, scale, causal) - lse[:, None])
   dv = plgpu.dot(p.astype(du.dtype).T, du)
+  emit(2, dv)
+  v = v() if callable(v) else v
   dp = plgpu.dot(du, v.T)
   ds = p * (dp - jnp.sum(p * dp, axis=1)[:, None]) * scale
   dq = plgpu.dot(ds.astype(k.dtype), k)
+  emit(0, dq)
   dk = plgpu.dot(ds.astype(q.dtype).T, q)
+  emit(1, dk)
   return dq, dk, dv
 
 

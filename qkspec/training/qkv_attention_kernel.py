@@ -48,15 +48,25 @@ def _projections(x, w_refs, bias_refs, dtype):
   """q, k, v [T, D] of a sequence, as the packed path has them."""
   return [pallas_common.with_bias(plgpu.dot(x, w[...]).astype(dtype), b,
                                   dtype)
-          for w, b in zip(w_refs, bias_refs or (None,) * 3)]
+          for w, b in zip(w_refs, bias_refs or (None,) * len(w_refs))]
+
+
+def _lazy_v(x, w_refs, bias_refs, dtype):
+  """v as a function for `attention_kernel.attend(_backward)` to call where
+  it first needs it: with q, k and v computed at once the forward used
+  255 registers and spilled 160 bytes a thread at d = 128 on an H100,
+  with v computed after the softmax 194 and none."""
+  return lambda: _projections(x, w_refs[2:], bias_refs[2:], dtype)[0]
 
 
 def _forward_kernel(x_ref, *refs, scale, causal, biased):
   """`refs`: wq, wk, wv, [bq, bk, bv,] then the outputs u [T, D], lse."""
   w_refs, bias_refs = refs[:3], refs[3:6] if biased else ()
   u_ref, lse_ref = refs[-2:]
-  q, k, v = _projections(x_ref[...], w_refs, bias_refs, u_ref.dtype)
-  u, lse = attention_kernel.attend(q, k, v, scale, causal)
+  x = x_ref[...]
+  q, k = _projections(x, w_refs[:2], bias_refs[:2], u_ref.dtype)
+  u, lse = attention_kernel.attend(
+      q, k, _lazy_v(x, w_refs, bias_refs, u_ref.dtype), scale, causal)
   u_ref[...] = u.astype(u_ref.dtype)
   lse_ref[...] = lse
 
@@ -68,17 +78,24 @@ def _backward_kernel(x_ref, *refs, scale, causal, biased):
   lse_ref, du_ref, dx_ref, dqkv_ref, sums_ref = refs[3 + 3 * biased:]
   x = x_ref[...]
   dtype = x.dtype
-  q, k, v = _projections(x, w_refs, bias_refs, dtype)
-  grads = attention_kernel.attend_backward(q, k, v, lse_ref[...],
-                                           du_ref[...], scale, causal)
-  dx = None
-  for i, (g, w) in enumerate(zip(grads, w_refs)):
+  q, k = _projections(x, w_refs[:2], bias_refs[:2], dtype)
+  parts = {}
+
+  def emit(i, g):
+    # each gradient's share of dx as soon as the gradient is computed (dV
+    # first); dx = (dQ's + dK's) + dV's, the order it had when the three
+    # gradients were computed first
     g_c = g.astype(dtype)
     dqkv_ref[:, i, :] = g_c
     sums_ref[i, :] = jnp.sum(g, axis=0)
-    part = plgpu.dot(g_c, w[...].T)
-    dx = part if dx is None else dx + part
-  dx_ref[...] = dx.astype(dx_ref.dtype)
+    parts[i] = plgpu.dot(g_c, w_refs[i][...].T)
+    if i == 1:
+      parts[1] = parts.pop(0) + parts[1]
+
+  attention_kernel.attend_backward(
+      q, k, _lazy_v(x, w_refs, bias_refs, dtype), lse_ref[...], du_ref[...],
+      scale, causal, emit)
+  dx_ref[...] = (parts[1] + parts[2]).astype(dx_ref.dtype)
 
 
 def _specs(x_shape, head: int, biased: bool):
