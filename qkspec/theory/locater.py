@@ -65,8 +65,8 @@ def locater_penalty(w_qk: jax.Array, kappa1: float, kappa2: float,
   _checks.square_matrix("w_qk", w_qk)
   _checks.nonnegative("kappa1", kappa1)
   _checks.nonnegative("kappa2", kappa2)
-  # tr(W_QK^T W_QK) and tr(W_QK) as one reduction over both (a trace is
-  # the sum of W_QK * I): on a GPU one kernel, where two reductions were two
+  # tr(W_QK^T W_QK) and tr(W_QK) (the sum of W_QK * I) as one reduction
+  # over both: one kernel on a GPU, not two
   eye = jnp.broadcast_to(jnp.eye(w_qk.shape[-1], dtype=w_qk.dtype),
                          w_qk.shape)
   scale, trace = jnp.sum(jnp.stack([w_qk**2, w_qk * eye]), axis=(-2, -1))
