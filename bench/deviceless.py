@@ -23,8 +23,10 @@ slice:
   model.fused_qkv=False) on a bench/gpu_paper.py path (written to
   OUT/PATH.txt.gz, which bench/trace_summary.py reads beside a trace), the
   kernels one step launches (`trace_summary.loop_kernels`: deeper models
-  pay per kernel) and the fusions that move the most bytes, each with what
-  it computes (`trace_summary.hlo_fusions`).
+  pay per kernel), the registers and spills of the layers' Pallas kernels
+  (`LAYER_KERNELS`; and where ptxas serialized their warpgroup matmuls
+  for want of registers) and the fusions that move the most bytes, each
+  with what it computes (`trace_summary.hlo_fusions`).
 
 * with --attention, the kernels of the causal attention's forward and
   backward by implementation: `qkspec.training.attention_kernel` (the
@@ -167,9 +169,18 @@ def _ours(kernel: str) -> bool:
   return kernel.startswith("xent") or "mosaic_gpu" in kernel
 
 
-def kernel_resources(report: str) -> dict[str, tuple[int, int]]:
+# The layers' Pallas kernels (their pallas_call names), which --step reports
+LAYER_KERNELS = ("packed_attention", "qkv_attention", "add_dropout_norm",
+                 "proj_norm", "ffn_norm")
+
+
+def layer_kernel(kernel: str) -> bool:
+  return kernel.removesuffix("_backward") in LAYER_KERNELS
+
+
+def kernel_resources(report: str, keep=_ours) -> dict[str, tuple[int, int]]:
   """Kernel name -> (registers, spill store bytes) from `ptxas -v` text,
-  the loss's kernels only (`_ours`)."""
+  the kernels `keep` names (default the loss's, `_ours`)."""
   out, name, spill = {}, None, 0
   for line in report.splitlines():
     if m := re.search(r"Compiling entry function '(\w+)'", line):
@@ -177,10 +188,17 @@ def kernel_resources(report: str) -> dict[str, tuple[int, int]]:
     elif m := re.search(r"(\d+) bytes spill stores", line):
       spill = int(m.group(1))
     elif (m := re.search(r"Used (\d+) registers", line)) and name:
-      if _ours(name):
+      if keep(name):
         out[name] = (int(m.group(1)), spill)
       name = None
   return out
+
+
+def serialized_wgmma(report: str) -> set[str]:
+  """The kernels whose warpgroup matmuls ptxas serialized for want of
+  registers (its C7512 note), a cost that spill bytes do not show."""
+  return set(re.findall(r"C7512\).*wgmma.*serialized.*function '(\w+)'",
+                        report))
 
 
 def kernel_instructions(report: str) -> dict[str, dict[str, int]]:
@@ -352,8 +370,12 @@ def main():
     for name, what in attention_kernels(mesh, int(head_dim)).items():
       print(f"attention D={head_dim} {name}: {what}", flush=True)
   for fig in filter(None, flags.step_figs.split(",") if flags.step else []):
+    start = os.path.getsize(log) if os.path.exists(log) else 0
     text = step_hlo(flags.step, flags.tfds_dir, fig=int(fig),
                     overrides=flags.set)
+    with open(log) as f:
+      f.seek(start)
+      report = f.read()
     stem = flags.step + ("" if fig == "6" else f"_fig{fig}") + "".join(
         "_" + kv.split(".")[-1].replace("=", "-")
         for kv in filter(None, flags.set.split(",")))
@@ -362,6 +384,11 @@ def main():
       f.write(text)
     print(f"\n{stem}: Fig. {fig}'s step launches "
           + trace_summary.describe_kernels(trace_summary.loop_kernels(text)))
+    serialized = serialized_wgmma(report)
+    for kernel, (regs, spill) in sorted(
+        kernel_resources(report, layer_kernel).items()):
+      print(f"{stem}: {kernel} {regs} registers, {spill} bytes spilled"
+            + (", wgmma serialized (C7512)" if kernel in serialized else ""))
     fusions = trace_summary.hlo_fusions(text)
     print(f"{stem}: optimised HLO in {hlo}; the fusions writing the "
           "most bytes (a proxy for their HBM traffic):")

@@ -68,6 +68,30 @@ class ParsersTest(absltest.TestCase):
     self.assertEqual(deviceless.kernel_resources(report),
                      {"xent_forward": (167, 0), "xent_dh": (255, 492)})
 
+  def test_ptxas_registers_spills_and_serialization_of_layer_kernels(self):
+    report = PTXAS + (
+        "ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async "
+        "instructions are serialized due to insufficient register resources "
+        "for the function 'qkv_attention_backward'\n"
+        "ptxas warning : Registers are spilled to local memory in function "
+        "'qkv_attention_backward', 64 bytes spill stores, 64 bytes spill "
+        "loads\n") + """\
+ptxas info    : Compiling entry function 'qkv_attention_backward' for 'sm_90a'
+ptxas info    : Function properties for qkv_attention_backward
+    64 bytes stack frame, 64 bytes spill stores, 64 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 64 bytes cumulative stack size
+ptxas info    : Compiling entry function 'ffn_norm' for 'sm_90a'
+ptxas info    : Function properties for ffn_norm
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 126 registers, used 1 barriers
+"""
+    self.assertEqual(
+        deviceless.kernel_resources(report, deviceless.layer_kernel),
+        {"qkv_attention_backward": (255, 64), "ffn_norm": (126, 0)})
+    self.assertEqual(deviceless.serialized_wgmma(report),
+                     {"qkv_attention_backward"})
+    self.assertEqual(deviceless.serialized_wgmma(PTXAS), set())
+
   def test_fusion_named_by_what_it_computes(self):
     fusions = trace_summary.hlo_fusions(HLO)
     self.assertEqual(list(fusions), ["input_add_reduce_fusion"])
