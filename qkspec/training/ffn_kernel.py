@@ -178,10 +178,7 @@ def _forward(x, m, w1, b1, w2, c, scale, bias, eps, interpret):
       grid=(blocks,),
       in_specs=[tile, tile, weight] + [vector] * biased + [weight]
       + [vector] * biased + [vector, vector],
-      out_specs=[tile, per_row, per_row],
-      out_shape=[jax.ShapeDtypeStruct((n, d), x.dtype),
-                 jax.ShapeDtypeStruct((n,), jnp.float32),
-                 jax.ShapeDtypeStruct((n,), jnp.float32)],
+      **norm_kernel.forward_outputs(n, d, x.dtype, tile, per_row),
       compiler_params=pallas_common.layer_params(d),
       interpret=_interpret(interpret), name="ffn_norm",
   )(x, m, *_weights(w1, b1, w2, c), scale, bias)

@@ -74,10 +74,6 @@ def residual_sum(x, u, m, c_ref):
   return x.astype(jnp.float32) + u * m
 
 
-def _sum(x_ref, u_ref, m, c_ref):
-  return residual_sum(x_ref[...], u_ref[...], m, c_ref)
-
-
 def layer_norm_rows(z, gamma, beta, eps):
   """(y, mean, rstd) of LayerNorm over the rows of z [R, d] float32 (the
   variance in two passes), inside a kernel; `ffn_kernel` and
@@ -101,8 +97,8 @@ def layer_norm_rows_backward(z, mean, rstd, gamma, dy):
 def _forward_kernel(*refs, eps):
   """`refs`: x, u, m, [c,] gamma, beta, then the outputs y, mean, rstd."""
   x_ref, u_ref, m_ref, *c_ref, g_ref, b_ref, y_ref, mean_ref, rstd_ref = refs
-  z = _sum(x_ref, u_ref, m_ref[...].astype(jnp.float32),
-           c_ref[0] if c_ref else None)
+  z = residual_sum(x_ref[...], u_ref[...], m_ref[...].astype(jnp.float32),
+                   c_ref[0] if c_ref else None)
   y, mean, rstd = layer_norm_rows(z, g_ref[...], b_ref[...], eps)
   y_ref[...] = y.astype(y_ref.dtype)
   mean_ref[...] = mean
@@ -122,7 +118,7 @@ def _backward_kernel(*refs, cotangents):
   ins, dy_refs = refs[:-cotangents], refs[-cotangents:]
   x_ref, u_ref, m_ref, *c_ref, g_ref, mean_ref, rstd_ref = ins
   m = m_ref[...].astype(jnp.float32)
-  z = _sum(x_ref, u_ref, m, c_ref[0] if c_ref else None)
+  z = residual_sum(x_ref[...], u_ref[...], m, c_ref[0] if c_ref else None)
   dy = sum_cotangents(dy_refs)
   dz, zhat = layer_norm_rows_backward(z, mean_ref[...], rstd_ref[...],
                                       g_ref[...], dy)
@@ -157,12 +153,19 @@ def _forward(x_Nxd, u_Nxd, m_Nxd, c_d, scale_d, bias_d, eps, interpret):
   return pl.pallas_call(
       functools.partial(_forward_kernel, eps=eps), grid=(blocks,),
       in_specs=[tile, tile, tile] + [vector] * (2 + biased),
-      out_specs=[tile, per_row, per_row],
-      out_shape=[jax.ShapeDtypeStruct((n, d), x_Nxd.dtype),
-                 jax.ShapeDtypeStruct((n,), jnp.float32),
-                 jax.ShapeDtypeStruct((n,), jnp.float32)],
+      **forward_outputs(n, d, x_Nxd.dtype, tile, per_row),
       interpret=_interpret(interpret), name="add_dropout_norm",
   )(x_Nxd, u_Nxd, m_Nxd, *([c_d] if biased else []), scale_d, bias_d)
+
+
+def forward_outputs(n: int, d: int, dtype, tile, per_row) -> dict:
+  """`pallas_call`'s outputs of a LayerNorm kernel's forward: y [N, d] in
+  `dtype` (blocks `tile`) and its rows' mean and rstd [N] float32 (blocks
+  `per_row`), the backward's residuals; `ffn_kernel` and
+  `proj_norm_kernel` share it."""
+  stats = jax.ShapeDtypeStruct((n,), jnp.float32)
+  return dict(out_specs=[tile, per_row, per_row],
+              out_shape=[jax.ShapeDtypeStruct((n, d), dtype), stats, stats])
 
 
 def references(y, outputs: int):

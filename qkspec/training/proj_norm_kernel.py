@@ -94,10 +94,7 @@ def _forward(x, u, m, w, c, scale, bias, eps, interpret):
   return pl.pallas_call(
       functools.partial(_forward_kernel, eps=eps), grid=(blocks,),
       in_specs=[tile, tile, tile, weight] + [vector] * (2 + biased),
-      out_specs=[tile, per_row, per_row],
-      out_shape=[jax.ShapeDtypeStruct((n, d), x.dtype),
-                 jax.ShapeDtypeStruct((n,), jnp.float32),
-                 jax.ShapeDtypeStruct((n,), jnp.float32)],
+      **norm_kernel.forward_outputs(n, d, x.dtype, tile, per_row),
       compiler_params=pallas_common.layer_params(d),
       interpret=_interpret(interpret), name="proj_norm",
   )(x, u, m, w, *([c] if biased else []), scale, bias)
