@@ -100,8 +100,7 @@ def _forward_kernel(*refs, eps, biased):
       refs, biased)
   beta_ref, y_ref, mean_ref, rstd_ref = rest
   x = x_ref[...]
-  _, _, u = _ffn(x, w1_ref[...], b1_ref,
-                 w2_ref[...])
+  _, _, u = _ffn(x, w1_ref[...], b1_ref, w2_ref[...])
   z = norm_kernel.residual_sum(x, u, m_ref[...].astype(jnp.float32), c_ref)
   y, mean, rstd = norm_kernel.layer_norm_rows(z, g_ref[...], beta_ref[...],
                                               eps)
