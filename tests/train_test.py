@@ -4,6 +4,7 @@ import os
 import pathlib
 import tempfile
 import time
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -160,6 +161,51 @@ class NaNTest(absltest.TestCase):
       with self.assertRaisesRegex(FloatingPointError,
                                   "no checkpoint was written yet"):
         loop.train_and_evaluate(c, tmp)
+
+
+class LogOverlapTest(absltest.TestCase):
+
+  def test_a_log_is_written_while_the_next_call_computes(self):
+    # One step per call (CPU): the k-th call trains step k. A log at step s
+    # is written after the call of step s is dispatched (and its NaN check
+    # and measurements before it: the NaN tests); the last, after no call.
+    events = []
+    build = step_lib.build_steps
+
+    class Recorded:       # the jitted train step, its calls recorded
+      def __init__(self, jitted):
+        self.jitted = jitted
+
+      def __call__(self, *args):
+        events.append(("call", sum(e[0] == "call" for e in events)))
+        return self.jitted(*args)
+
+      def __getattr__(self, name):      # .lower for the precompilation
+        return getattr(self.jitted, name)
+
+    def recording_build(config, mesh=None):
+      steps = build(config, mesh)
+      return steps.replace(train=Recorded(steps.train))
+
+    write = metric_writer.MetricWriter.write_scalars
+
+    def recording_write(writer, step, scalars):
+      if "train/loss" in scalars or step == 0:
+        events.append(("log", step))
+      return write(writer, step, scalars)
+
+    c = _single_theory(num_steps=6, log_every=2, eval_every=100,
+                       checkpoint_every=100)
+    with mock.patch.object(step_lib, "build_steps", recording_build), \
+        mock.patch.object(metric_writer.MetricWriter, "write_scalars",
+                          recording_write), \
+        tempfile.TemporaryDirectory() as tmp:
+      loop.train_and_evaluate(c, tmp)
+    logs = [i for i, e in enumerate(events) if e[0] == "log"]
+    self.assertEqual([events[i][1] for i in logs], [0, 2, 4, 6])
+    for i in logs[:-1]:
+      self.assertEqual(events[i - 1], ("call", events[i][1]), events)
+    self.assertEqual(logs[-1], len(events) - 1)
 
 
 class ConfigCheckTest(parameterized.TestCase):

@@ -86,9 +86,23 @@ class PeriodicAction:
   def __call__(self, step: int, state) -> None:
     raise NotImplementedError
 
+  def begin(self, step: int, state):
+    """Runs the action at `step`; returns what is left of it (a callable
+    that needs no more of `state`), for the loop to run once it has
+    dispatched the next call, or None. By default nothing is left."""
+    self(step, state)
+
 
 class LogAction(PeriodicAction):
-  """Mean train metrics since the last log, measurements, steps/s."""
+  """Mean train metrics since the last log, measurements, steps/s.
+
+  `begin` checks the steps since the last log for NaN/Inf (so a NaN stops
+  the loop before its next call, and before a checkpoint at the same
+  step) and dispatches the measurements; what it leaves, fetching them
+  and the train metrics and writing them out (~10 ms of the host's a log
+  on a GPU host, bench/gpu_results.md (19)), the loop runs while the next
+  call computes, so that the GPU does not wait for it.
+  """
 
   def __init__(self, run, start: int, fresh: bool, pending: Pending,
                writers):
@@ -103,22 +117,32 @@ class LogAction(PeriodicAction):
         step % self.every == 0 or step == self.num_steps)
 
   def __call__(self, step: int, state) -> None:
+    self.begin(step, state)()
+
+  def begin(self, step: int, state):
     self.pending.check_finite()
     items = self.pending.take()
+    now = time.time()
     t_last, s_last = self._since
-    rate = (step - s_last) / max(time.time() - t_last, 1e-9)
+    rate = (step - s_last) / max(now - t_last, 1e-9)
+    self._since = (now, step)
+    steps = self.run.steps
+    meas = steps.measure(state.params, steps.task.train_batch(step))
+    return lambda: self._write(step, items, rate, meas)
+
+  def _write(self, step: int, items, rate: float, meas) -> None:
+    """Fetches the train metrics of `items` and the measurements `meas`
+    and writes them (and a line) for `step`."""
     train = {}
     if items:
       train = {f"train/{k}": np.mean(Pending.per_step(items, k)[1], axis=0)
                for k in ("loss", "penalty", "grad_norm")}
-    steps = self.run.steps
-    meas = jax.device_get(steps.measure(state.params,
-                                        steps.task.train_batch(step)))
+    meas = jax.device_get(meas)
     for i, w in enumerate(self.writers):
       scalars, arrays = layer_stats.flatten(self.run.member_view(meas, i))
       scalars.update({k: self.run.member_view(v, i)
                       for k, v in train.items()})
-      if "train/loss" in scalars and steps.task.kind == "lm":
+      if "train/loss" in scalars and self.run.steps.task.kind == "lm":
         scalars["train/ppl"] = np.exp(scalars["train/loss"])
       if items:
         scalars["steps_per_sec"] = rate
@@ -129,7 +153,6 @@ class LogAction(PeriodicAction):
                    self.num_steps,
                    progress.by_member(train["train/loss"], self.run.names),
                    rate, progress.fmt_time((self.num_steps - step) / rate))
-    self._since = (time.time(), step)
 
 
 def eval_call_size(num_batches: int) -> int:

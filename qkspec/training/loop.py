@@ -18,11 +18,12 @@ Shapes: N=sweep members (a leading axis of the state in a vmapped sweep).
 4. `_run`: the loop. It runs k steps per compiled call where it can
    (`qkspec.training.multi_step`: batches built on the device, k from
    `config.steps_per_call`; single steps on a CPU by default). Before each
-   call (and after the last) every due periodic action runs, in order: `progress.ProgressAction` (compilation
-   notice, steps/s and ETA every `config.progress_every_s` seconds),
-   `LogAction` (train metrics and the per-layer measurements of
-   `qkspec.training.layer_stats`), `EvalAction` (valid/test loss, with
-   progress lines) and `CheckpointAction`, all in
+   call (and after the last) every due periodic action runs, in order:
+   `progress.ProgressAction` (compilation notice, steps/s and ETA every
+   `config.progress_every_s` seconds), `LogAction` (train metrics and the
+   per-layer measurements of `qkspec.training.layer_stats`; it fetches
+   and writes them while the next call computes), `EvalAction`
+   (valid/test loss, with progress lines) and `CheckpointAction`, all in
    `qkspec.training.actions`.
 
 Ctrl-C takes effect at the next call boundary (`qkspec.training.interrupt`):
@@ -299,6 +300,14 @@ def _chunk_at(steps: step_lib.Steps, step: int, stop: int) -> int:
   return 1
 
 
+def _run_rest(rest, clock: phases.PhaseClock) -> None:
+  """Runs what the actions left (`PeriodicAction.begin`), each in its
+  phase."""
+  for phase, left in rest:
+    with clock.phase(phase):
+      left()
+
+
 def _run(run: Run, state, start: int, actions: list[actions_lib.PeriodicAction],
          pending: actions_lib.Pending, ckpt: ckpt_lib.Checkpointer,
          stop: interrupt.StopFlag, clock: phases.PhaseClock):
@@ -306,7 +315,9 @@ def _run(run: Run, state, start: int, actions: list[actions_lib.PeriodicAction],
 
   Each action's wall time goes to its `phase` on `clock`, after the state
   is ready (the wait is "steps"); the first call of each compiled step is
-  "compile", the other calls "steps".
+  "compile", the other calls "steps". What an action leaves for later
+  (`PeriodicAction.begin`: the log's fetches and writes) runs after the
+  next call is dispatched, while it computes.
 
   Raises:
     interrupt.Interrupted: Ctrl-C (after saving a checkpoint at the step
@@ -315,7 +326,7 @@ def _run(run: Run, state, start: int, actions: list[actions_lib.PeriodicAction],
   step, boundary, compiled = start, None, set()
   try:
     while True:
-      ready = False
+      ready, rest = False, []
       for action in actions:
         if action.due(step):
           if not ready:        # the queued steps' time is "steps"
@@ -323,11 +334,14 @@ def _run(run: Run, state, start: int, actions: list[actions_lib.PeriodicAction],
               jax.block_until_ready(state)
             ready = True
           with clock.phase(action.phase):
-            action(step, state)
+            left = getattr(action, "begin", action)(step, state)
+          if left is not None:
+            rest.append((action.phase, left))
       boundary = step          # every action due at `step` has run
-      if step >= run.config.num_steps:
-        return state
-      if stop.requested:
+      if step >= run.config.num_steps or stop.requested:
+        _run_rest(rest, clock)
+        if step >= run.config.num_steps:
+          return state
         raise KeyboardInterrupt
       k = _chunk_at(run.steps, step, _next_stop(step, actions,
                                                 run.config.num_steps))
@@ -344,6 +358,7 @@ def _run(run: Run, state, start: int, actions: list[actions_lib.PeriodicAction],
           pending.add(step, metrics)
       compiled.add(k)
       step += k
+      _run_rest(rest, clock)   # while the call computes
   except KeyboardInterrupt:
     msg = _save_interrupted(run, state, step, boundary, pending, ckpt)
     raise interrupt.Interrupted(msg) from None
