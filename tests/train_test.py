@@ -8,6 +8,7 @@ from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import chex
 import jax
 import ml_collections
 import numpy as np
@@ -165,10 +166,12 @@ class NaNTest(absltest.TestCase):
 
 class LogOverlapTest(absltest.TestCase):
 
-  def test_a_log_is_written_while_the_next_call_computes(self):
-    # One step per call (CPU): the k-th call trains step k. A log at step s
-    # is written after the call of step s is dispatched (and its NaN check
-    # and measurements before it: the NaN tests); the last, after no call.
+  def test_logs_and_checkpoints_are_written_while_the_next_call_computes(
+      self):
+    # One step per call (CPU): the k-th call trains step k. A log or
+    # checkpoint at step s is written after the call of step s is
+    # dispatched (their NaN checks before it: the NaN tests); the last
+    # step's after no call.
     events = []
     build = step_lib.build_steps
 
@@ -194,18 +197,32 @@ class LogOverlapTest(absltest.TestCase):
         events.append(("log", step))
       return write(writer, step, scalars)
 
+    save = checkpoint.Checkpointer.save
+
+    def recording_save(ckpt, step, state, **kw):
+      events.append(("save", step))
+      return save(ckpt, step, state, **kw)
+
     c = _single_theory(num_steps=6, log_every=2, eval_every=100,
-                       checkpoint_every=100)
+                       checkpoint_every=4)
     with mock.patch.object(step_lib, "build_steps", recording_build), \
         mock.patch.object(metric_writer.MetricWriter, "write_scalars",
                           recording_write), \
+        mock.patch.object(checkpoint.Checkpointer, "save", recording_save), \
         tempfile.TemporaryDirectory() as tmp:
-      loop.train_and_evaluate(c, tmp)
-    logs = [i for i, e in enumerate(events) if e[0] == "log"]
-    self.assertEqual([events[i][1] for i in logs], [0, 2, 4, 6])
-    for i in logs[:-1]:
-      self.assertEqual(events[i - 1], ("call", events[i][1]), events)
-    self.assertEqual(logs[-1], len(events) - 1)
+      state = loop.train_and_evaluate(c, tmp)
+      ckpt = checkpoint.Checkpointer(tmp)
+      self.assertEqual(ckpt.all_steps(), [4, 6])
+      saved, _ = ckpt.restore(6, state)
+    chex.assert_trees_all_equal(saved, state)
+    writes = [i for i, e in enumerate(events) if e[0] != "call"]
+    self.assertEqual([events[i] for i in writes],
+                     [("log", 0), ("log", 2), ("log", 4), ("save", 4),
+                      ("log", 6), ("save", 6)])
+    for i in writes[:-2]:
+      self.assertEqual(events[i - 1 - (events[i] == ("save", 4))],
+                       ("call", events[i][1]), events)
+    self.assertEqual(writes[-2:], [len(events) - 2, len(events) - 1])
 
 
 class ConfigCheckTest(parameterized.TestCase):

@@ -221,8 +221,19 @@ class EvalAction(PeriodicAction):
                              for k, v in res.items()})
 
 
+# A copy of a pytree on its devices (jnp.copy under jit: XLA copies, as the
+# outputs may not alias the inputs without donation).
+_device_copy = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
+
+
 class CheckpointAction(PeriodicAction):
-  """A checkpoint every `checkpoint_every` steps, if the steps were finite."""
+  """A checkpoint every `checkpoint_every` steps, if the steps were finite.
+
+  `begin` checks the steps for NaN/Inf and copies the state on its
+  devices; what it leaves, the save (orbax copies the state to the host
+  before it returns, then writes it on a thread) and the writers' flush,
+  the loop runs while the next call computes, which has the state itself
+  (donated)."""
 
   phase = "checkpoint"
 
@@ -232,7 +243,14 @@ class CheckpointAction(PeriodicAction):
     self.pending, self.ckpt, self.writers = pending, ckpt, writers
 
   def __call__(self, step: int, state) -> None:
+    self.begin(step, state)()
+
+  def begin(self, step: int, state):
     self.pending.check_finite()
+    copy = _device_copy(state)
+    return lambda: self._save(step, copy)
+
+  def _save(self, step: int, state) -> None:
     self.ckpt.save(step, state, force=True)
     for w in self.writers:
       w.flush()
