@@ -125,6 +125,17 @@ class LoopTest(absltest.TestCase):
         *(testutil.metric_records(os.path.join(wd, "kappa2=1"))
           for wd in (ready, plain)))
 
+  def test_the_checkpoints_copy_of_the_state_compiles_on_a_worker(self):
+    jax.clear_caches()      # device_copy is one jitted function for all runs
+    run = loop.prepare(_config(4, False), os.path.join(self.root, "p"))
+    self.assertIn(("jit(device_copy)", True), {
+        (name, thread.startswith("precompile"))
+        for name, thread in self.compiles.seen})
+    self.compiles.seen.clear()
+    loop.train_and_evaluate(_config(4, False), os.path.join(self.root, "p"),
+                            prepared=run)              # a checkpoint at 4
+    self.assertNotIn("jit(device_copy)", {n for n, _ in self.compiles.seen})
+
   def test_a_run_prepared_for_another_workdir_or_config_is_refused(self):
     run = loop.prepare(_config(4, False), os.path.join(self.root, "a"))
     with self.assertRaisesRegex(ValueError, "prepared run is .*'s, not"):

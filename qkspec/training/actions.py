@@ -221,9 +221,12 @@ class EvalAction(PeriodicAction):
                              for k, v in res.items()})
 
 
-# A copy of a pytree on its devices (jnp.copy under jit: XLA copies, as the
-# outputs may not alias the inputs without donation).
-_device_copy = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
+@jax.jit
+def device_copy(tree):
+  """A copy of `tree` on its devices (XLA copies: the outputs may not alias
+  the inputs without donation); `qkspec.training.precompile` compiles it
+  for the state ahead of the first checkpoint."""
+  return jax.tree.map(jnp.copy, tree)
 
 
 class CheckpointAction(PeriodicAction):
@@ -247,7 +250,7 @@ class CheckpointAction(PeriodicAction):
 
   def begin(self, step: int, state):
     self.pending.check_finite()
-    copy = _device_copy(state)
+    copy = device_copy(state)
     return lambda: self._save(step, copy)
 
   def _save(self, step: int, state) -> None:

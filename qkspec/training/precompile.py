@@ -5,14 +5,15 @@ Shapes: N=sweep members, k=steps per call, B=batch.
 Before its first update a run compiles, one after another on the main
 thread: the state's initialisation, the per-layer measurements (the log at
 step 0, `layer_stats.measure`), the k-step train call
-(`qkspec.training.multi_step`) and, at the first evaluation, each eval
-split's program. Each waits for the one before, although none needs
+(`qkspec.training.multi_step`), at the first evaluation each eval
+split's program and at the first checkpoint the state's copy
+(`actions.CheckpointAction`). Each waits for the one before, although none needs
 another's result: only the shapes and shardings of its arguments.
 
 `start(steps, abstract_state, ...)` therefore lowers and compiles the
-measurements, the train call and the eval programs on worker threads, from
-the arguments' shapes and shardings (`jax.ShapeDtypeStruct`), while the
-main thread initialises or restores the state. XLA releases the GIL while
+measurements, the train call, the eval programs and the copy on worker
+threads, from the arguments' shapes and shardings
+(`jax.ShapeDtypeStruct`), while the main thread initialises or restores the state. XLA releases the GIL while
 it compiles, and jax's ahead-of-time `lower(...).compile()` fills the same
 cache that `jit` dispatch reads, so the first call of each program finds
 its executable compiled (tests/precompile_test.py checks that no program
@@ -95,6 +96,7 @@ def start(steps, abstract_state, dropout_keys: jax.Array, batch):
   feed, k = steps.task.feed, steps.steps_per_call
   jobs = {"measure": [pool.submit(_compile, steps.measure,
                                   abstract_state.params, batch)]}
+  pool.submit(_compile, actions.device_copy, abstract_state)  # checkpoints'
   if k > 1 and steps.train_many is not None:
     jobs["train_many"] = [pool.submit(
         _compile, steps.train_many, abstract_state, feed.consts,
