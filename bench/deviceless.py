@@ -25,15 +25,18 @@ slice:
   kernels one step launches (`trace_summary.loop_kernels`: deeper models
   pay per kernel), the registers and spills of the layers' Pallas kernels
   (`LAYER_KERNELS`; and where ptxas serialized their warpgroup matmuls
-  for want of registers) and the fusions that move the most bytes, each
-  with what it computes (`trace_summary.hlo_fusions`).
+  for want of registers), the fusions that move the most bytes, each
+  with what it computes (`trace_summary.hlo_fusions`), and how long jax
+  and then XLA took to compile the step on this machine (a GPU host's
+  compilation, less its autotuning: the first run of a lane waits for it,
+  bench/gpu_section.sh).
 
 * with --attention, the kernels of the causal attention's forward and
   backward by implementation: `qkspec.training.attention_kernel` (the
   model's `attention_impl="pallas"`), XLA's, and tokamax's (`$OPTIONAL_SITE`).
 
-Nothing is timed: no autotuning either, so XLA's own matmuls keep default
-tiles. Needs, in an environment of its own (never the project's: the
+Nothing runs, so nothing on the GPU is timed: no autotuning either, so
+XLA's own matmuls keep default tiles. Needs, in an environment of its own (never the project's: the
 plugin must stay out of the CPU install), the CUDA plugin of the installed
 jax version and a `ptxas` on PATH (a CUDA toolkit's)::
 
@@ -52,6 +55,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 import jax
 import jax.numpy as jnp
@@ -242,9 +246,12 @@ def _as_gpu():
 
 
 def step_hlo(path: str, tfds_dir: str, k: int = 4, fig: int = 6,
-             overrides: str = "") -> str:
-  """Optimised HLO of k scanned steps of Fig. `fig`'s sweep on gpu_paper's
-  `path`, with `overrides` ("model.fused_qkv=False,...") on top."""
+             overrides: str = "") -> tuple[str, float, float]:
+  """(optimised HLO, seconds of jax's building, tracing and lowering,
+  seconds of XLA's compilation) of k scanned steps of Fig. `fig`'s sweep
+  on gpu_paper's `path`, with `overrides` ("model.fused_qkv=False,...")
+  on top."""
+  t = time.perf_counter()
   _as_gpu()
   import gpu_paper  # pylint: disable=g-import-not-at-top
   from qkspec.training import step as step_lib  # pylint: disable=g-import-not-at-top
@@ -264,8 +271,11 @@ def step_hlo(path: str, tfds_dir: str, k: int = 4, fig: int = 6,
     state = jax.tree.map(like, jax.eval_shape(lambda: steps.init(ik, hp)))
     xs = jax.tree.map(functools.partial(like, s=feed.ids_sharding),
                       jax.eval_shape(lambda: feed.train_inputs(0, k)))
-    return steps.train_many.lower(state, feed.consts, xs,
-                                  jax.tree.map(like, dk)).compile().as_text()
+    lowered = steps.train_many.lower(state, feed.consts, xs,
+                                     jax.tree.map(like, dk))
+    lowered_at = time.perf_counter()
+    text = lowered.compile().as_text()
+  return text, lowered_at - t, time.perf_counter() - lowered_at
 
 
 def attention_kernels(mesh, head_dim: int, members=5, batch=64,
@@ -371,8 +381,8 @@ def main():
       print(f"attention D={head_dim} {name}: {what}", flush=True)
   for fig in filter(None, flags.step_figs.split(",") if flags.step else []):
     start = os.path.getsize(log) if os.path.exists(log) else 0
-    text = step_hlo(flags.step, flags.tfds_dir, fig=int(fig),
-                    overrides=flags.set)
+    text, jax_s, xla_s = step_hlo(flags.step, flags.tfds_dir, fig=int(fig),
+                                  overrides=flags.set)
     with open(log) as f:
       f.seek(start)
       report = f.read()
@@ -384,6 +394,8 @@ def main():
       f.write(text)
     print(f"\n{stem}: Fig. {fig}'s step launches "
           + trace_summary.describe_kernels(trace_summary.loop_kernels(text)))
+    print(f"{stem}: compiled by XLA in {xla_s:.1f} s (no autotuning), "
+          f"after {jax_s:.1f} s of building, tracing and lowering")
     serialized = serialized_wgmma(report)
     for kernel, (regs, spill) in sorted(
         kernel_resources(report, layer_kernel).items()):

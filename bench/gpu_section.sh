@@ -23,7 +23,8 @@
 #    with its one-layer figure: the first run's compilation is the only
 #    one the GPU waits for (the later ones compile while a run trains,
 #    below), and a one-layer model's is about half of a six-layer one's
-#    (22.7 against 11.1 s for Figs. 12 and 6 on a 2-core CPU, XLA alone,
+#    (each step compiled for an H100 on a 2-core CPU, no autotuning, jax
+#    and XLA: Figs. 8 and 6 10 and 11 s, Figs. 12 and 11 20 and 16 s,
 #    bench/gpu_results.md (22)). Measured on the H200:
 #    two lanes did 1.24 times one GPU's work in (16), 1.04-1.16 at (19)'s
 #    fewer kernels a step, and the section took ~11 min ((19), from two
