@@ -73,13 +73,13 @@ class LoopPhasesTest(absltest.TestCase):
   def test_run_info_splits_the_wall_time_by_phase(self):
     wd = tempfile.mkdtemp()
     self.addCleanup(shutil.rmtree, wd, ignore_errors=True)
-    real = actions.EvalAction.__call__
+    real = actions.EvalAction.begin
 
     def slow_eval(self, step, state):  # _SLEEP_S more per evaluation
       time.sleep(_SLEEP_S)
-      real(self, step, state)
+      return real(self, step, state)
 
-    with mock.patch.object(actions.EvalAction, "__call__", slow_eval), \
+    with mock.patch.object(actions.EvalAction, "begin", slow_eval), \
          self.assertLogs(level="INFO") as logs:
       loop.train_and_evaluate(_config(), wd)
     with open(os.path.join(wd, loop.RUN_INFO)) as f:

@@ -84,13 +84,16 @@ class PeriodicAction:
     return min((step // self.every + 1) * self.every, self.num_steps)
 
   def __call__(self, step: int, state) -> None:
-    raise NotImplementedError
+    """Runs the whole action at `step`."""
+    left = self.begin(step, state)
+    if left is not None:
+      left()
 
   def begin(self, step: int, state):
     """Runs the action at `step`; returns what is left of it (a callable
     that needs no more of `state`), for the loop to run once it has
-    dispatched the next call, or None. By default nothing is left."""
-    self(step, state)
+    dispatched the next call, or None."""
+    raise NotImplementedError
 
 
 class LogAction(PeriodicAction):
@@ -115,9 +118,6 @@ class LogAction(PeriodicAction):
     # was written before its checkpoint).
     return (step > self.start or self.fresh) and (
         step % self.every == 0 or step == self.num_steps)
-
-  def __call__(self, step: int, state) -> None:
-    self.begin(step, state)()
 
   def begin(self, step: int, state):
     self.pending.check_finite()
@@ -211,7 +211,7 @@ class EvalAction(PeriodicAction):
     super().__init__(run.config.eval_every, run, start)
     self.writers = writers
 
-  def __call__(self, step: int, state) -> None:
+  def begin(self, step: int, state) -> None:
     res = _evaluate(self.run.steps, state, self.run.config.progress_every_s)
     logging.info("step %d eval: %s", step, "; ".join(
         f"{k} {progress.by_member(v, self.run.names)}"
@@ -244,9 +244,6 @@ class CheckpointAction(PeriodicAction):
                ckpt: ckpt_lib.Checkpointer, writers):
     super().__init__(run.config.checkpoint_every, run, start)
     self.pending, self.ckpt, self.writers = pending, ckpt, writers
-
-  def __call__(self, step: int, state) -> None:
-    self.begin(step, state)()
 
   def begin(self, step: int, state):
     self.pending.check_finite()
