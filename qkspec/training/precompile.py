@@ -96,7 +96,6 @@ def start(steps, abstract_state, dropout_keys: jax.Array, batch):
   feed, k = steps.task.feed, steps.steps_per_call
   jobs = {"measure": [pool.submit(_compile, steps.measure,
                                   abstract_state.params, batch)]}
-  pool.submit(_compile, actions.device_copy, abstract_state)  # checkpoints'
   if k > 1 and steps.train_many is not None:
     jobs["train_many"] = [pool.submit(
         _compile, steps.train_many, abstract_state, feed.consts,
@@ -110,6 +109,8 @@ def start(steps, abstract_state, dropout_keys: jax.Array, batch):
                     feed.eval_tokens[split],
                     jnp.zeros(actions.eval_call_size(n), jnp.int32))
         for split, n in feed.eval_counts.items()]
+  # last: the first checkpoint comes long after the first call and eval
+  pool.submit(_compile, actions.device_copy, abstract_state)
   pool.shutdown(wait=False)          # the jobs run on; the threads then end
   return steps.replace(**{name: Warm(getattr(steps, name), pending)
                           for name, pending in jobs.items()})
