@@ -358,12 +358,17 @@ def try_rate(flags, c, what: str):
 
 def rates(flags, path: str):
   """The rate stage: each --figs sweep timed as the probe times Fig. 6's
-  (`timed_rate`), a line each (bench/xla_flags_ab.py reads them)."""
+  (`timed_rate`), a line each (bench/xla_flags_ab.py reads them), and
+  kept in WORKDIR's members curves as its model's point at a sweep's
+  members (`save_curve`), for the projections of a section that trains
+  on this path (bench/gpu_ab_section.sh: each setting of the A/B in a
+  WORKDIR of its own, since the key has no XLA_FLAGS)."""
   for fig in (int(f) for f in flags.figs.split(",")):
     timed = try_rate(flags, fig_config(flags, fig, path), f"rate fig{fig}")
     if timed is None:
       continue
     compile_s, rate, _, loss = timed
+    save_curve(flags, path, model_of(fig), {run_members(fig, "sweep"): rate})
     log(f"rate fig{fig} ({model_of(fig)}, {path}): compile {compile_s:.1f} "
         f"s, {rate:.1f} steps/s; loss {loss:.6g}; XLA_FLAGS "
         f"{os.environ.get('XLA_FLAGS') or '(none)'}")
@@ -938,8 +943,12 @@ MAX_RUN_S = 540 - TODO_MARGIN_S   # a 10-minute call's --time_budget_s 540
 # (its work: ~5% more FLOPs per layer at d = 128) and LAYER_S (its
 # kernels' fixed cost, the same for any number of members: `deeper`); d =
 # 32 costs as d = 128 (the step is bound by the [4096, V]
-# logits, whose size does not depend on d); evaluation adds EVAL_COST and
-# compilation RUN_OVERHEAD_S (Fig. 6: 8.0 min wall for 7.2 min of training).
+# logits, whose size does not depend on d); evaluation adds EVAL_COST
+# (0.07 until evaluation became one program per split; 1.6-2.7% of the
+# steps' time in (19)'s runs on the H200, Figs. 6, 8, 11 and 12,
+# bench/gpu_results.md) and compilation RUN_OVERHEAD_S (Fig. 6: 8.0 min
+# wall for 7.2 min of training on the H100; 8-19 s of setup, compilation,
+# logs and checkpoints a fresh run in (19), before prepare-next).
 # Where the members stage measured the curve of the run's model, or of its
 # width at one layer, on this path and device, in this call or an earlier
 # one (`load_curves`, `curve_for`), the step's time is that curve's instead
@@ -955,7 +964,7 @@ MAX_RUN_S = 540 - TODO_MARGIN_S   # a 10-minute call's --time_budget_s 540
 # fewer-kernels path's 0.069 ms, H200, bench/gpu_results.md (14)).
 LAYER_COST = 0.05
 LAYER_S = 0.41e-3
-EVAL_COST = 0.07
+EVAL_COST = 0.03
 RUN_OVERHEAD_S = 20.0
 
 
@@ -969,14 +978,19 @@ def run_members(fig: int, kind: str, contrast: bool = False,
 
 
 def step_seconds(curve: dict[int, float], n: int) -> float:
-  """Seconds per step of `n` members, from a measured curve {N: steps/s}
-  of two points or more: piecewise linear in N between them; beyond the
-  largest N along the last segment (never below its time), below the
-  smallest N that N's time (fewer members are never slower: an upper
-  bound, so a slice never starts what it cannot finish)."""
+  """Seconds per step of `n` members, from a measured curve {N: steps/s}:
+  piecewise linear in N between its points; beyond the largest N along
+  the last segment (never below its time), below the smallest N that N's
+  time (fewer members are never slower: an upper bound, so a slice never
+  starts what it cannot finish). A curve of one point N (a sweep's rate,
+  the rate stage's) gives past N its member-steps/s, the time growing as
+  n / N (more members in one program never do fewer member-steps a
+  second: an upper bound too)."""
   pts = sorted((k, 1 / r) for k, r in curve.items())
   if n <= pts[0][0]:
     return pts[0][1]
+  if len(pts) == 1:
+    return pts[0][1] * n / pts[0][0]
   i = min(sum(k <= n for k, _ in pts) - 1, len(pts) - 2)
   (n0, t0), (n1, t1) = pts[i], pts[i + 1]
   t = t0 + (t1 - t0) * (n - n0) / (n1 - n0)
@@ -997,7 +1011,7 @@ def run_step_seconds(fig: int, kind: str, rate: float,
   fixed seconds on this path (`layer_seconds`)."""
   members = run_members(fig, kind, contrast, readings, seeds)
   layers = _layers(model_of(fig))
-  if curve and len(curve) > 1:
+  if curve:
     return deeper(step_seconds(curve, members), layers,
                   _layers(curve_model), layer_s)
   one, five = 1 / ONE_MEMBER_RATE, 1 / FIVE_MEMBER_RATE
@@ -1077,7 +1091,9 @@ def _curves_key(flags, path: str) -> str:
 
 def load_curves(flags, path: str) -> dict[str, dict[int, float]]:
   """Model ("L=1,d=32") -> {N: steps/s}: members curves measured on `path`
-  (at the same Pallas setting) and this device kind, from --curves (a file
+  (at the same Pallas setting) and this device kind, a curve of one
+  point where only a sweep was timed (the rate stage), from --curves (a
+  file
   brought home from a slice) and then WORKDIR's (this machine's earlier
   calls), the later file's curve replacing the earlier's. --plan_device
   names another device kind's curves (a slice's plan listed on a CPU).
@@ -1091,8 +1107,7 @@ def load_curves(flags, path: str) -> dict[str, dict[int, float]]:
       with open(name) as f:
         for model, curve in json.load(f).get(device, {}).get(key,
                                                               {}).items():
-          if len(curve) > 1:            # step_seconds needs two points
-            out[model] = {int(n): float(r) for n, r in curve.items()}
+          out[model] = {int(n): float(r) for n, r in curve.items()}
   return out
 
 
@@ -1101,21 +1116,24 @@ def load_curves(flags, path: str) -> dict[str, dict[int, float]]:
 # ran the Fig. 6 step 1.07x faster than scan_bf16_pallas_fa3 on the H200
 # (bench/gpu_results.md (11)), so fa3's curves bound its runs from above.
 # scan_bf16_pallas_fa3dw_attn and _fused (the same loss, a third and
-# ~40% fewer kernels a layer, bench/gpu_results.md (13); _norms and
-# _sublayer, fewer still, (20)) are projected as
-# fa3dw until a slice times them: not a bound, since their kernels are not
-# timed yet.
+# ~40% fewer kernels a layer, bench/gpu_results.md (13)) are projected as
+# fa3dw until a slice times them; _fused's Figs. 10 and 12 sweeps were
+# timed in (19) (their points in bench/members_curves.json, as the rate
+# stage keeps them now), and _norms and _sublayer (fewer kernels still,
+# (20)-(21)) are projected as _fused: not a bound, since their kernels
+# are not timed yet.
 CURVES_STAND_IN = {"scan_bf16_pallas_fa3dw": "scan_bf16_pallas_fa3",
                    "scan_bf16_pallas_fa3dw_attn": "scan_bf16_pallas_fa3dw",
                    "scan_bf16_pallas_fa3dw_fused": "scan_bf16_pallas_fa3dw",
-                   "scan_bf16_pallas_fa3dw_norms": "scan_bf16_pallas_fa3dw",
+                   "scan_bf16_pallas_fa3dw_norms":
+                       "scan_bf16_pallas_fa3dw_fused",
                    "scan_bf16_pallas_fa3dw_sublayer":
-                       "scan_bf16_pallas_fa3dw"}
+                       "scan_bf16_pallas_fa3dw_fused"}
 
 
 def save_curve(flags, path: str, model: str, curve: dict[int, float]):
   """Adds `curve` (measured at `model`, "L=1,d=32", on `path`) to
-  WORKDIR's members_curves.json, {device kind: {path[:pallas]: {model:
+  WORKDIR's members_curves.json, {device kind: {`_curves_key`: {model:
   {N: steps/s}}}}, which runs.tgz brings home to replace --curves
   (bench/members_curves.json): the first curve saved in a workdir starts
   it from --curves, so it holds the earlier slices' curves too."""

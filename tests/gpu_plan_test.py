@@ -176,6 +176,13 @@ class MeasuredCurveTest(absltest.TestCase):
     self.assertAlmostEqual(gpu_paper.step_seconds({1: 500.0, 5: 600.0}, 30),
                            1 / 600)
 
+  def test_one_point_bounds_fewer_members_and_keeps_its_throughput(self):
+    # a sweep's five members at 500 steps/s (2 ms a step): fewer members
+    # never slower, more at its 2,500 member-steps/s
+    for n, ms in ((1, 2.0), (5, 2.0), (6, 2.4), (15, 6.0)):
+      self.assertAlmostEqual(gpu_paper.step_seconds({5: 500.0}, n),
+                             ms / 1e3, msg=n)
+
   def test_saturation_is_the_fewest_members_near_the_most_throughput(self):
     # H200, scan_bf16_pallas_fa3 (bench/gpu_results.md (9)): member-steps/s
     # 1158 / 2022 / 2117 / 2123 at d = 128, 1370 / 3202 / 3896 / 4068 at 32
@@ -270,11 +277,15 @@ class MeasuredCurveTest(absltest.TestCase):
                               curve_model="L=3,d=32"),
         50_000 * gpu_paper.deeper(gpu_paper.step_seconds(curve, 5), 6, 3)
         * (1 + gpu_paper.EVAL_COST) + gpu_paper.RUN_OVERHEAD_S)
-    # one point is no curve: the model at the probe's rate
+    # one point (a sweep's rate) is a curve too: its time at its five
+    # members, and a contrast member's sixth at its member-steps/s
     rate = gpu_paper.FIVE_MEMBER_RATE
-    self.assertEqual(
-        gpu_paper.run_seconds(8, "sweep", 50_000, rate, curve={5: 1.0}),
-        gpu_paper.run_seconds(8, "sweep", 50_000, rate))
+    for contrast, step_s in ((False, 1 / 250), (True, 6 / 5 / 250)):
+      self.assertAlmostEqual(
+          gpu_paper.run_seconds(8, "sweep", 50_000, rate, contrast,
+                                curve={5: 250.0}, curve_model="L=1,d=32"),
+          50_000 * step_s * (1 + gpu_paper.EVAL_COST)
+          + gpu_paper.RUN_OVERHEAD_S)
 
   def test_layer_model_gives_the_measured_deeper_step(self):
     """`deeper` is exact at the measured depth, adds LAYER_COST of the
@@ -337,7 +348,8 @@ class MeasuredCurveTest(absltest.TestCase):
                                  *gpu_paper.curve_for(fused, 9))
     self.assertBetween(pair / 162.0, 1.0, 1.2)
 
-  def test_fa3dw_takes_fa3s_curves_until_its_own_are_measured(self):
+  def test_a_path_takes_a_slower_paths_curves_until_its_own_are_measured(
+      self):
     fa3 = {"1": 1000.0, "5": 500.0}
     own = {"1": 1100.0, "5": 550.0}
     ints = lambda c: {int(n): r for n, r in c.items()}  # noqa: E731
@@ -360,6 +372,16 @@ class MeasuredCurveTest(absltest.TestCase):
                      "scan_bf16_pallas_fa3dw_fused"):
           self.assertEqual(gpu_paper.load_curves(flags, path),
                            {m: ints(c) for m, c in want.items()})
+      # the sublayer kernels, not timed yet: _fused's, where it has its own
+      # (a sweep's point, the rate stage's), else as _fused
+      saved["scan_bf16_pallas_fa3dw_fused"] = {"L=6,d=128": {"5": 301.8}}
+      with open(name, "w") as f:
+        json.dump({"NVIDIA H200": saved}, f)
+      for path in ("scan_bf16_pallas_fa3dw_norms",
+                   "scan_bf16_pallas_fa3dw_sublayer"):
+        self.assertEqual(gpu_paper.load_curves(flags, path),
+                         {"L=1,d=32": ints(fa3), "L=6,d=32": ints(own),
+                          "L=6,d=128": {5: 301.8}})
       self.assertEqual(gpu_paper.load_curves(flags, "scan_bf16_pallas"), {})
 
   def test_every_path_is_a_valid_config_of_every_figure(self):
@@ -455,6 +477,25 @@ class MeasuredCurveTest(absltest.TestCase):
       self.assertEqual(gpu_paper.load_curves(flags, "scan_bf16_pallas"), {})
       self.assertEqual(gpu_paper.load_curves(
           flags, "scan_bf16_pallas_64x128x4x2"), {})      # pinned: no --pallas
+
+  def test_rate_stage_keeps_each_sweep_as_its_models_point(self):
+    """bench/xla_flags_ab.py's rates reach the section's projections:
+    each figure's sweep rate, a one-point curve of its model at five
+    members, replacing the curve the file had for that model."""
+    with tempfile.TemporaryDirectory() as tmp:
+      flags = _todo_flags(tmp, figs="12,10", probe_steps=10,
+                          manual_dir="", tfds_dir=tmp, k=2, rehearse=0)
+      gpu_paper.save_curve(flags, "scan_bf16_pallas", "L=6,d=32",
+                           {1: 800.0, 5: 470.0})
+      timed = {"L=6,d=128": (9.0, 301.8, 250, 6.9),
+               "L=6,d=32": (7.0, 605.3, 250, 6.97)}
+      with mock.patch.object(gpu_paper, "try_rate",
+                             lambda flags, c, what: timed[
+                                 f"L={c.model.num_layers},"
+                                 f"d={c.model.d_model}"]):
+        gpu_paper.rates(flags, "scan_bf16_pallas")
+      self.assertEqual(gpu_paper.load_curves(flags, "scan_bf16_pallas"),
+                       {"L=6,d=128": {5: 301.8}, "L=6,d=32": {5: 605.3}})
 
 
 class ReportStageTest(absltest.TestCase):
