@@ -69,13 +69,23 @@ def order(settings: list[str], rounds: int) -> list[str]:
           for s in (settings if r % 2 == 0 else settings[::-1])]
 
 
-def command(name: str, rest: list[str], paths: dict[str, str]
-            ) -> list[str]:
+def command(name: str, rest: list[str], paths: dict[str, str],
+            workdirs: str = "") -> list[str]:
   """The rate process of setting `name`: gpu_paper.py with the shared
   arguments `rest`, then `--path` of `paths` (--path_of) if it has one
-  (argparse keeps the last)."""
-  return [sys.executable, os.path.join(HERE, "gpu_paper.py"), "--stages",
-          "rate", *rest] + (["--path", paths[name]] if name in paths else [])
+  and, with `workdirs` (--setting_workdirs), `--workdir` `setting_workdir`
+  (absl keeps the last)."""
+  return ([sys.executable, os.path.join(HERE, "gpu_paper.py"), "--stages",
+           "rate", *rest] + (["--path", paths[name]] if name in paths else [])
+          + (["--workdir", setting_workdir(workdirs, name)] if workdirs
+             else []))
+
+
+def setting_workdir(workdirs: str, name: str) -> str:
+  """Setting `name`'s WORKDIR under --setting_workdirs: the rate stage
+  keeps its rates there (members_curves.json), apart from the other
+  settings' (their curves are keyed by path, not XLA_FLAGS)."""
+  return os.path.join(workdirs, name)
 
 
 def parse(output: str) -> dict[int, tuple[float, float]]:
@@ -184,6 +194,13 @@ def main():
   p.add_argument("--winner_path_out", default="",
                  help="with --winner_out: write the winner's --path_of "
                  "path to this file (empty: the shared --path)")
+  p.add_argument("--setting_workdirs", default="",
+                 help="each setting's gpu_paper.py in DIR/NAME (its rates "
+                 "kept in its members_curves.json)")
+  p.add_argument("--winner_curves_out", default="",
+                 help="with --winner_out and --setting_workdirs: write the "
+                 "path of the winner's members_curves.json to this file "
+                 "(a section's --curves under the winner)")
   p.add_argument("rest", nargs="*", help="gpu_paper.py's arguments, after --")
   flags = p.parse_args()
   known = dict(SETTINGS)           # and those of --setting
@@ -196,12 +213,15 @@ def main():
             f"{', '.join(known)}; --setting NAME=FLAGS adds one)")
   if flags.rounds < 1:
     p.error(f"--rounds must be >= 1, got {flags.rounds}")
+  if flags.winner_curves_out and not (flags.winner_out
+                                      and flags.setting_workdirs):
+    p.error("--winner_curves_out needs --winner_out and --setting_workdirs")
   runs, t0 = [], time.time()
   for name in order(settings, flags.rounds):
     env = dict(os.environ)
     env["XLA_FLAGS"] = " ".join(
         x for x in (os.environ.get("XLA_FLAGS", ""), known[name]) if x)
-    cmd = command(name, flags.rest, paths)
+    cmd = command(name, flags.rest, paths, flags.setting_workdirs)
     out = subprocess.run(cmd, env=env, capture_output=True, text=True,
                          check=False)
     text = out.stdout + out.stderr
@@ -219,6 +239,10 @@ def main():
     if flags.winner_path_out:
       with open(flags.winner_path_out, "w") as f:
         f.write(paths.get(best, ""))
+    if flags.winner_curves_out:
+      with open(flags.winner_curves_out, "w") as f:
+        f.write(os.path.join(setting_workdir(flags.setting_workdirs, best),
+                             "members_curves.json"))
     print(f"winner on fig{flags.winner_fig}: {best} "
           f"(XLA_FLAGS {known[best] or '(none)'}"
           + (f", path {paths[best]}" if best in paths else "") + ")",

@@ -1,6 +1,9 @@
 """Tests for bench/xla_flags_ab.py (the XLA_FLAGS A/B's bookkeeping)."""
 import os
+import subprocess
 import sys
+import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 
@@ -31,6 +34,12 @@ class XlaFlagsABTest(absltest.TestCase):
     self.assertEqual(sub[2:], ["--stages", "rate", *rest, "--path",
                                "scan_bf16_pallas_fa3dw_sublayer"])
     self.assertTrue(sub[1].endswith("gpu_paper.py"))
+    # each setting's rates kept in a workdir of its own
+    self.assertEqual(xla_flags_ab.command("sub", rest, paths, "/ab")[-4:],
+                     ["--path", "scan_bf16_pallas_fa3dw_sublayer",
+                      "--workdir", "/ab/sub"])
+    self.assertEqual(xla_flags_ab.command("default", rest, paths, "/ab")[2:],
+                     ["--stages", "rate", *rest, "--workdir", "/ab/default"])
 
   def test_parse_reads_rate_and_loss_and_skips_failures(self):
     got = xla_flags_ab.parse(OUT)
@@ -83,6 +92,41 @@ class XlaFlagsABTest(absltest.TestCase):
     # nothing to compare with: the first setting
     self.assertEqual(xla_flags_ab.winner(runs[1:], settings, 12), "default")
     self.assertEqual(xla_flags_ab.winner(runs, settings, 10), "default")
+
+  def test_the_winner_is_written_with_its_path_and_its_rates_workdir(self):
+    """main's files for the next call: the winner's XLA_FLAGS, path and
+    members curves (its rate process's --workdir under
+    --setting_workdirs)."""
+    rate = ("[ 1.0s] rate fig12 (L=6,d=128, p): compile 1.0 s, {} steps/s; "
+            "loss 7.5; XLA_FLAGS (none)\n")
+    seen = []
+
+    def fake_run(cmd, env, **_):
+      seen.append((cmd[cmd.index("--workdir") + 1], env["XLA_FLAGS"]))
+      fast = "--path" in cmd[-4:]                  # the "sub" setting
+      return subprocess.CompletedProcess(
+          cmd, 0, rate.format(300.0 if fast else 200.0), "")
+
+    with tempfile.TemporaryDirectory() as tmp:
+      out = os.path.join(tmp, "winner")
+      argv = ["xla_flags_ab.py", "--settings", "default,sub", "--rounds",
+              "1", "--setting", "sub=", "--path_of", "sub=other_path",
+              "--winner_out", out, "--winner_path_out", out + ".path",
+              "--setting_workdirs", os.path.join(tmp, "ab"),
+              "--winner_curves_out", out + ".curves", "--", "--figs", "12"]
+      with mock.patch.object(sys, "argv", argv), \
+           mock.patch.object(subprocess, "run", fake_run), \
+           mock.patch("builtins.print"), \
+           self.assertRaises(SystemExit) as exit_:
+        xla_flags_ab.main()
+      self.assertEqual(exit_.exception.code, 0)
+      self.assertEqual([w for w, _ in seen], [os.path.join(tmp, "ab", n)
+                                              for n in ("default", "sub")])
+      read = lambda name: open(name).read()  # noqa: E731
+      self.assertEqual(read(out), "")
+      self.assertEqual(read(out + ".path"), "other_path")
+      self.assertEqual(read(out + ".curves"), os.path.join(
+          tmp, "ab", "sub", "members_curves.json"))
 
 
 if __name__ == "__main__":
