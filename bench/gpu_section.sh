@@ -34,8 +34,9 @@
 #    (19) each lane first compiled its runs side by side, the warm stage,
 #    36-38 s before its first step, and each run still spent 5-15 s in
 #    setup and compilation).
-# 3. the report of the section's runs alone (launch/report.py --norecords)
-#    and the section's wall time.
+# 3. the report of the section's runs alone (launch/report.py --norecords,
+#    on the CPU, its figures drawn side by side) and the section's wall
+#    time (the report's part said).
 #
 # Trains on the runs' path (qkspec.experiments.report_plan.GPU_PATH: a
 # Hopper GPU's) unless --path names another (elsewhere: --path
@@ -85,13 +86,17 @@ rc=${PIPESTATUS[0]}
 wait "$plan_pid" || { cat "$WORK/plan_log.txt"; rc=1; }
 runs=$(find "$prefix"* -mindepth 2 -maxdepth 2 \
   -name members.json -printf '%h\n' 2>/dev/null | sort | paste -sd,)
+t_report=$(date +%s)
 if [ -n "$runs" ]; then
-  python3 launch/report.py --norecords --runs "$runs" \
+  # on the CPU: it computes nothing a GPU would speed up, and starting one
+  # costs seconds; its figures are drawn side by side (figure_writer)
+  JAX_PLATFORMS=cpu python3 launch/report.py --norecords --runs "$runs" \
     --out "$WORK/REPRODUCTION.md" > "$WORK/report.txt" 2>&1 \
     || echo "report failed: see $WORK/report.txt"
 fi
 echo "section: Figs. $(IFS=,; echo "${lanes[*]}") in" \
-  "$(( $(date +%s) - t0 )) s, lanes ${lanes[*]} (the runs: $WORK/lanes.txt;" \
+  "$(( $(date +%s) - t0 )) s (the report $(( $(date +%s) - t_report )) s)," \
+  "lanes ${lanes[*]} (the runs: $WORK/lanes.txt;" \
   "the report: $WORK/REPRODUCTION.md)" | tee "$WORK/section.txt"
 cat "$WORK/plan.txt" "$WORK/lanes.txt" "$WORK/section.txt" \
   > "$OUT/section.txt" 2> /dev/null
