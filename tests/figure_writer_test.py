@@ -25,12 +25,22 @@ def _figures(n: int) -> list:
   return out
 
 
+def _unpicklable(n: int) -> list:
+  """`_figures`, the second with a scale of local functions (which pickle
+  refuses)."""
+  figs = _figures(n)
+  figs[1].axes[1].set_yscale("function", functions=(lambda x: x ** 0.5,
+                                                    lambda y: y ** 2))
+  return figs
+
+
 class FigureWriterTest(absltest.TestCase):
 
-  def _save(self, tmp: str, sub: str, workers: int, n: int = 3) -> list:
+  def _save(self, tmp: str, sub: str, workers: int, n: int = 3,
+            make=_figures) -> list:
     os.makedirs(os.path.join(tmp, sub))
     pngs = [os.path.join(tmp, sub, f"f{i}.png") for i in range(n)]
-    figs = _figures(n)
+    figs = make(n)
     figure_writer.save_all([(fig, png, 60 + 10 * i) for i, (fig, png) in
                             enumerate(zip(figs, pngs))], workers)
     for fig in figs:                                # every figure closed
@@ -43,6 +53,12 @@ class FigureWriterTest(absltest.TestCase):
       side = self._save(tmp, "side", 2)
     self.assertLen(set(here), 3)                    # three distinct figures
     self.assertEqual(here, side)                    # byte for byte
+
+  def test_a_figure_that_does_not_pickle_is_drawn_here(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      here = self._save(tmp, "here", 1, make=_unpicklable)
+      side = self._save(tmp, "side", 2, make=_unpicklable)
+    self.assertEqual(here, side)
 
   def test_a_share_whose_process_fails_is_drawn_here(self):
     with tempfile.TemporaryDirectory() as tmp:

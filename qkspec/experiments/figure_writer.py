@@ -5,11 +5,13 @@ rasterising) is most of what a report costs: the section's report of six
 runs spends ~4.5 s of 5.5 in a dozen `savefig` calls on one core
 (cProfile, bench/gpu_results.md (23)), after the GPU's last step. The
 figures do not depend on one another, so `save_all` pickles them (a
-matplotlib figure pickles whole) and has up to one
-`python -m qkspec.experiments.figure_writer` process per core draw a
-share, each importing matplotlib alone (not jax). The PNGs are the ones
-`fig.savefig(png, dpi=dpi)` writes in this process (tests/report_test.py
-compares their pixels). A share whose process fails is drawn here.
+matplotlib figure pickles whole, unless it holds a local function) and
+has up to one `python -m qkspec.experiments.figure_writer` process per
+core draw a share, each importing matplotlib alone (not jax). The PNGs
+are byte for byte the ones `fig.savefig(png, dpi=dpi)` writes in this
+process (tests/figure_writer_test.py). A figure that does not pickle is
+drawn here while the processes draw theirs, and so is the share of a
+process that fails.
 """
 import os
 import pickle
@@ -44,19 +46,22 @@ def save_all(jobs: list[tuple], workers: int | None = None) -> None:
   """Saves each `(figure, png path, dpi)` of `jobs` and closes the figure.
 
   With `workers` (default: `cores()`) above 1 and two jobs or more, the
-  figures are drawn by min(workers, jobs) processes, the jobs dealt round
-  the processes in order; else here, one after another."""
-  workers = min(workers or cores(), len(jobs))
-  if workers <= 1:
-    for fig, png, dpi in jobs:
-      fig.savefig(png, dpi=dpi)
-      plt.close(fig)
-    return
-  blobs = []
+  figures that pickle are drawn by up to `workers` processes (dealt round
+  them in order) while this process draws those that do not (a scale
+  given as local functions, say); else all here, one after another."""
+  workers = workers or cores()
+  here, blobs = [], []
   for fig, png, dpi in jobs:
-    blobs.append((pickle.dumps(fig), str(png), dpi))
-    plt.close(fig)
-  shares = [blobs[i::workers] for i in range(workers)]
+    if workers > 1 and len(jobs) > 1:
+      try:
+        blobs.append((pickle.dumps(fig), str(png), dpi))
+        plt.close(fig)
+        continue
+      except Exception:  # pylint: disable=broad-except
+        pass                          # unpicklable: drawn here
+    here.append((fig, png, dpi))
+  n = min(workers, len(blobs))
+  shares = [blobs[i::n] for i in range(n)]
   with tempfile.TemporaryDirectory(prefix="figure_writer") as tmp:
     procs = []
     for i, share in enumerate(shares):
@@ -66,6 +71,9 @@ def save_all(jobs: list[tuple], workers: int | None = None) -> None:
       procs.append(subprocess.Popen(  # pylint: disable=consider-using-with
           [sys.executable, "-m", MODULE, name], stdout=subprocess.DEVNULL,
           stderr=subprocess.PIPE))
+    for fig, png, dpi in here:        # while the processes draw theirs
+      fig.savefig(png, dpi=dpi)
+      plt.close(fig)
     for proc, share in zip(procs, shares):
       _, err = proc.communicate()
       if proc.returncode != 0:        # drawn here instead
