@@ -4,7 +4,7 @@ r"""The report's wall time with its figures drawn here or side by side.
 
 `qkspec.experiments.report.write_report` over the given runs (e.g. the
 section's six, bench/gpu_section.sh), its figures drawn one after another
-in this process (`figure_writer.save_all` with one worker: the reference)
+in this process (`figure_writer.Figures` with one worker: the reference)
 or by one process per core (the default), alternating, each into a fresh
 directory. Prints each round's seconds, the medians and their ratio, from
 one process (the report's imports are paid once, before either is timed).
@@ -21,9 +21,8 @@ from qkspec.experiments import report
 
 def timed(runs: list[str], workers: int) -> float:
   """Seconds of one `write_report` of `runs` with `workers` drawing."""
-  save_all = figure_writer.save_all
   with tempfile.TemporaryDirectory() as tmp, mock.patch.object(
-      figure_writer, "save_all", lambda jobs: save_all(jobs, workers)):
+      figure_writer, "cores", lambda: workers):
     t = time.perf_counter()
     report.write_report(runs, f"{tmp}/REPRODUCTION.md")
     return time.perf_counter() - t

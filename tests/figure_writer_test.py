@@ -54,6 +54,17 @@ class FigureWriterTest(absltest.TestCase):
     self.assertLen(set(here), 3)                    # three distinct figures
     self.assertEqual(here, side)                    # byte for byte
 
+  def test_a_figure_is_closed_when_added_so_few_are_ever_open(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      figures = figure_writer.Figures(2)
+      made = _figures(3)
+      for i, fig in enumerate(made):
+        figures.add(fig, os.path.join(tmp, f"f{i}.png"), 60)
+        self.assertFalse(plt.fignum_exists(fig.number))
+      self.assertEmpty(os.listdir(tmp))             # drawn by `draw`
+      figures.draw()
+      self.assertLen(os.listdir(tmp), 3)
+
   def test_a_figure_that_does_not_pickle_is_drawn_here(self):
     with tempfile.TemporaryDirectory() as tmp:
       here = self._save(tmp, "here", 1, make=_unpicklable)

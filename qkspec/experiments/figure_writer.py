@@ -4,14 +4,14 @@ Drawing a figure (matplotlib's `savefig`: its constrained layout, text and
 rasterising) is most of what a report costs: the section's report of six
 runs spends ~4.5 s of 5.5 in a dozen `savefig` calls on one core
 (cProfile, bench/gpu_results.md (23)), after the GPU's last step. The
-figures do not depend on one another, so `save_all` pickles them (a
-matplotlib figure pickles whole, unless it holds a local function) and
-has up to one `python -m qkspec.experiments.figure_writer` process per
-core draw a share, each importing matplotlib alone (not jax). The PNGs
-are byte for byte the ones `fig.savefig(png, dpi=dpi)` writes in this
-process (tests/figure_writer_test.py). A figure that does not pickle is
-drawn here while the processes draw theirs, and so is the share of a
-process that fails.
+figures do not depend on one another, so `Figures` pickles each as it is
+made (a matplotlib figure pickles whole, unless it holds a local
+function) and then has up to one
+`python -m qkspec.experiments.figure_writer` process per core draw a
+share, each importing matplotlib alone (not jax). The PNGs are byte for
+byte the ones `fig.savefig(png, dpi=dpi)` writes in this process
+(tests/figure_writer_test.py). A figure that does not pickle is drawn
+here, and so is the share of a process that fails.
 """
 import os
 import pickle
@@ -42,45 +42,62 @@ def _draw(share: list[tuple[bytes, str, int]]) -> None:
     plt.close(fig)
 
 
-def save_all(jobs: list[tuple], workers: int | None = None) -> None:
-  """Saves each `(figure, png path, dpi)` of `jobs` and closes the figure.
+class Figures:
+  """The PNGs of a report: `add` each figure as it is made, then `draw`.
 
-  With `workers` (default: `cores()`) above 1 and two jobs or more, the
-  figures that pickle are drawn by up to `workers` processes (dealt round
-  them in order) while this process draws those that do not (a scale
-  given as local functions, say); else all here, one after another."""
-  workers = workers or cores()
-  here, blobs = [], []
-  for fig, png, dpi in jobs:
-    if workers > 1 and len(jobs) > 1:
+  With `workers` (default: `cores()`) above 1, `add` pickles a figure and
+  closes it (so that a report's dozens are never open at once) and `draw`
+  has up to `workers` processes draw them, dealt round in order; a figure
+  that does not pickle (a scale given as local functions, say), or any
+  with one worker, is drawn by `add` at once, here."""
+
+  def __init__(self, workers: int | None = None):
+    self.workers = workers or cores()
+    self.blobs = []
+
+  def add(self, fig, png, dpi: int) -> None:
+    if self.workers > 1:
       try:
-        blobs.append((pickle.dumps(fig), str(png), dpi))
+        self.blobs.append((pickle.dumps(fig), str(png), dpi))
         plt.close(fig)
-        continue
+        return
       except Exception:  # pylint: disable=broad-except
         pass                          # unpicklable: drawn here
-    here.append((fig, png, dpi))
-  n = min(workers, len(blobs))
-  shares = [blobs[i::n] for i in range(n)]
-  with tempfile.TemporaryDirectory(prefix="figure_writer") as tmp:
-    procs = []
-    for i, share in enumerate(shares):
-      name = os.path.join(tmp, f"share{i}.pkl")
-      with open(name, "wb") as f:
-        pickle.dump(share, f)
-      procs.append(subprocess.Popen(  # pylint: disable=consider-using-with
-          [sys.executable, "-m", MODULE, name], stdout=subprocess.DEVNULL,
-          stderr=subprocess.PIPE))
-    for fig, png, dpi in here:        # while the processes draw theirs
-      fig.savefig(png, dpi=dpi)
-      plt.close(fig)
-    for proc, share in zip(procs, shares):
-      _, err = proc.communicate()
-      if proc.returncode != 0:        # drawn here instead
-        print(f"figure_writer: a process failed ({proc.returncode}): "
-              f"{err.decode(errors='replace')[-500:]}; drawing its "
-              f"{len(share)} figure(s) here", file=sys.stderr)
-        _draw(share)
+    fig.savefig(png, dpi=dpi)
+    plt.close(fig)
+
+  def draw(self) -> None:
+    """Draws the figures `add` kept; a share whose process fails, here."""
+    blobs, self.blobs = self.blobs, []
+    n = min(self.workers, len(blobs))
+    if n <= 1:
+      _draw(blobs)
+      return
+    shares = [blobs[i::n] for i in range(n)]
+    with tempfile.TemporaryDirectory(prefix="figure_writer") as tmp:
+      procs = []
+      for i, share in enumerate(shares):
+        name = os.path.join(tmp, f"share{i}.pkl")
+        with open(name, "wb") as f:
+          pickle.dump(share, f)
+        procs.append(subprocess.Popen(  # pylint: disable=consider-using-with
+            [sys.executable, "-m", MODULE, name], stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE))
+      for proc, share in zip(procs, shares):
+        _, err = proc.communicate()
+        if proc.returncode != 0:      # drawn here instead
+          print(f"figure_writer: a process failed ({proc.returncode}): "
+                f"{err.decode(errors='replace')[-500:]}; drawing its "
+                f"{len(share)} figure(s) here", file=sys.stderr)
+          _draw(share)
+
+
+def save_all(jobs: list[tuple], workers: int | None = None) -> None:
+  """Saves each `(figure, png path, dpi)` of `jobs` (`Figures`)."""
+  figures = Figures(workers)
+  for job in jobs:
+    figures.add(*job)
+  figures.draw()
 
 
 def main(argv: list[str]) -> None:
