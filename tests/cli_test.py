@@ -179,9 +179,13 @@ class InterruptTest(absltest.TestCase):
     # to another of the process's threads (JAX starts several) reaches
     # Python's handler only when the main thread next runs Python, which
     # one long sleep would put off past the timeout (seen once, under
-    # the full suite's load).
+    # the full suite's load). SIGINT handled as in a terminal's foreground:
+    # a suite started in the background (`cmd &` without job control, as
+    # a CI harness may) hands its processes SIGINT ignored, which Python
+    # then keeps (the test failed so).
     script = textwrap.dedent("""
-        import sys, time
+        import signal, sys, time
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from qkspec.experiments import cli
         def run(config, workdir):
           print("running", flush=True)
