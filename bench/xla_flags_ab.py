@@ -74,7 +74,7 @@ def command(name: str, rest: list[str], paths: dict[str, str],
   """The rate process of setting `name`: gpu_paper.py with the shared
   arguments `rest`, then `--path` of `paths` (--path_of) if it has one
   and, with `workdirs` (--setting_workdirs), `--workdir` `setting_workdir`
-  (absl keeps the last)."""
+  (argparse keeps the last)."""
   return ([sys.executable, os.path.join(HERE, "gpu_paper.py"), "--stages",
            "rate", *rest] + (["--path", paths[name]] if name in paths else [])
           + (["--workdir", setting_workdir(workdirs, name)] if workdirs
