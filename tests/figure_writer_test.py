@@ -41,8 +41,10 @@ class FigureWriterTest(absltest.TestCase):
     os.makedirs(os.path.join(tmp, sub))
     pngs = [os.path.join(tmp, sub, f"f{i}.png") for i in range(n)]
     figs = make(n)
-    figure_writer.save_all([(fig, png, 60 + 10 * i) for i, (fig, png) in
-                            enumerate(zip(figs, pngs))], workers)
+    figures = figure_writer.Figures(workers)
+    for i, (fig, png) in enumerate(zip(figs, pngs)):
+      figures.add(fig, png, 60 + 10 * i)
+    figures.draw()
     for fig in figs:                                # every figure closed
       self.assertFalse(plt.fignum_exists(fig.number))
     return [open(png, "rb").read() for png in pngs]

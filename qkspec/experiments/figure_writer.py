@@ -92,17 +92,9 @@ class Figures:
           _draw(share)
 
 
-def save_all(jobs: list[tuple], workers: int | None = None) -> None:
-  """Saves each `(figure, png path, dpi)` of `jobs` (`Figures`)."""
-  figures = Figures(workers)
-  for job in jobs:
-    figures.add(*job)
-  figures.draw()
-
-
 def main(argv: list[str]) -> None:
   """`python -m qkspec.experiments.figure_writer SHARE.pkl`: draws the
-  share `save_all` pickled there."""
+  share `Figures.draw` pickled there."""
   with open(argv[1], "rb") as f:
     _draw(pickle.load(f))
 
