@@ -334,7 +334,7 @@ def _run(run: Run, state, start: int, actions: list[actions_lib.PeriodicAction],
               jax.block_until_ready(state)
             ready = True
           with clock.phase(action.phase):
-            left = getattr(action, "begin", action)(step, state)
+            left = action.begin(step, state)
           if left is not None:
             rest.append((action.phase, left))
       boundary = step          # every action due at `step` has run

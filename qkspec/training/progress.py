@@ -64,6 +64,10 @@ class ProgressAction:
       return False
     return self._clock() - self._last >= self.every_s
 
+  def begin(self, step: int, state) -> None:
+    """The loop's call (`actions.PeriodicAction.begin`): all of it now."""
+    self(step, state)
+
   def __call__(self, step: int, state) -> None:
     jax.block_until_ready(state.step)
     now = self._last = self._clock()
