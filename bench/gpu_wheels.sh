@@ -9,20 +9,21 @@
 # name and size) are not installed again. Returns 1 when the wheels do not
 # install.
 if [ -z "${NO_WHEELS:-}" ] && compgen -G ".whl/*.whl" > /dev/null; then
+  optional=$(compgen -G ".whl/optional/*.whl")   # tokamax: may fail
   # the same wheels installed by an earlier call on this warm machine: kept
-  stamp=$(stat -c "%n %s" .whl/*.whl .whl/optional/*.whl 2> /dev/null | md5sum)
+  stamp=$(stat -c "%n %s" .whl/*.whl $optional | md5sum)
   if [ "$(cat /tmp/site/.qkspec_wheels 2> /dev/null)" != "$stamp" ]; then
     rm -f /tmp/site/.qkspec_wheels
     python3 -m pip install -q --no-index --no-deps --no-compile \
       --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || return 1
-    if compgen -G ".whl/optional/*.whl" > /dev/null; then  # tokamax: may fail
+    if [ -n "$optional" ]; then
       python3 -m pip install -q --no-index --no-deps --no-compile \
         --no-cache-dir --upgrade --target /tmp/site-optional \
         .whl/optional/*.whl || echo "optional wheels not installed"
     fi
     echo "$stamp" > /tmp/site/.qkspec_wheels
   fi
-  if [ -d /tmp/site-optional ]; then
+  if [ -n "$optional" ]; then
     export OPTIONAL_SITE=/tmp/site-optional   # bench/xent_kernel.py appends it
   fi
   export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
