@@ -36,9 +36,10 @@ slice:
   model's `attention_impl="pallas"`), XLA's, and tokamax's (`$OPTIONAL_SITE`).
 
 Nothing runs, so nothing on the GPU is timed: no autotuning either, so
-XLA's own matmuls keep default tiles. Needs, in an environment of its own (never the project's: the
-plugin must stay out of the CPU install), the CUDA plugin of the installed
-jax version and a `ptxas` on PATH (a CUDA toolkit's)::
+XLA's own matmuls keep default tiles. Needs, in an environment of its own
+(never the project's: the plugin must stay out of the CPU install), the
+CUDA plugin of the installed jax version and a `ptxas` on PATH (a CUDA
+toolkit's)::
 
   python -m pip install "jax-cuda12-plugin==$JAXVER" "jax-cuda12-pjrt==$JAXVER"
 

@@ -1093,9 +1093,8 @@ def load_curves(flags, path: str) -> dict[str, dict[int, float]]:
   """Model ("L=1,d=32") -> {N: steps/s}: members curves measured on `path`
   (at the same Pallas setting) and this device kind, a curve of one
   point where only a sweep was timed (the rate stage), from --curves (a
-  file
-  brought home from a slice) and then WORKDIR's (this machine's earlier
-  calls), the later file's curve replacing the earlier's. --plan_device
+  file brought home from a slice) and then WORKDIR's (this machine's
+  earlier calls), the later file's curve replacing the earlier's. --plan_device
   names another device kind's curves (a slice's plan listed on a CPU).
   A model not measured on `path` takes its CURVES_STAND_IN path's curve."""
   device = flags.plan_device or jax.devices()[0].device_kind

@@ -7,14 +7,15 @@ thread: the state's initialisation, the per-layer measurements (the log at
 step 0, `layer_stats.measure`), the k-step train call
 (`qkspec.training.multi_step`), at the first evaluation each eval
 split's program and at the first checkpoint the state's copy
-(`actions.CheckpointAction`). Each waits for the one before, although none needs
-another's result: only the shapes and shardings of its arguments.
+(`actions.CheckpointAction`). Each waits for the one before, although
+none needs another's result: only the shapes and shardings of its
+arguments.
 
 `start(steps, abstract_state, ...)` therefore lowers and compiles the
 measurements, the train call, the eval programs and the copy on worker
 threads, from the arguments' shapes and shardings
-(`jax.ShapeDtypeStruct`), while the main thread initialises or restores the state. XLA releases the GIL while
-it compiles, and jax's ahead-of-time `lower(...).compile()` fills the same
+(`jax.ShapeDtypeStruct`), while the main thread initialises or restores
+the state. XLA releases the GIL while it compiles, and jax's ahead-of-time `lower(...).compile()` fills the same
 cache that `jit` dispatch reads, so the first call of each program finds
 its executable compiled (tests/precompile_test.py checks that no program
 compiles twice and that the workers compiled them). `Warm` makes that
