@@ -57,6 +57,9 @@ SETTINGS = {
                "--xla_gpu_graph_min_graph_size=1"),
     "cublas": "--xla_gpu_enable_triton_gemm=false",
 }
+# gpu_paper.CURVES_FILE (a test holds them equal; importing gpu_paper would
+# load jax into this parent of the rate processes)
+CURVES_FILE = "members_curves.json"
 WIN_MARGIN = 0.05   # --winner_out: a setting must beat the first by 5%
 LOSS_RTOL = 1e-2    # reruns differ a little on a GPU; a broken capture, not
 _RATE = re.compile(r"rate fig(\d+) \(.*?\): compile ([\d.]+) s, ([\d.]+) "
@@ -242,7 +245,7 @@ def main():
     if flags.winner_curves_out:
       with open(flags.winner_curves_out, "w") as f:
         f.write(os.path.join(setting_workdir(flags.setting_workdirs, best),
-                             "members_curves.json"))
+                             CURVES_FILE))
     print(f"winner on fig{flags.winner_fig}: {best} "
           f"(XLA_FLAGS {known[best] or '(none)'}"
           + (f", path {paths[best]}" if best in paths else "") + ")",

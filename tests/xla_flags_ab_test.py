@@ -127,6 +127,9 @@ class XlaFlagsABTest(absltest.TestCase):
       self.assertEqual(read(out + ".path"), "other_path")
       self.assertEqual(read(out + ".curves"), os.path.join(
           tmp, "ab", "sub", "members_curves.json"))
+    # the file gpu_paper.py's rate stage writes
+    import gpu_paper  # pylint: disable=g-import-not-at-top
+    self.assertEqual(xla_flags_ab.CURVES_FILE, gpu_paper.CURVES_FILE)
 
 
 if __name__ == "__main__":
