@@ -15,11 +15,12 @@ arguments.
 measurements, the train call, the eval programs and the copy on worker
 threads, from the arguments' shapes and shardings
 (`jax.ShapeDtypeStruct`), while the main thread initialises or restores
-the state. XLA releases the GIL while it compiles, and jax's ahead-of-time `lower(...).compile()` fills the same
-cache that `jit` dispatch reads, so the first call of each program finds
-its executable compiled (tests/precompile_test.py checks that no program
-compiles twice and that the workers compiled them). `Warm` makes that
-first call wait for its worker instead of compiling a second time.
+the state. XLA releases the GIL while it compiles, and jax's
+ahead-of-time `lower(...).compile()` fills the same cache that `jit`
+dispatch reads, so the first call of each program finds its executable
+compiled (tests/precompile_test.py checks that no program compiles
+twice and that the workers compiled them). `Warm` makes that first call
+wait for its worker instead of compiling a second time.
 
 Nothing changes in what is computed: the same jitted functions run on the
 same arguments. Where a worker's compilation differs from the call's (a
