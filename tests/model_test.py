@@ -1,7 +1,5 @@
 """Tests for qkspec.training.model: shapes, causality, sown logits vs W_QK, LocATER."""
 # pylint: disable=invalid-name
-import contextlib
-import dataclasses
 import math
 
 from absl.testing import absltest
@@ -18,6 +16,7 @@ from qkspec.theory import locater
 from qkspec.training import model as model_lib
 from qkspec.training import step as step_lib
 from qkspec.training import layer_stats
+from qkspec.training import tasks
 import testutil
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
@@ -94,6 +93,13 @@ class QkFromKernelsTest(absltest.TestCase):
       model_lib.qk_from_kernels(jnp.ones((3,)), jnp.ones((3,)))
 
 
+def _plain_loss(task, params, batch):
+  """(loss sum, weight) from the whole [B, T, V] logits."""
+  logits = task.model.apply({"params": params}, batch["inputs"],
+                            deterministic=True)
+  return tasks.token_loss(logits, batch)
+
+
 class ModelTest(parameterized.TestCase):
 
   @parameterized.parameters(("post", 1), ("pre", 2), ("none", 1))
@@ -153,23 +159,20 @@ class ModelTest(parameterized.TestCase):
 
   def test_temperature_none_is_sqrt_head_width(self):
     # H = 2: lambda = sqrt(D) = sqrt(d / 2), not sqrt(d). None (the
-    # default), sqrt(D) and the old spelling 0.0 give identical logits.
+    # default) and sqrt(D) give identical logits; None's lambda is sqrt(D)
+    # in float32 (`softmax.temperature`), the models' precision.
     D = d // 2
     tokens = jax.random.randint(jax.random.key(11), (B, T), 0, V)
     logits = {}
-    for t in (None, math.sqrt(D), 0.0, 2.0):
+    for t in (None, math.sqrt(D), 2.0):
       mc = _lm_model_config(num_heads=2, temperature=t)
-      old = t is not None and t == 0.0
-      with (self.assertWarnsRegex(FutureWarning, "old spelling of None")
-            if old else contextlib.nullcontext()):
-        self.assertEqual(model_lib.attention_temperature(mc),
-                         math.sqrt(D) if t is None or old else t)
-        m = model_lib.make_model(mc, "lm", V)
+      self.assertEqual(model_lib.attention_temperature(mc),
+                       float(np.float32(math.sqrt(D))) if t is None else t)
+      m = model_lib.make_model(mc, "lm", V)
       params = m.init(jax.random.key(12), tokens)["params"]
       logits[t] = m.apply({"params": params}, tokens)
     self.assertIsNone(_lm_model_config().temperature)
     np.testing.assert_array_equal(logits[None], logits[math.sqrt(D)])
-    np.testing.assert_array_equal(logits[None], logits[0.0])
     self.assertGreater(float(jnp.abs(logits[None] - logits[2.0]).max()), 0.0)
 
   def test_theory_model_matches_paper_block(self):
@@ -225,49 +228,31 @@ class ModelTest(parameterized.TestCase):
     np.testing.assert_allclose(step_lib.locater_term(params, hp), want,
                                rtol=1e-6)
     # The training objective is loss + that term.
-    task = testutil.fused_lm_task(c.model, V)
+    task = testutil.lm_task(c.model, V)
     batch = {"inputs": tokens, "targets": tokens + 1}
     key = jax.random.key(0)
     total, (loss, pen) = step_lib.objective(params, hp, batch, key,
                                             task=task, deterministic=True)
     np.testing.assert_allclose(pen, want, rtol=1e-6)
     np.testing.assert_allclose(total, loss + want, rtol=1e-6)
-    # The fused loss equals the plain cross-entropy of the logits.
-    plain = dataclasses.replace(task, fused_loss=False)
+    # The loss inside the model equals the cross-entropy of its logits.
     np.testing.assert_allclose(
-        step_lib.objective(params, hp, batch, key, task=plain,
-                           deterministic=True)[1][0], loss, rtol=1e-5)
+        _plain_loss(task, params, batch)[0] / (B * T), loss, rtol=1e-5)
 
-  def test_fused_loss_gradients_equal_plain(self):
+  def test_loss_gradients_equal_those_of_the_logits(self):
     c = common.lm_config()
-    c.model.update(d_model=d, ffn_dim=d, num_layers=2, loss_chunk=5)
-    fused = testutil.fused_lm_task(c.model, V)
+    c.model.update(d_model=d, ffn_dim=d, num_layers=2)
+    task = testutil.lm_task(c.model, V)
     k1, k2 = jax.random.split(jax.random.key(7))
     tokens = jax.random.randint(k1, (B, T), 0, V)
     batch = {"inputs": tokens, "targets": jnp.roll(tokens, -1, axis=1),
              "weights": (jax.random.uniform(k2, (B, T)) > 0.3) * 1.0}
-    params = fused.model.init(jax.random.key(8), tokens)["params"]
-    plain = dataclasses.replace(fused, fused_loss=False)
-    grads = [jax.grad(lambda p, t=t: t.summed_loss(
-        p, batch, deterministic=True)[0])(params) for t in (fused, plain)]
+    params = task.model.init(jax.random.key(8), tokens)["params"]
+    grads = [jax.grad(lambda p: task.summed_loss(
+        p, batch, deterministic=True)[0])(params),
+             jax.grad(lambda p: _plain_loss(task, p, batch)[0])(params)]
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4,
                                                          atol=1e-6), *grads)
-
-  def test_measurements_through_the_fused_loss_equal_plain(self):
-    # layer_stats.measure keeps the fused loss (no [B, T, V] logits) and
-    # still reads the sown attention: every measurement matches.
-    c = common.lm_config()
-    c.model.update(d_model=d, ffn_dim=d, num_layers=2, loss_chunk=5)
-    fused = testutil.fused_lm_task(c.model, V)
-    tokens = jax.random.randint(jax.random.key(9), (B, T), 0, V)
-    batch = {"inputs": tokens, "targets": jnp.roll(tokens, -1, axis=1)}
-    params = fused.model.init(jax.random.key(10), tokens)["params"]
-    got = [layer_stats.measure(params, batch, task=t)
-           for t in (fused, dataclasses.replace(fused, fused_loss=False))]
-    self.assertEqual(set(got[0]), set(got[1]))
-    for k in got[0]:
-      np.testing.assert_allclose(got[0][k], got[1][k], rtol=1e-5, atol=1e-6,
-                                 err_msg=k)
 
   def test_bfloat16_compute_keeps_float32_params(self):
     m = model_lib.make_model(_lm_model_config(), "lm", V, dtype=jnp.bfloat16)
@@ -285,41 +270,6 @@ class ModelTest(parameterized.TestCase):
     freq = np.exp(np.arange(half) * -(math.log(10000.0) / (half - 1)))
     np.testing.assert_allclose(emb[0, :half], np.sin(2 * freq), rtol=1e-6)
     np.testing.assert_allclose(emb[3, half:], np.cos(5 * freq), rtol=1e-6)
-
-
-class FusedQkvTest(parameterized.TestCase):
-  """`fused_qkv`: one matmul for q, k, v over the same parameters."""
-
-  @parameterized.parameters((1, True), (2, False))
-  def test_same_parameters_loss_and_gradients(self, heads, bias):
-    tokens = jax.random.randint(jax.random.key(11), (B, T), 0, V)
-    batch = {"inputs": tokens, "targets": jnp.roll(tokens, -1, axis=1)}
-    out = []
-    for fused in (False, True):
-      mc = _lm_model_config(num_layers=2, num_heads=heads, qkv_bias=bias,
-                            fused_qkv=fused)
-      task = testutil.fused_lm_task(mc, V)
-      params = task.model.init(jax.random.key(12), tokens)["params"]
-      if bias:    # non-zero biases, so that their gradients are checked
-        params = jax.tree.map(lambda x: x + 0.1, params)
-      loss = lambda p, t=task: t.summed_loss(p, batch, deterministic=True)[0]  # noqa: E731
-      out.append((params, loss(params), jax.grad(loss)(params)))
-    (p0, l0, g0), (p1, l1, g1) = out
-    chex.assert_trees_all_equal_shapes_and_dtypes(p0, p1)
-    jax.tree.map(np.testing.assert_array_equal, p0, p1)
-    np.testing.assert_allclose(l1, l0, rtol=1e-6)
-    # float32 sums in another order: an element's error scales with its
-    # leaf's largest gradient, not with itself (one of a leaf's 800 was
-    # 3.1e-6 off at 0.054 on a 2-core CPU)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(
-        a, b, rtol=1e-5, atol=max(1e-6, 1e-5 * float(np.abs(b).max()))),
-                 g1, g0)
-
-  def test_needs_factored_projections(self):
-    m = model_lib.make_model(_lm_model_config(qk_param="joint",
-                                              fused_qkv=True), "lm", V)
-    with self.assertRaisesRegex(ValueError, "fused_qkv needs"):
-      m.init(jax.random.key(0), jnp.zeros((B, T), jnp.int32))
 
 
 class OptionsTest(absltest.TestCase):

@@ -7,7 +7,6 @@ bit for bit: same batches, same arithmetic in the same order.
 """
 import os
 import tempfile
-from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -18,7 +17,6 @@ import numpy as np
 from qkspec.config import defaults
 from qkspec.data import pipeline
 from qkspec.training import device_feed
-from qkspec.training import fused_xent
 from qkspec.training import loop
 from qkspec.training import multi_step
 from qkspec.training import step as step_lib
@@ -104,19 +102,15 @@ class ScanTest(parameterized.TestCase):
   @parameterized.named_parameters(
       ("lm_sweep", "lm", (0.0, 1.0)),
       ("lm_sweep_bfloat16", "lm_bf16", (0.0, 1.0)),
-      ("lm_sweep_bfloat16_fused", "lm_bf16_fused", (0.0, 1.0)),
-      ("lm_sweep_bfloat16_sublayer", "lm_bf16_sublayer", (0.0, 1.0)),
+      ("lm_sweep_bfloat16_pallas", "lm_bf16_pallas", (0.0, 1.0)),
       ("theory_single", "theory", ()))
   def test_scan_equals_single_steps(self, task, kappa2):
     if task.startswith("lm"):
       c = _lm_smoke(kappa2)
       if task.startswith("lm_bf16"):  # the scan carries bf16 weight copies
         c.compute_dtype = "bfloat16"
-      if task in ("lm_bf16_fused", "lm_bf16_sublayer"):  # GPU paths' layer
-        sub = task == "lm_bf16_sublayer"
-        c.model.update(attention_impl="pallas", fused_qkv=True,
-                       fused_norm=True, fused_ffn=sub, fused_out_proj=sub,
-                       fused_qkv_attention=sub)
+      if task == "lm_bf16_pallas":   # the GPU path's kernels
+        c.model.kernels = "pallas"
     else:
       c = testutil.get_config("theory_task", "smoke")
       c.sweep.kappa1, c.sweep.target = (), ()
@@ -177,69 +171,6 @@ class ScanTest(parameterized.TestCase):
                                  np.asarray(total["loss_sum"]), rtol=1e-6)
       np.testing.assert_array_equal(np.asarray(got["weight"]),
                                     np.asarray(total["weight"]))
-
-
-class KernelGradLayoutTest(absltest.TestCase):
-
-  def test_dv_layout_trains_like_vd(self):
-    """config.model.loss_kernel_grad reaches the fused loss; same step."""
-    states = {}
-    for layout in ("vd", "dv"):
-      c = _lm_smoke(())
-      c.model.loss_kernel_grad = layout
-      steps = step_lib.build_steps(c)
-      self.assertEqual(steps.task.model.loss_kernel_grad, layout)
-      seen = []
-      original = fused_xent.fused_cross_entropy
-
-      def spy(*args, seen=seen, original=original):
-        seen.append(args[7])
-        return original(*args)
-      ik, dk, hp = step_lib.member_inputs(sweep_lib.members(c), False)
-      state = steps.init(ik, hp)
-      with mock.patch.object(fused_xent, "fused_cross_entropy", spy):
-        for s in range(2):
-          state, _ = steps.train(state, steps.task.train_batch(s), dk)
-      self.assertEqual(set(seen), {layout})     # traced with this layout
-      states[layout] = state.params
-    for a, b in zip(jax.tree.leaves(states["vd"]),
-                    jax.tree.leaves(states["dv"]), strict=True):
-      np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5,
-                                 atol=1e-6)
-    c = _lm_smoke(())
-    c.model.loss_kernel_grad = "xx"
-    with self.assertRaisesRegex(ValueError, "loss_kernel_grad"):
-      from qkspec.config import schema  # pylint: disable=g-import-not-at-top
-      schema.validate(c)
-
-  def test_loss_logits_reaches_the_fused_loss_and_is_checked(self):
-    """config.model.loss_logits="compute" rounds the logits block to the
-    compute dtype; refused where it means nothing (plain or Pallas loss)."""
-    from qkspec.config import schema  # pylint: disable=g-import-not-at-top
-    c = _lm_smoke(())
-    c.compute_dtype, c.model.loss_logits = "bfloat16", "compute"
-    schema.validate(c)
-    steps = step_lib.build_steps(c)
-    seen = []
-    original = fused_xent.fused_cross_entropy
-
-    def spy(*args):
-      seen.append(args[8])
-      return original(*args)
-    ik, dk, hp = step_lib.member_inputs(sweep_lib.members(c), False)
-    state = steps.init(ik, hp)
-    with mock.patch.object(fused_xent, "fused_cross_entropy", spy):
-      state, metrics = steps.train(state, steps.task.train_batch(0), dk)
-    self.assertEqual(set(seen), {jnp.bfloat16})
-    self.assertTrue(np.isfinite(metrics["loss"]).all())
-    for change, message in (({"model.fused_loss": False}, "chunked fused"),
-                            ({"model.loss_impl": "pallas"}, "Pallas"),
-                            ({"model.loss_logits": "bf16"}, "loss_logits")):
-      bad = _lm_smoke(())
-      bad.model.loss_logits = "compute"
-      bad.update_from_flattened_dict(change)
-      with self.assertRaisesRegex(ValueError, message):
-        schema.validate(bad)
 
 
 class StepsPerCallTest(absltest.TestCase):

@@ -58,16 +58,15 @@ def lm_batch(config, seed: int = 3) -> dict:
   return {"inputs": tokens, "targets": (tokens + 1) % config.data.vocab_size}
 
 
-def fused_lm_task(model_config, vocab_size: int):
-  """A `tasks.Task` of `model_config`'s LM with the fused loss, no data (for
-  `summed_loss` and `layer_stats.measure` on batches made in the test)."""
+def lm_task(model_config, vocab_size: int):
+  """A `tasks.Task` of `model_config`'s LM, no data (for `summed_loss` and
+  `layer_stats.measure` on batches made in the test)."""
   # pylint: disable=g-import-not-at-top
   from qkspec.training import model as model_lib
   from qkspec.training import tasks
   return tasks.Task("lm", model_lib.make_model(model_config, "lm", vocab_size),
                     None, None, {}, tasks.token_loss, model_config.causal,
-                    model_lib.attention_temperature(model_config), vocab_size,
-                    fused_loss=True)
+                    model_lib.attention_temperature(model_config), vocab_size)
 
 
 def grads_skipping_none(f, args) -> list:

@@ -94,6 +94,7 @@ def theory_config() -> ml_collections.ConfigDict:
       norm="none",           # none | post | pre (LayerNorm placement)
       ffn_bias=False,        # FFN biases
       dropout=0.0,           # residual dropout
+      kernels="xla",         # qkspec.kernels (the theory model: xla only)
   ))
   c.data = ml_collections.ConfigDict(dict(
       seq_len=32,            # T context tokens; the target is x_{T+1}
@@ -155,41 +156,14 @@ def lm_config() -> ml_collections.ConfigDict:
       temperature=config_dict.placeholder(float),  # lambda; None =
                              # sqrt(d / num_heads), the head width (fairseq)
       attn_dropout=0.0,      # fairseq default attention_dropout
-      attention_impl="xla",  # softmax(QK^T/lambda)V in XLA, or "pallas": one
-                             # fused kernel forward, two backward (GPU;
-                             # interpreted on CPU; training/attention_kernel)
-      fused_qkv=False,       # q, k, v as one matmul (same parameters; fewer
-                             # GPU kernels in the backward)
-      fused_qkv_attention=False,  # fused_qkv, one head: that matmul inside
-                             # the attention's kernel (qkv_attention_kernel)
-      fused_norm=False,      # Post-LN: residual sum, dropout and LayerNorm
-                             # as one kernel, with the sublayer's bias
-                             # (GPU; training/norm_kernel)
-      fused_ffn=False,       # fused_norm: the FFN (ReLU, ffn_dim = d) in
-                             # the norm's kernel too (GPU; training/ffn_kernel)
-      fused_out_proj=False,  # fused_norm: the attention's output projection
-                             # in its norm's kernel (training/proj_norm_kernel)
       ffn_dim=128,           # FFN width (paper: = d)
       activation="relu",     # fairseq default activation_fn
       norm="post",           # post (fairseq default) | pre | none
       ffn_bias=True,
       dropout=0.1,           # fairseq transformer_lm default dropout
-      fused_loss=True,       # fused chunked output projection + CE (same maths)
-      loss_chunk=128,        # tokens per fused-loss chunk (memory ~ chunk x V)
-      loss_kernel_grad="vd",  # fused loss: dW accumulated as [V, d] (g^T h,
-                              # fast on CPU) or "dv" [d, V] (h^T g; GPU probe)
-      loss_impl="chunked",   # fused loss in XLA (qkspec.training.fused_xent),
-                             # or "pallas": Triton kernels that never write
-                             # logits (pallas_xent; GPU; interpreted on CPU)
-      loss_pallas=schema.PALLAS_SETTINGS,  # its BN x BV x warps x stages,
-                                           # or FWD/DH/DW, FWD/fwd/DW (dh from
-                                           # the forward), FWD/fa3/DW (that
-                                           # forward by FlashAttention-3,
-                                           # Hopper): schema.pallas_settings;
-                                           # bench/xent_kernel.py times them
-      loss_logits="float32",  # chunked loss: its logits block in float32, or
-                              # "compute": in compute_dtype (bf16 on the GPU
-                              # path, as fairseq's FP16 logits; fused_xent)
+      kernels="xla",         # xla | pallas: fused Pallas kernels for the
+                             # attention, Post-LN and the loss (Hopper
+                             # GPUs; qkspec.kernels, bench/README.md)
   ))
   c.data = data_config()               # WikiText-2: name, dirs, seq_len, ...
   c.data.seq_len = 64                  # T (paper)

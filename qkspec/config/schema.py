@@ -13,110 +13,7 @@ from typing import Any, Callable
 QK_PARAMS = ("factored", "joint")      # W_Q, W_K kernels | one joint W_QK
 NORMS = ("post", "pre", "none")        # LayerNorm placement
 ACTIVATIONS = ("relu", "identity", "gelu")
-LOSS_IMPLS = ("chunked", "pallas")     # fused_xent | pallas_xent
-ATTENTION_IMPLS = ("xla", "pallas")    # model.SelfAttention | attention_kernel
-LOSS_LOGITS = ("float32", "compute")   # the chunked loss's logits dtype
-PALLAS_SETTINGS = "64x128x4x2"         # BN x BV x warps x stages (pallas_xent)
-DH_IN_FORWARD = "fwd"   # in a "FORWARD/DH/DW" setting's DH place: no dh kernel
-DH_IN_FLASH = "fa3"     # the same from FlashAttention-3's forward (Hopper)
-DW_IN_FLASH = "fa3"     # in DW's place (after DH's "fa3"): dW as attention
-                        # ("fa3xG": in G token groups)
-
-
-def check_pallas_settings(block_rows: int, block_vocab: int, num_warps: int,
-                          num_stages: int, splits: int = 1) -> None:
-  """ValueError unless BN and BV are powers of two >= 16 (Triton's smallest
-  dot side), warps and vocabulary splits powers of two and stages >= 1
-  (pallas_xent's kernels)."""
-  spec = f"{block_rows}x{block_vocab}x{num_warps}x{num_stages}" + (
-      f"x{splits}" if splits != 1 else "")
-  for name, v, low in (("BN", block_rows, 16), ("BV", block_vocab, 16),
-                       ("WARPS", num_warps, 1), ("SPLITS", splits, 1)):
-    if v < low or v & (v - 1):
-      raise ValueError(f"Pallas settings {spec!r}: {name} must be a power "
-                       f"of two >= {low}.")
-  if num_stages < 1:
-    raise ValueError(f"Pallas settings {spec!r}: STAGES must be >= 1.")
-
-
-def check_pallas_kernels(forward: tuple, dh: tuple, dw: tuple) -> None:
-  """`check_pallas_settings` of each kernel's (BN, BV, warps, stages[,
-  splits]), and no vocabulary splits for the dW kernel (one program per
-  column block already)."""
-  for fields in (forward, dh, dw):
-    check_pallas_settings(*fields)
-  if tuple(dw[4:]) not in ((), (1,)):
-    raise ValueError(f"Pallas settings: the dW kernel takes no vocabulary "
-                     f"splits (a program per column block already), got "
-                     f"{dw[4]}.")
-
-
-def _launch(part: str, spec: str) -> tuple:
-  try:
-    fields = tuple(int(p) for p in part.split("x"))
-    if len(fields) not in (4, 5):
-      raise ValueError
-  except (ValueError, AttributeError):
-    raise ValueError(f"Pallas settings must read BNxBVxWARPSxSTAGES[xSPLITS]"
-                     f", e.g. {PALLAS_SETTINGS!r}, or FORWARD/DH/DW, three "
-                     f"such ('{DH_IN_FORWARD}' or '{DH_IN_FLASH}' in place "
-                     f"of DH), got "
-                     f"{spec!r}.") from None
-  check_pallas_settings(*fields)      # names the offending field
-  return fields
-
-
-def pallas_settings(spec: str) -> dict:
-  """"BNxBVxWARPSxSTAGES" (config.model.loss_pallas) -> the keyword
-  arguments of `pallas_xent.linear_cross_entropy`, checked as above: one
-  setting for its three kernels, or "FORWARD/DH/DW" (three settings, e.g.
-  "128x128x8x3/64x128x4x2/64x128x4x2"), each kernel its own (`backward`).
-  A fifth field, "xSPLITS", splits the vocabulary of the forward or dh
-  kernel over that many programs per row block (`vocab_splits`; not the
-  dW kernel's). "fwd" in place of DH (e.g. "64x128x4x2/fwd/64x128x4x2")
-  takes dh from the forward kernel's softmax mean of W's columns instead
-  of a dh kernel (`dh_in_forward`); "fa3" there does the same with
-  jax's FlashAttention-3 kernel as that forward (`flash_forward`: FORWARD's
-  BN, BV, STAGES and SPLITS are its block_q, block_kv, concurrent steps
-  and splits; evaluation keeps the Triton forward). "fa3" in DW's place
-  too (e.g. "64x128x4x2x4/fa3/fa3") computes dW with the same kernel, the
-  vocabulary as queries and the tokens as keys (`flash_dw`,
-  `flash_forward.weight_grad`: FORWARD's BN, BV and STAGES again, in as
-  many token groups as FORWARD's SPLITS, or G with "fa3xG").
-  bench/xent_kernel.py times such settings on a GPU."""
-  parts = spec.split("/") if isinstance(spec, str) else [spec]
-  if len(parts) not in (1, 3):
-    raise ValueError(f"Pallas settings must be one BNxBVxWARPSxSTAGES or "
-                     f"three joined by '/' (forward, dh, dW), got {spec!r}.")
-  in_forward = len(parts) == 3 and parts[1] in (DH_IN_FORWARD, DH_IN_FLASH)
-  flash = in_forward and parts[1] == DH_IN_FLASH
-  flash_dw = len(parts) == 3 and parts[2].startswith(DW_IN_FLASH)
-  groups = parts[2][len(DW_IN_FLASH):] if flash_dw else ""
-  if groups and not (groups[0] == "x" and groups[1:].isdigit()
-                     and int(groups[1:]) >= 1):
-    raise ValueError(f"Pallas settings {spec!r}: DW's '{DW_IN_FLASH}' "
-                     f"takes 'xG', G >= 1 token groups, got {parts[2]!r}.")
-  if flash_dw and not flash:
-    raise ValueError(f"Pallas settings {spec!r}: '{DW_IN_FLASH}' in DW's "
-                     f"place needs '{DH_IN_FLASH}' in DH's (FlashAttention-3 "
-                     f"for both).")
-  if in_forward:
-    parts[1] = parts[0]       # the dh kernel's launch: unused
-  if flash_dw:                # the Triton dW kernel's launch: unused
-    parts[2] = "x".join(parts[0].split("x")[:4])
-  launches = [_launch(part, spec) for part in parts]
-  out = dict(zip(("block_rows", "block_vocab", "num_warps", "num_stages",
-                  "vocab_splits"), launches[0]))
-  if len(launches) == 3:
-    check_pallas_kernels(*launches)
-    out["backward"] = tuple(launches[1:])
-  if in_forward:
-    out["dh_in_forward"] = True
-  if flash:
-    out["flash_forward"] = True
-  if flash_dw:               # G, else the forward's vocabulary splits
-    out["flash_dw"] = int(groups[1:]) if groups else out.get("vocab_splits", 1)
-  return out
+KERNELS = ("xla", "pallas")            # qkspec.kernels: XLA | Pallas (GPU)
 
 
 def _is_int(v):
@@ -176,17 +73,8 @@ def _tuple_of(check_item):
   return check
 
 
-def _pallas_settings(v):
-  try:
-    pallas_settings(v)
-  except ValueError as e:
-    return f"is not a valid setting ({e})"
-
-
 def _temperature(v):
-  # None: sqrt(head width). 0.0 is its old spelling, still accepted (the
-  # model warns: qkspec.training.model.attention_temperature).
-  if v is None or (not isinstance(v, bool) and v == 0):
+  if v is None:                          # sqrt(head width)
     return None
   msg = _real(0.0, strict=True)(v)
   if msg:
@@ -241,6 +129,7 @@ _COMMON: dict[str, Callable[[Any], str | None]] = {
     "model.norm": _choice(*NORMS),
     "model.ffn_bias": _bool,
     "model.dropout": _real(0.0, 1.0),
+    "model.kernels": _choice(*KERNELS),
     "opt.lr": _real(0.0, strict=True),
     "opt.b1": _real(0.0, 1.0),
     "opt.b2": _real(0.0, 1.0),
@@ -283,20 +172,6 @@ _SYNTHETIC = {                            # qkspec.training.synthetic_tasks
     "data.num_memorized": _int(1),        # memorization: sequences in the bank
     "data.eval_sequences": _int(1),       # sorting: held-out sequences
 }
-_LM_MODEL = {
-    "model.fused_loss": _bool,            # qkspec.training.fused_xent, no [B,T,V] logits
-    "model.loss_chunk": _int(1),          # rows per fused-loss chunk
-    "model.loss_kernel_grad": _choice("vd", "dv"),  # fused-loss dW layout
-    "model.loss_impl": _choice(*LOSS_IMPLS),  # fused_xent | pallas_xent
-    "model.attention_impl": _choice(*ATTENTION_IMPLS),
-    "model.fused_qkv": _bool,             # one matmul for q, k, v
-    "model.fused_qkv_attention": _bool,   # ... inside the attention kernel
-    "model.fused_norm": _bool,            # Post-LN add+dropout+LN one kernel
-    "model.fused_ffn": _bool,             # fused_norm + the FFN, one kernel
-    "model.fused_out_proj": _bool,        # fused_norm + W_O, one kernel
-    "model.loss_pallas": _pallas_settings,  # BNxBVxWARPSxSTAGES (pallas)
-    "model.loss_logits": _choice(*LOSS_LOGITS),  # chunked: logits dtype
-}
 _LM_DATA = {
     "data.name": _str,
     "data.data_dir": _str,
@@ -320,14 +195,6 @@ def flatten(config, prefix: str = "") -> dict:
   return out
 
 
-# Keys added after configs were saved; missing means their default.
-_OPTIONAL = ("steps_per_call", "model.loss_kernel_grad", "model.loss_impl",
-             "model.loss_pallas", "model.loss_logits", "precompile",
-             "model.attention_impl", "model.fused_qkv", "model.fused_norm",
-             "model.fused_ffn", "model.fused_out_proj",
-             "model.fused_qkv_attention")
-
-
 def validate(config, num_devices: int | None = None) -> None:
   """Raises ValueError naming the key of the first problem in `config`.
 
@@ -343,7 +210,6 @@ def validate(config, num_devices: int | None = None) -> None:
   elif task == "synthetic":
     schema.update(_SYNTHETIC)
   else:
-    schema.update(_LM_MODEL)
     schema.update(_LM_DATA)
   for key in flat:
     if key not in schema:
@@ -353,8 +219,7 @@ def validate(config, num_devices: int | None = None) -> None:
       msg = check(flat[key])
       if msg:
         raise ValueError(f"config.{key} {msg}, got {flat[key]!r}.")
-    elif not (key.startswith("sweep.") or key in _LM_DATA
-              or key in _OPTIONAL):
+    elif not (key.startswith("sweep.") or key in _LM_DATA):
       raise ValueError(f"config.{key} is missing.")
 
   m = config.model
@@ -364,46 +229,12 @@ def validate(config, num_devices: int | None = None) -> None:
   if task == "theory" and m.num_heads != 1 and not m.out_proj:
     raise ValueError("config.model.out_proj must be True with num_heads > 1 "
                      "unless heads are concatenated (head_dim = d / H).")
-  if (task == "lm" and flat.get("model.loss_impl") == "pallas"
-      and not m.fused_loss):
-    raise ValueError("config.model.loss_impl='pallas' is a fused loss: it "
-                     "needs config.model.fused_loss=True.")
-  if task == "lm" and flat.get("model.fused_norm") and m.norm != "post":
-    raise ValueError("config.model.fused_norm=True fuses Post-LN's residual "
-                     "sum, dropout and LayerNorm: it needs "
-                     f"config.model.norm='post', got {m.norm!r}.")
-  if task == "lm" and flat.get("model.fused_ffn") and not (
-      flat.get("model.fused_norm") and m.activation == "relu"
-      and m.ffn_dim == m.d_model):
-    raise ValueError("config.model.fused_ffn=True puts the FFN in "
-                     "fused_norm's kernel: it needs config.model.fused_norm="
-                     "True, activation='relu' and ffn_dim == d_model; got "
-                     f"fused_norm={flat.get('model.fused_norm')}, "
-                     f"activation={m.activation!r}, ffn_dim={m.ffn_dim}, "
-                     f"d_model={m.d_model}.")
-  if task == "lm" and flat.get("model.fused_qkv_attention") and not (
-      flat.get("model.attention_impl") == "pallas"
-      and flat.get("model.fused_qkv") and m.num_heads == 1):
-    raise ValueError("config.model.fused_qkv_attention=True computes q, k, "
-                     "v inside the attention's kernel: it needs "
-                     "config.model.attention_impl='pallas', fused_qkv=True "
-                     "and num_heads=1; got attention_impl="
-                     f"{flat.get('model.attention_impl')!r}, fused_qkv="
-                     f"{flat.get('model.fused_qkv')}, num_heads="
-                     f"{m.num_heads}.")
-  if task == "lm" and flat.get("model.fused_out_proj") and not (
-      flat.get("model.fused_norm") and m.out_proj):
-    raise ValueError("config.model.fused_out_proj=True puts the attention's "
-                     "output projection in fused_norm's kernel: it needs "
-                     "config.model.fused_norm=True and out_proj=True; got "
-                     f"fused_norm={flat.get('model.fused_norm')}, "
-                     f"out_proj={m.out_proj}.")
-  if (task == "lm" and flat.get("model.loss_logits", "float32") != "float32"
-      and (not m.fused_loss or flat.get("model.loss_impl") == "pallas")):
-    raise ValueError("config.model.loss_logits='compute' is an option of the "
-                     "chunked fused loss (fused_loss=True, loss_impl="
-                     "'chunked'); the Pallas kernels keep their logits tiles "
-                     "in float32 registers.")
+  if m.kernels == "pallas" and (task != "lm" or m.qk_param != "factored"
+                                or m.attn_dropout):
+    raise ValueError("config.model.kernels='pallas' (fused GPU kernels) is "
+                     "for the LM task with qk_param='factored' and "
+                     f"attn_dropout=0; got task={task!r}, qk_param="
+                     f"{m.qk_param!r}, attn_dropout={m.attn_dropout}.")
   if task == "lm" and config.data.name == "synthetic":
     for key in ("vocab_size", "train_tokens", "eval_tokens"):
       if f"data.{key}" not in flat:

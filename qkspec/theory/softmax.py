@@ -14,6 +14,7 @@ event of Definition 1 is :math:`u_i \in [0, 1]`.
 """
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from qkspec.theory import _checks
 
@@ -50,3 +51,18 @@ def propagation_mask(omega: jax.Array, axis: int = -1) -> jax.Array:
   r"""Boolean event :math:`u_i \in [0, 1]` of Definition 1 (closed interval)."""
   u = linearized_score(omega, axis)
   return (u >= 0.0) & (u <= 1.0)
+
+
+def temperature(value, head_dim: int | None):
+  r"""The softmax temperature :math:`\lambda`: `value`, or :math:`\sqrt D`.
+
+  None means :math:`\sqrt D`, D = `head_dim` (the paper's :math:`\sqrt d`
+  for one head), as a float32 scalar, so float32 and float64 callers see
+  the same :math:`\lambda`.
+  """
+  if value is None:
+    if head_dim is None:
+      raise ValueError("temperature is required here: pass "
+                       "temperature=sqrt(d).")
+    return np.float32(np.sqrt(head_dim))
+  return value

@@ -40,7 +40,6 @@ class Task:
   causal: bool
   temperature: float                          # lambda of every attention layer
   vocab_size: int | None = None
-  fused_loss: bool = False                    # LM: loss inside the model
   eval_sizes: dict[str, int] = dataclasses.field(
       default_factory=dict)                   # batches per eval split
   # The same batches built on the device (qkspec.training.device_feed).
@@ -50,12 +49,13 @@ class Task:
                   rngs=None, mutable=False):
     """(weighted loss sum, weight) of `batch` under `params`.
 
-    With `mutable` (e.g. ["intermediates"]) returns `((sum, weight),
-    state)` with the sown collections, still through the fused loss, so
-    measuring never materialises the [B, T, V] logits either.
+    The LM's loss runs inside the model (`OutputHead`: the [B, T, V]
+    logits are never materialised). With `mutable` (e.g.
+    ["intermediates"]) returns `((sum, weight), state)` with the sown
+    collections.
     """
     variables = {"params": params}
-    if self.fused_loss:
+    if self.kind == "lm":
       return self.model.apply(variables, batch["inputs"], deterministic,
                               batch["targets"], batch.get("weights"),
                               rngs=rngs, mutable=mutable)
@@ -204,7 +204,7 @@ def _lm_task(config, batch_sharding, dtype) -> Task:
               {"valid": make_eval("valid"), "test": make_eval("test")},
               token_loss, config.model.causal,
               model_lib.attention_temperature(config.model), data.vocab_size,
-              config.model.fused_loss, eval_sizes, feed)
+              eval_sizes=eval_sizes, feed=feed)
 
 
 def make_task(config, batch_sharding) -> Task:

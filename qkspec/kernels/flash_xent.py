@@ -1,67 +1,45 @@
-r"""The loss's forward, and its dW, as attention: FlashAttention-3 (Hopper).
+r"""Output projection + cross-entropy through FlashAttention-3 (Hopper GPUs).
 
-Shapes: N = tokens, d = model width, V = vocabulary; S vocabulary splits.
+Shapes: N = tokens, d = model width, V = vocabulary; S vocabulary splits,
+G token groups.
 
-The forward of `pallas_xent`'s `dh_in_forward` mode needs, per token n,
+The loss :math:`L = \sum_n w_n (\mathrm{lse}_n - z_{n, y_n})`, z = hW, and
+its gradient :math:`\partial h_n = g_n (\bar w_n - W_{:, y_n})`,
+:math:`g_n = c\,w_n`, need per token
 
 .. math:: \mathrm{lse}_n = \log\sum_v e^{z_{nv}},\qquad
-          \bar w_n = \sum_v \mathrm{softmax}(z_n)_v\,W_{:, v},\qquad
-          z = hW,
+          \bar w_n = \sum_v \mathrm{softmax}(z_n)_v\,W_{:, v},
 
 and that is attention with query :math:`h_n`, keys and values
 :math:`W^\top` (no scaling, no mask): :math:`\bar w` is its output and
 lse its softmax statistic. jax ships a FlashAttention-3 kernel for Hopper
-GPUs (`jax.experimental.pallas.ops.gpu.attention_mgpu`, Mosaic GPU: TMA
-loads, asynchronous warpgroup matmuls, two compute warpgroups that take
-turns at softmax and matmul), which is what `pallas_xent`'s Triton
-kernels cannot express (bench/gpu_results.md (7): their matmuls are
-waited for at once). `forward` feeds the loss to it; the rest is O(Nd)
-work in XLA:
+GPUs (`jax.experimental.pallas.ops.gpu.attention_mgpu`, Mosaic GPU), and
+`cross_entropy_sum` feeds the loss to it, so no [N, V] block of logits
+ever leaves the chip; dW is attention too (`weight_grad`: the vocabulary
+as queries, the tokens as keys). The rest is O(Nd) work in XLA:
 
 * **Vocabulary padding.** The kernel needs the key count to be a multiple
   of its key block, and has no mask. So the keys are W's columns padded to
   :math:`V_p` by P copies of its last column r = V - 1, and the values by
   P zero rows: the copies add :math:`P e^{z_{nr}}` to the softmax sum and
-  nothing to the output's numerator. With :math:`s'` the padded sum,
-  :math:`s = s' - P e^{z_{nr}}`, i.e. :math:`\mathrm{lse} = \mathrm{lse}'
-  + \log(1 - P e^{z_{nr} - \mathrm{lse}'})` and :math:`\bar w = \bar w'
-  e^{\mathrm{lse}' - \mathrm{lse}}`. It is stable: :math:`s'` holds
-  :math:`e^{z_{nr}}` P + 1 times, so :math:`P e^{z_{nr} - \mathrm{lse}'}
-  \le P/(P + 1)` and the log's argument stays >= 1/(P + 1) (a zero-padded
-  key would add :math:`P e^0`, which cancels badly when every logit is
-  very negative).
-* **Vocabulary splits.** With one program per 2 x 64 rows, N = 4096 and
-  5 members give 160 programs for 132 multiprocessors; the vocabulary is
-  cut into S parts that the kernel sees as a batch (query repeated), and
-  the parts merge as `pallas_xent` merges its splits:
+  nothing to the output's numerator, which is taken out again,
+  :math:`\mathrm{lse} = \mathrm{lse}' + \log(1 - P e^{z_{nr} -
+  \mathrm{lse}'})`, :math:`\bar w = \bar w' e^{\mathrm{lse}' -
+  \mathrm{lse}}` (stable: the log's argument stays >= 1/(P + 1)).
+* **Vocabulary splits.** The vocabulary is cut into S parts that the
+  kernel sees as a batch (more programs in flight) and merged:
   :math:`\mathrm{lse} = M + \log\sum_k e^{\mathrm{lse}_k - M}`,
-  :math:`\bar w = \sum_k e^{\mathrm{lse}_k - \mathrm{lse}}\,\bar w_k`. The
-  padding lies in the last part, which must hold r.
-* **Members.** Under `jax.vmap` (a kappa sweep's members) the kernel call
-  folds the member axis into its batch (`jax.custom_batching.custom_vmap`):
-  one launch of members x S x N/128 programs.
-* **Target logits** :math:`z_{n, y_n} = h_n \cdot W_{:, y_n}` and
-  :math:`z_{nr}` come from a gather and a row dot in float32 (of the same
-  half-precision operands the kernel reads).
-* **Units and shapes.** The kernel returns lse in base 2 (times ln 2 here),
-  needs d a multiple of 64 (h and W padded with zeros: the logits are
-  unchanged and the output's extra columns zero) and N a multiple of two
-  query blocks (rows padded, then dropped).
+  :math:`\bar w = \sum_k e^{\mathrm{lse}_k - \mathrm{lse}}\,\bar w_k`.
+* **Members.** Under `jax.vmap` (a kappa sweep) the member axis folds into
+  the kernel's batch (`jax.custom_batching.custom_vmap`): one launch.
+* **Units and shapes.** The kernel returns lse in base 2, needs d a
+  multiple of 64 (zero padding) and N a multiple of two query blocks.
 
-Precision: the kernel reads float16 or bfloat16 (its shared-memory tiles
-are declared float16 in jax 0.11, so `forward` casts to float16, which has
-3 more mantissa bits than bfloat16 and ample range for layer-normed h and
-W), computes the softmax in float32 and rounds its output :math:`\bar w`
-to float16 (relative ~5e-4; tests/flash_forward_test.py bounds dh from
-it against float32).
-
-`weight_grad` turns the kernel round for dW: the vocabulary as queries,
-the tokens as keys (its docstring has the algebra and float16's range).
-
-The kernel runs only on a Hopper GPU. `forward(..., attention=...)` takes
-any function with its contract, so the CPU tests check everything above
-with `reference_attention` in its place; bench/xent_kernel.py times the
-real one ("F/fa3/DW" settings, `schema.pallas_settings`).
+Precision: the kernel reads float16 (more mantissa than bfloat16, ample
+range for layer-normed h and W), computes the softmax in float32 and
+rounds :math:`\bar w` to float16 (relative ~5e-4). The kernel runs only on
+a Hopper GPU; every function takes `attention=` with its contract, and on
+a CPU `reference_attention` stands in (tests).
 """
 import functools
 import math
@@ -70,7 +48,9 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from qkspec.training.fused_xent import pad_to, round_up
+from qkspec.kernels import _pallas
+from qkspec.kernels import chunked_xent
+from qkspec.kernels.chunked_xent import pad_to, round_up
 
 LN2 = math.log(2.0)
 HEADROOM = 10.0      # nats between weight_grad's largest value and float16's
@@ -203,7 +183,7 @@ def weight_grad(h, w, targets, lse, g, config: FlashConfig, attention=None,
                 dtype=jnp.float16):
   r"""dW [d, V] float32 :math:`= \sum_n g_n (\mathrm{softmax}(z_n) -
   e_{y_n}) h_n^\top`, z = hW, with the softmax part as attention (the
-  "fa3" dW of `pallas_xent`).
+  training's dW).
 
   Column v of the softmax part, :math:`\sum_n g_n e^{z_{nv} -
   \mathrm{lse}_n} h_n`, is attention with query :math:`W_{:, v}`, keys
@@ -278,3 +258,59 @@ def weight_grad(h, w, targets, lse, g, config: FlashConfig, attention=None,
   # the one-hot part, scattered into the softmax part in place
   dw = dw.at[targets].add(-g[:n, None] * h32[:n, :d])
   return dw.T
+
+
+# The settings measured fastest on an H200 (bench/README.md): 64-token
+# query blocks, 128 vocabulary columns a step, 2 stages; the forward's
+# vocabulary in 4 parts, dW's tokens in 2 groups.
+FORWARD = FlashConfig(64, 128, 2, 4)
+WEIGHT_GRAD = FlashConfig(64, 128, 2, 2)
+
+
+def _attention(interpret: bool | None):
+  """The kernel, or its stand-in where the kernels are interpreted."""
+  interpret = _pallas.interpret_mode(interpret, "the loss kernels")
+  return reference_attention if interpret else None
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def cross_entropy_sum(h: jax.Array, kernel: jax.Array, targets: jax.Array,
+                      weights: jax.Array, interpret: bool | None = None
+                      ) -> jax.Array:
+  r"""Weighted sum :math:`\sum_n w_n \mathrm{CE}(h_n W, y_n)` (module doc).
+
+  Args:
+    h: [N, d] hidden states.
+    kernel: [d, V] output projection (no bias).
+    targets: int [N].
+    weights: float [N] (0 for padding). Not differentiated.
+    interpret: run the reference in place of the kernel; None: on a CPU.
+
+  Returns:
+    A float32 scalar; divide by `sum(weights)` for the mean.
+  """
+  return _loss(h, kernel, targets, weights, interpret)[0]
+
+
+def _loss(h, kernel, targets, weights, interpret):
+  chunked_xent.check_inputs(h, kernel, targets, weights)
+  vocab_blocks = -(-kernel.shape[1] // FORWARD.block_kv)   # small V: fewer
+  config = FORWARD._replace(splits=min(FORWARD.splits, vocab_blocks))
+  lse, z_y, mean_w = forward(h, kernel, targets, config,
+                             attention=_attention(interpret))
+  loss = jnp.sum(weights.astype(jnp.float32) * (lse - z_y))
+  return loss, (h, kernel, targets, weights, lse, mean_w)
+
+
+def _backward(interpret, residuals, cotangent):
+  h, kernel, targets, weights, lse, mean_w = residuals
+  g = cotangent * weights.astype(jnp.float32)
+  w_y = jnp.take(kernel.astype(jnp.float16), targets, axis=1).T
+  d_h = g[:, None] * (mean_w - w_y.astype(jnp.float32))
+  d_kernel = weight_grad(h, kernel, targets, lse, g, WEIGHT_GRAD,
+                         attention=_attention(interpret))
+  return (d_h.astype(h.dtype), d_kernel.astype(kernel.dtype),
+          *chunked_xent.no_cotangents(targets, weights))
+
+
+cross_entropy_sum.defvjp(_loss, _backward)

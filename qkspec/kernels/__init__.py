@@ -1,0 +1,127 @@
+r"""Optional fast paths of the model, behind one switch: `model.kernels`.
+
+Shapes: B = batch, T = tokens, H = heads, D = head width, d = model width,
+N = tokens as rows, V = vocabulary.
+
+The model (`qkspec.training.model`) calls these three functions and names
+no kernel. Each equals the plain XLA reference beside it (tests/
+kernels_test.py holds them equal, values and gradients, on small shapes,
+the Pallas kernels in Pallas' interpreter):
+
+=================  ==========================================  =========================
+function           computes                                    reference
+=================  ==========================================  =========================
+`attention`        softmax(mask(Q K^T / lambda)) V per head,   `attention_reference`
+                   from the packed QKV projections
+`post_ln`          LayerNorm(x + mask * u) (Post-LN's add,     `post_ln_reference`
+                   dropout and LayerNorm)
+`output_xent`      sum_n w_n CE(h_n W, y_n) (output            `output_xent_reference`
+                   projection and cross-entropy)
+=================  ==========================================  =========================
+
+`model.kernels = "xla"` (the default, any device): the model's own Flax
+layers for attention and LayerNorm, and the chunked XLA loss
+(`chunked_xent`, which never materialises the [N, V] logits).
+`"pallas"` (NVIDIA Hopper GPUs: H100, H200): `attention` and `post_ln` as
+one Triton kernel each way, the loss through FlashAttention-3
+(`flash_xent`). bench/README.md has their measured speed. The model
+measures (sows logits and probabilities) through its XLA layers either
+way, with the same parameters.
+"""
+# pylint: disable=invalid-name
+import jax
+import jax.numpy as jnp
+
+from qkspec.kernels import fused_attention
+from qkspec.kernels import chunked_xent
+from qkspec.kernels import flash_xent
+from qkspec.kernels import fused_layer_norm
+
+IMPLS = ("xla", "pallas")
+
+
+def attention(qkv_BxTx3xHxD: jax.Array, temperature: float, *,
+              biases=None, causal: bool = True) -> jax.Array:
+  r""":math:`U = \mathrm{softmax}(\mathrm{mask}(QK^\top/\lambda))V` per head,
+  [B, T, H, D], as Pallas kernels (`qkspec.kernels.fused_attention`).
+
+  Args:
+    qkv_BxTx3xHxD: the q, k, v projections side by side, without biases.
+    temperature: :math:`\lambda`, a Python number.
+    biases: (b_q, b_k, b_v), each [H, D], or None.
+    causal: query t sees keys j <= t.
+  """
+  return fused_attention.packed_attention(qkv_BxTx3xHxD, temperature,
+                                        biases=biases, causal=causal)
+
+
+def attention_reference(qkv_BxTx3xHxD, temperature, *, biases=None,
+                        causal: bool = True) -> jax.Array:
+  """`attention` in float32 jnp."""
+  qkv = qkv_BxTx3xHxD.astype(jnp.float32)
+  q, k, v = (qkv[:, :, i] + (0.0 if biases is None else biases[i][None, None])
+             for i in range(3))
+  logits_BxHxTxT = jnp.einsum("bqhd,bkhd->bhqk", q, k) / temperature
+  if causal:
+    T = logits_BxHxTxT.shape[-1]
+    logits_BxHxTxT = jnp.where(jnp.tril(jnp.ones((T, T), bool)),
+                               logits_BxHxTxT, jnp.finfo(jnp.float32).min)
+  return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(logits_BxHxTxT, -1), v)
+
+
+def post_ln(x: jax.Array, u: jax.Array, mask: jax.Array, scale: jax.Array,
+            bias: jax.Array, *, eps: float = 1e-5) -> jax.Array:
+  r""":math:`\mathrm{LayerNorm}(x + m \odot u)` over the last axis, in x's
+  dtype, as Pallas kernels (`qkspec.kernels.fused_layer_norm`).
+
+  Args:
+    x, u: [..., d], a sublayer's input and output.
+    mask: [..., d], the dropout mask scaled by 1/keep (no gradient).
+    scale, bias: [d], the LayerNorm's :math:`\gamma`, :math:`\beta`.
+    eps: added to the variance.
+  """
+  return fused_layer_norm.add_dropout_norm(x, u, mask, scale, bias, eps=eps)
+
+
+def post_ln_reference(x, u, mask, scale, bias, *, eps: float = 1e-5
+                      ) -> jax.Array:
+  """`post_ln` in float32 jnp (the variance in two passes)."""
+  z = x.astype(jnp.float32) + u.astype(jnp.float32) * mask
+  zc = z - jnp.mean(z, axis=-1, keepdims=True)
+  var = jnp.mean(zc * zc, axis=-1, keepdims=True)
+  row = lambda v: v.reshape((1,) * (x.ndim - 1) + (-1,))  # noqa: E731
+  return zc * jax.lax.rsqrt(var + eps) * row(scale) + row(bias)
+
+
+def output_xent(h_Nxd: jax.Array, kernel_dxV: jax.Array,
+                targets_N: jax.Array, weights_N: jax.Array, *,
+                impl: str = "xla", compute_dtype=jnp.float32) -> jax.Array:
+  r"""Weighted sum :math:`\sum_n w_n \mathrm{CE}(h_n W, y_n)` (float32
+  scalar), without the [N, V] logits in memory.
+
+  Args:
+    h_Nxd: hidden states.
+    kernel_dxV: the output projection W (no bias).
+    targets_N: int token ids.
+    weights_N: float weights (0 for padding); not differentiated.
+    impl: "xla" (`chunked_xent`) or "pallas" (`flash_xent`).
+    compute_dtype: the XLA loss's matmul inputs (the Pallas one reads
+      float16).
+  """
+  if impl == "xla":
+    return chunked_xent.fused_cross_entropy(h_Nxd, kernel_dxV, targets_N,
+                                            weights_N, chunked_xent.CHUNK,
+                                            compute_dtype)
+  if impl == "pallas":
+    return flash_xent.cross_entropy_sum(h_Nxd, kernel_dxV, targets_N,
+                                        weights_N)
+  raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}.")
+
+
+def output_xent_reference(h_Nxd, kernel_dxV, targets_N, weights_N
+                          ) -> jax.Array:
+  """`output_xent` from the whole [N, V] logits in float32."""
+  logits = h_Nxd.astype(jnp.float32) @ kernel_dxV.astype(jnp.float32)
+  lse = jax.nn.logsumexp(logits, axis=-1)
+  z_y = jnp.take_along_axis(logits, targets_N[:, None], axis=-1)[:, 0]
+  return jnp.sum(weights_N.astype(jnp.float32) * (lse - z_y))

@@ -1,0 +1,204 @@
+r"""Causal self-attention as one Pallas (Triton) kernel each way.
+
+Shapes: B = batch, T = tokens, H = heads, D = head width.
+
+Per head (paper Eq. 1-2), from the QKV projection's output as it is,
+[B, T, 3, H, D], and the three biases:
+
+.. math:: A = \mathrm{softmax}_j\big(\mathrm{mask}(QK^\top/\lambda)\big),
+          \qquad U = A V.
+
+In XLA this is a matmul, a softmax and a matmul, with slices and bias adds
+around them: on a GPU a dozen small kernels each way at the paper's sizes
+(T = 64: a 64 x 64 tile per sequence), where the step is bound by how many
+kernels it launches. For T <= `BLOCK` `packed_attention` computes a
+(sequence, head) in one program: the biases added to the q, k, v tiles,
+the logits and the masked softmax in float32, the probabilities rounded to
+V's dtype times V; its log-sum-exp is kept for the backward, which
+recomputes the probabilities and writes dQ, dK, dV side by side in the
+packed layout with the biases' per-sequence sums:
+
+.. math:: dV = P^\top dU,\quad dS = P\odot(dP - \mathrm{rowsum}(P\odot dP))
+          /\lambda,\quad dQ = dS\,K,\quad dK = dS^\top Q,\qquad dP = dU V^\top.
+
+Longer sequences go to jax's Pallas FlashAttention example
+(`jax.experimental.pallas.ops.gpu.attention.mha`). Same maths as the XLA
+path with one rounding fewer (XLA rounds the logits to the compute dtype
+before its float32 softmax). No logits or probabilities come out to be
+sown, so the model takes its XLA path when it measures them. On a CPU the
+kernels run in Pallas' interpreter (tests); under a multi-device mesh they
+are opaque to XLA's partitioner (correct, not fast).
+"""
+# pylint: disable=invalid-name
+import functools
+import warnings
+
+import jax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+import jax.numpy as jnp
+
+from qkspec.kernels import _pallas
+
+BLOCK = 64     # query and key block: T = 64 (the paper's) is one of each
+
+
+def _interpret(interpret):
+  return _pallas.interpret_mode(interpret, "the attention kernels")
+
+
+def _logits(q, k, scale, causal):
+  """s q k^T in float32 [T, T], -inf where the mask hides a key."""
+  s = plgpu.dot(q, k.T) * scale
+  if causal:
+    t = s.shape[0]
+    rows = jax.lax.broadcasted_iota(jnp.int32, (t, t), 0)
+    cols = jax.lax.broadcasted_iota(jnp.int32, (t, t), 1)
+    s = jnp.where(rows >= cols, s, -jnp.inf)
+  return s
+
+
+def _tiles(qkv_ref, bias_refs, dtype):
+  """q, k, v [T, D] of a (sequence, head), biases added, in `dtype`."""
+  return [_pallas.with_bias(qkv_ref[:, i, :],
+                            bias_refs[i] if bias_refs else None, dtype)
+          for i in range(3)]
+
+
+def _forward_kernel(qkv_ref, *refs, scale, causal):
+  """`refs`: [the three biases,] then the outputs u [T, D], lse [T]."""
+  *bias_refs, u_ref, lse_ref = refs
+  q, k, v = _tiles(qkv_ref, bias_refs, u_ref.dtype)
+  s = _logits(q, k, scale, causal)
+  m = jnp.max(s, axis=1)
+  p = jnp.exp(s - m[:, None])
+  l = jnp.sum(p, axis=1)
+  u_ref[...] = (plgpu.dot(p.astype(v.dtype), v) / l[:, None]).astype(
+      u_ref.dtype)
+  lse_ref[...] = m + jnp.log(l)
+
+
+def _backward_kernel(qkv_ref, *refs, scale, causal):
+  """`refs`: [the three biases,] lse, du, then the outputs dqkv [T, 3, D]
+  [and the biases' sums over the sequence, [3, D]]."""
+  biased = len(refs) == 7
+  bias_refs = refs[:3] if biased else ()
+  lse_ref, du_ref, dqkv_ref = refs[len(bias_refs):len(bias_refs) + 3]
+  q, k, v = _tiles(qkv_ref, bias_refs, du_ref.dtype)
+  du = du_ref[...]
+  p = jnp.exp(_logits(q, k, scale, causal) - lse_ref[...][:, None])
+  dv = plgpu.dot(p.astype(du.dtype).T, du)
+  dp = plgpu.dot(du, v.T)
+  ds = p * (dp - jnp.sum(p * dp, axis=1)[:, None]) * scale
+  dq = plgpu.dot(ds.astype(k.dtype), k)
+  dk = plgpu.dot(ds.astype(q.dtype).T, q)
+  for i, g in enumerate((dq, dk, dv)):
+    dqkv_ref[:, i, :] = g.astype(dqkv_ref.dtype)
+    if biased:
+      refs[-1][i, :] = jnp.sum(g, axis=0)
+
+
+def _specs(qkv_shape, biased: bool):
+  """The grid (B, H) and the blocks of qkv (and dqkv), the biases, a
+  [B, T, H, D] tile and lse [B, H, T]."""
+  B, T, _, H, D = qkv_shape
+  packed = pl.BlockSpec((None, T, 3, None, D), lambda b, h: (b, 0, 0, h, 0))
+  bias = [pl.BlockSpec((None, D), lambda b, h: (h, 0))] * (3 * biased)
+  tile = pl.BlockSpec((None, T, None, D), lambda b, h: (b, 0, h, 0))
+  lse = pl.BlockSpec((None, None, T), lambda b, h: (b, h, 0))
+  return (B, H), packed, bias, tile, lse
+
+
+def _forward(qkv, biases, scale, causal, interpret):
+  B, T, _, H, D = qkv.shape
+  grid, packed, bias, tile, lse = _specs(qkv.shape, bool(biases))
+  return pl.pallas_call(
+      functools.partial(_forward_kernel, scale=scale, causal=causal),
+      grid=grid, in_specs=[packed] + bias, out_specs=[tile, lse],
+      out_shape=[jax.ShapeDtypeStruct((B, T, H, D), qkv.dtype),
+                 jax.ShapeDtypeStruct((B, H, T), jnp.float32)],
+      compiler_params=_pallas.layer_params(D),
+      interpret=interpret, name="packed_attention",
+  )(qkv, *biases)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def _packed(qkv, biases, scale, causal, interpret):
+  return _forward(qkv, biases, scale, causal, interpret)[0]
+
+
+def _packed_forward(qkv, biases, scale, causal, interpret):
+  u, lse = _forward(qkv, biases, scale, causal, interpret)
+  return u, (qkv, biases, lse)
+
+
+def _packed_backward(scale, causal, interpret, residuals, du):
+  qkv, biases, lse = residuals
+  B, _, _, H, D = qkv.shape
+  grid, packed, bias, tile, lse_spec = _specs(qkv.shape, bool(biases))
+  sums = [pl.BlockSpec((None, 3, None, D), lambda b, h: (b, 0, h, 0))]
+  out = pl.pallas_call(
+      functools.partial(_backward_kernel, scale=scale, causal=causal),
+      grid=grid, in_specs=[packed] + bias + [lse_spec, tile],
+      out_specs=[packed] + sums * bool(biases),
+      out_shape=[jax.ShapeDtypeStruct(qkv.shape, qkv.dtype)]
+      + [jax.ShapeDtypeStruct((B, 3, H, D), jnp.float32)] * bool(biases),
+      compiler_params=_pallas.layer_params(D),
+      interpret=interpret, name="packed_attention_backward",
+  )(qkv, *biases, lse, du.astype(qkv.dtype))
+  if not biases:
+    return out[0], ()
+  db_3xHxD = jnp.sum(out[1], axis=0)
+  return out[0], tuple(db_3xHxD[i].astype(b.dtype)
+                       for i, b in enumerate(biases))
+
+
+_packed.defvjp(_packed_forward, _packed_backward)
+
+
+@functools.cache
+def _mha():
+  """jax's Pallas attention example, imported on first use (jax 0.11 warns
+  that it is deprecated)."""
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from jax.experimental.pallas.ops.gpu import attention  # pylint: disable=g-import-not-at-top
+  return attention
+
+
+def _long(qkv, biases, temperature, causal, interpret):
+  """T > BLOCK: the biases added in XLA, then jax's FlashAttention example
+  over blocks of `BLOCK` tokens (T a multiple of it)."""
+  b = _pallas.fitting_block(qkv.shape[1], BLOCK, "model.kernels='pallas' "
+                            "needs the sequence length")
+  q, k, v = (qkv[:, :, i] + (biases[i].astype(qkv.dtype)[None, None]
+                             if biases else 0) for i in range(3))
+  mha = _mha()
+  blocks = mha.BlockSizes(block_q=b, block_k=b, block_q_dkv=b,
+                          block_kv_dkv=b, block_q_dq=b, block_kv_dq=b)
+  return mha.mha(q, k, v, None, sm_scale=1.0 / temperature, causal=causal,
+                 block_sizes=blocks, interpret=interpret)
+
+
+def packed_attention(qkv_BxTx3xHxD: jax.Array, temperature: float, *,
+                     biases: tuple[jax.Array, ...] | None = None,
+                     causal: bool = True, interpret: bool | None = None
+                     ) -> jax.Array:
+  r""":math:`U = \mathrm{softmax}(\mathrm{mask}(QK^\top/\lambda))V` per head,
+  [B, T, H, D] in the projections' dtype (module doc).
+
+  Args:
+    qkv_BxTx3xHxD: queries, keys, values side by side, without biases.
+    temperature: :math:`\lambda` (a Python number).
+    biases: (b_q, b_k, b_v), each [H, D]; None: none.
+    causal: query t sees keys j <= t.
+    interpret: run in Pallas' interpreter; None: on a CPU only.
+  """
+  if qkv_BxTx3xHxD.ndim != 5 or qkv_BxTx3xHxD.shape[2] != 3:
+    raise ValueError(f"packed_attention takes [B, T, 3, H, D], got "
+                     f"{qkv_BxTx3xHxD.shape}.")
+  interpret = _interpret(interpret)
+  biases = tuple(biases or ())
+  if qkv_BxTx3xHxD.shape[1] > BLOCK:
+    return _long(qkv_BxTx3xHxD, biases, temperature, causal, interpret)
+  return _packed(qkv_BxTx3xHxD, biases, 1.0 / temperature, causal, interpret)
