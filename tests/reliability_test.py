@@ -146,7 +146,8 @@ import sys, time
 sys.path.insert(0, {tests!r})
 import jax
 jax.config.update("jax_compilation_cache_dir", {cache!r})
-from qkspec.training import interrupt, loop, tasks
+from qkspec.experiments import cli
+from qkspec.training import loop, tasks
 import reliability_test
 
 real = tasks.make_task
@@ -157,7 +158,7 @@ def slow(config, sharding):          # 50 ms per step: time to interrupt
     return task.train_batch(step)
   return tasks.Task(**{{**task.__dict__, "train_batch": batch}})
 tasks.make_task = slow
-with interrupt.exit_on_interrupt():
+with cli.exit_on_interrupt():
   loop.train_and_evaluate(reliability_test._config({steps}), {workdir!r})
 """
 

@@ -275,9 +275,12 @@ class ConfigCheckTest(parameterized.TestCase):
     c = _single_theory()
     self.assertIsNone(c.model.temperature)            # sqrt(head width)
     schema.validate(c)
-    for value in (2.0, 0.0):     # 0.0: the old spelling of None, still valid
+    c.model.temperature = 2.0
+    schema.validate(c)
+    for value in (0.0, -1.0):
       c.model.temperature = value
-      schema.validate(c)
+      with self.assertRaisesRegex(ValueError, "temperature must be > 0"):
+        schema.validate(c)
 
   def test_batch_not_divisible_by_devices(self):
     self._check(_single_theory(), r"data.batch_size=8 .* 3 devices",

@@ -250,8 +250,8 @@ def wikitext2_variant(c, *, fairseq: bool = False, seeds: int = 1,
   (`sweep.mode = "product"`). `seed` = S runs the members with seed S
   alone (`config.seed`: initialisation and dropout; the batches, which
   depend on `data.seed`, are the same for every seed either way), so the
-  seeds of a figure can be separate runs, each short enough for one GPU
-  slice; the report merges runs of one figure and reading.
+  seeds of a figure can be separate, shorter runs; the report merges runs
+  of one figure and reading.
   `contrast` adds one member without LocATER (kappa1 = kappa2 = 0, the
   paper's Fig. 7 contrast) per seed, the members then listed one by one
   (`sweep.mode = "zip"`), so the report can test LocATER against none at

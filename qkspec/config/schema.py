@@ -164,7 +164,7 @@ _THEORY_DATA = {
     "data.cov": _choice("isotropic", "anisotropic"),
     "data.eval_sequences": _int(1),
 }
-_SYNTHETIC = {                            # qkspec.training.synthetic_tasks
+_SYNTHETIC = {                            # qkspec.training.tasks (synthetic)
     "model.skip": _bool,                  # X + SA(X) instead of SA(X)
     "model.mlp": _bool,                   # a ReLU MLP after each attention
     "data.name": _choice("sorting", "memorization"),

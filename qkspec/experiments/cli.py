@@ -17,7 +17,7 @@ scripts (`launch/simulate.py`, ...) remain as aliases of `run.py` that say so.
   a bad flag value, a config that `qkspec.config.schema.validate` or an
   experiment rejects) prints one line, `qkspec: error: ...`, and exits with
   status 2; Ctrl-C exits with status 130 after one line (the training
-  loop's `interrupt.Interrupted`: the checkpoint it saved and how to
+  loop's `Interrupted`: the checkpoint it saved and how to
   resume; else "qkspec: interrupted"). `--verbose_errors` prints the Python
   traceback as well.
 * `--coordinator_address`, `--num_processes` and `--process_id` start one
@@ -26,6 +26,7 @@ scripts (`launch/simulate.py`, ...) remain as aliases of `run.py` that say so.
 * jax's note that it found no TPU (`Unable to initialize backend 'tpu'`,
   logged on every CPU/GPU machine) is dropped; its other messages are kept.
 """
+import contextlib
 import importlib
 import importlib.util
 import logging as py_logging
@@ -34,7 +35,7 @@ import pkgutil
 import re
 import sys
 import traceback
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, Iterator, NoReturn
 
 from absl import app
 from absl import flags
@@ -42,11 +43,32 @@ from absl import logging
 from ml_collections import config_flags
 
 from qkspec.config import schema
-from qkspec.training import interrupt
 
 # Modules of qkspec.experiments that are not experiments (helpers).
 _NOT_EXPERIMENTS = ("chunked", "cli", "demo", "inputs", "measures", "outputs",
                     "training_plots")
+
+
+EXIT_INTERRUPTED = 130       # 128 + SIGINT, what shells report for Ctrl-C
+
+
+@contextlib.contextmanager
+def exit_on_interrupt(verbose: bool = False) -> Iterator[None]:
+  """KeyboardInterrupt -> exit 130 and at most one line.
+
+  The training loop's `Interrupted` was logged by the loop already; another
+  KeyboardInterrupt (before training started, say) prints "qkspec:
+  interrupted". `verbose` prints the traceback first.
+  """
+  try:
+    yield
+  except KeyboardInterrupt as e:
+    if verbose:
+      traceback.print_exception(e)
+    from qkspec.training import loop  # pylint: disable=g-import-not-at-top
+    if not isinstance(e, loop.Interrupted):
+      print("qkspec: interrupted", file=sys.stderr, flush=True)
+    sys.exit(EXIT_INTERRUPTED)
 
 
 def experiments() -> tuple[str, ...]:
@@ -384,7 +406,7 @@ def main(run: Callable[..., Any], what: str = "config",
       _fail(str(e), e, verbose.value)
     logging.info("config:\n%s", config.value)
     try:
-      with interrupt.exit_on_interrupt(verbose.value):   # Ctrl-C: exit 130
+      with exit_on_interrupt(verbose.value):   # Ctrl-C: exit 130
         run(config.value, workdir.value)
     except ValueError as e:
       if not _is_usage_error(e):

@@ -40,7 +40,7 @@ from qkspec.training import loop
 from qkspec.training import model as model_lib
 from qkspec.training import san_model
 from qkspec.training import step as step_lib
-from qkspec.training import synthetic_tasks
+from qkspec.training import tasks
 
 # The trained architectures (skip SANs, as Dong et al. train them).
 VARIANTS = {"san_skip": dict(skip=True, mlp=False),
@@ -75,7 +75,7 @@ def train_config(config, task: str, variant: str) -> ml_collections.ConfigDict:
 
 def eval_data(tc) -> dict[str, jax.Array]:
   """The whole eval set of training config `tc` as one batch."""
-  _, evals = synthetic_tasks.data_functions(tc.data)
+  _, evals = tasks.data_functions(tc.data)
   return {k: jnp.concatenate([b[k] for b in evals]) for k in evals[0]}
 
 

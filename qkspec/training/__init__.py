@@ -2,15 +2,17 @@
 
 The only layer that imports flax, optax and orbax.
 
-* `model`: the Sec. 2 theory model and the fairseq-style LM (Flax linen);
-* `fused_xent`: the chunked output projection + cross-entropy (custom VJP);
-* `tasks`: what is learned (random-walk regression or next-token LM);
-* `step`: train state, LocATER objective and the jit-compiled steps;
-* `loop`: `train_and_evaluate` (set-up, restore-or-init, the loop);
-* `actions`: its periodic log, eval and checkpoint actions;
-* `progress`, `interrupt`: progress lines with ETA, and Ctrl-C at a step
-  boundary (checkpoint saved, then `interrupt.Interrupted`);
-* `sweep`: members of a vmapped kappa/seed sweep;
+* `model`, `san_model`: the Sec. 2 theory model, the fairseq-style LM and
+  Dong et al.'s task SAN (Flax linen);
+* `tasks`: what is learned (random-walk regression, next-token LM, sorting
+  or memorisation), with batches that are pure functions of the step;
+* `device_feed`, `multi_step`: batches gathered on the device and k steps
+  per compiled call (the accelerator path);
+* `sweep`: the members of a vmapped kappa/seed sweep;
 * `layer_stats`: per-layer spectrum, entropy, rho and rank measurements;
-* `checkpoint`, `metric_writer`: Orbax checkpoints and metric files.
+* `step`: train state, LocATER objective and the jit-compiled steps;
+* `checkpoint`, `metric_writer`, `progress`: Orbax checkpoints, metric
+  files, progress lines and where the wall time went;
+* `actions`: the loop's periodic log, eval and checkpoint actions;
+* `loop`: `train_and_evaluate` (set-up, restore-or-init, the loop, Ctrl-C).
 """

@@ -67,7 +67,7 @@ class Pending:
 
 class PeriodicAction:
   """Runs every `every` steps after the start step, and at the last step.
-  `phase`: what its wall time counts as (`qkspec.training.phases`)."""
+  `phase`: what its wall time counts as (`progress.PhaseClock`)."""
 
   phase = "log"
 
@@ -103,8 +103,8 @@ class LogAction(PeriodicAction):
   the loop before its next call, and before a checkpoint at the same
   step) and dispatches the measurements; what it leaves, fetching them
   and the train metrics and writing them out (~10 ms of the host's a log
-  on a GPU host, bench/gpu_results.md (19)), the loop runs while the next
-  call computes, so that the GPU does not wait for it.
+  on a GPU host), the loop runs while the next call computes, so that the
+  GPU does not wait for it.
   """
 
   def __init__(self, run, start: int, fresh: bool, pending: Pending,
@@ -158,7 +158,7 @@ class LogAction(PeriodicAction):
 def eval_call_size(num_batches: int) -> int:
   """Batches per compiled eval call (`eval_many`): the whole split on an
   accelerator; one on a CPU, so that the progress meter can report
-  (`qkspec.training.precompile` compiles the same call ahead)."""
+  (`step.compile_ahead` compiles the same call ahead)."""
   return num_batches if jax.default_backend() != "cpu" else 1
 
 
@@ -224,7 +224,7 @@ class EvalAction(PeriodicAction):
 @jax.jit
 def device_copy(tree):
   """A copy of `tree` on its devices (XLA copies: the outputs may not alias
-  the inputs without donation); `qkspec.training.precompile` compiles it
+  the inputs without donation); `step.compile_ahead` compiles it
   for the state ahead of the first checkpoint."""
   return jax.tree.map(jnp.copy, tree)
 

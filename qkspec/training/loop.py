@@ -6,12 +6,9 @@ Shapes: N=sweep members (a leading axis of the state in a vmapped sweep).
 
 1. `_setup`: checks the config, builds the compiled steps
    (`qkspec.training.step.build_steps`) and the sweep's members;
-2. `_prepare_workdir`: writes `config.json` and `members.json`;
-   `_start_compiling`: from here on the measurements, train and eval
-   programs compile on threads (`qkspec.training.precompile`,
-   `config.precompile`), while the main thread goes on (or `prepare`
-   did steps 1 and 2's compiling ahead: `train_and_evaluate(...,
-   prepared=run)`);
+2. `_prepare_workdir`: writes `config.json` and `members.json`; from here
+   on the measurements, train and eval programs compile on threads
+   (`step.compile_ahead`, `config.precompile`) while the state is built;
 3. `_restore_or_init`: the newest checkpoint of `<workdir>/ckpt` that
    restores (damaged newer ones are named and set aside), or a fresh state;
    each member's `metrics.jsonl` loses the records past that step;
@@ -19,30 +16,29 @@ Shapes: N=sweep members (a leading axis of the state in a vmapped sweep).
    (`qkspec.training.multi_step`: batches built on the device, k from
    `config.steps_per_call`; single steps on a CPU by default). Before each
    call (and after the last) every due periodic action runs, in order:
-   `progress.ProgressAction` (compilation notice, steps/s and ETA every
-   `config.progress_every_s` seconds), `LogAction` (train metrics and the
-   per-layer measurements of `qkspec.training.layer_stats`; it fetches
-   and writes them while the next call computes), `EvalAction`
-   (valid/test loss, with progress lines) and `CheckpointAction`, all in
-   `qkspec.training.actions`.
+   `progress.ProgressAction` (steps/s and ETA), `LogAction` (train metrics
+   and the per-layer measurements of `qkspec.training.layer_stats`,
+   fetched and written while the next call computes), `EvalAction`
+   (valid/test loss) and `CheckpointAction` (`qkspec.training.actions`).
 
-Ctrl-C takes effect at the next call boundary (`qkspec.training.interrupt`):
-the actions due there run, a checkpoint is saved and `interrupt.Interrupted`
-(a KeyboardInterrupt) says how to resume. The checkpointer and the metric
-writers close on every exit (an ExitStack). A `phases.PhaseClock` splits
-each invocation's wall time into setup, compilation, steps, evaluation,
-logs and checkpoints (run_info.jsonl's "phases_s", and the last log line).
-clu's `periodic_actions` would fit the actions, but importing it imports
-clu's metric writers and so TensorFlow, which qkspec does not depend on
-(see `qkspec.training.metric_writer`).
+Ctrl-C takes effect at the next call boundary: the compiled step donates
+its input state, so a KeyboardInterrupt raised while a step runs would
+leave nothing to save. Inside `deferred_sigint()` the first Ctrl-C only
+sets a flag that the loop reads between calls; the actions due there run,
+a checkpoint is saved and `Interrupted` (a KeyboardInterrupt) says how to
+resume. A second Ctrl-C interrupts at once. The checkpointer and the
+metric writers close on every exit; a `progress.PhaseClock` splits each
+invocation's wall time by phase (run_info.jsonl's "phases_s").
 """
 # pylint: disable=invalid-name
 import contextlib
 import dataclasses
 import json
 import os
+import signal
+import threading
 import time
-from typing import Any
+from typing import Any, Iterator
 
 from absl import logging
 import jax
@@ -53,17 +49,49 @@ from qkspec.config import schema
 from qkspec.theory import locater
 from qkspec.training import actions as actions_lib
 from qkspec.training import checkpoint as ckpt_lib
-from qkspec.training import interrupt
 from qkspec.training import metric_writer
-from qkspec.training import phases
-from qkspec.training import precompile
 from qkspec.training import progress
 from qkspec.training import step as step_lib
 from qkspec.training import sweep as sweep_lib
 
-# Raised by `train_and_evaluate` on Ctrl-C after saving (a KeyboardInterrupt);
-# a command line catches it with `interrupt.exit_on_interrupt()`.
-Interrupted = interrupt.Interrupted
+
+class Interrupted(KeyboardInterrupt):
+  """Training stopped by Ctrl-C; the message says what was saved."""
+
+
+class StopFlag:
+  """Set by the first Ctrl-C inside `deferred_sigint`."""
+
+  def __init__(self):
+    self.requested = False
+
+
+@contextlib.contextmanager
+def deferred_sigint() -> Iterator[StopFlag]:
+  """Within: the first SIGINT sets the yielded flag, a second raises.
+
+  Outside the main thread (where signal handlers cannot be set) the flag is
+  never set and Ctrl-C raises KeyboardInterrupt as usual.
+  """
+  flag = StopFlag()
+  if threading.current_thread() is not threading.main_thread():
+    yield flag
+    return
+  previous = signal.getsignal(signal.SIGINT)
+
+  def handler(signum, frame):
+    del signum, frame
+    signal.signal(signal.SIGINT, previous)
+    flag.requested = True
+    logging.warning("Ctrl-C: stopping after the current step (or "
+                    "evaluation) and saving a checkpoint; Ctrl-C again to "
+                    "stop at once.")
+
+  signal.signal(signal.SIGINT, handler)
+  try:
+    yield flag
+  finally:
+    signal.signal(signal.SIGINT, previous)
 
 
 @dataclasses.dataclass
@@ -178,55 +206,13 @@ def _abstract_state(run: Run):
       run.steps.replicated)
 
 
-def _start_compiling(run: Run, always: bool = False) -> None:
-  """With `config.precompile` (or `always`), the measurements, train and
-  eval programs compile on threads from here on
-  (`qkspec.training.precompile`)."""
-  if always or run.config.get("precompile", True):
-    run.steps = precompile.start(
+def _start_compiling(run: Run) -> None:
+  """With `config.precompile`, the measurements, train and eval programs
+  compile on threads from here on (`step_lib.compile_ahead`)."""
+  if run.config.precompile:
+    run.steps = step_lib.compile_ahead(
         run.steps, _abstract_state(run), run.dropout_keys,
         run.steps.task.train_batch(0))
-
-
-def prepare(config, workdir: str) -> Run:
-  """A run built and its programs compiled (its initialisation,
-  measurements, train call and evaluation), waiting for them; writes
-  nothing. `train_and_evaluate(config, workdir, prepared=run)` then trains
-  it with no setup or compilation of its own: the same jitted functions,
-  whose first calls find their executables (and traces) ready.
-
-  bench/gpu_paper.py prepares a lane's next run on a thread while the run
-  before it trains (bench/gpu_results.md (19): 5-15 s of "setup" and
-  "compile" a run on a GPU host, with the persistent cache warm).
-  """
-  run = _setup(config, workdir)
-  _start_compiling(run, always=True)
-  run.steps.init.lower(run.init_keys, run.hparams).compile()
-  precompile.wait(run.steps)
-  return run
-
-
-def compile_programs(config) -> None:
-  """Compiles a run's programs (`prepare`) without training.
-
-  With JAX's persistent compilation cache on (`jax_compilation_cache_dir`),
-  a later `train_and_evaluate` of the same config, in this process or
-  another, then reads each program from the cache instead of compiling it:
-  bench/gpu_paper.py's `warm` stage compiles a slice's runs side by side
-  so. Writes nothing but the cache.
-  """
-  prepare(config, workdir="")
-
-
-def _check_prepared(run: Run, config, workdir: str) -> None:
-  """Raises ValueError unless `run` was prepared for `config` in `workdir`."""
-  other_config = run.config.to_json() != config.to_json()
-  if run.workdir != workdir or other_config:
-    raise ValueError(
-        f"the prepared run is {run.workdir!r}'s"
-        + (", with another config" if other_config else "")
-        + f", not this one ({workdir!r}): prepare(config, workdir) with "
-        "the config and workdir it trains.")
 
 
 def _restore_or_init(run: Run, ckpt: ckpt_lib.Checkpointer):
@@ -300,7 +286,7 @@ def _chunk_at(steps: step_lib.Steps, step: int, stop: int) -> int:
   return 1
 
 
-def _run_rest(rest, clock: phases.PhaseClock) -> None:
+def _run_rest(rest, clock: progress.PhaseClock) -> None:
   """Runs what the actions left (`PeriodicAction.begin`), each in its
   phase."""
   for phase, left in rest:
@@ -310,7 +296,7 @@ def _run_rest(rest, clock: phases.PhaseClock) -> None:
 
 def _run(run: Run, state, start: int, actions: list[actions_lib.PeriodicAction],
          pending: actions_lib.Pending, ckpt: ckpt_lib.Checkpointer,
-         stop: interrupt.StopFlag, clock: phases.PhaseClock):
+         stop: StopFlag, clock: progress.PhaseClock):
   """Trains from `start` to `config.num_steps`, running the due actions.
 
   Each action's wall time goes to its `phase` on `clock`, after the state
@@ -320,7 +306,7 @@ def _run(run: Run, state, start: int, actions: list[actions_lib.PeriodicAction],
   next call is dispatched, while it computes.
 
   Raises:
-    interrupt.Interrupted: Ctrl-C (after saving a checkpoint at the step
+    Interrupted: Ctrl-C (after saving a checkpoint at the step
       boundary where it took effect, when the state there is whole).
   """
   step, boundary, compiled = start, None, set()
@@ -361,7 +347,7 @@ def _run(run: Run, state, start: int, actions: list[actions_lib.PeriodicAction],
       _run_rest(rest, clock)   # while the call computes
   except KeyboardInterrupt:
     msg = _save_interrupted(run, state, step, boundary, pending, ckpt)
-    raise interrupt.Interrupted(msg) from None
+    raise Interrupted(msg) from None
 
 
 def _save_interrupted(run: Run, state, step: int, boundary: int | None,
@@ -391,41 +377,8 @@ def _save_interrupted(run: Run, state, step: int, boundary: int | None,
   return msg
 
 
-RUN_INFO = "run_info.jsonl"
-
-
-def _record_invocation(run: Run, start: int, end: int,
-                       clock: phases.PhaseClock, interrupted: bool = False):
-  """Appends one line to `<workdir>/run_info.jsonl`: what ran where, how long.
-
-  Steps `start`..`end`, wall seconds (setup, compilation and evaluation
-  included; "phases_s": how they split, `phases.PhaseClock.summary`), the
-  device kind and count, precision and steps per call; a run resumed n
-  times has n + 1 lines (launch/report.py sums them). A run
-  stopped by Ctrl-C says so (`interrupted`, `end_step` its checkpoint); an
-  error writes none.
-  """
-  line = {"start_step": start, "end_step": end,
-          "wall_s": round(clock.elapsed(), 1),
-          "phases_s": clock.summary(),
-          "device_kind": jax.devices()[0].device_kind,
-          "device_count": jax.device_count(),
-          "process_count": jax.process_count(),
-          "compute_dtype": run.config.get("compute_dtype", "float32"),
-          "steps_per_call": run.steps.steps_per_call,
-          "members": len(run.members), "jax": jax.__version__,
-          "interrupted": interrupted,
-          "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-  with open(os.path.join(run.workdir, RUN_INFO), "a") as f:
-    f.write(json.dumps(line) + "\n")
-
-
-def train_and_evaluate(config, workdir: str, prepared: Run | None = None
-                       ) -> step_lib.TrainState:
+def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
   """Trains `config` (one run or a vmapped sweep) in `workdir`; resumes.
-
-  `prepared`: `prepare(config, workdir)`'s run, built and compiled ahead
-  (on another thread, say); else the run is built here.
 
   Writes `<workdir>/config.json`, `run_info.jsonl` (one line per finished
   invocation: steps, wall time, device), `members.json` (name, directory and
@@ -437,20 +390,16 @@ def train_and_evaluate(config, workdir: str, prepared: Run | None = None
     The final TrainState (leading member axis for a sweep).
 
   Raises:
-    ValueError: a bad config (before training); `prepared` for another
-      config or workdir.
+    ValueError: a bad config (before training).
     RuntimeError: `<workdir>/ckpt` has checkpoints and none restores.
     FloatingPointError: NaN/Inf in loss or gradients, naming the step.
-    interrupt.Interrupted: Ctrl-C (a KeyboardInterrupt), after saving a
+    Interrupted: Ctrl-C (a KeyboardInterrupt), after saving a
       checkpoint; its message says how to resume.
   """
-  clock = phases.PhaseClock()
-  if prepared is not None:
-    _check_prepared(prepared, config, workdir)
-  run = prepared or _setup(config, workdir)
+  clock = progress.PhaseClock()
+  run = _setup(config, workdir)
   _prepare_workdir(run)
-  if prepared is None:
-    _start_compiling(run)
+  _start_compiling(run)
   with contextlib.ExitStack() as stack:
     ckpt = stack.enter_context(contextlib.closing(ckpt_lib.Checkpointer(
         workdir, max_to_keep=config.max_to_keep,
@@ -470,19 +419,19 @@ def train_and_evaluate(config, workdir: str, prepared: Run | None = None
                  log, actions_lib.EvalAction(run, start, writers),
                  actions_lib.CheckpointAction(run, start, pending, ckpt, writers)]
       clock.add("setup", clock.elapsed())
-      with interrupt.deferred_sigint() as stop:
+      with deferred_sigint() as stop:
         try:
           state = _run(run, state, start, actions, pending, ckpt, stop,
                        clock)
-        except interrupt.Interrupted:
+        except Interrupted:
           if run.lead:                  # ends at the checkpoint it saved
-            _record_invocation(run, start, ckpt.latest_step() or start,
-                               clock, interrupted=True)
+            progress.record_invocation(run, start, ckpt.latest_step() or start,
+                                      clock, interrupted=True)
           raise
     with clock.phase("finish"):
       ckpt.wait_until_finished()
     if run.lead:
-      _record_invocation(run, start, _host_step(state), clock)
+      progress.record_invocation(run, start, _host_step(state), clock)
       logging.info("%s", clock.describe())
       logging.info("%s", progress.outputs_summary(
           workdir, run.dirs, run.names, ckpt.directory, ckpt.all_steps()))

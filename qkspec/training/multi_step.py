@@ -20,6 +20,15 @@ model's step. Here the batches are built on the device from the task's
   the summed loss and weight over the eval batches `indices`, accumulated
   in batch order as the per-batch path does.
 
+Under a half-precision compute dtype every matmul of the decoder casts its
+float32 weight (the master copy AdamW updates) to bfloat16, and on a GPU
+each cast is a kernel of its own. Inside `scan_train` the state carries
+those casts instead (`TrainState.copies`): step t's update writes them (a
+cast that XLA fuses into the AdamW kernels that already read and write the
+weights) and step t + 1's forward reads them (`use_copies`). Same casts of
+the same weights, so the arithmetic is unchanged; the copies never leave
+the scan, so checkpoints and the other programs see the state as before.
+
 `steps_per_call(config)` chooses k: `config.steps_per_call` if >= 1, else
 (auto) 1 on a CPU, where a step takes far longer than its dispatch, and
 elsewhere the largest divisor of gcd(log_every, eval_every,
@@ -32,8 +41,6 @@ import math
 
 import jax
 import jax.numpy as jnp
-
-from qkspec.training import weight_copies
 
 MAX_AUTO_STEPS = 250
 
@@ -61,8 +68,8 @@ def scan_train(step_fn, feed, batch_sharding=None, copies_dtype=None):
     batch_sharding: where each gathered batch is laid out (its leading axis
       on the mesh's data axis), or None.
     copies_dtype: the model's compute dtype: other than float32, the scan
-      carries the decoder's weights cast to it (`weight_copies`: cast once
-      before the first step, then by each update), none of which leaves it.
+      carries the decoder's weights cast to it (`copies`: cast once before
+      the first step, then by each update), none of which leaves it.
   """
   cast = copies_dtype is not None and jnp.dtype(copies_dtype) != jnp.float32
 
@@ -82,7 +89,7 @@ def scan_train(step_fn, feed, batch_sharding=None, copies_dtype=None):
                                metrics))       # no tracer leaves the scan
       return state, packed
     if cast:
-      state = state.replace(copies=weight_copies.copies(state.params,
+      state = state.replace(copies=copies(state.params,
                                                         copies_dtype))
     state, metrics = jax.lax.scan(body, state, xs)
     if like:
@@ -132,3 +139,50 @@ def scan_eval(eval_fn, feed, batch_sharding=None):
     total, _ = jax.lax.scan(body, zeros, indices)
     return total
   return eval_many
+
+
+# ------------------------------------------------- weights cast once ----
+
+_CAST = ("kernel", "w_qk")
+
+
+def _cast(path) -> bool:
+  keys = [getattr(k, "key", None) for k in path]
+  return bool(keys) and keys[0] == "decoder" and keys[-1] in _CAST
+
+
+def copies(params, dtype) -> tuple[jax.Array, ...]:
+  """The cast weights of `params` (any leading axes, e.g. members), in
+  `jax.tree_util` order."""
+  return tuple(x.astype(dtype) for path, x in
+               jax.tree_util.tree_flatten_with_path(params)[0]
+               if _cast(path))
+
+
+@jax.custom_vjp
+def _use(weight, copy):
+  del weight
+  return copy
+
+
+def _use_forward(weight, copy):
+  return copy, jnp.zeros((0,), weight.dtype)
+
+
+def _use_backward(residual, g):
+  return g.astype(residual.dtype), None
+
+
+_use.defvjp(_use_forward, _use_backward)
+
+
+def use_copies(params, cast) -> dict:
+  """`params` with each cast weight replaced by its copy in `cast`
+  (`copies`' order): the value the model's own cast would give, whose
+  gradient reaches the float32 weight."""
+  leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
+  cast = iter(cast)
+  out = [_use(x, next(cast)) if _cast(path) else x for path, x in leaves]
+  if next(cast, None) is not None:
+    raise ValueError("more weight copies than cast weights in params")
+  return jax.tree_util.tree_unflatten(treedef, out)

@@ -6,8 +6,16 @@
 * `EvalMeter`: batches done / total, elapsed and ETA of one eval split at the
   same interval;
 * `by_member`: a value per sweep member, labelled with the member's name;
-* `outputs_summary`: the files a run wrote and how to plot them.
+* `outputs_summary`: the files a run wrote and how to plot them;
+* `PhaseClock`: where an invocation's wall time went (setup, compilation,
+  steps, evaluation, logs, checkpoints, the final wait), which the loop
+  writes to run_info.jsonl ("phases_s") and logs at the end. The loop
+  waits for the state before the actions due at a step, so an action's
+  phase holds its own work; the first call of a compiled step is
+  "compile"; whatever no phase holds is "other".
 """
+import contextlib
+import json
 import os
 import time
 from typing import Callable, Sequence
@@ -41,7 +49,7 @@ class ProgressAction:
     clock: seconds (tests may pass a fake).
   """
 
-  phase = "log"          # its wall time, for `qkspec.training.phases`
+  phase = "log"          # its wall time, for `PhaseClock`
 
   def __init__(self, every_s: float, start: int, num_steps: int,
                quiet_at: Callable[[int], bool],
@@ -150,3 +158,76 @@ def outputs_summary(workdir: str, dirs: Sequence[str], names: Sequence[str],
       f"  plot: python launch/plot_training.py --workdir {workdir}",
       f"  resume or extend: rerun with --workdir {workdir} (and a larger "
       "--config.num_steps to train on)"))
+
+
+PHASES = ("setup", "compile", "steps", "eval", "log", "checkpoint",
+          "finish")
+
+
+class PhaseClock:
+  """Wall seconds per named phase of one invocation, from `t0`."""
+
+  def __init__(self, t0: float | None = None, clock=time.time):
+    self._clock = clock
+    self.t0 = clock() if t0 is None else t0
+    self.seconds: dict[str, float] = {}
+
+  def elapsed(self) -> float:
+    """Wall seconds since t0."""
+    return self._clock() - self.t0
+
+  def add(self, name: str, seconds: float) -> None:
+    if name not in PHASES:
+      raise ValueError(f"unknown phase {name!r}; one of {PHASES}")
+    self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+
+  @contextlib.contextmanager
+  def phase(self, name: str):
+    """Adds the wall time of the `with` body to phase `name`."""
+    start = self._clock()
+    try:
+      yield
+    finally:
+      self.add(name, self._clock() - start)
+
+  def summary(self) -> dict[str, float]:
+    """{phase: seconds} in PHASES order (those that ran), and "other": the
+    wall time since t0 that no phase holds."""
+    out = {k: round(self.seconds[k], 1) for k in PHASES if k in self.seconds}
+    out["other"] = round(max(self.elapsed() - sum(self.seconds.values()),
+                             0.0), 1)
+    return out
+
+  def describe(self) -> str:
+    """"wall 159.1 s: setup 4.2, compile 11.3, steps 124.0, ..." """
+    parts = ", ".join(f"{k} {v:.1f}" for k, v in self.summary().items())
+    return f"wall {self.elapsed():.1f} s: {parts}"
+
+
+RUN_INFO = "run_info.jsonl"
+
+
+def record_invocation(run, start: int, end: int, clock: PhaseClock,
+                      interrupted: bool = False) -> None:
+  """Appends one line to `<workdir>/run_info.jsonl`: what ran where, how long.
+
+  Steps `start`..`end`, wall seconds (setup, compilation and evaluation
+  included; "phases_s": how they split, `PhaseClock.summary`), the
+  device kind and count, precision and steps per call; a run resumed n
+  times has n + 1 lines (launch/report.py sums them). A run
+  stopped by Ctrl-C says so (`interrupted`, `end_step` its checkpoint); an
+  error writes none.
+  """
+  line = {"start_step": start, "end_step": end,
+          "wall_s": round(clock.elapsed(), 1),
+          "phases_s": clock.summary(),
+          "device_kind": jax.devices()[0].device_kind,
+          "device_count": jax.device_count(),
+          "process_count": jax.process_count(),
+          "compute_dtype": run.config.get("compute_dtype", "float32"),
+          "steps_per_call": run.steps.steps_per_call,
+          "members": len(run.members), "jax": jax.__version__,
+          "interrupted": interrupted,
+          "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+  with open(os.path.join(run.workdir, RUN_INFO), "a") as f:
+    f.write(json.dumps(line) + "\n")

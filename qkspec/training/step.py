@@ -42,8 +42,9 @@ stacks the states of its members and runs `jax.vmap(train_step)` in the same
 jit. `build_steps` builds them all; `qkspec.training.loop` runs them.
 """
 # pylint: disable=invalid-name
+from concurrent import futures
 import functools
-from typing import Any
+from typing import Any, Callable
 
 from flax import struct
 import jax
@@ -52,12 +53,12 @@ import numpy as np
 import optax
 
 from qkspec.theory import locater
+from qkspec.training import actions
 from qkspec.training import layer_stats
 from qkspec.training import model as model_lib
 from qkspec.training import multi_step
 from qkspec.training import sweep as sweep_lib
 from qkspec.training import tasks
-from qkspec.training import weight_copies
 
 
 class TrainState(struct.PyTreeNode):
@@ -66,7 +67,7 @@ class TrainState(struct.PyTreeNode):
   opt_state: Any
   hparams: locater.LocaterHParams   # (kappa1, kappa2, target): float32 []
   # inside multi_step's scan only: the decoder's weights cast to the compute
-  # dtype by the last update (`weight_copies`); None elsewhere
+  # dtype by the last update (`multi_step.copies`); None elsewhere
   copies: Any = None
 
 
@@ -167,11 +168,11 @@ def objective(params, hparams: locater.LocaterHParams, batch, dropout_key, *,
   `penalty` is `penalty_scale * locater_term(params, hparams)`, what enters
   the objective (and what is logged as train/penalty): with the fairseq
   reading already divided by the targets per batch. `copies`: the
-  decoder's weights already cast (`weight_copies`), which the loss uses in
+  decoder's weights already cast (`multi_step.copies`), which the loss uses in
   place of casting them.
   """
   model_params = (params if copies is None
-                  else weight_copies.use_copies(params, copies))
+                  else multi_step.use_copies(params, copies))
   loss_sum, weight = task.summed_loss(model_params, batch,
                                      deterministic=deterministic,
                                      rngs={"dropout": dropout_key})
@@ -192,15 +193,11 @@ def update_checks(total: jax.Array, grads) -> tuple[jax.Array, jax.Array]:
   does a norm past float32's range, ~1.8e19: as good as a blow-up).
 
   The squares of the small gradients (the layers') are summed as one flat
-  vector, the large ones' (embedding, output) each by itself. On a GPU a
-  reduction per parameter sits in the optimizer's kernels and keeps XLA
-  from fusing them with their neighbours; the flat sum is one fusion that
-  reads them all (XLA does not write the concatenation), and the large
-  ones, read once by their own update's kernel, keep theirs there. Fig.
-  12's step: 207 kernels, against 244 with a reduction per parameter and
-  16 more when each gradient's elements were also checked
-  (bench/gpu_results.md (18)). Same value as `optax.tree.norm` up to the
-  order of the float32 sum.
+  vector, the large ones' (embedding, output) each by itself: on a GPU one
+  fusion reads the small ones (XLA does not write the concatenation), where
+  a reduction per parameter kept XLA from fusing the optimizer's kernels
+  (15% fewer kernels in Fig. 12's step). Same value as `optax.tree.norm`
+  up to the order of the float32 sum.
   """
   leaves = jax.tree.leaves(grads)
   squares = lambda g: jnp.square(g.astype(jnp.float32))  # noqa: E731
@@ -229,7 +226,7 @@ def train_step(state: TrainState, batch, key: jax.Array, *, task: tasks.Task,
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   copies = (None if state.copies is None
-            else weight_copies.copies(params, task.model.dtype))
+            else multi_step.copies(params, task.model.dtype))
   finite, grad_norm = update_checks(total, grads)
   metrics = {"loss": loss, "penalty": penalty, "finite": finite,
              "grad_norm": grad_norm}
@@ -337,3 +334,80 @@ def build_steps(config, mesh=None) -> Steps:
       measure=jax.jit(measure, in_shardings=(replicated, batch_sharding),
                       out_shardings=replicated),
       steps_per_call=multi_step.steps_per_call(config), **many)
+
+
+class Warm:
+  """A jitted function whose first call waits for its background compiles.
+
+  Attributes other than the call (`lower`, `trace`, ...) are the function's.
+  """
+
+  def __init__(self, fn: Callable, pending: list[futures.Future]):
+    self._fn, self._pending = fn, list(pending)
+
+  def __call__(self, *args, **kwargs):
+    self.wait()
+    return self._fn(*args, **kwargs)
+
+  def wait(self) -> None:
+    """Waits for the background compiles; raises a worker's error, once."""
+    while self._pending:
+      self._pending.pop().result()
+
+  def __getattr__(self, name):
+    return getattr(self._fn, name)
+
+
+def _compile(fn, *args) -> None:
+  fn.lower(*args).compile()
+
+
+def compile_ahead(steps, abstract_state, dropout_keys: jax.Array, batch):
+  """`steps` with its train, measure and eval programs compiling on threads.
+
+  A run would compile its programs one after another as each is first
+  called (the measurements at the log of step 0, the k-step train call,
+  each eval split at the first evaluation, the state's copy at the first
+  checkpoint), although none needs another's result. Here they lower and
+  compile on worker threads from the arguments' shapes and shardings while
+  the main thread initialises or restores the state (XLA releases the GIL
+  while it compiles, and `lower(...).compile()` fills the cache that `jit`
+  dispatch reads). Each is wrapped in `Warm`, so its first call waits for
+  its worker instead of compiling it a second time; a worker's error is
+  raised by that call. Nothing that is computed changes.
+
+  Args:
+    steps: the run's `step.Steps`.
+    abstract_state: the TrainState's ShapeDtypeStructs on its sharding
+      (`checkpoint.abstract_like(jax.eval_shape(steps.init, ...))`).
+    dropout_keys: the run's dropout keys, as the train calls get them.
+    batch: a train batch (`steps.task.train_batch(0)`), for the shapes of
+      the measurements' (and single steps') batch.
+
+  Returns:
+    `steps` with `train_many` (or `train` where a call runs one step),
+    `measure` and `eval_many` wrapped in `Warm`.
+  """
+  pool = futures.ThreadPoolExecutor(max_workers=3,
+                                    thread_name_prefix="precompile")
+  feed, k = steps.task.feed, steps.steps_per_call
+  jobs = {"measure": [pool.submit(_compile, steps.measure,
+                                  abstract_state.params, batch)]}
+  if k > 1 and steps.train_many is not None:
+    jobs["train_many"] = [pool.submit(
+        _compile, steps.train_many, abstract_state, feed.consts,
+        feed.train_inputs(0, k), dropout_keys)]
+  else:
+    jobs["train"] = [pool.submit(_compile, steps.train, abstract_state,
+                                 batch, dropout_keys)]
+  if steps.eval_many is not None:
+    jobs["eval_many"] = [
+        pool.submit(_compile, steps.eval_many, abstract_state.params,
+                    feed.eval_tokens[split],
+                    jnp.zeros(actions.eval_call_size(n), jnp.int32))
+        for split, n in feed.eval_counts.items()]
+  # last: the first checkpoint comes long after the first call and eval
+  pool.submit(_compile, actions.device_copy, abstract_state)
+  pool.shutdown(wait=False)          # the jobs run on; the threads then end
+  return steps.replace(**{name: Warm(getattr(steps, name), pending)
+                          for name, pending in jobs.items()})

@@ -1,4 +1,4 @@
-"""Where a run's wall time goes (qkspec.training.phases and the loop)."""
+"""Where a run's wall time goes (qkspec.training.progress.PhaseClock, the loop)."""
 import json
 import os
 import shutil
@@ -10,7 +10,7 @@ from absl.testing import absltest
 
 from qkspec.training import actions
 from qkspec.training import loop
-from qkspec.training import phases
+from qkspec.training import progress
 import testutil
 
 # Each evaluation's added sleep in the run below: longer than the steps and
@@ -32,7 +32,7 @@ class PhaseClockTest(absltest.TestCase):
 
   def test_phases_add_up_and_the_rest_is_other(self):
     t = FakeClock()
-    clock = phases.PhaseClock(clock=t)
+    clock = progress.PhaseClock(clock=t)
     with clock.phase("steps"):
       t.now += 2.0
     t.now += 0.5                       # in no phase
@@ -50,7 +50,7 @@ class PhaseClockTest(absltest.TestCase):
 
   def test_a_phase_that_raises_still_counts(self):
     t = FakeClock()
-    clock = phases.PhaseClock(clock=t)
+    clock = progress.PhaseClock(clock=t)
     with self.assertRaises(KeyboardInterrupt):
       with clock.phase("checkpoint"):
         t.now += 1.5
@@ -82,7 +82,7 @@ class LoopPhasesTest(absltest.TestCase):
     with mock.patch.object(actions.EvalAction, "begin", slow_eval), \
          self.assertLogs(level="INFO") as logs:
       loop.train_and_evaluate(_config(), wd)
-    with open(os.path.join(wd, loop.RUN_INFO)) as f:
+    with open(os.path.join(wd, progress.RUN_INFO)) as f:
       info = json.loads(f.readline())
     ph = info["phases_s"]
     self.assertContainsSubset(
