@@ -15,7 +15,6 @@ from qkspec.config import schema
 from qkspec.theory import locater
 from qkspec.training import model as model_lib
 from qkspec.training import step as step_lib
-from qkspec.training import layer_stats
 from qkspec.training import tasks
 import testutil
 

@@ -37,7 +37,6 @@ import json
 import os
 import signal
 import threading
-import time
 from typing import Any, Iterator
 
 from absl import logging
@@ -225,8 +224,6 @@ def _restore_or_init(run: Run, ckpt: ckpt_lib.Checkpointer):
   """
   if ckpt.latest_step() is None:
     return run.steps.init(run.init_keys, run.hparams)
-  # Checkpoints written when `hparams` was a {"kappa1", "kappa2", "target"}
-  # dict restore as they are: orbax stores a NamedTuple by its field names.
   found = ckpt.restore_newest(_abstract_state(run))
   if found is None:          # every checkpoint was set aside
     return run.steps.init(run.init_keys, run.hparams)
@@ -241,31 +238,6 @@ def _restore_or_init(run: Run, ckpt: ckpt_lib.Checkpointer):
                        f"({have}); use a fresh workdir.")
   logging.info("resumed from step %d", latest)
   return state
-
-
-def _open_writers(run: Run, start: int, fresh: bool,
-                  stack: contextlib.ExitStack) -> list[Any]:
-  """One metric writer per member, closed by `stack`; hparams at step 0.
-
-  The records past `start` (all of them for a `fresh` state), written after
-  the checkpoint by a run that was killed, are dropped first: the steps run
-  again and each is recorded once.
-  """
-  keep_to = -1 if fresh else start
-  if run.lead:
-    dropped = sum(metric_writer.drop_records_after(d, keep_to)
-                  for d in run.dirs)
-    if dropped:
-      logging.info("dropped %d metric records past step %d (written after "
-                   "the checkpoint; those steps run again)", dropped,
-                   keep_to)
-  writers = [stack.enter_context(metric_writer.MetricWriter(
-      d, just_logging=not run.lead, console=False, purge_step=keep_to + 1))
-             for d in run.dirs]
-  if start == 0:
-    for w, m in zip(writers, run.members):
-      w.write_hparams({**schema.flatten(run.config), **m})
-  return writers
 
 
 def _next_stop(step: int, actions, num_steps: int) -> int:
@@ -406,7 +378,11 @@ def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
         save_interval_steps=config.checkpoint_every)))
     state = _restore_or_init(run, ckpt)
     start, fresh = _host_step(state), ckpt.latest_step() is None
-    writers = _open_writers(run, start, fresh, stack)
+    writers = [stack.enter_context(w) for w in metric_writer.open_writers(
+        run.dirs, -1 if fresh else start, run.lead)]
+    if start == 0:
+      for w, m in zip(writers, run.members):
+        w.write_hparams({**schema.flatten(config), **m})
     if start >= config.num_steps:
       logging.warning("%s is at step %d already (config.num_steps=%d): "
                       "nothing to train; raise --config.num_steps to train "

@@ -165,6 +165,22 @@ def drop_records_after(logdir: str, step: int) -> int:
   return dropped
 
 
+def open_writers(dirs: list[str], keep_to: int, lead: bool
+                 ) -> list[MetricWriter]:
+  """A writer per member directory for a run that resumes after step
+  `keep_to` (-1: fresh). The records past it, written after the checkpoint
+  by a run that was killed, are dropped first: those steps run again and
+  each is recorded once. Only the `lead` process writes files."""
+  if lead:
+    dropped = sum(drop_records_after(d, keep_to) for d in dirs)
+    if dropped:
+      logging.info("dropped %d metric records past step %d (written after "
+                   "the checkpoint; those steps run again)", dropped,
+                   keep_to)
+  return [MetricWriter(d, just_logging=not lead, console=False,
+                       purge_step=keep_to + 1) for d in dirs]
+
+
 def read_metrics(logdir: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
   """`metrics.jsonl` -> {name: (steps int[n], values [n, ...])}.
 

@@ -24,7 +24,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from qkspec import kernels as kernels_lib
-from qkspec.config import schema
 from qkspec.theory import softmax
 
 # One function per name of schema.ACTIVATIONS (tests/model_test.py checks).
@@ -38,10 +37,8 @@ _xavier_qkv = nn.initializers.variance_scaling(0.5, "fan_avg", "uniform")
 
 
 class ProjectionParams(nn.Module):
-  """The kernel [d, *features] and bias [*features] of
-  `nn.DenseGeneral(features)`, same names, shapes and initial values,
-  without applying them: the Pallas attention applies q, k and v as one
-  matmul."""
+  """`nn.DenseGeneral(features)`'s kernel [d, *features] and bias (same names,
+  shapes, initial values), unapplied: the Pallas path's one QKV matmul."""
   features: tuple[int, ...]
   use_bias: bool = True
 
@@ -59,11 +56,6 @@ class ProjectionParams(nn.Module):
 def causal_mask(seq_len: int) -> jax.Array:
   """Bool [T, T], True where query t may see key j (j <= t)."""
   return jnp.tril(jnp.ones((seq_len, seq_len), dtype=bool))
-
-
-def _measuring(module: nn.Module) -> bool:
-  """Whether the "intermediates" the XLA layers sow are being collected."""
-  return module.is_mutable_collection("intermediates")
 
 
 class SelfAttention(nn.Module):
@@ -103,7 +95,8 @@ class SelfAttention(nn.Module):
     H = self.num_heads
     D = self.head_dim or d // H
     lam = float(softmax.temperature(self.temperature, D))
-    if self.kernels == "pallas" and not _measuring(self):
+    measuring = self.is_mutable_collection("intermediates")
+    if self.kernels == "pallas" and not measuring:
       qkv_BxTx3xHxD, biases = self._packed_qkv(x_BxTxd, H, D)
       return self._output(kernels_lib.attention(
           qkv_BxTx3xHxD, lam, biases=biases, causal=self.causal), d)
@@ -160,8 +153,8 @@ class SelfAttention(nn.Module):
                              dtype=self.dtype, kernel_init=_xavier,
                              name="out")(u_BxTxHxD)
     if H * D != d:
-      raise ValueError(f"out_proj=False needs heads*head_dim == d, got "
-                       f"{H}*{D} != {d}.")
+      raise ValueError(f"out_proj=False needs heads*head_dim == d, got {H}*{D}"
+                       f" != {d}.")
     return u_BxTxHxD.reshape(B, T, d)
 
 
@@ -356,9 +349,6 @@ def make_model(model_config, task: str, vocab_size: int | None = None,
                dtype: Any = jnp.float32) -> nn.Module:
   """Builds the module of `task` ("theory" or "lm") from `config.model`."""
   m = model_config
-  if m.kernels not in schema.KERNELS:
-    raise ValueError(f"model.kernels must be one of {schema.KERNELS}, got "
-                     f"{m.kernels!r}.")
   attention = dict(num_heads=m.num_heads, head_dim=m.d_model // m.num_heads,
                    qk_param=m.qk_param, use_bias=m.qkv_bias,
                    out_proj=m.out_proj, causal=m.causal,
@@ -375,16 +365,12 @@ def make_model(model_config, task: str, vocab_size: int | None = None,
                        dtype)
 
 
-def _layer_index(name: str) -> int:
-  return int(re.fullmatch(r"block_(\d+)", name).group(1))
-
-
 def attention_params(params) -> list[dict]:
   """The `attn` parameter dicts of every block, ordered by layer."""
   decoder = params["decoder"]
-  names = sorted((n for n in decoder if n.startswith("block_")),
-                 key=_layer_index)
-  return [decoder[n]["attn"] for n in names]
+  layer = lambda name: int(re.fullmatch(r"block_(\d+)", name).group(1))  # noqa: E731
+  return [decoder[n]["attn"] for n in sorted(
+      (n for n in decoder if n.startswith("block_")), key=layer)]
 
 
 def qk_from_kernels(wq_kernel: jax.Array, wk_kernel: jax.Array) -> jax.Array:
