@@ -1,4 +1,4 @@
-"""Tests for qkspec.training.model: shapes, causality, sown logits vs W_QK, LocATER."""
+"""qkspec.training.model: shapes, causality, sown logits vs W_QK, LocATER."""
 # pylint: disable=invalid-name
 import math
 

@@ -1,4 +1,4 @@
-"""Where a run's wall time goes (qkspec.training.progress.PhaseClock, the loop)."""
+"""Where a run's wall time goes (progress.PhaseClock and the loop)."""
 import json
 import os
 import shutil

@@ -39,7 +39,7 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
 
 def load_config_file(path: str | pathlib.Path,
                      arg: str | None = None) -> ml_collections.ConfigDict:
-  """`get_config(arg)` of a config file, as `--config path:arg` would load it."""
+  """`get_config(arg)` of a config file, as `--config path:arg` loads it."""
   path = pathlib.Path(path)
   if not path.is_file():
     raise ValueError(f"no config file at {path}.")

@@ -4,20 +4,16 @@ Shapes: B = batch, T = tokens, H = heads, D = head width, d = model width,
 N = tokens as rows, V = vocabulary.
 
 The model (`qkspec.training.model`) calls these three functions and names
-no kernel. Each equals the plain XLA reference beside it (tests/
-kernels_test.py holds them equal, values and gradients, on small shapes,
-the Pallas kernels in Pallas' interpreter):
+no kernel. Each equals the plain XLA reference beside it, in value and
+gradient (tests/kernels_test.py and one test file per kernel module, the
+Pallas kernels in Pallas' interpreter on small shapes):
 
-=================  ==========================================  =========================
-function           computes                                    reference
-=================  ==========================================  =========================
-`attention`        softmax(mask(Q K^T / lambda)) V per head,   `attention_reference`
-                   from the packed QKV projections
-`post_ln`          LayerNorm(x + mask * u) (Post-LN's add,     `post_ln_reference`
-                   dropout and LayerNorm)
-`output_xent`      sum_n w_n CE(h_n W, y_n) (output            `output_xent_reference`
-                   projection and cross-entropy)
-=================  ==========================================  =========================
+* `attention`: softmax(mask(Q K^T / lambda)) V per head from the packed QKV
+  projections; reference `attention_reference`;
+* `post_ln`: LayerNorm(x + mask * u), Post-LN's add, dropout and
+  LayerNorm; reference `post_ln_reference`;
+* `output_xent`: sum_n w_n CE(h_n W, y_n), the output projection and the
+  cross-entropy; reference `output_xent_reference`.
 
 `model.kernels = "xla"` (the default, any device): the model's own Flax
 layers for attention and LayerNorm, and the chunked XLA loss

@@ -81,7 +81,8 @@ def _chunks(h, targets, weights, chunk):
   n = h.shape[0]
   c = min(chunk, n)
   rows = round_up(n, c)
-  split = lambda x: pad_to(x, 0, rows).reshape((rows // c, c) + x.shape[1:])
+  split = lambda x: pad_to(x, 0, rows).reshape(  # noqa: E731
+      (rows // c, c) + x.shape[1:])
   return split(h), split(targets), split(weights), n
 
 

@@ -17,7 +17,8 @@ intermediates gives, per layer (and head):
 * `entropy`: mean attention entropy over the keys each query may see (Zhai;
   Fig. 6C), `qkspec.theory.diagnostics.attention_entropy`;
 * `rho` [T]: empirical signal propagation probability of each key for the
-  LAST query, over the batch (Fig. 7), `qkspec.theory.propagation.empirical_rho`;
+  LAST query, over the batch (Fig. 7),
+  `qkspec.theory.propagation.empirical_rho`;
 * `rank_residual`: Dong's relative residual of the block output, "mean"
   method, averaged over the batch.
 """

@@ -393,7 +393,8 @@ def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
       actions = [progress.ProgressAction(config.progress_every_s, start,
                                          config.num_steps, log.due),
                  log, actions_lib.EvalAction(run, start, writers),
-                 actions_lib.CheckpointAction(run, start, pending, ckpt, writers)]
+                 actions_lib.CheckpointAction(run, start, pending, ckpt,
+                                              writers)]
       clock.add("setup", clock.elapsed())
       with deferred_sigint() as stop:
         try:

@@ -61,8 +61,9 @@ def causal_mask(seq_len: int) -> jax.Array:
 class SelfAttention(nn.Module):
   r"""Multi-head self-attention with an inspectable :math:`W_{QK}` (Eq. 1-2).
 
-  .. math:: \omega_{tj} = (x_t W_Q^\top + b_q)(x_j W_K^\top + b_k)^\top/\lambda,
-            \qquad A = \mathrm{softmax}_j(\omega),\qquad U = A\,(X W_V^\top + b_v)
+  .. math:: \omega_{tj} = (x_t W_Q^\top + b_q)(x_j W_K^\top + b_k)^\top
+            /\lambda,\qquad A = \mathrm{softmax}_j(\omega),\qquad
+            U = A\,(X W_V^\top + b_v)
 
   per head, then the output projection; :math:`\lambda` = `temperature`
   (`qkspec.theory.softmax.temperature`: None means :math:`\sqrt D`). With
@@ -306,7 +307,7 @@ class OutputHead(nn.Module):
 
 
 class LanguageModel(nn.Module):
-  r"""fairseq `transformer_lm` (Sec. 7, App. D): tokens [B, T] -> logits [B, T, V].
+  r"""fairseq `transformer_lm` (Sec. 7, App. D): tokens [B, T] -> logits.
 
   Embedding scaled by :math:`\sqrt d`, sinusoidal positions, dropout, L
   causal decoder blocks, untied output projection (no bias); with targets,

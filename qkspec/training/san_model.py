@@ -31,7 +31,8 @@ from qkspec.theory import san
 
 
 class SANAttention(nn.Module):
-  r"""One layer's :math:`\mathrm{SA}(X) = \sum_h P_h X W_h` (`san.self_attention`)."""
+  r"""One layer's :math:`\mathrm{SA}(X) = \sum_h P_h X W_h`
+  (`san.self_attention`)."""
   num_heads: int
   temperature: float
 

@@ -1,4 +1,4 @@
-r"""What is learned: the random-walk regression of Sec. 2 or next-token LM (Sec. 7).
+r"""What is learned: Sec. 2's random-walk regression, Sec. 7's LM, Dong's tasks.
 
 Shapes: B=batch, T=tokens, d=width, V=vocab.
 
