@@ -15,18 +15,18 @@ setuptools.setup(
         "optax>=0.2.3",
         "orbax-checkpoint>=0.9",
         "tensorflow-datasets>=4.9.7",  # used without TensorFlow (array_record)
-        "array_record>=0.5",
+        "array_record>=0.5",  # the format tfds.data_source reads
         "grain>=0.2.2",
-        "importlib_resources",
-        "chex>=0.1.87",
         "absl-py>=2.0",
         "ml-collections>=0.1.1",
-        "clu>=0.0.12",
         "matplotlib>=3.7",
         "numpy>=1.26",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-xdist>=3", "scipy>=1.11"],
+        "test": ["pytest>=8", "pytest-xdist>=3", "scipy>=1.11", "chex>=0.1.87",
+                 "ruff>=0.6"],
+        "cuda": ["jax[cuda13]"],   # NVIDIA GPUs (jax[cuda12] works too)
+        "tpu": ["jax[tpu]"],
         "bench": ["torch"],  # reference implementations only, never at run time
         # TensorBoard event files next to metrics.jsonl (no TensorFlow):
         # qkspec.training.metric_writer writes them when this is installed.
