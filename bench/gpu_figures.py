@@ -26,8 +26,8 @@ itself SIGINT: the loop saves a checkpoint at the next step boundary and
 stops, and a rerun goes on.
 
 --rehearse trains the configs' `smoke` variants (a few steps on synthetic
-data) so that the whole script runs on a CPU in about a minute, e.g.
-`python bench/gpu_figures.py --rehearse --kernels none`.
+data) on a CPU, about a minute a figure (mostly compilation), e.g.
+`python bench/gpu_figures.py --rehearse --kernels none --figs 8`.
 """
 import argparse
 import json
@@ -186,7 +186,7 @@ def train_fig(fig: int, flags: argparse.Namespace, kind: str,
   if flags.probe_steps:
     rate = probe_rate(c, os.path.join(flags.workdir, "probe", f"fig{fig}"),
                       flags.probe_steps)
-    projected = (f"projected {todo / rate:.0f} s of steps at {rate:.1f} "
+    projected = (f"projected {todo / rate:.1f} s of steps at {rate:.1f} "
                  f"steps/s" if rate > 0 else "no projection (the probe's "
                  "steps took under 0.1 s)")
     print(f"fig {fig}: {todo} steps from step {start}, {projected} (a "
