@@ -2,14 +2,15 @@ r"""The paper's LM train step (Fig. 6 model) on this machine: qkspec vs PyTorch.
 
 Workload: d = 128, L = 1, H = 1, vocabulary 33,278, T = 64, batch 64,
 AdamW + LocATER, float32, one full step (forward, backward, update).
-Prints, from one process: a matmul-peak probe and the arithmetic floor,
-qkspec's step with the fused loss (default) and with the plain logits path,
-and PyTorch eager / torch.compile if torch is installed
+Prints, from one process: the device, a matmul-peak probe and the
+arithmetic floor, qkspec's step (output projection and cross-entropy
+fused) and PyTorch eager / torch.compile if torch is installed
 (`pip install -e ".[bench]"`; never a runtime dependency), with ratios.
 
   python bench/train_step.py [--steps 5] [--no_torch]
 """
 import argparse
+import os
 import time
 
 import jax
@@ -50,13 +51,10 @@ def step_flops():
   return 3 * forward
 
 
-def qkspec_step(fused, repeats, chunk=None):
+def qkspec_step(repeats):
   c = defaults.lm_config()
   defaults.synthetic_data(c, vocab_size=V, train_tokens=B * T * 8,
-                            eval_tokens=B * T)
-  c.model.fused_loss = fused
-  if chunk:
-    c.model.loss_chunk = chunk
+                          eval_tokens=B * T)
   c.locater.kappa1, c.locater.kappa2 = 100.0, 1.0
   c.num_steps = 1000
   steps = step_lib.build_steps(c)
@@ -120,27 +118,23 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--steps", type=int, default=5, help="timed repeats")
   parser.add_argument("--no_torch", action="store_true")
-  parser.add_argument("--chunks", default="",
-                      help="also time these model.loss_chunk values, e.g. "
-                      "64,256 (the default is the config's)")
   args = parser.parse_args()
+  print(f"device: {jax.devices()[0].device_kind}, "
+        f"{len(os.sched_getaffinity(0))} cores, jax {jax.__version__}")
   peak = matmul_peak(args.steps)
   floor = step_flops() / peak / 1e9
   print(f"matmul peak (2048^3 float32): {peak:.1f} GFLOP/s; step "
         f"{step_flops() / 1e9:.1f} GFLOP -> arithmetic floor {floor:.3f} s")
-  times = {"qkspec fused": qkspec_step(True, args.steps)}
-  for chunk in filter(None, args.chunks.split(",")):
-    times[f"fused C={chunk}"] = qkspec_step(True, args.steps, int(chunk))
-  times["qkspec plain"] = qkspec_step(False, args.steps)
+  times = {"qkspec": qkspec_step(args.steps)}
   if not args.no_torch:
     try:
       times["torch eager"] = torch_step(False, args.steps)
       times["torch compile"] = torch_step(True, args.steps)
     except ImportError:
       print("torch not installed: pip install -e '.[bench]' for the reference")
-  ours = times["qkspec fused"]
+  ours = times["qkspec"]
   for name, sec in times.items():
-    print(f"{name:14s} {sec:7.3f} s/step   {name} / qkspec fused = "
+    print(f"{name:14s} {sec:7.3f} s/step   {name} / qkspec = "
           f"{sec / ours:5.2f}x   floor / {name} = {floor / sec:5.2f}")
 
 
