@@ -27,7 +27,7 @@ stops, and a rerun goes on.
 
 --rehearse trains the configs' `smoke` variants (a few steps on synthetic
 data) on a CPU, about a minute a figure (mostly compilation), e.g.
-`python bench/gpu_figures.py --rehearse --kernels none --figs 8`.
+`python bench/gpu_figures.py --rehearse --kernels xla --figs 8`.
 """
 import argparse
 import json
@@ -42,6 +42,7 @@ import jax
 
 from qkspec.config import args as config_args
 from qkspec.training import loop
+from qkspec.training import progress
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEPT = {"model.kernels": "pallas", "compute_dtype": "bfloat16"}  # GPU path
@@ -74,7 +75,8 @@ def parse_flags(argv: list[str] | None = None) -> argparse.Namespace:
   p.add_argument("--steps", type=int, default=0,
                  help="config.num_steps (0: the config's, 50,000)")
   p.add_argument("--kernels", default=KEPT["model.kernels"],
-                 help="config.model.kernels; none: use the config's default")
+                 choices=("xla", "pallas"), help="config.model.kernels "
+                 "(xla: the XLA model, e.g. for a CPU rehearsal)")
   p.add_argument("--probe_steps", type=int, default=1000,
                  help="steps of each figure's probe (0: no probe and no "
                  "projection)")
@@ -106,10 +108,8 @@ def fig_config(fig: int, flags: argparse.Namespace):
                              "smoke" * flags.rehearse) if a)
   c = config_args.load_config_file(os.path.join(ROOT, "configs", file),
                                    arg or None)
-  overrides = dict(KEPT, **{"model.kernels": flags.kernels})
-  if flags.kernels == "none":
-    del overrides["model.kernels"]
-  c.update_from_flattened_dict(overrides)
+  c.update_from_flattened_dict(dict(KEPT, **{"model.kernels":
+                                            flags.kernels}))
   c.data.data_dir = flags.tfds_dir
   c.data.manual_dir = flags.manual_dir
   if flags.steps:
@@ -132,7 +132,7 @@ def steps_done(workdir: str) -> int:
 
 def last_invocation(workdir: str) -> dict | None:
   """The newest line of the loop's `workdir`/run_info.jsonl, if any."""
-  path = os.path.join(workdir, loop.RUN_INFO)
+  path = os.path.join(workdir, progress.RUN_INFO)
   if not os.path.exists(path):
     return None
   with open(path) as f:

@@ -18,9 +18,8 @@ import gpu_figures
 # figure -> (layers, width, learning rate): paper Sec. 7 and App. D
 PAPER = {6: (1, 128, 2.5e-5), 8: (1, 32, 1e-4), 9: (3, 32, 1e-4),
          10: (6, 32, 1e-4), 11: (3, 128, 2.5e-5), 12: (6, 128, 2.5e-5)}
-# model.kernels lands with the kernels package; until then "none" leaves
-# the config's default, so these tests pass before and after it exists
-NO_KERNELS = ["--kernels", "none"]
+# the XLA model: the Pallas kernels run only in the interpreter on a CPU
+NO_KERNELS = ["--kernels", "xla"]
 
 
 class FlagsTest(absltest.TestCase):
@@ -61,12 +60,11 @@ class ConfigTest(parameterized.TestCase):
     self.assertEqual(gpu_figures.fig_workdir(fig, flags),
                      os.path.join("runs/gpu_figures", f"fig{fig}"))
 
-  def test_the_kept_kernels_where_the_config_has_the_field(self):
-    c = testutil.get_config("locater_wt2")
-    if "kernels" not in c.model:
-      self.skipTest("model.kernels is not a config field yet")
+  def test_the_kept_kernels(self):
     c = gpu_figures.fig_config(6, gpu_figures.parse_flags([]))
     self.assertEqual(c.model.kernels, "pallas")
+    c = gpu_figures.fig_config(6, gpu_figures.parse_flags(NO_KERNELS))
+    self.assertEqual(c.model.kernels, "xla")
 
   def test_readings_and_steps(self):
     flags = gpu_figures.parse_flags(
