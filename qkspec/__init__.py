@@ -16,16 +16,11 @@ in this list (tests/layering_test.py checks it):
 
 The maths modules are the public face: `from qkspec import propagation` is
 `qkspec.theory.propagation`. They load on first use, so `import
-qkspec.config` (what a config file does) does not import jax. Old module
-paths (`qkspec.model`, `qkspec.train`, ...) still work; see `_moved.py`.
+qkspec.config` (what a config file does) does not import jax.
 """
 import importlib
 
-from qkspec import _moved
-
 __version__ = "0.1.0"
-
-_moved.install()
 
 _THEORY = ("softmax", "randomwalk", "spectrum", "propagation", "locater",
            "diagnostics", "entropy_bounds", "san", "san_paths",

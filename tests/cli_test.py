@@ -41,7 +41,7 @@ class RunnerTest(absltest.TestCase):
       self.assertIn(config.task, ("theory", "lm"))
 
   def test_bad_experiment_names_raise(self):
-    for bad in ("simulate", "demo", "_moved", "outputs", "inputs", 3):
+    for bad in ("simulate", "demo", "_private", "outputs", "inputs", 3):
       config = ml_collections.ConfigDict({"experiment": bad})
       with self.assertRaisesRegex(ValueError, "config.experiment must be one "
                                   "of .*simulate_rho"):

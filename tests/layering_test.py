@@ -92,32 +92,26 @@ class LayeringTest(parameterized.TestCase):
 
   def test_flat_package_holds_no_code_modules(self):
     flat = sorted(p.name for p in PACKAGE.glob("*.py"))
-    self.assertEqual(flat, ["__init__.py", "_moved.py"])
+    self.assertEqual(flat, ["__init__.py"])
 
-  def test_old_module_paths_still_work(self):
+  def test_maths_modules_are_the_public_face(self):
     code = """
 import sys, warnings
 with warnings.catch_warnings(record=True) as caught:
   warnings.simplefilter("always")
-  from qkspec import softmax, propagation          # the public face: silent
-  import qkspec.locater
+  import qkspec
+  from qkspec import softmax, propagation, grid_estimator
 assert not caught, [str(w.message) for w in caught]
-assert "flax" not in sys.modules
-with warnings.catch_warnings(record=True) as caught:
-  warnings.simplefilter("always")
-  from qkspec import train, sweep_fast
-  import qkspec.model
-  from qkspec.experiments import io
-messages = " ".join(str(w.message) for w in caught)
-for new in ("qkspec.training.loop", "qkspec.theory.grid_estimator",
-            "qkspec.training.model", "qkspec.experiments.outputs"):
-  assert new in messages, (new, messages)
-import qkspec.theory.locater, qkspec.training.model
-assert qkspec.locater is qkspec.theory.locater          # the same module
-assert qkspec.model is qkspec.training.model
-assert qkspec.theory.locater.__spec__.name == "qkspec.theory.locater"
-assert callable(train.train_and_evaluate) and callable(io.write_table)
-assert callable(sweep_fast.grid_stats)
+assert "flax" not in sys.modules and "jax" in sys.modules
+import qkspec.theory.propagation
+assert propagation is qkspec.theory.propagation
+assert qkspec.spectrum is sys.modules["qkspec.theory.spectrum"]
+try:
+  qkspec.model
+except AttributeError:
+  pass
+else:
+  raise AssertionError("qkspec.model is no attribute of qkspec")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True,
                          text=True, cwd=ROOT)
