@@ -146,12 +146,9 @@ class Eq9Test(absltest.TestCase):
     peak = float(np.max(np.asarray(dg.eq9_entropy(below, 1024))))
     self.assertBetween(peak / np.log(1024), 16.0, 17.0)
 
-  def test_bad_nu_and_deprecated_name(self):
+  def test_bad_nu(self):
     with self.assertRaisesRegex(ValueError, "nu must be non-negative"):
       dg.eq9_entropy(-1.0, 64)
-    with self.assertWarnsRegex(DeprecationWarning, "eq9_entropy"):
-      old = dg.entropy_lower_bound(2.0, 64)
-    self.assertEqual(float(old), float(dg.eq9_entropy(2.0, 64)))
 
 
 class RankCollapseTest(parameterized.TestCase):

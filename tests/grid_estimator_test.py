@@ -91,9 +91,9 @@ class BasesTest(parameterized.TestCase):
   @parameterized.parameters(zip(MEANS, STDS))
   def test_query_bases_equal_direct_logits(self, mean, std):
     x = self.x / math.sqrt(LAM)          # the bases take x / sqrt(lambda)
-    zcat = grid_estimator.draw_operators(self.bases_Kxdxd, self.z_Kxd, False)
-    a, b = grid_estimator.query_bases(
-        x, grid_estimator.times_z(x[:, -1], zcat, False))
+    zcat = grid_bases.draw_operators(self.bases_Kxdxd, self.z_Kxd, False)
+    a, b = grid_bases.query_bases(
+        x, grid_bases.times_z(x[:, -1], zcat, False))
     for k in range(2):
       direct = propagation.query_logits(self.x, self._direct_w(k, mean, std),
                                         LAM)
@@ -103,9 +103,9 @@ class BasesTest(parameterized.TestCase):
   @parameterized.parameters(zip(MEANS, STDS))
   def test_attention_bases_equal_direct_logits(self, mean, std):
     x = self.x / math.sqrt(LAM)
-    zcat = grid_estimator.draw_operators(self.bases_Kxdxd, self.z_Kxd, False)
-    g, h = grid_estimator.attention_bases(
-        x, grid_estimator.times_z(x, zcat, False))
+    zcat = grid_bases.draw_operators(self.bases_Kxdxd, self.z_Kxd, False)
+    g, h = grid_bases.attention_bases(
+        x, grid_bases.times_z(x, zcat, False))
     for k in range(2):
       w = self._direct_w(k, mean, std)
       direct = jnp.einsum("nte,nse->nts", self.x @ w, self.x) / LAM
@@ -115,18 +115,18 @@ class BasesTest(parameterized.TestCase):
 
   def test_times_z_diagonal_shortcut_equals_product(self):
     # Isotropic Sigma: Z_k = diag(z_k), applied elementwise instead of by GEMM.
-    zcat = grid_estimator.draw_operators(self.bases_Kxdxd, self.z_Kxd, True)
+    zcat = grid_bases.draw_operators(self.bases_Kxdxd, self.z_Kxd, True)
     np.testing.assert_allclose(
-        grid_estimator.times_z(self.x, zcat, True),
+        grid_bases.times_z(self.x, zcat, True),
         self.x[..., None, :] * self.z_Kxd[None, None], rtol=1e-6)
     np.testing.assert_allclose(
-        grid_estimator.times_z(self.x, zcat, True),
-        grid_estimator.times_z(self.x, zcat, False),
+        grid_bases.times_z(self.x, zcat, True),
+        grid_bases.times_z(self.x, zcat, False),
         atol=1e-5 * float(jnp.abs(self.x).max()))
 
   def test_random_walks_equal_random_walk(self):
     key = jax.random.key(2)
-    np.testing.assert_allclose(grid_estimator.random_walks(key, 3, T, DIM),
+    np.testing.assert_allclose(grid_bases.random_walks(key, 3, T, DIM),
                                randomwalk.random_walk(key, 3, T, DIM),
                                rtol=1e-5, atol=1e-5)
 
@@ -136,7 +136,7 @@ class BasesTest(parameterized.TestCase):
 
     @jax.jit
     def both():
-      basis_Kxdxd, z_Kxd = grid_estimator.draw_spectra(key, 4, DIM)
+      basis_Kxdxd, z_Kxd = grid_bases.draw_spectra(key, 4, DIM)
       eig_KxPxd = means[None, :, None] + stds[None, :, None] * z_Kxd[:, None]
       fast = spectrum.compose_qk(basis_Kxdxd[:, None], eig_KxPxd)
       keys = jax.vmap(lambda k: jax.random.fold_in(key, k))(jnp.arange(4))
@@ -149,7 +149,7 @@ class BasesTest(parameterized.TestCase):
 
   def test_spectrum_traces_equal_spectrum_stats(self):
     cov = _covariances()[1]
-    coef = grid_estimator.trace_coefficients(self.basis, self.z, cov)
+    coef = grid_bases.trace_coefficients(self.basis, self.z, cov)
     for mean, std in zip(MEANS, STDS):
       stats = spectrum.spectrum_stats(
           spectrum.compose_qk(self.basis, mean + std * self.z), cov)
@@ -174,23 +174,6 @@ class BasesTest(parameterized.TestCase):
         jnp.asarray(f.mean(1)), jnp.asarray(np.sum(f.sum(0)**2.0)), 30)
     expected = np.sqrt(f.mean(1).var(ddof=1) / 5 + f.mean(0).var(ddof=1) / 30)
     np.testing.assert_allclose(se, expected, rtol=1e-5)
-
-  def test_public_face_and_deprecated_names(self):
-    for name in ("sample_bases", "draw_spectra", "query_bases",
-                 "attention_bases", "trace_coefficients"):
-      self.assertIs(getattr(grid_estimator, name), getattr(grid_bases, name))
-    rng = np.random.default_rng(2)
-    a, b = rng.standard_normal((1, T, 3)), rng.standard_normal((2, 1, T, 3))
-    grid = (jnp.asarray([0.0, 2.0]), jnp.asarray([1.0, 0.5]))
-    new = grid_estimator.rho_per_draw(a, b, *grid)
-    with self.assertWarnsRegex(DeprecationWarning, "rho_per_draw"):
-      old = grid_estimator.rho_grid(a, b, *grid)
-    for x, y in zip(old, new):
-      np.testing.assert_array_equal(x, y)
-    with self.assertWarnsRegex(DeprecationWarning, "compose_qk"):
-      w = grid_estimator.qk_matrix(self.basis, self.z, 0.3, 2.0)
-    np.testing.assert_allclose(
-        w, spectrum.compose_qk(self.basis, 0.3 + 2.0 * self.z), rtol=1e-6)
 
 
 class GridStatsTest(absltest.TestCase):
@@ -225,7 +208,7 @@ class GridStatsTest(absltest.TestCase):
       st = spectrum.spectrum_stats(w, cov)
       return rho, entropy, st["trace"], st["trace_sq"]
 
-    basis, _ = grid_estimator.draw_spectra(key_spectra, K, DIM)
+    basis, _ = grid_bases.draw_spectra(key_spectra, K, DIM)
     s = randomwalk.random_walk(jax.random.fold_in(self.key, 1), N, T, DIM)
     for c, cov in enumerate(self.covs):
       x = s @ randomwalk.covariance_sqrt(cov)

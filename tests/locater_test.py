@@ -1,5 +1,4 @@
 """Tests for qkspec.theory.locater (paper Sec. 6)."""
-import importlib
 
 from absl.testing import absltest
 import jax
@@ -56,18 +55,6 @@ class LocaterTest(absltest.TestCase):
                                atol=1e-4)
     printed = (tr - target) * tr * self.wk      # Sec. 6 as printed
     self.assertGreater(float(jnp.abs(gq - printed).max()), 1e-2)
-
-  def test_qk_matrix_is_a_deprecated_alias(self):
-    # W_QK from Flax kernels lives in the model (tests/model_test.py).
-    model = importlib.import_module("qkspec.training.model")
-    if not hasattr(model, "qk_from_kernels"):
-      self.skipTest("qkspec.training.model.qk_from_kernels not added yet")
-    with self.assertWarnsRegex(DeprecationWarning, "qk_from_kernels"):
-      alias = locater.qk_matrix
-    self.assertIs(alias, model.qk_from_kernels)
-    kq = jax.random.normal(jax.random.key(4), (self.d, 3, 2))
-    kk = jax.random.normal(jax.random.key(5), (self.d, 3, 2))
-    np.testing.assert_array_equal(alias(kq, kk), model.qk_from_kernels(kq, kk))
 
   def test_locater_hparams(self):
     self.assertEqual(locater.LocaterHParams._fields,

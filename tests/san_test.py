@@ -94,16 +94,9 @@ class SanTest(parameterized.TestCase):
     np.testing.assert_allclose(w[2], 0.3 * jnp.broadcast_to(
         jnp.eye(D), (L, H, D, D)), atol=1e-5)
 
-  def test_eigen_scale_is_a_deprecated_name(self):
+  def test_default_eigen_std_is_one(self):
     kw = dict(num_layers=1, num_heads=H, dim=D, qk_init="spectrum",
               eigen_mean=0.2)
-    new = san.init_params(jax.random.key(0), eigen_std=0.3, **kw)
-    with self.assertWarnsRegex(DeprecationWarning, "eigen_std"):
-      old = san.init_params(jax.random.key(0), eigen_scale=0.3, **kw)
-    np.testing.assert_array_equal(old["w_qk"], new["w_qk"])
-    with self.assertRaisesRegex(ValueError, "not both"):
-      san.init_params(jax.random.key(0), eigen_std=0.3, eigen_scale=0.3, **kw)
-    # The default eigen_std is 1.
     np.testing.assert_array_equal(
         san.init_params(jax.random.key(0), **kw)["w_qk"],
         san.init_params(jax.random.key(0), eigen_std=1.0, **kw)["w_qk"])

@@ -16,7 +16,7 @@ from qkspec.experiments import outputs
 
 COVARIANCES = ("isotropic", "anisotropic")
 # fold_in tags of the seed key: per-draw keys (fresh design), the anisotropic
-# Sigma, the shared design's bases (grid_estimator.sample_bases).
+# Sigma, the shared design's bases (grid_bases.sample_bases).
 DRAW_STREAM, COV_STREAM, SHARED_STREAM = 0, 1, 2
 
 
@@ -40,5 +40,5 @@ def covariances(config: ml_collections.ConfigDict) -> jax.Array:
 
 
 def shared_key(seed_key: jax.Array) -> jax.Array:
-  """The key of `grid_estimator.sample_bases` (shared design) for a seed key."""
+  """The key of `grid_bases.sample_bases` (shared design) for a seed key."""
   return jax.random.fold_in(seed_key, SHARED_STREAM)

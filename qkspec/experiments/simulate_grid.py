@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from qkspec.theory import grid_bases
 from qkspec.theory import grid_estimator
 from qkspec.theory import propagation
 from qkspec.experiments import chunked
@@ -73,7 +74,7 @@ def grid_axes(config: ml_collections.ConfigDict) -> tuple[np.ndarray,
   return means.astype(np.float32), stds.astype(np.float32)
 
 
-sample_bases = jax.jit(grid_estimator.sample_bases, static_argnames=(
+sample_bases = jax.jit(grid_bases.sample_bases, static_argnames=(
     "num_draws", "num_sequences", "entropy_sequences", "seq_len",
     "temperature"))
 

@@ -49,6 +49,7 @@ import ml_collections
 import numpy as np
 
 from qkspec.theory import diagnostics
+from qkspec.theory import grid_bases
 from qkspec.theory import grid_estimator
 from qkspec.theory import propagation
 from qkspec.theory import randomwalk
@@ -157,7 +158,7 @@ def sweep_shared(seed_key, means_P, stds_P, covs_Cxdxd, *, num_sequences,
                  entropy_sequences, seq_len, num_draws, temperature):
   """The Fig. 5 sweep, shared design; outputs as `sweep` plus `*_se`."""
   lam = temperature
-  bases = grid_estimator.sample_bases(
+  bases = grid_bases.sample_bases(
       shared_key(seed_key), covs_Cxdxd,
       num_draws=num_draws, num_sequences=num_sequences,
       entropy_sequences=entropy_sequences, seq_len=seq_len, temperature=lam)

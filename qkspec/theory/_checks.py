@@ -5,9 +5,7 @@ Value checks (a negative temperature, say) run only when the value is concrete; 
 traced value cannot be inspected without a host sync, and under `vmap`/`jit`
 the caller is responsible for it.
 """
-import functools
-from typing import Any, Callable
-import warnings
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -156,34 +154,3 @@ def probabilities(name: str, probs: Any, mask: Any, axis: int,
     raise ValueError(f"{name} rows must sum to 1 over the visible keys "
                      f"(axis {axis}, tolerance {rtol}), got a row sum of "
                      f"{sums[bad].flat[0]:.6g}.")
-
-
-def deprecated_alias(function: Callable, old: str, new: str,
-                     note: str = "") -> Callable:
-  """`function` under its old name `old`: each call warns, naming `new`."""
-  @functools.wraps(function)
-  def alias(*args, **kwargs):
-    warnings.warn(f"{old} is now {new}{note}.", DeprecationWarning,
-                  stacklevel=2)
-    return function(*args, **kwargs)
-  alias.__name__ = alias.__qualname__ = old.rsplit(".", 1)[-1]
-  alias.__doc__ = f"Deprecated name of `{new}`{note}."
-  return alias
-
-
-def renamed(function: str, old: str, old_value: Any, new: str,
-            new_value: Any) -> Any:
-  """The value of argument `new`, accepting its old keyword `old` (warns).
-
-  Raises ValueError if both or neither are given.
-  """
-  if old_value is not None:
-    if new_value is not None:
-      raise ValueError(f"{function}: give {new}, not both {new} and {old} "
-                       f"(the old name).")
-    warnings.warn(f"{function}({old}=...) is now {function}({new}=...).",
-                  DeprecationWarning, stacklevel=3)
-    return old_value
-  if new_value is None:
-    raise ValueError(f"{function}: missing argument {new}.")
-  return new_value

@@ -80,11 +80,6 @@ def eq9_entropy(nu: jax.Array, seq_len: int) -> jax.Array:
           + nu * jnp.exp(-nu / 2) / (1.0 / t + jnp.exp(-nu)))
 
 
-entropy_lower_bound = _checks.deprecated_alias(
-    eq9_entropy, "diagnostics.entropy_lower_bound", "diagnostics.eq9_entropy",
-    " (Eq. (9) as printed is not a lower bound)")
-
-
 def composite_norm(x: jax.Array) -> jax.Array:
   r"""Dong et al.'s composite norm :math:`\sqrt{\|X\|_1\|X\|_\infty}`, [...].
 

@@ -4,9 +4,9 @@ Shapes: C = covariances, K = W_QK draws, N = sequences, E = sequences used
 for the attention entropy (the first E of the N), T = tokens, d = token
 dimension, P = (eigen_mean, eigen_std) grid points. Tokens are rows.
 
-The Fig. 5 sweep: `sample_bases` draws K spectra and N walks once and
-shares them across every grid point and covariance (`grid_bases` explains
-the design); `grid_stats` evaluates every point on them. The logits are
+The Fig. 5 sweep: `grid_bases.sample_bases` draws K spectra and N walks
+once and shares them across every grid point and covariance (`grid_bases`
+explains the design); `grid_stats` evaluates every point on them. The logits are
 affine in (eigen_mean, eigen_std), so each point is a combination of the
 bases followed by the event :math:`u_i \in [0,1]` (`rho_per_draw`) or a
 softmax entropy (`entropy_grid`); the traces of Lemma 1 are quadratic in
@@ -42,33 +42,11 @@ References:
 import jax
 import jax.numpy as jnp
 
-from qkspec.theory import _checks
 from qkspec.theory import grid_bases
-from qkspec.theory import spectrum
-
-# The bases and common random numbers (`grid_bases`), re-exported: callers
-# use `grid_estimator.sample_bases(...)` then `grid_estimator.grid_stats`.
-draw_spectra = grid_bases.draw_spectra
-random_walks = grid_bases.random_walks
-draw_operators = grid_bases.draw_operators
-times_z = grid_bases.times_z
-query_bases = grid_bases.query_bases
-attention_bases = grid_bases.attention_bases
-trace_coefficients = grid_bases.trace_coefficients
-sample_bases = grid_bases.sample_bases
 
 # entropy_grid's batches: walks whose bases are formed at once, and grid
 # points per fused softmax (4 x 4 x T x K x T floats, 1 MB: in L2 cache).
 _WALKS_PER_BATCH, _POINTS_PER_BATCH = 4, 4
-
-
-def _qk_matrix(basis_dxd, z_d, mean, scale):
-  return spectrum.compose_qk(basis_dxd, mean + scale * z_d)
-
-
-qk_matrix = _checks.deprecated_alias(
-    _qk_matrix, "grid_estimator.qk_matrix(basis, z, mean, scale)",
-    "spectrum.compose_qk(basis, eigen_mean + eigen_std * z)")
 
 
 def spectrum_traces(coefficients: dict[str, jax.Array], eigen_mean: jax.Array,
@@ -76,8 +54,8 @@ def spectrum_traces(coefficients: dict[str, jax.Array], eigen_mean: jax.Array,
   r"""(tr W, tr W^2) of :math:`W = W_{QK}\Sigma` at (eigen_mean, eigen_std).
 
   Args:
-    coefficients: `grid_bases.trace_coefficients` (or `sample_bases`'
-      entries of the same names).
+    coefficients: `grid_bases.trace_coefficients` (or the entries of the
+      same names of `grid_bases.sample_bases`).
     eigen_mean, eigen_std: the grid point(s), broadcasting with the
       coefficients.
 
@@ -110,7 +88,8 @@ def rho_per_draw(a_CxTxN: jax.Array, b_KxCxTxN: jax.Array, means_P: jax.Array,
   XLA's CPU backend vectorises.
 
   Args:
-    a_CxTxN, b_KxCxTxN: `query_bases`, sequences on the minor axis.
+    a_CxTxN, b_KxCxTxN: `grid_bases.query_bases`, sequences on the minor
+      axis.
     means_P, stds_P: the grid points' eigen_mean and eigen_std.
 
   Returns:
@@ -133,10 +112,6 @@ def rho_per_draw(a_CxTxN: jax.Array, b_KxCxTxN: jax.Array, means_P: jax.Array,
     return rho_KxCxT, jnp.sum(acc * acc, axis=-1)
 
   return jax.lax.map(point, jnp.stack([means_P, stds_P], axis=-1))
-
-
-rho_grid = _checks.deprecated_alias(
-    rho_per_draw, "grid_estimator.rho_grid", "grid_estimator.rho_per_draw")
 
 
 def row_entropy(logits: jax.Array, axis: int = -1) -> jax.Array:
@@ -163,8 +138,8 @@ def entropy_grid(x_CxExTxd: jax.Array, zcat_CxdxKd: jax.Array,
                  ) -> tuple[jax.Array, jax.Array]:
   r"""Per-draw attention entropy at each grid point (all T queries, Eq. (1)).
 
-  Logits :math:`\mu_w g + \sigma_w h^{(k)}` (`attention_bases`); entropy
-  of each softmax row, averaged over queries and the E walks, as
+  Logits :math:`\mu_w g + \sigma_w h^{(k)}` (`grid_bases.attention_bases`);
+  entropy of each softmax row, averaged over queries and the E walks, as
   `diagnostics.attention_entropy` (bidirectional, no mask).
 
   Holding the bases of all E walks (K C E T^2 floats, 38 MB at the Fig. 5
@@ -175,8 +150,8 @@ def entropy_grid(x_CxExTxd: jax.Array, zcat_CxdxKd: jax.Array,
   the L2 cache.
 
   Args:
-    x_CxExTxd, zcat_CxdxKd, isotropic_C: `sample_bases`' `x`, `zcat` and
-      `isotropic`.
+    x_CxExTxd, zcat_CxdxKd, isotropic_C: `grid_bases.sample_bases`' `x`,
+      `zcat` and `isotropic`.
     means_P, stds_P: the grid points' eigen_mean and eigen_std.
     walks_per_batch, points_per_batch: batch sizes (speed and memory only).
 
@@ -189,7 +164,8 @@ def entropy_grid(x_CxExTxd: jax.Array, zcat_CxdxKd: jax.Array,
   def walk(x_per_cov):                # one walk under every covariance
     per_cov = []
     for x_Txd, zcat_dxKd, iso in zip(x_per_cov, zcats, isotropic_C):
-      g_TxT, h_TxKxT = attention_bases(x_Txd, times_z(x_Txd, zcat_dxKd, iso))
+      g_TxT, h_TxKxT = grid_bases.attention_bases(
+          x_Txd, grid_bases.times_z(x_Txd, zcat_dxKd, iso))
 
       def point(mean_std, g_TxT=g_TxT, h_TxKxT=h_TxKxT):
         mean, std = mean_std
@@ -235,10 +211,11 @@ def crossed_standard_error(per_draw: jax.Array, sq: jax.Array,
 
 def grid_stats(bases: dict[str, jax.Array], means_P: jax.Array,
                stds_P: jax.Array) -> dict[str, jax.Array]:
-  r"""Every estimate at P grid points from `sample_bases`' output.
+  r"""Every estimate at P grid points from `grid_bases.sample_bases`'
+  output.
 
   Args:
-    bases: `sample_bases`' dict.
+    bases: `grid_bases.sample_bases`' dict.
     means_P, stds_P: the grid points' eigen_mean and eigen_std.
 
   Returns:

@@ -20,13 +20,9 @@ Erratum: the paper prints the second as
 rule gives the factor 2 and no extra :math:`\mathrm{tr}(W_{QK})`;
 tests/locater_test.py checks autodiff against the correct form.
 
-W_QK from Flax kernels is `qkspec.training.model.qk_from_kernels`; the old
-`locater.qk_matrix` still resolves to it (lazily, so that importing the
-maths does not import Flax) and warns.
+W_QK from Flax kernels is `qkspec.training.model.qk_from_kernels`.
 """
-import importlib
 from typing import NamedTuple
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -131,13 +127,3 @@ def penalty_minimum(kappa1, kappa2, dim: int,
                     / jnp.where(denominator > 0, denominator, 1.0), jnp.nan)
   return PenaltyMinimum(trace=trace, scale=spectrum.scale_floor(trace, d))
 
-
-def __getattr__(name: str):
-  """The deprecated `qk_matrix`: `qkspec.training.model.qk_from_kernels`."""
-  if name != "qk_matrix":
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-  warnings.warn("qkspec.theory.locater.qk_matrix is now "
-                "qkspec.training.model.qk_from_kernels (W_QK from Flax "
-                "kernels is model wiring, not maths).", DeprecationWarning,
-                stacklevel=2)
-  return importlib.import_module("qkspec.training.model").qk_from_kernels

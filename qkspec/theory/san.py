@@ -66,11 +66,9 @@ def init_params(key: jax.Array, *, num_layers: int, num_heads: int, dim: int,
                 head_dim: int | None = None, mlp_dim: int | None = None,
                 qk_init: str = "gaussian", qk_gain: float | jax.Array = 1.0,
                 eigen_mean: float | jax.Array = 0.0,
-                eigen_std: float | jax.Array | None = None,
+                eigen_std: float | jax.Array = 1.0,
                 value_init: str = "gaussian",
-                value_gain: float | jax.Array = 1.0,
-                eigen_scale: float | jax.Array | None = None
-                ) -> dict[str, jax.Array]:
+                value_gain: float | jax.Array = 1.0) -> dict[str, jax.Array]:
   r"""Random SAN weights, stacked over layers.
 
   Query-key, per layer and head (`qk_init`):
@@ -106,16 +104,11 @@ def init_params(key: jax.Array, *, num_layers: int, num_heads: int, dim: int,
       means 1.
     value_init: "gaussian", "orthogonal" or "identity".
     value_gain: g of the value init.
-    eigen_scale: deprecated name of `eigen_std` (warns).
 
   Returns:
     dict with `w_qk` [L, H, d, d], `w_v` [L, H, d, d], `w1` [L, d, F],
     `b1` [L, F], `w2` [L, F, d], `b2` [L, d].
   """
-  if eigen_std is None and eigen_scale is None:
-    eigen_std = 1.0
-  eigen_std = _checks.renamed("init_params", "eigen_scale", eigen_scale,
-                              "eigen_std", eigen_std)
   L = _checks.positive_int("num_layers", num_layers)
   H = _checks.positive_int("num_heads", num_heads)
   d = _checks.positive_int("dim", dim)

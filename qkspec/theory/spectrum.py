@@ -69,9 +69,8 @@ def compose_qk(basis_dxd: jax.Array, eigenvalues_d: jax.Array) -> jax.Array:
       basis_dxd, -1, -2)
 
 
-def sample_qk(key: jax.Array, dim: int, eigen_mean: float | jax.Array = None,
-              eigen_std: float | jax.Array = None, *, mean=None,
-              scale=None) -> jax.Array:
+def sample_qk(key: jax.Array, dim: int, eigen_mean: float | jax.Array,
+              eigen_std: float | jax.Array) -> jax.Array:
   r"""A symmetric :math:`W_{QK}` with a controlled eigenspectrum (Fig. 5).
 
   .. math:: W_{QK} = B\,\mathrm{diag}(w)\,B^\top,\quad
@@ -79,8 +78,7 @@ def sample_qk(key: jax.Array, dim: int, eigen_mean: float | jax.Array = None,
 
   B Haar-orthogonal. The paper calls (eigen_mean, eigen_std) the "mean" and
   "scale" of the eigenvalue distribution; qkspec keeps "scale" for
-  :math:`\mathrm{tr}(W_{QK}^\top W_{QK})` (Sec. 6, `spectrum_stats`), so
-  the old keywords `mean=` and `scale=` still work but warn.
+  :math:`\mathrm{tr}(W_{QK}^\top W_{QK})` (Sec. 6, `spectrum_stats`).
   `eigen_mean` and `eigen_std` may be traced (for `vmap` over a grid); a
   concrete negative `eigen_std` raises ValueError.
 
@@ -89,16 +87,10 @@ def sample_qk(key: jax.Array, dim: int, eigen_mean: float | jax.Array = None,
     dim: d >= 1.
     eigen_mean: mean of the eigenvalues w_i.
     eigen_std: standard deviation of the eigenvalues, >= 0.
-    mean: deprecated name of `eigen_mean`.
-    scale: deprecated name of `eigen_std`.
 
   Returns:
     W_QK [d, d], symmetric.
   """
-  eigen_mean = _checks.renamed("sample_qk", "mean", mean, "eigen_mean",
-                               eigen_mean)
-  eigen_std = _checks.renamed("sample_qk", "scale", scale, "eigen_std",
-                              eigen_std)
   d = _checks.positive_int("dim", dim)
   _checks.nonnegative("eigen_std", eigen_std)
   key_b, key_w = jax.random.split(key)
