@@ -23,8 +23,7 @@ Expected result: the pure SAN (and +MLP, +LN) collapse to the float64 floor
 within ~4-5 layers with order q ~ 3 (Dong's cubic rate), the skip and block
 nets decay with q ~ 1 (at most exponentially, no collapse in 24 layers).
 
-`temperature` = None means lambda = sqrt(head_dim); the old spelling 0.0
-still works (with a warning).
+`temperature` = None means lambda = sqrt(head_dim).
 """
 import ml_collections
 from ml_collections import config_dict

@@ -28,10 +28,6 @@ regime boundary), fig_grid_rho.png (rho_i at `positions`),
 simulate_grid.csv|json (one row per covariance and grid point) and
 simulate_grid.npz (the arrays). lambda = sqrt(d) unless `temperature` is
 set.
-
-Renamed fields (the old names still work, with a warning): mean_range ->
-eigen_mean_range, num_means -> num_eigen_means, scale_range ->
-eigen_std_range, num_scales -> num_eigen_stds.
 """
 import ml_collections
 from ml_collections import config_dict
@@ -60,11 +56,6 @@ def get_config(arg=None):
   c.aniso_half_width = 2.5   # R_ij ~ Unif(-a, a) of the anisotropic Sigma
   c.positions = (10, 20, 24, 30, 40)  # token positions i drawn as rho_i maps
   c.points_per_chunk = 256   # grid points per jit call (progress, memory)
-  # Old names of the grid fields (None; set, they warn and are copied over).
-  c.mean_range = config_dict.placeholder(tuple)   # -> eigen_mean_range
-  c.num_means = config_dict.placeholder(int)      # -> num_eigen_means
-  c.scale_range = config_dict.placeholder(tuple)  # -> eigen_std_range
-  c.num_scales = config_dict.placeholder(int)     # -> num_eigen_stds
   if arg.smoke:
     c.dim = 16
     c.seq_len = 8

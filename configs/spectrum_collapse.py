@@ -19,9 +19,6 @@ Writes `fig_spectrum_collapse.png` (heat maps over the grid),
 `fig_spectrum_layers.png` (per-layer curves), `fig_spectrum_rho.png` and
 `spectrum_grid.csv`, `spectrum_layers.csv`, `spectrum_rho.csv`,
 `spectrum_claims.csv` (the paper's Sec. 5 claims, checked).
-
-Renamed fields (the old names still work, with a warning): means ->
-eigen_means, scales -> eigen_stds.
 """
 import ml_collections
 from ml_collections import config_dict
@@ -49,9 +46,6 @@ def get_config(arg=None):
   c.value_init = "orthogonal"  # orthogonal | identity | gaussian
   c.collapse_threshold = 1e-3  # collapse depth: first l with r_l below this
   c.points_per_batch = 2     # grid points vmapped per call (memory)
-  # Old names (None; set, they warn and are copied to the new field).
-  c.means = config_dict.placeholder(tuple)    # -> eigen_means
-  c.scales = config_dict.placeholder(tuple)   # -> eigen_stds
   if arg.smoke:
     c.dim = 8
     c.seq_len = 6

@@ -240,6 +240,7 @@ class ConfigTest(parameterized.TestCase):
       ("zero_temperature", "spectrum_collapse", "temperature", 0.0),
       ("bad_pairs", "entropy_check", "pairs", ((0.0, -1.0),)),
       ("negative_rc_temperature", "rank_collapse", "temperature", -2.0),
+      ("zero_rc_temperature", "rank_collapse", "temperature", 0.0),
       ("no_sequences", "simulate_rho", "num_sequences", 0),
       ("short_sequence", "simulate_rho", "seq_len", 1),
       ("no_draws", "simulate_rho", "num_draws", 0),
@@ -268,50 +269,14 @@ class ConfigTest(parameterized.TestCase):
     for arg in (None, "smoke"):
       config = testutil.get_config(name, arg)
       self.assertEqual(config.experiment, name)
-      module = EXPERIMENTS[name]
-      if hasattr(module, "RENAMED"):
-        config = outputs.renamed_fields(config, module.RENAMED)
-        for old in module.RENAMED:
-          self.assertIsNone(config[old], f"{name}: alias {old} is unset")
-      module.validate(config)
+      EXPERIMENTS[name].validate(config)
       if "temperature" in config:
         self.assertIsNone(config.temperature, f"{name}: default lambda")
 
-  def test_deprecated_parse_config_arg(self):
-    with self.assertWarnsRegex(DeprecationWarning, "parse_arg"):
-      self.assertTrue(outputs.parse_config_arg("smoke"))
-    with self.assertWarns(DeprecationWarning):
-      self.assertFalse(outputs.parse_config_arg("full"))
-
-
-class RenamedFieldTest(parameterized.TestCase):
-
-  @parameterized.parameters(
-      ("simulate_grid", "scale_range", (0.1, 1.0)),
-      ("simulate_grid", "num_scales", 3),
-      ("simulate_grid", "mean_range", (-0.5, 0.5)),
-      ("simulate_grid", "num_means", 2),
-      ("spectrum_collapse", "means", (0.0, 0.1, 1.0)),
-      ("spectrum_collapse", "scales", (0.02,)),
-  )
-  def test_old_field_is_copied_to_the_new_one_and_warns(self, name, old,
-                                                        value):
-    module = EXPERIMENTS[name]
-    new = module.RENAMED[old]
-    config = testutil.get_config(name, "smoke")
-    config[old] = value
-    with self.assertLogs(level="WARNING") as logs:
-      resolved = outputs.renamed_fields(config, module.RENAMED)
-    self.assertIn(f"config.{new}", "\n".join(logs.output))
-    self.assertEqual(resolved[new], value)
-    self.assertIsNone(resolved[old])
-    self.assertEqual(config[old], value, "the caller's config is unchanged")
-    module.validate(resolved)
-
-  def test_old_fields_parse_on_the_command_line(self):
+  def test_grid_fields_parse_on_the_command_line(self):
     argv = ["prog", "--config",
             str(testutil.ROOT / "configs" / "simulate_grid.py:smoke"),
-            "--config.scale_range=(0.1, 1.0)", "--config.num_scales=3",
+            "--config.eigen_std_range=(0.1, 1.0)", "--config.num_eigen_stds=3",
             "--config.temperature=2.0"]
     flag_values = flags.FlagValues()
     config_flags.DEFINE_config_file("config", flag_values=flag_values,
@@ -319,23 +284,10 @@ class RenamedFieldTest(parameterized.TestCase):
     flag_values(argv)
     config = flag_values.config
     self.assertEqual(config.temperature, 2.0)
-    resolved = outputs.renamed_fields(config, simulate_grid.RENAMED)
-    self.assertEqual(tuple(resolved.eigen_std_range), (0.1, 1.0))
-    self.assertEqual(resolved.num_eigen_stds, 3)
-    _, stds = simulate_grid.grid_axes(resolved)
+    self.assertEqual(tuple(config.eigen_std_range), (0.1, 1.0))
+    simulate_grid.validate(config)
+    _, stds = simulate_grid.grid_axes(config)
     np.testing.assert_allclose(stds, [0.1, math.sqrt(0.1), 1.0], rtol=1e-6)
-
-  def test_rank_collapse_zero_temperature_means_the_default(self):
-    config = testutil.get_config("rank_collapse", "smoke")
-    self.assertIs(rank_collapse.resolve(config), config)
-    config.temperature = 0.0
-    with self.assertLogs(level="WARNING") as logs:
-      resolved = rank_collapse.resolve(config)
-    self.assertIn("None", "\n".join(logs.output))
-    self.assertIsNone(resolved.temperature)
-    rank_collapse.validate(resolved)
-    self.assertEqual(outputs.temperature(resolved, resolved.head_dim),
-                     math.sqrt(config.head_dim))
 
 
 class HelpersTest(parameterized.TestCase):

@@ -7,12 +7,10 @@ Every experiment writes into one flat workdir:
 * `<figure>.png`: matplotlib figures drawn with the Agg backend.
 
 Config checks (`require`, `require_ints`, ...) raise ValueError naming the
-field; `renamed_fields` keeps an old field name working as an alias and
-`temperature` resolves the softmax temperature. Nothing here knows about the
-maths; the experiments pass plain Python rows.
+field and `temperature` resolves the softmax temperature. Nothing here knows
+about the maths; the experiments pass plain Python rows.
 """
 import contextlib
-import copy
 import csv
 import json
 import math
@@ -20,43 +18,24 @@ import pathlib
 import threading
 import time
 from typing import Any, Callable, Iterable, Mapping, Sequence
-import warnings
 
 from absl import logging
 import ml_collections
 import numpy as np
 
-from qkspec.config import args
-
-
-def parse_config_arg(arg: str | None) -> bool:
-  """Deprecated: configs parse `:arg` with `qkspec.config.args.parse_arg`.
-
-  Returns True for `--config file.py:smoke` ("full", the old name of no
-  argument, is still accepted).
-  """
-  warnings.warn("outputs.parse_config_arg is now qkspec.config.args."
-                "parse_arg(arg, smoke=False).smoke.", DeprecationWarning,
-                stacklevel=2)
-  return args.parse_arg(None if arg == "full" else arg, smoke=False).smoke
-
 
 def start_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path,
-              validate: Callable[[ml_collections.ConfigDict], None],
-              renamed: Mapping[str, str] | None = None
+              validate: Callable[[ml_collections.ConfigDict], None]
               ) -> tuple[ml_collections.ConfigDict, pathlib.Path,
                          list[pathlib.Path]]:
   """The first steps of every experiment's `run`.
 
-  Copies old field names to new ones (`renamed_fields`), validates the
-  config (before anything is written), creates the workdir and writes
-  `config.json`.
+  Validates the config (before anything is written), creates the workdir
+  and writes `config.json`.
 
   Returns:
-    (the resolved config, the workdir as a Path, [the config.json path]).
+    (the config, the workdir as a Path, [the config.json path]).
   """
-  if renamed:
-    config = renamed_fields(config, renamed)
   validate(config)
   workdir = make_workdir(workdir)
   return config, workdir, [write_config(config, workdir)]
@@ -201,29 +180,6 @@ def temperature(config: ml_collections.ConfigDict, width: int) -> float:
   if config.temperature is None:
     return float(np.sqrt(width))
   return float(config.temperature)
-
-
-def renamed_fields(config: ml_collections.ConfigDict,
-                   renamed: Mapping[str, str]) -> ml_collections.ConfigDict:
-  """A copy of `config` with each old field name's value moved to the new one.
-
-  `renamed` maps old -> new field names. An old field is kept in the config
-  files as an alias defaulting to None; if it is set, its value replaces the
-  new field's (with a warning naming the new field) and the alias is reset
-  to None, so validation and the run see only the new name.
-  """
-  config = copy.deepcopy(config)
-  for old, new in renamed.items():
-    value = config.get(old, None)
-    if value is None:
-      continue
-    msg = (f"config.{old} is an old name of config.{new}; using its value "
-           f"{value!r} for config.{new} (set config.{new} instead).")
-    logging.warning(msg)
-    with config.unlocked():
-      config[new] = value
-      config[old] = None
-  return config
 
 
 @contextlib.contextmanager

@@ -69,22 +69,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
                   (config.floor, config.fit_max_residual))
 
 
-def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """`config`, or a copy with the old `temperature = 0.0` read as None.
-
-  0 was this config's old spelling of the default sqrt(head_dim); it still
-  works, with a warning.
-  """
-  if config.temperature is None or config.temperature != 0:
-    return config
-  logging.warning("config.temperature = 0 is the old spelling of the default "
-                  "lambda = sqrt(head_dim); leave config.temperature unset "
-                  "(None) instead.")
-  config = config.copy_and_resolve_references()
-  config.temperature = None
-  return config
-
-
 @functools.partial(jax.jit, static_argnames=(
     "architectures", "methods", "num_seeds", "num_sequences", "num_layers",
     "num_heads", "dim", "head_dim", "mlp_dim", "seq_len", "inputs",
@@ -316,8 +300,7 @@ def plot_paths(rows, config, workdir):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Measures, fits, writes tables and figures into `workdir`."""
-  config, workdir, written = outputs.start_run(
-      resolve(config), workdir, validate)
+  config, workdir, written = outputs.start_run(config, workdir, validate)
   logging.info("rank_collapse: %d archs x %d seeds x %d sequences, L=%d, "
                "lambda=%g", len(config.architectures), config.num_seeds,
                config.num_sequences, config.num_layers,

@@ -35,10 +35,6 @@ from qkspec.experiments import chunked
 from qkspec.experiments import inputs
 from qkspec.experiments import outputs
 
-# Old config field -> new one (the old names still work, with a warning).
-RENAMED = {"mean_range": "eigen_mean_range", "num_means": "num_eigen_means",
-           "scale_range": "eigen_std_range", "num_scales": "num_eigen_stds"}
-
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field of a simulate_grid config."""
@@ -245,7 +241,7 @@ def plot(out, summary, config, workdir):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Runs the grid, writes figures, `simulate_grid` table, arrays and config."""
-  config, workdir, paths = outputs.start_run(config, workdir, validate, RENAMED)
+  config, workdir, paths = outputs.start_run(config, workdir, validate)
   logging.info("simulate_grid: %d covariances x %d eigen_means x %d "
                "eigen_stds x %d draws, N=%d walks (entropy: %d), T=%d, d=%d",
                len(config.covariances), config.num_eigen_means,

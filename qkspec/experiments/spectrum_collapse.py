@@ -46,8 +46,6 @@ from qkspec.experiments import measures
 from qkspec.experiments import outputs
 
 _LOG_FLOOR = 1e-30
-# Old config field -> new one (the old names still work, with a warning).
-RENAMED = {"means": "eigen_means", "scales": "eigen_stds"}
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
@@ -351,7 +349,7 @@ def plot_rho(out, config, workdir):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Sweeps the grid, checks the Sec. 5 claims, writes tables and figures."""
-  config, workdir, paths = outputs.start_run(config, workdir, validate, RENAMED)
+  config, workdir, paths = outputs.start_run(config, workdir, validate)
   logging.info("spectrum_collapse: %d x %d grid, %d draws x %d sequences, "
                "L=%d, lambda=%g", len(config.eigen_means),
                len(config.eigen_stds), config.num_draws, config.num_sequences,
