@@ -1,4 +1,4 @@
-"""The two entry points: launch/run.py (experiments) and the old aliases.
+"""The entry points: launch/run.py (experiments) and launch/train.py.
 
 Also how every command ends on a usage error (one line, exit status 2) and
 on Ctrl-C (one line, exit status 130), and jax's TPU probe note dropped.
@@ -67,28 +67,23 @@ class LaunchTest(absltest.TestCase):
          str(testutil.ROOT / "configs" / config), "--workdir", workdir],
         capture_output=True, text=True, cwd=testutil.ROOT, timeout=600)
 
-  def test_run_and_an_old_alias_write_the_same_tables(self):
+  def test_run_writes_the_tables_of_the_library_call(self):
     with tempfile.TemporaryDirectory() as tmp:
-      new = self._launch("run.py", "entropy_bound.py:smoke", f"{tmp}/new")
-      self.assertEqual(new.returncode, 0, new.stderr[-2000:])
-      old = self._launch("entropy_bound.py", "entropy_bound.py:smoke",
-                         f"{tmp}/old")
-      self.assertEqual(old.returncode, 0, old.stderr[-2000:])
-      self.assertIn("old name of launch/run.py", old.stderr)
+      launched = self._launch("run.py", "entropy_bound.py:smoke",
+                              f"{tmp}/launched")
+      self.assertEqual(launched.returncode, 0, launched.stderr[-2000:])
+      cli.run_experiment(testutil.get_config("entropy_bound", "smoke"),
+                         f"{tmp}/called")
       for name in ("entropy_bound.csv", "entropy_bound_summary.csv"):
-        self.assertEqual((pathlib.Path(tmp) / "new" / name).read_text(),
-                         (pathlib.Path(tmp) / "old" / name).read_text())
+        self.assertEqual(
+            (pathlib.Path(tmp) / "launched" / name).read_text(),
+            (pathlib.Path(tmp) / "called" / name).read_text())
 
-  def test_every_old_script_is_an_alias_of_run(self):
-    old = {"theory": "theory_rho", "simulate": "simulate_rho",
-           "simulate_grid": "simulate_grid", "entropy_bound": "entropy_bound",
-           "collapse": "rank_collapse",
-           "spectrum_collapse": "spectrum_collapse",
-           "entropy_check": "entropy_check"}
-    for script, experiment in old.items():
-      text = (testutil.ROOT / "launch" / f"{script}.py").read_text()
-      self.assertIn(f'default="{experiment}"', text)
-      self.assertIn('alias_of="launch/run.py"', text)
+  def test_launch_holds_only_the_commands_a_user_runs(self):
+    scripts = sorted(p.stem for p in (testutil.ROOT / "launch").glob("*.py")
+                     if p.stem != "__init__")
+    self.assertEqual(scripts, ["demo", "plot_training", "report", "run",
+                               "train"])
 
 
 def _launch_args(script, *args):

@@ -177,7 +177,7 @@ class SimulationTest(parameterized.TestCase):
     cfg = self.config
     out = self.result["out"]
     mean, scale = cfg.pairs[p]
-    cov = simulate_rho.covariances(cfg)[c]
+    cov = inputs.covariances(cfg)[c]
     key = simulate_rho.draw_key(jax.random.key(cfg.seed), c, p, k)
     key_w, key_x = jax.random.split(key)
     w = spectrum.sample_qk(key_w, cfg.dim, mean, scale)
@@ -333,11 +333,6 @@ class HelpersTest(parameterized.TestCase):
     np.testing.assert_array_equal(b[-2:], [[8, 9], [8, 9]])
     with self.assertRaisesRegex(ValueError, "rows"):
       chunked.pad_points((np.arange(5), np.arange(4)), 3)
-
-  def test_shared_inputs_keep_their_old_names(self):
-    self.assertIs(simulate_rho.covariances, inputs.covariances)
-    self.assertIs(simulate_rho.shared_key, inputs.shared_key)
-    self.assertEqual(simulate_rho.COVARIANCES, inputs.COVARIANCES)
 
 
 class LaunchTest(absltest.TestCase):

@@ -20,6 +20,7 @@ from qkspec.theory import softmax
 from qkspec.theory import grid_bases
 from qkspec.theory import grid_estimator
 from qkspec.theory import spectrum
+from qkspec.experiments import inputs
 from qkspec.experiments import simulate_rho
 from qkspec.experiments import simulate_grid
 import testutil
@@ -37,7 +38,7 @@ _grid_stats = jax.jit(grid_estimator.grid_stats)
 
 
 def _covariances():
-  return simulate_rho.covariances(GRID)        # [I, R^T R / d]
+  return inputs.covariances(GRID)        # [I, R^T R / d]
 
 
 def _bases(key):

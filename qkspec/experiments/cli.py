@@ -8,8 +8,7 @@
   one run or a vmapped sweep, with `qkspec.training.loop`.
 
 `run.py` given a training config trains it and then draws its figures
-(`training_plots`), so either command works for it. The old per-figure
-scripts (`launch/simulate.py`, ...) remain as aliases of `run.py` that say so.
+(`training_plots`), so either command works for it.
 
 `main` also gives every command the same habits:
 
@@ -84,11 +83,8 @@ def experiments() -> tuple[str, ...]:
   return tuple(sorted(names))
 
 
-def run_experiment(config, workdir: str, default: str | None = None) -> Any:
+def run_experiment(config, workdir: str) -> Any:
   """Runs `config.experiment`'s `run(config, workdir)`, or trains `config`.
-
-  `default` is the experiment of a config that has neither an `experiment`
-  nor a `task` field (the old per-figure launch scripts pass theirs).
 
   Raises:
     ValueError: the config names no experiment and is no training config,
@@ -97,7 +93,6 @@ def run_experiment(config, workdir: str, default: str | None = None) -> Any:
   name = config.get("experiment", None)
   if name is None and "task" in config:       # a training config
     return train_and_plot(config, workdir)
-  name = name or default
   if name is None:
     raise ValueError("the config names no experiment: set config.experiment "
                      f"to one of {experiments()} (or pass a training config, "
@@ -349,8 +344,7 @@ def start_processes(coordinator_address: str | None,
   return True
 
 
-def main(run: Callable[..., Any], what: str = "config",
-         alias_of: str | None = None) -> None:
+def main(run: Callable[..., Any], what: str = "config") -> None:
   """Defines the flags, then calls `run(config, workdir)`.
 
   --config and --workdir are required; --verbose_errors and the multi-host
@@ -361,8 +355,6 @@ def main(run: Callable[..., Any], what: str = "config",
     run: the library call, given the resolved ConfigDict (after `:arg` and
       `--config.x=y` overrides) and the workdir.
     what: the kind of config, for --help.
-    alias_of: for an old script kept as an alias: the command that replaced
-      it (printed as a warning).
   """
   config = config_flags.DEFINE_config_file(
       "config", None, f"Path to a {what} file (append :smoke for a tiny "
@@ -395,9 +387,6 @@ def main(run: Callable[..., Any], what: str = "config",
     if len(argv) > 1:
       _fail(f"unexpected arguments {argv[1:]} (flags are --name=value)", None,
             False)
-    if alias_of:
-      logging.warning("%s is an old name of %s (same flags); use that.",
-                      argv[0], alias_of)
     try:
       check_config(config.value)
       start_processes(coordinator.value, num_processes.value,

@@ -39,7 +39,7 @@ def run(workdir: str, configs_dir: str, smoke: bool = False,
     logging.info("[%d/%d] %s ...", i, len(only), name)
     config = args.load_config_file(
         pathlib.Path(configs_dir) / f"{name}.py", "smoke" if smoke else None)
-    cli.run_experiment(config, str(root / name), default=name)
+    cli.run_experiment(config, str(root / name))
     figures[name] = sorted(str(p) for p in (root / name).glob("*.png"))
     logging.info("[%d/%d] %s done in %.0f s", i, len(only), name,
                  time.time() - start)

@@ -58,10 +58,6 @@ from qkspec.theory import spectrum
 from qkspec.experiments import inputs
 from qkspec.experiments import outputs
 
-# Shared with simulate_grid (see `inputs`); kept here under their old names.
-COVARIANCES = inputs.COVARIANCES
-covariances = inputs.covariances
-shared_key = inputs.shared_key
 # name -> (exact, variant) of propagation.rho_gaussian.
 GAUSSIAN = {"paper": (False, "paper"), "corrected": (False, "corrected"),
             "exact": (True, "corrected")}
@@ -159,7 +155,7 @@ def sweep_shared(seed_key, means_P, stds_P, covs_Cxdxd, *, num_sequences,
   """The Fig. 5 sweep, shared design; outputs as `sweep` plus `*_se`."""
   lam = temperature
   bases = grid_bases.sample_bases(
-      shared_key(seed_key), covs_Cxdxd,
+      inputs.shared_key(seed_key), covs_Cxdxd,
       num_draws=num_draws, num_sequences=num_sequences,
       entropy_sequences=entropy_sequences, seq_len=seq_len, temperature=lam)
   stats = grid_estimator.grid_stats(bases, means_P, stds_P)

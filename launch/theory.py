@@ -1,8 +1,0 @@
-"""Old name of `launch/run.py` for theory_rho, kept so that old commands work."""
-import functools
-
-from qkspec.experiments import cli
-
-if __name__ == "__main__":
-  cli.main(functools.partial(cli.run_experiment, default="theory_rho"),
-           "experiment config", alias_of="launch/run.py")
