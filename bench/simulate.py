@@ -48,9 +48,9 @@ from scipy import special
 
 from qkspec.config import args as config_args
 from qkspec.experiments import inputs
-from qkspec.experiments import outputs
 from qkspec.experiments import simulate_grid
 from qkspec.experiments import simulate_rho
+from qkspec.theory import softmax
 
 _QUICK = flags.DEFINE_bool("quick", False, "3 pairs x 3 draws instead of the "
                            "full grid.")
@@ -102,7 +102,7 @@ def numpy_sweep(config, covs):
   """The paper's procedure, looped: per covariance, pair and W_QK draw."""
   rng = np.random.default_rng(config.seed)
   d, n, t = config.dim, config.num_sequences, config.seq_len
-  lam = outputs.temperature(config, d)
+  lam = softmax.temperature(config.temperature, d)
   rho = np.zeros((len(covs), len(config.pairs), config.num_draws, t))
   entropy = np.zeros(rho.shape[:3])
   gauss = {k: np.zeros_like(rho) for k in simulate_rho.GAUSSIAN}
@@ -165,7 +165,7 @@ def main(argv):
   covs = inputs.covariances(config)
   means, stds = (jnp.asarray(v, jnp.float32) for v in zip(*config.pairs))
   args = (jax.random.key(config.seed), means, stds, covs)
-  lam = outputs.temperature(config, config.dim)
+  lam = softmax.temperature(config.temperature, config.dim)
   grid = (f"{len(config.covariances)} covariances x {len(config.pairs)} pairs"
           f" x {config.num_draws} draws, N={config.num_sequences}, "
           f"T={config.seq_len}, d={config.dim}")

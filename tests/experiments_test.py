@@ -292,12 +292,6 @@ class ConfigTest(parameterized.TestCase):
 
 class HelpersTest(parameterized.TestCase):
 
-  def test_temperature(self):
-    config = testutil.get_config("entropy_check", "smoke")
-    self.assertEqual(outputs.temperature(config, 16), 4.0)
-    config.temperature = 2.5
-    self.assertEqual(outputs.temperature(config, 16), 2.5)
-
   def test_require_ints(self):
     config = testutil.get_config("simulate_rho", "smoke")
     outputs.require_ints(config, {"dim": 1, "seq_len": 2})

@@ -69,5 +69,44 @@ class SoftmaxTest(chex.TestCase):
       sm.softmax(jnp.ones((2, 0)))
 
 
+class TemperatureTest(absltest.TestCase):
+
+  def test_none_is_the_square_root_of_the_head_width_in_float32(self):
+    for head_dim in (1, 3, 16, 64, 128):
+      lam = sm.temperature(None, head_dim)
+      self.assertIsInstance(lam, np.float32)
+      # The float32 square root, as jnp computes it.
+      self.assertEqual(lam, np.asarray(jnp.sqrt(jnp.float32(head_dim))))
+    self.assertEqual(sm.temperature(None, 16), 4.0)
+
+  def test_a_given_value_is_returned_as_is(self):
+    self.assertIs(sm.temperature(2.5, 16), 2.5)
+    self.assertEqual(sm.temperature(2.5, None), 2.5)
+    lam = jnp.asarray(3.0)
+    self.assertIs(sm.temperature(lam, None), lam)
+
+  def test_bad_values_raise(self):
+    for bad in (0.0, -1.0, float("nan")):
+      with self.assertRaisesRegex(ValueError, "temperature must be positive"):
+        sm.temperature(bad, 16)
+    with self.assertRaisesRegex(ValueError, "temperature is required"):
+      sm.temperature(None, None)
+
+  def test_traced_values_are_not_inspected(self):
+    self.assertEqual(float(jax.jit(lambda t: sm.temperature(t, None))(-1.0)),
+                     -1.0)
+
+  def test_float64_callers_see_the_float32_value(self):
+    lam = sm.temperature(None, 128)
+    with jax.enable_x64(True):
+      x = jnp.ones((3,), jnp.float64) * 10.0
+      self.assertEqual((x / lam).dtype, jnp.float64)
+      np.testing.assert_array_equal(x / lam, 10.0 / np.float64(lam))
+      self.assertEqual((x / lam**2).dtype, jnp.float64)
+      self.assertEqual(np.float64(lam**2), np.float64(np.float32(lam * lam)))
+    x32 = jnp.ones((3,), jnp.float32) * 10.0
+    self.assertEqual((x32 / lam).dtype, jnp.float32)
+
+
 if __name__ == "__main__":
   absltest.main()

@@ -33,6 +33,7 @@ import numpy as np
 from qkspec.theory import diagnostics
 from qkspec.theory import entropy_bounds
 from qkspec.theory import san
+from qkspec.theory import softmax
 from qkspec.theory import spectrum
 from qkspec.experiments import measures
 from qkspec.experiments import outputs
@@ -122,7 +123,7 @@ def sweep_from_config(config) -> dict:
   """
   rows = settings(config)
   key = jax.random.key(config.seed)
-  lam = outputs.temperature(config, config.dim)
+  lam = softmax.temperature(config.temperature, config.dim)
   out = {}
   for i, kind in enumerate(config.inputs):
     per_setting = []
@@ -219,7 +220,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   logging.info("entropy_check: %d settings x %d inputs x %d draws x %d seqs, "
                "lambda=%g", len(settings(config)), len(config.inputs),
                config.num_draws, config.num_sequences,
-               outputs.temperature(config, config.dim))
+               softmax.temperature(config.temperature, config.dim))
   with outputs.heartbeat("entropy_check (compiling and sweeping)"):
     out = sweep_from_config(config)
   set_rows, summary = tables(out, config)

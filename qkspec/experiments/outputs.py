@@ -7,8 +7,9 @@ Every experiment writes into one flat workdir:
 * `<figure>.png`: matplotlib figures drawn with the Agg backend.
 
 Config checks (`require`, `require_ints`, ...) raise ValueError naming the
-field and `temperature` resolves the softmax temperature. Nothing here knows
-about the maths; the experiments pass plain Python rows.
+field (`require_temperature`: None, the default of
+`qkspec.theory.softmax.temperature`, or > 0). Nothing here knows about the
+maths; the experiments pass plain Python rows.
 """
 import contextlib
 import csv
@@ -169,17 +170,6 @@ def require_temperature(config: ml_collections.ConfigDict) -> None:
                             and not isinstance(value, bool) and value > 0),
           "temperature", "must be None (the default sqrt(head width)) or > 0",
           value)
-
-
-def temperature(config: ml_collections.ConfigDict, width: int) -> float:
-  r"""The softmax temperature :math:`\lambda` of a simulation config.
-
-  `config.temperature` if set, else :math:`\sqrt{\mathrm{width}}`: pass the
-  head width (the token dimension d for the single-head experiments).
-  """
-  if config.temperature is None:
-    return float(np.sqrt(width))
-  return float(config.temperature)
 
 
 @contextlib.contextmanager

@@ -38,6 +38,7 @@ import numpy as np
 from qkspec.theory import diagnostics
 from qkspec.theory import san
 from qkspec.theory import san_paths
+from qkspec.theory import softmax
 from qkspec.experiments import measures
 from qkspec.experiments import outputs
 
@@ -116,7 +117,7 @@ def run_measure(config) -> dict:
   """`measure` on a validated config, numpy out."""
   with jax.enable_x64(bool(config.float64)):
     out = measure(jax.random.key(config.seed), config.qk_gain,
-                  outputs.temperature(config, config.head_dim),
+                  softmax.temperature(config.temperature, config.head_dim),
                   architectures=tuple(config.architectures),
                   methods=tuple(config.methods), num_seeds=config.num_seeds,
                   num_sequences=config.num_sequences,
@@ -304,7 +305,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   logging.info("rank_collapse: %d archs x %d seeds x %d sequences, L=%d, "
                "lambda=%g", len(config.architectures), config.num_seeds,
                config.num_sequences, config.num_layers,
-               outputs.temperature(config, config.head_dim))
+               softmax.temperature(config.temperature, config.head_dim))
   with outputs.heartbeat("rank_collapse (compiling and measuring)"):
     out = run_measure(config)
   rows = tables(out, config)

@@ -31,6 +31,7 @@ import numpy as np
 from qkspec.theory import grid_bases
 from qkspec.theory import grid_estimator
 from qkspec.theory import propagation
+from qkspec.theory import softmax
 from qkspec.experiments import chunked
 from qkspec.experiments import inputs
 from qkspec.experiments import outputs
@@ -101,7 +102,7 @@ def compute(config: ml_collections.ConfigDict) -> dict[str, np.ndarray]:
   mean_P, std_P = (a.ravel() for a in np.meshgrid(means, stds,
                                                   indexing="ij"))
   chunk = config.points_per_chunk
-  lam = outputs.temperature(config, config.dim)
+  lam = softmax.temperature(config.temperature, config.dim)
   static = dict(num_draws=config.num_draws,
                 num_sequences=config.num_sequences,
                 entropy_sequences=config.entropy_sequences,
@@ -187,7 +188,7 @@ def _r_lines(config):
   E r = tr(Sigma) eigen_mean / lambda for W = W_QK Sigma.
   """
   lines = []
-  lam = outputs.temperature(config, config.dim)
+  lam = softmax.temperature(config.temperature, config.dim)
   for cov in np.asarray(inputs.covariances(config)):
     mean = 2 * lam / np.trace(cov)                     # Lemma 2 regimes
     lo, hi = config.eigen_mean_range
@@ -201,7 +202,7 @@ def plot(out, summary, config, workdir):
   num_c = len(config.covariances)
   t = config.seq_len
   r_lines = _r_lines(config)
-  r_lam = outputs.temperature(config, config.dim)
+  r_lam = softmax.temperature(config.temperature, config.dim)
   panels = [("width", f"#positions with rho_i > 1/2 (of {t})",
              dict(cmap="viridis", vmin=0, vmax=t)),
             ("focus", "argmax_i rho_i", dict(cmap="plasma", vmin=1, vmax=t)),

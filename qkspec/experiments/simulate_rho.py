@@ -180,7 +180,7 @@ def sweep_from_config(config: ml_collections.ConfigDict) -> dict:
   """
   means, stds = (jnp.asarray(v, jnp.float32) for v in zip(*config.pairs))
   key, covs = jax.random.key(config.seed), inputs.covariances(config)
-  lam = outputs.temperature(config, config.dim)
+  lam = softmax.temperature(config.temperature, config.dim)
   if config.design == "shared":
     out = sweep_shared(
         key, means, stds, covs, num_sequences=config.num_sequences,
@@ -318,7 +318,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                "draws, N=%d walks, T=%d, d=%d, lambda=%g", config.design,
                len(config.covariances), len(config.pairs), config.num_draws,
                config.num_sequences, config.seq_len, config.dim,
-               outputs.temperature(config, config.dim))
+               softmax.temperature(config.temperature, config.dim))
   start = time.perf_counter()
   with outputs.heartbeat("simulate_rho (compiling and sweeping)"):
     out = sweep_from_config(config)

@@ -41,6 +41,7 @@ from qkspec.theory import diagnostics
 from qkspec.theory import entropy_bounds
 from qkspec.theory import propagation
 from qkspec.theory import san
+from qkspec.theory import softmax
 from qkspec.experiments import chunked
 from qkspec.experiments import measures
 from qkspec.experiments import outputs
@@ -145,7 +146,7 @@ def sweep_from_config(config) -> dict:
       dim=config.dim, seq_len=config.seq_len, num_layers=config.num_layers,
       num_heads=config.num_heads, num_sequences=config.num_sequences,
       inputs=config.inputs, value_init=config.value_init,
-      temperature=outputs.temperature(config, config.dim))
+      temperature=softmax.temperature(config.temperature, config.dim))
   out = chunked.map_chunks(fn, (np.arange(len(means_G)), means_G, stds_G),
                            config.points_per_batch, "spectrum_collapse")
   shape = (len(config.eigen_means), len(config.eigen_stds))
@@ -170,10 +171,9 @@ def tables(out, config):
   grid_rows, layer_rows, rho_rows = [], [], []
   num_layers = config.num_layers
   probe = sorted({1, min(4, num_layers), num_layers})
-  # E tr(W)/lambda = eigen_mean d / lambda (Sigma = I), as
-  # eigen_mean sqrt(d) (sqrt(d) / lambda): exactly 1 at the default lambda.
-  r_per_mean = np.sqrt(config.dim) * (
-      np.sqrt(config.dim) / outputs.temperature(config, config.dim))
+  # E tr(W)/lambda = eigen_mean d / lambda (Sigma = I).
+  r_per_mean = config.dim / float(softmax.temperature(config.temperature,
+                                                      config.dim))
   for i, mean in enumerate(config.eigen_means):
     for j, std in enumerate(config.eigen_stds):
       point = dict(eigen_mean=float(mean), eigen_std=float(std))
@@ -353,7 +353,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   logging.info("spectrum_collapse: %d x %d grid, %d draws x %d sequences, "
                "L=%d, lambda=%g", len(config.eigen_means),
                len(config.eigen_stds), config.num_draws, config.num_sequences,
-               config.num_layers, outputs.temperature(config, config.dim))
+               config.num_layers,
+               softmax.temperature(config.temperature, config.dim))
   start = time.time()
   out = sweep_from_config(config)
   logging.info("swept in %.1f s", time.time() - start)

@@ -2,8 +2,9 @@
 
 Imports only jax and numpy (tests/layering_test.py checks it).
 
-* `softmax`: softmax, the piecewise-linear softmax S~ and the propagation
-  event u_i in [0, 1] (Sec. 2);
+* `softmax`: softmax, the piecewise-linear softmax S~, the propagation
+  event u_i in [0, 1] (Sec. 2) and the temperature lambda (None: the square
+  root of the head width);
 * `randomwalk`: Assumption 1's random walks and the anisotropic Sigma;
 * `spectrum`: eigenspectrum statistics (Eqs. 5-8) and controlled spectra
   W_QK = B diag(w) B^T (Fig. 5);

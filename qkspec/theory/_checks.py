@@ -8,7 +8,6 @@ the caller is responsible for it.
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 
@@ -81,24 +80,6 @@ def seq_axis_length(name: str, x: Any, axis: int, minimum: int = 2) -> int:
 def choice(name: str, value: Any, options: tuple[str, ...]) -> str:
   if value not in options:
     raise ValueError(f"{name} must be one of {options}, got {value!r}.")
-  return value
-
-
-def temperature(value: Any, dim: int | None) -> Any:
-  r"""The softmax temperature :math:`\lambda`: None means :math:`\sqrt d`.
-
-  `dim` is the token dimension d the caller sees; a caller that only sees
-  traces passes None, and then a missing `value` raises ValueError.
-  Raises ValueError if a concrete `value` is not positive.
-  """
-  if value is None:
-    if dim is None:
-      raise ValueError("temperature is required here (this function sees "
-                       "traces, not the token dimension d): pass "
-                       "temperature=sqrt(d), the default of the functions "
-                       "that take W_QK.")
-    return jnp.sqrt(jnp.float32(dim))
-  positive("temperature", value)
   return value
 
 

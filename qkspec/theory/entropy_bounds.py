@@ -49,6 +49,7 @@ import jax
 import jax.numpy as jnp
 
 from qkspec.theory import _checks
+from qkspec.theory import softmax
 
 
 def zhai_entropy_lower_bound(sigma: jax.Array, seq_len: int) -> jax.Array:
@@ -103,7 +104,7 @@ def entropy_bound_nu(x_Txd: jax.Array, w_qk: jax.Array,
   """
   _checks.min_ndim("x", x_Txd, 2, "[..., T, d]")
   _checks.square_matrix("w_qk", w_qk, x_Txd.shape[-1])
-  lam = _checks.temperature(temperature, x_Txd.shape[-1])
+  lam = softmax.temperature(temperature, x_Txd.shape[-1])
   sigma_x = jnp.linalg.norm(x_Txd, ord=2, axis=(-2, -1))**2
   return sigma_x * jnp.linalg.norm(w_qk, ord=2, axis=(-2, -1)) / lam
 

@@ -55,6 +55,7 @@ import jax.numpy as jnp
 
 from qkspec.theory import _checks
 from qkspec.theory import randomwalk
+from qkspec.theory import softmax
 from qkspec.theory import spectrum
 
 _SPECTRA_STREAM, _WALK_STREAM = 0, 1     # fold_in tags of `sample_bases`' key
@@ -250,7 +251,7 @@ def sample_bases(key: jax.Array, covs_Cxdxd: jax.Array, *, num_draws: int,
   """
   _checks.square_matrix("covs", covs_Cxdxd)
   d = covs_Cxdxd.shape[-1]
-  lam = _checks.temperature(temperature, d)
+  lam = softmax.temperature(temperature, d)
   n = _checks.positive_int("num_sequences", num_sequences)
   e = _checks.positive_int("entropy_sequences", entropy_sequences)
   if e > n:

@@ -81,7 +81,7 @@ def query_logits(x: jax.Array, w_qk: jax.Array,
   x, w_qk = jnp.asarray(x), jnp.asarray(w_qk)
   _checks.min_ndim("x", x, 2, "[..., T, d]")
   _checks.square_matrix("w_qk", w_qk, x.shape[-1])
-  lam = _checks.temperature(temperature, x.shape[-1])
+  lam = softmax.temperature(temperature, x.shape[-1])
   query_d = jnp.einsum("...d,...de->...e", x[..., -1, :], w_qk)
   return jnp.einsum("...e,...te->...t", query_d, x) / lam
 
@@ -192,7 +192,7 @@ def lemma1_moments(seq_len: int, trace: jax.Array, trace_sq: jax.Array,
   """
   _checks.choice("variant", variant, VARIANTS)
   _checks.nonnegative("trace_sq", trace_sq)
-  temperature = _checks.temperature(temperature, None)
+  temperature = softmax.temperature(temperature, None)
   trace = jnp.asarray(trace / temperature)[..., None]
   trace_sq = jnp.asarray(trace_sq / temperature**2)[..., None]
   lead = lambda c_T: c_T.reshape((1,) * (trace.ndim - 1) + c_T.shape)
@@ -233,7 +233,7 @@ def exact_moments(w_qk: jax.Array, seq_len: int, cov: jax.Array | None = None,
     raise ValueError(f"w_qk must be one [d, d] matrix (vmap over a batch), "
                      f"got shape {w_qk.shape}.")
   d = w_qk.shape[-1]
-  lam = _checks.temperature(temperature, d)
+  lam = softmax.temperature(temperature, d)
   if cov is not None:
     _checks.square_matrix("cov", cov, d)
     cov = jnp.asarray(cov)
@@ -378,6 +378,6 @@ def rho_from_spectrum(w_qk: jax.Array, seq_len: int,
   """
   w_qk = jnp.asarray(w_qk)
   stats = spectrum.spectrum_stats(w_qk, cov, temperature)
-  lam = _checks.temperature(temperature, w_qk.shape[-1])
+  lam = softmax.temperature(temperature, w_qk.shape[-1])
   return rho_gaussian(seq_len, stats["trace"], stats["trace_sq"], lam,
                       exact=exact, variant=variant)

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 
 from qkspec.theory import _checks
 from qkspec.theory import randomwalk
+from qkspec.theory import softmax
 from qkspec.theory import spectrum
 
 QK_INITS = ("gaussian", "spectrum")
@@ -162,7 +163,7 @@ def attention_logits(x_Txd: jax.Array, w_qk_Hxdxd: jax.Array,
   Returns:
     logits [H, T, T] (query t along axis 1, key j along axis 2).
   """
-  lam = _checks.temperature(temperature, x_Txd.shape[-1])
+  lam = softmax.temperature(temperature, x_Txd.shape[-1])
   return jnp.einsum("td,hde,je->htj", x_Txd, w_qk_Hxdxd, x_Txd) / lam
 
 

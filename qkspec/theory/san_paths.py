@@ -53,6 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from qkspec.theory import _checks
+from qkspec.theory import softmax
 
 MAX_PATHS = 4096   # enumerating more paths than this is refused
 
@@ -177,7 +178,8 @@ def cubic_residual_coefficient(w_qk_LxHxdxd: jax.Array,
     c [L].
   """
   _checks.square_matrix("w_qk", w_qk_LxHxdxd)
-  temperature = _checks.temperature(temperature, np.shape(w_qk_LxHxdxd)[-1])
+  temperature = softmax.temperature(temperature,
+                                    np.shape(w_qk_LxHxdxd)[-1])
   norm_qk = jnp.linalg.norm(w_qk_LxHxdxd, ord=2, axis=(-2, -1))
   norm_v = jnp.linalg.norm(w_v_LxHxdxd, ord=2, axis=(-2, -1))
   return jnp.sum(norm_qk * norm_v, axis=-1) / (2.0 * temperature)

@@ -10,13 +10,51 @@ the linearised score of key :math:`i` is
               = \frac{\omega_i - \bar\omega}{T} + \frac{1}{T}.
 
 The piecewise-linear softmax clips it to [0, 1]; the "signal propagates"
-event of Definition 1 is :math:`u_i \in [0, 1]`.
+event of Definition 1 is :math:`u_i \in [0, 1]`. The logits themselves are
+divided by the temperature :math:`\lambda` (`temperature`).
 """
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from qkspec.theory import _checks
+
+
+def temperature(value: Any, head_dim: int | None):
+  r"""The softmax temperature :math:`\lambda`: None means :math:`\sqrt D`.
+
+  `value` if it is not None, else :math:`\lambda = \sqrt D` with D the
+  head width (`head_dim`): the paper's :math:`\sqrt d` for its single
+  head, where D = d.
+
+  The default is a numpy float32 scalar, so float32 and float64
+  (`jax_enable_x64`) callers see the same :math:`\lambda`: it promotes like
+  a float32 array (a float64 array divided by it stays float64, with the
+  float32 value), and :math:`\lambda^2` rounds in float32.
+
+  Args:
+    value: :math:`\lambda`, or None for the default. A concrete value must
+      be positive (a traced one is the caller's to check).
+    head_dim: D; may be None only when `value` is given (a caller that
+      sees traces, not the head width).
+
+  Returns:
+    `value`, or `np.float32(sqrt(head_dim))`.
+
+  Raises:
+    ValueError: a concrete `value` <= 0, or both arguments None.
+  """
+  if value is None:
+    if head_dim is None:
+      raise ValueError("temperature is required here (this function sees "
+                       "traces, not the token dimension d): pass "
+                       "temperature=sqrt(d), the default of the functions "
+                       "that take W_QK.")
+    return np.float32(np.sqrt(head_dim))
+  _checks.positive("temperature", value)
+  return value
 
 
 def softmax(omega: jax.Array, axis: int = -1) -> jax.Array:
@@ -52,17 +90,3 @@ def propagation_mask(omega: jax.Array, axis: int = -1) -> jax.Array:
   u = linearized_score(omega, axis)
   return (u >= 0.0) & (u <= 1.0)
 
-
-def temperature(value, head_dim: int | None):
-  r"""The softmax temperature :math:`\lambda`: `value`, or :math:`\sqrt D`.
-
-  None means :math:`\sqrt D`, D = `head_dim` (the paper's :math:`\sqrt d`
-  for one head), as a float32 scalar, so float32 and float64 callers see
-  the same :math:`\lambda`.
-  """
-  if value is None:
-    if head_dim is None:
-      raise ValueError("temperature is required here: pass "
-                       "temperature=sqrt(d).")
-    return np.float32(np.sqrt(head_dim))
-  return value

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from qkspec.theory import _checks
+from qkspec.theory import softmax
 
 
 def symmetrize(w: jax.Array) -> jax.Array:
@@ -141,7 +142,7 @@ def spectrum_stats(w_qk: jax.Array, cov: jax.Array | None = None,
   w_qk = jnp.asarray(w_qk)
   _checks.square_matrix("w_qk", w_qk)
   d = w_qk.shape[-1]
-  lam = _checks.temperature(temperature, d)
+  lam = softmax.temperature(temperature, d)
   w = symmetrize(w_qk)
   if cov is not None:
     _checks.square_matrix("cov", cov, d)
