@@ -31,7 +31,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from qkspec.experiments import figure_writer  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import locater_minimum  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import replicates  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import report_claims  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -227,11 +226,16 @@ def _earlier_figure(what: str, alt: str, png, rel) -> list[str]:
   return [f"- {what}: not drawn (the records hold final values only)"]
 
 
-def _curves(cell, counted, title, png, rel, paths, figures) -> list[str]:
+def _save(fig, png, dpi: int) -> None:
+  """Draws `fig` to `png` at `dpi` and closes it."""
+  fig.savefig(png, dpi=dpi)
+  plt.close(fig)
+
+
+def _curves(cell, counted, title, png, rel, paths) -> list[str]:
   """The cell's B-D curves over training (seeds averaged): drawn to `png`
-  (added to `figures`, a `figure_writer.Figures`) from the members that
-  kept curves, and the earlier report's figure of those that did not, if
-  there is one; the markdown lines."""
+  from the members that kept curves, and the earlier report's figure of
+  those that did not, if there is one; the markdown lines."""
   drawn = [m for m in counted if _has_curves(m)]
   if not drawn:
     return _earlier_figure("curves over training", "curves", png, rel)
@@ -241,7 +245,7 @@ def _curves(cell, counted, title, png, rel, paths, figures) -> list[str]:
   seeds = max(len(g) for g in report_runs.seed_groups(drawn).values())
   fig.suptitle(f"{title}: over training"
                + (f", mean over {seeds} seeds" if seeds > 1 else ""))
-  figures.add(fig, png, 90)
+  _save(fig, png, 90)
   paths.append(str(png))
   skipped = len(counted) - len(drawn)
   if not skipped:
@@ -254,14 +258,14 @@ def _curves(cell, counted, title, png, rel, paths, figures) -> list[str]:
                               rel)
 
 
-def _rho_maps(run, png, rel, paths, figures) -> list[str]:
-  """Fig. 7's rho_i heat maps of one run, drawn to `png` (added to
-  `figures`), and each member's stripe test; the markdown lines."""
+def _rho_maps(run, png, rel, paths) -> list[str]:
+  """Fig. 7's rho_i heat maps of one run, drawn to `png`, and each member's
+  stripe test; the markdown lines."""
   what = f"rho_i over training (`{run['run_dir']}`)"
   if any(k in m["metrics"] for m in run["members"]
          for k in training_plots.rho_keys(0)):
     fig = training_plots.rho_heatmap_figure(run["members"])
-    figures.add(fig, png, 110)
+    _save(fig, png, 110)
     paths.append(str(png))
     md = [f"- {what}: ![rho]({rel}/{png.name})"]
   else:
@@ -348,7 +352,6 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
   vs += report_claims.stripe_verdicts(runs)
   by_cell = report_runs.cells(runs)
   paths = write_summary(rows, figures_dir, vs, spread)
-  figures = figure_writer.Figures()  # drawn side by side, at the end
   rel = os.path.relpath(figures_dir, out_path.parent)
   records = ("" if records_dir is None else
              f" from the run records in `{records_dir}` (what the report "
@@ -385,7 +388,7 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
     if locater and not label.startswith("Fig. 7"):   # Fig. 7: heat maps
       fig = figure(rows, label)       # (its kappa1 > 0 groups against kappa2)
       png = figures_dir / f"{_slug(label)}.png"
-      figures.add(fig, png, 110)
+      _save(fig, png, 110)
       paths.append(str(png))
       md += [f"![{label}]({rel}/{png.name})", ""]
     for reading in sorted({r["reading"] for r in rows if r["label"] == label}):
@@ -402,11 +405,11 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
       png = figures_dir / f"{_slug(label)}_curves_{reading}.png"
       md += _curves(cell, counted,
                     f"{label}, {report_runs.reading_name(reading)}", png,
-                    rel, paths, figures)
+                    rel, paths)
       for i, run in enumerate(cell):
         if run["figure"] == "7" and "shared_from" not in run:  # rho maps
           png = figures_dir / f"{_slug(label)}_rho_{reading}_{i}.png"
-          md += _rho_maps(run, png, rel, paths, figures)
+          md += _rho_maps(run, png, rel, paths)
       md += [""] + _table(rs)
       md += [""] + [f"- {v['text']}" for v in vs
                     if v["label"] == label and v["reading"] == reading]
@@ -458,7 +461,6 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
               f"`{run['command']}`")
   md += ["", "## Known deviations from fairseq", ""]
   md += [f"- {d}" for d in DEVIATIONS]
-  figures.draw()
   out_path.parent.mkdir(parents=True, exist_ok=True)
   out_path.write_text("\n".join(md) + "\n")
   return [str(out_path)] + paths
