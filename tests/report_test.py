@@ -3,6 +3,7 @@ import csv
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 from unittest import mock
@@ -14,6 +15,7 @@ import numpy as np
 from configs import depth_width
 from configs import locater_wt2
 from configs import rho_training
+from qkspec.config import args as args_lib
 from qkspec.config import defaults
 from qkspec.config import schema
 from qkspec.experiments import report
@@ -23,6 +25,7 @@ from qkspec.experiments import report_runs
 from qkspec.experiments import training_plots
 from qkspec.training import loop
 from qkspec.training import sweep
+import testutil
 
 jax.config.update("jax_compilation_cache_dir", os.path.join(
     tempfile.gettempdir(), "qkspec_test_jax_cache"))
@@ -202,20 +205,41 @@ class StillToRunTest(absltest.TestCase):
     text = "\n".join(lines)
     self.assertIn("Fig. 6, literal (mean_loss): 1 of 3 seeds (seed 0 done)",
                   text)
-    self.assertIn("--stages train --figs 6 --path scan_bf16_pallas_fa3dw_fused "
-                  "--seeds 2 --first_seed 1`", text)    # the missing seeds
+    # the missing seeds, one run each
+    self.assertIn("`python launch/train.py --config configs/locater_wt2.py:"
+                  "seed=1 --workdir runs/fig6_seed1`; `python launch/train.py "
+                  "--config configs/locater_wt2.py:seed=2 --workdir "
+                  "runs/fig6_seed2`", text)
     self.assertIn("Fig. 6, fairseq (summed_loss): shortened: 11,000 of "
                   "50,000 steps", text)
     self.assertNotIn("Fig. 8, literal", text)
     self.assertIn("Fig. 9, both readings: not run", text)  # smoke
-    self.assertIn("--stages train_fairseq --figs 6 --path "
-                  "scan_bf16_pallas_fa3dw_fused --seeds 3`", text)
+    self.assertIn("--config configs/locater_wt2.py:fairseq,seeds=3 "
+                  "--workdir runs/fig6_fairseq_seeds3`", text)
     self.assertIn("Fig. 8, fairseq (summed_loss): not run", text)
-    self.assertIn("--stages train --both_readings --figs 7 --path "
-                  "scan_bf16_pallas_fa3dw_fused`", text)
+    self.assertIn("--config configs/depth_width.py:L=1,d=32,fairseq,contrast "
+                  "--workdir runs/fig8_fairseq_contrast`", text)
+    self.assertIn("--config configs/rho_training.py:both_readings "
+                  "--workdir runs/fig7_both_readings`", text)
     # its sweep and no-LocATER member as one program
-    self.assertIn("--stages train --both_readings --figs 9 --path "
-                  "scan_bf16_pallas_fa3dw_fused --contrast`", text)
+    self.assertIn("--config configs/depth_width.py:L=3,d=32,both_readings,"
+                  "contrast --workdir runs/fig9_both_readings_contrast`", text)
+    self.assertNotIn("bench/", text)
+
+  def test_every_command_loads_its_config(self):
+    lines = report_plan.still_to_run(
+        _run_rows("6", "mean_loss", 1, 50_000)
+        + _run_rows("9", "mean_loss", 1, 50_000, none=False)
+        + [dict(r, seeds=[0, 2]) for r in
+           _run_rows("6", "summed_loss", 3, 50_000)])
+    commands = re.findall(r"`python launch/train.py --config (\S+) "
+                          r"--workdir (\S+)`", "\n".join(lines))
+    # Fig. 6: 2 + 1 seeds, Figs. 7, 8, 10-12: one each, Fig. 9: 2 readings
+    self.assertLen(commands, 3 + 5 + 2)
+    self.assertLen({w for _, w in commands}, len(commands))   # workdirs
+    for config, _ in commands:
+      path, arg = config.partition(":")[::2]
+      args_lib.load_config_file(testutil.ROOT / path, arg or None)
 
   def test_a_complete_plan_leaves_nothing(self):
     rows = [r for fig, seeds in report_plan.PLAN.items()
@@ -224,15 +248,16 @@ class StillToRunTest(absltest.TestCase):
     self.assertEqual(report_plan.still_to_run(rows), [])
     rows[0]["seeds"] = [0, 2]                    # one group lacks seed 1
     [line] = report_plan.still_to_run(rows)
-    self.assertIn("--path scan_bf16_pallas_fa3dw_fused --first_seed 1`", line)
+    self.assertIn("--config configs/locater_wt2.py:seed=1 --workdir "
+                  "runs/fig6_seed1`", line)
 
   def test_figs_8_to_12_need_a_no_locater_member(self):
     rows = _run_rows("9", "mean_loss", 1, 50_000, none=False)
     [line] = [l for l in report_plan.still_to_run(rows)
               if l.startswith("- Fig. 9, literal")]
     self.assertIn("no-LocATER member: not run", line)
-    self.assertIn("--figs 9 --path scan_bf16_pallas_fa3dw_fused "
-                  "--runs none`", line)
+    self.assertIn("--config configs/depth_width.py:L=3,d=32,none --workdir "
+                  "runs/fig9_none`", line)
     rows += [dict(rows[0], kappa1=0.0, kappa2=0.0)]        # a none run
     self.assertFalse([l for l in report_plan.still_to_run(rows)
                       if l.startswith("- Fig. 9, literal")])
@@ -250,42 +275,14 @@ class StillToRunTest(absltest.TestCase):
     lines = [l for l in report_plan.still_to_run(rows) if "Fig. 7" in l]
     self.assertLen(lines, 1)
     self.assertStartsWith(lines[0], "- Fig. 7, literal (mean_loss): not run")
-    self.assertIn(dict(figure="7", reading="mean_loss", seed=0,
-                       kind="sweep"), report_plan.todo_runs(rows))
-    self.assertNotIn(dict(figure="7", reading="summed_loss", seed=0,
-                          kind="sweep"), report_plan.todo_runs(rows))
-
-  def test_todo_lists_each_missing_run_main_text_first(self):
-    rows = (_run_rows("6", "mean_loss", 1, 50_000)        # seeds 1, 2 left
-            + _run_rows("6", "summed_loss", 3, 11_000)    # shortened: all
-            + _run_rows("9", "mean_loss", 1, 50_000, none=False))
-    todo = report_plan.todo_runs(rows)
-    key = lambda t: (t["figure"], t["reading"], t["seed"], t["kind"])
-    self.assertCountEqual(
-        [key(t) for t in todo if t["figure"] == "6"],
-        [("6", "mean_loss", 1, "sweep"), ("6", "mean_loss", 2, "sweep")]
-        + [("6", "summed_loss", s, "sweep") for s in range(3)])
-    self.assertIn(("9", "summed_loss", 0, "none"), map(key, todo))  # once
-    self.assertNotIn(("9", "mean_loss", 0, "none"), map(key, todo))
-    self.assertNotIn(("9", "mean_loss", 0, "sweep"), map(key, todo))
-    self.assertEqual([key(t) for t in todo[:5]], [
-        ("6", "summed_loss", 0, "sweep"), ("7", "summed_loss", 0, "sweep"),
-        ("7", "mean_loss", 0, "sweep"), ("6", "summed_loss", 1, "sweep"),
-        ("6", "mean_loss", 1, "sweep")])
-    self.assertEqual(key(todo[7]), ("8", "summed_loss", 0, "sweep"))
-    self.assertEqual(key(todo[8]), ("8", "summed_loss", 0, "none"))
-    self.assertEqual(key(todo[9]), ("8", "mean_loss", 0, "sweep"))
-    # one run per (figure, reading, seed, kind) that still_to_run names,
-    # a no-LocATER run once for both readings (the same member)
-    self.assertLen(todo, 5 + 2 + (5 * 2 - 1) + 5)
-    self.assertLen({key(t) for t in todo}, len(todo))
-    self.assertLen({(t["figure"], t["seed"]) for t in todo
-                    if t["kind"] == "none"}, 5)
+    self.assertIn("--config configs/rho_training.py --workdir runs/fig7`",
+                  lines[0])
 
   def test_a_packed_run_covers_both_readings_with_its_contrast(self):
-    # bench/gpu_paper.py's fig9_both_c_seeds3: both readings, seeds 0-2 and
-    # a no-LocATER member per seed (under the literal reading) in one
-    # program, which load_runs splits into one run per reading
+    # a run of configs/depth_width.py:L=3,d=32,both_readings,seeds=3,contrast:
+    # both readings, seeds 0-2 and a no-LocATER member per seed (under the
+    # literal reading) in one program, which load_runs splits into one run
+    # per reading
     runs = []
     for reading in report_runs.READINGS:
       run = _run("fig9_both_c_seeds3", (0, 1, 2), 50_000,
@@ -300,15 +297,8 @@ class StillToRunTest(absltest.TestCase):
                       for r in rows if r["kappa2"] == 0},
                      {(reading, k1, 3) for reading in report_runs.READINGS
                       for k1 in (0.0, 100.0)})
-    self.assertNotIn("9", {t["figure"] for t in report_plan.todo_runs(rows)})
     self.assertFalse([l for l in report_plan.still_to_run(rows)
                       if l.startswith("- Fig. 9")])
-
-  def test_todo_is_empty_when_the_plan_is_complete(self):
-    rows = [r for fig, seeds in report_plan.PLAN.items()
-            for reading in report_runs.READINGS
-            for r in _run_rows(fig, reading, seeds, 50_000)]
-    self.assertEqual(report_plan.todo_runs(rows), [])
 
 
 def _member(seed, kappa2, steps, values, key="mean/entropy"):
@@ -455,7 +445,9 @@ class MergedRunsTest(absltest.TestCase):
     [line] = [l for l in report_plan.still_to_run(rows) if "literal" in l and
               "Fig. 6" in l]
     self.assertIn("1 of 3 seeds (seed 0 done)", line)
-    self.assertIn("--seeds 2 --first_seed 1`", line)
+    self.assertIn("configs/locater_wt2.py:seed=1 --workdir runs/fig6_seed1`; "
+                  "`python launch/train.py --config configs/locater_wt2.py:"
+                  "seed=2 --workdir runs/fig6_seed2`", line)
 
 
 def _rho_run(striped_locater: bool, striped_none: bool, seeds=(0,)):
@@ -658,10 +650,7 @@ class WriteReportTest(absltest.TestCase):
                   fairseq[0]["commands"])
     self.assertNotIn(" ; ", fairseq[0]["commands"])     # one run per cell
     self.assertEqual(summary["rows"][0]["commands"], [rows[0]["commands"]])
-    # smoke runs cover nothing: the whole plan is still to run, in order
-    self.assertEqual(summary["todo"][0], dict(
-        figure="6", reading="summed_loss", seed=0, kind="sweep"))
-    self.assertLen(summary["todo"], 3 * 2 + 2 + 5 * 2 + 5)
+    self.assertEqual(set(summary), {"rows", "verdicts", "rerun_spread"})
 
   def test_rebuilt_command_names_the_overrides(self):
     command = report_runs.load_runs(self.runs[:1])[0]["command"]

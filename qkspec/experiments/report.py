@@ -2,7 +2,7 @@
 
 `write_report(run_dirs, out_path)` reads each run (`report_runs`), judges
 the paper's claims (`report_claims`), lists what is still to run
-(`report_plan`) and writes the report and, beside it, `summary.csv`,
+(`report_plan.still_to_run`) and writes the report and, beside it, `summary.csv`,
 `summary.json` and one figure per paper figure (final scale, entropy and
 valid perplexity against kappa2, mean +- std over seeds, one line per
 reading of kappa), the curves over training per figure and reading and
@@ -173,8 +173,8 @@ def _table(rs):
 def write_summary(rows, directory, verdict_list=None,
                   spread=None) -> list[str]:
   """summary.csv and summary.json (rows, verdicts: `verdict_list`, else
-  `verdicts(rows)`, the runs still to train: `todo_runs`, and the
-  same-seed rerun spread: `spread`) in `directory`; their paths."""
+  `verdicts(rows)`, and the same-seed rerun spread: `spread`) in
+  `directory`; their paths."""
   os.makedirs(directory, exist_ok=True)
   csv_path = os.path.join(directory, "summary.csv")
   fields = [k for k in rows[0] if not k.endswith("_values")]
@@ -190,7 +190,7 @@ def write_summary(rows, directory, verdict_list=None,
     json.dump(dict(rows=rows,
                    verdicts=(report_claims.verdicts(rows)
                              if verdict_list is None else verdict_list),
-                   todo=report_plan.todo_runs(rows), rerun_spread=spread or {}),
+                   rerun_spread=spread or {}),
               f, indent=1, default=str)
   return [csv_path, json_path]
 
@@ -416,16 +416,12 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
       md.append("")
   missing = report_plan.still_to_run(rows)
   md += ["", "## Still to run", "",
-         "What the report lacks before every claim has its numbers "
-         "(resumable; `bash bench/gpu_session.sh` takes the same arguments "
-         "on a GPU machine without network access, BUILD.md; `--stages "
-         "todo` trains these runs one by one, in the order of summary.json's "
-         "\"todo\" list, as many as fit the slice's time; with "
-         "`--both_readings` a figure's two readings of a seed as one "
-         "program, and, where the measured members curve makes them cheap, "
-         "Figs. 8-12 with 3 seeds, `--pack_seeds`; `"
-         + report_plan.GPU_PATH + "` needs a Hopper GPU, elsewhere `--path "
-         "scan_bf16_pallas`):", ""]
+         "What the report lacks before every claim has its numbers, each "
+         "with the command that trains it: `python launch/train.py --config "
+         "...` (add `--config.data.manual_dir=DIR` where WikiText-2 cannot "
+         "be downloaded), or on a GPU `python bench/gpu_figures.py`. A run "
+         "is resumable (the same command continues it), and `python "
+         "launch/report.py --runs DIR` adds it to this report:", ""]
   md += missing or ["- nothing: every figure has both readings at full "
                     "length with the planned seeds."]
   md += ["", "## Run-to-run spread (same config, same seed)", "",

@@ -1,16 +1,14 @@
-"""What the report still lacks, and the runs a GPU slice trains next.
+"""What the report still lacks: `still_to_run(rows)`.
 
-* `still_to_run(rows)` (rows: `report_runs.summarize_runs`): the cells of
-  the plan (every figure x both readings; 3 seeds for Fig. 6, 1 elsewhere;
-  50,000 steps) that no run covers yet, each with the `bench/gpu_paper.py`
-  command that adds it;
-* `todo_runs(rows)`: the same runs one by one, in the order a GPU slice
-  trains them (summary.json's "todo", `gpu_paper.py --stages todo`).
+The plan is every paper figure under both readings of kappa, trained for
+50,000 steps: 3 seeds for Fig. 6, 1 for Figs. 7-12, and for Figs. 8-12 a
+no-LocATER member (kappa1 = kappa2 = 0) beside the kappa2 sweep. For each
+cell of the plan that no run covers yet, `still_to_run` names what is
+missing and the `launch/train.py` command that trains it.
 """
 from qkspec.experiments import report_runs
 
-# figure -> seeds the report asks for under each reading (issue: >= 3 seeds
-# for Fig. 6, >= 1 elsewhere)
+# figure -> seeds the report asks for under each reading
 PLAN = {"6": 3, "7": 1, "8": 1, "9": 1, "10": 1, "11": 1, "12": 1}
 CONTRAST_FIGS = ("8", "9", "10", "11", "12")   # need a no-LocATER group
 
@@ -48,18 +46,7 @@ def _gaps(rows) -> dict:
   return out
 
 
-# bench/gpu_paper.py's fastest path on a Hopper GPU: the loss's forward
-# and its dW from FlashAttention-3 (bench/gpu_results.md (11)) and the
-# layers' fewer kernels (fused attention, one QKV matmul, Post-LN's
-# residual, dropout and LayerNorm as one kernel): H200, the same call, Fig.
-# 10's model 795.7 steps/s at one member against 334.7 without the fewer
-# kernels, 467.6 against 263.7 at five, Fig. 6's sweep 452.8 against 438.9
-# (bench/gpu_results.md (14)); the runs' path from 2026-11-27's second
-# slice on. Another GPU: --path scan_bf16_pallas
-GPU_PATH = "scan_bf16_pallas_fa3dw_fused"
-
-
-def still_to_run(rows, path: str = GPU_PATH) -> list[str]:
+def still_to_run(rows) -> list[str]:
   """Markdown lines: the PLAN cells that full-length runs do not cover yet.
 
   A cell (figure, reading) is covered when seeds 0..PLAN[figure]-1 of
@@ -67,14 +54,10 @@ def still_to_run(rows, path: str = GPU_PATH) -> list[str]:
   and, for Figs. 8-12, so did a no-LocATER group (kappa1 = kappa2 = 0:
   `contrast` or `none` runs; Fig. 7's runs are that contrast for Fig. 6's
   model); a shorter run or fewer seeds is named as such. Each line ends
-  with the `bench/gpu_paper.py` command that adds what is missing (one run
-  per seed; a missing sweep and no-LocATER member as one program,
-  `--contrast`: on the members curves measured so far one member more
-  costs less than a run of its own), on
-  training path `path`; where a figure's two readings lack the same, one
-  line names both and its command trains them side by side
-  (`--both_readings`: one program per seed). `todo_runs` lists the same
-  runs one by one.
+  with the `launch/train.py` command (`train_command`) that trains what is
+  missing; where a figure's two readings lack the same, one line names
+  both and its command trains them side by side in one program.
+  rows: `report_runs.summarize_runs`.
   """
   gaps = {}                     # figure -> {reading: (states, seeds, kinds)}
   for (fig, reading), kinds in _gaps(rows).items():
@@ -105,65 +88,45 @@ def still_to_run(rows, path: str = GPU_PATH) -> list[str]:
             and all(g == gap[0] for g in gap))
     for reading, (states, missing, runs) in (
         [("both", gap[0])] if both else by_reading.items()):
-      first, n = min(missing), max(missing) - min(missing) + 1
-      stage = "train_fairseq" if reading == "summed_loss" else "train"
-      command = (f"python bench/gpu_paper.py --tfds_dir DIR --stages {stage}"
-                 + (" --both_readings" if both else "")
-                 + f" --figs {fig} --path {path}"
-                 + (f" --seeds {n}" if n > 1 else "")
-                 + (f" --first_seed {first}" if first else "")
-                 + _runs_flag(runs))
+      command = train_command(fig, "both" if both else reading, missing,
+                              runs)
       name = "both readings" if both else report_runs.reading_name(reading)
       out.append(f"- Fig. {fig}, {name}: {'; '.join(states)} "
                  f"(wanted: {wanted} seed{'s' * (wanted > 1)} x "
-                 f"{report_runs.PAPER_STEPS:,} steps): `{command}`")
+                 f"{report_runs.PAPER_STEPS:,} steps): {command}")
   return out
 
 
-def _runs_flag(kinds: list[str]) -> str:
-  """The `bench/gpu_paper.py` flag that trains the missing `kinds` of a
-  cell: the sweep alone is the default, the sweep and its no-LocATER
-  member one program (`--contrast`), the member alone `--runs none`."""
-  if kinds == ["sweep"]:
-    return ""
-  return " --contrast" if kinds == ["sweep", "none"] else (
-      f" --runs {','.join(kinds)}")
+_DEPTH_WIDTH = {fig: ld for ld, fig in report_runs.FIGURES.items()}
 
 
-MAIN_TEXT_FIGS = ("6", "7")        # Sec. 7; Figs. 8-12 are Appendix D
-_READING_ORDER = ("summed_loss", "mean_loss")
+def train_command(fig: str, reading: str, seeds: set[int],
+                  kinds: list[str]) -> str:
+  """The `launch/train.py` commands (markdown, `; `-separated) that train
+  `kinds` ("sweep": the LocATER members, "none": the no-LocATER member)
+  of figure `fig` under `reading` ("mean_loss", "summed_loss" or "both",
+  side by side) for `seeds`: one run for seeds 0..N-1 (`seeds=N`), else
+  one run per seed (`seed=S`). The no-LocATER member alone trains the same
+  under both readings, so its command names none."""
+  if fig in ("6", "7"):
+    name, parts = ("locater_wt2" if fig == "6" else "rho_training"), []
+  else:
+    layers, width = _DEPTH_WIDTH[fig]
+    name, parts = "depth_width", [f"L={layers}", f"d={width}"]
+  if kinds != ["none"]:
+    parts += {"both": ["both_readings"], "summed_loss": ["fairseq"]}.get(
+        reading, [])
+  parts += {("sweep", "none"): ["contrast"], ("none",): ["none"]}.get(
+      tuple(kinds), [])
+  if len(seeds) > 1 and seeds == set(range(len(seeds))):
+    args = [parts + [f"seeds={len(seeds)}"]]
+  else:
+    args = [parts + ([f"seed={s}"] if s else []) for s in sorted(seeds)]
 
-
-def todo_runs(rows) -> list[dict]:
-  """The runs `still_to_run` asks for, one per seed and kind, in the order
-  a GPU slice should train them: dicts {figure, reading, seed, kind}
-  ("sweep" or "none"), written to summary.json's "todo" for
-  `bench/gpu_paper.py --stages todo`.
-
-  Order: the main text's Figs. 6 and 7 before the appendix's Figs. 8-12;
-  then by seed (every figure's first look before more seeds of one), figure,
-  reading (fairseq's first: at the literal reading kappa1 = 100 holds the
-  scale near zero for every kappa2 (REPRODUCTION.md, Fig. 6), so the fairseq
-  runs are the likelier match to the paper and their first look is worth
-  more), kind (the sweep before its no-LocATER member). A no-LocATER run
-  is listed once, under the first reading that lacks it: kappa1 = kappa2 =
-  0 trains the same under both, and `cells` counts it for both.
-  """
-  out = []
-  for (fig, reading), kinds in _gaps(rows).items():
-    for kind, _, done, _ in kinds:
-      out += [dict(figure=fig, reading=reading, seed=seed, kind=kind)
-              for seed in sorted(set(range(PLAN[fig])) - done)]
-  figs = list(PLAN)
-  out.sort(key=lambda t: (
-      t["figure"] not in MAIN_TEXT_FIGS, t["seed"], figs.index(t["figure"]),
-      _READING_ORDER.index(t["reading"]), t["kind"] != "sweep"))
-  seen = set()             # a "none" run serves both readings (`cells`)
-  todo = []
-  for t in out:
-    if t["kind"] == "none":
-      if (t["figure"], t["seed"]) in seen:
-        continue
-      seen.add((t["figure"], t["seed"]))
-    todo.append(t)
-  return todo
+  def command(arg):
+    config = f"configs/{name}.py" + (f":{','.join(arg)}" if arg else "")
+    workdir = f"runs/fig{fig}" + "".join(
+        f"_{a.replace('=', '')}" for a in arg
+        if not a.startswith(("L=", "d=")))
+    return f"`python launch/train.py --config {config} --workdir {workdir}`"
+  return "; ".join(command(arg) for arg in args)
