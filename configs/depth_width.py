@@ -3,57 +3,29 @@ r"""depth_width: the kappa2 sweep at other depths and widths, paper App. D.
 L in {1, 3, 6} decoder layers x d in {32, 128} (embedding = attention = FFN
 = d), otherwise as locater_wt2 (Fig. 6): kappa1 = 100, kappa2 in
 {0, 1e-3, 1e-2, 1e-1, 1}, T = 64, batch 64, 50,000 updates, lr 2.5e-5 for
-d = 128 and 1e-4 for d = 32. Select the cell with the config argument:
+d = 128 and 1e-4 for d = 32. The config argument selects the cell:
 
   Fig. 8  :L=1,d=32     Fig. 9  :L=3,d=32     Fig. 10 :L=6,d=32
   Fig. 6  :L=1,d=128    Fig. 11 :L=3,d=128    Fig. 12 :L=6,d=128
 
-Launch::
+Launch (from the repository root; without manual_dir it downloads)::
 
   python launch/train.py --config configs/depth_width.py:L=3,d=32 \
       --config.data.manual_dir=../shared/data/wikitext-2 \
       --config.data.data_dir=/tmp/tfds --workdir /tmp/exp_runs/depth_width_L3_d32
   python launch/plot_training.py --workdir /tmp/exp_runs/depth_width_L3_d32
-
   python launch/train.py --config configs/depth_width.py:L=3,d=32,smoke --workdir /tmp/dw_smoke
 
-The fairseq reading of kappa (below), for any cell::
+On a GPU add `--config.model.kernels=pallas --config.compute_dtype=bfloat16`
+(`python bench/gpu_figures.py` trains Figs. 6 and 8-12). The run logs
+steps/s, its ETA and wall time; the same command resumes it.
 
-  python launch/train.py --config configs/depth_width.py:L=3,d=32,fairseq \
-      --config.data.manual_dir=../shared/data/wikitext-2 \
-      --config.data.data_dir=/tmp/tfds \
-      --workdir /tmp/exp_runs/depth_width_L3_d32_fairseq
+The other arguments are locater_wt2's (`fairseq`, `both_readings`,
+`seeds=N`, `seed=S`, `contrast`, `none`, `smoke`), e.g.
+`depth_width.py:L=3,d=32,both_readings,seeds=3,contrast`.
 
-Seeds: `seeds=N` (N > 1) runs every kappa2 member with seeds 0..N-1 in
-the same vmapped program (sweep.mode = "product": 5 N members, named
-"seed=s,kappa2=k"), or `seed=S` trains seed S alone (one run per seed,
-each short enough for one GPU slice; the report merges them);
-launch/report.py gives mean +- std::
-
-  python launch/train.py --config configs/depth_width.py:L=3,d=32,seeds=3 \
-      --config.data.manual_dir=../shared/data/wikitext-2 \
-      --config.data.data_dir=/tmp/tfds --workdir /tmp/exp_runs/dw_L3_d32_s3
-
-`contrast` adds a no-LocATER member (kappa1 = kappa2 = 0, Fig. 7's
-contrast) per seed, so the report also tests LocATER against none at this
-cell: configs/depth_width.py:L=3,d=32,seeds=3,contrast (18 members, zip
-mode, named "seed=s,kappa1=..,kappa2=.."). `none` trains that member alone
-(configs/depth_width.py:L=3,d=32,none,seed=1), a run of its own that the
-report merges with the sweep's.
-
-Two readings of kappa (config.locater.penalty_added_to): "mean_loss", the
-default, adds kappa * penalty to the mean token cross-entropy as printed;
-the `fairseq` argument selects "summed_loss", fairseq's, where the penalty
-acts with kappa / 4096 (target tokens per batch) next to the mean loss.
-Why they differ: configs/locater_wt2.py and README. `both_readings`
-trains both side by side in one program (the contrast member once), e.g.
-configs/depth_width.py:L=1,d=32,both_readings,seeds=3,contrast.
-
-Expected (paper): the Fig. 6 trends at every depth and width: with stronger
-kappa2 the scale shrinks, the entropy increases and the perplexity
-improves. The Fig. 6 panels average the per-layer measurements over layers;
-per-layer values are in metrics.jsonl (l{layer}/...). Smoke: synthetic
-bigram data, d scaled down 8x, seconds on a CPU.
+Expected (paper): the Fig. 6 trends at every depth and width. The panels
+average the layers; per-layer values are in metrics.jsonl (l{layer}/...).
 """
 from qkspec.config import defaults as common
 

@@ -5,9 +5,9 @@ Launch (from the repository root)::
   python launch/run.py --config configs/dong_trained.py --workdir runs/dong_trained
   python launch/run.py --config configs/dong_trained.py:smoke --workdir /tmp/w
 
-Expected runtime: ~4 min on a 2-core CPU (smoke, sorting with MLPs
-only: ~30 s). A rerun with the
-same workdir resumes from the training checkpoints and only measures.
+The run logs each training's progress and wall time and each
+measurement's time. A rerun with the same workdir resumes from the training
+checkpoints and only measures.
 
 Trains skip SANs (L = 6, H = 2, d = 32, T = 8, V = 10 tokens/classes, joint
 W_QK, value with W_O folded in, learned token and position embeddings,

@@ -5,8 +5,6 @@ Launch (from the repository root)::
   python launch/run.py --config configs/entropy_bound.py --workdir runs/entropy_bound
   python launch/run.py --config configs/entropy_bound.py:smoke --workdir /tmp/w
 
-Expected runtime: ~2 s on a laptop CPU (smoke: ~1-2 s).
-
 Writes `fig4_entropy_bound.png` (the Eq. (9) curve vs nu for each T with
 ln T dashed, and curve / ln T), `entropy_bound.csv|json` (the curves) and
 `entropy_bound_summary.csv|json` (per T: the value at nu = 0, which is

@@ -5,7 +5,7 @@ Launch (from the repository root)::
   python launch/run.py --config configs/entropy_check.py --workdir runs/entropy_check
   python launch/run.py --config configs/entropy_check.py:smoke --workdir /tmp/w
 
-Expected runtime: ~20-40 s on a 2-core CPU (smoke: a few seconds).
+The run logs its compile + sweep time.
 
 One attention layer A = softmax(X W_QK X^T / lambda), lambda = sqrt(d)
 (`temperature` = None), on random-walk and i.i.d. Gaussian token inputs,

@@ -5,7 +5,7 @@ Launch (from the repository root)::
   python launch/run.py --config configs/rank_collapse.py --workdir runs/rank_collapse
   python launch/run.py --config configs/rank_collapse.py:smoke --workdir /tmp/w
 
-Expected runtime: ~1 min on a 2-core CPU (smoke: a few seconds).
+The run logs its compile + measure time.
 
 Random-init SANs (L = 24, H = 4, d = 64, T = 32, Gaussian W_Q, W_K, W_V,
 W_O, lambda = sqrt(head_dim)) in float64, `num_seeds` weight draws with

@@ -7,19 +7,17 @@ Launch (from the repository root)::
   python launch/run.py --config configs/simulate_grid.py --workdir runs/simulate_grid \
       --config.covariances="('isotropic',)" --config.num_eigen_means=32
 
-Expected runtime: ~13 s wall on an idle 2-core CPU, ~24 s shared with a
-training job (compile ~2.5 s, grid ~6.5 s idle in 16 chunks with a progress
-line each, figures and tables a few s; peak RSS ~0.55 GB); bench/simulate.py
-times it. Smoke: a few s, mostly compilation.
+The run logs its compile and grid time, with a progress line per chunk
+of grid points; bench/simulate.py times it.
 
 Fig. 5 of the paper (d = 128, T = 40, 10 W_QK draws, both covariances)
 extended from 8 (eigen_mean, eigen_std) pairs to the plane: 64 eigen-means
 in [-1, 1] x 64 log-spaced eigen-stds in [0.01, 10], 1,000 random walks per
 W_QK draw for rho_i, with the shared (common random numbers) design of
-`qkspec.theory.grid_estimator`. The attention entropy (all 40 queries) uses the first
-`entropy_sequences` walks: its T x T softmax per (point, draw, walk) costs
-T times the rho_i event, and its standard error (simulate_grid.csv,
-`entropy_se`) stays small.
+`qkspec.theory.grid_estimator`. The attention entropy (all 40 queries)
+uses the first `entropy_sequences` walks: its T x T softmax per (point,
+draw, walk) costs T times the rho_i event, and its standard error
+(simulate_grid.csv, `entropy_se`) stays small.
 
 Writes fig_grid_localization.png (per covariance: the number of positions
 with rho_i > 1/2, the argmax position, max_i rho_i and the entropy; dashed:

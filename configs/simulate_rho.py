@@ -5,58 +5,29 @@ Launch (from the repository root)::
   python launch/run.py --config configs/simulate_rho.py --workdir runs/simulate_rho
   python launch/run.py --config configs/simulate_rho.py:smoke --workdir /tmp/w
   python launch/run.py --config configs/simulate_rho.py --workdir runs/simulate_rho \
-      --config.num_draws=3 --config.pairs="((0.0, 0.1), (0.5, 0.01))" \
-      --config.regimes="('uniform', 'middle-site')"
-  python launch/run.py --config configs/simulate_rho.py --workdir runs/simulate_rho \
       --config.design=fresh      # the paper's procedure read literally
 
-Expected runtime on a 2-core CPU shared with a training job, with
-OPENBLAS_NUM_THREADS=1: design "shared" (default): jit compile ~9 s, sweep
-~0.2 s, figures a few s; design "fresh": compile ~13 s, sweep ~13 s.
-bench/simulate.py times both against a NumPy reference.
-
-Sampling design (`design`, see qkspec/theory/grid_estimator.py): "shared" reuses one
-set of N walks and one spectrum (B_k, z_k) per draw index k across all pairs
-and both covariances (common random numbers): every pair's estimate is
-unbiased, with standard errors from the crossed draw x walk design
-(`rho_mc_se`, `entropy_se` in the tables). Because the walks are not
-renewed per draw, these errors are larger than the fresh design's at the
-same N and D where the walk-to-walk variation dominates (about 1.8x for
-rho_i and 3x for the entropy at the median, bench/simulate.py).
+The run logs its compile + sweep time; bench/simulate.py times both designs
+against a NumPy reference.
 
 As in the paper: d = 128, T = 40, 300 random walks, 10 W_QK draws per
-(eigen_mean, eigen_std) pair, W_QK = B diag(w) B^T with
-w_i ~ N(eigen_mean, eigen_std^2) (the paper calls them the "mean" and
-"scale" of the eigenvalues), for the isotropic Sigma = I and one
-anisotropic Sigma = R^T R / d, R_ij ~ Unif(-2.5, 2.5), drawn from `seed`;
-lambda = sqrt(d) (`temperature` = None).
+(eigen_mean, eigen_std) pair, W_QK = B diag(w) B^T with w_i ~
+N(eigen_mean, eigen_std^2) (the paper's "mean" and "scale" of the
+eigenvalues), for Sigma = I and one anisotropic Sigma = R^T R / d,
+R_ij ~ Unif(-2.5, 2.5), drawn from `seed`; lambda = sqrt(d) (`temperature`
+= None). Design "shared" (default) reuses one set of walks and one
+spectrum per draw index across all pairs (common random numbers, with
+standard errors of the crossed design); "fresh" draws them per pair.
 
-The pairs below are (eigen_mean, eigen_std).
+Writes fig5_simulation.png, fig5_gaussian_vs_mc.png, simulate_rho.csv (per
+position), simulate_pairs.csv (per pair: regime, r, xi, eta, entropy) and
+simulate_errors.csv (Lemma 1's Gaussian approximations against Monte Carlo).
 
-Regimes, checked in simulate_pairs.csv (isotropic Sigma: r = tr(W)/lambda
-~ sqrt(d) eigen_mean = 11.3 eigen_mean, eta = sqrt(tr(W^2))/lambda ~
-sqrt(eigen_mean^2 + eigen_std^2); the anisotropic Sigma has E Sigma =
-(2.5^2/3) I and roughly doubles r and eta):
-
-* (0, 0.1), (0, 1): uniform (xi ~ 0 on average; each draw has xi ~ N(0, 1),
-  so single draws tilt). The mean rho_i is flat-ish: ~0.6-0.8 for
-  eigen_std 0.1, not the 1/2 of Eq. (6), because at T = 40 the 1/T mean of
-  u_i (an o(1) term of Lemma 1) is not small against its spread eta ~ 0.1;
-  ~0.35-0.6 for eigen_std 1.
-* (0.1, 0.01): late site, r ~ 1.1 (<= 2): rho_i ~ 1{i/T >= 1/2}. With the
-  anisotropic Sigma r ~ 2.4, so it becomes a wide middle-site band.
-* (-0.1, 0.01): early site, r ~ -1.1: the mirror image, 1{i/T <= 1/2}.
-* (0.5, 0.01), (1.0, 0.01): middle site, r ~ 5.7 and 11.3 (> 2): rho_i
-  concentrates on 1/2 <= i/T <= 1/2 + 1/r (a band of ~7 and ~4 tokens).
-* (0.5, 5), (0, 20): vanishing, eta ~ 5 and 20: rho_i <= ~0.25 and ~0.07.
-  (0.5, 5) against (0.5, 0.01) shows the middle-site band dissolving as
-  eigen_std grows at a fixed eigen_mean.
-
-The right panels show the attention entropy: at a fixed eigen_mean it falls
-as eigen_std grows. The run logs, per covariance, the max and mean abs
-error of the printed, corrected and exact-moment Gaussian approximations of
-Lemma 1 against the Monte Carlo rho (mean over draws); see
-simulate_errors.csv.
+Expected (Lemma 2; the regimes are explained in
+qkspec/experiments/simulate_rho.py): uniform for eigen_mean 0; late site
+for (0.1, 0.01), early site for (-0.1, 0.01); a middle-site band for (0.5,
+0.01) and (1, 0.01); vanishing for (0.5, 5) and (0, 20). At a fixed
+eigen_mean the entropy falls as eigen_std grows.
 """
 import ml_collections
 from ml_collections import config_dict

@@ -5,7 +5,7 @@ Launch (from the repository root)::
   python launch/run.py --config configs/spectrum_collapse.py --workdir runs/spectrum_collapse
   python launch/run.py --config configs/spectrum_collapse.py:smoke --workdir /tmp/w
 
-Expected runtime: ~1-2 min on a 2-core CPU (smoke: a few seconds).
+The run logs a progress line per chunk of grid points and the sweep time.
 
 Every layer's W_QK is drawn by `spectrum.sample_qk(eigen_mean, eigen_std)`
 (W_QK = B diag(w) B^T, w_i ~ N(eigen_mean, eigen_std^2)), W_V is

@@ -5,8 +5,6 @@ Launch (from the repository root)::
   python launch/run.py --config configs/theory_rho.py --workdir runs/theory_rho
   python launch/run.py --config configs/theory_rho.py:smoke --workdir /tmp/w
 
-Expected runtime: a few seconds on a laptop CPU (smoke: ~2 s).
-
 Writes into the workdir:
 
 * `fig2_paper.png`, `fig2_corrected.png`: Fig. 2 as heat maps, one panel per

@@ -3,6 +3,7 @@
 Also how every command ends on a usage error (one line, exit status 2) and
 on Ctrl-C (one line, exit status 130), and jax's TPU probe note dropped.
 """
+import ast
 import logging
 import pathlib
 import signal
@@ -39,6 +40,15 @@ class RunnerTest(absltest.TestCase):
       config = testutil.get_config(name, "smoke")
       self.assertNotIn("experiment", config)
       self.assertIn(config.task, ("theory", "lm"))
+
+  def test_every_config_docstring_says_how_to_launch_it(self):
+    for name in EXPERIMENTS + TRAINING:
+      path = testutil.ROOT / "configs" / f"{name}.py"
+      doc = ast.get_docstring(ast.parse(path.read_text()), clean=False)
+      script = "run" if name in EXPERIMENTS else "train"
+      self.assertIn(f"python launch/{script}.py --config configs/{name}.py",
+                    doc, name)
+      self.assertLessEqual(len(doc.splitlines()), 30, name)
 
   def test_bad_experiment_names_raise(self):
     for bad in ("simulate", "demo", "_private", "outputs", "inputs", 3):

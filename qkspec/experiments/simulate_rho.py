@@ -36,7 +36,33 @@ Two sampling designs (`config.design`), both one `jax.jit` computation:
   draw) samples its own W_QK and N walks. `vmap` over draws inside
   `lax.map(..., batch_size)` over the (covariance, pair) cells, which is a
   `vmap` over `cells_per_batch` cells at a time (to bound memory). Standard
-  errors: std over the independent draws / sqrt(D).
+  errors: std over the independent draws / sqrt(D). At the same N and D
+  the shared design's errors are larger where the walk-to-walk variation
+  dominates, since its walks are not renewed per draw.
+
+Regimes of configs/simulate_rho.py's pairs (checked in simulate_pairs.csv;
+isotropic :math:`\Sigma`: :math:`r = \mathrm{tr}(W)/\lambda \approx
+\sqrt d\,\mathrm{eigen\_mean}` = 11.3 eigen_mean at d = 128,
+:math:`\eta = \sqrt{\mathrm{tr}(W^2)}/\lambda \approx
+\sqrt{\mathrm{eigen\_mean}^2 + \mathrm{eigen\_std}^2}`; the anisotropic
+:math:`\Sigma` has :math:`E\Sigma = (2.5^2/3) I` and roughly doubles r and
+:math:`\eta`):
+
+* (0, 0.1), (0, 1): uniform (:math:`\xi \approx 0` on average; each draw
+  has :math:`\xi \sim N(0, 1)`, so single draws tilt). The mean
+  :math:`\rho_i` is ~0.6-0.8 for eigen_std 0.1, not the 1/2 of Eq. (6):
+  at T = 40 the 1/T mean of :math:`u_i` (an o(1) term of Lemma 1) is not
+  small against its spread :math:`\eta \approx 0.1`; ~0.35-0.6 for
+  eigen_std 1.
+* (0.1, 0.01): late site, r ~ 1.1 (<= 2): :math:`\rho_i \approx
+  1\{i/T \ge 1/2\}`; with the anisotropic :math:`\Sigma` r ~ 2.4, a wide
+  middle-site band. (-0.1, 0.01): early site, the mirror image.
+* (0.5, 0.01), (1.0, 0.01): middle site, r ~ 5.7 and 11.3 (> 2):
+  :math:`\rho_i` concentrates on :math:`1/2 \le i/T \le 1/2 + 1/r` (a
+  band of ~7 and ~4 tokens).
+* (0.5, 5), (0, 20): vanishing, :math:`\eta` ~ 5 and 20:
+  :math:`\rho_i \lesssim` 0.25 and 0.07; (0.5, 5) against (0.5, 0.01)
+  shows the middle-site band dissolving as eigen_std grows.
 """
 # pylint: disable=invalid-name
 import functools
