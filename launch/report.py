@@ -10,11 +10,11 @@ figures go to --figures_dir. Each run of --runs is first recorded in
 --records_dir (default: records/ in --figures_dir): its config, members,
 run_info and the few metrics the report reads, a few hundred KB kept in
 the repository (qkspec/experiments/run_records.py); the report covers every
-record there, so runs trained in earlier sessions, on machines whose
-disks are gone, still count, and the command without --runs regenerates
-it. A run recorded again (trained further) replaces its record; another
-run whose directory has the same basename is refused (rename it, or give
-it as a replicate).
+record there, so runs trained earlier, on machines whose disks are gone,
+still count, and the command without --runs regenerates it. A run
+recorded again (trained further) replaces its record; another run whose
+directory has the same basename is refused (rename it, or give it as a
+replicate).
 Runs of one figure and reading are merged, so seeds trained as separate
 runs (`seed=S` configs, e.g. fig6, fig6_seed1) count together.
 --replicates names runs that repeat one of the runs (same config and seed,

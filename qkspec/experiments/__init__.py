@@ -1,12 +1,16 @@
 """Paper experiments: one module per figure family, each with `run(config, workdir)`.
 
-* `theory`: Eq. (6) over (xi, eta), Figs. 2-3, the Lemma 2 table;
+* `theory_rho`: Eq. (6) over (xi, eta), Figs. 2-3, the Lemma 2 table;
 * `entropy_bound`: the Eq. (9) curve vs nu, Fig. 4;
-* `simulation`: Monte Carlo rho_i and attention entropy, Fig. 5;
-* `simulation_grid`: the same on a dense eigen-(mean, std) grid;
-* `collapse`, `spectrum_collapse`, `entropy_check`: rank collapse (Dong) and
-  entropy bounds (Zhai, Eq. 9) in random pure self-attention networks;
+* `simulate_rho`: Monte Carlo rho_i and attention entropy, Fig. 5;
+* `simulate_grid`: the same on a dense (eigen_mean, eigen_std) grid;
+* `rank_collapse`, `spectrum_collapse`, `entropy_check`: rank collapse
+  (Dong) and entropy bounds (Zhai, Eq. 9) in random pure self-attention
+  networks; `dong_trained` (with `dong_measure`): trained ones;
 * `training_plots`: a training workdir's figures (Figs. 6-7 panels);
+* `report` (with `report_runs`, `report_claims`, `report_plan`,
+  `run_records`, `replicates`, `locater_minimum`, `stripes`):
+  REPRODUCTION.md from training runs (Figs. 6-12);
 * `demo`: the main job (every figure that needs no data set);
 * shared by the above: `outputs` (workdir, config checks, tables, figures),
   `inputs` (the covariances and random streams of the simulations),

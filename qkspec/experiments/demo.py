@@ -1,5 +1,6 @@
 """The main job on the embedded default: the paper's theory, simulation and
-theory-model training figures, with no data set, in a few minutes on a CPU.
+theory-model training figures, with no data set, on a CPU (each
+experiment's time is logged as it finishes).
 
 Runs, each into its own sub-directory of `workdir` and through the same
 `cli.run_experiment` as `launch/run.py`:

@@ -2,10 +2,8 @@
 
 On a GPU two runs of one config and seed are not bit-identical (by
 default XLA's GPU scatter-adds, e.g. the embedding gradient, and some
-reductions may sum in a different order each run; measured on an H100,
-bench/gpu_results.md (5), not traced to one op), so their finals differ a
-little. That
-difference is the floor under any one-seed comparison: a kappa2 effect no
+reductions may sum in a different order each run), so their finals differ
+a little. That difference is the floor under any one-seed comparison: a kappa2 effect no
 larger than it cannot be told from the hardware's arithmetic, let alone
 from a change of seed (which moves results much more; the report's seeds
 measure that).

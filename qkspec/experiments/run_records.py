@@ -72,14 +72,13 @@ def write(run_dir, records_dir, keys, role: str = "run",
       `metrics.jsonl` (`run_info.jsonl` is copied when present).
     records_dir: the records' root; this one goes to `<role>s/<name>/`,
       replacing a record of that name made from the same run directory
-      (another run's record of that name is an error: a section's `fig6`
+      (another run's record of that name is an error: another run's `fig6`
       must not replace the report's).
     keys: the metric names kept (`report_runs.record_keys`).
     role: "run" or "replicate" (a run trained again to measure the
       run-to-run spread, `report.write_report`'s replicate_dirs).
-    replace: replace a record of that name whatever run it came from (a
-      GPU slice's report, whose runs carry the names of the records they
-      extend, from another directory).
+    replace: replace a record of that name whatever run it came from (runs
+      trained elsewhere that carry the names of the records they extend).
   Returns:
     The record's path.
   """

@@ -6,13 +6,12 @@ dimension, P = (eigen_mean, eigen_std) grid points. Tokens are rows.
 
 The Fig. 5 sweep: `grid_bases.sample_bases` draws K spectra and N walks
 once and shares them across every grid point and covariance (`grid_bases`
-explains the design); `grid_stats` evaluates every point on them. The logits are
-affine in (eigen_mean, eigen_std), so each point is a combination of the
-bases followed by the event :math:`u_i \in [0,1]` (`rho_per_draw`) or a
-softmax entropy (`entropy_grid`); the traces of Lemma 1 are quadratic in
-them (`spectrum_traces`). With the prefix-sum walks, this takes the
-jit-compiled Fig. 5 sweep (bench/simulate.py) from 0.36 s to 0.22 s on one
-core, and from 0.22 s to 0.16 s on two.
+explains the design); `grid_stats` evaluates every point on them. The
+logits are affine in (eigen_mean, eigen_std), so each point is a
+combination of the bases followed by the event :math:`u_i \in [0,1]`
+(`rho_per_draw`) or a softmax entropy (`entropy_grid`); the traces of
+Lemma 1 are quadratic in them (`spectrum_traces`). bench/simulate.py times
+the sweep against the paper's procedure in NumPy.
 
 Statistics. Every pair (X_n, W_k) has exactly the joint law of the paper's
 procedure, so each grid point's estimate :math:`\hat\rho_i = (KN)^{-1}
