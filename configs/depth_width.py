@@ -12,9 +12,11 @@ Launch (from the repository root; without manual_dir it downloads)::
 
   python launch/train.py --config configs/depth_width.py:L=3,d=32 \
       --config.data.manual_dir=../shared/data/wikitext-2 \
-      --config.data.data_dir=/tmp/tfds --workdir /tmp/exp_runs/depth_width_L3_d32
+      --config.data.data_dir=/tmp/tfds \
+      --workdir /tmp/exp_runs/depth_width_L3_d32
   python launch/plot_training.py --workdir /tmp/exp_runs/depth_width_L3_d32
-  python launch/train.py --config configs/depth_width.py:L=3,d=32,smoke --workdir /tmp/dw_smoke
+  python launch/train.py --config configs/depth_width.py:L=3,d=32,smoke \
+      --workdir /tmp/dw_smoke
 
 On a GPU add `--config.model.kernels=pallas --config.compute_dtype=bfloat16`
 (`python bench/gpu_figures.py` trains Figs. 6 and 8-12). The run logs

@@ -1,8 +1,11 @@
-r"""dong_trained: which paths carry a trained skip SAN, and rank collapse without skips (Dong et al. Sec. 5).
+r"""dong_trained: trained SANs, their paths and rank collapse (Dong Sec. 5).
+
+Which paths carry a trained skip SAN, and rank collapse without skips.
 
 Launch (from the repository root)::
 
-  python launch/run.py --config configs/dong_trained.py --workdir runs/dong_trained
+  python launch/run.py --config configs/dong_trained.py \
+      --workdir runs/dong_trained
   python launch/run.py --config configs/dong_trained.py:smoke --workdir /tmp/w
 
 The run logs each training's progress and wall time and each

@@ -1,8 +1,11 @@
-r"""entropy_bound: the Eq. (9) curve (printed as an entropy lower bound) vs nu, paper Fig. 4.
+r"""entropy_bound: the Eq. (9) curve vs nu, paper Fig. 4.
+
+The paper prints Eq. (9) as a lower bound on the attention entropy.
 
 Launch (from the repository root)::
 
-  python launch/run.py --config configs/entropy_bound.py --workdir runs/entropy_bound
+  python launch/run.py --config configs/entropy_bound.py \
+      --workdir runs/entropy_bound
   python launch/run.py --config configs/entropy_bound.py:smoke --workdir /tmp/w
 
 Writes `fig4_entropy_bound.png` (the Eq. (9) curve vs nu for each T with

@@ -2,7 +2,8 @@ r"""entropy_check: measured attention entropy vs Eq. (9) and Zhai's Theorem 3.1.
 
 Launch (from the repository root)::
 
-  python launch/run.py --config configs/entropy_check.py --workdir runs/entropy_check
+  python launch/run.py --config configs/entropy_check.py \
+      --workdir runs/entropy_check
   python launch/run.py --config configs/entropy_check.py:smoke --workdir /tmp/w
 
 The run logs its compile + sweep time.

@@ -13,7 +13,7 @@ Launch (from the repository root; without manual_dir it downloads)::
       --config.data.manual_dir=../shared/data/wikitext-2 \
       --config.data.data_dir=/tmp/tfds --workdir /tmp/exp_runs/locater_wt2
   python launch/plot_training.py --workdir /tmp/exp_runs/locater_wt2
-  python launch/train.py --config configs/locater_wt2.py:smoke --workdir /tmp/wt2_smoke
+  python launch/train.py --config configs/locater_wt2.py:smoke --workdir /tmp/w
 
 On a GPU add `--config.model.kernels=pallas --config.compute_dtype=bfloat16`
 (`python bench/gpu_figures.py` trains Figs. 6 and 8-12). The run logs

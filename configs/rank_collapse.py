@@ -1,8 +1,11 @@
-r"""rank_collapse: relative residual per layer, SAN / +skip / +MLP / +LN / block (Dong Fig. 1).
+r"""rank_collapse: relative residual per layer (Dong et al., Fig. 1).
+
+Architectures: pure SAN, +skip, +MLP, +LN and the full block.
 
 Launch (from the repository root)::
 
-  python launch/run.py --config configs/rank_collapse.py --workdir runs/rank_collapse
+  python launch/run.py --config configs/rank_collapse.py \
+      --workdir runs/rank_collapse
   python launch/run.py --config configs/rank_collapse.py:smoke --workdir /tmp/w
 
 The run logs its compile + measure time.

@@ -13,7 +13,8 @@ Launch (from the repository root; without manual_dir it downloads)::
       --config.data.manual_dir=../shared/data/wikitext-2 \
       --config.data.data_dir=/tmp/tfds --workdir /tmp/exp_runs/rho_training
   python launch/plot_training.py --workdir /tmp/exp_runs/rho_training
-  python launch/train.py --config configs/rho_training.py:smoke --workdir /tmp/rho_smoke
+  python launch/train.py --config configs/rho_training.py:smoke \
+      --workdir /tmp/rho_smoke
 
 On a GPU add `--config.model.kernels=pallas --config.compute_dtype=bfloat16`.
 The run logs steps/s, its ETA and wall time; the same command resumes it.

@@ -1,10 +1,12 @@
-r"""simulate_grid: rho_i and attention entropy on a 64 x 64 (eigen_mean, eigen_std) grid.
+r"""simulate_grid: rho_i and attention entropy on a 64 x 64 spectrum grid.
 
 Launch (from the repository root)::
 
-  python launch/run.py --config configs/simulate_grid.py --workdir runs/simulate_grid
+  python launch/run.py --config configs/simulate_grid.py \
+      --workdir runs/simulate_grid
   python launch/run.py --config configs/simulate_grid.py:smoke --workdir /tmp/w
-  python launch/run.py --config configs/simulate_grid.py --workdir runs/simulate_grid \
+  python launch/run.py --config configs/simulate_grid.py \
+      --workdir runs/simulate_grid \
       --config.covariances="('isotropic',)" --config.num_eigen_means=32
 
 The run logs its compile and grid time, with a progress line per chunk

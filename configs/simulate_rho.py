@@ -2,10 +2,11 @@ r"""simulate_rho: Monte Carlo rho_i and attention entropy, paper Fig. 5.
 
 Launch (from the repository root)::
 
-  python launch/run.py --config configs/simulate_rho.py --workdir runs/simulate_rho
+  python launch/run.py --config configs/simulate_rho.py \
+      --workdir runs/simulate_rho
   python launch/run.py --config configs/simulate_rho.py:smoke --workdir /tmp/w
-  python launch/run.py --config configs/simulate_rho.py --workdir runs/simulate_rho \
-      --config.design=fresh      # the paper's procedure read literally
+  python launch/run.py --config configs/simulate_rho.py \
+      --workdir runs/simulate_rho --config.design=fresh  # read literally
 
 The run logs its compile + sweep time; bench/simulate.py times both designs
 against a NumPy reference.
@@ -23,11 +24,10 @@ Writes fig5_simulation.png, fig5_gaussian_vs_mc.png, simulate_rho.csv (per
 position), simulate_pairs.csv (per pair: regime, r, xi, eta, entropy) and
 simulate_errors.csv (Lemma 1's Gaussian approximations against Monte Carlo).
 
-Expected (Lemma 2; the regimes are explained in
-qkspec/experiments/simulate_rho.py): uniform for eigen_mean 0; late site
-for (0.1, 0.01), early site for (-0.1, 0.01); a middle-site band for (0.5,
-0.01) and (1, 0.01); vanishing for (0.5, 5) and (0, 20). At a fixed
-eigen_mean the entropy falls as eigen_std grows.
+Expected (Lemma 2, qkspec/experiments/simulate_rho.py): uniform for
+eigen_mean 0; late site for (0.1, 0.01), early for (-0.1, 0.01); a middle
+band for (0.5, 0.01) and (1, 0.01); vanishing for (0.5, 5) and (0, 20). At
+a fixed eigen_mean the entropy falls as eigen_std grows.
 """
 import ml_collections
 from ml_collections import config_dict

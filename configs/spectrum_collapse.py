@@ -1,9 +1,13 @@
-r"""spectrum_collapse: rank collapse, entropy and rho in deep pure SANs vs (eigen_mean, eigen_std).
+r"""spectrum_collapse: rank collapse, entropy and rho in deep pure SANs.
+
+Over a grid of (eigen_mean, eigen_std).
 
 Launch (from the repository root)::
 
-  python launch/run.py --config configs/spectrum_collapse.py --workdir runs/spectrum_collapse
-  python launch/run.py --config configs/spectrum_collapse.py:smoke --workdir /tmp/w
+  python launch/run.py --config configs/spectrum_collapse.py \
+      --workdir runs/spectrum_collapse
+  python launch/run.py --config configs/spectrum_collapse.py:smoke \
+      --workdir /tmp/w
 
 The run logs a progress line per chunk of grid points and the sweep time.
 

@@ -37,7 +37,8 @@ def get_config(arg=None):
   c.num_theta = 401          # points on theta = i/T in [0, 1] (dimensionless)
   c.num_xi = 201             # heat-map columns on xi in [-xi_max, xi_max]
   c.xi_max = 10.0            # heat-map xi range; xi = tr(W)/sqrt(tr(W^2))
-  c.eta_values = (0.001, 0.01, 0.1, 0.5, 1.0, 5.0)  # panels; eta = sqrt(tr(W^2))/lambda
+  # panels; eta = sqrt(tr(W^2))/lambda
+  c.eta_values = (0.001, 0.01, 0.1, 0.5, 1.0, 5.0)
   c.xi_values = (-10.0, -5.0, -1.0, 0.0, 1.0, 5.0, 10.0)  # xi of fig2_rho.csv
   c.variants = ("paper", "corrected")  # Lemma 1 variance: printed / re-derived
   c.localized = ((128.0, 0.01), (512.0, 0.01))  # Fig. 3 (xi, eta) pairs
@@ -48,7 +49,7 @@ def get_config(arg=None):
   c.lemma2.exclude = 0.01    # theta distance to a jump left out of the max
   c.lemma2.tol = 1e-3        # pass threshold on |rho - limit| (probability)
   c.lemma2.uniform_etas = (0.1, 1.0, 10.0)   # eta of case 3, xi-part of rho'
-  c.lemma2.uniform_xis = (1.0, 0.1, 0.01, 0.001)  # xi -> 0 sequence; pass at min
+  c.lemma2.uniform_xis = (1.0, 0.1, 0.01, 0.001)  # xi -> 0; pass at min
   c.lemma2.zero_xi_etas = (0.001, 0.1, 0.5, 1.0, 10.0, 1000.0)  # |rho'| at xi=0
   c.lemma2.slope_tol = 1e-2  # pass threshold on |rho'| (per unit theta)
   c.lemma2.vanish_xis = (-10.0, -1.0, 0.0, 1.0, 10.0)  # fixed xi of case 4

@@ -11,7 +11,8 @@ Launch (from the repository root)::
 
   python launch/train.py --config configs/theory_task.py --workdir /tmp/tt
   python launch/plot_training.py --workdir /tmp/tt
-  python launch/train.py --config configs/theory_task.py:smoke --workdir /tmp/tt_smoke
+  python launch/train.py --config configs/theory_task.py:smoke \
+      --workdir /tmp/tt_smoke
 
 The run logs steps/s, its ETA and wall time (a CPU suffices).
 

@@ -1,6 +1,7 @@
 r"""Writes REPRODUCTION.md from training run directories (Figs. 6-12).
 
-  python launch/report.py --runs /tmp/exp_runs/locater_wt2,/tmp/exp_runs/locater_wt2_fairseq \
+  python launch/report.py \
+      --runs /tmp/exp_runs/locater_wt2,/tmp/exp_runs/locater_wt2_fairseq \
       --out REPRODUCTION.md
   python launch/report.py --out REPRODUCTION.md     # from the records alone
 

@@ -1,6 +1,7 @@
 r"""Runs one experiment; the config names it (`config.experiment`).
 
-  python launch/run.py --config configs/simulate_rho.py --workdir runs/simulate_rho
+  python launch/run.py --config configs/simulate_rho.py \
+      --workdir runs/simulate_rho
   python launch/run.py --config configs/rank_collapse.py:smoke --workdir /tmp/rc
 
 Experiments (configs/<id>.py runs qkspec/experiments/<id>.py): theory_rho

@@ -1,5 +1,4 @@
-"""Rank collapse (Dong et al.), entropy bounds (Zhai et al.) and the experiments."""
-import pathlib
+"""Rank collapse (Dong), entropy bounds (Zhai) and their experiments."""
 import tempfile
 
 from absl.testing import absltest
@@ -151,7 +150,7 @@ class EntropyBoundTest(parameterized.TestCase):
           np.broadcast_to(bound[:, None] - 1e-5, ent.shape), ent)
 
   def test_eq9_exceeds_max_entropy_at_small_nu(self):
-    """Eq. (9) as printed: ln(1+T) > ln T at nu = 0, above Zhai's limit after."""
+    """Eq. (9) as printed: ln(1+T) > ln T at nu = 0, then above Zhai's limit."""
     t = 16
     self.assertGreater(float(diagnostics.eq9_entropy(0.0, t)),
                        np.log(t))

@@ -1,4 +1,4 @@
-"""Tests for qkspec.theory.diagnostics: entropy (Zhai et al.), rank collapse (Dong et al.)."""
+"""Tests for qkspec.theory.diagnostics: entropy (Zhai), rank collapse (Dong)."""
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
@@ -27,18 +27,26 @@ def _composite_min_lp(x, num_s=120):
     for ti in range(t):
       for j in range(d):
         p = d + 2 + ti * d + j
-        r1 = np.zeros(n); r1[p] = -1; r1[j] = -1; rows.append(r1)
+        r1 = np.zeros(n)
+        r1[p], r1[j] = -1, -1
+        rows.append(r1)
         rhs.append(-x[ti, j])                    # x - c <= p
-        r2 = np.zeros(n); r2[p] = -1; r2[j] = 1; rows.append(r2)
+        r2 = np.zeros(n)
+        r2[p], r2[j] = -1, 1
+        rows.append(r2)
         rhs.append(x[ti, j])                     # c - x <= p
     for j in range(d):                           # column sums <= a
-      r = np.zeros(n); r[d] = -1
+      r = np.zeros(n)
+      r[d] = -1
       r[[d + 2 + ti * d + j for ti in range(t)]] = 1
-      rows.append(r); rhs.append(0.0)
+      rows.append(r)
+      rhs.append(0.0)
     for ti in range(t):                          # row sums <= b
-      r = np.zeros(n); r[d + 1] = -1
+      r = np.zeros(n)
+      r[d + 1] = -1
       r[d + 2 + ti * d: d + 2 + (ti + 1) * d] = 1
-      rows.append(r); rhs.append(0.0)
+      rows.append(r)
+      rhs.append(0.0)
     res = optimize.linprog(cost, A_ub=np.array(rows), b_ub=np.array(rhs),
                            bounds=[(None, None)] * d + [(0, None)] * (n - d))
     return res.fun / 2
@@ -170,9 +178,9 @@ class RankCollapseTest(parameterized.TestCase):
     k1, k2 = jax.random.split(jax.random.key(4))
     x = jax.random.normal(k1, (3, 7, 4))
     c = 5 * jax.random.normal(k2, (4,))
-    np.testing.assert_allclose(dg.rank_collapse_residual(x + c[None, None, :], method),
-                               dg.rank_collapse_residual(x, method),
-                               rtol=2e-4)
+    np.testing.assert_allclose(
+        dg.rank_collapse_residual(x + c[None, None, :], method),
+        dg.rank_collapse_residual(x, method), rtol=2e-4)
 
   def test_svd_residual(self):
     x = np.asarray(jax.random.normal(jax.random.key(5), (6, 4)))

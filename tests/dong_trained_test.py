@@ -94,7 +94,8 @@ class PathEvalTest(parameterized.TestCase):
     L, H, T = 3, 2, x.shape[0]
     probs = san.forward(params, x, SKIP)["probs"]
     eye_P = jnp.broadcast_to(jnp.eye(T), (L, 1, T, T))
-    eye_W = jnp.broadcast_to(jnp.eye(x.shape[1]), (L, 1) + params["w_v"].shape[2:])
+    eye_W = jnp.broadcast_to(jnp.eye(x.shape[1]),
+                             (L, 1) + params["w_v"].shape[2:])
     y_KxTxd, heads_KxL = san_paths.enumerate_paths(
         x, jnp.concatenate([eye_P, probs], 1),
         jnp.concatenate([eye_W, params["w_v"]], 1))
@@ -153,7 +154,8 @@ class GeneratorTest(absltest.TestCase):
     self.assertLess(float(jnp.mean(bank["targets"] == bank["inputs"])), 0.3)
     batch = synthetic.memorization(jax.random.key(1), bank, 30)
     rows = {tuple(r) for r in np.asarray(bank["inputs"]).tolist()}
-    for xi, yi in zip(np.asarray(batch["inputs"]), np.asarray(batch["targets"])):
+    for xi, yi in zip(np.asarray(batch["inputs"]),
+                      np.asarray(batch["targets"])):
       self.assertIn(tuple(xi.tolist()), rows)
       i = [j for j, r in enumerate(np.asarray(bank["inputs"]).tolist())
            if r == xi.tolist()][0]

@@ -188,8 +188,8 @@ class SimulationTest(parameterized.TestCase):
     # could flip one sequence's event, so allow at most 1/N.
     np.testing.assert_allclose(out["rho"][c, p, k], rho,
                                atol=1.0 / cfg.num_sequences + 1e-7)
-    x = np.asarray(randomwalk.random_walk(key_x, cfg.num_sequences,
-                                          cfg.seq_len, cfg.dim, cov), np.float64)
+    x = np.asarray(randomwalk.random_walk(
+        key_x, cfg.num_sequences, cfg.seq_len, cfg.dim, cov), np.float64)
     logits = x @ np.asarray(w, np.float64) @ x.transpose(0, 2, 1)
     logits /= np.sqrt(cfg.dim)
     probs = np.exp(logits - logits.max(-1, keepdims=True))

@@ -1,4 +1,4 @@
-"""Tests of the common-random-number grid estimator (qkspec.theory.grid_estimator)."""
+"""Tests of qkspec.theory.grid_estimator (common random numbers on a grid)."""
 # pylint: disable=invalid-name
 import functools
 import math
@@ -242,7 +242,8 @@ class GridStatsTest(absltest.TestCase):
         grid_estimator.entropy_grid, walks_per_batch=E,
         points_per_batch=len(MEANS)))(*args)
     ragged = jax.jit(functools.partial(      # with remainders
-        grid_estimator.entropy_grid, walks_per_batch=3, points_per_batch=3))(*args)
+        grid_estimator.entropy_grid, walks_per_batch=3,
+        points_per_batch=3))(*args)
     for a, b in zip(whole, ragged):
       np.testing.assert_allclose(a, b, rtol=1e-5)
 

@@ -79,7 +79,9 @@ class PenaltyMinimumTest(absltest.TestCase):
     d, kappa1, kappa2, target = 5, 3.0, 0.7, 2.0
     star = locater.penalty_minimum(kappa1, kappa2, d, target)
     w_star = star.trace / d * jnp.eye(d)
-    penalty = lambda w: locater.locater_penalty(w, kappa1, kappa2, target)
+
+    def penalty(w):
+      return locater.locater_penalty(w, kappa1, kappa2, target)
     np.testing.assert_allclose(jax.grad(penalty)(w_star), 0.0, atol=1e-5)
     self.assertAlmostEqual(float(jnp.sum(w_star**2)), float(star.scale),
                            places=5)
@@ -97,9 +99,12 @@ class PenaltyMinimumTest(absltest.TestCase):
     kq, kk = jax.random.split(jax.random.key(2))
     factors = (0.3 * jax.random.normal(kq, (d, d)),
                0.3 * jax.random.normal(kk, (d, d)))
-    loss = lambda f: locater.locater_penalty(f[0].T @ f[1], kappa1, kappa2)
-    step = lambda _, f: jax.tree.map(lambda x, g: x - 0.05 * g, f,
-                                     jax.grad(loss)(f))
+
+    def loss(f):
+      return locater.locater_penalty(f[0].T @ f[1], kappa1, kappa2)
+
+    def step(_, f):
+      return jax.tree.map(lambda x, g: x - 0.05 * g, f, jax.grad(loss)(f))
     wq, wk = jax.lax.fori_loop(0, 3000, step, factors)
     star = locater.penalty_minimum(kappa1, kappa2, d)
     self.assertAlmostEqual(float(star.trace), 0.75, places=6)   # 0.5*6/4

@@ -1,4 +1,4 @@
-"""Tests for qkspec.theory.san_paths: Dong et al.'s path decomposition and cubic bound."""
+"""Tests for qkspec.theory.san_paths: Dong's path decomposition, cubic bound."""
 import itertools
 import math
 
@@ -79,11 +79,12 @@ class PathsTest(parameterized.TestCase):
   def test_too_many_paths_raises(self):
     probs = jnp.ones((13, 2, T, T)) / T
     with self.assertRaises(ValueError):
-      san_paths.enumerate_paths(jnp.ones((T, D)), probs, jnp.ones((13, 2, D, D)))
+      san_paths.enumerate_paths(jnp.ones((T, D)), probs,
+                                jnp.ones((13, 2, D, D)))
 
   @parameterized.parameters(0, 1, 2, 3)
   def test_cubic_bound_holds_every_layer(self, seed):
-    """||res(SA(X))||_F <= c ||res(X)||_F^3 for any weights (proved in paths)."""
+    """||res(SA(X))||_F <= c ||res(X)||_F^3 for any weights (see san_paths)."""
     with jax.enable_x64(True):
       p, x, out = _net("san", seed=seed, qk_gain=1.5 + seed, value_gain=2.0)
       lam = float(np.sqrt(D))

@@ -1,4 +1,7 @@
-"""Tests for qkspec.theory.propagation: Definition 1, Lemma 1 (and its erratum), Eq. 6, Lemma 2."""
+"""Tests for qkspec.theory.propagation.
+
+Definition 1, Lemma 1 (and its erratum), Eq. 6, Lemma 2.
+"""
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
@@ -208,7 +211,8 @@ class Lemma2Test(parameterized.TestCase):
     limit = prop.rho_trace_limit(theta, r)
     np.testing.assert_allclose(rho[keep], limit[keep], atol=1e-4)
     # Lemma 2's window: mass 1/r for |r| > 2, 1/2 otherwise.
-    self.assertAlmostEqual(float(limit.mean()), min(0.5, 1 / abs(r)), delta=0.01)
+    self.assertAlmostEqual(float(limit.mean()), min(0.5, 1 / abs(r)),
+                           delta=0.01)
 
   @parameterized.parameters(*prop.VARIANTS)
   def test_vanishing(self, variant):

@@ -85,8 +85,10 @@ class GradientTest(absltest.TestCase):
 
     def grads(c, **kw):
       hp = sweep.hparams(sweep.members(c)[0])
-      fn = lambda p: step_lib.objective(p, hp, batch, key, task=steps.task,
-                                        deterministic=True, **kw)
+
+      def fn(p):
+        return step_lib.objective(p, hp, batch, key, task=steps.task,
+                                  deterministic=True, **kw)
       return jax.grad(fn, has_aux=True)(params)
 
     g_fairseq, (loss_f, pen_f) = grads(

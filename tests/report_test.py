@@ -716,7 +716,9 @@ class GlanceTest(absltest.TestCase):
 class ReadingLinesTest(absltest.TestCase):
 
   def test_a_reading_with_its_no_locater_member_alone_draws_no_line(self):
-    fairseq = lambda *a, **k: dict(_row(*a, **k), reading="summed_loss")
+    def fairseq(*a, **k):
+      return dict(_row(*a, **k), reading="summed_loss")
+
     rows = [_row(0.0, 43.0, 2.35, 201.7, n_seeds=1, kappa1=0.0),
             fairseq(0.0, 0.054, 2.784, 213.6, n_seeds=1),
             fairseq(1.0, 0.057, 2.788, 213.6, n_seeds=1)]

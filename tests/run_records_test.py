@@ -175,8 +175,8 @@ class RunRecordsTest(absltest.TestCase):
     drawn = ("- curves over training of the members that kept them: "
              "![curves](reproduction/fig7_smoke_curves_mean_loss.png) (2 of 4 "
              "members not drawn: their records hold final values only)")
-    self.assertIn(drawn + "\n- curves over training of the other 2 members: not drawn",
-                  md)
+    self.assertIn(drawn + "\n- curves over training of the other 2 members: "
+                  "not drawn", md)
     self.assertRegex(md, r"\| 100 \| 1 \| 2 \| ")   # both seeds in the table
     # the earlier report's figure of the other seed, kept under its own
     # name, is linked beside the new one, which does not overwrite it
@@ -184,9 +184,10 @@ class RunRecordsTest(absltest.TestCase):
         tmp, "reproduction", "fig7_smoke_curves_mean_loss.png"))
     earlier.write_bytes(b"earlier")
     report.write_report([], out, records_dir=records)
-    self.assertIn(drawn + "\n- curves over training of the other 2 members (drawn by an "
-                  "earlier report from the runs, which were not kept; their "
-                  "records hold final values only): ![curves](reproduction/"
+    self.assertIn(drawn + "\n- curves over training of the other 2 members "
+                  "(drawn by an earlier report from the runs, which were not "
+                  "kept; their records hold final values only): "
+                  "![curves](reproduction/"
                   "fig7_smoke_curves_mean_loss_earlier.png)", _read(out))
     self.assertEqual(earlier.read_bytes(), b"earlier")
 

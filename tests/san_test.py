@@ -1,4 +1,4 @@
-"""Tests for qkspec.theory.san: pure self-attention networks (Dong et al. 2021)."""
+"""Tests for qkspec.theory.san: pure self-attention networks (Dong, 2021)."""
 from absl.testing import absltest
 from absl.testing import parameterized
 import chex

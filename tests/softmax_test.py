@@ -50,7 +50,9 @@ class SoftmaxTest(chex.TestCase):
   def test_piecewise_linear_is_linear_inside_a_region(self):
     omega = jnp.array([0.3, -0.2, 0.1, 0.0])
     direction = jnp.array([1.0, 2.0, -1.0, 0.5])
-    f = lambda s: sm.piecewise_linear_softmax(omega + s * direction)
+
+    def f(s):
+      return sm.piecewise_linear_softmax(omega + s * direction)
     second_diff = f(0.2) - 2 * f(0.1) + f(0.0)
     np.testing.assert_allclose(second_diff, 0.0, atol=1e-6)
 

@@ -1,4 +1,6 @@
-"""Paper experiments: one module per figure family, each with `run(config, workdir)`.
+"""Paper experiments: one module per figure family, each with `run`.
+
+`run(config, workdir)` writes the figures and tables into `workdir`.
 
 * `theory_rho`: Eq. (6) over (xi, eta), Figs. 2-3, the Lemma 2 table;
 * `entropy_bound`: the Eq. (9) curve vs nu, Fig. 4;

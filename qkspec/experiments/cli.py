@@ -186,7 +186,7 @@ def _chain(error: BaseException) -> list[BaseException]:
 
 
 def _raised_in(error: BaseException, *parts: str) -> bool:
-  """Whether `error`'s innermost frame is in a file under a path with `parts`."""
+  """Whether `error`'s innermost frame is in a file under a `parts` path."""
   tb = error.__traceback__
   if tb is None:
     return False

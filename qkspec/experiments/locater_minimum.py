@@ -17,9 +17,9 @@ claim B (scale shrinks as :math:`\kappa_2` grows) must come out reversed.
   says whether the trained W_QK is at W*: trace within `NEAR` of W*'s and
   isotropy below 1 + `NEAR` (None for kappa2 = 0, where W* = 0 and no
   relative test applies).
-* `markdown(rows, readings)`: the report's section: what W* is, then a table and a
-  line per figure and reading; `annotate(verdicts, rows)` points each
-  claim-B verdict whose stronger group sits at W* to it.
+* `markdown(rows, readings)`: the report's section: what W* is, then a
+  table and a line per figure and reading; `annotate(verdicts, rows)`
+  points each claim-B verdict whose stronger group sits at W* to it.
 """
 import math
 

@@ -3,10 +3,10 @@
 On a GPU two runs of one config and seed are not bit-identical (by
 default XLA's GPU scatter-adds, e.g. the embedding gradient, and some
 reductions may sum in a different order each run), so their finals differ
-a little. That difference is the floor under any one-seed comparison: a kappa2 effect no
-larger than it cannot be told from the hardware's arithmetic, let alone
-from a change of seed (which moves results much more; the report's seeds
-measure that).
+a little. That difference is the floor under any one-seed comparison: a
+kappa2 effect no larger than it cannot be told from the hardware's
+arithmetic, let alone from a change of seed (which moves results much more;
+the report's seeds measure that).
 
 `spread(runs, replicates, quantities)` pairs each member of a replicate run
 with the member of the same figure, reading, kappa1, kappa2, target and

@@ -2,11 +2,11 @@
 
 `write_report(run_dirs, out_path)` reads each run (`report_runs`), judges
 the paper's claims (`report_claims`), lists what is still to run
-(`report_plan.still_to_run`) and writes the report and, beside it, `summary.csv`,
-`summary.json` and one figure per paper figure (final scale, entropy and
-valid perplexity against kappa2, mean +- std over seeds, one line per
-reading of kappa), the curves over training per figure and reading and
-Fig. 7's rho_i heat maps.
+(`report_plan.still_to_run`) and writes the report and, beside it,
+`summary.csv`, `summary.json` and one figure per paper figure (final scale,
+entropy and valid perplexity against kappa2, mean +- std over seeds, one
+line per reading of kappa), the curves over training per figure and
+reading and Fig. 7's rho_i heat maps.
 
 The section "LocATER's own minimum" (`locater_minimum.markdown`) sets
 each LocATER group's trained trace and scale beside W* = cI, where the

@@ -1,4 +1,4 @@
-r"""Monte Carlo :math:`\rho_i` and entropy on a dense (eigen_mean, eigen_std) grid.
+r"""Monte Carlo :math:`\rho_i` and entropy on a dense grid of W_QK spectra.
 
 Shapes: C = covariances, M = eigen-means, S = eigen-stds, P = M * S grid
 points, D = W_QK draws, N = walks, E = walks used for the entropy,

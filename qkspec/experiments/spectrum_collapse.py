@@ -1,4 +1,4 @@
-r"""Rank collapse, entropy and :math:`\rho` of deep pure SANs vs W_QK's spectrum.
+r"""Rank collapse, entropy and :math:`\rho` of deep pure SANs by W_QK spectrum.
 
 Shapes: M = eigen-means, S = eigen-stds, G = M*S grid points, D = draws,
 N = sequences, L = layers, H = heads, T = tokens, d = token dimension.

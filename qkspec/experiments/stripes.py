@@ -1,4 +1,4 @@
-r"""Fig. 7's "salient horizontal stripes" in :math:`\rho_i` over training, as a test.
+r"""Fig. 7's "salient horizontal stripes" in :math:`\rho_i`, as a test.
 
 Shapes: S = logged training steps, T = key positions.
 

@@ -1,9 +1,9 @@
 """Argument checks shared by the pure functions.
 
 Shapes are static under `jax.jit`, so shape checks always run before tracing.
-Value checks (a negative temperature, say) run only when the value is concrete; a
-traced value cannot be inspected without a host sync, and under `vmap`/`jit`
-the caller is responsible for it.
+Value checks (a negative temperature, say) run only when the value is
+concrete; a traced value cannot be inspected without a host sync, and under
+`vmap`/`jit` the caller is responsible for it.
 """
 from typing import Any
 
@@ -17,7 +17,7 @@ def is_concrete(x: Any) -> bool:
 
 
 def positive_int(name: str, value: Any, minimum: int = 1) -> int:
-  """Returns `value` as an int, or raises ValueError if it is below `minimum`."""
+  """`value` as an int; raises ValueError if it is below `minimum`."""
   if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
     raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
   if value < minimum:
@@ -44,7 +44,7 @@ def positive(name: str, value: Any) -> None:
 
 
 def square_matrix(name: str, x: Any, dim: int | None = None) -> None:
-  """Raises ValueError unless `x` has shape [..., n, n] (with n == dim if set)."""
+  """Raises ValueError unless `x` is [..., n, n] (with n == dim if set)."""
   shape = np.shape(x)
   if len(shape) < 2 or shape[-1] != shape[-2]:
     raise ValueError(f"{name} must be a square matrix [..., n, n], got shape "

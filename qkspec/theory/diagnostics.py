@@ -125,7 +125,9 @@ def _composite_argmin(x_Txd, num_steps):
 
 def rank_collapse_residual(x: jax.Array, method: str = "mean",
                            num_steps: int = 300) -> jax.Array:
-  r"""Norm of Dong et al.'s residual :math:`\mathrm{res}(X) = X - \mathbf 1 x^\top`, [...].
+  r"""Norm of Dong et al.'s residual :math:`X - \mathbf 1 x^\top`, [...].
+
+  The residual is :math:`\mathrm{res}(X) = X - \mathbf 1 x^\top`.
 
   Methods:
     * "mean": :math:`x` = the token mean, Frobenius norm (as Dong et al.'s
@@ -161,7 +163,7 @@ def rank_collapse_residual(x: jax.Array, method: str = "mean",
 
 def relative_residual(x: jax.Array, method: str = "mean",
                       num_steps: int = 300) -> jax.Array:
-  r""":math:`\|\mathrm{res}(X)\| / \|X\|` with the norm of `method` (Dong et al.).
+  r""":math:`\|\mathrm{res}(X)\| / \|X\|`, the norm of `method` (Dong et al.).
 
   Frobenius for "mean" and "svd", composite for "composite". 0 means the
   tokens have collapsed to one row.

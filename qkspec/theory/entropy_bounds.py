@@ -76,7 +76,9 @@ def zhai_entropy_lower_bound(sigma: jax.Array, seq_len: int) -> jax.Array:
 
 
 def zhai_large_t_limit(nu: jax.Array, seq_len: int) -> jax.Array:
-  r"""Zhai's bound with :math:`T-1 \to T`: :math:`\ln(1+Te^{-\nu}) + \nu e^{-\nu}/(T^{-1}+e^{-\nu})`.
+  r"""Zhai's bound with :math:`T-1 \to T`.
+
+  .. math:: \ln(1+Te^{-\nu}) + \nu e^{-\nu}/(T^{-1}+e^{-\nu})
 
   The form the paper's Eq. (9) abbreviates; Eq. (9) as printed has
   :math:`e^{-\nu/2}` in place of the second :math:`e^{-\nu}`.
@@ -91,7 +93,7 @@ def zhai_large_t_limit(nu: jax.Array, seq_len: int) -> jax.Array:
 def entropy_bound_nu(x_Txd: jax.Array, w_qk: jax.Array,
                      temperature: float | jax.Array | None = None
                      ) -> jax.Array:
-  r""":math:`\nu = \|XX^\top\|_2\,\|W_{QK}\|_2/\lambda`, the argument of both bounds.
+  r""":math:`\nu = \|XX^\top\|_2\,\|W_{QK}\|_2/\lambda`, both bounds' argument.
 
   Args:
     x_Txd: [..., T, d] tokens as rows.
@@ -110,7 +112,7 @@ def entropy_bound_nu(x_Txd: jax.Array, w_qk: jax.Array,
 
 
 def centred_logit_norm(logits: jax.Array, axis: int = -1) -> jax.Array:
-  r""":math:`\|s - \bar s\|_2` of each logit row: the sharpest per-row :math:`\boldsymbol\sigma`.
+  r""":math:`\|s - \bar s\|_2` of each logit row, the sharpest :math:`\sigma`.
 
   `zhai_entropy_lower_bound(centred_logit_norm(s), T)` is the minimum entropy
   over all rows with the same centred norm (attained), so it lower-bounds

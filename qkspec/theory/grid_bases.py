@@ -117,7 +117,7 @@ def random_walks(key: jax.Array, num_sequences: int, seq_len: int,
 
 def draw_operators(basis_Kxdxd: jax.Array, z_Kxd: jax.Array,
                    isotropic: jax.Array | bool) -> jax.Array:
-  r"""The K draws' eigen_std parts :math:`Z_k`, side by side, for one covariance.
+  r"""The K draws' eigen_std parts :math:`Z_k`, side by side, for one Sigma.
 
   Args:
     basis_Kxdxd, z_Kxd: `draw_spectra`.
@@ -181,9 +181,10 @@ def query_bases(x_NxTxd: jax.Array,
 
 def attention_bases(x_XxTxd: jax.Array,
                     zx_XxTxKxd: jax.Array) -> tuple[jax.Array, jax.Array]:
-  r"""All-query bases: :math:`X W_{QK} X^\top/\lambda = \mu_w\,g + \sigma_w\,h^{(k)}`.
+  r"""All-query bases g and :math:`h^{(k)}` of the logits.
 
-  .. math:: g = X X^\top,\qquad h^{(k)} = (X Z_k) X^\top;
+  .. math:: X W_{QK} X^\top/\lambda = \mu_w\,g + \sigma_w\,h^{(k)},\qquad
+            g = X X^\top,\qquad h^{(k)} = (X Z_k) X^\top;
 
   h is one batched product per walk, the K draws stacked as (T K) rows.
 
@@ -201,7 +202,9 @@ def attention_bases(x_XxTxd: jax.Array,
 
 def trace_coefficients(basis_dxd: jax.Array, z_d: jax.Array,
                        cov_dxd: jax.Array) -> dict[str, jax.Array]:
-  r"""Traces making tr(W), tr(W^2) of :math:`W = W_{QK}\Sigma` quadratic in (eigen_mean, eigen_std).
+  r"""Coefficients of tr(W), tr(W^2), quadratic in (eigen_mean, eigen_std).
+
+  :math:`W = W_{QK}\Sigma`.
 
   With :math:`W_{QK} = \mu_w I + \sigma_w Z`, :math:`Z =
   B\,\mathrm{diag}(z)B^\top`: :math:`\mathrm{tr}\,W = \mu_w\,

@@ -1,4 +1,6 @@
-r"""Common-random-number estimator of :math:`\rho_i` and entropy over (eigen_mean, eigen_std).
+r"""Common-random-number estimator of :math:`\rho_i` and entropy on a grid.
+
+The grid is over (eigen_mean, eigen_std).
 
 Shapes: C = covariances, K = W_QK draws, N = sequences, E = sequences used
 for the attention entropy (the first E of the N), T = tokens, d = token
@@ -74,7 +76,7 @@ def _centred(x, axis):
 
 def rho_per_draw(a_CxTxN: jax.Array, b_KxCxTxN: jax.Array, means_P: jax.Array,
                  stds_P: jax.Array) -> tuple[jax.Array, jax.Array]:
-  r"""Per-draw :math:`\hat\rho_i` at each grid point, and per-walk sums of squares.
+  r"""Per-draw :math:`\hat\rho_i` at each grid point, per-walk sums of squares.
 
   The event of Definition 1, :math:`u_i = (\omega_i - \bar\omega)/T + 1/T
   \in [0, 1]` (`softmax.propagation_mask`) for :math:`\omega = \mu_w a +
@@ -114,7 +116,9 @@ def rho_per_draw(a_CxTxN: jax.Array, b_KxCxTxN: jax.Array, means_P: jax.Array,
 
 
 def row_entropy(logits: jax.Array, axis: int = -1) -> jax.Array:
-  r"""Softmax entropy along `axis`: :math:`\log Z - \sum_j p_j s_j`, :math:`s = \omega - \max\omega`.
+  r"""Softmax entropy along `axis`: :math:`\log Z - \sum_j p_j s_j`.
+
+  Here :math:`s = \omega - \max\omega`.
 
   Equals `diagnostics.attention_entropy(softmax(logits), reduce=False)` (one
   exp per entry, no log of small probabilities).

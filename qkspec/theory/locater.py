@@ -45,7 +45,9 @@ class LocaterHParams(NamedTuple):
 
 def locater_penalty(w_qk: jax.Array, kappa1: float, kappa2: float,
                     target: float = 1.0) -> jax.Array:
-  r"""LocATER (Sec. 6): :math:`\kappa_1\|W_{QK}\|_F^2 + \kappa_2(\mathrm{tr}\,W_{QK} - \tau)^2`.
+  r"""The LocATER penalty (Sec. 6).
+
+  .. math:: \kappa_1\|W_{QK}\|_F^2 + \kappa_2(\mathrm{tr}\,W_{QK} - \tau)^2
 
   Args:
     w_qk: [..., d, d] (any array-like); leading axes (layers, heads) are

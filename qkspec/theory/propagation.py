@@ -1,4 +1,4 @@
-r"""Signal propagation probability :math:`\rho_i` (Definition 1, Lemmas 1-2, Eq. 6).
+r"""Signal propagation probability :math:`\rho_i` (Def. 1, Lemmas 1-2, Eq. 6).
 
 Shapes: N = sequences, T = tokens, d = token dimension; tokens are rows.
 
@@ -195,7 +195,9 @@ def lemma1_moments(seq_len: int, trace: jax.Array, trace_sq: jax.Array,
   temperature = softmax.temperature(temperature, None)
   trace = jnp.asarray(trace / temperature)[..., None]
   trace_sq = jnp.asarray(trace_sq / temperature**2)[..., None]
-  lead = lambda c_T: c_T.reshape((1,) * (trace.ndim - 1) + c_T.shape)
+
+  def lead(c_T):
+    return c_T.reshape((1,) * (trace.ndim - 1) + c_T.shape)
   if exact:
     if variant != "corrected":
       raise ValueError("exact=True gives the exact moments; variant='paper' "
@@ -212,7 +214,7 @@ def lemma1_moments(seq_len: int, trace: jax.Array, trace_sq: jax.Array,
 def exact_moments(w_qk: jax.Array, seq_len: int, cov: jax.Array | None = None,
                   temperature: float | None = None
                   ) -> tuple[jax.Array, jax.Array]:
-  r"""Exact mean and variance of :math:`u_i` for any (asymmetric) :math:`W_{QK}`.
+  r"""Exact mean and variance of :math:`u_i` for any (asymmetric) W_QK.
 
   See the module docstring; reduces to `lemma1_moments(..., exact=True)` for
   symmetric :math:`W_{QK}`.
@@ -247,7 +249,7 @@ def exact_moments(w_qk: jax.Array, seq_len: int, cov: jax.Array | None = None,
 
 
 def rho_from_moments(mu: jax.Array, v: jax.Array) -> jax.Array:
-  r"""Gaussian approximation :math:`P\{u \in [0,1]\}`, :math:`u \sim \mathcal N(\mu, v)`.
+  r"""Gaussian approximation :math:`P\{u \in [0,1]\}`, :math:`u \sim N(\mu, v)`.
 
   .. math:: \rho = \tfrac12\Big[\mathrm{erf}\frac{1-\mu}{\sqrt{2v}}
                   + \mathrm{erf}\frac{\mu}{\sqrt{2v}}\Big]
@@ -331,8 +333,9 @@ def rho_theta(theta: jax.Array, xi: jax.Array, eta: jax.Array,
 
 
 def rho_trace_limit(theta: jax.Array, r: float) -> jax.Array:
-  r"""Lemma 2 (1-2): the limit of :math:`\rho(\theta)` as :math:`|\xi| \to \infty`,
-  :math:`\eta \to 0`, :math:`\xi\eta \to r` (either variant).
+  r"""Lemma 2 (1-2): the limit of :math:`\rho(\theta)` as |xi| -> infinity.
+
+  With :math:`\eta \to 0`, :math:`\xi\eta \to r` (either variant):
 
   .. math:: \rho \to \mathbb 1\{\tfrac12 \le \theta \le \tfrac12 + \tfrac1r\}
             \;(r > 0),\qquad

@@ -37,7 +37,8 @@ def random_walk(key: jax.Array, num_sequences: int, seq_len: int, dim: int,
   if cov is not None:
     _checks.square_matrix("cov", cov, d)
     _checks.covariance("cov", cov)
-    eps_NxTxd = eps_NxTxd @ covariance_sqrt(jnp.asarray(cov))   # rows ~ N(0, Sigma)
+    # rows ~ N(0, Sigma)
+    eps_NxTxd = eps_NxTxd @ covariance_sqrt(jnp.asarray(cov))
   return jnp.cumsum(eps_NxTxd, axis=1)
 
 

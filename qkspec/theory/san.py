@@ -188,7 +188,10 @@ def self_attention(x_Txd: jax.Array, w_qk_Hxdxd: jax.Array,
 
 
 def layer_norm(x: jax.Array, eps: float = 1e-6) -> jax.Array:
-  r"""Affine-free LayerNorm over features: :math:`(x - \bar x)/\sqrt{V[x] + \epsilon}`."""
+  r"""Affine-free LayerNorm over features.
+
+  .. math:: (x - \bar x)/\sqrt{V[x] + \epsilon}
+  """
   mean = jnp.mean(x, axis=-1, keepdims=True)
   var = jnp.var(x, axis=-1, keepdims=True)
   return (x - mean) * jax.lax.rsqrt(var + eps)

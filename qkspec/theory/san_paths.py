@@ -150,7 +150,7 @@ def attention_layer_paths(z_KxTxd: jax.Array, p_HxTxT: jax.Array,
 
 
 def path_length_fractions(num_layers: int, num_heads: int) -> np.ndarray:
-  r"""Fraction of skip-SAN paths of each length k = 0..L (Dong et al., Sec. 3.1).
+  r"""Fraction of skip-SAN paths of each length k = 0..L (Dong, Sec. 3.1).
 
   .. math:: \binom{L}{k} H^k / (H + 1)^L
   """
@@ -187,7 +187,7 @@ def cubic_residual_coefficient(w_qk_LxHxdxd: jax.Array,
 
 def cubic_residual_bound(residual0: jax.Array, coeffs_L: jax.Array
                          ) -> jax.Array:
-  r"""The bound :math:`B_{l+1} = c_l B_l^3`, :math:`B_0 = \|\mathrm{res}(X^0)\|_F`.
+  r"""The bound :math:`B_{l+1} = c_l B_l^3`, :math:`B_0 = \|res(X^0)\|_F`.
 
   For equal :math:`c_l = c`: :math:`B_l = c^{(3^l-1)/2} B_0^{3^l}` (Dong et
   al., Theorem 2.2, Frobenius variant). Computed in log space, so tiny

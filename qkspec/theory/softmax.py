@@ -58,7 +58,7 @@ def temperature(value: Any, head_dim: int | None):
 
 
 def softmax(omega: jax.Array, axis: int = -1) -> jax.Array:
-  r"""Softmax :math:`S(\omega)_i = e^{\omega_i} / \sum_j e^{\omega_j}` (Sec. 2)."""
+  r"""Softmax :math:`S(\omega)_i = e^{\omega_i}/\sum_j e^{\omega_j}`, Sec. 2."""
   _checks.seq_axis_length("omega", omega, axis, minimum=1)
   return jax.nn.softmax(omega, axis=axis)
 

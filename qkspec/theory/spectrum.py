@@ -57,7 +57,7 @@ def haar_orthogonal(key: jax.Array, dim: int) -> jax.Array:
 
 
 def compose_qk(basis_dxd: jax.Array, eigenvalues_d: jax.Array) -> jax.Array:
-  r""":math:`W_{QK} = B\,\mathrm{diag}(w)\,B^\top` for an orthogonal basis B (Fig. 5).
+  r""":math:`W_{QK} = B\,\mathrm{diag}(w)\,B^\top`, B orthogonal (Fig. 5).
 
   Args:
     basis_dxd: B [..., d, d], orthogonal (columns are the eigenvectors).
@@ -104,7 +104,7 @@ def _trace(x: jax.Array) -> jax.Array:
 
 
 def scale_floor(qk_trace, dim: int) -> jax.Array:
-  r"""The least scale a W_QK of its trace has: :math:`(\mathrm{tr}\,W_{QK})^2/d`.
+  r"""The least scale a W_QK of its trace has: :math:`(\mathrm{tr}W_{QK})^2/d`.
 
   .. math:: \mathrm{tr}(W_{QK}^\top W_{QK}) = \|W_{QK}\|_F^2
             \ge \sum_i (W_{QK})_{ii}^2 \ge \frac{(\mathrm{tr}\,W_{QK})^2}{d}
