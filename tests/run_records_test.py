@@ -97,6 +97,23 @@ class RunRecordsTest(absltest.TestCase):
                                str(pathlib.Path(self.out).parent))
     self.assertEqual(plain.splitlines()[3:], self.md.splitlines()[3:])
 
+  def test_the_record_keeps_the_command_as_it_was_run(self):
+    # The command is rebuilt from config.json against today's config files
+    # when the run is recorded, and read back as it was from then on: a
+    # field the code later drops does not change an old run's command.
+    config = json.loads(_read(os.path.join(self.run_dir, "config.json")))
+    command = run_records.read(self.record)["command"]
+    self.assertEqual(command, report_runs.config_command(config,
+                                                         self.run_dir))
+    self.assertIn(f"`{command}`", self.md)
+    old = os.path.join(self.tmp, "old_record")
+    shutil.copytree(self.record, old)
+    record = json.loads(_read(os.path.join(old, "record.json")))
+    record["command"] = "python launch/train.py --config.model.retired=1"
+    pathlib.Path(old, "record.json").write_text(json.dumps(record))
+    [run] = [r for r in report_runs.load_runs([old])]
+    self.assertEqual(run["command"], record["command"])
+
   def test_recording_again_replaces_the_record(self):
     records = os.path.join(self.tmp, "again")
     run_records.write(self.run_dir, records, report_runs.record_keys(

@@ -49,7 +49,7 @@ DEVIATIONS = (
     "before the float32 softmax (fairseq: FP16 logits before a float32 "
     "log_softmax), and one whose `model.loss_pallas` has \"fa3\" forms its "
     "training logits from float16 operands (FlashAttention-3, "
-    "qkspec/training/flash_forward.py).",
+    "qkspec/kernels/flash_xent.py, as `model.kernels=pallas` does now).",
     "Data blocks: each split is one token stream with one `<eos>` per line "
     "of the WikiText-2 files, cut into blocks of T = 64 tokens as fairseq's "
     "`--sample-break-mode none` (qkspec/data/pipeline.py).",
@@ -303,8 +303,10 @@ def keep_records(run_dirs, records_dir, replicate_dirs=(), replace=False
       raise ValueError(f"two {role} directories share a name ({names}): a "
                        "record is named after its run directory's basename.")
     for d in dirs:
-      keys = report_runs.record_keys(report_runs.load_config(d))
-      run_records.write(d, records_dir, keys, role, replace)
+      config = report_runs.load_config(d)
+      command = report_runs.config_command(config, run_records.origin(d))
+      run_records.write(d, records_dir, report_runs.record_keys(config),
+                        role, replace, command=command)
   return (run_records.listed(records_dir, "run"),
           run_records.listed(records_dir, "replicate"))
 

@@ -211,7 +211,8 @@ def load_runs(run_dirs) -> list[dict]:
     run = dict(run_dir=run_dir, path=str(path), figure=fig, smoke=smoke,
                label=f"Fig. {fig}" + (" (smoke)" if smoke else ""),
                both_readings=len(by_reading) > 1,
-               command=config_command(config, run_dir),
+               command=(run_records.read(path).get("command")
+                        or config_command(config, run_dir)),
                d_model=int(config["model"]["d_model"]),
                num_steps=int(config["num_steps"]))
     for member_reading, members in (by_reading or {reading: []}).items():

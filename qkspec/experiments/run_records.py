@@ -6,10 +6,10 @@ of MB for a Fig. 12 sweep); REPRODUCTION.md reads only its `config.json`,
 few metrics (`report_runs.record_keys`). `write(run_dir, records_dir,
 keys)` copies just that into `records_dir/<role>s/<name>/` (`name`: the run
 directory's basename), with `record.json` naming the directory it came
-from. A record is a run directory to `report_runs.load_runs`, so the
-report is regenerated from the repository alone, on machines where the
-runs never were: the paper's runs are trained on lent GPU machines and
-not kept.
+from and the command that trained it, as it was run. A record is a run
+directory to `report_runs.load_runs`, so the report is regenerated from
+the repository alone, on machines where the runs never were (the paper's
+runs were trained on GPU machines and not kept).
 
 A record made again (a resumed run, trained further) replaces the old one.
 
@@ -64,7 +64,7 @@ def _filter_metrics(src: pathlib.Path, dest: pathlib.Path, keys) -> None:
 
 
 def write(run_dir, records_dir, keys, role: str = "run",
-          replace: bool = False) -> str:
+          replace: bool = False, command: str | None = None) -> str:
   """Records `run_dir` (a training workdir, or a record) in `records_dir`.
 
   Args:
@@ -79,6 +79,8 @@ def write(run_dir, records_dir, keys, role: str = "run",
       run-to-run spread, `report.write_report`'s replicate_dirs).
     replace: replace a record of that name whatever run it came from (runs
       trained elsewhere that carry the names of the records they extend).
+    command: the launch command that trained it, kept as it was run (the
+      code's config fields may change after); None: the source's, if any.
   Returns:
     The record's path.
   """
@@ -109,9 +111,10 @@ def write(run_dir, records_dir, keys, role: str = "run",
     (tmp / member["dir"]).mkdir(parents=True, exist_ok=True)
     _filter_metrics(src / member["dir"] / _METRICS,
                     tmp / member["dir"] / _METRICS, set(keys))
+  extra = {"command": command} if command else {}
   (tmp / RECORD).write_text(json.dumps(
       {**source, "run_dir": came_from, "role": role,
-       "keys": sorted(set(keys))}, indent=1) + "\n")
+       "keys": sorted(set(keys)), **extra}, indent=1) + "\n")
   shutil.rmtree(dest, ignore_errors=True)
   tmp.rename(dest)
   return str(dest)
