@@ -1,8 +1,9 @@
 """The package's layers, checked: what each layer may import.
 
 qkspec/theory (the maths) imports only jax and numpy; qkspec/config only
-ml_collections; and no layer imports one below it in
-theory -> config -> data -> training -> experiments.
+ml_collections; qkspec/kernels only jax (and the maths' checks); and no
+layer imports one below it in
+theory -> config -> data -> kernels -> training -> experiments.
 """
 import ast
 import json
@@ -15,7 +16,7 @@ from absl.testing import parameterized
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "qkspec"
-LAYERS = ("theory", "config", "data", "training", "experiments")
+LAYERS = ("theory", "config", "data", "kernels", "training", "experiments")
 HEAVY = ("flax", "optax", "orbax", "grain", "tensorflow_datasets",
          "tensorflow", "ml_collections", "matplotlib", "clu", "torch")
 
@@ -62,6 +63,13 @@ class LayeringTest(parameterized.TestCase):
     self.assertIn("jax", loaded)        # the probe itself is not vacuous
     self.assertEmpty([m for m in HEAVY if m in loaded],
                      msg="the theory layer must import only jax and numpy")
+
+  def test_kernels_import_only_jax(self):
+    loaded = _loaded_after("from qkspec import kernels\n"
+                           "from qkspec.kernels import flash_xent")
+    self.assertIn("jax", loaded)
+    self.assertEmpty([m for m in HEAVY if m in loaded],
+                     msg="qkspec.kernels must import only jax and numpy")
 
   def test_probe_sees_heavy_imports(self):
     # The check above can fail: importing the model does load flax.
