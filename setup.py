@@ -1,4 +1,4 @@
-"""qkspec: when does self-attention localize? (Bao, Hataya, Karakida, ICML 2024)."""
+"""qkspec: when does self-attention localize? (Bao et al., ICML 2024)."""
 import setuptools
 
 setuptools.setup(

@@ -87,7 +87,8 @@ def torch_step(compiled, repeats):
       pos = np.arange(T)[:, None] / 10_000 ** (np.arange(D // 2) / (D // 2))
       self.register_buffer("pos", torch.tensor(np.concatenate(
           [np.sin(pos), np.cos(pos)], 1), dtype=torch.float32))
-      self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(T))
+      self.register_buffer(
+          "mask", nn.Transformer.generate_square_subsequent_mask(T))
 
     def forward(self, x):
       h = self.embed(x) * D**0.5 + self.pos

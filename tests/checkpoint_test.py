@@ -1,4 +1,4 @@
-"""Tests for qkspec.training.checkpoint and resuming qkspec.training.loop runs."""
+"""qkspec.training.checkpoint, and resuming qkspec.training.loop runs."""
 import os
 import shutil
 import tempfile

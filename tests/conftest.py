@@ -2,12 +2,11 @@
 
 The CPU programs the tests compile are built with LLVM's optimisation off
 (`--xla_backend_optimization_level=0`). On a fresh machine (no compilation
-cache) compiling is most of the suite's time: on 2 cores it ran 12.8
-minutes at XLA's default and 7.3 so (`TMPDIR=<empty dir> pytest -n 2`);
-the tests run tiny programs, so the slower code costs little. XLA's HLO passes, which fix what
-is computed and in what order, run as before, and a test that compares two
-programs compiles both with the same flags. Set here, before JAX starts,
-in the environment that the tests' subprocesses inherit.
+cache) compiling is most of the suite's time, and the tests run tiny
+programs, so the slower code costs little. XLA's HLO passes, which fix
+what is computed and in what order, run as before, and a test that
+compares two programs compiles both with the same flags. Set here, before
+JAX starts, in the environment that the tests' subprocesses inherit.
 """
 import os
 

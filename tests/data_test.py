@@ -176,7 +176,7 @@ class FixtureTest(parameterized.TestCase):
     a = qdata.train_batch(d, 7, seed=0, **kw)
     b = qdata.train_batch(d, 7, seed=0, **kw)
     np.testing.assert_array_equal(a["inputs"], b["inputs"])
-    epoch = lambda seed, e: np.concatenate([
+    epoch = lambda seed, e: np.concatenate([  # noqa: E731
         qdata.train_batch(d, s, seed=seed, **kw)["targets"]
         for s in range(6 * e, 6 * e + 6)])
     self.assertFalse(np.array_equal(epoch(0, 0), epoch(1, 0)))  # seeds

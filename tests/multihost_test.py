@@ -24,8 +24,8 @@ import testutil
 _TIMEOUT_S = 420
 # A one-member LM smoke run (kappa2 = 1: the penalty is on) of 4 steps,
 # logged, evaluated and saved at steps 2 and 4.
-_FLAGS = ("--config", "configs/locater_wt2.py:smoke", "--config.sweep.kappa2=()",
-          "--config.locater.kappa2=1.0")
+_FLAGS = ("--config", "configs/locater_wt2.py:smoke",
+          "--config.sweep.kappa2=()", "--config.locater.kappa2=1.0")
 # Timings differ between runs; the key bias has no gradient, so its Adam
 # update is summation-order noise (tests/sweep_test.py).
 _UNEQUAL = ("steps_per_sec",)

@@ -1,4 +1,4 @@
-"""Tests for qkspec.training.sweep: a vmapped member equals the same config alone."""
+"""qkspec.training.sweep: a vmapped member equals the same config alone."""
 import json
 import os
 import tempfile

@@ -12,7 +12,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def get_config(name, arg=None):
-  """`configs/<name>.py`'s get_config(arg), as `--config configs/<name>.py:arg`."""
+  """`configs/<name>.py`'s get_config(arg), as `--config configs/<name>.py:arg`
+  loads it."""
   return defaults.load_config_file(ROOT / "configs" / f"{name}.py", arg)
 
 

@@ -1,4 +1,4 @@
-"""Tests for qkspec.training.loop: end-to-end smoke runs, NaN stop, config checks."""
+"""qkspec.training.loop: end-to-end smoke runs, NaN stop, config checks."""
 import json
 import os
 import pathlib
@@ -14,7 +14,6 @@ import ml_collections
 import numpy as np
 import optax
 
-_REPO = pathlib.Path(__file__).resolve().parents[1]
 from qkspec.config import defaults as common
 from configs import depth_width
 from configs import locater_wt2
@@ -27,6 +26,7 @@ from qkspec.training import loop
 from qkspec.training import model as model_lib
 from qkspec.training import step as step_lib
 
+_REPO = pathlib.Path(__file__).resolve().parents[1]
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_compilation_cache_dir", os.path.join(
     tempfile.gettempdir(), "qkspec_test_jax_cache"))
@@ -341,7 +341,7 @@ class MetricWriterTest(absltest.TestCase):
 
   def test_tensorboard_events_when_installed(self):
     try:
-      import tensorboard  # pylint: disable=g-import-not-at-top,unused-import
+      import tensorboard  # noqa: F401  # pylint: disable=g-import-not-at-top,unused-import
     except ImportError:
       self.skipTest("tensorboard is not installed (JSONL only)")
     # pylint: disable-next=g-import-not-at-top

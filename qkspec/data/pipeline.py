@@ -119,7 +119,7 @@ def num_batches(num_tokens: int, seq_len: int, batch_size: int, *,
   """Steps per epoch (train=True) or batches to cover a split (train=False)."""
   if train:
     return (num_tokens // seq_len) // batch_size
-  ceil_div = lambda a, b: -(-a // b)
+  ceil_div = lambda a, b: -(-a // b)  # noqa: E731
   return ceil_div(ceil_div(num_tokens, seq_len), batch_size)
 
 

@@ -34,7 +34,8 @@ def _positive(name: str, value: int) -> int:
 
 def sorting(key: jax.Array, batch_size: int, seq_len: int, vocab_size: int
             ) -> dict[str, jax.Array]:
-  r"""Sorting: inputs :math:`x_t \sim U\{0..V-1\}`, targets :math:`y = \mathrm{sort}(x)`.
+  r"""Sorting: inputs :math:`x_t \sim U\{0..V-1\}`, targets
+  :math:`y = \mathrm{sort}(x)`.
 
   Returns:
     {"inputs": [B, T] int32, "targets": [B, T] int32}, targets sorted
@@ -49,7 +50,7 @@ def sorting(key: jax.Array, batch_size: int, seq_len: int, vocab_size: int
 
 def memorization_bank(key: jax.Array, num_sequences: int, seq_len: int,
                       vocab_size: int) -> dict[str, jax.Array]:
-  r"""The N sequences to memorise: uniform inputs and independent uniform labels.
+  r"""The N sequences to memorise: uniform inputs, independent uniform labels.
 
   Returns:
     {"inputs": [N, T] int32, "targets": [N, T] int32}, all in {0..V-1}.

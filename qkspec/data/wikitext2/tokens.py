@@ -169,7 +169,8 @@ def split_articles(lines: Sequence[str]) -> Iterator[tuple[str, list[str]]]:
   Yields:
     (title, lines), the title without its "=" marks ("" if none was found).
   """
-  blank = lambda i: i < 0 or i >= len(lines) or not lines[i].strip()
+  blank = lambda i: (  # noqa: E731
+      i < 0 or i >= len(lines) or not lines[i].strip())
   title, start = "", 0
   for i, line in enumerate(lines):
     if is_title(line) and blank(i - 1) and blank(i + 1):
