@@ -202,7 +202,7 @@ class LossTest(absltest.TestCase):
         a, b, y, weights)
     plain = lambda a, b: 3.0 * jnp.sum(  # noqa: E731
         weights * optax.softmax_cross_entropy_with_integer_labels(a @ b, y))
-    (v1, g1), (v2, g2) = (jax.value_and_grad(f, (0, 1))(h, w)
+    (v1, g1), (v2, g2) = (jax.jit(jax.value_and_grad(f, (0, 1)))(h, w)
                           for f in (loss, plain))
     np.testing.assert_allclose(v1, v2, rtol=1e-6)
     for a, b in zip(g1, g2):

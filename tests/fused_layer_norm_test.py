@@ -48,8 +48,9 @@ class PostLNTest(parameterized.TestCase):
         kernels.post_ln_reference(x, u, mask, scale, bias), rtol=1e-5,
         atol=1e-5)
     w = jax.random.normal(jax.random.key(1), shape)
-    grads = [jax.grad(lambda x, u, m, s, b, f=f: jnp.sum(w * f(x, u, m, s, b)),
-                      (0, 1, 2, 3, 4))(x, u, mask, scale, bias)
+    grads = [jax.jit(jax.grad(
+        lambda x, u, m, s, b, f=f: jnp.sum(w * f(x, u, m, s, b)),
+        (0, 1, 2, 3, 4)))(x, u, mask, scale, bias)
              for f in (kernels.post_ln, kernels.post_ln_reference)]
     for name, g, r in zip(("x", "u", "mask", "scale", "bias"), *grads):
       if name == "mask":        # the mask is a constant of the step
@@ -78,8 +79,8 @@ class PostLNTest(parameterized.TestCase):
     x, u, mask, scale, bias = _inputs(jax.random.key(4), (3, 16, 8))
     f = lambda x, u, m, s: kernels.post_ln(x, u, m, s, bias)  # noqa: E731
     scales = scale[None] + jax.random.normal(jax.random.key(5), (3, 8))
-    got, grad = jax.vmap(lambda *a: (f(*a), jax.grad(
-        lambda s: jnp.sum(f(*a[:3], s) ** 2))(a[3])))(x, u, mask, scales)
+    got, grad = jax.jit(jax.vmap(lambda *a: (f(*a), jax.grad(
+        lambda s: jnp.sum(f(*a[:3], s) ** 2))(a[3]))))(x, u, mask, scales)
     for i in range(3):
       np.testing.assert_allclose(got[i], f(x[i], u[i], mask[i], scales[i]),
                                  rtol=1e-6, atol=1e-6)

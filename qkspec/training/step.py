@@ -22,24 +22,18 @@ by one static factor :math:`s` on the penalty (`penalty_scale_of`); with
           s = 1 \text{ (mean\_loss)},\quad s = \frac1N \text{ (summed\_loss)}.
 
 "mean_loss" is the paper's formula as printed. "summed_loss" is fairseq:
-its criterion returns :math:`\sum_i \ell_i` (a penalty added to that) and
-the trainer divides every gradient by `sample_size` = :math:`N`, the target
-tokens per batch (:math:`B T = 4096` in the paper), which gives the same
-gradients. :math:`N` is `data.batch_size * data.seq_len` for the LM (every
-train token has weight 1) and `data.batch_size` for the theory task (one
-target per sequence). :math:`\kappa` reaches `LocaterHParams` unchanged.
-A sweep may list the reading per member (`sweep.penalty_added_to`): then
-:math:`s` is a per-member constant mapped with the states
-(`penalty_scales`), so both readings train in one program on the same
-batches, each member equal to its reading's run alone
-(tests/both_readings_test.py).
+its criterion sums the loss (the penalty added to the sum) and its trainer
+divides every gradient by the N targets per batch (B T = 4096 in the
+paper). A sweep may list the reading per member (`sweep.penalty_added_to`):
+then :math:`s` is a per-member constant mapped with the states, so both
+readings train in one program on the same batches.
 
 `train_step(state, batch, key) -> (state, metrics)` is pure and compiled
 once with `jax.jit` over a ("data",) mesh of all devices: the batch sharded
-on its leading axis, the state replicated and donated. The step's dropout key
-is `fold_in(key, state.step)`. A vmapped sweep (`qkspec.training.sweep`)
-stacks the states of its members and runs `jax.vmap(train_step)` in the same
-jit. `build_steps` builds them all; `qkspec.training.loop` runs them.
+on its leading axis, the state replicated and donated; the step's dropout
+key is `fold_in(key, state.step)`. A sweep (`qkspec.training.sweep`) stacks
+its members' states and maps `train_step` over them in the same jit.
+`build_steps` builds them all; `qkspec.training.loop` runs them.
 """
 # pylint: disable=invalid-name
 from concurrent import futures
@@ -268,7 +262,7 @@ def member_batch(config) -> int:
 
   Auto is every member at once (0, a plain vmap) on a GPU or TPU and one at
   a time (1, a loop inside the compiled step) on a CPU, where the batched
-  logits blocks fall out of cache (bench/sweep.py).
+  logits blocks fall out of cache.
   """
   batch = config.sweep.get("member_batch", -1)
   if batch >= 0:
@@ -366,27 +360,14 @@ def compile_ahead(steps, abstract_state, dropout_keys: jax.Array, batch):
   """`steps` with its train, measure and eval programs compiling on threads.
 
   A run would compile its programs one after another as each is first
-  called (the measurements at the log of step 0, the k-step train call,
-  each eval split at the first evaluation, the state's copy at the first
-  checkpoint), although none needs another's result. Here they lower and
-  compile on worker threads from the arguments' shapes and shardings while
-  the main thread initialises or restores the state (XLA releases the GIL
-  while it compiles, and `lower(...).compile()` fills the cache that `jit`
-  dispatch reads). Each is wrapped in `Warm`, so its first call waits for
-  its worker instead of compiling it a second time; a worker's error is
+  called, although none needs another's result. Here they lower and
+  compile on worker threads from the arguments' shapes and shardings
+  (`abstract_state`; `batch`, a train batch, for the batch's) while the
+  main thread initialises or restores the state: XLA releases the GIL while
+  it compiles, and `lower(...).compile()` fills the cache that `jit`
+  dispatch reads. Each program is wrapped in `Warm`, so its first call
+  waits for its worker instead of compiling it again; a worker's error is
   raised by that call. Nothing that is computed changes.
-
-  Args:
-    steps: the run's `step.Steps`.
-    abstract_state: the TrainState's ShapeDtypeStructs on its sharding
-      (`checkpoint.abstract_like(jax.eval_shape(steps.init, ...))`).
-    dropout_keys: the run's dropout keys, as the train calls get them.
-    batch: a train batch (`steps.task.train_batch(0)`), for the shapes of
-      the measurements' (and single steps') batch.
-
-  Returns:
-    `steps` with `train_many` (or `train` where a call runs one step),
-    `measure` and `eval_many` wrapped in `Warm`.
   """
   pool = futures.ThreadPoolExecutor(max_workers=3,
                                     thread_name_prefix="precompile")

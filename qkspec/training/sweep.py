@@ -117,7 +117,7 @@ def over_members(fn, in_axes: tuple, member_batch: int = 0):
   the same compiled program, `member_batch` at a time (vmapped within a
   group; 1 = no batch axis at all, the single run's code). Same results;
   on a CPU the batched [M, C, V] logits blocks fall out of cache and
-  member_batch = 1 is the fastest (bench/sweep.py).
+  member_batch = 1 is the fastest.
   """
   if not member_batch:
     return jax.vmap(fn, in_axes=in_axes)
