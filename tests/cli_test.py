@@ -117,7 +117,7 @@ class UsageErrorTest(absltest.TestCase):
     return lines[0]
 
   def test_a_misspelled_key_names_it_and_the_right_one(self):
-    # launch/train.py, the command; run.py shares cli.main.
+    # launch/train.py, the training command; run.py shares cli.main.
     line = self._fails("train.py", "--config", "configs/theory_task.py:smoke",
                        "--config.locater.kapa1=1")
     self.assertIn("--config.locater.kapa1", line)

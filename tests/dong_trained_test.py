@@ -1,4 +1,4 @@
-"""Dong et al.'s trained-network experiments (issue 13).
+"""Dong et al.'s trained-network experiments.
 
 Restricted-path evaluation (qkspec.theory.path_eval), the sorting and
 memorisation generators (qkspec.data.synthetic), the SAN classifier and its

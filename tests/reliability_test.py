@@ -63,7 +63,7 @@ def _assert_trees_equal(a, b):
 
 
 def _damage(step_dir, how):
-  """Damages a checkpoint folder as the issue's user found them."""
+  """Damages a checkpoint folder as a killed or full-disk run leaves it."""
   if how == "truncated_data":        # OCDBT OUT_OF_RANGE
     for f in glob.glob(os.path.join(step_dir, "state", "**", "d", "*"),
                        recursive=True):

@@ -146,8 +146,7 @@ class SelfAttention(nn.Module):
             biases if self.use_bias else None)
 
   def _output(self, u_BxTxHxD: jax.Array, d: int) -> jax.Array:
-    """U [B, T, d] after the output projection (or the heads side by side
-    without one)."""
+    """U [B, T, d]: the output projection, or the heads side by side."""
     B, T, H, D = u_BxTxHxD.shape
     if self.out_proj:
       return nn.DenseGeneral(d, axis=(-2, -1), use_bias=self.use_bias,
