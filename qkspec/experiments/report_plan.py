@@ -108,11 +108,8 @@ def train_command(fig: str, reading: str, seeds: set[int],
   side by side) for `seeds`: one run for seeds 0..N-1 (`seeds=N`), else
   one run per seed (`seed=S`). The no-LocATER member alone trains the same
   under both readings, so its command names none."""
-  if fig in ("6", "7"):
-    name, parts = ("locater_wt2" if fig == "6" else "rho_training"), []
-  else:
-    layers, width = _DEPTH_WIDTH[fig]
-    name, parts = "depth_width", [f"L={layers}", f"d={width}"]
+  name, parts = report_runs.config_file(     # Fig. 7: Fig. 6's model
+      fig, *_DEPTH_WIDTH.get(fig, (1, 128)))
   if kinds != ["none"]:
     parts += {"both": ["both_readings"], "summed_loss": ["fairseq"]}.get(
         reading, [])
