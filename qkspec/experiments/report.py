@@ -2,7 +2,7 @@
 
 `write_report(run_dirs, out_path)` reads each run (`report_runs`), judges
 the paper's claims (`report_claims`), lists what is still to run
-(`report_plan.still_to_run`) and writes the report and, beside it,
+(`report_claims.still_to_run`) and writes the report and, beside it,
 `summary.csv`, `summary.json` and one figure per paper figure (final scale,
 entropy and valid perplexity against kappa2, mean +- std over seeds, one
 line per reading of kappa), the curves over training per figure and
@@ -34,7 +34,6 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import locater_minimum  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import replicates  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import report_claims  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec.experiments import report_plan  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import report_runs  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import run_records  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import stripes  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -416,7 +415,7 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
       md += [""] + [f"- {v['text']}" for v in vs
                     if v["label"] == label and v["reading"] == reading]
       md.append("")
-  missing = report_plan.still_to_run(rows)
+  missing = report_claims.still_to_run(rows)
   md += ["", "## Still to run", "",
          "What the report lacks before every claim has its numbers, each "
          "with the command that trains it: `python launch/train.py --config "
