@@ -66,10 +66,8 @@ def figure(rows, label):
             ("entropy", "attention entropy (nats)", "C"),
             ("valid_ppl", "valid perplexity", "D")]
   readings = sorted({r["reading"] for r in rows if r["label"] == label})
-  styles = [dict(ls=ls, marker=mk, lw=lw, ms=lw + 4.5, mfc="none",
-                 zorder=2 + i)
-            for i, (ls, mk, lw) in enumerate(zip(("-", "--"), ("o", "s"),
-                                                 (2.6, 1.3)))]
+  styles = [dict(ls="-", marker="o", lw=2.6, ms=7.1, mfc="none", zorder=2),
+            dict(ls="--", marker="s", lw=1.3, ms=5.8, mfc="none", zorder=3)]
   fig, axes = plt.subplots(1, 3, figsize=(12, 3.8), layout="constrained")
   curves = {q: [] for q, _, _ in panels}
   for i, reading in enumerate(readings):
@@ -120,11 +118,9 @@ def _role(run, alone: bool) -> str:
 def run_lines(cell) -> list[str]:
   """One markdown item per run of a (figure, reading) cell, with its
   command (a run in two roles, e.g. `both_readings,contrast`, once)."""
-  by_dir = {}
-  for run in cell:
-    by_dir.setdefault(run["run_dir"], []).append(run)
   lines = []
-  for entries in by_dir.values():
+  for run_dir in dict.fromkeys(run["run_dir"] for run in cell):
+    entries = [run for run in cell if run["run_dir"] == run_dir]
     roles = [r for r in (_role(e, len(entries) == 1) for e in entries) if r]
     lines += [f"- run `{entries[0]['run_dir']}`: {_steps_line(entries[0])}"
               + "".join(("; " if i == 0 else "; and ") + r
@@ -149,8 +145,7 @@ def _table(rs):
   return lines
 
 
-def write_summary(rows, directory, verdict_list=None,
-                  spread=None) -> list[str]:
+def write_summary(rows, directory, verdicts, spread) -> list[str]:
   """Writes summary.csv and summary.json (rows, verdicts, rerun spread) in
   `directory`; their paths."""
   os.makedirs(directory, exist_ok=True)
@@ -165,11 +160,8 @@ def write_summary(rows, directory, verdict_list=None,
                   "commands": " ; ".join(r["commands"])})
   json_path = os.path.join(directory, "summary.json")
   with open(json_path, "w") as f:
-    json.dump(dict(rows=rows,
-                   verdicts=(report_claims.verdicts(rows)
-                             if verdict_list is None else verdict_list),
-                   rerun_spread=spread or {}),
-              f, indent=1, default=str)
+    json.dump(dict(rows=rows, verdicts=verdicts, rerun_spread=spread), f,
+              indent=1, default=str)
   return [csv_path, json_path]
 
 
@@ -346,8 +338,7 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
     md += ["At a glance (each verdict's numbers below):", ""] + table + [""]
   md += [f"- {v['text']}" for v in vs] or ["- (no kappa2 = 0 / 1 pair)"]
   md += [""] + locater_minimum.markdown(rows, report_runs.READINGS)
-  labels = sorted({r["label"] for r in rows}, key=report_runs.label_order)
-  for label in labels:
+  for label in sorted({r["label"] for r in rows}, key=report_runs.label_order):
     md += ["", f"## {label}", ""]
     locater = any(r["label"] == label and r["kappa1"] > 0 for r in rows)
     if locater and not label.startswith("Fig. 7"):   # Fig. 7: heat maps
@@ -357,9 +348,8 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
       md += [f"![{label}]({rel}/{png.name})", ""]
     for reading in sorted({r["reading"] for r in rows if r["label"] == label}):
       rs = [r for r in rows if r["label"] == label and r["reading"] == reading]
-      md += [f"### {report_runs.reading_name(reading)}", ""]
       cell = by_cell[(label, reading)]
-      md += run_lines(cell)
+      md += [f"### {report_runs.reading_name(reading)}", ""] + run_lines(cell)
       counted, left_out = report_runs.cell_members(cell)
       if left_out:
         md.append(f"- left out (stopped before step "
@@ -374,10 +364,9 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
         if run["figure"] == "7" and "shared_from" not in run:  # rho maps
           png = figures_dir / f"{_slug(label)}_rho_{reading}_{i}.png"
           md += _rho_maps(run, png, rel, paths)
-      md += [""] + _table(rs)
-      md += [""] + [f"- {v['text']}" for v in vs
-                    if v["label"] == label and v["reading"] == reading]
-      md.append("")
+      md += [""] + _table(rs) + [""] + [
+          f"- {v['text']}" for v in vs
+          if v["label"] == label and v["reading"] == reading] + [""]
   md += ["", "## Still to run", "",
          "What the report lacks before every claim has its numbers, each "
          "with the command that trains it: `python launch/train.py --config "
