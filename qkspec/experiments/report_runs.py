@@ -195,10 +195,6 @@ def load_runs(run_dirs) -> list[dict]:
   return runs
 
 
-def _no_locater(member) -> bool:
-  return member["kappa1"] == 0 and member["kappa2"] == 0
-
-
 def cells(runs) -> dict:
   """(label, reading) -> the runs of that figure and reading of kappa.
 
@@ -211,7 +207,8 @@ def cells(runs) -> dict:
   for run in runs:
     out.setdefault((run["label"], run["reading"]), []).append(run)
   for run in runs:
-    shared = [m for m in run["members"] if _no_locater(m)]
+    shared = [m for m in run["members"]
+              if m["kappa1"] == 0 and m["kappa2"] == 0]
     for reading in READINGS:
       if shared and reading != run["reading"]:
         out.setdefault((run["label"], reading), []).append(dict(

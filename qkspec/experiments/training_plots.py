@@ -80,15 +80,11 @@ def member_names(members) -> list[str]:
   fields = varying_fields(members) or ["kappa1", "kappa2"]
   names = []
   for i, m in enumerate(members, 1):
-    parts = [f"{_SYMBOL[f]}={_value_text(m.get(f, _DEFAULTS[f]))}"
-             for f in fields]
-    names.append(f"{i}: " + ", ".join(parts))
+    values = [m.get(f, _DEFAULTS[f]) for f in fields]
+    names.append(f"{i}: " + ", ".join(
+        f"{_SYMBOL[f]}=" + (READING_NAMES.get(v, v) if isinstance(v, str)
+                            else f"{v:g}") for f, v in zip(fields, values)))
   return names
-
-
-def _value_text(value) -> str:
-  return (READING_NAMES.get(value, value) if isinstance(value, str)
-          else f"{value:g}")
 
 
 def coinciding(curves, rtol: float = 1e-6, span_frac: float = 0.0,
