@@ -3,9 +3,7 @@
 Two GPU runs of one config and seed are not bit-identical (XLA's GPU
 scatter-adds, e.g. the embedding gradient, and some reductions may sum in
 another order each run). Their difference is the floor under any one-seed
-comparison: `report_claims.verdicts` calls a one-seed difference "not
-significant" when it is within `FACTOR` times the relative spread of the
-larger value.
+comparison (`within`).
 
 The spread is the largest relative difference |a - b| / mean(|a|, |b|)
 over the replicate members and their twins. `by_reading` keeps one per

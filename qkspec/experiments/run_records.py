@@ -1,18 +1,15 @@
 """Run records: what the report reads of a training run, small enough to keep.
 
-REPRODUCTION.md reads of a `launch/train.py` workdir (tens of MB for a Fig.
-12 sweep) only `config.json`, `members.json`, `run_info.jsonl` and a few
-metrics of each member (`report_runs.record_keys`). `write` copies just that
-into `records_dir/<role>s/<run directory's basename>/`, with `record.json`
-naming the run directory and the command that trained it, as it was run. A
-record loads as a run directory (`report_runs.load_runs`), so the report
-regenerates from the repository alone. A record made again (the run trained
-further) replaces the old one.
+Of a `launch/train.py` workdir (tens of MB for a Fig. 12 sweep) the report
+reads only `config.json`, `members.json`, `run_info.jsonl` and a few metrics
+(`report_runs.record_keys`). `write` copies just that into
+`records_dir/<role>s/<run directory's basename>/`, with `record.json` naming
+the run directory and the command that trained it. A record loads as a run
+directory, so the report regenerates from the repository alone.
 
-Records rebuilt from an earlier report when the run was lost say so in
-`record.json` ("source") and may hold final values only (one logged step),
-the stripe test's result in `members.json` ("stripes") instead of the rho
-map, or, for a replicate, its measured "spread" instead of members.
+Records rebuilt from an earlier report when the run was lost say so
+("source") and may hold final values only, the stripe test's result
+("stripes") instead of the rho map, or a replicate's "spread".
 """
 import json
 import os
