@@ -13,7 +13,6 @@ The paper figure comes from the config (`figure_of`): configs/rho_training.py
 """
 import json
 import math
-import os
 import pathlib
 
 import numpy as np
@@ -55,8 +54,7 @@ _REPO = pathlib.Path(__file__).resolve().parents[2]
 
 def load_config(run_dir):
   """A run's (or record's) config.json as a dict."""
-  with open(os.path.join(run_dir, "config.json")) as f:
-    return json.load(f)
+  return json.loads((pathlib.Path(run_dir) / "config.json").read_text())
 
 
 def figure_of(config: dict) -> tuple[str, bool]:
