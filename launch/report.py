@@ -6,25 +6,18 @@ r"""Writes REPRODUCTION.md from training run directories (Figs. 6-12).
   python launch/report.py --out REPRODUCTION.md     # from the records alone
 
 Tables (mean +- std over seeds per kappa2), verdicts on the paper's claims
-B-D, the commands and steps of every run; summary.csv, summary.json and the
-figures go to --figures_dir. Each run of --runs is first recorded in
---records_dir (default: records/ in --figures_dir): its config, members,
-run_info and the few metrics the report reads, a few hundred KB kept in
-the repository (qkspec/experiments/run_records.py); the report covers every
-record there, so runs trained earlier, on machines whose disks are gone,
-still count, and the command without --runs regenerates it. A run
-recorded again (trained further) replaces its record; another run whose
-directory has the same basename is refused (rename it, or give it as a
-replicate).
-Runs of one figure and reading are merged, so seeds trained as separate
-runs (`seed=S` configs, e.g. fig6, fig6_seed1) count together.
---replicates names runs that repeat one of the runs (same config and seed,
-e.g. a run trained again on another machine): their difference is the
-floor under one-seed verdicts (qkspec/experiments/replicates.py).
---norecords reports on --runs alone and records nothing. Your own runs
-want their own --out (e.g. /tmp/exp_runs/REPRODUCTION.md): with the default
-they join the repository's records and report. See
-qkspec/experiments/report.py.
+B-D and the commands and steps of every run; summary.csv, summary.json and
+the figures go to --figures_dir. Each run of --runs is first recorded in
+--records_dir (its config, members, run_info and the few metrics the
+report reads: qkspec/experiments/run_records.py) and the report covers
+every record there, so runs on machines that are gone still count and the
+command without --runs regenerates it. A run recorded again replaces its
+record; another run whose directory has the same basename is refused.
+Runs of one figure and reading are merged (seeds trained as separate runs
+count together). --replicates: runs that repeat one of the runs (same config
+and seed), the floor under one-seed verdicts. --norecords reports on --runs
+alone. Your own runs want their own --out (e.g. /tmp/exp_runs/REPRODUCTION.md):
+with the default they join the repository's records and report.
 """
 import sys
 

@@ -20,7 +20,6 @@ from qkspec.config import defaults
 from qkspec.config import schema
 from qkspec.experiments import report
 from qkspec.experiments import report_claims
-from qkspec.experiments import report_plan
 from qkspec.experiments import report_runs
 from qkspec.experiments import training_plots
 from qkspec.training import loop
@@ -119,7 +118,7 @@ def _run_rows(figure, reading, n_seeds, final_step, smoke=False,
   """Summary rows of a kappa2 = 0, 1 sweep; `none` adds a no-LocATER group
   (default: for the figures that need one)."""
   pairs = [(100.0, 0.0), (100.0, 1.0)]
-  if none or (none is None and figure in report_plan.CONTRAST_FIGS):
+  if none or (none is None and figure in report_claims.CONTRAST_FIGS):
     pairs.append((0.0, 0.0))
   return [dict(figure=figure, reading=reading, seeds=list(range(n_seeds)),
                n_seeds=n_seeds, final_step=final_step, smoke=smoke,
@@ -198,10 +197,10 @@ class StillToRunTest(absltest.TestCase):
             + _run_rows("6", "summed_loss", 3, 11_000)    # shortened
             + _run_rows("8", "mean_loss", 1, 50_000)      # covered
             + _run_rows("9", "mean_loss", 1, 50_000, smoke=True))
-    lines = report_plan.still_to_run(rows)
+    lines = report_claims.still_to_run(rows)
     # one line per reading where the readings lack different runs (Figs. 6
     # and 8), one for both where they lack the same (Figs. 7, 9-12)
-    self.assertLen(lines, len(report_plan.PLAN) + 1)
+    self.assertLen(lines, len(report_claims.PLAN) + 1)
     text = "\n".join(lines)
     self.assertIn("Fig. 6, literal (mean_loss): 1 of 3 seeds (seed 0 done)",
                   text)
@@ -227,7 +226,7 @@ class StillToRunTest(absltest.TestCase):
     self.assertNotIn("bench/", text)
 
   def test_every_command_loads_its_config(self):
-    lines = report_plan.still_to_run(
+    lines = report_claims.still_to_run(
         _run_rows("6", "mean_loss", 1, 50_000)
         + _run_rows("9", "mean_loss", 1, 50_000, none=False)
         + [dict(r, seeds=[0, 2]) for r in
@@ -242,24 +241,24 @@ class StillToRunTest(absltest.TestCase):
       args_lib.load_config_file(testutil.ROOT / path, arg or None)
 
   def test_a_complete_plan_leaves_nothing(self):
-    rows = [r for fig, seeds in report_plan.PLAN.items()
+    rows = [r for fig, seeds in report_claims.PLAN.items()
             for reading in report_runs.READINGS
             for r in _run_rows(fig, reading, seeds, 50_000)]
-    self.assertEqual(report_plan.still_to_run(rows), [])
+    self.assertEqual(report_claims.still_to_run(rows), [])
     rows[0]["seeds"] = [0, 2]                    # one group lacks seed 1
-    [line] = report_plan.still_to_run(rows)
+    [line] = report_claims.still_to_run(rows)
     self.assertIn("--config configs/locater_wt2.py:seed=1 --workdir "
                   "runs/fig6_seed1`", line)
 
   def test_figs_8_to_12_need_a_no_locater_member(self):
     rows = _run_rows("9", "mean_loss", 1, 50_000, none=False)
-    [line] = [l for l in report_plan.still_to_run(rows)
+    [line] = [l for l in report_claims.still_to_run(rows)
               if l.startswith("- Fig. 9, literal")]
     self.assertIn("no-LocATER member: not run", line)
     self.assertIn("--config configs/depth_width.py:L=3,d=32,none --workdir "
                   "runs/fig9_none`", line)
     rows += [dict(rows[0], kappa1=0.0, kappa2=0.0)]        # a none run
-    self.assertFalse([l for l in report_plan.still_to_run(rows)
+    self.assertFalse([l for l in report_claims.still_to_run(rows)
                       if l.startswith("- Fig. 9, literal")])
 
   def test_fig7_shared_no_locater_member_alone_leaves_the_run_to_do(self):
@@ -272,7 +271,7 @@ class StillToRunTest(absltest.TestCase):
     rows = report_runs.summarize_runs(runs)
     self.assertIn(("mean_loss", 0.0), [(r["reading"], r["kappa1"])
                                        for r in rows])
-    lines = [l for l in report_plan.still_to_run(rows) if "Fig. 7" in l]
+    lines = [l for l in report_claims.still_to_run(rows) if "Fig. 7" in l]
     self.assertLen(lines, 1)
     self.assertStartsWith(lines[0], "- Fig. 7, literal (mean_loss): not run")
     self.assertIn("--config configs/rho_training.py --workdir runs/fig7`",
@@ -297,7 +296,7 @@ class StillToRunTest(absltest.TestCase):
                       for r in rows if r["kappa2"] == 0},
                      {(reading, k1, 3) for reading in report_runs.READINGS
                       for k1 in (0.0, 100.0)})
-    self.assertFalse([l for l in report_plan.still_to_run(rows)
+    self.assertFalse([l for l in report_claims.still_to_run(rows)
                       if l.startswith("- Fig. 9")])
 
 
@@ -395,7 +394,7 @@ class MergedRunsTest(absltest.TestCase):
       self.assertAlmostEqual(r["entropy_mean"], r["kappa2"] + 1.0)
       self.assertAlmostEqual(r["entropy_std"], 1.0)
     rows = report_runs.summarize_runs(runs)
-    self.assertEqual(report_plan.still_to_run(rows)[0][:40],
+    self.assertEqual(report_claims.still_to_run(rows)[0][:40],
                      "- Fig. 6, fairseq (summed_loss): not run")
 
   def test_a_no_locater_member_counts_for_both_readings(self):
@@ -421,7 +420,7 @@ class MergedRunsTest(absltest.TestCase):
     self.assertEqual(training_plots.varying_fields(
         sweep["members"] + view["members"]), ["kappa1", "kappa2"])
     self.assertNotIn("Fig. 9", "".join(
-        l for l in report_plan.still_to_run(
+        l for l in report_claims.still_to_run(
             report_runs.summarize_runs([sweep, none]))
         if "fairseq" in l))         # the fairseq cell is complete
     fairseq = [r for r in report_runs.summarize_runs([sweep, none])
@@ -442,7 +441,7 @@ class MergedRunsTest(absltest.TestCase):
                      {(1, 20_000)})
     rows = report_runs.summarize_runs(runs)
     self.assertEqual([r["n_seeds"] for r in rows], [1, 1])
-    [line] = [l for l in report_plan.still_to_run(rows) if "literal" in l and
+    [line] = [l for l in report_claims.still_to_run(rows) if "literal" in l and
               "Fig. 6" in l]
     self.assertIn("1 of 3 seeds (seed 0 done)", line)
     self.assertIn("configs/locater_wt2.py:seed=1 --workdir runs/fig6_seed1`; "

@@ -10,8 +10,8 @@
   (Dong) and entropy bounds (Zhai, Eq. 9) in random pure self-attention
   networks; `dong_trained` (with `dong_measure`): trained ones;
 * `training_plots`: a training workdir's figures (Figs. 6-7 panels);
-* `report` (with `report_runs`, `report_claims`, `report_plan`,
-  `run_records`, `replicates`, `locater_minimum`, `stripes`):
+* `report` (with `report_runs`, `report_claims`, `run_records`,
+  `replicates`, `locater_minimum`, `stripes`):
   REPRODUCTION.md from training runs (Figs. 6-12);
 * `demo`: the main job (every figure that needs no data set);
 * shared by the above: `outputs` (workdir, config checks, tables, figures),

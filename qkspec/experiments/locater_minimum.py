@@ -5,21 +5,14 @@ The penalty alone is smallest at :math:`W^* = cI`, with
 :math:`(\mathrm{tr}\,W^*)^2/d` (`qkspec.theory.locater.penalty_minimum`).
 For fixed :math:`\kappa_1` that scale grows with :math:`\kappa_2`, and both
 readings of :math:`\kappa` share :math:`W^*` (they differ by one factor on
-both strengths). So a trained model tells the penalty's doing from the data
-loss's: a W_QK that sits at :math:`W^*` is set by the penalty, and there
-claim B (scale shrinks as :math:`\kappa_2` grows) must come out reversed.
+both strengths). A trained W_QK at :math:`W^*` is set by the penalty, not
+the data loss, and there claim B (scale shrinks as :math:`\kappa_2` grows)
+must come out reversed.
 
-* `compare(rows)`: per LocATER row of `report_runs.summarize` (kappa1 > 0,
-  with its `d_model`): W*'s trace and scale, the trained (seed-mean) trace
-  and scale, and `isotropy` = scale / `spectrum.scale_floor(trace)`. The floor
-  is the least scale a matrix of that trace can have (1 exactly for a
-  multiple of I; on layer means it is still >= 1, by Jensen). `at_minimum`
-  says whether the trained W_QK is at W*: trace within `NEAR` of W*'s and
-  isotropy below 1 + `NEAR` (None for kappa2 = 0, where W* = 0 and no
-  relative test applies).
-* `markdown(rows, readings)`: the report's section: what W* is, then a
-  table and a line per figure and reading; `annotate(verdicts, rows)`
-  points each claim-B verdict whose stronger group sits at W* to it.
+`isotropy` = scale / `spectrum.scale_floor(trace)`, the least scale a
+matrix of that trace can have (1 exactly for a multiple of I; >= 1 on layer
+means too, by Jensen). A group is at W* when its trace is within `NEAR` of
+W*'s and its isotropy below 1 + `NEAR` (None for kappa2 = 0, where W* = 0).
 """
 import math
 
@@ -30,10 +23,12 @@ from qkspec.theory import locater
 from qkspec.theory import spectrum
 
 NEAR = 0.05          # relative distance that still counts as "at W*"
+_YES_NO = {None: "-", True: "yes", False: "no"}
 
 
 def compare(rows) -> list[dict]:
-  """One dict per LocATER row that has `d_model` (see module docstring)."""
+  """W*'s and the trained trace and scale, `isotropy` and `at_minimum` of
+  each LocATER row (`report_runs.summarize`) that has `d_model`."""
   out = []
   for r in rows:
     d = r.get("d_model")
@@ -55,10 +50,6 @@ def compare(rows) -> list[dict]:
                     trace=trace, scale=scale, isotropy=isotropy,
                     at_minimum=at))
   return out
-
-
-def _yes_no(at):
-  return "-" if at is None else ("yes" if at else "no")
 
 
 def _summary_line(cs, reading_name) -> str:
@@ -112,15 +103,14 @@ def markdown(rows, readings: dict) -> list[str]:
            "scale / floor | at W* |", "|" + "---|" * 7]
     md += [f"| {c['kappa2']:g} | {c['star_trace']:.4g} | "
            f"{c['trace']:.4g} | {c['star_scale']:.4g} | {c['scale']:.4g} | "
-           f"{c['isotropy']:.4g} | {_yes_no(c['at_minimum'])} |" for c in g]
+           f"{c['isotropy']:.4g} | {_YES_NO[c['at_minimum']]} |" for c in g]
     md += ["", f"- {_summary_line(g, name)}", ""]
   return md
 
 
 def annotate(verdict_list, rows) -> list[dict]:
-  """`report_claims.verdicts` with each claim-B line whose stronger group
-  sits at W* saying so: there the penalty alone sets the scale, which
-  grows with kappa2, so B cannot come out "reproduced"."""
+  """`report_claims.verdicts`, each claim-B line whose stronger group sits
+  at W* saying so (B cannot come out "reproduced" there)."""
   at = {(c["label"], c["reading"], c["kappa1"], c["kappa2"])
         for c in compare(rows) if c["at_minimum"]}
   out = []
@@ -136,8 +126,7 @@ def annotate(verdict_list, rows) -> list[dict]:
 
 
 def star_curve(rows):
-  """(kappa2s, W* scales) of the LocATER rows, sorted by kappa2 (one
-  figure's rows: one d and kappa1), for a reference line in panel B."""
+  """(kappa2s, W* scales) of one figure's LocATER rows, for panel B."""
   cs = sorted({c["kappa2"]: c for c in compare(rows)}.values(),
               key=lambda c: c["kappa2"])
   return [c["kappa2"] for c in cs], [c["star_scale"] for c in cs]

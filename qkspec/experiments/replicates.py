@@ -1,26 +1,15 @@
 """Run-to-run spread: the same run (config, seed) trained twice.
 
-On a GPU two runs of one config and seed are not bit-identical (by
-default XLA's GPU scatter-adds, e.g. the embedding gradient, and some
-reductions may sum in a different order each run), so their finals differ
-a little. That difference is the floor under any one-seed comparison: a
-kappa2 effect no larger than it cannot be told from the hardware's
-arithmetic, let alone from a change of seed (which moves results much more;
-the report's seeds measure that).
+Two GPU runs of one config and seed are not bit-identical (XLA's GPU
+scatter-adds, e.g. the embedding gradient, and some reductions may sum in
+another order each run). Their difference is the floor under any one-seed
+comparison (`within`).
 
-`spread(runs, replicates, quantities)` pairs each member of a replicate run
-with the member of the same figure, reading, kappa1, kappa2, target and
-seed in `runs` (the report's loaded-run form, `report_runs.load_runs`),
-both at the same last step, and gives per quantity the largest relative
-difference |a - b| / mean(|a|, |b|) over the pairs.
-`report_claims.verdicts` calls a one-seed difference "not significant"
-when it is within `FACTOR` times that relative spread of the larger value.
-
-`by_reading` keeps one spread per reading of kappa: the readings put a
-quantity at different scales (the literal reading's kappa1 = 100 holds
-tr(W^T W) near 1e-6, where a rerun moves it by percents, the fairseq
-reading near 0.1, where it moves by less than 0.1%), so a relative
-spread measured in one reading is no floor for the other.
+The spread is the largest relative difference |a - b| / mean(|a|, |b|)
+over the replicate members and their twins. `by_reading` keeps one per
+reading of kappa: the literal reading holds tr(W^T W) near 1e-6, where a
+rerun moves it by percents, the fairseq one near 0.1, where it moves by
+less than 0.1%, so one reading's spread is no floor for the other.
 """
 import numpy as np
 
@@ -36,8 +25,7 @@ def _key(run, member):
 
 def pairs(runs, replicates) -> list[tuple[dict, dict, dict, dict]]:
   """(run, member, replicate run, replicate member) for every replicate
-  member whose twin (same figure, reading, kappas, target, seed and last
-  step) is in `runs`."""
+  member with a twin in `runs` (same `_key` and last step)."""
   twins = {_key(r, m): (r, m) for r in runs for m in r["members"]}
   out = []
   for rep in replicates:
@@ -49,9 +37,8 @@ def pairs(runs, replicates) -> list[tuple[dict, dict, dict, dict]]:
 
 
 def spread(runs, replicates, quantities) -> dict:
-  """quantity name -> dict(rel: the largest relative difference over the
-  pairs, n: the pairs, where: 'run vs replicate, member' of the largest),
-  for each (name, metric key) of `quantities` with finite values."""
+  """name -> dict(rel: the largest relative difference, where: its pair,
+  n: the pairs) for each (name, metric key) of `quantities`."""
   twins = pairs(runs, replicates)
   out = {}
   for name, key in quantities:
@@ -74,10 +61,8 @@ def spread(runs, replicates, quantities) -> dict:
 
 def by_reading(runs, replicates, quantities, readings=(),
                kept=()) -> dict:
-  """reading -> `spread` of the replicate runs of that reading, merged
-  with `kept` (spreads kept without their runs' reading, e.g. records
-  rebuilt without members: they count for every reading), for each
-  reading of `replicates` and `readings` that has a spread."""
+  """reading -> `spread` of its replicate runs, merged with `kept` (spreads
+  of records without members: they count for every reading)."""
   out = {}
   for reading in sorted({r["reading"] for r in replicates} | set(readings)):
     s = merge(spread(runs, [r for r in replicates if r["reading"] == reading],

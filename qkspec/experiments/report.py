@@ -1,25 +1,13 @@
 """REPRODUCTION.md from training run directories (paper Sec. 7, Figs. 6-12).
 
 `write_report(run_dirs, out_path)` reads each run (`report_runs`), judges
-the paper's claims (`report_claims`), lists what is still to run
-(`report_plan.still_to_run`) and writes the report and, beside it,
-`summary.csv`, `summary.json` and one figure per paper figure (final scale,
-entropy and valid perplexity against kappa2, mean +- std over seeds, one
-line per reading of kappa), the curves over training per figure and
-reading and Fig. 7's rho_i heat maps.
-
-The section "LocATER's own minimum" (`locater_minimum.markdown`) sets
-each LocATER group's trained trace and scale beside W* = cI, where the
-penalty alone would put W_QK, and says which groups sit there.
-
-`write_report(..., records_dir=...)` (launch/report.py's default) first
-records each run (`run_records`: what the report reads of it, small
-enough to commit) and then reports on every record in `records_dir`, so a
-report made from runs on machines that are gone can still be regenerated
-and extended. A record rebuilt from an earlier report may hold final
-values only: its curves and rho maps are then the earlier report's PNGs,
-kept as `*_earlier.png` (`earlier_png`), its stripe tests the ones
-that report printed, and a replicate's spread the one it measured.
+the paper's claims and lists what is still to run (`report_claims`), sets
+W_QK beside LocATER's own minimum (`locater_minimum`) and writes the report
+with `summary.csv`, `summary.json` and the figures beside it. With
+`records_dir` it first records each run (`run_records`) and reports on
+every record there, so it regenerates without the runs. A record rebuilt
+from an earlier report may hold final values only: its curves and rho maps
+are then that report's PNGs, kept as `*_earlier.png` (`earlier_png`).
 """
 import csv
 import json
@@ -34,7 +22,6 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import locater_minimum  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import replicates  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import report_claims  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec.experiments import report_plan  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import report_runs  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import run_records  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import stripes  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -74,20 +61,13 @@ def _steps_line(r):
 
 def figure(rows, label):
   """Final scale, entropy and valid ppl vs kappa2, one line per reading
-  that has LocATER members (each reading in its colour in every figure).
-
-  Readings whose values coincide stay visible (the first wide and solid,
-  the next thinner, dashed, hollow markers) and the panel says so, as
-  `training_plots` does for members.
-  """
+  with LocATER members (coinciding readings stay visible, and are named)."""
   panels = [("scale", "scale tr$(W_{QK}^\\top W_{QK})$", "B"),
             ("entropy", "attention entropy (nats)", "C"),
             ("valid_ppl", "valid perplexity", "D")]
   readings = sorted({r["reading"] for r in rows if r["label"] == label})
-  styles = [dict(ls=ls, marker=mk, lw=lw, ms=lw + 4.5, mfc="none",
-                 zorder=2 + i)
-            for i, (ls, mk, lw) in enumerate(zip(("-", "--"), ("o", "s"),
-                                                 (2.6, 1.3)))]
+  styles = [dict(ls="-", marker="o", lw=2.6, ms=7.1, mfc="none", zorder=2),
+            dict(ls="--", marker="s", lw=1.3, ms=5.8, mfc="none", zorder=3)]
   fig, axes = plt.subplots(1, 3, figsize=(12, 3.8), layout="constrained")
   curves = {q: [] for q, _, _ in panels}
   for i, reading in enumerate(readings):
@@ -124,8 +104,7 @@ def figure(rows, label):
 
 
 def _role(run, alone: bool) -> str:
-  """What a cell's entry takes from its run (`report_runs.cells`); `alone`:
-  the cell takes nothing else from that run."""
+  """What a cell takes from `run` (`alone`: nothing else from it)."""
   if "shared_from" in run:
     return (f"its no-LocATER members{' only' if alone else ''}, shared "
             f"from the {report_runs.reading_name(run['shared_from'])} reading "
@@ -138,14 +117,10 @@ def _role(run, alone: bool) -> str:
 
 def run_lines(cell) -> list[str]:
   """One markdown item per run of a (figure, reading) cell, with its
-  command: a run that gives the cell its own members and its shared
-  no-LocATER member (a `both_readings` run with `contrast`) is named once,
-  with both roles."""
-  by_dir = {}
-  for run in cell:
-    by_dir.setdefault(run["run_dir"], []).append(run)
+  command (a run in two roles, e.g. `both_readings,contrast`, once)."""
   lines = []
-  for entries in by_dir.values():
+  for run_dir in dict.fromkeys(run["run_dir"] for run in cell):
+    entries = [run for run in cell if run["run_dir"] == run_dir]
     roles = [r for r in (_role(e, len(entries) == 1) for e in entries) if r]
     lines += [f"- run `{entries[0]['run_dir']}`: {_steps_line(entries[0])}"
               + "".join(("; " if i == 0 else "; and ") + r
@@ -170,10 +145,8 @@ def _table(rs):
   return lines
 
 
-def write_summary(rows, directory, verdict_list=None,
-                  spread=None) -> list[str]:
-  """summary.csv and summary.json (rows, verdicts: `verdict_list`, else
-  `verdicts(rows)`, and the same-seed rerun spread: `spread`) in
+def write_summary(rows, directory, verdicts, spread) -> list[str]:
+  """Writes summary.csv and summary.json (rows, verdicts, rerun spread) in
   `directory`; their paths."""
   os.makedirs(directory, exist_ok=True)
   csv_path = os.path.join(directory, "summary.csv")
@@ -187,37 +160,26 @@ def write_summary(rows, directory, verdict_list=None,
                   "commands": " ; ".join(r["commands"])})
   json_path = os.path.join(directory, "summary.json")
   with open(json_path, "w") as f:
-    json.dump(dict(rows=rows,
-                   verdicts=(report_claims.verdicts(rows)
-                             if verdict_list is None else verdict_list),
-                   rerun_spread=spread or {}),
-              f, indent=1, default=str)
+    json.dump(dict(rows=rows, verdicts=verdicts, rerun_spread=spread), f,
+              indent=1, default=str)
   return [csv_path, json_path]
 
 
-_CURVE_KEYS = ("mean/qk_scale", "mean/entropy", "valid/ppl", "valid/loss")
-
-
 def _has_curves(member) -> bool:
-  """Does `member` keep a curve (>= 2 logged steps) of a panel of
-  `training_plots.fig6_figure`? (A record rebuilt from an earlier report
-  keeps final values only.)"""
-  return any(len(member["metrics"].get(k, ((),))[0]) > 1
-             for k in _CURVE_KEYS)
+  """Does `member` keep a curve (>= 2 steps) of a `fig6_figure` panel?"""
+  return any(len(member["metrics"].get(k, ((),))[0]) > 1 for k in (
+      "mean/qk_scale", "mean/entropy", "valid/ppl", "valid/loss"))
 
 
 def earlier_png(png) -> pathlib.Path:
-  """Where a figure drawn by an earlier report from runs that were not
-  kept lies: `png` with "_earlier" added to its name. Kept under its own
-  name, a later report that draws `png` from new runs of the same cell
-  (the next seed) does not overwrite it."""
+  """`png` as an earlier report drew it from runs not kept: its own name,
+  so a report that draws `png` from new runs does not overwrite it."""
   png = pathlib.Path(png)
   return png.with_name(f"{png.stem}_earlier{png.suffix}")
 
 
 def _earlier_figure(what: str, alt: str, png, rel) -> list[str]:
-  """The line for a figure the records cannot draw: the one an earlier
-  report drew from the runs themselves (`earlier_png`) when it is there."""
+  """The line for a figure the records cannot draw (`earlier_png`'s)."""
   earlier = earlier_png(png)
   if earlier.is_file():
     return [f"- {what} (drawn by an earlier report from the runs, which "
@@ -226,16 +188,16 @@ def _earlier_figure(what: str, alt: str, png, rel) -> list[str]:
   return [f"- {what}: not drawn (the records hold final values only)"]
 
 
-def _save(fig, png, dpi: int) -> None:
-  """Draws `fig` to `png` at `dpi` and closes it."""
+def _save(fig, png, dpi: int, paths: list[str]) -> None:
+  """Draws `fig` to `png` at `dpi`, closes it and adds `png` to `paths`."""
   fig.savefig(png, dpi=dpi)
   plt.close(fig)
+  paths.append(str(png))
 
 
 def _curves(cell, counted, title, png, rel, paths) -> list[str]:
-  """The cell's B-D curves over training (seeds averaged): drawn to `png`
-  from the members that kept curves, and the earlier report's figure of
-  those that did not, if there is one; the markdown lines."""
+  """The cell's B-D curves over training (seeds averaged) to `png`, from
+  the members that kept them (`_earlier_figure` for the rest); markdown."""
   drawn = [m for m in counted if _has_curves(m)]
   if not drawn:
     return _earlier_figure("curves over training", "curves", png, rel)
@@ -245,8 +207,7 @@ def _curves(cell, counted, title, png, rel, paths) -> list[str]:
   seeds = max(len(g) for g in report_runs.seed_groups(drawn).values())
   fig.suptitle(f"{title}: over training"
                + (f", mean over {seeds} seeds" if seeds > 1 else ""))
-  _save(fig, png, 90)
-  paths.append(str(png))
+  _save(fig, png, 90, paths)
   skipped = len(counted) - len(drawn)
   if not skipped:
     return [f"- curves over training: ![curves]({rel}/{png.name})"]
@@ -259,14 +220,12 @@ def _curves(cell, counted, title, png, rel, paths) -> list[str]:
 
 
 def _rho_maps(run, png, rel, paths) -> list[str]:
-  """Fig. 7's rho_i heat maps of one run, drawn to `png`, and each member's
-  stripe test; the markdown lines."""
+  """Fig. 7's rho_i maps of one run to `png`, and its stripe tests."""
   what = f"rho_i over training (`{run['run_dir']}`)"
   if any(k in m["metrics"] for m in run["members"]
          for k in training_plots.rho_keys(0)):
     fig = training_plots.rho_heatmap_figure(run["members"])
-    _save(fig, png, 110)
-    paths.append(str(png))
+    _save(fig, png, 110, paths)
     md = [f"- {what}: ![rho]({rel}/{png.name})"]
   else:
     md = _earlier_figure(what, "rho", png, rel)
@@ -294,9 +253,8 @@ def default_records_dir(out_path, figures_dir=None) -> str:
 
 def keep_records(run_dirs, records_dir, replicate_dirs=(), replace=False
                  ) -> tuple[list[str], list[str]]:
-  """Records `run_dirs` and `replicate_dirs` in `records_dir`
-  (`run_records.write`, `replace`); (run records, replicate records):
-  every record there, those of earlier calls included."""
+  """Records the runs in `records_dir`; every (run, replicate) record
+  there, those of earlier calls included."""
   for role, dirs in (("run", run_dirs), ("replicate", replicate_dirs)):
     names = [run_records.name_of(run_records.origin(d)) for d in dirs]
     if len(set(names)) < len(names):
@@ -312,9 +270,8 @@ def keep_records(run_dirs, records_dir, replicate_dirs=(), replace=False
 
 
 def _spread(runs, replicate_dirs) -> dict:
-  """reading -> `replicates.spread` of the replicate runs that kept their
-  members, merged with the spreads kept by records that did not
-  (`replicates.by_reading`)."""
+  """`replicates.by_reading` of the replicates, and of the spreads kept by
+  records without members."""
   kept = [run_records.read(d).get("spread") for d in replicate_dirs]
   loaded = report_runs.load_runs(
       [d for d, s in zip(replicate_dirs, kept) if s is None])
@@ -330,12 +287,10 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
   """Writes `out_path` (markdown), the summary and figures; their paths.
 
   `replicate_dirs`: runs that repeat a run of `run_dirs` (same config and
-  seed); their differences give the one-seed floor (`replicates`).
-  `records_dir`: record the runs there (`run_records`) and report on every
-  record it holds, those of earlier calls included; the markdown then
-  names the command that regenerates it from the records alone;
-  `replace_records`: the runs replace records of their names whatever
-  runs those came from (`run_records.write`'s `replace`)."""
+  seed), the one-seed floor. `records_dir`: record the runs there and
+  report on every record it holds; `replace_records`: see
+  `run_records.write`'s `replace`.
+  """
   out_path = pathlib.Path(out_path)
   figures_dir = _figures_dir(out_path, figures_dir)
   if records_dir is not None:
@@ -371,33 +326,30 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
         "|mean difference| <= 2 x the pooled std over seeds, or, with one "
         f"seed, <= {replicates.FACTOR:g} x the relative difference between "
         "two runs of the same config and seed, measured in the same reading "
-        "of kappa (below). With two seeds or "
-        "more a line also gives the *paired* verdict: the members of one "
-        "seed share their initialisation and batches, so the per-seed "
-        "differences decide it (significant when their mean exceeds 2 x "
-        "its standard error and every seed agrees in sign), which the "
-        "seeds' spread of each group's mean can hide.", "",
+        "of kappa (below). With two seeds or more a line also gives the "
+        "*paired* verdict: the members of one seed share their "
+        "initialisation and batches, so the per-seed differences decide it "
+        "(significant when their mean exceeds 2 x its standard error and "
+        "every seed agrees in sign), which the seeds' spread of each "
+        "group's mean can hide.", "",
         "## Verdicts", ""]
   table = report_claims.glance(vs)
   if table:
     md += ["At a glance (each verdict's numbers below):", ""] + table + [""]
   md += [f"- {v['text']}" for v in vs] or ["- (no kappa2 = 0 / 1 pair)"]
   md += [""] + locater_minimum.markdown(rows, report_runs.READINGS)
-  labels = sorted({r["label"] for r in rows}, key=report_runs.label_order)
-  for label in labels:
+  for label in sorted({r["label"] for r in rows}, key=report_runs.label_order):
     md += ["", f"## {label}", ""]
     locater = any(r["label"] == label and r["kappa1"] > 0 for r in rows)
     if locater and not label.startswith("Fig. 7"):   # Fig. 7: heat maps
       fig = figure(rows, label)       # (its kappa1 > 0 groups against kappa2)
       png = figures_dir / f"{_slug(label)}.png"
-      _save(fig, png, 110)
-      paths.append(str(png))
+      _save(fig, png, 110, paths)
       md += [f"![{label}]({rel}/{png.name})", ""]
     for reading in sorted({r["reading"] for r in rows if r["label"] == label}):
       rs = [r for r in rows if r["label"] == label and r["reading"] == reading]
-      md += [f"### {report_runs.reading_name(reading)}", ""]
       cell = by_cell[(label, reading)]
-      md += run_lines(cell)
+      md += [f"### {report_runs.reading_name(reading)}", ""] + run_lines(cell)
       counted, left_out = report_runs.cell_members(cell)
       if left_out:
         md.append(f"- left out (stopped before step "
@@ -412,11 +364,9 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
         if run["figure"] == "7" and "shared_from" not in run:  # rho maps
           png = figures_dir / f"{_slug(label)}_rho_{reading}_{i}.png"
           md += _rho_maps(run, png, rel, paths)
-      md += [""] + _table(rs)
-      md += [""] + [f"- {v['text']}" for v in vs
-                    if v["label"] == label and v["reading"] == reading]
-      md.append("")
-  missing = report_plan.still_to_run(rows)
+      md += [""] + _table(rs) + [""] + [
+          f"- {v['text']}" for v in vs
+          if v["label"] == label and v["reading"] == reading] + [""]
   md += ["", "## Still to run", "",
          "What the report lacks before every claim has its numbers, each "
          "with the command that trains it: `python launch/train.py --config "
@@ -424,8 +374,9 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
          "be downloaded), or on a GPU `python bench/gpu_figures.py`. A run "
          "is resumable (the same command continues it), and `python "
          "launch/report.py --runs DIR` adds it to this report:", ""]
-  md += missing or ["- nothing: every figure has both readings at full "
-                    "length with the planned seeds."]
+  md += report_claims.still_to_run(rows) or [
+      "- nothing: every figure has both readings at full length with the "
+      "planned seeds."]
   md += ["", "## Run-to-run spread (same config, same seed)", "",
          "Two GPU runs of one config and seed are not bit-identical (by "
          "default XLA's GPU scatter-adds and some reductions may sum in "

@@ -1,26 +1,17 @@
 """The report's verdicts on the paper's claims (Sec. 7, Figs. 6-12).
 
-* `verdicts(rows)` (rows: `report_runs.summarize_runs`): per figure and
-  reading, the paper's claims B (scale shrinks), C (entropy higher) and D
-  (perplexity lower) for kappa2 = 0 -> 1 (kappa1 > 0), and for no LocATER
-  (kappa1 = kappa2 = 0) -> LocATER where a run has that member:
-  "reproduced", "reversed" or "not significant" (the difference of the
-  means is within 2 x the pooled std over seeds). With one seed the sign
-  decides and the line says "one seed: no error bar", unless replicate runs
-  (the same config and seed trained again) show a run-to-run spread in
-  the same reading as large as the difference (`replicates.by_reading`):
-  then it is "not significant" too.
-  With two seeds or more in both groups the line adds a paired verdict
-  (`paired`): a sweep's members of one seed share their initialisation and
-  batches, so the per-seed differences can be consistent where the seeds'
-  spread of each group's mean hides them.
-* Fig. 7's heat maps get a stripe test per member (`stripes.stripe_test`: a
-  persistent, salient position profile of rho_i over training; a record
-  rebuilt from an earlier report keeps the result instead of the map) and
-  `stripe_verdicts(runs)` a verdict line per reading: stripes with LocATER
-  and none without, over every seed.
-* `glance(verdicts)`: all of them as one table, a row per figure and
-  reading, a column per claim and contrast, which the report puts first.
+`verdicts(rows)` judges, per figure and reading, claims B (scale shrinks),
+C (entropy higher) and D (perplexity lower) for kappa2 = 0 -> 1 (kappa1 >
+0) and for no LocATER -> LocATER: "reproduced", "reversed" or "not
+significant" (|diff| <= 2 x the pooled std over seeds; with one seed, within
+the same-seed rerun spread of `replicates`). With two seeds or more it adds
+the `paired` verdict. `stripe_verdicts(runs)` judges Fig. 7's stripes in
+rho_i (`stripes`); `glance` puts all verdicts in one table.
+
+`still_to_run(rows)` lists what the report lacks of its `PLAN` (every
+figure under both readings, 50,000 steps, 3 seeds for Fig. 6 and 1 for
+Figs. 7-12, beside the sweep a no-LocATER member for Figs. 8-12) and the
+`launch/train.py` command that trains it.
 """
 import math
 
@@ -35,13 +26,9 @@ from qkspec.experiments import training_plots
 CLAIMS = (("B", "scale", -1, "scale shrinks"),
           ("C", "entropy", +1, "entropy higher"),
           ("D", "valid_ppl", -1, "valid perplexity lower"))
-
-
-def _pick(rows, kappa1_positive, kappa2):
-  for r in rows:
-    if (r["kappa1"] > 0) == kappa1_positive and r["kappa2"] == kappa2:
-      return r
-  return None
+# figure -> seeds the report asks for under each reading
+PLAN = {"6": 3, "7": 1, "8": 1, "9": 1, "10": 1, "11": 1, "12": 1}
+CONTRAST_FIGS = ("8", "9", "10", "11", "12")   # need a no-LocATER group
 
 
 def _shortened(steps: int) -> str:
@@ -51,11 +38,11 @@ def _shortened(steps: int) -> str:
 
 
 def paired(quantity, base, alt, sign):
-  """(verdict, per-seed differences) of `alt` - `base` over the seeds both
-  rows hold (`seeds`, `{quantity}_values`): "reproduced" or "reversed" (by
-  `sign`, the sign the paper expects) when the mean difference exceeds 2 x
-  its standard error (std / sqrt(n)) and every seed's difference has its
-  sign, else "not significant"; None with fewer than two common seeds."""
+  """(verdict, per-seed differences d) of `alt` - `base` over their common
+  seeds: the members of one seed share initialisation and batches, so d
+  decides. "reproduced" or "reversed" (`sign`: the paper's) when |mean(d)|
+  > 2 x its standard error std / sqrt(n) and every seed agrees in sign,
+  else "not significant"; None with fewer than two common seeds."""
   b = dict(zip(base.get("seeds", ()), base.get(f"{quantity}_values", ())))
   a = dict(zip(alt.get("seeds", ()), alt.get(f"{quantity}_values", ())))
   d = np.array([a[s] - b[s] for s in sorted(set(a) & set(b))], float)
@@ -68,11 +55,9 @@ def paired(quantity, base, alt, sign):
 
 
 def _compare(claim, quantity, sign, what, base, alt, contrast, spread=None):
-  """One verdict: `alt` (stronger LocATER) against `base`; its note says
-  when either ran fewer than the paper's steps. With one seed, `spread`
-  (reading -> `replicates.spread`, `replicates.by_reading`) makes a
-  difference within the same-seed rerun spread of `alt`'s reading "not
-  significant"."""
+  """One verdict: `alt` (stronger LocATER) against `base`. With one seed, a
+  difference within `spread` (`replicates.by_reading`) of `alt`'s reading
+  is "not significant"."""
   m0, s0 = base[f"{quantity}_mean"], base[f"{quantity}_std"]
   m1, s1 = alt[f"{quantity}_mean"], alt[f"{quantity}_std"]
   diff = m1 - m0
@@ -92,10 +77,8 @@ def _compare(claim, quantity, sign, what, base, alt, contrast, spread=None):
                f"({rel:.2g} relative)")
   else:
     pooled = math.sqrt((s0 ** 2 + s1 ** 2) / 2)
-    if abs(diff) <= 2 * pooled:
-      verdict = "not significant"
-    else:
-      verdict = "reproduced" if np.sign(diff) == sign else "reversed"
+    verdict = ("not significant" if abs(diff) <= 2 * pooled else
+               "reproduced" if np.sign(diff) == sign else "reversed")
     note = (f"|diff| {abs(diff):.4g} vs 2 x pooled std {2 * pooled:.4g}, "
             f"{min(base['n_seeds'], alt['n_seeds'])} seeds")
   by_seed, d = paired(quantity, base, alt, sign)
@@ -118,15 +101,16 @@ def _compare(claim, quantity, sign, what, base, alt, contrast, spread=None):
 
 
 def verdicts(rows, spread=None) -> list[dict]:
-  """Claims B, C, D per figure label and reading (see module docstring;
-  `spread`: reading -> `replicates.spread`, the one-seed floor)."""
+  """Claims B, C, D per figure and reading (`spread`: the one-seed floor,
+  `replicates.by_reading`)."""
   groups = {}
   for r in rows:
     groups.setdefault((r["label"], r["reading"]), []).append(r)
   out = []
   for _, rs in sorted(groups.items(), key=report_runs.cell_order):
     pairs = []
-    base, alt = _pick(rs, True, 0.0), _pick(rs, True, 1.0)
+    base, alt = [next((r for r in rs if r["kappa1"] > 0
+                       and r["kappa2"] == k), None) for k in (0.0, 1.0)]
     if base and alt:
       pairs.append((base, alt, "kappa2 = 0 -> 1"))
     none = next((r for r in rs if r["kappa1"] == 0 and r["kappa2"] == 0),
@@ -147,11 +131,9 @@ _SHORT = {"reproduced": "yes", "reversed": "**reversed**",
 
 
 def glance(vs) -> list[str]:
-  """The verdicts `vs` as one markdown table: a row per figure and
-  reading, a column per claim and contrast (kappa2 = 0 -> 1; no LocATER
-  -> LocATER); "yes" (reproduced), "**reversed**", "n.s." (not
-  significant), a paired verdict that differs in brackets, "-" where the
-  runs lack the pair; Fig. 7's stripe verdicts as a line below it."""
+  """The verdicts `vs` as one markdown table, a row per figure and reading,
+  a column per claim and contrast (a differing paired verdict in brackets,
+  "-" where the runs lack the pair); Fig. 7's stripe verdicts below it."""
   cells, stripe = {}, []
   for v in vs:
     if v["claim"] == "stripes":
@@ -188,9 +170,8 @@ def plus_minus(mean, std):
 
 
 def _stripe_result(member, layer: int = 0):
-  """`stripes.stripe_test` of the member's layer-`layer` rho map; else the
-  result a record kept in place of the map (layer 0, members.json
-  "stripes"), or None."""
+  """`stripes.stripe_test` of the member's layer-`layer` rho map, else the
+  result a record kept instead (layer 0), or None."""
   key = next((k for k in training_plots.rho_keys(layer)
               if k in member["metrics"]), None)
   if key is None or len(member["metrics"][key][0]) < 2:
@@ -206,11 +187,9 @@ def rho_stripes(members, layer: int = 0) -> list[tuple[str, dict]]:
 
 
 def stripe_verdicts(runs) -> list[dict]:
-  """Fig. 7's claim per reading: salient stripes in rho_i over training
-  with LocATER (kappa1 > 0) and none without (kappa1 = kappa2 = 0), over
-  every seed of the cell: "reproduced" when every LocATER map has stripes
-  and no map without it does, "reversed" for the opposite, else "not
-  reproduced"."""
+  """Fig. 7's claim per reading: "reproduced" when every LocATER map of the
+  cell has stripes in rho_i and no map without LocATER does, "reversed"
+  for the opposite, else "not reproduced"."""
   out = []
   for (label, reading), rs in sorted(report_runs.cells(runs).items(),
                                      key=report_runs.cell_order):
@@ -238,3 +217,112 @@ def stripe_verdicts(runs) -> list[dict]:
     out.append(dict(figure="7", label=label, reading=reading,
                     claim="stripes", verdict=verdict, text=text))
   return out
+
+
+
+def _seeds_done(rows, wanted):
+  """(seeds of range(wanted) every row has at full length, steps)."""
+  steps = min((r["final_step"] for r in rows), default=0)
+  done = (set.intersection(*(set(r["seeds"]) for r in rows))
+          if rows and steps >= report_runs.PAPER_STEPS else set())
+  return done & set(range(wanted)), steps
+
+
+def _gaps(rows) -> dict:
+  """(figure, reading) -> [(kind, its rows, seeds done, steps)] for every
+  PLAN cell: kind "sweep" (the LocATER groups; Fig. 7's two members) and,
+  for Figs. 8-12, "none" (kappa1 = kappa2 = 0)."""
+  have = {}                    # (figure, reading) -> its rows
+  for r in rows:
+    if not r["smoke"]:
+      have.setdefault((r["figure"], r["reading"]), []).append(r)
+  out = {}
+  for fig, wanted in PLAN.items():
+    for reading in report_runs.READINGS:
+      rs = have.get((fig, reading), [])
+      kinds = {"sweep": [r for r in rs if r["kappa1"] > 0 or fig == "7"]}
+      if not any(r["kappa1"] > 0 for r in kinds["sweep"]):
+        kinds["sweep"] = []      # Fig. 7: a no-LocATER member shared alone
+      if fig in CONTRAST_FIGS:
+        kinds["none"] = [r for r in rs
+                         if r["kappa1"] == 0 and r["kappa2"] == 0]
+      out[fig, reading] = [(kind, krs, *_seeds_done(krs, wanted))
+                           for kind, krs in kinds.items()]
+  return out
+
+
+def still_to_run(rows) -> list[str]:
+  """Markdown lines: the PLAN cells that full-length runs do not cover yet.
+
+  A cell (figure, reading) is covered when seeds 0..PLAN[figure]-1 of every
+  LocATER group reached 50,000 steps (in one run or several) and, for Figs.
+  8-12, so did a no-LocATER group. Each line ends with the command that
+  trains what is missing (`train_command`); where a figure's two readings
+  lack the same, one line names both, trained side by side.
+  """
+  gaps = {}                     # figure -> {reading: (states, seeds, kinds)}
+  for (fig, reading), kinds in _gaps(rows).items():
+    wanted = PLAN[fig]
+    states, missing, runs = [], set(), []
+    for kind, krs, done, steps in kinds:
+      if len(done) == wanted:
+        continue
+      runs.append(kind)
+      missing |= set(range(wanted)) - done
+      what = "" if kind == "sweep" else "no-LocATER member: "
+      if not krs:
+        states.append(what + "not run")
+      elif steps < report_runs.PAPER_STEPS:
+        states.append(f"{what}shortened: {steps:,} of "
+                      f"{report_runs.PAPER_STEPS:,} steps")
+      else:
+        states.append(f"{what}{len(done)} of {wanted} seeds (seed"
+                      f"{'s' * (len(done) > 1)} "
+                      f"{', '.join(map(str, sorted(done)))} done)")
+    if runs:
+      gaps.setdefault(fig, {})[reading] = (tuple(states), missing, runs)
+  out = []
+  for fig, by_reading in gaps.items():
+    wanted = PLAN[fig]
+    gap = list(by_reading.values())
+    both = (len(gap) == len(report_runs.READINGS)
+            and all(g == gap[0] for g in gap))
+    for reading, (states, missing, runs) in (
+        [("both", gap[0])] if both else by_reading.items()):
+      command = train_command(fig, "both" if both else reading, missing,
+                              runs)
+      name = "both readings" if both else report_runs.reading_name(reading)
+      out.append(f"- Fig. {fig}, {name}: {'; '.join(states)} "
+                 f"(wanted: {wanted} seed{'s' * (wanted > 1)} x "
+                 f"{report_runs.PAPER_STEPS:,} steps): {command}")
+  return out
+
+
+_DEPTH_WIDTH = {fig: ld for ld, fig in report_runs.FIGURES.items()}
+
+
+def train_command(fig: str, reading: str, seeds: set[int],
+                  kinds: list[str]) -> str:
+  """The `launch/train.py` commands (markdown, `; `-separated) that train
+  `kinds` ("sweep" and/or "none") of figure `fig` under `reading` (or
+  "both") for `seeds`: one run for seeds 0..N-1, else one per seed. The
+  no-LocATER member alone trains the same under both readings."""
+  name, parts = report_runs.config_file(     # Fig. 7: Fig. 6's model
+      fig, *_DEPTH_WIDTH.get(fig, (1, 128)))
+  if kinds != ["none"]:
+    parts += {"both": ["both_readings"], "summed_loss": ["fairseq"]}.get(
+        reading, [])
+  parts += {("sweep", "none"): ["contrast"], ("none",): ["none"]}.get(
+      tuple(kinds), [])
+  if len(seeds) > 1 and seeds == set(range(len(seeds))):
+    args = [parts + [f"seeds={len(seeds)}"]]
+  else:
+    args = [parts + ([f"seed={s}"] if s else []) for s in sorted(seeds)]
+
+  def command(arg):
+    config = f"configs/{name}.py" + (f":{','.join(arg)}" if arg else "")
+    workdir = f"runs/fig{fig}" + "".join(
+        f"_{a.replace('=', '')}" for a in arg
+        if not a.startswith(("L=", "d=")))
+    return f"`python launch/train.py --config {config} --workdir {workdir}`"
+  return "; ".join(command(arg) for arg in args)

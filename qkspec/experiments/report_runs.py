@@ -1,37 +1,18 @@
 """The report's runs: what of each run it reads, merged per figure and reading.
 
-`load_runs(run_dirs)` reads each workdir of
-`qkspec.training.loop.train_and_evaluate` (`config.json`, `members.json` and
-the members' `metrics.jsonl`, through `training_plots.load_members`; a
-`run_records` record reads the same) into one dict per run and reading of
-kappa; `summarize_runs(runs)` makes the report's rows from them:
+`load_runs` reads each workdir of `qkspec.training.loop.train_and_evaluate`
+(or its `run_records` record) into one dict per run and reading of kappa;
+`summarize_runs` makes the report's rows: per paper figure, reading and
+member group (members that differ only in seed), mean / std over seeds of
+the final `QUANTITIES` (layers averaged, `mean/...`), over every run of
+that figure and reading (`cell_members`).
 
-* `summarize(run_dirs)`: one row per paper figure, reading of kappa and
-  member group (members that differ only in seed), over every run of that
-  figure and reading (`cell_members`: the seeds may be one program's,
-  `seeds=N`, or separate runs', `seed=S`; a seed met twice counts once, and
-  members stopped before the cell's longest run are left out and named):
-  kappa1, kappa2, the seeds, the commands that trained them, steps run
-  and planned, and mean / std over seeds of the final valid and test
-  perplexity, scale tr(W_QK^T W_QK), trace tr(W_QK) and attention entropy
-  (layers averaged, `mean/...`).
-* `seed_mean(members)`: members that differ only in seed merged into one,
-  each metric averaged over the seeds at their common steps; the report
-  draws these as the curves over training (the paper's panels B-D against
-  the update, `training_plots.fig6_figure`), one line per member group.
-* `run_info(run_dir)`: device, precision and wall time of a run.
-
-A no-LocATER member (kappa1 = kappa2 = 0) trains bit for bit the same under
-both readings, so `cells` counts it in both (tests/readings_test.py).
-
-The paper figure comes from the config (`figure_of`): the two members of
-configs/rho_training.py (kappa1 = 100, kappa2 = 1 and none, kappa1 = kappa2
-= 0) are Fig. 7; otherwise (num_layers, d) picks Figs. 6, 8-12 (smoke
-runs: d is the paper's d / 8, and the label says "smoke").
+The paper figure comes from the config (`figure_of`): configs/rho_training.py
+(kappa1 = 100, kappa2 = 1 and kappa1 = kappa2 = 0) is Fig. 7; otherwise
+(num_layers, d) picks Figs. 6, 8-12 (smoke runs: d is the paper's d / 8).
 """
 import json
 import math
-import os
 import pathlib
 
 import numpy as np
@@ -57,15 +38,13 @@ def reading_name(reading: str) -> str:
 
 
 def label_order(label: str) -> tuple:
-  """Sort key of a figure label: "Fig. 6" before "Fig. 10" (its number,
-  then the label: "Fig. 6" before "Fig. 6 (smoke)")."""
+  """Sort key: "Fig. 6", "Fig. 6 (smoke)", "Fig. 10"."""
   number = label.split()[1] if len(label.split()) > 1 else ""
   return (int(number) if number.isdigit() else math.inf, label)
 
 
 def cell_order(item) -> tuple:
-  """Sort key of a ((label, reading), value) item: by `label_order`, then
-  the reading."""
+  """Sort key of a ((label, reading), value) item."""
   (label, reading), _ = item
   return label_order(label), reading
 
@@ -75,8 +54,7 @@ _REPO = pathlib.Path(__file__).resolve().parents[2]
 
 def load_config(run_dir):
   """A run's (or record's) config.json as a dict."""
-  with open(os.path.join(run_dir, "config.json")) as f:
-    return json.load(f)
+  return json.loads((pathlib.Path(run_dir) / "config.json").read_text())
 
 
 def figure_of(config: dict) -> tuple[str, bool]:
@@ -93,22 +71,11 @@ def figure_of(config: dict) -> tuple[str, bool]:
 
 
 def config_command(config: dict, run_dir: str) -> str:
-  """The launch command that rebuilds `config` (config file, arg, overrides).
-
-  The config file and argument follow from the figure, reading, seeds and
-  smoke; every field where config.json differs from what that file gives
-  becomes a `--config.x=y` override.
-  """
+  """The launch command that rebuilds `config`: the config file and
+  argument of its figure, with a `--config.x=y` per field that differs."""
   fig, smoke = figure_of(config)
-  parts = []
-  if fig == "7":
-    name = "rho_training"
-  elif fig == "6":
-    name = "locater_wt2"
-  else:
-    name = "depth_width"
-    d = config["model"]["d_model"] * (8 if smoke else 1)
-    parts += [f"L={config['model']['num_layers']}", f"d={d}"]
+  name, parts = config_file(fig, config["model"]["num_layers"],
+                            config["model"]["d_model"] * (8 if smoke else 1))
   sweep = config.get("sweep", {})
   seeds = set(sweep.get("seed") or ())
   if len(seeds) > 1:
@@ -121,7 +88,6 @@ def config_command(config: dict, run_dir: str) -> str:
         and config["locater"]["kappa1"] == 0
         and config["locater"]["kappa2"] == 0):
     parts.append("none")                       # that member alone
-
   if sweep.get("penalty_added_to"):
     parts.append("both_readings")              # side by side, one program
   elif config["locater"].get("penalty_added_to") == "summed_loss":
@@ -142,6 +108,13 @@ def config_command(config: dict, run_dir: str) -> str:
     path += f" (not rebuilt exactly: {e})"
   return " ".join(["python launch/train.py", f"--config {path}", *overrides,
                    f"--workdir {run_dir}"])
+
+
+def config_file(fig: str, layers: int, d: int) -> tuple[str, list[str]]:
+  """(configs/ module, its arguments) of figure `fig` (model L x d)."""
+  if fig in ("6", "7"):
+    return ("locater_wt2" if fig == "6" else "rho_training"), []
+  return "depth_width", [f"L={layers}", f"d={d}"]
 
 
 def _diff(base, new, prefix=""):
@@ -192,11 +165,9 @@ def load_runs(run_dirs) -> list[dict]:
   """One dict per run dir and reading of kappa: its figure, reading,
   command, members (with their last step) and the steps run and planned.
 
-  A run that trained both readings side by side (`both_readings`:
-  members.json names each member's "penalty_added_to") gives one dict
-  per reading, each with that reading's members and `both_readings` set.
-  A record (`run_records`) loads as the run it came from: `run_dir` names
-  that run, `path` where it was read.
+  A run that trained both readings side by side gives one dict per reading
+  (`both_readings`). A record loads as its run: `run_dir` names the run,
+  `path` where it was read.
   """
   runs = []
   for path in run_dirs:
@@ -222,26 +193,20 @@ def load_runs(run_dirs) -> list[dict]:
   return runs
 
 
-def _no_locater(member) -> bool:
-  return member["kappa1"] == 0 and member["kappa2"] == 0
-
-
 def cells(runs) -> dict:
   """(label, reading) -> the runs of that figure and reading of kappa.
 
   A no-LocATER member (kappa1 = kappa2 = 0) trains bit for bit the same
-  under either reading (the factor multiplies a zero penalty;
-  tests/readings_test.py), so it also joins the other reading's cell: as a
-  view of its run holding just those members, with `shared_from` naming
-  the run's own reading, after that cell's own runs (`cell_members` counts
-  a member met twice once, the cell's own first). In the view the members
-  carry the cell's reading (their "penalty_added_to"), so a figure of the
-  cell does not name the reading they were trained under as a difference."""
+  under either reading (tests/readings_test.py), so it also joins the other
+  reading's cell, after the cell's own runs: a view of its run holding just
+  those members, relabelled to the cell's reading, with `shared_from`.
+  """
   out = {}
   for run in runs:
     out.setdefault((run["label"], run["reading"]), []).append(run)
   for run in runs:
-    shared = [m for m in run["members"] if _no_locater(m)]
+    shared = [m for m in run["members"]
+              if m["kappa1"] == 0 and m["kappa2"] == 0]
     for reading in READINGS:
       if shared and reading != run["reading"]:
         out.setdefault((run["label"], reading), []).append(dict(
@@ -253,14 +218,11 @@ def cells(runs) -> dict:
 
 
 def cell_members(cell_runs) -> tuple[list, list]:
-  """(counted members, left-out members) of one cell's runs.
+  """(counted members, left-out members) of one cell's runs, merged.
 
-  The runs of a figure and reading are merged: seeds may come from one
-  program (`seeds=N`) or from separate runs (`seed=S`). A (kappa1, kappa2,
-  target, seed) met twice counts once (the longer run's, else the first).
-  Only members at the cell's longest step count, so a mean never mixes a
-  seed stopped early with finished ones; the others are left out (the
-  report lists them).
+  A (kappa1, kappa2, target, seed) met twice counts once (the longer run's,
+  else the first). Only members at the cell's longest step count, so a mean
+  never mixes a seed stopped early with finished ones.
   """
   chosen = {}
   for run in cell_runs:
@@ -305,12 +267,8 @@ def summarize(run_dirs) -> list[dict]:
 
 
 def seed_mean(members) -> list[dict]:
-  """Members differing only in seed -> one each, metrics seed-averaged.
-
-  A metric is averaged over the steps every seed logged (the common
-  prefix of their step lists, which coincide within one run); the merged
-  member keeps the first seed's other fields and `n_seeds`.
-  """
+  """Members differing only in seed -> one each (the first seed's fields,
+  `n_seeds`), each metric averaged at the steps every seed logged."""
   out = []
   for ms in seed_groups(members).values():
     metrics = {}
@@ -325,14 +283,15 @@ def seed_mean(members) -> list[dict]:
 
 
 def run_info(run_dir) -> str:
-  """Device, precision and wall time from `<run_dir>/run_info.jsonl`.
+  """Device, precision and wall time (by phase: `qkspec.training.phases`)
+  from `<run_dir>/run_info.jsonl`; "" without it.
 
-  The training loop appends one line per invocation (a resumed run has
-  several); their wall times are summed (a line rebuilt from an earlier
-  report may stand for several: "invocations"). "" if the file is absent
-  (runs made before it existed).
+  The loop appends a line per invocation (a line rebuilt from an earlier
+  report may stand for several "invocations"); their times are summed.
   """
-  lines = run_info_lines(run_dir)
+  path = pathlib.Path(run_dir) / "run_info.jsonl"
+  lines = ([json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+           if path.is_file() else [])
   if not lines:
     return ""
   devices = sorted({f"{x['device_count']} x {x['device_kind']}"
@@ -340,36 +299,21 @@ def run_info(run_dir) -> str:
   dtypes = sorted({x.get("compute_dtype", "float32") for x in lines})
   wall = sum(x["wall_s"] for x in lines)
   n = sum(x.get("invocations", 1) for x in lines)
+  phases = "setup, compilation and evaluation included"   # before phases_s
+  if all("phases_s" in x for x in lines):
+    total = {}
+    for x in lines:
+      for k, v in x["phases_s"].items():
+        total[k] = total.get(k, 0.0) + v
+    phases = ", ".join(f"{k} {v:.0f} s" for k, v in total.items())
   return (f"{', '.join(devices)}; compute {'/'.join(dtypes)}; wall "
           f"{wall / 60:.1f} min in {n} invocation"
-          f"{'s' if n > 1 else ''} ({phases_text(lines)})")
-
-
-def run_info_lines(run_dir) -> list[dict]:
-  """`<run_dir>/run_info.jsonl`'s lines, one per invocation ([] if none)."""
-  path = pathlib.Path(run_dir) / "run_info.jsonl"
-  if not path.is_file():
-    return []
-  return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-
-
-def phases_text(lines) -> str:
-  """"setup 4 s, compile 11 s, steps 124 s, ...": the invocations' wall
-  time by phase (`qkspec.training.phases`), summed; runs from before the
-  loop recorded phases say only what their wall time includes."""
-  if not all("phases_s" in x for x in lines):
-    return "setup, compilation and evaluation included"
-  total = {}
-  for x in lines:
-    for k, v in x["phases_s"].items():
-      total[k] = total.get(k, 0.0) + v
-  return ", ".join(f"{k} {v:.0f} s" for k, v in total.items())
+          f"{'s' if n > 1 else ''} ({phases})")
 
 
 def record_keys(config: dict) -> list[str]:
-  """The metrics the report reads of a run of `config` (`run_records`):
-  the QUANTITIES, valid/loss (the curves' stand-in for valid/ppl),
-  train/loss (the last step) and, for Fig. 7, layer 0's rho_i."""
+  """The metrics the report reads of a run of `config`: the QUANTITIES,
+  valid/loss and train/loss (the last step), and Fig. 7's layer-0 rho_i."""
   keys = [k for _, k, _ in QUANTITIES] + ["valid/loss", "train/loss"]
   if figure_of(config)[0] == "7":
     keys += list(training_plots.rho_keys(0))

@@ -1,23 +1,15 @@
 """Run records: what the report reads of a training run, small enough to keep.
 
-A `launch/train.py` workdir holds checkpoints and every logged metric (tens
-of MB for a Fig. 12 sweep); REPRODUCTION.md reads only its `config.json`,
-`members.json`, `run_info.jsonl` and, of each member's `metrics.jsonl`, a
-few metrics (`report_runs.record_keys`). `write(run_dir, records_dir,
-keys)` copies just that into `records_dir/<role>s/<name>/` (`name`: the run
-directory's basename), with `record.json` naming the directory it came
-from and the command that trained it, as it was run. A record is a run
-directory to `report_runs.load_runs`, so the report is regenerated from
-the repository alone, on machines where the runs never were (the paper's
-runs were trained on GPU machines and not kept).
+Of a `launch/train.py` workdir (tens of MB for a Fig. 12 sweep) the report
+reads only `config.json`, `members.json`, `run_info.jsonl` and a few metrics
+(`report_runs.record_keys`). `write` copies just that into
+`records_dir/<role>s/<run directory's basename>/`, with `record.json` naming
+the run directory and the command that trained it. A record loads as a run
+directory, so the report regenerates from the repository alone.
 
-A record made again (a resumed run, trained further) replaces the old one.
-
-Records rebuilt from an earlier report when the run itself was lost say so
-in `record.json` ("source") and may hold less: final values only (one
-logged step), the stripe test's result in `members.json` ("stripes")
-instead of the rho map, or, for a replicate, its measured spread
-("spread") instead of members.
+Records rebuilt from an earlier report when the run was lost say so
+("source") and may hold final values only, the stripe test's result
+("stripes") instead of the rho map, or a replicate's "spread".
 """
 import json
 import os
@@ -51,38 +43,24 @@ def name_of(run_dir) -> str:
 
 
 def _filter_metrics(src: pathlib.Path, dest: pathlib.Path, keys) -> None:
-  """`src`'s records reduced to `keys` (lines left empty are dropped)."""
-  keep = []
-  for line in src.read_text(encoding="utf-8").splitlines():
-    if not line.strip():
-      continue
-    rec = json.loads(line)
-    kept = {k: v for k, v in rec.items() if k in keys}
-    if kept:
-      keep.append(json.dumps({"step": rec["step"], **kept}))
-  dest.write_text("".join(x + "\n" for x in keep), encoding="utf-8")
+  """`src`'s lines reduced to `keys` (lines left empty are dropped)."""
+  recs = [json.loads(x) for x in src.read_text(encoding="utf-8").splitlines()
+          if x.strip()]
+  kept = [(r["step"], {k: v for k, v in r.items() if k in keys}) for r in recs]
+  dest.write_text("".join(json.dumps({"step": step, **k}) + "\n"
+                          for step, k in kept if k), encoding="utf-8")
 
 
 def write(run_dir, records_dir, keys, role: str = "run",
           replace: bool = False, command: str | None = None) -> str:
-  """Records `run_dir` (a training workdir, or a record) in `records_dir`.
+  """Records `run_dir` (a training workdir, or a record); the record's path.
 
-  Args:
-    run_dir: has `config.json`, `members.json` and each member's
-      `metrics.jsonl` (`run_info.jsonl` is copied when present).
-    records_dir: the records' root; this one goes to `<role>s/<name>/`,
-      replacing a record of that name made from the same run directory
-      (another run's record of that name is an error: another run's `fig6`
-      must not replace the report's).
-    keys: the metric names kept (`report_runs.record_keys`).
-    role: "run" or "replicate" (a run trained again to measure the
-      run-to-run spread, `report.write_report`'s replicate_dirs).
-    replace: replace a record of that name whatever run it came from (runs
-      trained elsewhere that carry the names of the records they extend).
-    command: the launch command that trained it, kept as it was run (the
-      code's config fields may change after); None: the source's, if any.
-  Returns:
-    The record's path.
+  `keys`: the metrics kept (`report_runs.record_keys`); `role`: "run" or
+  "replicate" (the same config and seed trained again). A record of that
+  name from another run directory is an error (another run's `fig6` must not
+  replace the report's) unless `replace` (runs trained elsewhere that carry
+  the names of the records they extend). `command`: the launch command that
+  trained it, kept as run (None: the source record's, if any).
   """
   if role not in ROLES:
     raise ValueError(f"role must be one of {ROLES}, got {role!r}.")

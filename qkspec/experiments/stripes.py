@@ -2,24 +2,20 @@ r"""Fig. 7's "salient horizontal stripes" in :math:`\rho_i`, as a test.
 
 Shapes: S = logged training steps, T = key positions.
 
-The paper's Fig. 7 shows :math:`\rho_{s,i}` (colour) against the training
-step s (x) and the key position i (y): with LocATER some positions keep a
-high or low :math:`\rho_i` for the whole run (horizontal stripes); without
-it :math:`\rho` looks uniform. A stripe is a *position profile that persists
-over steps*, so the statistic is the spread over positions of the
-time-averaged profile,
+Fig. 7 draws :math:`\rho_{s,i}` against the step s (x) and key position i
+(y): with LocATER some positions keep a high or low :math:`\rho_i` for the
+whole run (horizontal stripes); without it :math:`\rho` looks uniform. A
+stripe is a position profile that persists over steps, so the statistic is
+the spread over positions of the time-averaged profile (a probability),
 
-.. math:: C = \mathrm{std}_i\Big(\frac1S \sum_s \rho_{s,i}\Big),
+.. math:: C = \mathrm{std}_i\Big(\frac1S \sum_s \rho_{s,i}\Big).
 
-in units of probability. Noise that is independent from step to step
-averages out of the profile; a trend shared by all positions has no spread
-over i. The null hypothesis "no persistent position structure" is tested by
-permuting the positions independently within every step (which keeps each
-step's values and destroys only their persistence): the p-value is the
-fraction of `num_permutations` permuted maps whose C reaches the observed
-one. A map has stripes when the profile is both persistent
-(p < `P_VALUE`) and salient (C >= `MIN_CONTRAST`: the positions' average
-:math:`\rho_i` differ by several hundredths at least).
+Step-to-step noise averages out of the profile, and a trend shared by all
+positions has no spread over i. The null "no persistent position
+structure" permutes the positions independently within every step (each
+step keeps its values, only their persistence goes); the p-value is the
+fraction of permuted maps whose C reaches the observed one. A map has
+stripes when p < `P_VALUE` and C >= `MIN_CONTRAST`.
 """
 import numpy as np
 
@@ -34,14 +30,7 @@ def contrast(rho_SxT: np.ndarray) -> float:
 
 def stripe_test(rho_SxT, num_permutations: int = 200, seed: int = 0
                 ) -> dict:
-  """{"contrast", "p_value", "stripes"} of one rho-over-training map.
-
-  Args:
-    rho_SxT: rho_i at S logged steps (rows) and T key positions (columns),
-      e.g. `metrics["l0/rho"][1]` of a training run.
-    num_permutations: permuted maps for the null distribution.
-    seed: of the permutations.
-  """
+  """{"contrast", "p_value", "stripes"} of one map, e.g. `l0/rho` values."""
   rho_SxT = np.asarray(rho_SxT, np.float64)
   if rho_SxT.ndim != 2 or min(rho_SxT.shape) < 2:
     raise ValueError(f"rho must be [steps >= 2, positions >= 2], got "

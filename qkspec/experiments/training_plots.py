@@ -1,27 +1,17 @@
 """Figures of a training workdir (paper Figs. 6-7 and App. D Figs. 8-12).
 
-Reads `<workdir>/members.json` and each member's `metrics.jsonl`
-(`qkspec.training.loop.train_and_evaluate`) and writes PNGs into the workdir:
+`plot_workdir` reads `members.json` and each member's `metrics.jsonl` and
+writes into the workdir: `fig6_curves.png` (Fig. 6 B-D against the step:
+scale tr(W_QK^T W_QK), attention entropy, valid perplexity or, for the
+theory task, valid loss; layers averaged), `fig6_vs_kappa2.png` (the same
+at the last step: against kappa2 on a symlog axis when only kappa2 varies,
+else one categorical tick per member, so no kappa2 trend is implied),
+`rho_heatmap.png` (Fig. 7: rho_i of the last query per key position and
+step) and `training_curves.png` (losses, tr(W_QK), eigen-variance (Eq. 8)
+and Dong's rank-collapse residual per layer).
 
-* `fig6_curves.png`: eigenspectrum scale tr(W_QK^T W_QK) (Fig. 6B),
-  attention entropy (6C) and valid perplexity (6D; valid loss for the
-  theory task) against the step, one line per member;
-* `fig6_vs_kappa2.png`: the same three at the last step. Against kappa2
-  (symlog axis, so kappa2 = 0 shows) only when the members differ in kappa2
-  alone; when they also differ in kappa1, target or seed (the theory task),
-  one categorical tick per member instead, so no kappa2 trend is implied;
-* `rho_heatmap.png`: Fig. 7, empirical rho_i of the last query per key
-  position i (vertical) and step (horizontal), one panel per member;
-* `training_curves.png`: train/valid loss, tr(W_QK), eigen-variance (Eq. 8)
-  and Dong's rank-collapse residual per layer.
-
-Every member gets its own colour, line style, marker and width (earlier
-members drawn wider, so a later one on top of it still shows), and a panel
-says which members' curves coincide. Layers are averaged for the Fig. 6
-panels (`mean/...`); the heat map shows `layer` (default 0, head 0).
-
-The `*_figure` functions return matplotlib Figures (tests inspect them);
-`plot_workdir` saves them.
+Each member has its own colour, line style, marker and width (earlier ones
+wider, so a later one on top still shows); a panel says which coincide.
 """
 import json
 import os
@@ -35,10 +25,10 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from qkspec.training import metric_writer  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-# what members.json varies (qkspec.config.schema.SWEEPABLE)
-FIELDS = ("seed", "kappa1", "kappa2", "target", "penalty_added_to")
+# what members.json varies (qkspec.config.schema.SWEEPABLE), and defaults
 _DEFAULTS = {"seed": 0, "kappa1": 0.0, "kappa2": 0.0, "target": 1.0,
              "penalty_added_to": "mean_loss"}
+FIELDS = tuple(_DEFAULTS)
 _SYMBOL = {"seed": "seed", "kappa1": r"$\kappa_1$", "kappa2": r"$\kappa_2$",
            "target": "target", "penalty_added_to": "reading"}
 # the readings of kappa (qkspec.config.schema.PENALTY_ADDED_TO), short
@@ -76,13 +66,8 @@ def varying_fields(members) -> list[str]:
 
 
 def final_values_axis(members) -> str | None:
-  """x axis of `fig6_vs_kappa2`: "kappa2", "member" or None (no figure).
-
-  "kappa2" when kappa2 is the one field that varies, or kappa2 and the
-  reading of kappa (one line per reading); "member" (one categorical tick
-  per member) when anything else varies too; None when there is a single
-  member or nothing varies.
-  """
+  """x axis of `fig6_vs_kappa2`: "kappa2" when only kappa2 (and the reading
+  of kappa) varies, "member" when more does, None for one member or none."""
   varying = varying_fields(members)
   if len(members) < 2 or not varying:
     return None
@@ -95,26 +80,21 @@ def member_names(members) -> list[str]:
   fields = varying_fields(members) or ["kappa1", "kappa2"]
   names = []
   for i, m in enumerate(members, 1):
-    parts = [f"{_SYMBOL[f]}={_value_text(m.get(f, _DEFAULTS[f]))}"
-             for f in fields]
-    names.append(f"{i}: " + ", ".join(parts))
+    values = [m.get(f, _DEFAULTS[f]) for f in fields]
+    names.append(f"{i}: " + ", ".join(
+        f"{_SYMBOL[f]}=" + (READING_NAMES.get(v, v) if isinstance(v, str)
+                            else f"{v:g}") for f, v in zip(fields, values)))
   return names
-
-
-def _value_text(value) -> str:
-  return (READING_NAMES.get(value, value) if isinstance(value, str)
-          else f"{value:g}")
 
 
 def coinciding(curves, rtol: float = 1e-6, span_frac: float = 0.0,
                log: bool = False) -> list[list[int]]:
   """Groups (2+ indices) of curves that agree everywhere they overlap.
 
-  Two curves coincide when every pair of values differs by at most
-  `rtol` relative, or by at most `span_frac` of the span of all values
-  (what a reader cannot tell apart on that axis); on a log axis the span
-  and differences are taken in log10. Curves of unequal length compare on
-  their last min-length values; None entries (missing metric) never match.
+  Two curves coincide when all their values differ by at most `rtol`
+  relative, or by `span_frac` of the span of all values (log10 on a `log`
+  axis). Curves of unequal length compare on their last min-length values;
+  None entries (missing metric) never match.
   """
   vals = [None if c is None else np.asarray(c, float) for c in curves]
   present = [v for v in vals if v is not None and v.size]
@@ -322,11 +302,8 @@ def vs_kappa2_figure(members):
 
 
 def rho_keys(layer: int = 0, head: int | None = None) -> tuple[str, ...]:
-  """The metric names of layer `layer`'s rho_i, in the order to try them.
-
-  One head is logged as `l{layer}/rho`, several as `l{layer}/h{head}/rho`;
-  head 0 stands in when the first name is not logged.
-  """
+  """Names of layer `layer`'s rho_i to try: `l{layer}/rho` (one head) or
+  `l{layer}/h{head}/rho`, then head 0's."""
   first = f"l{layer}/rho" if head is None else f"l{layer}/h{head}/rho"
   return (first, f"l{layer}/h0/rho")
 
