@@ -509,6 +509,13 @@ class NoneArgumentTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "give one"):
       depth_width.get_config("L=3,d=32,none,contrast")
 
+  def test_a_swept_tuple_is_passed_quoted_whatever_its_length(self):
+    config = json.loads(locater_wt2.get_config().to_json())
+    for kappa2, flag in (([0.5], '"(0.5,)"'), ([0.5, 1.0], '"(0.5, 1.0)"')):
+      config["sweep"]["kappa2"] = kappa2
+      self.assertIn(f" --config.sweep.kappa2={flag} ",
+                    report_runs.config_command(config, "/tmp/w"))
+
 
 class ContrastArgumentTest(absltest.TestCase):
 

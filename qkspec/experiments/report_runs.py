@@ -129,9 +129,9 @@ def _diff(base, new, prefix=""):
 
 
 def _flag_value(v):
+  """A `--config.x=` value: a tuple as the shell should pass it, quoted."""
   if isinstance(v, (list, tuple)):
-    return '"(' + ", ".join(repr(x) for x in v) + (",)" if len(v) == 1
-                                                    else ')"')
+    return '"(' + ", ".join(repr(x) for x in v) + ("," * (len(v) == 1)) + ')"'
   return repr(v) if isinstance(v, str) and not v else str(v)
 
 
