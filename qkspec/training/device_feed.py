@@ -20,7 +20,7 @@ stream is copied to the device once (WikiText-2's train split is 2.1 M ids,
   (id 0, weight 0), exactly as `pipeline.eval_batch`.
 
 The gathered batches equal the host batches bit for bit
-(tests/device_feed_test.py). The theory task needs no tokens: its batches
+(tests/multi_step_test.py). The theory task needs no tokens: its batches
 are already sampled on the device from `fold_in(key, step)`; `TheoryFeed`
 exposes that in the same form, so `qkspec.training.multi_step` can scan
 either task.
