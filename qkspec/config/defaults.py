@@ -1,9 +1,8 @@
 """Defaults of the training configs (theory_task, locater_wt2, ...).
 
-`theory_config()` and `lm_config()` give complete configs whose fields
-`qkspec.config.schema.validate` knows; the files in configs/ edit them.
-`parse_arg` and `load_config_file` (from `qkspec.config.args`) are
-re-exported here, so a config file needs this one import.
+`theory_config()` and `lm_config()` give complete configs (the fields
+`schema.validate` knows) for the files in configs/ to edit; `parse_arg` and
+`load_config_file` are re-exported so a config file needs one import.
 """
 import ml_collections
 from ml_collections import config_dict
@@ -28,28 +27,21 @@ def _training(c):
       min_lr_fraction=0.0,   # cosine floor as a fraction of lr
   ))
   # kappa1, kappa2, target: the fields of qkspec.theory.locater.LocaterHParams
-  # (schema.LOCATER_FIELDS; tests/sweep_test.py checks that the names and
-  # defaults agree); penalty_added_to: how kappa is read
-  # (schema.PENALTY_ADDED_TO, applied by qkspec.training.step.penalty_scale_of).
+  # (tests/sweep_test.py checks names and defaults agree).
   c.locater = ml_collections.ConfigDict(dict(
       kappa1=0.0,            # scale strength, tr(W_QK^T W_QK) (0 = off)
       kappa2=0.0,            # mean strength, (tr W_QK - target)^2 (0 = off)
       target=1.0,            # the eigen-sum tr(W_QK) is held to (paper: 1)
-      # Which loss the penalty is added to (the two readings of the paper's
-      # J + kappa * penalty):
-      #   "mean_loss"   the formula as printed: mean loss over the batch's
-      #                 targets + kappa * penalty.
-      #   "summed_loss" fairseq: the criterion sums the loss over the batch's
-      #                 target tokens, adds kappa * penalty, and the trainer
-      #                 divides every gradient by the target count (B * T =
-      #                 4096 in the paper), i.e. mean loss + kappa / (B * T) *
-      #                 penalty (theory task: B sequences, one target each).
+      # the loss the penalty is added to, i.e. the reading of the paper's
+      # J + kappa * penalty: "mean_loss" as printed (mean loss over the
+      # batch's targets), or "summed_loss" as fairseq (summed loss, gradients
+      # divided by the B * T targets: mean loss + kappa / (B T) * penalty);
+      # schema.PENALTY_ADDED_TO, training.step.penalty_scale_of
       penalty_added_to="mean_loss",
   ))
   c.sweep = ml_collections.ConfigDict(dict(
       mode="zip",            # zip: member i takes entry i | product: all combos
-      # seed, kappa1, kappa2, target, penalty_added_to (schema.SWEEPABLE):
-      # values per member; () = not swept
+      # schema.SWEEPABLE: values per member; () = not swept
       **dict.fromkeys(schema.SWEEPABLE, ()),
       member_batch=-1,       # members batched per step: 0 all (vmap), k: k at
                              # a time (lax.map), -1 auto (CPU 1, else all)
@@ -60,16 +52,12 @@ def _training(c):
   c.checkpoint_every = 1_000  # steps between checkpoints
   c.max_to_keep = 2          # checkpoints kept
   c.eval_max_batches = 0     # eval batches per split (0 = the whole split)
-  c.progress_every_s = 30.0  # seconds between progress lines (steps/s, ETA;
-                             # eval batches done) between log steps; 0 = all
+  c.progress_every_s = 30.0  # seconds between progress lines; 0 = all
   c.compute_dtype = "float32"  # float32 | bfloat16 (params stay float32)
-  c.steps_per_call = -1      # steps per compiled call, batches built on the
-                             # device (training.multi_step); -1 auto: 1 on a
-                             # CPU, else the largest divisor <= 250 of
-                             # gcd(log_every, eval_every, checkpoint_every)
-  c.precompile = True        # compile the measurements, train and eval
-                             # programs on threads while the state
-                             # initialises (training.precompile)
+  c.steps_per_call = -1      # steps per compiled call (training.multi_step);
+                             # -1 auto: 1 on a CPU, else the largest divisor
+                             # <= 250 of the gcd of the three *_every
+  c.precompile = True        # compile on threads while the state initialises
   c.multihost = False        # call jax.distributed.initialize() first
   return c
 
@@ -161,13 +149,10 @@ def lm_config() -> ml_collections.ConfigDict:
       norm="post",           # post (fairseq default) | pre | none
       ffn_bias=True,
       dropout=0.1,           # fairseq transformer_lm default dropout
-      kernels="xla",         # xla | pallas: fused Pallas kernels for the
-                             # attention, Post-LN and the loss (Hopper
-                             # GPUs; qkspec.kernels, bench/README.md)
+      kernels="xla",         # xla | pallas: fused kernels for attention,
+                             # Post-LN and loss (Hopper; qkspec.kernels)
   ))
-  c.data = data_config()               # WikiText-2: name, dirs, seq_len, ...
-  c.data.seq_len = 64                  # T (paper)
-  c.data.batch_size = 64               # B sequences per step (paper)
+  c.data = data_config()     # WikiText-2, T = B = 64 (paper)
   return _training(c)
 
 
@@ -196,8 +181,7 @@ def smoke(c, d_model: int = 16) -> ml_collections.ConfigDict:
 
 
 def set_seed(c, seed: int, seeds: int) -> None:
-  """`config.seed = seed` after checking the `seed=S` / `seeds=N` pair of a
-  figure config's arguments (one seed alone, or seeds 0..N-1 together)."""
+  """`config.seed = seed`, checked against `seeds` (a figure config's args)."""
   if seeds < 1:
     raise ValueError(f"seeds must be >= 1, got {seeds}.")
   if seed < 0:
@@ -212,8 +196,7 @@ READINGS = tuple(schema.PENALTY_ADDED_TO)    # mean_loss, summed_loss
 
 
 def readings_of(c, *, fairseq: bool, both_readings: bool) -> tuple[str, ...]:
-  """The readings of kappa a figure config's `fairseq` / `both_readings`
-  arguments ask for; sets `locater.penalty_added_to` to the first."""
+  """The readings of kappa asked for; sets `locater.penalty_added_to`."""
   if fairseq and both_readings:
     raise ValueError("fairseq trains fairseq's reading and both_readings "
                      "both readings side by side: give one.")
@@ -224,9 +207,7 @@ def readings_of(c, *, fairseq: bool, both_readings: bool) -> tuple[str, ...]:
 
 def zip_members(c, members: list[tuple], seeds: int,
                 readings: tuple[str, ...]) -> None:
-  """`c.sweep` in zip mode listing `members` ((kappa1, kappa2, reading)
-  triples) for each seed 0..seeds-1; seed and reading are swept only if
-  they vary."""
+  """`c.sweep` zips (kappa1, kappa2, reading) `members` for each seed."""
   c.sweep.mode = "zip"
   c.sweep.kappa1 = tuple(m[0] for _ in range(seeds) for m in members)
   c.sweep.kappa2 = tuple(m[1] for _ in range(seeds) for m in members)
@@ -241,27 +222,16 @@ def wikitext2_variant(c, *, fairseq: bool = False, seeds: int = 1,
                       contrast: bool = False, seed: int = 0,
                       none: bool = False, both_readings: bool = False
                       ) -> ml_collections.ConfigDict:
-  """The `fairseq`, `both_readings`, `seeds=N`, `seed=S`, `contrast` and
-  `none` arguments of the WikiText-2 figure configs.
+  """The arguments of the WikiText-2 figure configs.
 
-  `fairseq` selects fairseq's reading of kappa (`locater.penalty_added_to =
-  "summed_loss"`: kappa / (B T) next to the mean loss). `seeds` > 1 runs
-  every swept member with seeds 0..N-1 in the same vmapped program
-  (`sweep.mode = "product"`). `seed` = S runs the members with seed S
-  alone (`config.seed`: initialisation and dropout; the batches, which
-  depend on `data.seed`, are the same for every seed either way), so the
-  seeds of a figure can be separate, shorter runs; the report merges runs
-  of one figure and reading.
-  `contrast` adds one member without LocATER (kappa1 = kappa2 = 0, the
-  paper's Fig. 7 contrast) per seed, the members then listed one by one
-  (`sweep.mode = "zip"`), so the report can test LocATER against none at
-  this depth and width. `none` trains that member alone (no kappa2 sweep):
-  the same contrast as a run of its own, ~5x cheaper than the sweep, which
-  the report merges with the sweep's runs. `both_readings` trains every
-  LocATER member under both readings side by side in the same program
-  (`sweep.penalty_added_to`, a per-member factor on the penalty: the same
-  batches and, per seed, the same initialisation and dropout for both);
-  the contrast member trains once, as it is the same under both.
+  `fairseq`: fairseq's reading of kappa ("summed_loss"). `seeds` > 1: every
+  member with seeds 0..N-1 in one vmapped program. `seed` = S: seed S alone
+  (init and dropout; batches follow `data.seed`), so a figure's seeds can
+  be separate runs that the report merges. `contrast`: one member without
+  LocATER per seed (Fig. 7's contrast), members zipped. `none`: that member
+  alone, as a run of its own. `both_readings`: every LocATER member under
+  both readings side by side (same batches, init and dropout); the
+  contrast member, the same under both, once.
   """
   readings = readings_of(c, fairseq=fairseq, both_readings=both_readings)
   set_seed(c, seed, seeds)

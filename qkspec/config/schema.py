@@ -1,36 +1,24 @@
 """Validation of training configs, before anything is built or trained.
 
-`validate(config)` raises ValueError naming the offending key for an unknown
-key, a wrong type or an impossible value (negative kappa, d not divisible by
-the heads, a batch that does not split over the devices, ...). Checks that
-need the data (seq_len longer than a split) run in `qkspec.training.tasks`.
+`validate(config)` raises ValueError naming the offending key: unknown, of
+the wrong type or impossible (negative kappa, heads not dividing d, ...).
+Checks that need the data run in `qkspec.training.tasks`.
 """
 from typing import Any, Callable
 
-
-# Allowed values of the model's string options (qkspec/training/model.py
-# implements each one).
+# The model's string options (qkspec/training/model.py implements each).
 QK_PARAMS = ("factored", "joint")      # W_Q, W_K kernels | one joint W_QK
 NORMS = ("post", "pre", "none")        # LayerNorm placement
 ACTIVATIONS = ("relu", "identity", "gelu")
 KERNELS = ("xla", "pallas")            # qkspec.kernels: XLA | Pallas (GPU)
 
 
-def _is_int(v):
-  return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _int(minimum):
+def _int(minimum, nonzero=False):
   def check(v):
-    if not _is_int(v) or v < minimum:
-      return f"must be an integer >= {minimum}"
-  return check
-
-
-def _nonzero_int_from(minimum):
-  def check(v):
-    if not _is_int(v) or v < minimum or v == 0:
-      return f"must be an integer >= {minimum}, not 0"
+    if (isinstance(v, bool) or not isinstance(v, int) or v < minimum
+        or (nonzero and v == 0)):
+      return f"must be an integer >= {minimum}" + (", not 0" if nonzero
+                                                    else "")
   return check
 
 
@@ -46,13 +34,11 @@ def _real(minimum=None, maximum=None, strict=False):
 
 
 def _bool(v):
-  if not isinstance(v, bool):
-    return "must be True or False"
+  return None if isinstance(v, bool) else "must be True or False"
 
 
 def _str(v):
-  if not isinstance(v, str):
-    return "must be a string"
+  return None if isinstance(v, str) else "must be a string"
 
 
 def _choice(*options):
@@ -74,31 +60,25 @@ def _tuple_of(check_item):
 
 
 def _temperature(v):
-  if v is None:                          # sqrt(head width)
-    return None
-  msg = _real(0.0, strict=True)(v)
+  msg = None if v is None else _real(0.0, strict=True)(v)
   if msg:
     return f"{msg} (or None: the square root of the head width)"
 
 
-# LocATER's hyperparameters, the `locater.*` fields: the fields of
-# `qkspec.theory.locater.LocaterHParams`, in order (the config layer loads
-# without jax, so it names them here; qkspec/training/sweep.py asserts that
-# the two agree). Every one of them, and the seed, can be swept.
+# The fields of `qkspec.theory.locater.LocaterHParams`, in order (named here
+# to load without jax; qkspec/training/sweep.py asserts that they agree).
 LOCATER_CHECKS = {
     "kappa1": _real(0.0),                 # scale strength
     "kappa2": _real(0.0),                 # mean strength
     "target": _real(),                    # tau
 }
 LOCATER_FIELDS = tuple(LOCATER_CHECKS)
-# Per-member values of a sweep: the seed, LocATER's hyperparameters and the
-# reading of kappa (`locater.penalty_added_to`, below), so one program can
-# train both readings side by side (qkspec.training.step: a per-member
-# factor on the penalty).
+# What a sweep can vary per member (the reading of kappa as a per-member
+# factor on the penalty, qkspec.training.step).
 SWEEPABLE = ("seed",) + LOCATER_FIELDS + ("penalty_added_to",)
 
-# `locater.penalty_added_to`: the loss the LocATER penalty is added to, i.e.
-# which reading of kappa (qkspec.training.step.penalty_scale_of applies it).
+# `locater.penalty_added_to`: the reading of kappa (applied by
+# qkspec.training.step.penalty_scale_of).
 PENALTY_ADDED_TO = {
     "mean_loss": "mean loss + kappa * penalty, the paper's formula as printed",
     "summed_loss": ("fairseq: summed loss + kappa * penalty, gradients "
@@ -111,6 +91,7 @@ def _penalty_added_to(v):
   if not isinstance(v, str) or v not in PENALTY_ADDED_TO:
     options = "; ".join(f"{k!r}: {doc}" for k, doc in PENALTY_ADDED_TO.items())
     return f"must be one of {tuple(PENALTY_ADDED_TO)} ({options})"
+
 
 _COMMON: dict[str, Callable[[Any], str | None]] = {
     "task": _choice("theory", "lm", "synthetic"),
@@ -146,7 +127,7 @@ _COMMON: dict[str, Callable[[Any], str | None]] = {
     "sweep.penalty_added_to": _tuple_of(_penalty_added_to),
     "sweep.member_batch": _int(-1),
     "num_steps": _int(1),                 # 0 would train nothing: refused
-    "steps_per_call": _nonzero_int_from(-1),  # -1 auto, else k >= 1
+    "steps_per_call": _int(-1, nonzero=True),  # -1 auto, else k >= 1
     "log_every": _int(1),
     "eval_every": _int(1),
     "checkpoint_every": _int(1),
@@ -198,19 +179,12 @@ def flatten(config, prefix: str = "") -> dict:
 def validate(config, num_devices: int | None = None) -> None:
   """Raises ValueError naming the key of the first problem in `config`.
 
-  Args:
-    config: a training ConfigDict (see qkspec/config/defaults.py).
-    num_devices: if given, the batch must split evenly over this many.
+  If `num_devices` is given, the batch must split evenly over them.
   """
   flat = flatten(config)
   task = flat.get("task")
-  schema = dict(_COMMON)
-  if task == "theory":
-    schema.update(_THEORY_DATA)
-  elif task == "synthetic":
-    schema.update(_SYNTHETIC)
-  else:
-    schema.update(_LM_DATA)
+  schema = {**_COMMON, **{"theory": _THEORY_DATA,
+                          "synthetic": _SYNTHETIC}.get(task, _LM_DATA)}
   for key in flat:
     if key not in schema:
       raise ValueError(f"unknown config key {key!r}.")

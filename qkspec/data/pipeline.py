@@ -3,26 +3,22 @@
 B=global batch (all hosts), b=B/process_count rows per host, T=seq_len,
 N=tokens in a split (one `<eos>` per line).
 
-Blocks (fairseq `--sample-break-mode none`): a split's stream is its N tokens
-with one `<eos>` in front, s = [<eos>] + tokens, as fairseq's
-TokenBlockDataset does for its first block. Block j is the T+1 tokens
-s[jT : jT+T+1] (consecutive blocks overlap by one token):
+Blocks (fairseq `--sample-break-mode none`): with s = [<eos>] + tokens (the
+`<eos>` in front as fairseq's TokenBlockDataset puts it), block j is the
+T+1 tokens s[jT : jT+T+1], consecutive blocks overlapping by one:
 
   inputs  = s[jT     : jT+T]
   targets = s[jT + 1 : jT+T+1] = tokens[jT : jT+T]
 
 so every token of a split is a target exactly once.
 
-Training reads the floor(N/T) full blocks in an epoch-wise permutation that
-is a pure function of (seed, epoch), S = floor(N/T) // B steps per epoch
-(the < B leftover blocks of an epoch's permutation are skipped in that
-epoch only). Batch k is a pure function of (seed, k): a resumed run needs no
-iterator state beyond the step. The permutation ranks a splitmix64 hash of
-(seed, epoch, block), so it does not depend on numpy's RNG version.
+Training reads the floor(N/T) full blocks in a permutation per epoch (a
+splitmix64 hash of (seed, epoch, block), independent of numpy's RNG),
+floor(N/T) // B steps per epoch, skipping an epoch's < B leftover blocks.
+Batch k is a pure function of (seed, k): resuming needs only the step.
 
-Evaluation reads all ceil(N/T) blocks in order. The last block is padded,
-and the last batch is padded with empty rows so shapes stay [b, T]; padding
-has id 0 and weight 0, and sum(weights) = N over a split.
+Evaluation reads all ceil(N/T) blocks in order; the last block and batch
+are padded (id 0, weight 0) to [b, T], and sum(weights) = N over a split.
 """
 from __future__ import annotations
 
@@ -72,13 +68,9 @@ def load_splits(config: ml_collections.ConfigDict, *,
   """Prepares `config.name` in `config.data_dir` if needed and reads it.
 
   The first call builds the array_record files (from `config.manual_dir` if
-  set, else by downloading; one log line, no progress bars); later calls
-  only read them (checksums are verified at build time only). On several
-  hosts, prepare once beforehand or give each host its own `data_dir`.
-
-  Args:
-    config: a `default_config()`-like section.
-    verify_checksums: check the source files' sha256. Tests only: False.
+  set, else by downloading; checksums verified then, unless
+  `verify_checksums=False` in tests); later calls only read them. On
+  several hosts, prepare once beforehand or give each host its `data_dir`.
 
   Raises:
     FileNotFoundError: `config.manual_dir` is set and is no directory (even
@@ -95,7 +87,7 @@ def load_splits(config: ml_collections.ConfigDict, *,
         "use a data set already built in config.data.data_dir, leave "
         "manual_dir empty).\n"
         + tokens.expected_files_message(manual_dir, "no such directory"))
-  tfds.disable_progress_bar()   # tqdm escape codes in logs, even for a copy
+  tfds.disable_progress_bar()
   builder = tfds.builder(config.name, data_dir=data_dir,
                          file_format="array_record",
                          verify_checksums=verify_checksums)
@@ -174,8 +166,7 @@ def _blocks(tokens: np.ndarray, eos_id: int, starts: np.ndarray,
 
 def train_block_ids(num_tokens: int, step: int, seq_len: int,
                     batch_size: int, seed: int) -> np.ndarray:
-  """int64[B]: the train blocks of global batch `step` (block j: targets
-  tokens[jT : jT+T])."""
+  """int64[B]: the train blocks of global batch `step`."""
   num_blocks = num_tokens // seq_len
   steps = num_batches(num_tokens, seq_len, batch_size, train=True)
   if steps == 0:
@@ -189,11 +180,7 @@ def train_block_ids(num_tokens: int, step: int, seq_len: int,
 def train_batch(data: LMData, step: int, *, seq_len: int, batch_size: int,
                 seed: int, process_index: int | None = None,
                 process_count: int | None = None) -> Batch:
-  """This host's rows of training batch `step`, a pure function of (seed, step).
-
-  Returns:
-    {"inputs": int32[b, T], "targets": int32[b, T]}, targets = next tokens.
-  """
+  """This host's rows of train batch `step`: {"inputs", "targets"} [b, T]."""
   rows = host_rows(batch_size, process_index, process_count)
   ids = train_block_ids(data.train.shape[0], step, seq_len, batch_size, seed)
   inputs, targets, _ = _blocks(data.train, data.eos_id, ids[rows] * seq_len,
@@ -206,9 +193,8 @@ def eval_batch(data: LMData, split: str, index: int, *, seq_len: int,
                process_count: int | None = None) -> Batch:
   """This host's rows of evaluation batch `index` of `split`, in order.
 
-  Returns:
-    {"inputs", "targets": int32[b, T], "weights": float32[b, T]}, weights 1
-    on real targets and 0 on padding.
+  Returns {"inputs", "targets": int32[b, T], "weights": float32[b, T]},
+  weights 0 on padding.
   """
   rows = host_rows(batch_size, process_index, process_count)
   tokens = data.split(split)
@@ -261,16 +247,9 @@ def make_grain_loader(data: LMData, *, seq_len: int, batch_size: int,
                       ) -> grain.IterDataset:
   """A grain pipeline yielding `train_batch(data, k, ...)` for k = start_step..
 
-  grain reads single blocks from a random-access source, batches them and
-  prefetches with threads; the order is the same (seed, epoch) permutation,
-  so resuming needs only `start_step`.
-
-  Args:
-    num_steps: stop before this global step (None: practically endless).
-    read_options: grain threads / prefetch (default: 2 threads, 4 batches).
-
-  Returns:
-    An iterable of {"inputs", "targets": int32[b, T]}.
+  grain reads single blocks, batches and prefetches them with threads
+  (`read_options`; default 2 threads, 4 batches) up to global step
+  `num_steps` (None: practically endless).
   """
   rows = host_rows(batch_size, process_index, process_count)
   b = rows.stop - rows.start

@@ -1,19 +1,16 @@
 r"""Dong et al.'s synthetic token tasks: sorting and memorisation.
 
 Shapes: B = batch, T = tokens, V = vocabulary (= classes), N = memorised
-sequences. Every example is a pair (inputs [T] int32, targets [T] int32),
-one class per position; a model is scored by per-token accuracy and
-cross-entropy. Pure functions of a PRNG key, jit-able, so a batch depends
-only on (seed, step), as `qkspec.training.tasks` requires.
+sequences. An example is (inputs [T] int32, targets [T] int32), one class
+per position, scored by per-token accuracy and cross-entropy. Pure,
+jit-able functions of a PRNG key (a batch depends only on (seed, step)).
 
 * sorting (Dong et al., Sec. 5.2; their `sort.py` with repeats): inputs
-  i.i.d. uniform on {0, ..., V-1}, targets the same tokens in
-  non-decreasing order: target t is the t-th smallest input (0-based).
-* memorisation (Dong et al., Sec. 5.2): a fixed bank of N sequences with
-  i.i.d. uniform inputs and i.i.d. uniform target labels, independent of
-  the inputs, drawn once from the data seed; batches draw bank rows
-  uniformly with replacement. Nothing generalises: accuracy is measured on
-  the bank itself (chance 1/V).
+  uniform on {0, ..., V-1}, targets the same tokens sorted.
+* memorisation (Sec. 5.2): a bank of N sequences of uniform inputs and
+  independent uniform labels, drawn once from the data seed; batches draw
+  bank rows with replacement. Accuracy is measured on the bank (chance
+  1/V).
 
 References:
   Dong, Cordonnier, Loukas, Attention is Not All You Need: Pure Attention
@@ -34,12 +31,9 @@ def _positive(name: str, value: int) -> int:
 
 def sorting(key: jax.Array, batch_size: int, seq_len: int, vocab_size: int
             ) -> dict[str, jax.Array]:
-  r"""Sorting: inputs :math:`x_t \sim U\{0..V-1\}`, targets
-  :math:`y = \mathrm{sort}(x)`.
+  r"""Sorting: inputs :math:`x \sim U\{0..V-1\}^T`, targets sort(x).
 
-  Returns:
-    {"inputs": [B, T] int32, "targets": [B, T] int32}, targets sorted
-    non-decreasing along T and a permutation of the inputs in every row.
+  Returns {"inputs", "targets": [B, T] int32}.
   """
   B = _positive("batch_size", batch_size)
   T = _positive("seq_len", seq_len)
@@ -50,11 +44,7 @@ def sorting(key: jax.Array, batch_size: int, seq_len: int, vocab_size: int
 
 def memorization_bank(key: jax.Array, num_sequences: int, seq_len: int,
                       vocab_size: int) -> dict[str, jax.Array]:
-  r"""The N sequences to memorise: uniform inputs, independent uniform labels.
-
-  Returns:
-    {"inputs": [N, T] int32, "targets": [N, T] int32}, all in {0..V-1}.
-  """
+  r"""The N sequences to memorise: {"inputs", "targets": [N, T] int32}."""
   N = _positive("num_sequences", num_sequences)
   T = _positive("seq_len", seq_len)
   V = _positive("vocab_size", vocab_size)

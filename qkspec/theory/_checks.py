@@ -1,9 +1,7 @@
 """Argument checks shared by the pure functions.
 
-Shapes are static under `jax.jit`, so shape checks always run before tracing.
-Value checks (a negative temperature, say) run only when the value is
-concrete; a traced value cannot be inspected without a host sync, and under
-`vmap`/`jit` the caller is responsible for it.
+Shape checks always run (shapes are static under `jit`); value checks run
+only on concrete values, as a traced one cannot be inspected.
 """
 from typing import Any
 
@@ -25,22 +23,21 @@ def positive_int(name: str, value: Any, minimum: int = 1) -> int:
   return int(value)
 
 
-def nonnegative(name: str, value: Any) -> None:
-  """Raises ValueError if a concrete `value` has a negative (or NaN) entry."""
+def _below(name: str, value: Any, strict: bool, what: str) -> None:
+  """Raises if a concrete `value` has an entry < 0 (<= 0 if strict) or NaN."""
   if value is None or not is_concrete(value):
     return
   arr = np.asarray(value)
-  if np.any(np.isnan(arr)) or np.any(arr < 0):
-    raise ValueError(f"{name} must be non-negative, got {value!r}.")
+  if np.any(np.isnan(arr)) or np.any(arr <= 0 if strict else arr < 0):
+    raise ValueError(f"{name} must be {what}, got {value!r}.")
+
+
+def nonnegative(name: str, value: Any) -> None:
+  _below(name, value, False, "non-negative")
 
 
 def positive(name: str, value: Any) -> None:
-  """Raises ValueError if a concrete `value` has an entry <= 0 (or NaN)."""
-  if value is None or not is_concrete(value):
-    return
-  arr = np.asarray(value)
-  if np.any(np.isnan(arr)) or np.any(arr <= 0):
-    raise ValueError(f"{name} must be positive, got {value!r}.")
+  _below(name, value, True, "positive")
 
 
 def square_matrix(name: str, x: Any, dim: int | None = None) -> None:
@@ -55,7 +52,6 @@ def square_matrix(name: str, x: Any, dim: int | None = None) -> None:
 
 
 def min_ndim(name: str, x: Any, ndim: int, legend: str) -> None:
-  """Raises ValueError if `x` has fewer than `ndim` axes."""
   if np.ndim(x) < ndim:
     raise ValueError(f"{name} must have shape {legend}, got shape "
                      f"{tuple(np.shape(x))}.")
@@ -84,7 +80,6 @@ def choice(name: str, value: Any, options: tuple[str, ...]) -> str:
 
 
 def unit_interval(name: str, value: Any) -> None:
-  """Raises ValueError if a concrete `value` has an entry outside [0, 1]."""
   if not is_concrete(value):
     return
   arr = np.asarray(value, dtype=np.float64)
@@ -95,8 +90,8 @@ def unit_interval(name: str, value: Any) -> None:
 def covariance(name: str, cov: Any, tol: float = 1e-5) -> None:
   """Raises ValueError unless a concrete `cov` is symmetric PSD [..., d, d].
 
-  Tolerances are relative to the largest absolute entry / eigenvalue (float32
-  round-off: the Fig. 5 covariance has eigenvalues down to ~1e-6).
+  Tolerances are relative to the largest entry / eigenvalue: the Fig. 5
+  covariance has float32 eigenvalues down to ~1e-6.
   """
   if not is_concrete(cov):
     return
@@ -114,11 +109,10 @@ def covariance(name: str, cov: Any, tol: float = 1e-5) -> None:
 
 def probabilities(name: str, probs: Any, mask: Any, axis: int,
                   rtol: float = 1e-3) -> None:
-  """Raises ValueError if concrete `probs` are not probability rows.
+  """Raises ValueError unless concrete `probs` are rows of probabilities.
 
-  Checks, over the keys where `mask` is True (all keys if None), that no
-  entry is negative and that every row with a visible key sums to 1 within
-  `rtol`. NaN entries are let through (they propagate).
+  Over the keys where `mask` is True (all if None): no negative entry, and
+  every row with a visible key sums to 1 within `rtol`. NaN passes.
   """
   if not (is_concrete(probs) and is_concrete(mask)):
     return
@@ -129,8 +123,7 @@ def probabilities(name: str, probs: Any, mask: Any, axis: int,
     raise ValueError(f"{name} must be non-negative (probabilities), got a "
                      f"minimum of {arr[visible].min():.3g}.")
   sums = np.sum(np.where(visible, arr, 0.0), axis=axis)
-  rows = np.any(visible, axis=axis)
-  bad = rows & (np.abs(sums - 1.0) > rtol)
+  bad = np.any(visible, axis=axis) & (np.abs(sums - 1.0) > rtol)
   if np.any(bad):
     raise ValueError(f"{name} rows must sum to 1 over the visible keys "
                      f"(axis {axis}, tolerance {rtol}), got a row sum of "

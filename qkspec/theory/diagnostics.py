@@ -17,24 +17,16 @@ def attention_entropy(probs: jax.Array, mask: jax.Array | None = None,
   .. math:: \mathrm{Ent}(A_t) = -\sum_{j \in \mathcal V(t)} A_{tj}\log A_{tj}
 
   over the keys :math:`\mathcal V(t)` that query t may see (`mask` True), with
-  :math:`0 \log 0 = 0`. Masked keys contribute nothing.
-
-  When `probs` (and `mask`) are concrete, raises ValueError if a visible
-  entry is negative or a row with a visible key does not sum to 1 over its
-  visible keys within 1e-3 (NaN entries pass and give NaN). Under `jit` the
-  caller is responsible for passing probabilities.
+  :math:`0 \log 0 = 0`. Concrete `probs` must be probabilities over the
+  visible keys (ValueError otherwise; NaN passes).
 
   Args:
     probs: attention probabilities, keys along `axis`.
     mask: bool, broadcastable to `probs`; True where a key is visible. A row
       with no visible key (a padded query) is excluded from the mean.
     axis: the key axis.
-    reduce: True returns the mean over all valid rows (every axis but
-      `axis`: queries, batch, heads); False returns the per-row entropy
-      (shape of `probs` without `axis`; 0 for excluded rows).
-
-  Returns:
-    A scalar (reduce=True) or per-row entropies, in nats.
+    reduce: True: the mean over all valid rows (queries, batch, heads), in
+      nats; False: per row (0 for excluded rows).
   """
   probs = jnp.asarray(probs)
   _checks.seq_axis_length("probs", probs, axis, minimum=1)
@@ -58,20 +50,12 @@ def eq9_entropy(nu: jax.Array, seq_len: int) -> jax.Array:
   .. math:: \ln(1 + T e^{-\nu}) + \frac{\nu e^{-\nu/2}}{T^{-1} + e^{-\nu}},
             \qquad \nu = \|XX^\top\|_2\,\|W_{QK}\|_2.
 
-  The paper presents it as an asymptotic (large T) lower bound taken from
-  Zhai et al. (2023, Theorem 3.1). As printed it is not one: it equals
-  :math:`\ln(1+T) > \ln T` at :math:`\nu = 0` and stays above the
-  maximum entropy :math:`\ln T` on :math:`[0, \nu^*]` (README errata), so
-  no attention row can reach it there. For a true bound use
-  `entropy_bounds.zhai_entropy_lower_bound`; qkspec plots this one against
-  :math:`\ln T` (configs/entropy_bound.py).
-
-  Args:
-    nu: :math:`\nu \ge 0`, any shape.
-    seq_len: T >= 1, the number of keys.
-
-  Returns:
-    The expression in nats, shape of `nu`, float32.
+  The paper presents it as Zhai et al.'s (2023, Theorem 3.1) large-T lower
+  bound. As printed it is not one: it is :math:`\ln(1+T) > \ln T` at
+  :math:`\nu = 0` and stays above the maximum entropy :math:`\ln T` on
+  :math:`[0, \nu^*]` (README errata). The true bound is
+  `entropy_bounds.zhai_entropy_lower_bound`. Returns float32 nats, the
+  shape of `nu` >= 0; T >= 1 keys.
   """
   t = _checks.positive_int("seq_len", seq_len, minimum=1)
   _checks.nonnegative("nu", nu)
@@ -83,11 +67,8 @@ def eq9_entropy(nu: jax.Array, seq_len: int) -> jax.Array:
 def composite_norm(x: jax.Array) -> jax.Array:
   r"""Dong et al.'s composite norm :math:`\sqrt{\|X\|_1\|X\|_\infty}`, [...].
 
-  Induced norms: :math:`\|X\|_1` is the largest absolute column sum and
-  :math:`\|X\|_\infty` the largest absolute row sum.
-
-  Args:
-    x: [..., T, d].
+  Induced norms of x [..., T, d]: :math:`\|X\|_1` the largest absolute
+  column sum, :math:`\|X\|_\infty` the largest absolute row sum.
   """
   _checks.min_ndim("x", x, 2, "[..., T, d]")
   abs_x = jnp.abs(x)
@@ -99,10 +80,8 @@ def composite_norm(x: jax.Array) -> jax.Array:
 def _composite_argmin(x_Txd, num_steps):
   """Approximate argmin_c ||X - 1 c^T||_{1,inf} for one [T, d] matrix.
 
-  Starts at the column-wise median (the exact minimiser of the ||.||_1
-  factor) and runs normalised subgradient descent with step a0/sqrt(k+1),
-  keeping the best point. Translation equivariant: X + 1 c^T gives c + the
-  same path.
+  Normalised subgradient descent, step a0/sqrt(k+1), from the column-wise
+  median (the exact minimiser of the ||.||_1 factor), keeping the best point.
   """
   def objective(c_d):
     return composite_norm(x_Txd - c_d[None, :])
@@ -127,26 +106,17 @@ def rank_collapse_residual(x: jax.Array, method: str = "mean",
                            num_steps: int = 300) -> jax.Array:
   r"""Norm of Dong et al.'s residual :math:`X - \mathbf 1 x^\top`, [...].
 
-  The residual is :math:`\mathrm{res}(X) = X - \mathbf 1 x^\top`.
+  Of x [..., T, d], with x chosen by `method`:
 
-  Methods:
     * "mean": :math:`x` = the token mean, Frobenius norm (as Dong et al.'s
       released code measures it);
     * "svd": the Frobenius distance to the best rank-1 matrix,
-      :math:`\sqrt{\sum_{k \ge 2}\sigma_k^2}` (not restricted to the form
+      :math:`\sqrt{\sum_{k \ge 2}\sigma_k^2}` (not of the form
       :math:`\mathbf 1 x^\top`, so not invariant to adding
       :math:`\mathbf 1 c^\top`);
     * "composite": :math:`\min_x \|X - \mathbf 1 x^\top\|_{1,\infty}`
-      (Dong et al., Sec. 2), approximated by `num_steps` of subgradient
-      descent from the column-wise median; an upper bound on the minimum.
-
-  Args:
-    x: [..., T, d], tokens as rows.
-    method: "mean", "svd" or "composite".
-    num_steps: iterations for "composite".
-
-  Returns:
-    The residual norm [...].
+      (Dong et al., Sec. 2), from above by `num_steps` of subgradient
+      descent.
   """
   _checks.choice("method", method, RESIDUAL_METHODS)
   _checks.min_ndim("x", x, 2, "[..., T, d]")
@@ -165,16 +135,8 @@ def relative_residual(x: jax.Array, method: str = "mean",
                       num_steps: int = 300) -> jax.Array:
   r""":math:`\|\mathrm{res}(X)\| / \|X\|`, the norm of `method` (Dong et al.).
 
-  Frobenius for "mean" and "svd", composite for "composite". 0 means the
-  tokens have collapsed to one row.
-
-  Args:
-    x: [..., T, d], tokens as rows.
-    method: "mean", "svd" or "composite" (see `rank_collapse_residual`).
-    num_steps: iterations for "composite".
-
-  Returns:
-    The ratio [...].
+  Frobenius for "mean" and "svd", composite for "composite"
+  (`rank_collapse_residual`); 0 means the tokens have collapsed to one row.
   """
   res = rank_collapse_residual(x, method, num_steps)
   if method == "composite":

@@ -10,39 +10,33 @@ and :math:`\beta = \exp(-\boldsymbol\sigma\sqrt{T/(T-1)})`, every row of
 .. math:: \mathrm{Ent}(A_i) \ge \ln\big(1 + (T-1)\beta\big)
           + \frac{\boldsymbol\sigma\sqrt{T(T-1)}\,\beta}{1 + (T-1)\beta}.
 
-Why it holds (our reading, checked in tests/collapse_test.py): the logit row
-:math:`s_i = X M x_i` (:math:`M` the logit matrix) has
-:math:`\|s_i\|_2 \le \|M\|_2\|X\|_2\|x_i\|_2 \le \|M\|_2\|XX^\top\|_2`; among
-logit vectors whose centred norm is at most :math:`\boldsymbol\sigma`, the
-entropy is smallest for one key above T-1 equal others, a gap of
-:math:`\delta = \boldsymbol\sigma\sqrt{T/(T-1)}`, whose softmax
-:math:`(1, \beta, \dots, \beta)/(1 + (T-1)\beta)`, :math:`\beta = e^{-\delta}`,
-has exactly the entropy above. So the bound is tight, and it equals
+Why (our reading, tests/collapse_test.py): a logit row :math:`s_i = X M x_i`
+has :math:`\|s_i\|_2 \le \|M\|_2\|XX^\top\|_2`; of the rows with centred
+norm at most :math:`\boldsymbol\sigma`, the least entropy has one key a gap
+:math:`\delta = \boldsymbol\sigma\sqrt{T/(T-1)}` above T-1 equal others,
+softmax :math:`(1, \beta, \dots, \beta)/(1 + (T-1)\beta)`,
+:math:`\beta = e^{-\delta}`, whose entropy is the bound: it is tight, and
 :math:`\ln T` at :math:`\boldsymbol\sigma = 0`.
 
-Temperature. qkspec's logits are :math:`x_t^\top W_{QK} x_j / \lambda`, so the
-logit matrix is :math:`M = W_{QK}/\lambda` and the argument of the bound is
+Temperature. qkspec's logit matrix is :math:`M = W_{QK}/\lambda`, so
 :math:`\nu = \|XX^\top\|_2\|W_{QK}\|_2/\lambda` (`entropy_bound_nu`). The
-paper writes :math:`\nu = \|XX^\top\|_2\|W_{QK}\|_2` (Eq. 9) with
-:math:`\lambda` left implicit; using it without :math:`\lambda` overstates
-:math:`\nu` by :math:`\lambda = \sqrt d`, which keeps Zhai's (decreasing)
-bound valid but loose.
+paper's Eq. (9) leaves :math:`\lambda` out, which overstates :math:`\nu` by
+:math:`\sqrt d`: Zhai's (decreasing) bound stays valid but loose.
 
-Relation to the paper's Eq. (9). For large T, :math:`\sqrt{T/(T-1)} \to 1`
-and :math:`\sqrt{T(T-1)} \to T`, so Zhai's bound tends to
-:math:`\ln(1 + Te^{-\nu}) + \nu e^{-\nu}/(T^{-1} + e^{-\nu})`. Eq. (9) as
-printed (`diagnostics.eq9_entropy`) has :math:`e^{-\nu/2}` in the
-numerator of the second term, and :math:`\ln(1+T)` instead of :math:`\ln T`
-at :math:`\nu = 0`; it exceeds Zhai's bound by
-:math:`\nu(e^{-\nu/2} - e^{-\nu})/(T^{-1} + e^{-\nu})` and is not a lower
-bound where it exceeds the true minimum entropy (see
-qkspec/experiments/entropy_check.py for measured violations).
+Eq. (9). As :math:`T \to \infty` Zhai's bound tends to
+:math:`\ln(1 + Te^{-\nu}) + \nu e^{-\nu}/(T^{-1} + e^{-\nu})`
+(`zhai_large_t_limit`). Eq. (9) as printed (`diagnostics.eq9_entropy`) has
+:math:`e^{-\nu/2}` in the second numerator and :math:`\ln(1+T)` at
+:math:`\nu = 0`; it exceeds Zhai's bound by
+:math:`\nu(e^{-\nu/2} - e^{-\nu})/(T^{-1} + e^{-\nu})`, so it is no lower
+bound where it exceeds the true minimum (qkspec/experiments/entropy_check.py
+measures violations).
 
 References:
   Zhai, Likhomanenko, Littwin, Busbridge, Ramapuram, Zhang, Gu, Susskind,
   Stabilizing Transformer Training by Preventing Attention Entropy Collapse,
-  ICML 2023, arXiv:2303.06296, Theorem 3.1. (Statement as restated in public
-  notes on sigma-Reparam; re-derived and checked numerically here.)
+  ICML 2023, arXiv:2303.06296, Theorem 3.1 (as restated in public notes on
+  sigma-Reparam; re-derived and checked numerically here).
 """
 # pylint: disable=invalid-name
 import jax
@@ -58,14 +52,10 @@ def zhai_entropy_lower_bound(sigma: jax.Array, seq_len: int) -> jax.Array:
   .. math:: \ln(1 + (T-1)\beta) + \frac{\sigma\sqrt{T(T-1)}\,\beta}
             {1 + (T-1)\beta},\qquad \beta = e^{-\sigma\sqrt{T/(T-1)}}
 
-  Args:
-    sigma: :math:`\boldsymbol\sigma = \|M\|_2\|XX^\top\|_2` for logits
-      :math:`XMX^\top` (use `entropy_bound_nu`), or any upper bound on the
-      centred norm of a logit row (then the bound is for that row). >= 0.
-    seq_len: T >= 2, the number of keys.
-
-  Returns:
-    The bound in nats, shape of `sigma`; :math:`\ln T` at 0, decreasing.
+  `sigma` >= 0 is :math:`\boldsymbol\sigma = \|M\|_2\|XX^\top\|_2` for
+  logits :math:`XMX^\top` (`entropy_bound_nu`), or any upper bound on a
+  row's centred norm (a bound for that row); T >= 2 keys. Returns nats, the
+  shape of `sigma`: :math:`\ln T` at 0, decreasing.
   """
   t = _checks.positive_int("seq_len", seq_len, minimum=2)
   _checks.nonnegative("sigma", sigma)
@@ -95,14 +85,9 @@ def entropy_bound_nu(x_Txd: jax.Array, w_qk: jax.Array,
                      ) -> jax.Array:
   r""":math:`\nu = \|XX^\top\|_2\,\|W_{QK}\|_2/\lambda`, both bounds' argument.
 
-  Args:
-    x_Txd: [..., T, d] tokens as rows.
-    w_qk: [..., d, d] (broadcasting with x's leading axes).
-    temperature: :math:`\lambda`; None means :math:`\sqrt d`. Pass 1.0 for
-      the paper's un-normalised :math:`\nu`.
-
-  Returns:
-    nu [...]. :math:`\|XX^\top\|_2 = \sigma_{\max}(X)^2`.
+  x [..., T, d], `w_qk` [..., d, d] broadcasting with it; `temperature`
+  None means :math:`\sqrt d`, 1.0 gives the paper's :math:`\nu`.
+  Returns nu [...].
   """
   _checks.min_ndim("x", x_Txd, 2, "[..., T, d]")
   _checks.square_matrix("w_qk", w_qk, x_Txd.shape[-1])

@@ -2,32 +2,26 @@ r"""Common random numbers for the eigen-(mean, std) grid: walks, spectra, bases.
 
 Shapes: C = covariances, K = W_QK draws, N = sequences, E = sequences used
 for the attention entropy (the first E of the N), T = tokens, d = token
-dimension. Tokens are rows.
+dimension.
 
-The Fig. 5 procedure (Sec. 5, "Numerical simulation") estimates, per
-(eigen_mean, eigen_std), the signal propagation probability :math:`\rho_i`
-of Definition 1 and the attention entropy, averaging over K draws of
-:math:`W_{QK} = B\,\mathrm{diag}(w)B^\top`, :math:`w \sim \mathcal
-N(\mu_w, \sigma_w^2 I)` (:math:`\mu_w` = eigen_mean, :math:`\sigma_w` =
-eigen_std), B Haar, and over N random walks (Assumption 1). Sampling
-everything afresh per grid point spends almost all of its time drawing
-random numbers and forming :math:`X W_{QK} X^\top`.
+Fig. 5 (Sec. 5) estimates, per (eigen_mean, eigen_std) =
+:math:`(\mu_w, \sigma_w)`, :math:`\rho_i` (Definition 1) and the attention
+entropy over K draws of :math:`W_{QK} = B\,\mathrm{diag}(w)B^\top`,
+:math:`w \sim \mathcal N(\mu_w, \sigma_w^2 I)`, B Haar, and N random walks
+(Assumption 1). Drawing afresh per grid point spends nearly all the time on
+random numbers and :math:`X W_{QK} X^\top`. Instead, shared by every grid
+point and covariance:
 
-Design (common random numbers). Draw once, and share across every grid
-point and covariance,
-
-* per draw index k: a Haar basis :math:`B_k` and :math:`z_k \sim \mathcal
-  N(0, I_d)`, so that :math:`W_{QK}(\mu_w, \sigma_w, k) =
-  B_k\,\mathrm{diag}(\mu_w + \sigma_w z_k)\,B_k^\top = \mu_w I + \sigma_w
-  Z_k`, :math:`Z_k = B_k \mathrm{diag}(z_k) B_k^\top` (`draw_spectra`; the
-  same key gives the same matrix as `spectrum.sample_qk`);
-* one set of N walks :math:`S` (identity covariance); covariance c uses
-  :math:`X = S\,\Sigma_c^{1/2}`, which has the law of Assumption 1, and is
-  shared by all K draws ("we sampled 300 sequences with 40 tokens"). For
-  :math:`\Sigma = cI` draw k uses the rotated walks :math:`X B_k^\top`
-  instead (again exactly Assumption 1, the law being rotation invariant), so
-  its logits :math:`X\,\mathrm{diag}(w)X^\top` need no d x d product;
-  the pairs (walk, draw) keep their joint law.
+* per draw k, a Haar basis :math:`B_k` and :math:`z_k \sim \mathcal N(0,
+  I_d)`: :math:`W_{QK} = B_k\,\mathrm{diag}(\mu_w + \sigma_w z_k)\,B_k^\top
+  = \mu_w I + \sigma_w Z_k`, :math:`Z_k = B_k \mathrm{diag}(z_k) B_k^\top`
+  (`draw_spectra`; the same key gives `spectrum.sample_qk`'s matrix);
+* one set of N walks S (:math:`\Sigma = I`); covariance c uses
+  :math:`X = S\,\Sigma_c^{1/2}`, Assumption 1's law, shared by all K draws
+  ("we sampled 300 sequences with 40 tokens"). For :math:`\Sigma = cI` draw
+  k sees the rotated walks :math:`X B_k^\top` (the law is rotation
+  invariant), so its logits :math:`X\,\mathrm{diag}(w)X^\top` need no d x d
+  product; each pair (walk, draw) keeps its joint law.
 
 The logits are then linear in (eigen_mean, eigen_std):
 
@@ -35,14 +29,13 @@ The logits are then linear in (eigen_mean, eigen_std):
         + \sigma_w\,\frac{x_t^\top Z_k x_j}{\lambda}
         = \mu_w\,g_{tj} + \sigma_w\,h^{(k)}_{tj},
 
-so each grid point is an affine combination of "bases" computed once per
-(draw, walk) (`query_bases`, `attention_bases`), and the traces of Lemma 1
-are quadratic in (eigen_mean, eigen_std) (`trace_coefficients`). The walks
-are kept divided by :math:`\sqrt\lambda`, so every quadratic form is a
-logit, and the K draws' :math:`Z_k` act through one GEMM with
-:math:`[Z_1 \cdots Z_K]` side by side (`draw_operators`, `times_z`; an
-elementwise product for :math:`\Sigma = cI`). `grid_estimator` evaluates
-the grid on these bases and gives the statistics of the crossed design.
+so each grid point combines bases computed once per (draw, walk)
+(`query_bases`, `attention_bases`), and Lemma 1's traces are quadratic in
+them (`trace_coefficients`). The walks are kept divided by
+:math:`\sqrt\lambda`, so every quadratic form is a logit; the K draws'
+:math:`Z_k` act as one GEMM with :math:`[Z_1 \cdots Z_K]` (`draw_operators`,
+`times_z`; elementwise for :math:`\Sigma = cI`). `grid_estimator` evaluates
+the grid on these bases.
 
 References:
   Bao, Hataya, Karakida, Self-attention Networks Localize When
@@ -65,14 +58,9 @@ def draw_spectra(key: jax.Array, num_draws: int,
                  dim: int) -> tuple[jax.Array, jax.Array]:
   r"""K common spectra: Haar bases and standard-normal eigenvalue noise.
 
-  Draw k uses `jax.random.fold_in(key, k)` split as in `spectrum.sample_qk`,
-  so `spectrum.compose_qk(basis[k], eigen_mean + eigen_std * z[k])` equals
+  Draw k splits `fold_in(key, k)` as `spectrum.sample_qk` does, so
+  `spectrum.compose_qk(basis[k], eigen_mean + eigen_std * z[k])` equals
   `spectrum.sample_qk(fold_in(key, k), dim, eigen_mean, eigen_std)`.
-
-  Args:
-    key: PRNG key.
-    num_draws: K >= 1.
-    dim: d >= 1.
 
   Returns:
     basis_Kxdxd (orthogonal) and z_Kxd (i.i.d. N(0, 1)).
@@ -96,20 +84,11 @@ def _matmul_rows(x_xd: jax.Array, m_dxe: jax.Array) -> jax.Array:
 
 def random_walks(key: jax.Array, num_sequences: int, seq_len: int,
                  dim: int) -> jax.Array:
-  """`randomwalk.random_walk(key, num_sequences, seq_len, dim)`, Sigma = I.
+  """`randomwalk.random_walk(key, num_sequences, seq_len, dim)`: x_NxTxd.
 
-  The same increments, summed by a prefix scan (`lax.associative_scan`):
-  equal up to float round-off and 2.5x faster on XLA:CPU, where `jnp.cumsum`
-  of freshly drawn normals costs twice the draws themselves.
-
-  Args:
-    key: PRNG key (the same as `randomwalk.random_walk`'s).
-    num_sequences: N.
-    seq_len: T.
-    dim: d.
-
-  Returns:
-    x_NxTxd.
+  The same increments summed by `lax.associative_scan`: equal up to
+  round-off and 2.5x faster on XLA:CPU, where `jnp.cumsum` costs twice the
+  draws.
   """
   eps_NxTxd = jax.random.normal(key, (num_sequences, seq_len, dim))
   return jax.lax.associative_scan(jnp.add, eps_NxTxd, axis=1)
@@ -119,15 +98,10 @@ def draw_operators(basis_Kxdxd: jax.Array, z_Kxd: jax.Array,
                    isotropic: jax.Array | bool) -> jax.Array:
   r"""The K draws' eigen_std parts :math:`Z_k`, side by side, for one Sigma.
 
-  Args:
-    basis_Kxdxd, z_Kxd: `draw_spectra`.
-    isotropic: :math:`\Sigma = cI`: then :math:`Z_k` is
-      :math:`\mathrm{diag}(z_k)`, as draw k sees the rotated walks
-      :math:`XB_k^\top` (module doc); else
-      :math:`Z_k = B_k\,\mathrm{diag}(z_k)B_k^\top`.
-
-  Returns:
-    zcat_dxKd with `zcat[:, k*d:(k+1)*d]` = :math:`Z_k`.
+  :math:`Z_k = B_k\,\mathrm{diag}(z_k)B_k^\top` from `draw_spectra`, or
+  :math:`\mathrm{diag}(z_k)` if `isotropic` (:math:`\Sigma = cI`: draw k
+  sees the rotated walks). Returns zcat_dxKd, `zcat[:, k*d:(k+1)*d]` =
+  :math:`Z_k`.
   """
   num_draws, d = z_Kxd.shape
   zmat_Kxdxd = jnp.where(isotropic, jax.vmap(jnp.diag)(z_Kxd),
@@ -139,11 +113,7 @@ def times_z(v_Xxd: jax.Array, zcat_dxKd: jax.Array,
             diagonal: jax.Array | bool) -> jax.Array:
   """:math:`v Z_k` for every draw k: [..., d] -> [..., K, d].
 
-  Args:
-    v_Xxd: row vectors [..., d].
-    zcat_dxKd: `draw_operators`.
-    diagonal: the :math:`Z_k` are diagonal (an isotropic Sigma): an
-      elementwise product instead of one GEMM with `zcat`.
+  `diagonal` (an isotropic Sigma): an elementwise product, not a GEMM.
   """
   d = zcat_dxKd.shape[0]
   shape = v_Xxd.shape[:-1] + (zcat_dxKd.shape[1] // d, d)
@@ -162,17 +132,13 @@ def query_bases(x_NxTxd: jax.Array,
 
   .. math:: a_j = x_T^\top x_j,\qquad b^{(k)}_j = x_T^\top Z_k x_j,
 
-  so that `eigen_mean * a + eigen_std * b[k]` is the transpose of
+  so `eigen_mean * a + eigen_std * b[k]` is the transpose of
   `propagation.query_logits` of :math:`\sqrt\lambda x` for draw k's
-  :math:`W_{QK}` (Definition 1).
-
-  Args:
-    x_NxTxd: walks already divided by :math:`\sqrt\lambda`.
-    zlast_NxKxd: `times_z(x[:, -1], ...)`.
+  :math:`W_{QK}`. `x_NxTxd` is divided by :math:`\sqrt\lambda`,
+  `zlast_NxKxd` = `times_z(x[:, -1], ...)`.
 
   Returns:
-    a_TxN, b_KxTxN (sequences on the minor axis, for
-    `grid_estimator.rho_per_draw`).
+    a_TxN, b_KxTxN (sequences on the minor axis).
   """
   _checks.min_ndim("x", x_NxTxd, 3, "[N, T, d]")
   return (jnp.einsum("nd,ntd->tn", x_NxTxd[:, -1, :], x_NxTxd),
@@ -186,12 +152,8 @@ def attention_bases(x_XxTxd: jax.Array,
   .. math:: X W_{QK} X^\top/\lambda = \mu_w\,g + \sigma_w\,h^{(k)},\qquad
             g = X X^\top,\qquad h^{(k)} = (X Z_k) X^\top;
 
-  h is one batched product per walk, the K draws stacked as (T K) rows.
-
-  Args:
-    x_XxTxd: walks already divided by :math:`\sqrt\lambda` (any leading
-      axes).
-    zx_XxTxKxd: `times_z(x, ...)`.
+  one batched product per walk, the K draws stacked as (T K) rows, of walks
+  `x_XxTxd` divided by :math:`\sqrt\lambda` and `zx` = `times_z(x, ...)`.
 
   Returns:
     g_XxTxT, h_XxTxKxT (query axis first, key axis last).
@@ -204,19 +166,13 @@ def trace_coefficients(basis_dxd: jax.Array, z_d: jax.Array,
                        cov_dxd: jax.Array) -> dict[str, jax.Array]:
   r"""Coefficients of tr(W), tr(W^2), quadratic in (eigen_mean, eigen_std).
 
-  :math:`W = W_{QK}\Sigma`.
-
-  With :math:`W_{QK} = \mu_w I + \sigma_w Z`, :math:`Z =
-  B\,\mathrm{diag}(z)B^\top`: :math:`\mathrm{tr}\,W = \mu_w\,
+  With :math:`W = W_{QK}\Sigma`, :math:`W_{QK} = \mu_w I + \sigma_w Z`,
+  :math:`Z = B\,\mathrm{diag}(z)B^\top`: :math:`\mathrm{tr}\,W = \mu_w\,
   \mathrm{tr}\,\Sigma + \sigma_w\,\mathrm{tr}(Z\Sigma)` and
   :math:`\mathrm{tr}\,W^2 = \mu_w^2\mathrm{tr}\,\Sigma^2 +
   2\mu_w\sigma_w\,\mathrm{tr}(Z\Sigma^2) +
   \sigma_w^2\mathrm{tr}(Z\Sigma Z\Sigma)`
-  (`grid_estimator.spectrum_traces` evaluates them).
-
-  Args:
-    basis_dxd, z_d: one draw of `draw_spectra`.
-    cov_dxd: :math:`\Sigma`.
+  (`grid_estimator.spectrum_traces` evaluates them) for one draw.
 
   Returns:
     A dict of scalars: `cov` tr(Sigma), `cov2` tr(Sigma^2), `zc`
@@ -235,15 +191,9 @@ def sample_bases(key: jax.Array, covs_Cxdxd: jax.Array, *, num_draws: int,
                  temperature: float | None = None) -> dict[str, jax.Array]:
   r"""Draws the common random numbers and returns what `grid_stats` needs.
 
-  Args:
-    key: PRNG key; `fold_in(key, 0)` gives the spectra (`draw_spectra`),
-      `fold_in(key, 1)` the walks.
-    covs_Cxdxd: step covariances of Assumption 1.
-    num_draws: K, the W_QK draws.
-    num_sequences: N, the walks.
-    entropy_sequences: E <= N; the first E walks also give the entropy.
-    seq_len: T.
-    temperature: :math:`\lambda`; None means :math:`\sqrt d`.
+  `fold_in(key, 0)` gives the spectra, `fold_in(key, 1)` the walks; the
+  first E <= N walks also give the entropy; `temperature` None means
+  :math:`\sqrt d`.
 
   Returns:
     A dict: `a` [C, T, N], `b` [K, C, T, N] (`query_bases`); for the
@@ -269,10 +219,8 @@ def sample_bases(key: jax.Array, covs_Cxdxd: jax.Array, *, num_draws: int,
   for cov_dxd in covs_Cxdxd:
     iso = jnp.all(cov_dxd == cov_dxd[0, 0] * jnp.eye(d))
     zcat_dxKd = draw_operators(basis_Kxdxd, z_Kxd, iso)
-    # X = S Sigma^(1/2): the cumulative sum commutes with the right factor,
-    # so X has the law (and, up to round-off, the numbers) of
-    # random_walk(key, ..., cov). Divided by sqrt(lambda), every quadratic
-    # form below is a logit.
+    # X = S Sigma^(1/2) / sqrt(lambda): the cumulative sum commutes with the
+    # right factor, so X is random_walk(key, ..., cov) up to round-off.
     x_NxTxd = jax.lax.cond(
         iso, lambda c=cov_dxd: s_NxTxd * jnp.sqrt(c[0, 0] / lam),
         lambda c=cov_dxd: _matmul_rows(

@@ -1,38 +1,33 @@
 r"""Common-random-number estimator of :math:`\rho_i` and entropy on a grid.
 
-The grid is over (eigen_mean, eigen_std).
-
 Shapes: C = covariances, K = W_QK draws, N = sequences, E = sequences used
 for the attention entropy (the first E of the N), T = tokens, d = token
-dimension, P = (eigen_mean, eigen_std) grid points. Tokens are rows.
+dimension, P = (eigen_mean, eigen_std) grid points.
 
 The Fig. 5 sweep: `grid_bases.sample_bases` draws K spectra and N walks
-once and shares them across every grid point and covariance (`grid_bases`
-explains the design); `grid_stats` evaluates every point on them. The
-logits are affine in (eigen_mean, eigen_std), so each point is a
-combination of the bases followed by the event :math:`u_i \in [0,1]`
-(`rho_per_draw`) or a softmax entropy (`entropy_grid`); the traces of
-Lemma 1 are quadratic in them (`spectrum_traces`). bench/simulate.py times
-the sweep against the paper's procedure in NumPy.
+once for every grid point and covariance; `grid_stats` evaluates each point
+on them: a combination of the bases followed by the event
+:math:`u_i \in [0,1]` (`rho_per_draw`) or a softmax entropy
+(`entropy_grid`), and Lemma 1's traces (`spectrum_traces`).
+bench/simulate.py times it against the paper's procedure in NumPy.
 
-Statistics. Every pair (X_n, W_k) has exactly the joint law of the paper's
-procedure, so each grid point's estimate :math:`\hat\rho_i = (KN)^{-1}
-\sum_{k,n} f_{kn}`, :math:`f_{kn} = \mathbb 1\{u_i(X_n, W_k) \in [0,1]\}`,
-is unbiased. What changes is the correlation: the K x N table is a crossed
-design (walks reused across draws), so the between-draw spread alone
-understates the error. With :math:`f = \rho + \alpha_k + \beta_n +
-\epsilon_{kn}`, :math:`V\hat\rho = \sigma_\alpha^2/K + \sigma_\beta^2/N +
-\sigma_\epsilon^2/(KN)`; `crossed_standard_error` returns
+Statistics. Every pair (X_n, W_k) has the joint law of the paper's
+procedure, so each point's :math:`\hat\rho_i = (KN)^{-1}\sum_{k,n} f_{kn}`,
+:math:`f_{kn} = \mathbb 1\{u_i(X_n, W_k) \in [0,1]\}`, is unbiased. But the
+K x N table is a crossed design (walks reused across draws): with
+:math:`f = \rho + \alpha_k + \beta_n + \epsilon_{kn}`,
+:math:`V\hat\rho = \sigma_\alpha^2/K + \sigma_\beta^2/N +
+\sigma_\epsilon^2/(KN)`, so the between-draw spread alone understates the
+error. `crossed_standard_error` returns
 :math:`\sqrt{s^2_{\text{draws}}/K + s^2_{\text{walks}}/N}` (sample variances
-of the K per-draw means and of the N per-walk means), whose square has
-expectation :math:`V\hat\rho + \sigma_\epsilon^2/(KN)`: slightly
-conservative (over 200 seeds in tests/grid_estimator_test.py the spread of
-the estimates is 0.9-1.1x the mean reported SE). The paper's fresh-walks
-design has :math:`V = \sigma_\alpha^2/K + (\sigma_\beta^2 +
-\sigma_\epsilon^2)/(KN)`; the price of sharing walks is the
-:math:`\sigma_\beta^2/N` term, reported, not hidden. Across grid points the
-errors are positively correlated, which makes heat maps smooth but is
-irrelevant to each point's estimate.
+of the per-draw and per-walk means), whose square has expectation
+:math:`V\hat\rho + \sigma_\epsilon^2/(KN)`: slightly conservative (over 200
+seeds in tests/grid_estimator_test.py the estimates spread 0.9-1.1x the
+mean SE). The paper's fresh walks give :math:`V = \sigma_\alpha^2/K +
+(\sigma_\beta^2 + \sigma_\epsilon^2)/(KN)`; sharing walks costs the
+reported :math:`\sigma_\beta^2/N` term. Errors at different grid points are
+positively correlated (smooth heat maps), which leaves each point's
+estimate as it is.
 
 References:
   Bao, Hataya, Karakida, Self-attention Networks Localize When
@@ -54,14 +49,8 @@ def spectrum_traces(coefficients: dict[str, jax.Array], eigen_mean: jax.Array,
                     eigen_std: jax.Array) -> tuple[jax.Array, jax.Array]:
   r"""(tr W, tr W^2) of :math:`W = W_{QK}\Sigma` at (eigen_mean, eigen_std).
 
-  Args:
-    coefficients: `grid_bases.trace_coefficients` (or the entries of the
-      same names of `grid_bases.sample_bases`).
-    eigen_mean, eigen_std: the grid point(s), broadcasting with the
-      coefficients.
-
-  Returns:
-    (trace, trace_sq), broadcast shape.
+  `coefficients`: `grid_bases.trace_coefficients` (or those entries of
+  `grid_bases.sample_bases`), broadcasting with the grid point(s).
   """
   c, mean, std = coefficients, eigen_mean, eigen_std
   trace = mean * c["cov"] + std * c["zc"]
@@ -80,18 +69,11 @@ def rho_per_draw(a_CxTxN: jax.Array, b_KxCxTxN: jax.Array, means_P: jax.Array,
 
   The event of Definition 1, :math:`u_i = (\omega_i - \bar\omega)/T + 1/T
   \in [0, 1]` (`softmax.propagation_mask`) for :math:`\omega = \mu_w a +
-  \sigma_w b` (:math:`\mu_w, \sigma_w` = eigen_mean, eigen_std). The bases
-  are centred over i once, since :math:`\omega - \bar\omega = \mu_w(a -
-  \bar a) + \sigma_w(b - \bar b)`; equal to the mask of the direct logits
-  up to float round-off (tests/grid_estimator_test.py). Any leading axes
-  (C) of `a` carry through; one grid point at a time (`lax.map`), draws by
-  `lax.scan`, keeping every reduction on the minor (sequence) axis, which
-  XLA's CPU backend vectorises.
-
-  Args:
-    a_CxTxN, b_KxCxTxN: `grid_bases.query_bases`, sequences on the minor
-      axis.
-    means_P, stds_P: the grid points' eigen_mean and eigen_std.
+  \sigma_w b` (:math:`\mu_w, \sigma_w` = eigen_mean, eigen_std) on the
+  bases of `grid_bases.query_bases`, centred over i once (equal to the
+  direct mask up to round-off, tests/grid_estimator_test.py). Points run
+  by `lax.map`, draws by `lax.scan`, reductions on the minor (sequence)
+  axis, which XLA:CPU vectorises.
 
   Returns:
     rho_PxKxCxT (mean over the N walks per draw) and sq_PxCxT
@@ -118,14 +100,9 @@ def rho_per_draw(a_CxTxN: jax.Array, b_KxCxTxN: jax.Array, means_P: jax.Array,
 def row_entropy(logits: jax.Array, axis: int = -1) -> jax.Array:
   r"""Softmax entropy along `axis`: :math:`\log Z - \sum_j p_j s_j`.
 
-  Here :math:`s = \omega - \max\omega`.
-
-  Equals `diagnostics.attention_entropy(softmax(logits), reduce=False)` (one
-  exp per entry, no log of small probabilities).
-
-  Args:
-    logits: :math:`\omega`, keys along `axis`.
-    axis: the key axis.
+  With :math:`s = \omega - \max\omega`: `diagnostics.attention_entropy(
+  softmax(logits), reduce=False)` with one exp per entry and no log of
+  small probabilities.
   """
   s = logits - jnp.max(logits, axis=axis, keepdims=True)
   e = jnp.exp(s)
@@ -142,21 +119,14 @@ def entropy_grid(x_CxExTxd: jax.Array, zcat_CxdxKd: jax.Array,
   r"""Per-draw attention entropy at each grid point (all T queries, Eq. (1)).
 
   Logits :math:`\mu_w g + \sigma_w h^{(k)}` (`grid_bases.attention_bases`);
-  entropy of each softmax row, averaged over queries and the E walks, as
-  `diagnostics.attention_entropy` (bidirectional, no mask).
+  each softmax row's entropy averaged over queries and the E walks, as
+  `diagnostics.attention_entropy` (no mask). The inputs are
+  `grid_bases.sample_bases`' `x`, `zcat` and `isotropic`.
 
-  Holding the bases of all E walks (K C E T^2 floats, 38 MB at the Fig. 5
-  sizes) and sweeping the grid over them would re-read them from memory for
-  every point. Instead walks are taken `walks_per_batch` at a time: their
-  bases are formed and used for every grid point (`points_per_batch` at a
-  time) before the next batch, so that each fused softmax works on 1 MB, in
-  the L2 cache.
-
-  Args:
-    x_CxExTxd, zcat_CxdxKd, isotropic_C: `grid_bases.sample_bases`' `x`,
-      `zcat` and `isotropic`.
-    means_P, stds_P: the grid points' eigen_mean and eigen_std.
-    walks_per_batch, points_per_batch: batch sizes (speed and memory only).
+  The bases of all E walks (38 MB at the Fig. 5 sizes) would be re-read for
+  every grid point; instead `walks_per_batch` walks' bases are formed and
+  used for every point (`points_per_batch` at a time) before the next, so
+  each fused softmax works on 1 MB, in the L2 cache.
 
   Returns:
     entropy_PxKxC and sq_PxC (:math:`\sum_n (\sum_k f_{kn})^2` with
@@ -173,8 +143,8 @@ def entropy_grid(x_CxExTxd: jax.Array, zcat_CxdxKd: jax.Array,
       def point(mean_std, g_TxT=g_TxT, h_TxKxT=h_TxKxT):
         mean, std = mean_std
         logits = mean * g_TxT[:, None, :] + std * h_TxKxT
-        # The logits are symmetric (so is W_QK): the softmax over keys is
-        # taken over the first axis, which XLA:CPU reduces faster.
+        # symmetric logits: the softmax over keys runs along the first
+        # axis, which XLA:CPU reduces faster
         return jnp.mean(row_entropy(logits, axis=0), axis=-1)   # [K]
 
       per_cov.append(jax.lax.map(point, (means_P, stds_P),
@@ -195,14 +165,8 @@ def crossed_standard_error(per_draw: jax.Array, sq: jax.Array,
 
   :math:`s^2_{\text{draws}}` the sample variance of the K per-draw means
   (`per_draw` along `axis`), :math:`s^2_{\text{walks}} = (\sum_n c_n^2 -
-  N\bar f^2)/(N-1)` of the N per-walk means :math:`c_n = \sum_k f_{kn}/K`.
-  Slightly conservative; NaN for K = 1 or N = 1.
-
-  Args:
-    per_draw: per-draw means, K along `axis`.
-    sq: :math:`\sum_n (K c_n)^2`, `per_draw`'s shape without `axis`.
-    num_sequences: N.
-    axis: the draw axis of `per_draw`.
+  N\bar f^2)/(N-1)` of the N per-walk means :math:`c_n = \sum_k f_{kn}/K`
+  (`sq` = :math:`\sum_n (K c_n)^2`). NaN for K = 1 or N = 1.
   """
   k = per_draw.shape[axis]
   n = num_sequences
@@ -214,12 +178,7 @@ def crossed_standard_error(per_draw: jax.Array, sq: jax.Array,
 
 def grid_stats(bases: dict[str, jax.Array], means_P: jax.Array,
                stds_P: jax.Array) -> dict[str, jax.Array]:
-  r"""Every estimate at P grid points from `grid_bases.sample_bases`'
-  output.
-
-  Args:
-    bases: `grid_bases.sample_bases`' dict.
-    means_P, stds_P: the grid points' eigen_mean and eigen_std.
+  r"""Every estimate at P grid points from `grid_bases.sample_bases`' dict.
 
   Returns:
     A dict: `rho` [P, K, C, T] (per draw), `rho_mean`, `rho_se` [P, C, T],

@@ -15,12 +15,10 @@ Gradients come from autodiff. In the paper's orientation
           = 2(\mathrm{tr}\,W_{QK} - \tau)\,W_K.
 
 Erratum: the paper prints the second as
-:math:`[\mathrm{tr}(W_{QK}) - 1]\,\mathrm{tr}(W_{QK})\,W_K`. Since
+:math:`[\mathrm{tr}(W_{QK}) - 1]\,\mathrm{tr}(W_{QK})\,W_K`; since
 :math:`d\,\mathrm{tr}(W_Q^\top W_K) = \langle dW_Q, W_K\rangle`, the chain
-rule gives the factor 2 and no extra :math:`\mathrm{tr}(W_{QK})`;
-tests/locater_test.py checks autodiff against the correct form.
-
-W_QK from Flax kernels is `qkspec.training.model.qk_from_kernels`.
+rule gives the factor 2 and no extra :math:`\mathrm{tr}(W_{QK})`
+(tests/locater_test.py). W_QK of Flax kernels: `training.model.qk_from_kernels`.
 """
 from typing import NamedTuple
 
@@ -34,9 +32,8 @@ from qkspec.theory import spectrum
 class LocaterHParams(NamedTuple):
   r"""LocATER's strengths and target: :math:`(\kappa_1, \kappa_2, \tau)`.
 
-  A NamedTuple, so a JAX pytree: a sweep stacks one per member and vmaps
-  over it. `LocaterHParams._fields` is the one list of its names (the
-  config's `locater.*` fields and the sweepable keys).
+  A pytree, so a sweep stacks one per member and vmaps over it; `_fields`
+  are the config's `locater.*` fields.
   """
   kappa1: float | jax.Array = 0.0      # scale strength (0 = off)
   kappa2: float | jax.Array = 0.0      # mean strength (0 = off)
@@ -49,22 +46,15 @@ def locater_penalty(w_qk: jax.Array, kappa1: float, kappa2: float,
 
   .. math:: \kappa_1\|W_{QK}\|_F^2 + \kappa_2(\mathrm{tr}\,W_{QK} - \tau)^2
 
-  Args:
-    w_qk: [..., d, d] (any array-like); leading axes (layers, heads) are
-      kept.
-    kappa1: scale strength :math:`\kappa_1 \ge 0`.
-    kappa2: mean strength :math:`\kappa_2 \ge 0`.
-    target: :math:`\tau`, the eigen-sum the penalty holds tr(W_QK) to.
-
-  Returns:
-    The penalty [...]; sum it over layers and heads for the loss.
+  Returns the penalty [...] of `w_qk` [..., d, d], keeping the leading axes
+  (layers, heads): sum it for the loss.
   """
   w_qk = jnp.asarray(w_qk)
   _checks.square_matrix("w_qk", w_qk)
   _checks.nonnegative("kappa1", kappa1)
   _checks.nonnegative("kappa2", kappa2)
-  # tr(W_QK^T W_QK) and tr(W_QK) (the sum of W_QK * I) as one reduction
-  # over both: one kernel on a GPU, not two
+  # tr(W_QK^T W_QK) and tr(W_QK) = sum(W_QK * I) as one reduction (one
+  # GPU kernel, not two)
   eye = jnp.broadcast_to(jnp.eye(w_qk.shape[-1], dtype=w_qk.dtype),
                          w_qk.shape)
   scale, trace = jnp.sum(jnp.stack([w_qk**2, w_qk * eye]), axis=(-2, -1))
@@ -90,34 +80,17 @@ def penalty_minimum(kappa1, kappa2, dim: int,
   .. math:: \mathrm{tr}\,W^* = \frac{\kappa_2 d\,\tau}{\kappa_1 + \kappa_2 d},
             \qquad \mathrm{tr}(W^{*\top} W^*) = \frac{(\mathrm{tr}\,W^*)^2}{d}.
 
-  A model whose data loss barely pulls on :math:`W_{QK}` ends there. Two
-  consequences for the paper's Sec. 7 (not stated in it):
+  A model whose data loss barely pulls on :math:`W_{QK}` ends there. So
+  (not stated in Sec. 7): with :math:`\kappa_1 > 0` fixed the penalty alone
+  raises the scale as :math:`\kappa_2` rises, and Fig. 6B's smaller scale
+  with stronger :math:`\kappa_2` can only come from the data loss; scaling
+  both kappas by one factor (the fairseq reading) leaves :math:`W^*` as is
+  and changes only how hard it pulls against the data loss.
 
-  * With :math:`\kappa_1 > 0` fixed, both grow with :math:`\kappa_2`: the
-    penalty on its own raises the scale as :math:`\kappa_2` rises. Fig. 6B's
-    claim (a smaller scale with stronger :math:`\kappa_2`) can only come
-    from the data loss.
-  * Multiplying :math:`\kappa_1` and :math:`\kappa_2` by one factor (the
-    fairseq reading divides both by the batch's token count) leaves
-    :math:`W^*` unchanged; it changes only how hard the penalty pulls
-    against the data loss.
-
-  :math:`W_Q^\top W_K` reaches :math:`cI` when the head width D >= d (the
-  paper's single-head models: :math:`W_Q = W_K = \sqrt c\,I`). With
-  :math:`\kappa_1 = 0 < \kappa_2` every W with trace :math:`\tau`
-  minimises; the formula gives the one of smallest scale,
-  :math:`\tau I/d`. With :math:`\kappa_1 = \kappa_2 = 0` every W
-  minimises: nan.
-
-  Args:
-    kappa1: scale strength :math:`\kappa_1 \ge 0` (array-like; broadcasts
-      with kappa2 and target).
-    kappa2: mean strength :math:`\kappa_2 \ge 0`.
-    dim: d, the size of :math:`W_{QK}` (the model width).
-    target: :math:`\tau`.
-
-  Returns:
-    `PenaltyMinimum(trace, scale)`.
+  :math:`W_Q^\top W_K` reaches :math:`cI` when the head width D >= d. With
+  :math:`\kappa_1 = 0 < \kappa_2` every W of trace :math:`\tau` minimises
+  and this is the one of least scale, :math:`\tau I/d`; with both zero,
+  nan. `kappa1`, `kappa2` and `target` broadcast; `dim` is d.
   """
   d = _checks.positive_int("dim", dim)
   _checks.nonnegative("kappa1", kappa1)

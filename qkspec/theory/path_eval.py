@@ -1,44 +1,37 @@
 r"""A skip SAN (with or without MLPs) evaluated on its paths of length <= k.
 
 Shapes: L = layers, H = heads, T = tokens, d = token dimension, F = MLP
-width, K = L + 1 path lengths. Tokens are rows (DESIGN.md Sec. 2).
+width, K = L + 1 path lengths.
 
-Dong et al. (2021, Sec. 3 and 5.2) view a SAN with skip connections as an
-ensemble of paths: each layer either skips (the identity "head") or goes
-through one of its H heads, and the length of a path is the number of
-attention layers it goes through. `san_paths.path_length_components` sums
-the paths of each length for the skip SAN without MLPs:
+In a skip SAN each layer either skips (the identity "head") or goes through
+one of its H heads; a path's length is the number of attention layers it
+goes through (Dong et al. 2021, Secs. 3 and 5.2).
+`san_paths.path_length_components` sums the paths of each length without
+MLPs, with the full network's attention :math:`P^l_h`:
 
 .. math:: Z^{l+1}_k = Z^l_k + \sum_h P^l_h Z^l_{k-1} W^l_h,
-          \qquad Z^0_0 = X,\quad \sum_k Z^L_k = X^L,
+          \qquad Z^0_0 = X,\quad \sum_k Z^L_k = X^L.
 
-with the attention matrices :math:`P^l_h` of the full network.
-`length_components` extends it to layers with a ReLU MLP,
-:math:`X \leftarrow X + \mathrm{MLP}(X)`, by holding the ReLU gates of the
-full network fixed, as the attention matrices are: with
-:math:`G^l = 1\{X W_1 + b_1 > 0\}` (the full network's gate at layer l),
+`length_components` adds ReLU MLPs, :math:`X \leftarrow X + \mathrm{MLP}(X)`,
+holding the full network's gates :math:`G^l = 1\{X W_1 + b_1 > 0\}` fixed
+as the attention is:
 
 .. math:: \mathrm{MLP}(X) = (G^l \odot (X W_1 + b_1)) W_2 + b_2
           = \sum_k (G^l \odot Z_k W_1) W_2
             + \big[(G^l \odot \mathbf 1 b_1^\top) W_2 + \mathbf 1 b_2^\top\big],
 
-so the MLP maps the length-k component to
-:math:`Z_k + (G^l \odot Z_k W_1) W_2` (an MLP is token-wise, it adds no
-attention layer to a path) and its bias term, which goes through no
-attention, joins the length-0 component. The decomposition stays exact,
-:math:`\sum_{k \le L} Z^L_k = X^L`; for the MLP-free SAN it is
-`path_length_components` itself (tests/dong_trained_test.py).
+so the MLP maps :math:`Z_k` to :math:`Z_k + (G^l \odot Z_k W_1) W_2` (it is
+token-wise: no attention layer added) and its bias term joins the length-0
+component. The decomposition stays exact, :math:`\sum_{k \le L} Z^L_k = X^L`
+(without MLPs it is `path_length_components`; tests/dong_trained_test.py).
+`restricted_outputs` gives :math:`Y_{\le k} = \sum_{j \le k} Z^L_j`, so
+:math:`Y_{\le L} = X^L` and, without MLPs, :math:`Y_{\le 0} = X`.
 
-`restricted_outputs` returns the network restricted to the paths of length
-<= k for every k: :math:`Y_{\le k} = \sum_{j \le k} Z^L_j`, so
-:math:`Y_{\le L} = X^L` (the full network) and, without MLPs,
-:math:`Y_{\le 0} = X` (the identity path).
-
-Departure from Dong et al.'s released code: it evaluates a random handful of
-individual paths of one length, each run with the attention recomputed on
-that path's own input; here every path of every length is summed, with the
-full network's attention (and gates), which makes the decomposition exact
-and deterministic. LayerNorm is not decomposable this way and is refused.
+Departure from Dong et al.'s released code, which runs a random handful of
+single paths of one length, each with attention recomputed on its own
+input: here every path of every length is summed with the full network's
+attention and gates, exact and deterministic. LayerNorm does not decompose
+this way and is refused.
 
 References:
   Dong, Cordonnier, Loukas, Attention is Not All You Need: Pure Attention
@@ -68,15 +61,8 @@ def layer_components(params_l: dict[str, jax.Array], x_Txd: jax.Array,
 
   Attention: :math:`Z_k \leftarrow Z_k + \sum_h P_h Z_{k-1} W_h`; MLP
   (if `arch.mlp`): :math:`Z_k \leftarrow Z_k + (G \odot Z_k W_1) W_2`, plus
-  the bias term on :math:`Z_0` (module docstring), with P and G computed from
-  the full input `x_Txd`.
-
-  Args:
-    params_l: one layer of `san.init_params` (no leading L axis).
-    x_Txd: the full network's input to this layer, :math:`X^l`.
-    z_KxTxd: its path-length components, summing to `x_Txd`.
-    arch: skip (required), optional MLP, no LayerNorm.
-    temperature: :math:`\lambda`; None means :math:`\sqrt d`.
+  the bias term on :math:`Z_0`, with P and G from the full input
+  :math:`X^l` = `x_Txd`, which `z_KxTxd` sums to.
 
   Returns:
     (x_next [T, d], z_next [K, T, d]), z_next summing to x_next.
@@ -106,14 +92,8 @@ def length_components(params: dict[str, jax.Array], x_Txd: jax.Array,
                       temperature: float | None = None) -> jax.Array:
   r"""The output :math:`X^L` split by path length, :math:`Z^L_k`, k = 0..L.
 
-  Args:
-    params: from `san.init_params` (stacked over L layers).
-    x_Txd: the network input :math:`X^0` (one sequence).
-    arch: skip connections (required), with or without MLPs, no LayerNorm.
-    temperature: :math:`\lambda`; None means :math:`\sqrt d`.
-
-  Returns:
-    z_KxTxd, K = L + 1; `z.sum(0)` is `san.forward(...)["outputs"][-1]`.
+  Returns z_KxTxd, K = L + 1, of one sequence :math:`X^0`; `z.sum(0)` is
+  `san.forward(...)["outputs"][-1]`.
   """
   check_decomposable(arch)
   _checks.min_ndim("x", x_Txd, 2, "[T, d]")
@@ -130,11 +110,7 @@ def length_components(params: dict[str, jax.Array], x_Txd: jax.Array,
 def restricted_outputs(params: dict[str, jax.Array], x_Txd: jax.Array,
                        arch: san.Architecture = san.Architecture(skip=True),
                        temperature: float | None = None) -> jax.Array:
-  r""":math:`Y_{\le k} = \sum_{j \le k} Z^L_j` for k = 0..L: [K, T, d].
-
-  Row L is the full network's output :math:`X^L`; without MLPs row 0 is the
-  identity path :math:`X^0`.
-  """
+  r""":math:`Y_{\le k} = \sum_{j \le k} Z^L_j` for k = 0..L: [K, T, d]."""
   return jnp.cumsum(length_components(params, x_Txd, arch, temperature),
                     axis=0)
 
@@ -144,7 +120,6 @@ def without_layer_attention(params: dict[str, jax.Array], layer: int
   r"""`params` with layer `layer`'s value matrices zeroed.
 
   In a skip SAN this removes every path through that layer's attention
-  (:math:`X + \mathrm{SA}(X)` becomes X there) while the other layers
-  recompute their attention on the new inputs.
+  while the other layers recompute theirs on the new inputs.
   """
   return {**params, "w_v": params["w_v"].at[layer].set(0.0)}

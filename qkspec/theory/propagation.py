@@ -6,10 +6,9 @@ The query is the last token, so the logits over keys j are
 :math:`\omega_j = x_T^\top W_{QK} x_j / \lambda` and the event of Definition 1
 is :math:`u_i = (\omega_i - \bar\omega)/T + 1/T \in [0, 1]`.
 
-Erratum in Lemma 1 (variance)
------------------------------
-The paper prints :math:`v^i = (2\theta^2 + 7/12)\,\mathrm{tr}(W^2)/\lambda^2`
-with :math:`\theta = i/T`. Re-deriving Appendix C, the term (B2) of the proof,
+Erratum in Lemma 1 (variance). The paper prints
+:math:`v^i = (2\theta^2 + 7/12)\,\mathrm{tr}(W^2)/\lambda^2`,
+:math:`\theta = i/T`. In Appendix C the term (B2),
 :math:`2\sum_{j>i} E[\omega_i\omega_j]`, has the leading
 :math:`\mathrm{tr}(W^2)` coefficient :math:`3T^2 i - 2T i^2 - i^3`, not the
 printed :math:`T^2 i - 2T i^2 - i^3` (the sum :math:`2\sum_{j>i} T i` was
@@ -18,19 +17,16 @@ dropped). Keeping it gives
 .. math:: v^i = \Big(2\theta^2 - 2\theta + \tfrac{7}{12}\Big)
                 \frac{\mathrm{tr}(W^2)}{\lambda^2}
               = \Big(2(\theta - \tfrac12)^2 + \tfrac{1}{12}\Big)
-                \frac{\mathrm{tr}(W^2)}{\lambda^2} + o(1).
+                \frac{\mathrm{tr}(W^2)}{\lambda^2} + o(1),
 
-The two agree only at :math:`\theta \to 0`; at :math:`\theta = 1/4` the
-correct variance is 0.29x the printed one and at :math:`\theta = 1/2` 0.077x.
-qkspec checks it three ways (tests/propagation_test.py): the exact
-finite-T moments below, Monte Carlo, and their large-T limit.
+0.29x the printed one at :math:`\theta = 1/4`, 0.077x at 1/2; they agree
+only as :math:`\theta \to 0`. tests/propagation_test.py checks it against
+the exact moments below, Monte Carlo and their large-T limit.
 
-Exact finite-T moments
-----------------------
-:math:`u_i - 1/T = x_T^\top M y / \lambda` with :math:`y = \sum_j a_j x_j`,
-:math:`a = (e_i - \mathbf 1/T)/T`, is a Gaussian quadratic form. With
-:math:`G_{jk} = \min(j, k)` (Assumption 1 as stated, :math:`x_1 \sim
-\mathcal N(0,\Sigma)`) and :math:`g = G e_T = (1, \dots, T)`:
+Exact finite-T moments. :math:`u_i - 1/T = x_T^\top M y / \lambda` with
+:math:`y = \sum_j a_j x_j`, :math:`a = (e_i - \mathbf 1/T)/T`, is a Gaussian
+quadratic form. With :math:`G_{jk} = \min(j, k)` (Assumption 1 as stated,
+:math:`x_1 \sim \mathcal N(0,\Sigma)`) and :math:`g = G e_T = (1, \dots, T)`:
 
 .. math::
    E u_i &= \tfrac1T + (a^\top g)\,\mathrm{tr}(M\Sigma)/\lambda, \\
@@ -38,21 +34,17 @@ Exact finite-T moments
            + T\,(a^\top G a)\,\mathrm{tr}(M\Sigma M^\top\Sigma)\big]/\lambda^2,
 
 with :math:`a^\top g = (i - \tfrac{T+1}{2})/T` and :math:`T^2 a^\top G a = i -
-\tfrac{2}{T}(iT - \tfrac{i(i-1)}{2}) + \tfrac{(T+1)(2T+1)}{6T}`. For symmetric
-:math:`W_{QK}` both traces in the variance equal :math:`\mathrm{tr}(W^2)`.
-(The paper's proof takes :math:`x_1 = 0`, which shifts i by one; this changes
-nothing at leading order.)
+\tfrac{2}{T}(iT - \tfrac{i(i-1)}{2}) + \tfrac{(T+1)(2T+1)}{6T}`; for symmetric
+:math:`W_{QK}` both variance traces are :math:`\mathrm{tr}(W^2)`. (The
+paper's proof takes :math:`x_1 = 0`, shifting i by one: no change at
+leading order.) Near :math:`\mathrm{tr}(W) = 0` with small :math:`\eta` the
+std of :math:`u_i` is comparable to the dropped :math:`\gamma_0^i = 1/T` and
+both asymptotic forms miss Monte Carlo by ~0.1 (d = 128, T = 40, eigen_mean
+0, eigen_std 0.2); the exact moments do not: use `exact=True` at finite T.
 
-Where the asymptotics fail: near :math:`\mathrm{tr}(W) = 0` with a small
-:math:`\eta` the standard deviation of :math:`u_i` is comparable to the
-dropped :math:`\gamma_0^i = 1/T`, and both asymptotic forms miss Monte Carlo
-by ~0.1 (d = 128, T = 40, eigen_mean 0, eigen_std 0.2); the exact moments stay
-within Monte Carlo error. Use `exact=True` for finite-T comparisons.
-
-Temperature. Functions that see :math:`W_{QK}` (or tokens) take
-`temperature=None` to mean :math:`\lambda = \sqrt d`; those that see only
-traces (`lemma1_moments`, `rho_gaussian`) cannot know d and raise ValueError
-without one: pass `temperature=sqrt(d)`.
+Temperature: functions that see :math:`W_{QK}` or tokens take
+`temperature=None` as :math:`\lambda = \sqrt d`; those that see only traces
+(`lemma1_moments`, `rho_gaussian`) need it given.
 """
 import jax
 import jax.numpy as jnp
@@ -71,7 +63,7 @@ def query_logits(x: jax.Array, w_qk: jax.Array,
   r"""Last-token logits :math:`\omega_j = x_T^\top W_{QK} x_j/\lambda` (Def. 1).
 
   Args:
-    x: [..., T, d] token sequences (rows are tokens).
+    x: [..., T, d] token sequences.
     w_qk: [d, d] (or [..., d, d] broadcasting with x's batch axes).
     temperature: :math:`\lambda`; None means :math:`\sqrt d`.
 
@@ -89,23 +81,12 @@ def query_logits(x: jax.Array, w_qk: jax.Array,
 def rho_monte_carlo(key: jax.Array, w_qk: jax.Array, *, num_sequences: int,
                     seq_len: int, cov: jax.Array | None = None,
                     temperature: float | None = None) -> jax.Array:
-  r"""Monte Carlo estimate of :math:`\rho_i` (Definition 1), query = last token.
+  r"""Monte Carlo :math:`\rho_i` (Definition 1), query = last token: rho [T].
 
-  Draws `num_sequences` random walks (Assumption 1) and returns the frequency
-  of :math:`u_i \in [0, 1]` for each key position i. The standard error of
-  entry i is :math:`\sqrt{\rho_i(1-\rho_i)/N}`.
-
-  Args:
-    key: PRNG key of the walks.
-    w_qk: [d, d] query-key matrix :math:`W_{QK}`.
-    num_sequences: N >= 1 walks.
-    seq_len: T >= 2 tokens per walk.
-    cov: [d, d] step covariance :math:`\Sigma` of Assumption 1 (symmetric
-      positive semi-definite); None means the identity.
-    temperature: :math:`\lambda`; None means :math:`\sqrt d`.
-
-  Returns:
-    rho [T].
+  The frequency of :math:`u_i \in [0, 1]` over N random walks of T >= 2
+  tokens (Assumption 1, step covariance `cov`, None = I) for [d, d] `w_qk`;
+  entry i has standard error :math:`\sqrt{\rho_i(1-\rho_i)/N}`.
+  `temperature` :math:`\lambda`: None means :math:`\sqrt d`.
   """
   w_qk = jnp.asarray(w_qk)
   _checks.square_matrix("w_qk", w_qk)
@@ -120,13 +101,8 @@ def rho_monte_carlo(key: jax.Array, w_qk: jax.Array, *, num_sequences: int,
 def empirical_rho(logits: jax.Array, axis: int = -1) -> jax.Array:
   r"""Frequency of :math:`u_i \in [0,1]` over every axis but `axis` (Fig. 7).
 
-  Args:
-    logits: query logits [..., T] (e.g. the last query's row of a trained
-      model's attention logits over a batch).
-    axis: the key axis.
-
-  Returns:
-    rho [T] as float32.
+  `logits` are query logits with keys along `axis` (e.g. the last query's
+  row of a trained model's attention over a batch). Returns rho [T] float32.
   """
   _checks.seq_axis_length("logits", logits, axis)
   mask = softmax.propagation_mask(logits, axis=axis)
@@ -141,7 +117,7 @@ def _positions(seq_len):
 
 
 def _exact_coefficients(seq_len):
-  """(1/T, a^T g, T a^T G a) per position i, see the module docstring."""
+  """(1/T, a^T g, T a^T G a) per position i (module docstring)."""
   t, i = _positions(seq_len)
   a_g = (i - (t + 1) / 2) / t
   sum_min_i = i * t - i * (i - 1) / 2                  # sum_j min(i, j)
@@ -167,23 +143,17 @@ def lemma1_moments(seq_len: int, trace: jax.Array, trace_sq: jax.Array,
   .. math:: \mu^i = (\theta - \tfrac12)\,\mathrm{tr}(W)/\lambda,\quad
             v^i = c(\theta)\,\mathrm{tr}(W^2)/\lambda^2,
 
-  with :math:`c(\theta) = 2\theta^2 + 7/12` for `variant="paper"` (as
-  printed) and :math:`c(\theta) = 2\theta^2 - 2\theta + 7/12` for
-  `variant="corrected"` (the default; see the erratum in the module
-  docstring).
-
-  `exact=True` returns the exact finite-T mean and variance under Assumption 1
-  as stated (:math:`x_1 \sim \mathcal N(0,\Sigma)`) for symmetric
-  :math:`W_{QK}` and any :math:`\Sigma` (see `exact_moments` for asymmetric
-  ones); `variant` must then be "corrected" (the printed variance is not an
-  exact formula).
+  :math:`c(\theta) = 2\theta^2 + 7/12` for `variant="paper"` (as printed),
+  :math:`2\theta^2 - 2\theta + 7/12` for "corrected" (module erratum).
+  `exact=True`: the exact finite-T moments under Assumption 1 as stated,
+  for symmetric :math:`W_{QK}` and any :math:`\Sigma` (`exact_moments` for
+  asymmetric ones); only with "corrected".
 
   Args:
     seq_len: T >= 2.
     trace: tr(W), scalar or [...] (broadcast against a trailing T axis).
     trace_sq: tr(W^2), same shape.
-    temperature: :math:`\lambda > 0`, required (usually :math:`\sqrt d`):
-      the traces do not tell d, so None raises ValueError.
+    temperature: :math:`\lambda > 0`, required (usually :math:`\sqrt d`).
     exact: exact finite-T moments instead of the asymptotic ones.
     variant: "corrected" or "paper".
 
@@ -216,15 +186,9 @@ def exact_moments(w_qk: jax.Array, seq_len: int, cov: jax.Array | None = None,
                   ) -> tuple[jax.Array, jax.Array]:
   r"""Exact mean and variance of :math:`u_i` for any (asymmetric) W_QK.
 
-  See the module docstring; reduces to `lemma1_moments(..., exact=True)` for
-  symmetric :math:`W_{QK}`.
-
-  Args:
-    w_qk: [d, d] query-key matrix :math:`W_{QK}` (one matrix, no batch axes).
-    seq_len: T >= 2.
-    cov: [d, d] step covariance :math:`\Sigma` of Assumption 1; None means
-      the identity.
-    temperature: :math:`\lambda`; None means :math:`\sqrt d`.
+  The module docstring's formulas for one [d, d] `w_qk`, step covariance
+  `cov` (None = I) and :math:`\lambda` = `temperature` (None =
+  :math:`\sqrt d`); `lemma1_moments(..., exact=True)` for symmetric ones.
 
   Returns:
     (mu [T], v [T]).
@@ -254,14 +218,8 @@ def rho_from_moments(mu: jax.Array, v: jax.Array) -> jax.Array:
   .. math:: \rho = \tfrac12\Big[\mathrm{erf}\frac{1-\mu}{\sqrt{2v}}
                   + \mathrm{erf}\frac{\mu}{\sqrt{2v}}\Big]
 
-  (Sec. 4); v = 0 gives the indicator of :math:`\mu \in [0, 1]`.
-
-  Args:
-    mu: mean :math:`\mu` of u, [...].
-    v: variance :math:`v \ge 0` of u, broadcasting with `mu`.
-
-  Returns:
-    rho, the broadcast shape of `mu` and `v`.
+  (Sec. 4) over the broadcast shape of `mu` and `v` >= 0; v = 0 gives the
+  indicator of :math:`\mu \in [0, 1]`.
   """
   safe_v = jnp.where(v > 0, v, 1.0)
   root = jnp.sqrt(2 * safe_v)
@@ -275,19 +233,8 @@ def rho_gaussian(seq_len: int, trace: jax.Array, trace_sq: jax.Array,
                  variant: str = "corrected") -> jax.Array:
   r"""Gaussian-approximation :math:`\rho_i` on Lemma 1's moments (Sec. 4).
 
-  `rho_from_moments` of `lemma1_moments`.
-
-  Args:
-    seq_len: T >= 2.
-    trace: tr(W), scalar or [...].
-    trace_sq: tr(W^2) >= 0, same shape.
-    temperature: :math:`\lambda > 0`, required (usually :math:`\sqrt d`):
-      the traces do not tell d, so None raises ValueError.
-    exact: exact finite-T moments instead of the asymptotic ones.
-    variant: "corrected" or "paper" (Lemma 1 as printed).
-
-  Returns:
-    rho [..., T].
+  `rho_from_moments(*lemma1_moments(...))` with the same arguments: rho
+  [..., T].
   """
   mu, v = lemma1_moments(seq_len, trace, trace_sq, temperature, exact=exact,
                          variant=variant)
@@ -307,22 +254,13 @@ def rho_theta(theta: jax.Array, xi: jax.Array, eta: jax.Array,
   Lemma 1 variance). :math:`\xi = \mathrm{tr}(W)/\sqrt{\mathrm{tr}(W^2)}`,
   :math:`\eta = \sqrt{\mathrm{tr}(W^2)}/\lambda`.
 
-  Errata followed here: the Fig. 2 caption writes :math:`\lambda^2` in
-  :math:`\eta`; the derivation (substituting Lemma 1 into the erf formula)
-  gives :math:`\lambda`. Fig. 3's text says :math:`\eta = 0.02` with
-  :math:`\xi = 512, \xi\eta = 5.12`, which needs :math:`\eta = 0.01`.
+  Errata: the Fig. 2 caption writes :math:`\lambda^2` in :math:`\eta`;
+  substituting Lemma 1 into the erf formula gives :math:`\lambda`. Fig. 3's
+  text says :math:`\eta = 0.02` with :math:`\xi = 512, \xi\eta = 5.12`,
+  which needs :math:`\eta = 0.01`.
 
-  Args:
-    theta: :math:`\theta = i/T \in [0, 1]` (ValueError outside, when
-      concrete).
-    xi: :math:`\xi`, any real.
-    eta: :math:`\eta > 0`; `inf` is allowed.
-    variant: "corrected" or "paper".
-
-  `theta`, `xi` and `eta` broadcast against each other.
-
-  Returns:
-    rho, their broadcast shape.
+  `theta` in [0, 1], any real `xi` and `eta` > 0 (`inf` allowed) broadcast
+  against each other; rho has their broadcast shape.
   """
   _checks.unit_interval("theta", theta)
   _checks.positive("eta", eta)
@@ -342,15 +280,9 @@ def rho_trace_limit(theta: jax.Array, r: float) -> jax.Array:
             \mathbb 1\{\tfrac12 + \tfrac1r \le \theta \le \tfrac12\}\;(r < 0).
 
   (For :math:`0 < r \le 2` the upper end :math:`\tfrac12 + \tfrac1r \ge 1`
-  is inactive, giving :math:`\mathbb 1\{\theta \ge \tfrac12\}`.)
-
-  Args:
-    theta: :math:`\theta \in [0, 1]`, any shape.
-    r: :math:`r = \xi\eta = \mathrm{tr}(W)/\lambda`, a nonzero Python
-      float.
-
-  Returns:
-    The indicator, shape of `theta`, float32.
+  is inactive, giving :math:`\mathbb 1\{\theta \ge \tfrac12\}`.) `r` =
+  :math:`\mathrm{tr}(W)/\lambda` is a nonzero Python float; the indicator
+  has the shape of `theta`, float32.
   """
   theta = jnp.asarray(theta, dtype=jnp.float32)
   if r == 0:
@@ -366,18 +298,10 @@ def rho_from_spectrum(w_qk: jax.Array, seq_len: int,
                       cov: jax.Array | None = None,
                       temperature: float | None = None, exact: bool = False,
                       variant: str = "corrected") -> jax.Array:
-  r"""`rho_gaussian` on the statistics of `w_qk` (symmetric part).
+  r"""`rho_gaussian` on the traces of [..., d, d] `w_qk` (symmetric part).
 
-  Args:
-    w_qk: [..., d, d] query-key matrix :math:`W_{QK}`.
-    seq_len: T >= 2.
-    cov: [d, d] step covariance :math:`\Sigma`; None means the identity.
-    temperature: :math:`\lambda`; None means :math:`\sqrt d`.
-    exact: exact finite-T moments instead of the asymptotic ones.
-    variant: "corrected" or "paper".
-
-  Returns:
-    rho [..., T].
+  `cov` (None = I) is :math:`\Sigma`, `temperature` None means
+  :math:`\sqrt d`. Returns rho [..., T].
   """
   w_qk = jnp.asarray(w_qk)
   stats = spectrum.spectrum_stats(w_qk, cov, temperature)

@@ -15,16 +15,10 @@ from qkspec.theory import _checks
 
 def random_walk(key: jax.Array, num_sequences: int, seq_len: int, dim: int,
                 cov: jax.Array | None = None) -> jax.Array:
-  r"""Samples Gaussian random walks (Assumption 1).
+  r"""N Gaussian random walks of T steps in d dimensions (Assumption 1).
 
-  Args:
-    key: PRNG key.
-    num_sequences: N >= 1.
-    seq_len: T >= 1.
-    dim: d >= 1.
-    cov: step covariance :math:`\Sigma` [d, d], symmetric positive
-      semi-definite (checked when concrete: ValueError otherwise); None
-      means the identity.
+  `cov` is the step covariance :math:`\Sigma` [d, d], symmetric PSD
+  (ValueError otherwise, when concrete); None means the identity.
 
   Returns:
     x_NxTxd with :math:`x_t = \sum_{s \le t} \epsilon_s`,
@@ -37,21 +31,16 @@ def random_walk(key: jax.Array, num_sequences: int, seq_len: int, dim: int,
   if cov is not None:
     _checks.square_matrix("cov", cov, d)
     _checks.covariance("cov", cov)
-    # rows ~ N(0, Sigma)
     eps_NxTxd = eps_NxTxd @ covariance_sqrt(jnp.asarray(cov))
   return jnp.cumsum(eps_NxTxd, axis=1)
 
 
 def covariance_sqrt(cov: jax.Array) -> jax.Array:
-  r"""Symmetric square root :math:`\Sigma^{1/2}` by eigendecomposition.
+  r"""Symmetric square root :math:`\Sigma^{1/2}` [d, d] by eigendecomposition.
 
-  Used instead of a Cholesky factor because the Fig. 5 covariance
-  :math:`R^\top R/d` is often nearly singular (smallest eigenvalue ~1e-6 at
-  d = 16), where float32 Cholesky can return NaN; tiny negative round-off
-  eigenvalues are clipped to 0.
-
-  Args:
-    cov: :math:`\Sigma` [d, d], symmetric positive semi-definite.
+  Not Cholesky: the Fig. 5 covariance is often nearly singular (eigenvalues
+  ~1e-6 at d = 16), where float32 Cholesky can return NaN. Round-off
+  negative eigenvalues are clipped to 0.
   """
   evals, evecs = jnp.linalg.eigh(cov)
   return (evecs * jnp.sqrt(jnp.clip(evals, 0.0))[None, :]) @ evecs.T
@@ -64,11 +53,6 @@ def anisotropic_covariance(key: jax.Array, dim: int,
   :math:`R_{ij} \sim \mathrm{Unif}(-a, a)` with `a = half_width` (2.5 in the
   paper), so :math:`E\,\Sigma = (a^2/3) I` with a Wishart-like spread of
   eigenvalues.
-
-  Args:
-    key: PRNG key.
-    dim: d >= 1.
-    half_width: a > 0.
   """
   d = _checks.positive_int("dim", dim)
   _checks.positive("half_width", half_width)

@@ -1,29 +1,25 @@
 r"""Pure self-attention networks (SANs) of Dong et al. (2021) as pure functions.
 
 Shapes: L = layers, H = heads, T = tokens (rows), d = token dimension,
-F = MLP width, N = sequences. Tokens are rows (DESIGN.md Sec. 2).
+F = MLP width, N = sequences.
 
-One layer is Dong et al.'s multi-head self-attention with the output
-projection folded into the per-head value matrix (their Sec. 2.1):
+One layer is Dong et al.'s multi-head self-attention, the output projection
+folded into the per-head value matrix (their Sec. 2.1):
 
 .. math:: \mathrm{SA}(X) = \sum_{h=1}^H P_h X W_h, \qquad
           P_h = \mathrm{softmax}(X W_{QK,h} X^\top / \lambda),
 
-with :math:`W_{QK,h} = W_{Q,h}^\top W_{K,h}` (d x d) and
-:math:`W_h = W_{V,h} W_{O,h}` (d x d); concatenating head outputs and
-projecting with :math:`W_O` is the same map. Optional pieces, in the Post-LN
-order of the original transformer (and of the BERT models Dong et al. probe):
+with :math:`W_{QK,h} = W_{Q,h}^\top W_{K,h}` and :math:`W_h = W_{V,h}
+W_{O,h}` (d x d each). Optional pieces, in Post-LN order (the original
+transformer and the BERT models Dong et al. probe):
 
 .. math:: X \leftarrow \mathrm{LN}(X + \mathrm{SA}(X)), \qquad
           X \leftarrow \mathrm{LN}(X + \mathrm{MLP}(X)),
 
-where the skip connection (`skip`), the ReLU MLP
-:math:`\mathrm{MLP}(X) = \mathrm{relu}(X W_1 + b_1) W_2 + b_2` (`mlp`) and the
-affine-free LayerNorm (`layernorm`) are switched on and off independently;
-without a skip the sum is replaced by the branch alone.
-
-Parameters are a dict of arrays stacked over layers, so `jax.lax.scan` runs
-the depth and `jax.vmap` maps over weight draws (e.g. a grid of eigen-means).
+with the skip (`skip`; without it the branch alone), the ReLU MLP
+:math:`\mathrm{relu}(X W_1 + b_1) W_2 + b_2` (`mlp`) and an affine-free
+LayerNorm (`layernorm`) switched independently. Parameters are arrays
+stacked over layers: `lax.scan` runs the depth, `vmap` maps weight draws.
 
 References:
   Dong, Cordonnier, Loukas, Attention is Not All You Need: Pure Attention
@@ -90,21 +86,7 @@ def init_params(key: jax.Array, *, num_layers: int, num_heads: int, dim: int,
 
   MLP (always drawn, used only if the architecture has one): He-initialised
   :math:`W_1` [d, F] ~ N(0, 2/d), :math:`W_2` [F, d] ~ N(0, 1/F), zero biases.
-
-  Args:
-    key: PRNG key.
-    num_layers: L >= 1.
-    num_heads: H >= 1.
-    dim: d >= 1, the token dimension.
-    head_dim: D; None means max(d // H, 1).
-    mlp_dim: F; None means 4 d.
-    qk_init: "gaussian" or "spectrum".
-    qk_gain: g of the "gaussian" query-key init.
-    eigen_mean: mean of the eigenvalues for "spectrum".
-    eigen_std: standard deviation of the eigenvalues for "spectrum"; None
-      means 1.
-    value_init: "gaussian", "orthogonal" or "identity".
-    value_gain: g of the value init.
+  D = `head_dim` (None: max(d // H, 1)), F = `mlp_dim` (None: 4 d).
 
   Returns:
     dict with `w_qk` [L, H, d, d], `w_v` [L, H, d, d], `w1` [L, d, F],
@@ -155,13 +137,8 @@ def attention_logits(x_Txd: jax.Array, w_qk_Hxdxd: jax.Array,
                      temperature: float | None = None) -> jax.Array:
   r"""Per-head logits :math:`\omega_{h,tj} = x_t^\top W_{QK,h} x_j/\lambda`.
 
-  Args:
-    x_Txd: tokens X (rows).
-    w_qk_Hxdxd: one layer's :math:`W_{QK,h}`.
-    temperature: :math:`\lambda`; None means :math:`\sqrt d`.
-
-  Returns:
-    logits [H, T, T] (query t along axis 1, key j along axis 2).
+  Returns logits [H, T, T] (query t, key j) of one layer; `temperature`
+  None means :math:`\sqrt d`.
   """
   lam = softmax.temperature(temperature, x_Txd.shape[-1])
   return jnp.einsum("td,hde,je->htj", x_Txd, w_qk_Hxdxd, x_Txd) / lam
@@ -172,14 +149,7 @@ def self_attention(x_Txd: jax.Array, w_qk_Hxdxd: jax.Array,
                    ) -> tuple[jax.Array, jax.Array, jax.Array]:
   r""":math:`\mathrm{SA}(X) = \sum_h P_h X W_h` (Dong et al., Sec. 2.1).
 
-  Args:
-    x_Txd: tokens X (rows).
-    w_qk_Hxdxd: one layer's :math:`W_{QK,h}`.
-    w_v_Hxdxd: one layer's :math:`W_h = W_{V,h} W_{O,h}`.
-    temperature: :math:`\lambda`; None means :math:`\sqrt d`.
-
-  Returns:
-    (out [T, d], logits [H, T, T], probs [H, T, T]).
+  Returns (out [T, d], logits [H, T, T], probs [H, T, T]).
   """
   logits_HxTxT = attention_logits(x_Txd, w_qk_Hxdxd, temperature)
   probs_HxTxT = jax.nn.softmax(logits_HxTxT, axis=-1)
@@ -208,14 +178,8 @@ def layer(params_l: dict[str, jax.Array], x_Txd: jax.Array,
           ) -> tuple[jax.Array, jax.Array, jax.Array]:
   r"""One SAN layer (attention, then optionally the MLP), Post-LN order.
 
-  Args:
-    params_l: one layer's slice of `init_params` (no leading L axis).
-    x_Txd: input tokens.
-    arch: the static switches.
-    temperature: :math:`\lambda`; None means :math:`\sqrt d`.
-
-  Returns:
-    (x_out [T, d], logits [H, T, T], probs [H, T, T]).
+  `params_l` is one layer of `init_params` (no L axis). Returns (x_out
+  [T, d], logits [H, T, T], probs [H, T, T]).
   """
   h_Txd, logits, probs = self_attention(x_Txd, params_l["w_qk"],
                                         params_l["w_v"], temperature)
@@ -234,13 +198,7 @@ def layer(params_l: dict[str, jax.Array], x_Txd: jax.Array,
 def forward(params: dict[str, jax.Array], x_Txd: jax.Array,
             arch: Architecture = Architecture(),
             temperature: float | None = None) -> dict[str, jax.Array]:
-  r"""Runs the L layers on one sequence (`jax.vmap` it over sequences).
-
-  Args:
-    params: from `init_params`.
-    x_Txd: input tokens X^0.
-    arch: the static switches (default: the pure SAN).
-    temperature: :math:`\lambda`; None means :math:`\sqrt d`.
+  r"""Runs the L layers on one sequence X^0 (`jax.vmap` it over sequences).
 
   Returns:
     dict with `outputs` [L+1, T, d] (X^0, ..., X^L), `logits` and `probs`

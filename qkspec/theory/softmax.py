@@ -10,8 +10,7 @@ the linearised score of key :math:`i` is
               = \frac{\omega_i - \bar\omega}{T} + \frac{1}{T}.
 
 The piecewise-linear softmax clips it to [0, 1]; the "signal propagates"
-event of Definition 1 is :math:`u_i \in [0, 1]`. The logits themselves are
-divided by the temperature :math:`\lambda` (`temperature`).
+event of Definition 1 is :math:`u_i \in [0, 1]`.
 """
 from typing import Any
 
@@ -23,25 +22,13 @@ from qkspec.theory import _checks
 
 
 def temperature(value: Any, head_dim: int | None):
-  r"""The softmax temperature :math:`\lambda`: None means :math:`\sqrt D`.
+  r"""The softmax temperature :math:`\lambda`: `value`, or :math:`\sqrt D`.
 
-  `value` if it is not None, else :math:`\lambda = \sqrt D` with D the
-  head width (`head_dim`): the paper's :math:`\sqrt d` for its single
-  head, where D = d.
-
-  The default is a numpy float32 scalar, so float32 and float64
-  (`jax_enable_x64`) callers see the same :math:`\lambda`: it promotes like
-  a float32 array (a float64 array divided by it stays float64, with the
-  float32 value), and :math:`\lambda^2` rounds in float32.
-
-  Args:
-    value: :math:`\lambda`, or None for the default. A concrete value must
-      be positive (a traced one is the caller's to check).
-    head_dim: D; may be None only when `value` is given (a caller that
-      sees traces, not the head width).
-
-  Returns:
-    `value`, or `np.float32(sqrt(head_dim))`.
+  D = `head_dim`, the head width (the paper's d for its single head). The
+  default is a numpy float32 scalar, so float32 and float64 callers see the
+  same :math:`\lambda` (it promotes like a float32 array) and
+  :math:`\lambda^2` rounds in float32. `head_dim` may be None only when
+  `value` is given (callers that see traces, not the head width).
 
   Raises:
     ValueError: a concrete `value` <= 0, or both arguments None.

@@ -1,32 +1,27 @@
 r"""QK-eigenspectrum statistics (Eqs. 5, 7, 8) and controlled spectra (Fig. 5).
 
-Shapes: d = token dimension; every function accepts leading batch axes
-`[..., d, d]`.
+Shapes: d = token dimension; every function accepts leading batch axes.
 
 With :math:`W = \mathrm{sym}(W_{QK})\,\Sigma` (Lemma 1 uses the symmetric
-part of an asymmetric :math:`W_{QK}`):
-
-* the eigen-sums :math:`\mathrm{tr}(W) = \sum_i w_i` and
-  :math:`\mathrm{tr}(W^2) = \sum_i w_i^2` (eigenvalues :math:`w_i` of W);
-* :math:`\xi = \mathrm{tr}(W)/\sqrt{\mathrm{tr}(W^2)}`,
-  :math:`\eta = \sqrt{\mathrm{tr}(W^2)}/\lambda` (Eq. 6),
-  :math:`r = \xi\eta = \mathrm{tr}(W)/\lambda` (Lemma 2);
-* eigen-variance :math:`d^2 V[w] = d\,\mathrm{tr}(W^2) - \mathrm{tr}(W)^2`
-  (Eq. 8);
-* the "scale" :math:`\mathrm{tr}(W_{QK}^\top W_{QK})` (Sec. 6, LocATER and
-  Fig. 6B): in qkspec "scale" means only this. The eigenvalue distribution of
-  Fig. 5 is (`eigen_mean`, `eigen_std`).
+part of an asymmetric :math:`W_{QK}`) and eigenvalues :math:`w_i` of W:
+:math:`\mathrm{tr}(W) = \sum_i w_i`, :math:`\mathrm{tr}(W^2) = \sum_i w_i^2`,
+:math:`\xi = \mathrm{tr}(W)/\sqrt{\mathrm{tr}(W^2)}`,
+:math:`\eta = \sqrt{\mathrm{tr}(W^2)}/\lambda` (Eq. 6),
+:math:`r = \xi\eta = \mathrm{tr}(W)/\lambda` (Lemma 2) and the
+eigen-variance :math:`d^2 V[w] = d\,\mathrm{tr}(W^2) - \mathrm{tr}(W)^2`
+(Eq. 8). In qkspec "scale" means only :math:`\mathrm{tr}(W_{QK}^\top
+W_{QK})` (Sec. 6, Fig. 6B); Fig. 5's eigenvalue distribution is
+(`eigen_mean`, `eigen_std`).
 
 Erratum in Eq. (7). The paper prints
 :math:`|\mathrm{tr} W|/(\sqrt d\|\Sigma\|_2) \le \|W_{QK}\|_2 \le
-\|W_{QK}\|_F \le \|W_{QK}\|_1`. With :math:`W_{QK} = \Sigma = I` the first
-step reads :math:`\sqrt d \le 1`, and with the induced 1-norm the last reads
-:math:`\sqrt d \le 1`: both fail for d > 1. Cauchy-Schwarz gives
+\|W_{QK}\|_F \le \|W_{QK}\|_1`; with :math:`W_{QK} = \Sigma = I` the first
+and (induced 1-norm) last steps read :math:`\sqrt d \le 1`. Cauchy-Schwarz,
 :math:`|\mathrm{tr} W| \le \sqrt d\,\|W\|_F \le
-\sqrt d\,\|W_{QK}\|_F\|\Sigma\|_2`, so the chain that holds is
+\sqrt d\,\|W_{QK}\|_F\|\Sigma\|_2`, gives the chain that holds:
 :math:`|\mathrm{tr} W|/(\sqrt d\|\Sigma\|_2) \le \|W_{QK}\|_F \le
-\|W_{QK}\|_{1,\mathrm{entrywise}}` (tests/spectrum_test.py); `norm_1` below
-is the induced norm that Dong et al.'s bounds use.
+\|W_{QK}\|_{1,\mathrm{entrywise}}` (tests/spectrum_test.py). `norm_1` is the
+induced norm of Dong et al.'s bounds.
 """
 import jax
 import jax.numpy as jnp
@@ -43,10 +38,6 @@ def symmetrize(w: jax.Array) -> jax.Array:
 def haar_orthogonal(key: jax.Array, dim: int) -> jax.Array:
   """A Haar-distributed orthogonal matrix [d, d] (QR of a Gaussian, sign-fixed).
 
-  Args:
-    key: PRNG key.
-    dim: d >= 1.
-
   References:
     Mezzadri, How to generate random matrices from the classical compact
     groups, Notices of the AMS 54 (2007).
@@ -57,14 +48,9 @@ def haar_orthogonal(key: jax.Array, dim: int) -> jax.Array:
 
 
 def compose_qk(basis_dxd: jax.Array, eigenvalues_d: jax.Array) -> jax.Array:
-  r""":math:`W_{QK} = B\,\mathrm{diag}(w)\,B^\top`, B orthogonal (Fig. 5).
+  r""":math:`W_{QK} = B\,\mathrm{diag}(w)\,B^\top` [..., d, d] (Fig. 5).
 
-  Args:
-    basis_dxd: B [..., d, d], orthogonal (columns are the eigenvectors).
-    eigenvalues_d: w [..., d], broadcast against B's columns.
-
-  Returns:
-    W_QK [..., d, d].
+  B [..., d, d] is orthogonal (columns: eigenvectors), w [..., d].
   """
   return (basis_dxd * eigenvalues_d[..., None, :]) @ jnp.swapaxes(
       basis_dxd, -1, -2)
@@ -77,20 +63,10 @@ def sample_qk(key: jax.Array, dim: int, eigen_mean: float | jax.Array,
   .. math:: W_{QK} = B\,\mathrm{diag}(w)\,B^\top,\quad
             w_i \sim \mathcal N(\text{eigen\_mean}, \text{eigen\_std}^2),
 
-  B Haar-orthogonal. The paper calls (eigen_mean, eigen_std) the "mean" and
-  "scale" of the eigenvalue distribution; qkspec keeps "scale" for
-  :math:`\mathrm{tr}(W_{QK}^\top W_{QK})` (Sec. 6, `spectrum_stats`).
-  `eigen_mean` and `eigen_std` may be traced (for `vmap` over a grid); a
-  concrete negative `eigen_std` raises ValueError.
-
-  Args:
-    key: PRNG key (split into the basis' and the eigenvalues' keys).
-    dim: d >= 1.
-    eigen_mean: mean of the eigenvalues w_i.
-    eigen_std: standard deviation of the eigenvalues, >= 0.
-
-  Returns:
-    W_QK [d, d], symmetric.
+  B Haar-orthogonal; returns W_QK [d, d]. The paper's "mean" and "scale"
+  of the eigenvalues; qkspec keeps "scale" for
+  :math:`\mathrm{tr}(W_{QK}^\top W_{QK})`. Both may be traced (`vmap` over
+  a grid); a concrete negative `eigen_std` raises ValueError.
   """
   d = _checks.positive_int("dim", dim)
   _checks.nonnegative("eigen_std", eigen_std)
@@ -109,14 +85,9 @@ def scale_floor(qk_trace, dim: int) -> jax.Array:
   .. math:: \mathrm{tr}(W_{QK}^\top W_{QK}) = \|W_{QK}\|_F^2
             \ge \sum_i (W_{QK})_{ii}^2 \ge \frac{(\mathrm{tr}\,W_{QK})^2}{d}
 
-  (Cauchy-Schwarz on the diagonal, the step behind Eq. (7) above), with
-  equality exactly when :math:`W_{QK} = cI`. The ratio scale / floor >= 1
-  says how far a trained W_QK is from the isotropic one that LocATER alone
-  would give (`qkspec.theory.locater.penalty_minimum`).
-
-  Args:
-    qk_trace: :math:`\mathrm{tr}(W_{QK})`, any shape.
-    dim: d.
+  (Cauchy-Schwarz on the diagonal, as in Eq. (7)), with equality exactly
+  at :math:`W_{QK} = cI`: scale / floor >= 1 says how far a trained W_QK is
+  from the isotropic one LocATER alone gives (`locater.penalty_minimum`).
   """
   d = _checks.positive_int("dim", dim)
   return jnp.asarray(qk_trace, float)**2 / d
@@ -126,10 +97,8 @@ def spectrum_stats(w_qk: jax.Array, cov: jax.Array | None = None,
                    temperature: float | None = None) -> dict[str, jax.Array]:
   r"""Eigenspectrum statistics of :math:`W = \mathrm{sym}(W_{QK})\Sigma`.
 
-  Args:
-    w_qk: [..., d, d] query-key matrix :math:`W_Q^\top W_K` (any array-like).
-    cov: [d, d] token covariance :math:`\Sigma`; None means the identity.
-    temperature: :math:`\lambda`; None means :math:`\sqrt d`.
+  `w_qk` [..., d, d]; `cov` :math:`\Sigma` [d, d], None = I; `temperature`
+  :math:`\lambda`, None = :math:`\sqrt d`.
 
   Returns:
     A dict of [...] arrays: `trace` tr(W), `trace_sq` tr(W^2), `scale`
@@ -150,21 +119,14 @@ def spectrum_stats(w_qk: jax.Array, cov: jax.Array | None = None,
   trace = _trace(w)
   trace_sq = jnp.einsum("...ij,...ji->...", w, w)   # tr(W^2) without W @ W
   root = jnp.sqrt(trace_sq)
-  nonzero = trace_sq > 0
-  # xi = 0 for W = 0 (tr W = 0 too); the safe denominator keeps gradients
-  # finite where tr(W^2) > 0.
+  nonzero = trace_sq > 0   # a safe denominator keeps gradients finite
   xi = jnp.where(nonzero, trace / jnp.where(nonzero, root, 1.0), 0.0)
+  scale = jnp.sum(w_qk**2, axis=(-2, -1))
   return dict(
-      trace=trace,
-      trace_sq=trace_sq,
-      scale=jnp.sum(w_qk**2, axis=(-2, -1)),
-      qk_trace=_trace(w_qk),
-      xi=xi,
-      eta=root / lam,
-      r=trace / lam,
+      trace=trace, trace_sq=trace_sq, scale=scale, qk_trace=_trace(w_qk),
+      xi=xi, eta=root / lam, r=trace / lam,
       variance=d * trace_sq - trace**2,                       # Eq. (8)
       norm_2=jnp.linalg.norm(w_qk, ord=2, axis=(-2, -1)),
-      norm_fro=jnp.sqrt(jnp.sum(w_qk**2, axis=(-2, -1))),
+      norm_fro=jnp.sqrt(scale),
       norm_1=jnp.max(jnp.sum(jnp.abs(w_qk), axis=-2), axis=-1),
-      norm_l1=jnp.sum(jnp.abs(w_qk), axis=(-2, -1)),
-  )
+      norm_l1=jnp.sum(jnp.abs(w_qk), axis=(-2, -1)))

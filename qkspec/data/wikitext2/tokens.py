@@ -1,13 +1,10 @@
 """WikiText-2 token files: names, checksums, tokenisation, vocabulary.
 
 Pure helpers for the tfds builder in `wikitext2.py` (no tfds, no jax).
-
-Tokenisation is exactly pytorch/examples `word_language_model/data.py`: each
-line (as Python's text-mode file iteration yields it) is split on whitespace
-and one `<eos>` is appended, so an empty line " \n" gives just `["<eos>"]`.
-The vocabulary is built from the train split in order of first appearance,
-which reproduces the pytorch/examples ids (`<eos>` is id 0 because the train
-file starts with an empty line).
+Tokenisation is pytorch/examples' `word_language_model/data.py`: each line
+(as text-mode file iteration yields it) split on whitespace plus one
+`<eos>`; the vocabulary is the train tokens in order of first appearance,
+which reproduces its ids (`<eos>` = 0: the train file starts empty).
 """
 from __future__ import annotations
 
@@ -19,25 +16,20 @@ import os
 EOS = "<eos>"
 UNK = "<unk>"
 
-# Split -> accepted file names: the official `wikitext-2-v1.zip` name first,
-# then the pytorch/examples name.
+# Split -> accepted file names: the official name, the pytorch/examples one.
 FILE_NAMES = {
     "train": ("wiki.train.tokens", "train.txt"),
     "valid": ("wiki.valid.tokens", "valid.txt"),
     "test": ("wiki.test.tokens", "test.txt"),
 }
-# sha256 of the three token files (identical under both names).
+# sha256 of the three token files.
 SHA256 = {
     "train": "9e9fa1ad55b1c2c95b08e37dd8e653f638fac2c6de904b79e813611eefbc985f",
     "valid": "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8",
     "test": "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0",
 }
-# Published statistics (Merity et al. 2016; tokens include one <eos>/line).
-NUM_TOKENS = {"train": 2_088_628, "valid": 217_646, "test": 245_569}
-VOCAB_SIZE = 33_278
-
-# The official archive; the first URL is the one most code cites, the second
-# is the author's current mirror. Both are in checksums.tsv.
+# The official archive: the URL most code cites, the author's current mirror
+# (both in checksums.tsv).
 URLS = (
     "https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-2-v1.zip",
     "https://wikitext.smerity.com/wikitext-2-v1.zip",
@@ -68,15 +60,10 @@ def sha256_file(path: os.PathLike[str] | str) -> str:
 
 def find_token_files(root: os.PathLike[str] | str, *,
                      verify_checksums: bool = True) -> dict[str, str]:
-  """Locates the three token files in `root`.
+  """{"train": path, "valid": path, "test": path} in `root`.
 
-  Args:
-    root: directory holding either the official or the pytorch/examples names.
-    verify_checksums: compare each file's sha256 with `SHA256`. Only tests set
-      this to False, to build from small hand-written fixtures.
-
-  Returns:
-    {"train": path, "valid": path, "test": path}.
+  `verify_checksums` compares each file's sha256 with `SHA256` (tests with
+  small fixtures turn it off).
 
   Raises:
     FileNotFoundError: `root` or one of the files is missing.
@@ -109,8 +96,7 @@ def find_token_files(root: os.PathLike[str] | str, *,
 def read_lines(path: os.PathLike[str] | str) -> list[str]:
   """The file's lines as text-mode iteration yields them (universal newlines).
 
-  Not `str.splitlines()`, which would also split on form feeds, U+2028 etc.
-  and so disagree with pytorch/examples' counts.
+  Not `str.splitlines()`, which also splits on form feeds, U+2028 etc.
   """
   with open(path, "rb") as f:
     text = f.read().decode("utf-8")
@@ -134,8 +120,7 @@ def build_vocab(lines: Iterable[str]) -> list[str]:
 def encode_lines(lines: Iterable[str], vocab: Sequence[str]) -> list[int]:
   """Token ids of `lines`, one `<eos>` per line.
 
-  Words missing from `vocab` map to `<unk>` if `vocab` has it (never the case
-  for the real data: every valid/test word is in train), else raise KeyError.
+  Words missing from `vocab` map to `<unk>` if it has one, else KeyError.
   """
   index = {tok: i for i, tok in enumerate(vocab)}
   unk = index.get(UNK)
@@ -150,30 +135,27 @@ def encode_lines(lines: Iterable[str], vocab: Sequence[str]) -> list[int]:
   return out
 
 
-def is_title(line: str) -> bool:
-  """True for a heading line " = Title = " (not a " = = Section = = ")."""
-  s = line.strip()
-  return len(s) > 4 and s.startswith("= ") and s.endswith(" =") and (
-      not s.startswith("= ="))
-
-
 def split_articles(lines: Sequence[str]) -> Iterator[tuple[str, list[str]]]:
   """Groups lines into articles, each starting at a title line.
 
-  A title is a " = Title = " line between two empty lines (this excludes
-  inline formulas such as " = 1 <unk> and <unk> C = " and gives the published
-  600 / 60 / 60 articles). Concatenating the groups gives back `lines`
-  exactly: lines before the first title join the first article, and the empty
-  line before each title ends the previous article.
+  A title is a " = Title = " line (not " = = Section = = ") between two
+  empty lines, which excludes inline formulas such as " = 1 <unk> and <unk>
+  C = " and gives the published 600 / 60 / 60 articles. The groups
+  concatenate back to `lines`.
 
   Yields:
     (title, lines), the title without its "=" marks ("" if none was found).
   """
-  blank = lambda i: (  # noqa: E731
-      i < 0 or i >= len(lines) or not lines[i].strip())
+  def blank(i):
+    return i < 0 or i >= len(lines) or not lines[i].strip()
+
+  def is_title(s):
+    return (len(s) > 4 and s.startswith("= ") and s.endswith(" =")
+            and not s.startswith("= ="))
+
   title, start = "", 0
   for i, line in enumerate(lines):
-    if is_title(line) and blank(i - 1) and blank(i + 1):
+    if is_title(line.strip()) and blank(i - 1) and blank(i + 1):
       if title:
         yield title, list(lines[start:i])
         start = i

@@ -1,26 +1,20 @@
 """tensorflow-datasets builder for WikiText-2 (word level, v1, with `<unk>`).
 
-Stored examples: one per Wikipedia article, in file order (shuffling is
-disabled), with features
+One example per Wikipedia article, in file order (no shuffling):
 
   title: the article title ("Valkyria Chronicles III"),
-  ids:   int32[n] token ids of all the article's lines, one `<eos>` per line.
+  ids:   int32[n] token ids of its lines, one `<eos>` per line,
 
-Concatenating `ids` over a split's examples gives that split's token stream:
-2,088,628 / 217,646 / 245,569 tokens for train / validation / test. The
-vocabulary (33,278 tokens, train order of first appearance, `<eos>` = 0) is
-kept in `info.metadata["vocab"]` (metadata.json next to the records), so the
-ids are stable for as long as the prepared data exists.
+so a split's `ids` concatenate to its token stream (2,088,628 / 217,646 /
+245,569 tokens for train / validation / test). The vocabulary (33,278
+tokens, train order of first appearance, `<eos>` = 0) is
+`info.metadata["vocab"]`. Write with `file_format="array_record"`, read with
+`tfds.data_source` or `builder.as_data_source()` (no TensorFlow needed).
 
-Write with `file_format="array_record"` and read with `tfds.data_source` or
-`builder.as_data_source()`; neither needs TensorFlow.
-
-Source files: if the download config names a `manual_dir`, the three token
-files are read from it (official names `wiki.{train,valid,test}.tokens` or
-pytorch/examples names `{train,valid,test}.txt`) and nothing is downloaded;
-otherwise the official `wikitext-2-v1.zip` is downloaded (checksums.tsv). The
-files' sha256 are checked against `tokens.SHA256` unless the builder is made
-with `verify_checksums=False` (tests with small fixtures only).
+The token files are read from the download config's `manual_dir` if it
+names one (official or pytorch/examples names, `tokens.FILE_NAMES`), else
+the official `wikitext-2-v1.zip` is downloaded (checksums.tsv); their
+sha256 are checked unless `verify_checksums=False` (test fixtures).
 
 References:
   Merity, Xiong, Bradbury, Socher, Pointer Sentinel Mixture Models,
@@ -64,11 +58,7 @@ class Wikitext2(tfds.core.GeneratorBasedBuilder):
       "the manual directory", "offline build")
 
   def __init__(self, *, verify_checksums: bool = True, **kwargs: Any):
-    """Args: verify_checksums: check the token files' sha256 (tests: False).
-
-    Other keyword arguments go to `tfds.core.GeneratorBasedBuilder`
-    (`data_dir`, `file_format="array_record"`, ...).
-    """
+    """`kwargs` go to `tfds.core.GeneratorBasedBuilder` (`data_dir`, ...)."""
     self._verify_checksums = verify_checksums
     self._manual_dir: str | None = None
     super().__init__(**kwargs)
@@ -98,9 +88,8 @@ class Wikitext2(tfds.core.GeneratorBasedBuilder):
         else None)
     super().download_and_prepare(download_config=download_config, **kwargs)
 
-  # tfds prints "Downloading and preparing dataset Unknown size (download:
-  # Unknown size, ...)" and a bold "downloaded and prepared" with these two
-  # hooks (even when it reads local files); one log line each instead.
+  # One log line each instead of tfds's "Downloading and preparing dataset
+  # Unknown size ..." banners (printed even for local files).
   def _log_download_bytes(self) -> None:
     source = self._manual_dir or f"a download of {tokens.URLS[0]}"
     logging.info("building wikitext2 from %s into %s (once; later runs read "
@@ -110,7 +99,6 @@ class Wikitext2(tfds.core.GeneratorBasedBuilder):
     logging.info("built wikitext2 in %s", self.data_dir)
 
   def _source_dir(self, dl_manager: tfds.download.DownloadManager) -> str:
-    """The directory holding the three token files."""
     if self._manual_dir:
       return self._manual_dir
     errors = []
