@@ -17,6 +17,7 @@ setuptools.setup(
         "tensorflow-datasets>=4.9.7",  # used without TensorFlow (array_record)
         "array_record>=0.5",  # the format tfds.data_source reads
         "grain>=0.2.2",
+        "importlib_resources",  # tensorflow-datasets imports it, undeclared
         "absl-py>=2.0",
         "ml-collections>=0.1.1",
         "matplotlib>=3.7",
