@@ -26,7 +26,7 @@ from qkspec.experiments import outputs
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field of an entropy_bound config."""
   outputs.require_experiment(config, "entropy_bound")
-  outputs.require(config.nu_max > 0, "nu_max", "must be > 0", config.nu_max)
+  outputs.require_positive(config, "nu_max")
   outputs.require_ints(config, {"num_nu": 2})
   seq_lens = config.seq_lens
   outputs.require(len(seq_lens) > 0
@@ -83,14 +83,11 @@ def plot(nu_V, bound_KxV, seq_lens, workdir):
     ax_ratio.plot(nu_V, ratio_V, color=line.get_color(), label=f"T = {t}")
     ax_ratio.fill_between(nu_V, 1.0, ratio_V, where=ratio_V > 1,
                           color=line.get_color(), alpha=0.15)
-  ax.set_xlabel("nu = ||X X^T||_2 ||W_QK||_2")
-  ax.set_ylabel("Eq. (9) [nats]")
+  ax.set(xlabel="nu = ||X X^T||_2 ||W_QK||_2", ylabel="Eq. (9) [nats]")
   ax.set_title("Eq. (9) as printed; dashed: ln T (max entropy)", fontsize=9)
   ax.legend(fontsize=8)
   ax_ratio.axhline(1.0, color="k", lw=1)
-  ax_ratio.set_yscale("log")
-  ax_ratio.set_xlabel("nu")
-  ax_ratio.set_ylabel("Eq. (9) / ln T")
+  ax_ratio.set(yscale="log", xlabel="nu", ylabel="Eq. (9) / ln T")
   ax_ratio.set_title("shaded: Eq. (9) exceeds ln T (impossible entropy)",
                      fontsize=9)
   fig.suptitle("The Eq. (9) curve, printed as an entropy lower bound (cf. "
