@@ -113,6 +113,12 @@ def format_table(rows: Sequence[dict[str, Any]],
   return "\n".join(lines)
 
 
+def show(text: str, logged: str, printed: str) -> None:
+  """Logs "`logged`\n`text`" and prints "`printed`\n`text`"."""
+  logging.info("%s\n%s", logged, text)
+  print(f"{printed}\n{text}", flush=True)
+
+
 def log_outputs(name: str, paths: Sequence[pathlib.Path]) -> None:
   """Logs and prints where an experiment's files went."""
   logging.info("%s: wrote %d files into %s", name, len(paths),

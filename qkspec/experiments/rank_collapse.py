@@ -4,27 +4,25 @@ Shapes: A = architectures, S = weight draws (seeds), N = sequences per draw,
 L = layers, T = tokens, d = token dimension, K = L + 1 path lengths.
 
 For every architecture of `san.ARCHITECTURES`, draw and input, the relative
-residual :math:`r_l = \|\mathrm{res}(X^l)\|/\|X^l\|` for each definition of
-`diagnostics.RESIDUAL_METHODS` (Dong et al., Fig. 1 style). Then, per curve:
+residual :math:`r_l = \|\mathrm{res}(X^l)\|/\|X^l\|` for each method of
+`diagnostics.RESIDUAL_METHODS` (Dong et al., Fig. 1 style). Per curve:
 
-* the order of convergence :math:`q` (column `order`), the slope of
-  :math:`\log r_{l+1} = q \log r_l + a` over the layers with
-  floor < :math:`r_l \le` `fit_max_residual`: Dong et al.'s Theorem 2.2,
-  :math:`r_{l+1} \lesssim c\,r_l^3`, predicts :math:`q = 3`
-  (doubly exponential); an exponential decay gives :math:`q = 1`. (Not
-  LocATER's :math:`\kappa_1, \kappa_2`, which are loss weights.)
+* the order of convergence :math:`q` (column `order`): the slope of
+  :math:`\log r_{l+1} = q \log r_l + a` over the layers with floor <
+  :math:`r_l \le` `fit_max_residual`. Dong et al.'s Theorem 2.2,
+  :math:`r_{l+1} \lesssim c\,r_l^3`, predicts :math:`q = 3` (doubly
+  exponential); an exponential decay gives :math:`q = 1`;
 * Dong's closed form :math:`\log r_l = a + b\,3^l` and an exponential
   :math:`\log r_l = a + b\,l`, with their :math:`R^2`;
-* for the pure SAN, the measured mean-residual against the proven bound
+* pure SAN: the mean-residual against the proven bound
   :math:`\|\mathrm{res}(X^{l+1})\|_F \le c_l \|\mathrm{res}(X^l)\|_F^3`
   (`san_paths.cubic_residual_coefficient`);
-* for the skip SAN, the output carried by paths of each length
+* skip SAN: the output carried by paths of each length
   (`san_paths.path_length_components`) next to the path count
   :math:`\binom Lk H^k/(H+1)^L`.
 
-All draws and architectures run in one `jax.jit` computation. The softmax
-temperature :math:`\lambda` is `config.temperature`, by default
-:math:`\sqrt{D}` (D = `head_dim`).
+One `jax.jit` computation; :math:`\lambda` is `config.temperature`, by
+default :math:`\sqrt{D}` (D = `head_dim`).
 """
 # pylint: disable=invalid-name
 import functools
@@ -50,20 +48,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
       "num_seeds": 1, "num_sequences": 1, "num_layers": 1, "num_heads": 1,
       "dim": 1, "head_dim": 1, "mlp_dim": 1, "seq_len": 2,
       "composite_steps": 1})
-  outputs.require(len(config.architectures) > 0
-                  and set(config.architectures) <= set(san.ARCHITECTURES),
-                  "architectures",
-                  f"must be a subset of {tuple(san.ARCHITECTURES)}",
-                  config.architectures)
-  outputs.require(len(config.methods) > 0
-                  and set(config.methods) <= set(diagnostics.RESIDUAL_METHODS),
-                  "methods",
-                  f"must be a subset of {diagnostics.RESIDUAL_METHODS}",
-                  config.methods)
-  outputs.require(config.inputs in san.INPUTS, "inputs",
-                  f"must be in {san.INPUTS}", config.inputs)
-  outputs.require(config.value_init in san.VALUE_INITS, "value_init",
-                  f"must be in {san.VALUE_INITS}", config.value_init)
+  outputs.require_subset(config, "architectures", san.ARCHITECTURES,
+                         "a subset")
+  outputs.require_subset(config, "methods", diagnostics.RESIDUAL_METHODS,
+                         "a subset")
+  outputs.require_in(config, "inputs", san.INPUTS)
+  outputs.require_in(config, "value_init", san.VALUE_INITS)
   outputs.require_temperature(config)
   outputs.require(0 < config.floor < config.fit_max_residual <= 1, "floor",
                   "and fit_max_residual must satisfy 0 < floor < fit_max <= 1",
@@ -129,9 +119,6 @@ def run_measure(config) -> dict:
     return jax.tree.map(lambda a: np.asarray(a, np.float64), out)
 
 
-# ---------------------------------------------------------------- fits ----
-
-
 def convergence_order(r_K: np.ndarray, floor: float, max_r: float
                       ) -> tuple[float, float, int]:
   r"""Least-squares :math:`\log r_{l+1} = q\log r_l + a` over valid pairs.
@@ -176,9 +163,6 @@ def closed_form_fits(r_K: np.ndarray, floor: float) -> dict[str, float]:
 
 def _geo_mean(a, floor, axis):
   return np.exp(np.mean(np.log(np.maximum(a, floor)), axis=axis))
-
-
-# -------------------------------------------------------------- tables ----
 
 
 def tables(out: dict, config) -> dict[str, list[dict]]:
@@ -244,9 +228,6 @@ def tables(out: dict, config) -> dict[str, list[dict]]:
               path_lengths=lengths)
 
 
-# -------------------------------------------------------------- figures ----
-
-
 def plot_collapse(out, config, workdir):
   """Dong Fig. 1 style: r_l per architecture, one panel per residual method."""
   plt = outputs.pyplot()
@@ -264,9 +245,7 @@ def plot_collapse(out, config, workdir):
       ax.fill_between(l_K, per_seed.min(0), per_seed.max(0), color=color,
                       alpha=0.2)
     ax.axhline(config.floor, color="k", ls=":", lw=1)
-    ax.set_yscale("log")
-    ax.set_ylim(plot_floor, 2.0)
-    ax.set_xlabel("layer l")
+    ax.set(yscale="log", ylim=(plot_floor, 2.0), xlabel="layer l")
     ax.set_title(f"residual: {method}", fontsize=10)
   axes[0, 0].set_ylabel("||res(X^l)|| / ||X^l||")
   axes[0, 0].legend(fontsize=8, loc="lower left")
@@ -312,10 +291,9 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   fit_cols = ["architecture", "method", "order", "order_seed_mean",
               "order_seed_std", "order_pairs", "dong_r2", "exp_r2",
               "exp_rate", "collapse_depth_1e_6", "rel_res_last"]
-  summary = outputs.format_table(rows["collapse_fits"], fit_cols)
-  logging.info("collapse fits:\n%s", summary)
-  print("rank_collapse fits (order: of convergence, 3 = Dong's cubic, "
-        "1 = exponential):\n" + summary, flush=True)
+  outputs.show(outputs.format_table(rows["collapse_fits"], fit_cols),
+               "collapse fits:", "rank_collapse fits (order: of convergence, "
+               "3 = Dong's cubic, 1 = exponential):")
   if rows["cubic_bound"]:
     holds = np.mean([r["holds"] for r in rows["cubic_bound"]])
     floor_steps = sum(r["at_float_floor"] for r in rows["cubic_bound"])
@@ -325,9 +303,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
            f"{config.floor:g}) count as holding)")
     logging.info(msg)
     print(msg, flush=True)
-  for name, table in rows.items():
-    if table:
-      written += outputs.write_table(table, workdir, name)
+  written += outputs.write_tables(rows, workdir)
   written.append(plot_collapse(out, config, workdir))
   if rows["path_lengths"]:
     written.append(plot_paths(rows["path_lengths"], config, workdir))
