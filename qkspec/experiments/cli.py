@@ -55,17 +55,20 @@ def exit_on_interrupt(verbose: bool = False) -> Iterator[None]:
     sys.exit(EXIT_INTERRUPTED)
 
 
+def _is_experiment(name) -> bool:
+  """Whether `name` is a module of `qkspec.experiments` with a `run`."""
+  return (isinstance(name, str) and name.isidentifier()
+          and not name.startswith("_") and name not in _NOT_EXPERIMENTS
+          and importlib.util.find_spec(f"qkspec.experiments.{name}") is not None
+          and hasattr(importlib.import_module(f"qkspec.experiments.{name}"),
+                      "run"))
+
+
 def experiments() -> tuple[str, ...]:
   """The experiment ids: modules of `qkspec.experiments` with a `run`."""
   package = importlib.import_module("qkspec.experiments")
-  names = []
-  for info in pkgutil.iter_modules(package.__path__):
-    if info.name.startswith("_") or info.name in _NOT_EXPERIMENTS:
-      continue
-    if hasattr(importlib.import_module(f"qkspec.experiments.{info.name}"),
-               "run"):
-      names.append(info.name)
-  return tuple(sorted(names))
+  return tuple(sorted(info.name for info in pkgutil.iter_modules(
+      package.__path__) if _is_experiment(info.name)))
 
 
 def run_experiment(config, workdir: str) -> Any:
@@ -92,14 +95,9 @@ def check_config(config) -> None:
 
 def _check_experiment(name) -> None:
   """Raises ValueError unless `name` is an experiment id (imports only it)."""
-  if (isinstance(name, str) and name.isidentifier()
-      and not name.startswith("_") and name not in _NOT_EXPERIMENTS
-      and importlib.util.find_spec(f"qkspec.experiments.{name}") is not None
-      and hasattr(importlib.import_module(f"qkspec.experiments.{name}"),
-                  "run")):
-    return
-  raise ValueError(f"config.experiment must be one of {experiments()}, got "
-                   f"{name!r}.")
+  if not _is_experiment(name):
+    raise ValueError(f"config.experiment must be one of {experiments()}, "
+                     f"got {name!r}.")
 
 
 def train_and_plot(config, workdir: str) -> Any:
