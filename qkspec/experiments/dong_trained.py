@@ -123,10 +123,8 @@ def tables(results: dict, config) -> dict[str, list[dict]]:
 
 def plot_paths(rows, config, workdir):
   """Accuracy vs max path length k per task, path fractions as bars."""
-  plt = outputs.pyplot()
   tasks = list(config.tasks)
-  fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4),
-                           squeeze=False, layout="constrained")
+  fig, axes = outputs.subplots(1, len(tasks), (5.5 * len(tasks), 4))
   for ax, task in zip(axes[0], tasks):
     k_K = np.arange(config.num_layers + 1)
     frac = [r["path_fraction"] for r in rows
@@ -160,12 +158,11 @@ FLOOR = 1e-8   # relative residuals below this (exact 0 included) are drawn here
 
 def plot_rank(rows, config, workdir):
   """Relative residual by layer: trained (solid) and init (dashed)."""
-  plt = outputs.pyplot()
   combos = [(t, v) for t in config.tasks for v in config.variants]
-  fig, axes = plt.subplots(1, len(combos), figsize=(4.5 * len(combos), 3.8),
-                           squeeze=False, layout="constrained", sharey=True)
+  fig, axes = outputs.subplots(1, len(combos), (4.5 * len(combos), 3.8),
+                               sharey=True)
   archs = list(dong_measure.EVAL_ARCHS)
-  colors = plt.get_cmap("tab10")(np.arange(len(archs)))
+  colors = outputs.colors("tab10", np.arange(len(archs)))
   for ax, (task, variant) in zip(axes[0], combos):
     curves = []                       # in legend order, numbered from 1
     for color, arch in zip(colors, archs):

@@ -73,9 +73,7 @@ def summary_rows(nu_V, bound_KxV, seq_lens) -> list[dict]:
 
 def plot(nu_V, bound_KxV, seq_lens, workdir):
   """Fig. 4: the Eq. (9) curve vs nu with ln T dashed, and curve / ln T."""
-  plt = outputs.pyplot()
-  fig, (ax, ax_ratio) = plt.subplots(1, 2, figsize=(10, 3.8),
-                                     layout="constrained")
+  fig, ((ax, ax_ratio),) = outputs.subplots(1, 2, (10, 3.8))
   for t, bound_V in zip(seq_lens, bound_KxV):
     line, = ax.plot(nu_V, bound_V, label=f"T = {t}")
     ax.axhline(np.log(t), ls="--", lw=1, color=line.get_color())

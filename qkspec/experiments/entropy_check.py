@@ -165,10 +165,8 @@ def tables(out, config):
 
 def plot(out, config, workdir):
   """Entropy vs nu per input kind with the Eq. (9) and Zhai curves."""
-  plt = outputs.pyplot()
   kinds = list(config.inputs)
-  fig, axes = plt.subplots(1, len(kinds), figsize=(6.5 * len(kinds), 4.5),
-                           squeeze=False, layout="constrained")
+  fig, axes = outputs.subplots(1, len(kinds), (6.5 * len(kinds), 4.5))
   t = config.seq_len
   for ax, kind in zip(axes[0], kinds):
     o = out[kind]

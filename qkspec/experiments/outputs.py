@@ -91,6 +91,19 @@ def pyplot():
   return plt
 
 
+def subplots(nrows: int, ncols: int, figsize: tuple[float, float],
+             **kwargs):
+  """`plt.subplots` with 2-D axes and, by default, the constrained layout."""
+  kwargs.setdefault("layout", "constrained")
+  return pyplot().subplots(nrows, ncols, figsize=figsize, squeeze=False,
+                           **kwargs)
+
+
+def colors(cmap: str, values: np.ndarray) -> np.ndarray:
+  """RGBA colours of `values` under the matplotlib colormap `cmap`."""
+  return pyplot().get_cmap(cmap)(values)
+
+
 def save_figure(fig, workdir: pathlib.Path, name: str,
                 dpi: int = 120) -> pathlib.Path:
   """Saves `fig` as `workdir/name.png` and closes it."""

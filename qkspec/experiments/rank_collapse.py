@@ -60,10 +60,14 @@ def validate(config: ml_collections.ConfigDict) -> None:
                   (config.floor, config.fit_max_residual))
 
 
-@functools.partial(jax.jit, static_argnames=(
-    "architectures", "methods", "num_seeds", "num_sequences", "num_layers",
-    "num_heads", "dim", "head_dim", "mlp_dim", "seq_len", "inputs",
-    "value_init", "composite_steps"))
+# The config fields that set `measure`'s shapes and options.
+_STATIC = ("num_seeds", "num_sequences", "num_layers", "num_heads", "dim",
+           "head_dim", "mlp_dim", "seq_len", "inputs", "value_init",
+           "composite_steps")
+
+
+@functools.partial(jax.jit,
+                   static_argnames=("architectures", "methods") + _STATIC)
 def measure(key, qk_gain, lam, *, architectures, methods, num_seeds,
             num_sequences, num_layers, num_heads, dim, head_dim, mlp_dim,
             seq_len, inputs, value_init, composite_steps):
@@ -109,13 +113,8 @@ def run_measure(config) -> dict:
     out = measure(jax.random.key(config.seed), config.qk_gain,
                   softmax.temperature(config.temperature, config.head_dim),
                   architectures=tuple(config.architectures),
-                  methods=tuple(config.methods), num_seeds=config.num_seeds,
-                  num_sequences=config.num_sequences,
-                  num_layers=config.num_layers, num_heads=config.num_heads,
-                  dim=config.dim, head_dim=config.head_dim,
-                  mlp_dim=config.mlp_dim, seq_len=config.seq_len,
-                  inputs=config.inputs, value_init=config.value_init,
-                  composite_steps=config.composite_steps)
+                  methods=tuple(config.methods),
+                  **{k: config[k] for k in _STATIC})
     return jax.tree.map(lambda a: np.asarray(a, np.float64), out)
 
 
@@ -230,12 +229,11 @@ def tables(out: dict, config) -> dict[str, list[dict]]:
 
 def plot_collapse(out, config, workdir):
   """Dong Fig. 1 style: r_l per architecture, one panel per residual method."""
-  plt = outputs.pyplot()
   methods = list(config.methods)
   plot_floor = config.floor * 1e-2
-  fig, axes = plt.subplots(1, len(methods), figsize=(5 * len(methods), 4),
-                           squeeze=False, layout="constrained", sharey=True)
-  colors = plt.get_cmap("tab10")(np.arange(len(config.architectures)))
+  fig, axes = outputs.subplots(1, len(methods), (5 * len(methods), 4),
+                               sharey=True)
+  colors = outputs.colors("tab10", np.arange(len(config.architectures)))
   l_K = np.arange(config.num_layers + 1)
   for ax, method in zip(axes[0], methods):
     for color, name in zip(colors, config.architectures):
@@ -259,10 +257,8 @@ def plot_collapse(out, config, workdir):
 
 def plot_paths(rows, config, workdir):
   """The skip SAN's path-length distribution vs the norm each length carries."""
-  plt = outputs.pyplot()
   k = np.array([r["length"] for r in rows])
-  fig, (ax, ax_res) = plt.subplots(1, 2, figsize=(10, 3.8),
-                                   layout="constrained")
+  fig, ((ax, ax_res),) = outputs.subplots(1, 2, (10, 3.8))
   ax.bar(k - 0.2, [r["path_fraction"] for r in rows], width=0.4,
          label="fraction of paths C(L,k)H^k/(H+1)^L")
   ax.bar(k + 0.2, [r["norm_share"] for r in rows], width=0.4,

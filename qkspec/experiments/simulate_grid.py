@@ -195,7 +195,6 @@ def _r_lines(config):
 
 def plot(out, summary, config, workdir):
   """Two figures: localization summaries and rho_i at chosen positions."""
-  plt = outputs.pyplot()
   num_c = len(config.covariances)
   t = config.seq_len
   r_lines = _r_lines(config)
@@ -206,8 +205,8 @@ def plot(out, summary, config, workdir):
             ("peak", "max_i rho_i", dict(cmap="magma", vmin=0, vmax=1)),
             ("entropy", f"attention entropy [nats] (ln T = {np.log(t):.2f})",
              dict(cmap="cividis", vmin=0, vmax=np.log(t)))]
-  fig, axes = plt.subplots(num_c, len(panels), squeeze=False,
-                           figsize=(4.2 * len(panels), 3.4 * num_c))
+  fig, axes = outputs.subplots(num_c, len(panels),
+                               (4.2 * len(panels), 3.4 * num_c), layout=None)
   for c, cov in enumerate(config.covariances):
     for ax, (name, title, kwargs) in zip(axes[c], panels):
       values = out["entropy"][c] if name == "entropy" else summary[name][c]
@@ -221,8 +220,8 @@ def plot(out, summary, config, workdir):
   fig.subplots_adjust(wspace=0.5, hspace=0.45)
   paths = [outputs.save_figure(fig, workdir, "fig_grid_localization")]
   pos = list(config.positions)
-  fig, axes = plt.subplots(num_c, len(pos), squeeze=False,
-                           figsize=(3.6 * len(pos), 3.2 * num_c))
+  fig, axes = outputs.subplots(num_c, len(pos), (3.6 * len(pos), 3.2 * num_c),
+                               layout=None)
   for c, cov in enumerate(config.covariances):
     for ax, i in zip(axes[c], pos):
       _heatmap(fig, ax, out, out["rho"][c, ..., i - 1],

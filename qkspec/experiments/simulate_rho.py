@@ -235,13 +235,11 @@ def tables(out: dict, config: ml_collections.ConfigDict):
 
 def plot_fig5(out, config, workdir):
   """Fig. 5: rho_i per pair (thin: draws, bold: mean) and entropy per pair."""
-  plt = outputs.pyplot()
   num_c, num_p = out["rho"].shape[:2]
-  colors = plt.get_cmap("tab10")(np.arange(num_p) % 10)
+  colors = outputs.colors("tab10", np.arange(num_p) % 10)
   i_T = np.arange(1, config.seq_len + 1)
-  fig, axes = plt.subplots(num_c, 2, figsize=(13, 3.8 * num_c), squeeze=False,
-                           gridspec_kw=dict(width_ratios=(1.6, 1)),
-                           layout="constrained")
+  fig, axes = outputs.subplots(num_c, 2, (13, 3.8 * num_c),
+                               gridspec_kw=dict(width_ratios=(1.6, 1)))
   for c, cov in enumerate(config.covariances):
     ax, ax_ent = axes[c]
     for p, ((m, s), regime) in enumerate(zip(config.pairs, config.regimes)):
@@ -272,13 +270,10 @@ def plot_fig5(out, config, workdir):
 
 def plot_gaussian(out, config, workdir):
   """MC rho_i (mean +- std over draws) vs the three Gaussian approximations."""
-  plt = outputs.pyplot()
   num_c, num_p = out["rho"].shape[:2]
   i_T = np.arange(1, config.seq_len + 1)
-  fig, axes = plt.subplots(num_c, num_p,
-                           figsize=(2.6 * num_p, 2.7 * num_c + 0.6),
-                           squeeze=False, sharex=True, sharey=True,
-                           layout="constrained")
+  fig, axes = outputs.subplots(num_c, num_p, (2.6 * num_p, 2.7 * num_c + 0.6),
+                               sharex=True, sharey=True)
   styles = {"paper": ("tab:red", "--"), "corrected": ("tab:blue", "-"),
             "exact": ("tab:green", ":")}
   for c, cov in enumerate(config.covariances):

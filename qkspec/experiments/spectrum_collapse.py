@@ -256,7 +256,6 @@ def claims(grid_rows, config) -> list[dict]:
 
 def plot_grid(grid_rows, config, workdir):
   """Heat maps over (eigen_mean, eigen_std): collapse, entropy, rho."""
-  plt = outputs.pyplot()
   num_m, num_s = len(config.eigen_means), len(config.eigen_stds)
   panels = (("collapse_depth", f"collapse depth (r < "
              f"{config.collapse_threshold:g})"),
@@ -265,7 +264,7 @@ def plot_grid(grid_rows, config, workdir):
             ("entropy_mean", "entropy, mean over layers"),
             ("rho_mean_l1", "mean rho_i, layer 1"),
             ("eq9_violation_all", "rows below the Eq. (9) curve"))
-  fig, axes = plt.subplots(2, 3, figsize=(15, 8), layout="constrained")
+  fig, axes = outputs.subplots(2, 3, (15, 8))
   for ax, (key, title) in zip(axes.ravel(), panels):
     v = np.array([r[key] for r in grid_rows], np.float64)
     v = v.reshape(num_m, num_s)
@@ -285,13 +284,18 @@ def plot_grid(grid_rows, config, workdir):
   return outputs.save_figure(fig, workdir, "fig_spectrum_collapse")
 
 
+def _mean_colors(config):
+  """One colour per eigen_mean."""
+  return outputs.colors("plasma",
+                        np.linspace(0, 0.9, len(config.eigen_means)))
+
+
 def plot_layers(out, config, workdir):
   """Per-layer r_l and entropy: a line per eigen_mean, a panel per eigen_std."""
-  plt = outputs.pyplot()
   stds = list(config.eigen_stds)
-  fig, axes = plt.subplots(2, len(stds), figsize=(3.4 * len(stds), 6.5),
-                           squeeze=False, layout="constrained", sharey="row")
-  colors = plt.get_cmap("plasma")(np.linspace(0, 0.9, len(config.eigen_means)))
+  fig, axes = outputs.subplots(2, len(stds), (3.4 * len(stds), 6.5),
+                               sharey="row")
+  colors = _mean_colors(config)
   l_K = np.arange(config.num_layers + 1)
   for j, s in enumerate(stds):
     for i, (m, color) in enumerate(zip(config.eigen_means, colors)):
@@ -313,11 +317,9 @@ def plot_layers(out, config, workdir):
 
 def plot_rho(out, config, workdir):
   """rho_i of the last query at layer 1 and layer L, per grid point."""
-  plt = outputs.pyplot()
-  fig, axes = plt.subplots(2, len(config.eigen_stds),
-                           figsize=(3.4 * len(config.eigen_stds), 6),
-                           squeeze=False, layout="constrained", sharey=True)
-  colors = plt.get_cmap("plasma")(np.linspace(0, 0.9, len(config.eigen_means)))
+  num_s = len(config.eigen_stds)
+  fig, axes = outputs.subplots(2, num_s, (3.4 * num_s, 6), sharey=True)
+  colors = _mean_colors(config)
   i_T = np.arange(1, config.seq_len + 1)
   for j, s in enumerate(config.eigen_stds):
     for i, (m, color) in enumerate(zip(config.eigen_means, colors)):

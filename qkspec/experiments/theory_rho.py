@@ -164,21 +164,19 @@ def _heatmaps(axes_row, maps_ExXxTh, config, cmap, vmin, vmax, xlabel=True):
 
 def fig2_figures(maps, config) -> dict:
   """{file stem: Figure}: Fig. 2 per variant, and the side-by-side view."""
-  plt = outputs.pyplot()
   num_eta = len(config.eta_values)
   figs = {}
   for variant, maps_ExXxTh in maps.items():
-    fig, axes = plt.subplots(1, num_eta, figsize=(2.6 * num_eta + 1.0, 3.0),
-                             squeeze=False, sharey=True, layout="constrained")
+    fig, axes = outputs.subplots(1, num_eta, (2.6 * num_eta + 1.0, 3.0),
+                                 sharey=True)
     image = _heatmaps(axes[0], maps_ExXxTh, config, "viridis", 0.0, 1.0)
     fig.colorbar(image, ax=axes[0].tolist(), label=_RHO)
     fig.suptitle(f"Eq. (6), variant={variant!r} (cf. paper Fig. 2; "
                  f"{_XI} = tr$W$/$\\sqrt{{\\mathrm{{tr}}W^2}}$)")
     figs[f"fig2_{variant}"] = fig
   if set(maps) == set(VARIANTS):
-    fig, axes = plt.subplots(3, num_eta, figsize=(2.6 * num_eta + 1.0, 8.0),
-                             squeeze=False, sharex=True, sharey=True,
-                             layout="constrained")
+    fig, axes = outputs.subplots(3, num_eta, (2.6 * num_eta + 1.0, 8.0),
+                                 sharex=True, sharey=True)
     for row, variant in zip(axes[:2], VARIANTS[::-1]):      # paper first
       image = _heatmaps(row, maps[variant], config, "viridis", 0.0, 1.0,
                         xlabel=False)
@@ -196,10 +194,9 @@ def fig2_figures(maps, config) -> dict:
 
 def fig3_figure(theta, curves, config):
   """Fig. 3: the localized cases, both variants and the Lemma 2 limit."""
-  plt = outputs.pyplot()
   cases = list(config.localized)
-  fig, axes = plt.subplots(1, len(cases), figsize=(4.4 * len(cases), 3.6),
-                           squeeze=False, sharey=True, layout="constrained")
+  fig, axes = outputs.subplots(1, len(cases), (4.4 * len(cases), 3.6),
+                               sharey=True)
   for ax, (xi, eta) in zip(axes[0], cases):
     for variant, style in zip(config.variants, ("-", "--")):
       ax.plot(theta, curves[(variant, xi, eta)], style, label=variant)
