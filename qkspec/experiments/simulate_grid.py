@@ -99,10 +99,9 @@ def compute(config: ml_collections.ConfigDict) -> dict[str, np.ndarray]:
                                                   indexing="ij"))
   chunk = config.points_per_chunk
   lam = softmax.temperature(config.temperature, config.dim)
-  static = dict(num_draws=config.num_draws,
-                num_sequences=config.num_sequences,
-                entropy_sequences=config.entropy_sequences,
-                seq_len=config.seq_len, temperature=lam)
+  static = {k: config[k] for k in ("num_draws", "num_sequences",
+                                   "entropy_sequences", "seq_len")}
+  static["temperature"] = lam
   args = (inputs.shared_key(jax.random.key(config.seed)),
           inputs.covariances(config))
   chunk_args = (jnp.zeros(chunk), jnp.zeros(chunk))

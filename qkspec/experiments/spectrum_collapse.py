@@ -40,6 +40,9 @@ from qkspec.experiments import measures
 from qkspec.experiments import outputs
 
 _LOG_FLOOR = 1e-30
+# The config fields that set `measure_draw`'s shapes and options.
+_STATIC = ("dim", "seq_len", "num_layers", "num_heads", "num_sequences",
+           "inputs", "value_init")
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
@@ -98,14 +101,12 @@ def measure_draw(key, eigen_mean, eigen_std, *, dim, seq_len, num_layers,
   )
 
 
-@functools.partial(jax.jit, static_argnames=(
-    "dim", "seq_len", "num_layers", "num_heads", "num_sequences", "inputs",
-    "value_init", "num_draws", "temperature"))
+@functools.partial(jax.jit,
+                   static_argnames=_STATIC + ("num_draws", "temperature"))
 def sweep(seed_key, index_G, means_G, stds_G, *, num_draws, **static):
   """A chunk of grid points (vmapped); every output has leading axes [G, D].
 
-  `means_G`, `stds_G`: eigen_mean and eigen_std per point; `index_G`: the
-  point's index in the grid (its PRNG stream).
+  `index_G`: each point's index in the grid (its PRNG stream).
   """
   one_draw = functools.partial(measure_draw, **static)
 
@@ -118,22 +119,15 @@ def sweep(seed_key, index_G, means_G, stds_G, *, num_draws, **static):
   return jax.vmap(point)(index_G, means_G, stds_G)
 
 
-def grid(config):
-  """(means_G, stds_G): eigen_mean and eigen_std, eigen_std varying fastest."""
-  m, s = np.meshgrid(np.asarray(config.eigen_means, np.float32),
-                     np.asarray(config.eigen_stds, np.float32), indexing="ij")
-  return m.ravel(), s.ravel()
-
-
 def sweep_from_config(config) -> dict:
   """Runs `sweep` chunk by chunk; numpy arrays [M, S, D, ...]."""
-  means_G, stds_G = grid(config)
+  means_G, stds_G = (a.ravel() for a in np.meshgrid(    # eigen_std fastest
+      np.asarray(config.eigen_means, np.float32),
+      np.asarray(config.eigen_stds, np.float32), indexing="ij"))
   fn = functools.partial(
       sweep, jax.random.key(config.seed), num_draws=config.num_draws,
-      dim=config.dim, seq_len=config.seq_len, num_layers=config.num_layers,
-      num_heads=config.num_heads, num_sequences=config.num_sequences,
-      inputs=config.inputs, value_init=config.value_init,
-      temperature=softmax.temperature(config.temperature, config.dim))
+      temperature=softmax.temperature(config.temperature, config.dim),
+      **{k: config[k] for k in _STATIC})
   out = chunked.map_chunks(fn, (np.arange(len(means_G)), means_G, stds_G),
                            config.points_per_batch, "spectrum_collapse")
   shape = (len(config.eigen_means), len(config.eigen_stds))

@@ -73,20 +73,15 @@ def rho_slope(theta_Th, xi, eta, variant):
   return jax.vmap(grad)(theta_Th)
 
 
-def _limit_name(r):
-  if 0 < r <= 2:
-    return "1{theta>=1/2}"
-  if r > 2:
-    return f"1{{1/2<=theta<=1/2+1/r={0.5 + 1 / r:.3g}}}"
-  if -2 <= r < 0:
-    return "1{theta<=1/2}"
-  return f"1{{1/2+1/r={0.5 + 1 / r:.3g}<=theta<=1/2}}"
-
-
-def _case_name(r):
+def _site(r):
+  """Lemma 2 (1-2) at r = xi eta: the case and the limit of rho(theta)."""
+  edge = f"1/2+1/r={0.5 + 1 / r:.3g}"
   if abs(r) <= 2:
-    return "1 late-site" if r > 0 else "2 early-site"
-  return "1 middle-site" if r > 0 else "2 middle-site (mirrored)"
+    return (("1 late-site", "1{theta>=1/2}") if r > 0
+            else ("2 early-site", "1{theta<=1/2}"))
+  if r > 0:
+    return "1 middle-site", f"1{{1/2<=theta<={edge}}}"
+  return "2 middle-site (mirrored)", f"1{{{edge}<=theta<=1/2}}"
 
 
 def _row(case, variant, params, predicted, deviation, tol, note=""):
@@ -109,9 +104,9 @@ def lemma2_table(config: ml_collections.ConfigDict) -> list[dict]:
       keep = ((np.abs(theta_np - 0.5) > lem.exclude)
               & (np.abs(theta_np - (0.5 + 1 / r)) > lem.exclude))
       dev = np.max(np.abs(rho - limit)[keep])
-      rows.append(_row(_case_name(r), variant,
-                       f"xi={xi:g}, eta={eta:.3g}, r={r:g}", _limit_name(r),
-                       dev, lem.tol,
+      case, limit = _site(r)
+      rows.append(_row(case, variant, f"xi={xi:g}, eta={eta:.3g}, r={r:g}",
+                       limit, dev, lem.tol,
                        f"theta within {lem.exclude} of the jumps excluded"))
     xi_small = min(lem.uniform_xis)                          # Lemma 2 (3)
     for eta in lem.uniform_etas:
