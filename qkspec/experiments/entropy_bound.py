@@ -5,13 +5,10 @@ Shapes: K = sequence lengths T, V = points on the :math:`\nu` grid.
 .. math:: \ln(1 + T e^{-\nu}) + \frac{\nu e^{-\nu/2}}{T^{-1} + e^{-\nu}},
           \qquad \nu = \|XX^\top\|_2\,\|W_{QK}\|_2
 
-(`qkspec.theory.diagnostics.eq9_entropy`), printed in the paper as an
-attention-entropy lower bound, drawn with the maximum entropy
-:math:`\ln T` of a T-key attention row. As printed the curve equals
-:math:`\ln(1+T) > \ln T` at :math:`\nu = 0` and stays above :math:`\ln T` on
-a whole interval :math:`[0, \nu^*(T)]` (its peak is many times
-:math:`\ln T`), where no entropy can reach it; the table lists that interval
-per T.
+(`diagnostics.eq9_entropy`), printed as an attention-entropy lower bound,
+drawn with the maximum entropy :math:`\ln T`. It equals :math:`\ln(1+T) >
+\ln T` at :math:`\nu = 0` and stays above :math:`\ln T` on a whole interval
+:math:`[0, \nu^*(T)]`, where no entropy can reach it; the table lists it.
 """
 # pylint: disable=invalid-name
 from absl import logging

@@ -3,25 +3,17 @@ r"""Rank collapse per layer in random SANs: pure, +skip, +MLP, +LN, full block.
 Shapes: A = architectures, S = weight draws (seeds), N = sequences per draw,
 L = layers, T = tokens, d = token dimension, K = L + 1 path lengths.
 
-For every architecture of `san.ARCHITECTURES`, draw and input, the relative
-residual :math:`r_l = \|\mathrm{res}(X^l)\|/\|X^l\|` for each method of
-`diagnostics.RESIDUAL_METHODS` (Dong et al., Fig. 1 style). Per curve:
-
-* the order of convergence :math:`q` (column `order`): the slope of
-  :math:`\log r_{l+1} = q \log r_l + a` over the layers with floor <
-  :math:`r_l \le` `fit_max_residual`. Dong et al.'s Theorem 2.2,
-  :math:`r_{l+1} \lesssim c\,r_l^3`, predicts :math:`q = 3` (doubly
-  exponential); an exponential decay gives :math:`q = 1`;
-* Dong's closed form :math:`\log r_l = a + b\,3^l` and an exponential
-  :math:`\log r_l = a + b\,l`, with their :math:`R^2`;
-* pure SAN: the mean-residual against the proven bound
-  :math:`\|\mathrm{res}(X^{l+1})\|_F \le c_l \|\mathrm{res}(X^l)\|_F^3`
-  (`san_paths.cubic_residual_coefficient`);
-* skip SAN: the output carried by paths of each length
-  (`san_paths.path_length_components`) next to the path count
-  :math:`\binom Lk H^k/(H+1)^L`.
-
-One `jax.jit` computation; :math:`\lambda` is `config.temperature`, by
+Per architecture (`san.ARCHITECTURES`) and residual method, the relative
+residual :math:`r_l = \|\mathrm{res}(X^l)\|/\|X^l\|` (Dong et al., Fig. 1
+style), then: the order of convergence :math:`q` of :math:`\log r_{l+1} = q
+\log r_l + a` over floor < :math:`r_l \le` `fit_max_residual` (Dong's
+Theorem 2.2, :math:`r_{l+1} \lesssim c\,r_l^3`, predicts :math:`q = 3`; an
+exponential decay gives 1); fits of :math:`\log r_l = a + b\,3^l` and
+:math:`a + b\,l`; for the pure SAN, the bound :math:`\|\mathrm{res}
+(X^{l+1})\|_F \le c_l \|\mathrm{res}(X^l)\|_F^3`
+(`san_paths.cubic_residual_coefficient`); for the skip SAN, the output
+carried by paths of each length next to the path count
+:math:`\binom Lk H^k/(H+1)^L`. :math:`\lambda` is `config.temperature`, by
 default :math:`\sqrt{D}` (D = `head_dim`).
 """
 # pylint: disable=invalid-name

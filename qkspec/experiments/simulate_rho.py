@@ -3,42 +3,30 @@ r"""Monte Carlo :math:`\rho_i` and entropy over (eigen_mean, eigen_std): Fig. 5.
 Shapes: C = covariances, P = (eigen_mean, eigen_std) pairs, D = W_QK draws
 per pair, N = sequences, T = tokens, d = token dimension.
 
-For every covariance :math:`\Sigma` (`inputs.covariances`), pair and draw,
-:math:`W_{QK} = B\,\mathrm{diag}(w)B^\top`, :math:`w_i \sim \mathcal
-N(\mathrm{eigen\_mean}, \mathrm{eigen\_std}^2)` (`spectrum.sample_qk`; the
-paper's "mean" and "scale"), N random walks (Assumption 1), then
-:math:`\rho_i` of the last query (Definition 1), the attention entropy of
-:math:`\mathrm{softmax}(XW_{QK}X^\top/\lambda)` over all T queries
-(Eq. (1)), and Lemma 1's Gaussian :math:`\rho_i` from the draw's
-:math:`\mathrm{tr}(W), \mathrm{tr}(W^2)`, :math:`W = W_{QK}\Sigma`
-(printed, corrected and exact finite-T). :math:`\lambda` is
-`config.temperature`, by default :math:`\sqrt d`.
+Per covariance :math:`\Sigma`, pair and draw, :math:`W_{QK} =
+B\,\mathrm{diag}(w)B^\top`, :math:`w_i \sim \mathcal N(\mathrm{eigen\_mean},
+\mathrm{eigen\_std}^2)` (`spectrum.sample_qk`), N random walks
+(Assumption 1), then :math:`\rho_i` of the last query (Definition 1), the
+entropy of :math:`\mathrm{softmax}(XW_{QK}X^\top/\lambda)` (Eq. (1)), and
+Lemma 1's Gaussian :math:`\rho_i` from :math:`\mathrm{tr}(W),
+\mathrm{tr}(W^2)`, :math:`W = W_{QK}\Sigma` (printed, corrected, exact
+finite-T). :math:`\lambda` is `config.temperature` (default :math:`\sqrt d`).
 
-Two designs (`config.design`), each one `jax.jit` computation:
+`config.design` "shared" (default): common random numbers
+(`grid_estimator`), one set of walks and per draw k one (B_k, z_k) for all
+pairs, :math:`W_{QK} = B_k\,\mathrm{diag}(\mathrm{eigen\_mean} +
+\mathrm{eigen\_std}\,z_k)B_k^\top`; standard errors of the crossed (draw x
+walk) design. "fresh": the paper read literally, new W_QK and walks per
+(covariance, pair, draw); standard errors over draws.
 
-* "shared" (default): common random numbers (`grid_estimator`): one set of
-  N walks and per draw k one (B_k, z_k) for every pair and covariance,
-  :math:`W_{QK} = B_k\,\mathrm{diag}(\mathrm{eigen\_mean} +
-  \mathrm{eigen\_std}\,z_k)B_k^\top`, so each pair is an affine combination.
-  Unbiased; standard errors from the crossed (draw x walk) design.
-* "fresh": the paper read literally, a new W_QK and N walks per (covariance,
-  pair, draw); standard errors: std over draws / sqrt(D). The shared
-  design's errors are larger where walk-to-walk variation dominates.
-
-Regimes of configs/simulate_rho.py's pairs (isotropic :math:`\Sigma`:
-:math:`r = \mathrm{tr}(W)/\lambda \approx 11.3` eigen_mean at d = 128,
-:math:`\eta \approx \sqrt{\mathrm{eigen\_mean}^2 + \mathrm{eigen\_std}^2}`;
-the anisotropic :math:`\Sigma` roughly doubles r and :math:`\eta`):
-
-* (0, 0.1), (0, 1): uniform (:math:`\xi \approx 0` on average). Mean
-  :math:`\rho_i` ~0.6-0.8 for eigen_std 0.1, not the 1/2 of Eq. (6): at
-  T = 40 the 1/T mean of :math:`u_i` is not small against
-  :math:`\eta \approx 0.1`; ~0.35-0.6 for eigen_std 1.
-* (0.1, 0.01): late site, r ~ 1.1: :math:`\rho_i \approx 1\{i/T \ge 1/2\}`
-  (anisotropic: r ~ 2.4, a wide middle band); (-0.1, 0.01): early site.
-* (0.5, 0.01), (1.0, 0.01): middle site, r ~ 5.7 and 11.3:
-  :math:`\rho_i` on :math:`1/2 \le i/T \le 1/2 + 1/r` (~7 and ~4 tokens).
-* (0.5, 5), (0, 20): vanishing, :math:`\rho_i \lesssim` 0.25 and 0.07.
+Regimes of configs/simulate_rho.py (isotropic :math:`\Sigma`: :math:`r =
+\mathrm{tr}(W)/\lambda \approx 11.3` eigen_mean at d = 128; anisotropic
+roughly doubles r): (0, 0.1), (0, 1) uniform (mean :math:`\rho_i` ~0.6-0.8
+for eigen_std 0.1, not Eq. (6)'s 1/2: at T = 40 the 1/T mean of :math:`u_i`
+is not small against :math:`\eta \approx 0.1`); (0.1, 0.01) late site
+(r ~ 1.1), (-0.1, 0.01) early; (0.5, 0.01), (1, 0.01) middle site, r ~ 5.7
+and 11.3, :math:`\rho_i` on :math:`1/2 \le i/T \le 1/2 + 1/r`; (0.5, 5),
+(0, 20) vanishing.
 """
 # pylint: disable=invalid-name
 import functools

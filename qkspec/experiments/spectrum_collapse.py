@@ -3,22 +3,16 @@ r"""Rank collapse, entropy and :math:`\rho` of deep pure SANs by W_QK spectrum.
 Shapes: M = eigen-means, S = eigen-stds, G = M*S grid points, D = draws,
 N = sequences, L = layers, H = heads, T = tokens, d = token dimension.
 
-Paper Sec. 5 (A2) claims, for :math:`W = W_{QK}\Sigma`: a larger
+Paper Sec. 5 (A2), :math:`W = W_{QK}\Sigma`: a larger
 :math:`|\mathrm{tr}\,W|` (eigen_mean) at fixed :math:`\mathrm{tr}(W^2)`
-slows rank collapse (Eq. 7 and Dong et al.'s Theorem 2.2), and a smaller
-:math:`\mathrm{tr}(W^2)` (eigen_std) at fixed eigen_mean raises the
-attention entropy (Eqs. 9-10).
-
-Every layer of a pure SAN (`san.forward`, Haar W_V) gets its own
-:math:`W_{QK}` from `spectrum.sample_qk(eigen_mean, eigen_std)`; on
-random-walk inputs we measure per layer l (attention from X^l) the relative
-residual :math:`r_l` (mean-centring), the attention entropy,
-:math:`\rho_i` of the last query, and the fraction of rows below the
-Eq. (9) curve or Zhai's Theorem 3.1 at
-:math:`\nu = \|X^lX^{l\top}\|_2\|W_{QK}\|_2/\lambda` (`measures`).
-:math:`\lambda` is `config.temperature` (default :math:`\sqrt d`). One
-compiled function (`vmap` over points, draws and sequences) runs on chunks
-of `points_per_batch` grid points (`chunked.map_chunks`).
+slows rank collapse (Eq. 7, Dong et al.'s Theorem 2.2); a smaller
+:math:`\mathrm{tr}(W^2)` (eigen_std) raises the entropy (Eqs. 9-10). Each
+layer of a pure SAN gets its own `spectrum.sample_qk(eigen_mean,
+eigen_std)`; per layer l (attention from X^l) we measure :math:`r_l`, the
+entropy, :math:`\rho_i` of the last query, and the rows below Eq. (9) or
+Zhai's Theorem 3.1 at :math:`\nu = \|X^lX^{l\top}\|_2\|W_{QK}\|_2/\lambda`
+(`measures`). :math:`\lambda`: `config.temperature` (default
+:math:`\sqrt d`). Chunks of `points_per_batch` points: `chunked.map_chunks`.
 """
 # pylint: disable=invalid-name
 import functools
