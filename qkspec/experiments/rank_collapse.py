@@ -156,6 +156,12 @@ def _geo_mean(a, floor, axis):
   return np.exp(np.mean(np.log(np.maximum(a, floor)), axis=axis))
 
 
+def _curves(out, name, method, floor):
+  """r_l geo-mean over sequences per seed [S, K], and over seeds [K]."""
+  per_seed_SxK = _geo_mean(out[f"rel/{name}/{method}"], floor, axis=1)
+  return per_seed_SxK, _geo_mean(per_seed_SxK, floor, axis=0)
+
+
 def tables(out: dict, config) -> dict[str, list[dict]]:
   """Curve, fit, bound and path-length rows."""
   floor = config.floor
@@ -164,8 +170,7 @@ def tables(out: dict, config) -> dict[str, list[dict]]:
   for name in config.architectures:
     for method in config.methods:
       rel_SxNxK = out[f"rel/{name}/{method}"]
-      per_seed_SxK = _geo_mean(rel_SxNxK, plot_floor, axis=1)
-      geo_K = _geo_mean(per_seed_SxK, plot_floor, axis=0)
+      per_seed_SxK, geo_K = _curves(out, name, method, plot_floor)
       for l in range(rel_SxNxK.shape[-1]):
         curves.append(dict(
             architecture=name, method=method, layer=l,
@@ -175,16 +180,14 @@ def tables(out: dict, config) -> dict[str, list[dict]]:
             below_floor_fraction=float(np.mean(rel_SxNxK[..., l] <= floor))))
       seed_orders = [convergence_order(r, floor, config.fit_max_residual)[0]
                      for r in per_seed_SxK]
-      any_finite = np.isfinite(seed_orders).any()
+      no_fit = not np.isfinite(seed_orders).any()
       order, a, pairs = convergence_order(geo_K, floor,
                                           config.fit_max_residual)
       fits.append(dict(
           architecture=name, method=method, order=order, order_intercept=a,
           order_pairs=pairs,
-          order_seed_mean=float(np.nanmean(seed_orders)) if any_finite
-          else float("nan"),
-          order_seed_std=float(np.nanstd(seed_orders)) if any_finite
-          else float("nan"),
+          order_seed_mean=float("nan" if no_fit else np.nanmean(seed_orders)),
+          order_seed_std=float("nan" if no_fit else np.nanstd(seed_orders)),
           **closed_form_fits(geo_K, floor),
           collapse_depth_1e_6=measures.collapse_depth(geo_K, 1e-6),
           rel_res_last=float(geo_K[-1])))
@@ -229,8 +232,7 @@ def plot_collapse(out, config, workdir):
   l_K = np.arange(config.num_layers + 1)
   for ax, method in zip(axes[0], methods):
     for color, name in zip(colors, config.architectures):
-      per_seed = _geo_mean(out[f"rel/{name}/{method}"], plot_floor, axis=1)
-      geo = _geo_mean(per_seed, plot_floor, axis=0)
+      per_seed, geo = _curves(out, name, method, plot_floor)
       ax.plot(l_K, geo, color=color, lw=2, label=name)
       ax.fill_between(l_K, per_seed.min(0), per_seed.max(0), color=color,
                       alpha=0.2)
