@@ -37,14 +37,9 @@ def map_chunks(fn: Callable[..., Any], points: Sequence[np.ndarray],
                chunk: int, name: str) -> Any:
   """`fn(*points)` evaluated `chunk` points at a time, as numpy arrays.
 
-  Args:
-    fn: arrays [B, ...] -> pytree with leading axis B (jit it: B = `chunk`).
-    points: arrays [P, ...] with the same P.
-    chunk: B, points per call.
-    name: the experiment, for the progress log.
-
-  Returns:
-    The pytree of `fn` with leaves [P, ...] (padding removed).
+  `fn` maps arrays [B, ...] to a pytree with leading axis B (jit it: every
+  call has B = `chunk`); `points` are arrays [P, ...]; `name` labels the
+  progress log. Returns the pytree with leaves [P, ...].
   """
   num_p = len(points[0])
   padded, num_chunks = pad_points(points, chunk)

@@ -87,13 +87,8 @@ def chunk_stats(bases, means_P, stds_P, *, seq_len, temperature):
 
 
 def compute(config: ml_collections.ConfigDict) -> dict[str, np.ndarray]:
-  """Evaluates the grid chunk by chunk.
-
-  Returns:
-    `rho`, `rho_se`, `rho_exact` [C, M, S, T]; `entropy`, `entropy_se`, `r`,
-    `eta` [C, M, S]; `eigen_means` [M], `eigen_stds` [S]; `compile_s`,
-    `run_s`.
-  """
+  """The grid chunk by chunk: `rho`, `rho_se`, `rho_exact` [C, M, S, T],
+  `entropy`, `entropy_se`, `r`, `eta` [C, M, S], the axes and timings."""
   means, stds = grid_axes(config)
   mean_P, std_P = (a.ravel() for a in np.meshgrid(means, stds,
                                                   indexing="ij"))
