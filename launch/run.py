@@ -4,13 +4,10 @@ r"""Runs one experiment; the config names it (`config.experiment`).
       --workdir runs/simulate_rho
   python launch/run.py --config configs/rank_collapse.py:smoke --workdir /tmp/rc
 
-Experiments (configs/<id>.py runs qkspec/experiments/<id>.py): theory_rho
-(Figs. 2-3), entropy_bound (Fig. 4), simulate_rho (Fig. 5), simulate_grid,
-rank_collapse, spectrum_collapse, entropy_check, dong_trained. Add `:smoke`
-to the config path for a seconds-long run and `--config.x=y` to override a
-field; each config's docstring has its command, what it writes and what the
-paper shows. Training configs also work here (they go to launch/train.py's
-trainer).
+configs/<id>.py runs qkspec/experiments/<id>.py. Add `:smoke` to the config
+path for a seconds-long run and `--config.x=y` to override a field; each
+config's docstring has its command, what it writes and what the paper
+shows. Training configs also work here (launch/train.py's trainer).
 """
 from qkspec.experiments import cli
 

@@ -2,13 +2,10 @@
 
 Shapes: P = points, B = points per chunk.
 
-The grid experiments (`simulate_grid`, `spectrum_collapse`) evaluate a
-jit-compiled function of a batch of points on chunks of B points: the last
-chunk is padded by repeating the last point, so every call has the same
-shapes and the function compiles once; the padding is cut off again. A
-Python loop over the chunks (rather than a `lax.map` inside one jit, which
-hung with idle threads on the XLA CPU backend of our 2-core machines) also
-gives a progress line with the elapsed time and an ETA per chunk.
+The last chunk is padded by repeating the last point, so every call has the
+same shapes and the function compiles once. A Python loop over the chunks
+(a `lax.map` inside one jit hung with idle threads on the XLA CPU backend of
+2-core machines) also gives a progress line with an ETA per chunk.
 """
 import time
 from typing import Any, Callable, Sequence
@@ -21,11 +18,7 @@ import numpy as np
 
 def pad_points(points: Sequence[np.ndarray], chunk: int
                ) -> tuple[list[np.ndarray], int]:
-  """Pads [P, ...] arrays to a multiple of `chunk` rows (last row repeated).
-
-  Returns:
-    (padded arrays, number of chunks).
-  """
+  """Pads [P, ...] arrays to a multiple of `chunk` rows; (arrays, chunks)."""
   num_p = len(points[0])
   if num_p == 0 or chunk < 1:
     raise ValueError(f"need >= 1 point and chunk >= 1, got {num_p} points "
@@ -44,17 +37,9 @@ def map_chunks(fn: Callable[..., Any], points: Sequence[np.ndarray],
                chunk: int, name: str) -> Any:
   """`fn(*points)` evaluated `chunk` points at a time, as numpy arrays.
 
-  Args:
-    fn: a function of arrays [B, ...] (one per entry of `points`) returning
-      a pytree of arrays with leading axis B (compile it once, e.g. with
-      `jax.jit`: every call has B = `chunk` points).
-    points: arrays [P, ...] with the same P.
-    chunk: B, points per call.
-    name: the experiment, for the progress log.
-
-  Returns:
-    The pytree of `fn`, each leaf the concatenation [P, ...] over the chunks
-    (padding removed), as numpy arrays.
+  `fn` maps arrays [B, ...] to a pytree with leading axis B (jit it: every
+  call has B = `chunk`); `points` are arrays [P, ...]; `name` labels the
+  progress log. Returns the pytree with leaves [P, ...].
   """
   num_p = len(points[0])
   padded, num_chunks = pad_points(points, chunk)

@@ -1,29 +1,17 @@
-"""The absl command line of `launch/`: --config and --workdir, two entry points.
+"""The absl command line of `launch/`: --config and --workdir.
 
-* `launch/run.py` runs any experiment: the config names it
-  (`config.experiment`, e.g. "simulate_rho" runs
-  `qkspec.experiments.simulate_rho.run`), as big_vision's configs name their
-  trainer. Config file, experiment module and experiment id share one name.
-* `launch/train.py` trains a training config (`config.task`: theory or lm),
-  one run or a vmapped sweep, with `qkspec.training.loop`.
+`launch/run.py` runs the experiment a config names (`config.experiment`,
+e.g. "simulate_rho" runs `qkspec.experiments.simulate_rho.run`), or trains
+and plots a training config; `launch/train.py` trains a training config
+(`config.task`) with `qkspec.training.loop`.
 
-`run.py` given a training config trains it and then draws its figures
-(`training_plots`), so either command works for it.
-
-`main` also gives every command the same habits:
-
-* a usage error (a misspelled config key, a config file that does not exist,
-  a bad flag value, a config that `qkspec.config.schema.validate` or an
-  experiment rejects) prints one line, `qkspec: error: ...`, and exits with
-  status 2; Ctrl-C exits with status 130 after one line (the training
-  loop's `Interrupted`: the checkpoint it saved and how to
-  resume; else "qkspec: interrupted"). `--verbose_errors` prints the Python
-  traceback as well.
-* `--coordinator_address`, `--num_processes` and `--process_id` start one
-  process of a multi-host run (`jax.distributed.initialize`) before
-  anything touches the devices (BUILD.md, "Many devices and hosts").
-* jax's note that it found no TPU (`Unable to initialize backend 'tpu'`,
-  logged on every CPU/GPU machine) is dropped; its other messages are kept.
+Every command: a usage error (a misspelled config key, a missing config
+file, a bad flag value, a config that `schema.validate` or an experiment
+rejects) prints one line `qkspec: error: ...` and exits with status 2;
+Ctrl-C exits with status 130 after one line; `--verbose_errors` adds the
+traceback. `--coordinator_address`, `--num_processes` and `--process_id`
+start one process of a multi-host run (`jax.distributed.initialize`). jax's
+note that it found no TPU library is dropped.
 """
 import contextlib
 import importlib
@@ -46,8 +34,6 @@ from qkspec.config import schema
 # Modules of qkspec.experiments that are not experiments (helpers).
 _NOT_EXPERIMENTS = ("chunked", "cli", "demo", "inputs", "measures", "outputs",
                     "training_plots")
-
-
 EXIT_INTERRUPTED = 130       # 128 + SIGINT, what shells report for Ctrl-C
 
 
@@ -55,8 +41,7 @@ EXIT_INTERRUPTED = 130       # 128 + SIGINT, what shells report for Ctrl-C
 def exit_on_interrupt(verbose: bool = False) -> Iterator[None]:
   """KeyboardInterrupt -> exit 130 and at most one line.
 
-  The training loop's `Interrupted` was logged by the loop already; another
-  KeyboardInterrupt (before training started, say) prints "qkspec:
+  The loop has logged its own `Interrupted`; any other prints "qkspec:
   interrupted". `verbose` prints the traceback first.
   """
   try:
@@ -70,26 +55,24 @@ def exit_on_interrupt(verbose: bool = False) -> Iterator[None]:
     sys.exit(EXIT_INTERRUPTED)
 
 
+def _is_experiment(name) -> bool:
+  """Whether `name` is a module of `qkspec.experiments` with a `run`."""
+  return (isinstance(name, str) and name.isidentifier()
+          and not name.startswith("_") and name not in _NOT_EXPERIMENTS
+          and importlib.util.find_spec(f"qkspec.experiments.{name}") is not None
+          and hasattr(importlib.import_module(f"qkspec.experiments.{name}"),
+                      "run"))
+
+
 def experiments() -> tuple[str, ...]:
   """The experiment ids: modules of `qkspec.experiments` with a `run`."""
   package = importlib.import_module("qkspec.experiments")
-  names = []
-  for info in pkgutil.iter_modules(package.__path__):
-    if info.name.startswith("_") or info.name in _NOT_EXPERIMENTS:
-      continue
-    if hasattr(importlib.import_module(f"qkspec.experiments.{info.name}"),
-               "run"):
-      names.append(info.name)
-  return tuple(sorted(names))
+  return tuple(sorted(info.name for info in pkgutil.iter_modules(
+      package.__path__) if _is_experiment(info.name)))
 
 
 def run_experiment(config, workdir: str) -> Any:
-  """Runs `config.experiment`'s `run(config, workdir)`, or trains `config`.
-
-  Raises:
-    ValueError: the config names no experiment and is no training config,
-      or names an unknown experiment.
-  """
+  """Runs `config.experiment`'s `run(config, workdir)`, or trains `config`."""
   name = config.get("experiment", None)
   if name is None and "task" in config:       # a training config
     return train_and_plot(config, workdir)
@@ -103,13 +86,7 @@ def run_experiment(config, workdir: str) -> Any:
 
 
 def check_config(config) -> None:
-  """The checks that need no devices, run before the config is logged.
-
-  Raises:
-    ValueError: a training config (`config.task`) that
-      `qkspec.config.schema.validate` rejects, or an unknown
-      `config.experiment`.
-  """
+  """Checks that need no devices: a training config's schema, the experiment."""
   if "task" in config:
     schema.validate(config)
   if config.get("experiment", None) is not None:
@@ -118,21 +95,13 @@ def check_config(config) -> None:
 
 def _check_experiment(name) -> None:
   """Raises ValueError unless `name` is an experiment id (imports only it)."""
-  if (isinstance(name, str) and name.isidentifier()
-      and not name.startswith("_") and name not in _NOT_EXPERIMENTS
-      and importlib.util.find_spec(f"qkspec.experiments.{name}") is not None
-      and hasattr(importlib.import_module(f"qkspec.experiments.{name}"),
-                  "run")):
-    return
-  raise ValueError(f"config.experiment must be one of {experiments()}, got "
-                   f"{name!r}.")
+  if not _is_experiment(name):
+    raise ValueError(f"config.experiment must be one of {experiments()}, "
+                     f"got {name!r}.")
 
 
 def train_and_plot(config, workdir: str) -> Any:
-  """Trains a training config (`config.task`), then draws its figures.
-
-  In a multi-host run process 0 draws them (it wrote the metrics).
-  """
+  """Trains a training config (`config.task`); process 0 draws the figures."""
   # pylint: disable=g-import-not-at-top
   import jax
   from qkspec.experiments import training_plots
@@ -146,12 +115,9 @@ def train_and_plot(config, workdir: str) -> Any:
 
 
 class _NoTpuFilter(py_logging.Filter):
-  """Drops jax's note that this machine has no TPU library (every CPU/GPU run).
+  """Drops jax's note that there is no libtpu (logged on every CPU/GPU run).
 
-  jax probes each backend at the first device use and logs (INFO) the ones
-  that fail quietly. The TPU probe fails on every machine without the
-  libtpu shared object; a libtpu that is there but fails keeps its message
-  (and `loop` logs the devices it got).
+  A libtpu that is there but fails keeps its message.
   """
 
   def filter(self, record: py_logging.LogRecord) -> bool:
@@ -167,13 +133,13 @@ def quiet_tpu_probe() -> None:
     logger.addFilter(_NoTpuFilter())
 
 
-def _fail(message: str, error: BaseException | None, verbose: bool,
-          status: int = 2) -> NoReturn:
+def _fail(message: str, error: BaseException | None,
+          verbose: bool) -> NoReturn:
   """Prints `qkspec: error: message` (after the traceback if `verbose`)."""
   if verbose and error is not None:
     traceback.print_exception(error)
   print(f"qkspec: error: {message}", file=sys.stderr, flush=True)
-  sys.exit(status)
+  sys.exit(2)
 
 
 def _chain(error: BaseException) -> list[BaseException]:
@@ -198,16 +164,12 @@ def _raised_in(error: BaseException, *parts: str) -> bool:
 
 def _overrides(argv: list[str], name: str) -> list[str]:
   """The `--name.x.y` paths (`x.y`) given on the command line."""
-  out = []
-  for arg in argv[1:]:
-    m = re.match(rf"^--?(?:no)?{name}\.([^=]+)", arg)
-    if m:
-      out.append(m.group(1))
-  return out
+  matches = (re.match(rf"^--?(?:no)?{name}\.([^=]+)", a) for a in argv[1:])
+  return [m.group(1) for m in matches if m]
 
 
 def _unknown_key_message(error: BaseException, argv: list[str]) -> str | None:
-  """One line for ml_collections' KeyError on a misspelled override."""
+  """One line for ml_collections' KeyError on a misspelled key."""
   for e in _chain(error):
     if not (isinstance(e, KeyError) and e.args and isinstance(e.args[0], str)
             and _raised_in(e, "ml_collections")):
@@ -297,16 +259,13 @@ def _parse_flags(argv: list[str], config) -> list[str]:
 
 
 def _is_usage_error(error: ValueError) -> bool:
-  """A ValueError that qkspec raised about its inputs (a config, a workdir).
+  """A ValueError raised by qkspec's own checks (a config, a workdir).
 
-  Those are raised by qkspec's own checks (`schema.validate`, the
-  experiments, the training loop); a ValueError raised inside jax, numpy,
-  or while tracing a jitted function (jax attaches its unfiltered stack
-  as the cause) is a bug and keeps its traceback.
+  One raised inside jax or numpy, or while tracing (jax attaches its
+  unfiltered stack as the cause), is a bug and keeps its traceback.
   """
-  if type(error.__cause__).__name__ == "UnfilteredStackTrace":
-    return False
-  if getattr(error, "__notes__", None):
+  if (type(error.__cause__).__name__ == "UnfilteredStackTrace"
+      or getattr(error, "__notes__", None)):
     return False
   return _raised_in(error, "qkspec") or _raised_in(error, "configs")
 
@@ -318,10 +277,6 @@ def start_processes(coordinator_address: str | None,
 
   Returns:
     Whether this is one process of several.
-
-  Raises:
-    ValueError: only some of the three are given, or `process_id` is not in
-      [0, num_processes).
   """
   given = {"--coordinator_address": coordinator_address,
            "--num_processes": num_processes, "--process_id": process_id}
@@ -347,14 +302,7 @@ def start_processes(coordinator_address: str | None,
 def main(run: Callable[..., Any], what: str = "config") -> None:
   """Defines the flags, then calls `run(config, workdir)`.
 
-  --config and --workdir are required; --verbose_errors and the multi-host
-  flags are optional. Usage errors and Ctrl-C end as the module docstring
-  says.
-
-  Args:
-    run: the library call, given the resolved ConfigDict (after `:arg` and
-      `--config.x=y` overrides) and the workdir.
-    what: the kind of config, for --help.
+  `what` names the kind of config in --help.
   """
   config = config_flags.DEFINE_config_file(
       "config", None, f"Path to a {what} file (append :smoke for a tiny "

@@ -1,15 +1,9 @@
-"""The main job on the embedded default: the paper's theory, simulation and
-theory-model training figures, with no data set, on a CPU (each
-experiment's time is logged as it finishes).
+"""The main job: every figure that needs no data set, on a CPU.
 
-Runs, each into its own sub-directory of `workdir` and through the same
-`cli.run_experiment` as `launch/run.py`:
-
-1. theory_rho     Figs. 2-3 and the Lemma 2 table (printed vs corrected);
-2. entropy_bound  Fig. 4;
-3. simulate_rho   Fig. 5 (Monte Carlo rho_i and entropy, Gaussian theory);
-4. theory_task    the Sec. 2 model trained with and without LocATER, and
-                  its Fig. 7-style rho heat map.
+Runs, each into its own sub-directory of `workdir` and through
+`cli.run_experiment`: theory_rho (Figs. 2-3, Lemma 2), entropy_bound
+(Fig. 4), simulate_rho (Fig. 5) and theory_task (the Sec. 2 model with and
+without LocATER, and its Fig. 7-style rho heat map).
 """
 import pathlib
 import time

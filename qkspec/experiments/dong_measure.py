@@ -1,25 +1,15 @@
-r"""Training and measuring the task SANs of `dong_trained` (a helper, no `run`).
+r"""Training and measuring the task SANs of `dong_trained` (no `run`).
 
 Shapes: S = seeds (sweep members), B = eval sequences, T = tokens,
-d = width, V = classes, L = layers, H = heads, K = L + 1 path lengths,
-A = evaluation architectures.
+d = width, V = classes, L = layers, H = heads, K = L + 1 path lengths.
 
-`train` trains one (task, variant) with `qkspec.training.loop` (the seeds as
-one vmapped sweep) and returns the trained and the initial parameters
-stacked over seeds. `measure` evaluates them on the task's eval set, all
-seeds in one jit:
-
-* per path length k: token accuracy and cross-entropy of the network
-  restricted to the paths of length <= k (`qkspec.theory.path_eval`), and of
-  the full Flax network (equal to k = L);
-* per layer l: the accuracy with layer l's attention removed
-  (`path_eval.without_layer_attention`, the network recomputed), and the
-  QK-eigenspectrum statistics of its heads (`spectrum.spectrum_stats`:
-  trace, scale, xi, eta with the model's lambda);
-* rank collapse: Dong's relative residual
-  :math:`\|\mathrm{res}(X^l)\|_F/\|X^l\|_F` ("mean") of the hidden states,
-  for the network as trained and with skips and/or MLPs removed at
-  evaluation (`EVAL_ARCHS`), trained and at initialisation.
+`train` trains one (task, variant) with `qkspec.training.loop`, the seeds as
+one vmapped sweep. `measure` evaluates all seeds in one jit: accuracy and
+cross-entropy restricted to paths of length <= k (`path_eval`) and of the
+full network; per layer, the accuracy without its attention and its heads'
+`spectrum.spectrum_stats`; Dong's relative residual ("mean") of the hidden
+states as trained and with skips and/or MLPs removed (`EVAL_ARCHS`),
+trained and at initialisation.
 """
 # pylint: disable=invalid-name
 import functools

@@ -2,27 +2,17 @@ r"""Dong et al.'s trained-network experiments: short paths and removed skips.
 
 Shapes: S = seeds, L = layers, H = heads, K = L + 1 path lengths.
 
-For each task (`qkspec.data.synthetic`: sorting, memorisation) and each
-skip-SAN variant (without / with MLPs), `dong_measure` trains the seeds in
-one vmapped sweep and measures them. This module turns the measurements
-into tables and figures:
+Per task (`qkspec.data.synthetic`) and skip-SAN variant (`dong_measure`):
 
-1. **Short paths carry the trained network** (Dong et al., Sec. 5.2, Fig. 4):
-   token accuracy and loss of the network restricted to paths of length
-   <= k (`qkspec.theory.path_eval`) for k = 0..L, next to the full network
-   and the fraction of paths of each length,
-   :math:`\binom Lk H^k/(H+1)^L` (`san_paths.path_length_fractions`).
-   `recovered_k2` is :math:`(a_{\le 2} - a_0)/(a_{full} - a_0)`, the share of
-   the accuracy gained over the identity path that paths of length <= 2
-   recover.
-2. **Rank collapse without skips** (Dong et al., Sec. 5.1): the relative
-   residual :math:`\|\mathrm{res}(X^l)\|_F/\|X^l\|_F` by layer, trained and at
-   initialisation, with skips, with skips removed, with MLPs removed.
-3. **This paper's question**: per layer, the accuracy lost when that layer's
-   attention is removed (`knockout_drop`) next to the QK-eigenspectrum
-   statistics of its heads (trace, scale, :math:`\xi`, :math:`\eta`,
-   averaged over heads and seeds), and Spearman's correlation of the drop
-   with :math:`\xi` and with :math:`\eta` over the layers.
+1. Short paths carry the network (Dong et al., Sec. 5.2, Fig. 4): accuracy
+   and loss on paths of length <= k (`path_eval`) next to the full network
+   and the path fractions :math:`\binom Lk H^k/(H+1)^L`; `recovered_k2` is
+   :math:`(a_{\le 2} - a_0)/(a_{full} - a_0)`.
+2. Rank collapse without skips (Sec. 5.1): :math:`\|\mathrm{res}(X^l)\|_F
+   /\|X^l\|_F` by layer, trained and at init, with skips or MLPs removed.
+3. This paper's question: per layer, the accuracy lost without its
+   attention (`knockout_drop`) next to its QK-eigenspectrum statistics, and
+   Spearman's correlation of the drop with :math:`\xi` and :math:`\eta`.
 
 References:
   Dong, Cordonnier, Loukas, Attention is Not All You Need: Pure Attention
@@ -50,16 +40,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field of a dong_trained config."""
   outputs.require_experiment(config, "dong_trained")
   outputs.require_ints(config, INT_FIELDS)
-  outputs.require(len(config.tasks) > 0 and set(config.tasks) <= set(
-      synthetic.TASKS), "tasks", f"must be a subset of {synthetic.TASKS}",
-                  config.tasks)
-  outputs.require(len(config.variants) > 0 and set(config.variants) <= set(
-      dong_measure.VARIANTS), "variants",
-                  f"must be a subset of {tuple(dong_measure.VARIANTS)}",
-                  config.variants)
+  outputs.require_subset(config, "tasks", synthetic.TASKS, "a subset")
+  outputs.require_subset(config, "variants", dong_measure.VARIANTS,
+                         "a subset")
   outputs.require(config.d_model % config.num_heads == 0, "num_heads",
                   "must divide d_model", config.num_heads)
-  outputs.require(config.lr > 0, "lr", "must be > 0", config.lr)
+  outputs.require_positive(config, "lr")
   outputs.require_temperature(config)
 
 
@@ -132,10 +118,8 @@ def tables(results: dict, config) -> dict[str, list[dict]]:
 
 def plot_paths(rows, config, workdir):
   """Accuracy vs max path length k per task, path fractions as bars."""
-  plt = outputs.pyplot()
   tasks = list(config.tasks)
-  fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4),
-                           squeeze=False, layout="constrained")
+  fig, axes = outputs.subplots(1, len(tasks), (5.5 * len(tasks), 4))
   for ax, task in zip(axes[0], tasks):
     k_K = np.arange(config.num_layers + 1)
     frac = [r["path_fraction"] for r in rows
@@ -169,12 +153,11 @@ FLOOR = 1e-8   # relative residuals below this (exact 0 included) are drawn here
 
 def plot_rank(rows, config, workdir):
   """Relative residual by layer: trained (solid) and init (dashed)."""
-  plt = outputs.pyplot()
   combos = [(t, v) for t in config.tasks for v in config.variants]
-  fig, axes = plt.subplots(1, len(combos), figsize=(4.5 * len(combos), 3.8),
-                           squeeze=False, layout="constrained", sharey=True)
+  fig, axes = outputs.subplots(1, len(combos), (4.5 * len(combos), 3.8),
+                               sharey=True)
   archs = list(dong_measure.EVAL_ARCHS)
-  colors = plt.get_cmap("tab10")(np.arange(len(archs)))
+  colors = outputs.colors("tab10", np.arange(len(archs)))
   for ax, (task, variant) in zip(axes[0], combos):
     curves = []                       # in legend order, numbered from 1
     for color, arch in zip(colors, archs):
@@ -211,8 +194,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
         results[(task, variant)] = jax.tree.map(
             np.asarray, dong_measure.measure(params, init, tc))
   rows = tables(results, config)
-  for name, table in rows.items():
-    written += outputs.write_table(table, workdir, name)
+  written += outputs.write_tables(rows, workdir)
   cols = ["task", "variant", "full_acc", "acc_k0", "acc_k1", "acc_k2",
           "recovered_k2", "paths_k_le_2", "as_trained_rel_res_last",
           "no_skip_rel_res_last", "spearman_drop_xi", "spearman_drop_eta"]

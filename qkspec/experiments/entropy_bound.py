@@ -5,13 +5,10 @@ Shapes: K = sequence lengths T, V = points on the :math:`\nu` grid.
 .. math:: \ln(1 + T e^{-\nu}) + \frac{\nu e^{-\nu/2}}{T^{-1} + e^{-\nu}},
           \qquad \nu = \|XX^\top\|_2\,\|W_{QK}\|_2
 
-(`qkspec.theory.diagnostics.eq9_entropy`), printed in the paper as an
-attention-entropy lower bound, drawn with the maximum entropy
-:math:`\ln T` of a T-key attention row. As printed the curve equals
-:math:`\ln(1+T) > \ln T` at :math:`\nu = 0` and stays above :math:`\ln T` on
-a whole interval :math:`[0, \nu^*(T)]` (its peak is many times
-:math:`\ln T`), where no entropy can reach it; the table lists that interval
-per T.
+(`diagnostics.eq9_entropy`), printed as an attention-entropy lower bound,
+drawn with the maximum entropy :math:`\ln T`. It equals :math:`\ln(1+T) >
+\ln T` at :math:`\nu = 0` and stays above :math:`\ln T` on a whole interval
+:math:`[0, \nu^*(T)]`, where no entropy can reach it; the table lists it.
 """
 # pylint: disable=invalid-name
 from absl import logging
@@ -26,7 +23,7 @@ from qkspec.experiments import outputs
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field of an entropy_bound config."""
   outputs.require_experiment(config, "entropy_bound")
-  outputs.require(config.nu_max > 0, "nu_max", "must be > 0", config.nu_max)
+  outputs.require_positive(config, "nu_max")
   outputs.require_ints(config, {"num_nu": 2})
   seq_lens = config.seq_lens
   outputs.require(len(seq_lens) > 0
@@ -73,9 +70,7 @@ def summary_rows(nu_V, bound_KxV, seq_lens) -> list[dict]:
 
 def plot(nu_V, bound_KxV, seq_lens, workdir):
   """Fig. 4: the Eq. (9) curve vs nu with ln T dashed, and curve / ln T."""
-  plt = outputs.pyplot()
-  fig, (ax, ax_ratio) = plt.subplots(1, 2, figsize=(10, 3.8),
-                                     layout="constrained")
+  fig, ((ax, ax_ratio),) = outputs.subplots(1, 2, (10, 3.8))
   for t, bound_V in zip(seq_lens, bound_KxV):
     line, = ax.plot(nu_V, bound_V, label=f"T = {t}")
     ax.axhline(np.log(t), ls="--", lw=1, color=line.get_color())
@@ -83,14 +78,11 @@ def plot(nu_V, bound_KxV, seq_lens, workdir):
     ax_ratio.plot(nu_V, ratio_V, color=line.get_color(), label=f"T = {t}")
     ax_ratio.fill_between(nu_V, 1.0, ratio_V, where=ratio_V > 1,
                           color=line.get_color(), alpha=0.15)
-  ax.set_xlabel("nu = ||X X^T||_2 ||W_QK||_2")
-  ax.set_ylabel("Eq. (9) [nats]")
+  ax.set(xlabel="nu = ||X X^T||_2 ||W_QK||_2", ylabel="Eq. (9) [nats]")
   ax.set_title("Eq. (9) as printed; dashed: ln T (max entropy)", fontsize=9)
   ax.legend(fontsize=8)
   ax_ratio.axhline(1.0, color="k", lw=1)
-  ax_ratio.set_yscale("log")
-  ax_ratio.set_xlabel("nu")
-  ax_ratio.set_ylabel("Eq. (9) / ln T")
+  ax_ratio.set(yscale="log", xlabel="nu", ylabel="Eq. (9) / ln T")
   ax_ratio.set_title("shaded: Eq. (9) exceeds ln T (impossible entropy)",
                      fontsize=9)
   fig.suptitle("The Eq. (9) curve, printed as an entropy lower bound (cf. "

@@ -1,25 +1,16 @@
 r"""Measured attention entropy against Eq. (9) and Zhai et al.'s Theorem 3.1.
 
 Shapes: I = input kinds, P = W_QK settings (Gaussian norms, then sample_qk
-(eigen_mean, eigen_std) pairs), D = draws, N = sequences, T = tokens
-(queries and keys), d = dim.
+(eigen_mean, eigen_std) pairs), D = draws, N = sequences, T = tokens,
+d = dim.
 
-For one attention layer :math:`A = \mathrm{softmax}(XW_{QK}X^\top/\lambda)`
-and every row :math:`A_t`, compares :math:`\mathrm{Ent}(A_t)` with
-
-* the Eq. (9) curve as printed, `diagnostics.eq9_entropy(nu, T)`;
-* Zhai's Theorem 3.1, `entropy_bounds.zhai_entropy_lower_bound(nu, T)`;
-* Zhai's bound at the row's own centred logit norm (the sharpest form);
-
-with :math:`\nu = \|XX^\top\|_2\|W_{QK}\|_2/\lambda` (the logit matrix is
-:math:`W_{QK}/\lambda`, see `entropy_bounds`) and with the paper's
-un-normalised :math:`\nu\lambda` (`measures.entropy_curves`). A row
-violates a curve when its entropy is below it by more than
-`measures.BOUND_TOL` = 1e-4 nats. :math:`\lambda` is `config.temperature`
-(default :math:`\sqrt d`).
-
-One compiled computation per input kind (`vmap` over draws and sequences),
-called once per W_QK setting.
+For :math:`A = \mathrm{softmax}(XW_{QK}X^\top/\lambda)` every row's entropy
+is compared with the Eq. (9) curve as printed, Zhai's Theorem 3.1, both at
+:math:`\nu = \|XX^\top\|_2\|W_{QK}\|_2/\lambda` and at the paper's
+un-normalised :math:`\nu\lambda` (`measures.entropy_curves`), and Zhai's
+bound at the row's own centred logit norm (the sharpest form). A row
+violates a curve when below it by more than `measures.BOUND_TOL` nats.
+:math:`\lambda` is `config.temperature` (default :math:`\sqrt d`).
 """
 # pylint: disable=invalid-name
 import functools
@@ -47,10 +38,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   outputs.require_ints(config, {"dim": 1, "seq_len": 2, "num_sequences": 1,
                                 "num_draws": 1})
   outputs.require_temperature(config)
-  outputs.require(len(config.inputs) > 0
-                  and set(config.inputs) <= set(san.INPUTS), "inputs",
-                  f"must be a non-empty subset of {san.INPUTS}",
-                  config.inputs)
+  outputs.require_subset(config, "inputs", san.INPUTS)
   outputs.require(all(n > 0 for n in config.qk_norms), "qk_norms",
                   "must be > 0", config.qk_norms)
   outputs.require(all(len(p) == 2 and p[1] >= 0 for p in config.pairs),
@@ -118,8 +106,8 @@ def sweep_from_config(config) -> dict:
   """Per input kind, arrays [P, D, N].
 
   One compiled `sweep_setting` per input kind, called setting by setting
-  (one `jit` over all settings at once hung with idle threads on the XLA CPU
-  backend of our 2-core machines; see the rank-collapse report).
+  (one `jit` over all settings hung with idle threads on the XLA CPU
+  backend of 2-core machines).
   """
   rows = settings(config)
   key = jax.random.key(config.seed)
@@ -147,46 +135,38 @@ def tables(out, config):
   for kind in config.inputs:
     o = out[kind]
     for p, s in enumerate(settings(config)):
-      row = dict(inputs=kind, **s,
-                 nu_median=float(np.median(o["nu"][p])),
+      nu_med = np.median(o["nu"][p])
+      row = dict(inputs=kind, **s, nu_median=float(nu_med),
                  entropy_mean=float(o["entropy_mean"][p].mean()),
                  entropy_min=float(o["entropy_min"][p].min()),
                  eq9_at_nu_median=float(diagnostics.eq9_entropy(
-                     np.median(o["nu"][p]), config.seq_len)),
+                     nu_med, config.seq_len)),
                  zhai_at_nu_median=float(
                      entropy_bounds.zhai_entropy_lower_bound(
-                         np.median(o["nu"][p]), config.seq_len)),
+                         nu_med, config.seq_len)),
                  seq_mean_below_eq9=float(o["mean_below_eq9"][p].mean()))
       for b in BOUNDS:
         row[f"rows_below_{b}"] = float(o[f"below_{b}"][p].mean())
         row[f"min_slack_{b}"] = float(o[f"slack_{b}"][p].min())
       set_rows.append(row)
     nu_all = o["nu"].ravel()
-    for b in BOUNDS:
-      below = o[f"below_{b}"]
+    nu_range = f"[{nu_all.min():.3g}, {nu_all.max():.3g}]"
+    for b in (*BOUNDS, "eq9_mean_entropy"):   # last: a sequence's mean entropy
+      per_row = b in BOUNDS
+      below = o[f"below_{b}" if per_row else "mean_below_eq9"]
       summary.append(dict(
-          inputs=kind, bound=b,
-          rows_below_fraction=float(below.mean()),
+          inputs=kind, bound=b, rows_below_fraction=float(below.mean()),
           settings_with_violations=int(np.sum(below.max(axis=(1, 2)) > 0)),
           num_settings=int(below.shape[0]),
-          min_slack=float(o[f"slack_{b}"].min()),
-          nu_range=f"[{nu_all.min():.3g}, {nu_all.max():.3g}]"))
-    summary.append(dict(
-        inputs=kind, bound="eq9_mean_entropy",
-        rows_below_fraction=float(o["mean_below_eq9"].mean()),
-        settings_with_violations=int(np.sum(
-            o["mean_below_eq9"].max(axis=(1, 2)) > 0)),
-        num_settings=int(o["mean_below_eq9"].shape[0]),
-        min_slack=float("nan"), nu_range=f"ln T = {log_t:.3g}"))
+          min_slack=float(o[f"slack_{b}"].min()) if per_row else float("nan"),
+          nu_range=nu_range if per_row else f"ln T = {log_t:.3g}"))
   return set_rows, summary
 
 
 def plot(out, config, workdir):
   """Entropy vs nu per input kind with the Eq. (9) and Zhai curves."""
-  plt = outputs.pyplot()
   kinds = list(config.inputs)
-  fig, axes = plt.subplots(1, len(kinds), figsize=(6.5 * len(kinds), 4.5),
-                           squeeze=False, layout="constrained")
+  fig, axes = outputs.subplots(1, len(kinds), (6.5 * len(kinds), 4.5))
   t = config.seq_len
   for ax, kind in zip(axes[0], kinds):
     o = out[kind]
@@ -224,12 +204,11 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   with outputs.heartbeat("entropy_check (compiling and sweeping)"):
     out = sweep_from_config(config)
   set_rows, summary = tables(out, config)
-  text = outputs.format_table(summary)
-  logging.info("rows below each curve:\n%s", text)
-  print("entropy_check: fraction of attention rows below each curve (Eq. "
-        "(9), Zhai's bound)\n" + text, flush=True)
-  paths += outputs.write_table(set_rows, workdir, "entropy_check")
-  paths += outputs.write_table(summary, workdir, "entropy_check_summary")
+  outputs.show(outputs.format_table(summary), "rows below each curve:",
+               "entropy_check: fraction of attention rows below each curve "
+               "(Eq. (9), Zhai's bound)")
+  paths += outputs.write_tables(dict(entropy_check=set_rows,
+                                     entropy_check_summary=summary), workdir)
   paths.append(plot(out, config, workdir))
   outputs.log_outputs("entropy_check", paths)
   return dict(raw=out, settings=set_rows, summary=summary, paths=paths)

@@ -1,11 +1,10 @@
-"""Token covariances and PRNG streams shared by the Fig. 5 experiments.
+r"""Token covariances and PRNG streams of `simulate_rho` and `simulate_grid`.
 
 Shapes: C = covariances, d = token dimension.
 
-`simulate_rho` and `simulate_grid` draw the same Sigma of Assumption 1 (the
-identity and one anisotropic :math:`R^\top R/d`) and the same shared-design
-bases from a config's `seed`, `dim`, `covariances` and `aniso_half_width`;
-both import them from here (not from each other).
+Both draw the same Sigma of Assumption 1 (the identity and one anisotropic
+:math:`R^\top R/d`) and the same shared-design bases from a config's
+`seed`, `dim`, `covariances` and `aniso_half_width`.
 """
 import jax
 import jax.numpy as jnp
@@ -22,12 +21,8 @@ DRAW_STREAM, COV_STREAM, SHARED_STREAM = 0, 1, 2
 
 def require_covariances(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError unless `covariances` and `aniso_half_width` are valid."""
-  outputs.require(len(config.covariances) > 0
-                  and set(config.covariances) <= set(COVARIANCES),
-                  "covariances", f"must be a non-empty subset of {COVARIANCES}",
-                  config.covariances)
-  outputs.require(config.aniso_half_width > 0, "aniso_half_width",
-                  "must be > 0", config.aniso_half_width)
+  outputs.require_subset(config, "covariances", COVARIANCES)
+  outputs.require_positive(config, "aniso_half_width")
 
 
 def covariances(config: ml_collections.ConfigDict) -> jax.Array:

@@ -1,11 +1,9 @@
 r"""Summaries shared by the collapse and entropy experiments.
 
-* `collapse_depth`: the first layer whose relative residual falls below a
-  threshold (`rank_collapse`, `spectrum_collapse`);
-* `entropy_curves` and `below`: Eq. (9) and Zhai's Theorem 3.1 at
-  :math:`\nu` and at the un-normalised :math:`\nu\lambda`, and whether an
-  attention row's entropy falls below one of them by more than `BOUND_TOL`
-  (`entropy_check`, `spectrum_collapse`).
+`collapse_depth` (`rank_collapse`, `spectrum_collapse`); `entropy_curves`
+and `below`: Eq. (9) and Zhai's Theorem 3.1 at :math:`\nu` and at the
+un-normalised :math:`\nu\lambda`, and whether a row's entropy falls below a
+curve by more than `BOUND_TOL` (`entropy_check`, `spectrum_collapse`).
 """
 import jax
 import numpy as np
@@ -30,16 +28,10 @@ def entropy_curves(nu: jax.Array, temperature: float,
                    seq_len: int) -> dict[str, jax.Array]:
   r"""Eq. (9) and Zhai's bound at :math:`\nu` and at :math:`\nu\lambda`.
 
-  Args:
-    nu: :math:`\|XX^\top\|_2\|W_{QK}\|_2/\lambda`
-      (`entropy_bounds.entropy_bound_nu`), any shape.
-    temperature: :math:`\lambda`.
-    seq_len: T, keys per attention row.
-
-  Returns:
-    `eq9`, `eq9_raw` (Eq. (9) curve, `diagnostics.eq9_entropy`, at nu and
-    nu * lambda) and `zhai`, `zhai_raw` (Zhai et al.'s Theorem 3.1), each
-    shaped like `nu`.
+  `nu` is :math:`\|XX^\top\|_2\|W_{QK}\|_2/\lambda`
+  (`entropy_bounds.entropy_bound_nu`), `seq_len` the keys per row. Returns
+  `eq9`, `eq9_raw` (`diagnostics.eq9_entropy` at nu and nu * lambda) and
+  `zhai`, `zhai_raw` (Zhai et al.'s Theorem 3.1), each shaped like `nu`.
   """
   raw = nu * temperature     # the paper's nu, without the 1/lambda
   return dict(

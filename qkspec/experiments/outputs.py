@@ -1,15 +1,9 @@
-"""Helpers shared by the experiments: workdir, config, tables, PNGs, checks.
+"""Helpers shared by the experiments: workdir, config checks, tables, PNGs.
 
-Every experiment writes into one flat workdir:
-
-* `config.json`: the resolved config (after `--config.x=y` overrides);
-* `<table>.csv` and `<table>.json`: one row per dict, same columns;
-* `<figure>.png`: matplotlib figures drawn with the Agg backend.
-
-Config checks (`require`, `require_ints`, ...) raise ValueError naming the
-field (`require_temperature`: None, the default of
-`qkspec.theory.softmax.temperature`, or > 0). Nothing here knows about the
-maths; the experiments pass plain Python rows.
+An experiment writes into one flat workdir: `config.json` (the resolved
+config), `<table>.csv` with `<table>.json` (one row per dict) and
+`<figure>.png` (matplotlib, Agg backend). The config checks raise
+ValueError naming the field; nothing here knows about the maths.
 """
 import contextlib
 import csv
@@ -29,26 +23,17 @@ def start_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path,
               validate: Callable[[ml_collections.ConfigDict], None]
               ) -> tuple[ml_collections.ConfigDict, pathlib.Path,
                          list[pathlib.Path]]:
-  """The first steps of every experiment's `run`.
-
-  Validates the config (before anything is written), creates the workdir
-  and writes `config.json`.
+  """Validates `config`, creates `workdir`, writes `config.json`.
 
   Returns:
     (the config, the workdir as a Path, [the config.json path]).
   """
   validate(config)
-  workdir = make_workdir(workdir)
-  return config, workdir, [write_config(config, workdir)]
-
-
-def make_workdir(workdir: str | pathlib.Path) -> pathlib.Path:
-  """Creates `workdir` (and parents) if needed and returns it as a Path."""
   if not str(workdir):
     raise ValueError("workdir must be a non-empty path.")
-  path = pathlib.Path(workdir).expanduser()
-  path.mkdir(parents=True, exist_ok=True)
-  return path
+  workdir = pathlib.Path(workdir).expanduser()
+  workdir.mkdir(parents=True, exist_ok=True)
+  return config, workdir, [_write_json(config.to_dict(), workdir, "config")]
 
 
 def _jsonable(value: Any) -> Any:
@@ -64,16 +49,10 @@ def _jsonable(value: Any) -> Any:
   return value
 
 
-def write_json(obj: Any, workdir: pathlib.Path, name: str) -> pathlib.Path:
+def _write_json(obj: Any, workdir: pathlib.Path, name: str) -> pathlib.Path:
   path = pathlib.Path(workdir) / f"{name}.json"
   path.write_text(json.dumps(_jsonable(obj), indent=1) + "\n")
   return path
-
-
-def write_config(config: ml_collections.ConfigDict,
-                 workdir: pathlib.Path) -> pathlib.Path:
-  """Writes the resolved config to `workdir/config.json`."""
-  return write_json(config.to_dict(), workdir, "config")
 
 
 def write_table(rows: Sequence[dict[str, Any]], workdir: pathlib.Path,
@@ -88,7 +67,14 @@ def write_table(rows: Sequence[dict[str, Any]], workdir: pathlib.Path,
     writer = csv.DictWriter(f, fieldnames=columns)
     writer.writeheader()
     writer.writerows(rows)
-  return [csv_path, write_json(rows, workdir, name)]
+  return [csv_path, _write_json(rows, workdir, name)]
+
+
+def write_tables(tables: Mapping[str, Sequence[dict[str, Any]]],
+                 workdir: pathlib.Path) -> list[pathlib.Path]:
+  """`write_table` for each non-empty {name: rows}, in order."""
+  return [path for name, rows in tables.items() if rows
+          for path in write_table(rows, workdir, name)]
 
 
 def read_csv(path: str | pathlib.Path) -> list[dict[str, str]]:
@@ -105,6 +91,19 @@ def pyplot():
   return plt
 
 
+def subplots(nrows: int, ncols: int, figsize: tuple[float, float],
+             **kwargs):
+  """`plt.subplots` with 2-D axes and, by default, the constrained layout."""
+  kwargs.setdefault("layout", "constrained")
+  return pyplot().subplots(nrows, ncols, figsize=figsize, squeeze=False,
+                           **kwargs)
+
+
+def colors(cmap: str, values: np.ndarray) -> np.ndarray:
+  """RGBA colours of `values` under the matplotlib colormap `cmap`."""
+  return pyplot().get_cmap(cmap)(values)
+
+
 def save_figure(fig, workdir: pathlib.Path, name: str,
                 dpi: int = 120) -> pathlib.Path:
   """Saves `fig` as `workdir/name.png` and closes it."""
@@ -118,18 +117,19 @@ def format_table(rows: Sequence[dict[str, Any]],
                  columns: Iterable[str] | None = None) -> str:
   """A fixed-width text rendering of `rows` for the log."""
   columns = list(columns or rows[0])
-
-  def fmt(v):
-    if isinstance(v, float):
-      return f"{v:.3g}"
-    return str(v)
-
-  cells = [[fmt(row[c]) for c in columns] for row in rows]
+  cells = [[f"{row[c]:.3g}" if isinstance(row[c], float) else str(row[c])
+            for c in columns] for row in rows]
   widths = [max(len(c), *(len(r[k]) for r in cells))
             for k, c in enumerate(columns)]
   lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
   lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in cells]
   return "\n".join(lines)
+
+
+def show(text: str, logged: str, printed: str) -> None:
+  """Logs "`logged`\n`text`" and prints "`printed`\n`text`"."""
+  logging.info("%s\n%s", logged, text)
+  print(f"{printed}\n{text}", flush=True)
 
 
 def log_outputs(name: str, paths: Sequence[pathlib.Path]) -> None:
@@ -156,6 +156,28 @@ def require_ints(config: ml_collections.ConfigDict,
             and value >= low, field, f"must be an integer >= {low}", value)
 
 
+def require_positive(config: ml_collections.ConfigDict, *fields: str) -> None:
+  """Raises ValueError unless each `config[field]` ("a.b" for nested) > 0."""
+  for field in fields:
+    require(config[field] > 0, field, "must be > 0", config[field])
+
+
+def require_in(config: ml_collections.ConfigDict, field: str,
+               choices: Sequence[str], what: str = "in") -> None:
+  """Raises ValueError unless `config[field]` is one of `choices`."""
+  require(config[field] in choices, field, f"must be {what} {choices}",
+          config[field])
+
+
+def require_subset(config: ml_collections.ConfigDict, field: str,
+                   choices: Iterable[str],
+                   what: str = "a non-empty subset") -> None:
+  """Raises ValueError unless `config[field]` is a non-empty subset."""
+  value, choices = config[field], tuple(choices)
+  require(len(value) > 0 and set(value) <= set(choices), field,
+          f"must be {what} of {choices}", value)
+
+
 def require_experiment(config: ml_collections.ConfigDict, name: str) -> None:
   """Raises ValueError if `config.experiment` is set and is not `name`."""
   value = config.get("experiment", name)
@@ -174,11 +196,9 @@ def require_temperature(config: ml_collections.ConfigDict) -> None:
 
 @contextlib.contextmanager
 def heartbeat(what: str, every_s: float = 30.0):
-  """Logs "<what>: still running, N s elapsed" every `every_s` s in the block,
-  and "<what>: done in N s" after it.
+  """Logs "<what>: still running" every `every_s` s, then "<what>: done".
 
-  For work that is one compiled computation (no progress of its own), so a
-  long run is never silent.
+  For one long compiled computation, so that a long run is never silent.
   """
   stop = threading.Event()
   start = time.perf_counter()

@@ -3,28 +3,18 @@ r"""Rank collapse per layer in random SANs: pure, +skip, +MLP, +LN, full block.
 Shapes: A = architectures, S = weight draws (seeds), N = sequences per draw,
 L = layers, T = tokens, d = token dimension, K = L + 1 path lengths.
 
-For every architecture of `san.ARCHITECTURES`, draw and input, the relative
-residual :math:`r_l = \|\mathrm{res}(X^l)\|/\|X^l\|` for each definition of
-`diagnostics.RESIDUAL_METHODS` (Dong et al., Fig. 1 style). Then, per curve:
-
-* the order of convergence :math:`q` (column `order`), the slope of
-  :math:`\log r_{l+1} = q \log r_l + a` over the layers with
-  floor < :math:`r_l \le` `fit_max_residual`: Dong et al.'s Theorem 2.2,
-  :math:`r_{l+1} \lesssim c\,r_l^3`, predicts :math:`q = 3`
-  (doubly exponential); an exponential decay gives :math:`q = 1`. (Not
-  LocATER's :math:`\kappa_1, \kappa_2`, which are loss weights.)
-* Dong's closed form :math:`\log r_l = a + b\,3^l` and an exponential
-  :math:`\log r_l = a + b\,l`, with their :math:`R^2`;
-* for the pure SAN, the measured mean-residual against the proven bound
-  :math:`\|\mathrm{res}(X^{l+1})\|_F \le c_l \|\mathrm{res}(X^l)\|_F^3`
-  (`san_paths.cubic_residual_coefficient`);
-* for the skip SAN, the output carried by paths of each length
-  (`san_paths.path_length_components`) next to the path count
-  :math:`\binom Lk H^k/(H+1)^L`.
-
-All draws and architectures run in one `jax.jit` computation. The softmax
-temperature :math:`\lambda` is `config.temperature`, by default
-:math:`\sqrt{D}` (D = `head_dim`).
+Per architecture (`san.ARCHITECTURES`) and residual method, the relative
+residual :math:`r_l = \|\mathrm{res}(X^l)\|/\|X^l\|` (Dong et al., Fig. 1
+style), then: the order of convergence :math:`q` of :math:`\log r_{l+1} = q
+\log r_l + a` over floor < :math:`r_l \le` `fit_max_residual` (Dong's
+Theorem 2.2, :math:`r_{l+1} \lesssim c\,r_l^3`, predicts :math:`q = 3`; an
+exponential decay gives 1); fits of :math:`\log r_l = a + b\,3^l` and
+:math:`a + b\,l`; for the pure SAN, the bound :math:`\|\mathrm{res}
+(X^{l+1})\|_F \le c_l \|\mathrm{res}(X^l)\|_F^3`
+(`san_paths.cubic_residual_coefficient`); for the skip SAN, the output
+carried by paths of each length next to the path count
+:math:`\binom Lk H^k/(H+1)^L`. :math:`\lambda` is `config.temperature`, by
+default :math:`\sqrt{D}` (D = `head_dim`).
 """
 # pylint: disable=invalid-name
 import functools
@@ -50,30 +40,26 @@ def validate(config: ml_collections.ConfigDict) -> None:
       "num_seeds": 1, "num_sequences": 1, "num_layers": 1, "num_heads": 1,
       "dim": 1, "head_dim": 1, "mlp_dim": 1, "seq_len": 2,
       "composite_steps": 1})
-  outputs.require(len(config.architectures) > 0
-                  and set(config.architectures) <= set(san.ARCHITECTURES),
-                  "architectures",
-                  f"must be a subset of {tuple(san.ARCHITECTURES)}",
-                  config.architectures)
-  outputs.require(len(config.methods) > 0
-                  and set(config.methods) <= set(diagnostics.RESIDUAL_METHODS),
-                  "methods",
-                  f"must be a subset of {diagnostics.RESIDUAL_METHODS}",
-                  config.methods)
-  outputs.require(config.inputs in san.INPUTS, "inputs",
-                  f"must be in {san.INPUTS}", config.inputs)
-  outputs.require(config.value_init in san.VALUE_INITS, "value_init",
-                  f"must be in {san.VALUE_INITS}", config.value_init)
+  outputs.require_subset(config, "architectures", san.ARCHITECTURES,
+                         "a subset")
+  outputs.require_subset(config, "methods", diagnostics.RESIDUAL_METHODS,
+                         "a subset")
+  outputs.require_in(config, "inputs", san.INPUTS)
+  outputs.require_in(config, "value_init", san.VALUE_INITS)
   outputs.require_temperature(config)
   outputs.require(0 < config.floor < config.fit_max_residual <= 1, "floor",
                   "and fit_max_residual must satisfy 0 < floor < fit_max <= 1",
                   (config.floor, config.fit_max_residual))
 
 
-@functools.partial(jax.jit, static_argnames=(
-    "architectures", "methods", "num_seeds", "num_sequences", "num_layers",
-    "num_heads", "dim", "head_dim", "mlp_dim", "seq_len", "inputs",
-    "value_init", "composite_steps"))
+# The config fields that set `measure`'s shapes and options.
+_STATIC = ("num_seeds", "num_sequences", "num_layers", "num_heads", "dim",
+           "head_dim", "mlp_dim", "seq_len", "inputs", "value_init",
+           "composite_steps")
+
+
+@functools.partial(jax.jit,
+                   static_argnames=("architectures", "methods") + _STATIC)
 def measure(key, qk_gain, lam, *, architectures, methods, num_seeds,
             num_sequences, num_layers, num_heads, dim, head_dim, mlp_dim,
             seq_len, inputs, value_init, composite_steps):
@@ -119,17 +105,9 @@ def run_measure(config) -> dict:
     out = measure(jax.random.key(config.seed), config.qk_gain,
                   softmax.temperature(config.temperature, config.head_dim),
                   architectures=tuple(config.architectures),
-                  methods=tuple(config.methods), num_seeds=config.num_seeds,
-                  num_sequences=config.num_sequences,
-                  num_layers=config.num_layers, num_heads=config.num_heads,
-                  dim=config.dim, head_dim=config.head_dim,
-                  mlp_dim=config.mlp_dim, seq_len=config.seq_len,
-                  inputs=config.inputs, value_init=config.value_init,
-                  composite_steps=config.composite_steps)
+                  methods=tuple(config.methods),
+                  **{k: config[k] for k in _STATIC})
     return jax.tree.map(lambda a: np.asarray(a, np.float64), out)
-
-
-# ---------------------------------------------------------------- fits ----
 
 
 def convergence_order(r_K: np.ndarray, floor: float, max_r: float
@@ -178,7 +156,10 @@ def _geo_mean(a, floor, axis):
   return np.exp(np.mean(np.log(np.maximum(a, floor)), axis=axis))
 
 
-# -------------------------------------------------------------- tables ----
+def _curves(out, name, method, floor):
+  """r_l geo-mean over sequences per seed [S, K], and over seeds [K]."""
+  per_seed_SxK = _geo_mean(out[f"rel/{name}/{method}"], floor, axis=1)
+  return per_seed_SxK, _geo_mean(per_seed_SxK, floor, axis=0)
 
 
 def tables(out: dict, config) -> dict[str, list[dict]]:
@@ -189,8 +170,7 @@ def tables(out: dict, config) -> dict[str, list[dict]]:
   for name in config.architectures:
     for method in config.methods:
       rel_SxNxK = out[f"rel/{name}/{method}"]
-      per_seed_SxK = _geo_mean(rel_SxNxK, plot_floor, axis=1)
-      geo_K = _geo_mean(per_seed_SxK, plot_floor, axis=0)
+      per_seed_SxK, geo_K = _curves(out, name, method, plot_floor)
       for l in range(rel_SxNxK.shape[-1]):
         curves.append(dict(
             architecture=name, method=method, layer=l,
@@ -200,16 +180,14 @@ def tables(out: dict, config) -> dict[str, list[dict]]:
             below_floor_fraction=float(np.mean(rel_SxNxK[..., l] <= floor))))
       seed_orders = [convergence_order(r, floor, config.fit_max_residual)[0]
                      for r in per_seed_SxK]
-      any_finite = np.isfinite(seed_orders).any()
+      no_fit = not np.isfinite(seed_orders).any()
       order, a, pairs = convergence_order(geo_K, floor,
                                           config.fit_max_residual)
       fits.append(dict(
           architecture=name, method=method, order=order, order_intercept=a,
           order_pairs=pairs,
-          order_seed_mean=float(np.nanmean(seed_orders)) if any_finite
-          else float("nan"),
-          order_seed_std=float(np.nanstd(seed_orders)) if any_finite
-          else float("nan"),
+          order_seed_mean=float("nan" if no_fit else np.nanmean(seed_orders)),
+          order_seed_std=float("nan" if no_fit else np.nanstd(seed_orders)),
           **closed_form_fits(geo_K, floor),
           collapse_depth_1e_6=measures.collapse_depth(geo_K, 1e-6),
           rel_res_last=float(geo_K[-1])))
@@ -244,29 +222,22 @@ def tables(out: dict, config) -> dict[str, list[dict]]:
               path_lengths=lengths)
 
 
-# -------------------------------------------------------------- figures ----
-
-
 def plot_collapse(out, config, workdir):
   """Dong Fig. 1 style: r_l per architecture, one panel per residual method."""
-  plt = outputs.pyplot()
   methods = list(config.methods)
   plot_floor = config.floor * 1e-2
-  fig, axes = plt.subplots(1, len(methods), figsize=(5 * len(methods), 4),
-                           squeeze=False, layout="constrained", sharey=True)
-  colors = plt.get_cmap("tab10")(np.arange(len(config.architectures)))
+  fig, axes = outputs.subplots(1, len(methods), (5 * len(methods), 4),
+                               sharey=True)
+  colors = outputs.colors("tab10", np.arange(len(config.architectures)))
   l_K = np.arange(config.num_layers + 1)
   for ax, method in zip(axes[0], methods):
     for color, name in zip(colors, config.architectures):
-      per_seed = _geo_mean(out[f"rel/{name}/{method}"], plot_floor, axis=1)
-      geo = _geo_mean(per_seed, plot_floor, axis=0)
+      per_seed, geo = _curves(out, name, method, plot_floor)
       ax.plot(l_K, geo, color=color, lw=2, label=name)
       ax.fill_between(l_K, per_seed.min(0), per_seed.max(0), color=color,
                       alpha=0.2)
     ax.axhline(config.floor, color="k", ls=":", lw=1)
-    ax.set_yscale("log")
-    ax.set_ylim(plot_floor, 2.0)
-    ax.set_xlabel("layer l")
+    ax.set(yscale="log", ylim=(plot_floor, 2.0), xlabel="layer l")
     ax.set_title(f"residual: {method}", fontsize=10)
   axes[0, 0].set_ylabel("||res(X^l)|| / ||X^l||")
   axes[0, 0].legend(fontsize=8, loc="lower left")
@@ -280,10 +251,8 @@ def plot_collapse(out, config, workdir):
 
 def plot_paths(rows, config, workdir):
   """The skip SAN's path-length distribution vs the norm each length carries."""
-  plt = outputs.pyplot()
   k = np.array([r["length"] for r in rows])
-  fig, (ax, ax_res) = plt.subplots(1, 2, figsize=(10, 3.8),
-                                   layout="constrained")
+  fig, ((ax, ax_res),) = outputs.subplots(1, 2, (10, 3.8))
   ax.bar(k - 0.2, [r["path_fraction"] for r in rows], width=0.4,
          label="fraction of paths C(L,k)H^k/(H+1)^L")
   ax.bar(k + 0.2, [r["norm_share"] for r in rows], width=0.4,
@@ -312,10 +281,9 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   fit_cols = ["architecture", "method", "order", "order_seed_mean",
               "order_seed_std", "order_pairs", "dong_r2", "exp_r2",
               "exp_rate", "collapse_depth_1e_6", "rel_res_last"]
-  summary = outputs.format_table(rows["collapse_fits"], fit_cols)
-  logging.info("collapse fits:\n%s", summary)
-  print("rank_collapse fits (order: of convergence, 3 = Dong's cubic, "
-        "1 = exponential):\n" + summary, flush=True)
+  outputs.show(outputs.format_table(rows["collapse_fits"], fit_cols),
+               "collapse fits:", "rank_collapse fits (order: of convergence, "
+               "3 = Dong's cubic, 1 = exponential):")
   if rows["cubic_bound"]:
     holds = np.mean([r["holds"] for r in rows["cubic_bound"]])
     floor_steps = sum(r["at_float_floor"] for r in rows["cubic_bound"])
@@ -325,9 +293,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
            f"{config.floor:g}) count as holding)")
     logging.info(msg)
     print(msg, flush=True)
-  for name, table in rows.items():
-    if table:
-      written += outputs.write_table(table, workdir, name)
+  written += outputs.write_tables(rows, workdir)
   written.append(plot_collapse(out, config, workdir))
   if rows["path_lengths"]:
     written.append(plot_paths(rows["path_lengths"], config, workdir))

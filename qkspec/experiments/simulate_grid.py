@@ -4,19 +4,15 @@ Shapes: C = covariances, M = eigen-means, S = eigen-stds, P = M * S grid
 points, D = W_QK draws, N = walks, E = walks used for the entropy,
 T = tokens.
 
-Fig. 5 of the paper shows eight (eigen_mean, eigen_std) pairs (its "mean"
-and "scale" of the eigenvalues); this experiment fills the plane, using the
-shared (common random numbers) design of `qkspec.theory.grid_estimator`:
-one set of N walks and D spectra (B_k, z_k) for every grid point, so each
-point is an affine combination of precomputed bases. Per point and
-covariance it reports the mean over draws and walks of :math:`\rho_i`
-(Definition 1) with its crossed-design standard error, the attention
-entropy of all T queries on the first E walks (Eq. (1), bidirectional;
-E < N because the T x T softmax per walk dominates the cost), and the
-exact-moment Gaussian :math:`\rho_i` (Lemma 1) of the same W_QK draws. The
-grid is evaluated in chunks of `points_per_chunk` points (one jit-compiled
-function, compiled once; `chunked.map_chunks`) with a progress line per
-chunk. :math:`\lambda` is `config.temperature` (default :math:`\sqrt d`).
+Fig. 5 shows eight (eigen_mean, eigen_std) pairs; this fills the plane with
+the shared design of `qkspec.theory.grid_estimator` (one set of N walks and
+D spectra for every point, each point an affine combination of bases). Per
+point and covariance: the mean :math:`\rho_i` (Definition 1) with its
+crossed-design standard error, the entropy of all T queries on the first E
+walks (Eq. (1); the T x T softmax dominates the cost), and the exact-moment
+Gaussian :math:`\rho_i` (Lemma 1). Chunks of `points_per_chunk` points go
+through one compiled function (`chunked.map_chunks`). :math:`\lambda` is
+`config.temperature` (default :math:`\sqrt d`).
 """
 # pylint: disable=invalid-name
 import functools
@@ -91,22 +87,16 @@ def chunk_stats(bases, means_P, stds_P, *, seq_len, temperature):
 
 
 def compute(config: ml_collections.ConfigDict) -> dict[str, np.ndarray]:
-  """Evaluates the grid chunk by chunk; numpy arrays with axes [C, M, S, ...].
-
-  Returns:
-    `rho`, `rho_se`, `rho_exact` [C, M, S, T]; `entropy`, `entropy_se`, `r`,
-    `eta` [C, M, S]; `eigen_means` [M], `eigen_stds` [S]; `compile_s`,
-    `run_s`.
-  """
+  """The grid chunk by chunk: `rho`, `rho_se`, `rho_exact` [C, M, S, T],
+  `entropy`, `entropy_se`, `r`, `eta` [C, M, S], the axes and timings."""
   means, stds = grid_axes(config)
   mean_P, std_P = (a.ravel() for a in np.meshgrid(means, stds,
                                                   indexing="ij"))
   chunk = config.points_per_chunk
   lam = softmax.temperature(config.temperature, config.dim)
-  static = dict(num_draws=config.num_draws,
-                num_sequences=config.num_sequences,
-                entropy_sequences=config.entropy_sequences,
-                seq_len=config.seq_len, temperature=lam)
+  static = {k: config[k] for k in ("num_draws", "num_sequences",
+                                   "entropy_sequences", "seq_len")}
+  static["temperature"] = lam
   args = (inputs.shared_key(jax.random.key(config.seed)),
           inputs.covariances(config))
   chunk_args = (jnp.zeros(chunk), jnp.zeros(chunk))
@@ -136,9 +126,9 @@ def compute(config: ml_collections.ConfigDict) -> dict[str, np.ndarray]:
 def summaries(out: dict, config: ml_collections.ConfigDict) -> dict:
   """Localization summaries per (covariance, eigen_mean, eigen_std), [C, M, S].
 
-  `width`: number of positions with rho_i > 1/2; `focus`: argmax_i rho_i
-  (1-based); `peak`: max_i rho_i; `err_exact`: max_i |rho_i - exact-moment
-  Gaussian rho_i|; `se_max`: max_i standard error.
+  `width`: #positions with rho_i > 1/2; `focus`: argmax_i rho_i (1-based);
+  `peak`: max_i rho_i; `err_exact`: max_i |rho_i - exact Gaussian rho_i|;
+  `se_max`: max_i standard error.
   """
   rho = out["rho"]
   return dict(width=np.sum(rho > 0.5, axis=-1),
@@ -179,6 +169,7 @@ def _heatmap(fig, ax, out, values, title, r_lines, **kwargs):
   for mean in r_lines:           # Lemma 2: r = tr(W)/lambda = +-2
     ax.axvline(mean, color="w", ls="--", lw=0.8)
   ax.set_title(title, fontsize=9)
+  ax.set(xlabel="eigen_mean", ylabel="eigen_std (log)")
   fig.colorbar(image, ax=ax)
 
 
@@ -198,7 +189,6 @@ def _r_lines(config):
 
 def plot(out, summary, config, workdir):
   """Two figures: localization summaries and rho_i at chosen positions."""
-  plt = outputs.pyplot()
   num_c = len(config.covariances)
   t = config.seq_len
   r_lines = _r_lines(config)
@@ -209,14 +199,13 @@ def plot(out, summary, config, workdir):
             ("peak", "max_i rho_i", dict(cmap="magma", vmin=0, vmax=1)),
             ("entropy", f"attention entropy [nats] (ln T = {np.log(t):.2f})",
              dict(cmap="cividis", vmin=0, vmax=np.log(t)))]
-  fig, axes = plt.subplots(num_c, len(panels), squeeze=False,
-                           figsize=(4.2 * len(panels), 3.4 * num_c))
+  fig, axes = outputs.subplots(num_c, len(panels),
+                               (4.2 * len(panels), 3.4 * num_c), layout=None)
   for c, cov in enumerate(config.covariances):
     for ax, (name, title, kwargs) in zip(axes[c], panels):
       values = out["entropy"][c] if name == "entropy" else summary[name][c]
       _heatmap(fig, ax, out, values, f"{cov}: {title}", r_lines[c],
                **kwargs)
-      ax.set(xlabel="eigen_mean", ylabel="eigen_std (log)")
   fig.suptitle(f"Localization over the (eigen_mean, eigen_std) grid: "
                f"{config.num_draws} W_QK draws x {config.num_sequences} "
                f"walks (entropy: {config.entropy_sequences} walks), T={t}, "
@@ -225,14 +214,13 @@ def plot(out, summary, config, workdir):
   fig.subplots_adjust(wspace=0.5, hspace=0.45)
   paths = [outputs.save_figure(fig, workdir, "fig_grid_localization")]
   pos = list(config.positions)
-  fig, axes = plt.subplots(num_c, len(pos), squeeze=False,
-                           figsize=(3.6 * len(pos), 3.2 * num_c))
+  fig, axes = outputs.subplots(num_c, len(pos), (3.6 * len(pos), 3.2 * num_c),
+                               layout=None)
   for c, cov in enumerate(config.covariances):
     for ax, i in zip(axes[c], pos):
       _heatmap(fig, ax, out, out["rho"][c, ..., i - 1],
                f"{cov}: rho_{i} (i/T = {i / t:.2f})", r_lines[c],
                cmap="magma", vmin=0, vmax=1)
-      ax.set(xlabel="eigen_mean", ylabel="eigen_std (log)")
   fig.suptitle("Signal propagation probability rho_i (Definition 1) per "
                "token position")
   fig.subplots_adjust(wspace=0.5, hspace=0.45)
@@ -246,8 +234,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   logging.info("simulate_grid: %d covariances x %d eigen_means x %d "
                "eigen_stds x %d draws, N=%d walks (entropy: %d), T=%d, d=%d",
                len(config.covariances), config.num_eigen_means,
-               config.num_eigen_stds,
-               config.num_draws, config.num_sequences,
+               config.num_eigen_stds, config.num_draws, config.num_sequences,
                config.entropy_sequences, config.seq_len, config.dim)
   out = compute(config)
   logging.info("simulate_grid: compile %.1f s, run %.1f s", out["compile_s"],

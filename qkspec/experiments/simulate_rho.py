@@ -3,66 +3,30 @@ r"""Monte Carlo :math:`\rho_i` and entropy over (eigen_mean, eigen_std): Fig. 5.
 Shapes: C = covariances, P = (eigen_mean, eigen_std) pairs, D = W_QK draws
 per pair, N = sequences, T = tokens, d = token dimension.
 
-For every covariance :math:`\Sigma` (isotropic I, anisotropic
-:math:`R^\top R/d`, `inputs.covariances`), pair and draw:
-:math:`W_{QK} = B\,\mathrm{diag}(w)B^\top` with
-:math:`w_i \sim \mathcal N(\mathrm{eigen\_mean}, \mathrm{eigen\_std}^2)`
-(`spectrum.sample_qk`; the paper's "mean" and "scale" of the eigenvalues),
-N random walks (Assumption 1), then
+Per covariance :math:`\Sigma`, pair and draw, :math:`W_{QK} =
+B\,\mathrm{diag}(w)B^\top`, :math:`w_i \sim \mathcal N(\mathrm{eigen\_mean},
+\mathrm{eigen\_std}^2)` (`spectrum.sample_qk`), N random walks
+(Assumption 1), then :math:`\rho_i` of the last query (Definition 1), the
+entropy of :math:`\mathrm{softmax}(XW_{QK}X^\top/\lambda)` (Eq. (1)), and
+Lemma 1's Gaussian :math:`\rho_i` from :math:`\mathrm{tr}(W),
+\mathrm{tr}(W^2)`, :math:`W = W_{QK}\Sigma` (printed, corrected, exact
+finite-T). :math:`\lambda` is `config.temperature` (default :math:`\sqrt d`).
 
-* :math:`\rho_i`: the frequency of :math:`u_i \in [0,1]` for the last query
-  (Definition 1, `propagation.empirical_rho` of `propagation.query_logits`);
-* the attention entropy of :math:`A = \mathrm{softmax}(XW_{QK}X^\top/\lambda)`
-  over all T queries (Eq. (1), bidirectional), mean over queries and
-  sequences (`diagnostics.attention_entropy`);
-* the Gaussian approximation (Lemma 1) on the draw's
-  :math:`\mathrm{tr}(W), \mathrm{tr}(W^2)`, :math:`W = W_{QK}\Sigma`, in the
-  printed, corrected and exact finite-T versions.
+`config.design` "shared" (default): common random numbers
+(`grid_estimator`), one set of walks and per draw k one (B_k, z_k) for all
+pairs, :math:`W_{QK} = B_k\,\mathrm{diag}(\mathrm{eigen\_mean} +
+\mathrm{eigen\_std}\,z_k)B_k^\top`; standard errors of the crossed (draw x
+walk) design. "fresh": the paper read literally, new W_QK and walks per
+(covariance, pair, draw); standard errors over draws.
 
-The temperature :math:`\lambda` is `config.temperature`, by default
-:math:`\sqrt d`, and is passed explicitly to every function that uses it.
-
-Two sampling designs (`config.design`), both one `jax.jit` computation:
-
-* "shared" (the default): common random numbers,
-  `qkspec.theory.grid_estimator`. One set of N walks and, per draw index k,
-  one (B_k, z_k) shared by every pair and covariance,
-  :math:`W_{QK} = B_k\,\mathrm{diag}(\mathrm{eigen\_mean} +
-  \mathrm{eigen\_std}\,z_k)B_k^\top`; the logits are linear in
-  (eigen_mean, eigen_std), so each pair costs an affine combination.
-  Unbiased per pair; standard errors from the crossed (draw x walk) design;
-  the entropy may use the first `entropy_sequences` walks.
-* "fresh": the paper's procedure read literally: every (covariance, pair,
-  draw) samples its own W_QK and N walks. `vmap` over draws inside
-  `lax.map(..., batch_size)` over the (covariance, pair) cells, which is a
-  `vmap` over `cells_per_batch` cells at a time (to bound memory). Standard
-  errors: std over the independent draws / sqrt(D). At the same N and D
-  the shared design's errors are larger where the walk-to-walk variation
-  dominates, since its walks are not renewed per draw.
-
-Regimes of configs/simulate_rho.py's pairs (checked in simulate_pairs.csv;
-isotropic :math:`\Sigma`: :math:`r = \mathrm{tr}(W)/\lambda \approx
-\sqrt d\,\mathrm{eigen\_mean}` = 11.3 eigen_mean at d = 128,
-:math:`\eta = \sqrt{\mathrm{tr}(W^2)}/\lambda \approx
-\sqrt{\mathrm{eigen\_mean}^2 + \mathrm{eigen\_std}^2}`; the anisotropic
-:math:`\Sigma` has :math:`E\Sigma = (2.5^2/3) I` and roughly doubles r and
-:math:`\eta`):
-
-* (0, 0.1), (0, 1): uniform (:math:`\xi \approx 0` on average; each draw
-  has :math:`\xi \sim N(0, 1)`, so single draws tilt). The mean
-  :math:`\rho_i` is ~0.6-0.8 for eigen_std 0.1, not the 1/2 of Eq. (6):
-  at T = 40 the 1/T mean of :math:`u_i` (an o(1) term of Lemma 1) is not
-  small against its spread :math:`\eta \approx 0.1`; ~0.35-0.6 for
-  eigen_std 1.
-* (0.1, 0.01): late site, r ~ 1.1 (<= 2): :math:`\rho_i \approx
-  1\{i/T \ge 1/2\}`; with the anisotropic :math:`\Sigma` r ~ 2.4, a wide
-  middle-site band. (-0.1, 0.01): early site, the mirror image.
-* (0.5, 0.01), (1.0, 0.01): middle site, r ~ 5.7 and 11.3 (> 2):
-  :math:`\rho_i` concentrates on :math:`1/2 \le i/T \le 1/2 + 1/r` (a
-  band of ~7 and ~4 tokens).
-* (0.5, 5), (0, 20): vanishing, :math:`\eta` ~ 5 and 20:
-  :math:`\rho_i \lesssim` 0.25 and 0.07; (0.5, 5) against (0.5, 0.01)
-  shows the middle-site band dissolving as eigen_std grows.
+Regimes of configs/simulate_rho.py (isotropic :math:`\Sigma`: :math:`r =
+\mathrm{tr}(W)/\lambda \approx 11.3` eigen_mean at d = 128; anisotropic
+roughly doubles r): (0, 0.1), (0, 1) uniform (mean :math:`\rho_i` ~0.6-0.8
+for eigen_std 0.1, not Eq. (6)'s 1/2: at T = 40 the 1/T mean of :math:`u_i`
+is not small against :math:`\eta \approx 0.1`); (0.1, 0.01) late site
+(r ~ 1.1), (-0.1, 0.01) early; (0.5, 0.01), (1, 0.01) middle site, r ~ 5.7
+and 11.3, :math:`\rho_i` on :math:`1/2 \le i/T \le 1/2 + 1/r`; (0.5, 5),
+(0, 20) vanishing.
 """
 # pylint: disable=invalid-name
 import functools
@@ -106,8 +70,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
                   f"must have one label per pair ({len(config.pairs)})",
                   config.regimes)
   inputs.require_covariances(config)
-  outputs.require(config.design in DESIGNS, "design",
-                  f"must be one of {DESIGNS}", config.design)
+  outputs.require_in(config, "design", DESIGNS, "one of")
   outputs.require(isinstance(config.entropy_sequences, int)
                   and 0 <= config.entropy_sequences <= config.num_sequences,
                   "entropy_sequences", "must be an integer in [0, "
@@ -122,6 +85,13 @@ def draw_key(seed_key: jax.Array, cov: jax.Array, pair: jax.Array,
       key, cov), pair), draw)
 
 
+def _gaussian(seq_len, trace, trace_sq, lam):
+  """Lemma 1's Gaussian rho, {"rho_paper", "rho_corrected", "rho_exact"}."""
+  return {f"rho_{name}": propagation.rho_gaussian(
+      seq_len, trace, trace_sq, lam, exact=exact, variant=variant)
+          for name, (exact, variant) in GAUSSIAN.items()}
+
+
 def simulate_draw(key, eigen_mean, eigen_std, cov_dxd, *, dim, num_sequences,
                   seq_len, temperature):
   """One W_QK draw: MC rho, attention entropy and Gaussian rho, as a dict."""
@@ -134,14 +104,10 @@ def simulate_draw(key, eigen_mean, eigen_std, cov_dxd, *, dim, num_sequences,
   logits_NxTxT = jnp.einsum("nte,nse->nts", x_NxTxd @ w_dxd, x_NxTxd) / lam
   probs_NxTxT = softmax.softmax(logits_NxTxT, axis=-1)       # Eq. (1)
   stats = spectrum.spectrum_stats(w_dxd, cov_dxd, lam)
-  out = dict(rho=propagation.empirical_rho(omega_NxT),
-             entropy=diagnostics.attention_entropy(probs_NxTxT),
-             r=stats["r"], xi=stats["xi"], eta=stats["eta"])
-  for name, (exact, variant) in GAUSSIAN.items():
-    out[f"rho_{name}"] = propagation.rho_gaussian(
-        seq_len, stats["trace"], stats["trace_sq"], lam, exact=exact,
-        variant=variant)
-  return out
+  return dict(rho=propagation.empirical_rho(omega_NxT),
+              entropy=diagnostics.attention_entropy(probs_NxTxT),
+              r=stats["r"], xi=stats["xi"], eta=stats["eta"],
+              **_gaussian(seq_len, stats["trace"], stats["trace_sq"], lam))
 
 
 @functools.partial(jax.jit, static_argnames=(
@@ -149,10 +115,10 @@ def simulate_draw(key, eigen_mean, eigen_std, cov_dxd, *, dim, num_sequences,
     "temperature"))
 def sweep(seed_key, means_P, stds_P, covs_Cxdxd, *, dim, num_sequences,
           seq_len, num_draws, cells_per_batch, temperature):
-  """The whole Fig. 5 sweep (fresh design); outputs have axes [C, P, D].
+  """The Fig. 5 sweep, fresh design; outputs [C, P, D].
 
-  `means_P`, `stds_P`: the pairs' eigen_mean and eigen_std; `temperature`:
-  lambda (static).
+  `vmap` over draws inside `lax.map` over the (covariance, pair) cells,
+  `cells_per_batch` cells at a time (to bound memory).
   """
   num_c, num_p = covs_Cxdxd.shape[0], means_P.shape[0]
   c_idx, p_idx = (a.ravel() for a in jnp.meshgrid(
@@ -188,10 +154,8 @@ def sweep_shared(seed_key, means_P, stds_P, covs_Cxdxd, *, num_sequences,
   trace, trace_sq = stats["trace"], stats["trace_sq"]            # [P, D, C]
   root = jnp.sqrt(trace_sq)
   out = dict(rho=stats["rho"], entropy=stats["entropy"], r=trace / lam,
-             xi=trace / root, eta=root / lam)
-  for name, (exact, variant) in GAUSSIAN.items():
-    out[f"rho_{name}"] = propagation.rho_gaussian(
-        seq_len, trace, trace_sq, lam, exact=exact, variant=variant)
+             xi=trace / root, eta=root / lam,
+             **_gaussian(seq_len, trace, trace_sq, lam))
   out = {k: jnp.moveaxis(v, 2, 0) for k, v in out.items()}       # [C, P, D]
   out["rho_se"] = jnp.moveaxis(stats["rho_se"], 1, 0)             # [C, P, T]
   out["entropy_se"] = stats["entropy_se"].T                       # [C, P]
@@ -201,8 +165,7 @@ def sweep_shared(seed_key, means_P, stds_P, covs_Cxdxd, *, num_sequences,
 def sweep_from_config(config: ml_collections.ConfigDict) -> dict:
   """Runs `config.design`'s sweep; numpy arrays [C, P, D, ...] and `*_se`.
 
-  `rho_se` [C, P, T] and `entropy_se` [C, P] are the standard errors of the
-  means over draws (and walks): see the module docstring.
+  `rho_se` [C, P, T], `entropy_se` [C, P]: standard errors of the means.
   """
   means, stds = (jnp.asarray(v, jnp.float32) for v in zip(*config.pairs))
   key, covs = jax.random.key(config.seed), inputs.covariances(config)
@@ -258,27 +221,19 @@ def tables(out: dict, config: ml_collections.ConfigDict):
   return positions, pairs, errors
 
 
-def _pair_label(config, p):
-  eigen_mean, eigen_std = config.pairs[p]
-  return (f"eigen_mean={eigen_mean:g}, eigen_std={eigen_std:g} "
-          f"({config.regimes[p]})")
-
-
 def plot_fig5(out, config, workdir):
   """Fig. 5: rho_i per pair (thin: draws, bold: mean) and entropy per pair."""
-  plt = outputs.pyplot()
   num_c, num_p = out["rho"].shape[:2]
-  colors = plt.get_cmap("tab10")(np.arange(num_p) % 10)
+  colors = outputs.colors("tab10", np.arange(num_p) % 10)
   i_T = np.arange(1, config.seq_len + 1)
-  fig, axes = plt.subplots(num_c, 2, figsize=(13, 3.8 * num_c), squeeze=False,
-                           gridspec_kw=dict(width_ratios=(1.6, 1)),
-                           layout="constrained")
+  fig, axes = outputs.subplots(num_c, 2, (13, 3.8 * num_c),
+                               gridspec_kw=dict(width_ratios=(1.6, 1)))
   for c, cov in enumerate(config.covariances):
     ax, ax_ent = axes[c]
-    for p in range(num_p):
+    for p, ((m, s), regime) in enumerate(zip(config.pairs, config.regimes)):
       ax.plot(i_T, out["rho"][c, p].T, color=colors[p], lw=0.5, alpha=0.35)
       ax.plot(i_T, out["rho"][c, p].mean(0), color=colors[p], lw=2.2,
-              label=_pair_label(config, p))
+              label=f"eigen_mean={m:g}, eigen_std={s:g} ({regime})")
     ax.set(xlabel="token position i", ylabel=r"$\rho_i$",
            ylim=(-0.03, 1.03),
            title=f"{cov} $\\Sigma$: $\\rho_i$ ({config.num_draws} "
@@ -303,13 +258,10 @@ def plot_fig5(out, config, workdir):
 
 def plot_gaussian(out, config, workdir):
   """MC rho_i (mean +- std over draws) vs the three Gaussian approximations."""
-  plt = outputs.pyplot()
   num_c, num_p = out["rho"].shape[:2]
   i_T = np.arange(1, config.seq_len + 1)
-  fig, axes = plt.subplots(num_c, num_p,
-                           figsize=(2.6 * num_p, 2.7 * num_c + 0.6),
-                           squeeze=False, sharex=True, sharey=True,
-                           layout="constrained")
+  fig, axes = outputs.subplots(num_c, num_p, (2.6 * num_p, 2.7 * num_c + 0.6),
+                               sharex=True, sharey=True)
   styles = {"paper": ("tab:red", "--"), "corrected": ("tab:blue", "-"),
             "exact": ("tab:green", ":")}
   for c, cov in enumerate(config.covariances):
@@ -352,17 +304,16 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   positions, pairs, errors = tables(out, config)
   logging.info("Per pair:\n%s", outputs.format_table(pairs, (
       "covariance", "eigen_mean", "eigen_std", "regime", "r", "xi", "eta",
-      "entropy",
-      "entropy_se", "rho_mc_max", "rho_mc_se_max", "rho_mc_mean",
+      "entropy", "entropy_se", "rho_mc_max", "rho_mc_se_max", "rho_mc_mean",
       "max_err_paper", "max_err_corrected", "max_err_exact")))
   logging.info("Gaussian approximation vs Monte Carlo, |mean over draws| "
                "error over pairs and positions:\n%s",
                outputs.format_table(errors))
   paths += plot_fig5(out, config, workdir)
   paths += plot_gaussian(out, config, workdir)
-  paths += outputs.write_table(positions, workdir, "simulate_rho")
-  paths += outputs.write_table(pairs, workdir, "simulate_pairs")
-  paths += outputs.write_table(errors, workdir, "simulate_errors")
+  paths += outputs.write_tables(dict(simulate_rho=positions,
+                                    simulate_pairs=pairs,
+                                    simulate_errors=errors), workdir)
   outputs.log_outputs("simulate_rho", paths)
   return dict(out=out, positions=positions, pairs=pairs, errors=errors,
               paths=paths)

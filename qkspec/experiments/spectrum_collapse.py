@@ -3,29 +3,16 @@ r"""Rank collapse, entropy and :math:`\rho` of deep pure SANs by W_QK spectrum.
 Shapes: M = eigen-means, S = eigen-stds, G = M*S grid points, D = draws,
 N = sequences, L = layers, H = heads, T = tokens, d = token dimension.
 
-Paper Sec. 5 (A2) claims, for :math:`W = W_{QK}\Sigma`:
-
-* better expressivity: a larger :math:`|\mathrm{tr}\,W|` (eigen_mean) at
-  fixed :math:`\mathrm{tr}(W^2)` slows rank collapse (via Eq. 7 and Dong et
-  al.'s Theorem 2.2);
-* high entropy: a smaller :math:`\mathrm{tr}(W^2)` (eigen_std) at fixed
-  eigen_mean raises the attention entropy (via Eqs. 9-10).
-
-Here every layer of a pure SAN (`san.forward`, no skip/MLP/LN, Haar W_V)
-gets its own :math:`W_{QK}` from `spectrum.sample_qk(eigen_mean,
-eigen_std)` (the paper's "mean" and "scale" of the eigenvalues), and on
-random-walk inputs we measure per layer l (attention computed from X^l):
-the relative residual :math:`r_l` (mean-centring), the attention entropy,
-:math:`\rho_i` of the last query (`propagation.empirical_rho`), and the
-fraction of attention rows whose entropy falls below the Eq. (9) curve
-(`diagnostics.eq9_entropy`) or Zhai's Theorem 3.1
-(`entropy_bounds.zhai_entropy_lower_bound`), both at
-:math:`\nu = \|X^lX^{l\top}\|_2\|W_{QK}\|_2/\lambda` (`measures`).
-:math:`\lambda` is `config.temperature` (default :math:`\sqrt d`).
-
-The grid is one `jax.jit`-compiled computation, `vmap` over grid points,
-draws and sequences and `lax.scan` over layers, called on chunks of
-`points_per_batch` grid points to bound memory (`chunked.map_chunks`).
+Paper Sec. 5 (A2), :math:`W = W_{QK}\Sigma`: a larger
+:math:`|\mathrm{tr}\,W|` (eigen_mean) at fixed :math:`\mathrm{tr}(W^2)`
+slows rank collapse (Eq. 7, Dong et al.'s Theorem 2.2); a smaller
+:math:`\mathrm{tr}(W^2)` (eigen_std) raises the entropy (Eqs. 9-10). Each
+layer of a pure SAN gets its own `spectrum.sample_qk(eigen_mean,
+eigen_std)`; per layer l (attention from X^l) we measure :math:`r_l`, the
+entropy, :math:`\rho_i` of the last query, and the rows below Eq. (9) or
+Zhai's Theorem 3.1 at :math:`\nu = \|X^lX^{l\top}\|_2\|W_{QK}\|_2/\lambda`
+(`measures`). :math:`\lambda`: `config.temperature` (default
+:math:`\sqrt d`). Chunks of `points_per_batch` points: `chunked.map_chunks`.
 """
 # pylint: disable=invalid-name
 import functools
@@ -47,6 +34,9 @@ from qkspec.experiments import measures
 from qkspec.experiments import outputs
 
 _LOG_FLOOR = 1e-30
+# The config fields that set `measure_draw`'s shapes and options.
+_STATIC = ("dim", "seq_len", "num_layers", "num_heads", "num_sequences",
+           "inputs", "value_init")
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
@@ -61,10 +51,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
   outputs.require(len(config.eigen_stds) > 0
                   and all(s >= 0 for s in config.eigen_stds), "eigen_stds",
                   "must be non-empty and >= 0", config.eigen_stds)
-  outputs.require(config.inputs in san.INPUTS, "inputs",
-                  f"must be in {san.INPUTS}", config.inputs)
-  outputs.require(config.value_init in san.VALUE_INITS, "value_init",
-                  f"must be in {san.VALUE_INITS}", config.value_init)
+  outputs.require_in(config, "inputs", san.INPUTS)
+  outputs.require_in(config, "value_init", san.VALUE_INITS)
   outputs.require(0 < config.collapse_threshold < 1, "collapse_threshold",
                   "must be in (0, 1)", config.collapse_threshold)
 
@@ -107,14 +95,12 @@ def measure_draw(key, eigen_mean, eigen_std, *, dim, seq_len, num_layers,
   )
 
 
-@functools.partial(jax.jit, static_argnames=(
-    "dim", "seq_len", "num_layers", "num_heads", "num_sequences", "inputs",
-    "value_init", "num_draws", "temperature"))
+@functools.partial(jax.jit,
+                   static_argnames=_STATIC + ("num_draws", "temperature"))
 def sweep(seed_key, index_G, means_G, stds_G, *, num_draws, **static):
   """A chunk of grid points (vmapped); every output has leading axes [G, D].
 
-  `means_G`, `stds_G`: eigen_mean and eigen_std per point; `index_G`: the
-  point's index in the grid (its PRNG stream).
+  `index_G`: each point's index in the grid (its PRNG stream).
   """
   one_draw = functools.partial(measure_draw, **static)
 
@@ -127,26 +113,15 @@ def sweep(seed_key, index_G, means_G, stds_G, *, num_draws, **static):
   return jax.vmap(point)(index_G, means_G, stds_G)
 
 
-def grid(config):
-  """(means_G, stds_G): eigen_mean and eigen_std, eigen_std varying fastest."""
-  m, s = np.meshgrid(np.asarray(config.eigen_means, np.float32),
-                     np.asarray(config.eigen_stds, np.float32), indexing="ij")
-  return m.ravel(), s.ravel()
-
-
 def sweep_from_config(config) -> dict:
-  """Runs `sweep` chunk by chunk; numpy arrays reshaped to [M, S, D, ...].
-
-  Every chunk has `points_per_batch` grid points (the last one padded), so
-  the single compiled `sweep` serves the whole grid.
-  """
-  means_G, stds_G = grid(config)
+  """Runs `sweep` chunk by chunk; numpy arrays [M, S, D, ...]."""
+  means_G, stds_G = (a.ravel() for a in np.meshgrid(    # eigen_std fastest
+      np.asarray(config.eigen_means, np.float32),
+      np.asarray(config.eigen_stds, np.float32), indexing="ij"))
   fn = functools.partial(
       sweep, jax.random.key(config.seed), num_draws=config.num_draws,
-      dim=config.dim, seq_len=config.seq_len, num_layers=config.num_layers,
-      num_heads=config.num_heads, num_sequences=config.num_sequences,
-      inputs=config.inputs, value_init=config.value_init,
-      temperature=softmax.temperature(config.temperature, config.dim))
+      temperature=softmax.temperature(config.temperature, config.dim),
+      **{k: config[k] for k in _STATIC})
   out = chunked.map_chunks(fn, (np.arange(len(means_G)), means_G, stds_G),
                            config.points_per_batch, "spectrum_collapse")
   shape = (len(config.eigen_means), len(config.eigen_stds))
@@ -156,14 +131,16 @@ def sweep_from_config(config) -> dict:
 def collapse_summary(log_r_K: np.ndarray, threshold: float) -> dict:
   """Collapse depth (first l with r_l < threshold; L+1 if none) and rate.
 
-  The rate is the mean decrease of log10 r per layer up to the collapse
-  depth (or over all L layers if r never falls below the threshold).
+  The rate: the mean decrease of log10 r per layer up to that depth.
   """
   log10_r = np.asarray(log_r_K) / np.log(10.0)
   depth = measures.collapse_depth(log10_r, np.log10(threshold))
   end = min(depth, len(log10_r) - 1)
   rate = (log10_r[0] - log10_r[end]) / max(end, 1)
   return dict(collapse_depth=depth, log10_decay_per_layer=float(rate))
+
+
+_PER_LAYER = ("log_nu", "rho", "eq9_violation", "zhai_violation")
 
 
 def tables(out, config):
@@ -200,18 +177,16 @@ def tables(out, config):
         row = dict(point, layer=l,
                    log10_rel_res=float(log_r_K[l] / np.log(10)))
         if l < num_layers:   # attention of layer l+1 (from X^l)
+          v = {k: out[k][i, j, :, l].mean() for k in _PER_LAYER}
           row.update(entropy=float(ent_L[l]),
-                     log10_nu=float(out["log_nu"][i, j, :, l].mean()
-                                    / np.log(10)),
-                     rho_mean=float(out["rho"][i, j, :, l].mean()),
-                     eq9_violation=float(out["eq9_violation"][i, j, :, l]
-                                         .mean()),
-                     zhai_violation=float(out["zhai_violation"][i, j, :, l]
-                                          .mean()))
+                     log10_nu=float(v["log_nu"] / np.log(10)),
+                     rho_mean=float(v["rho"]),
+                     eq9_violation=float(v["eq9_violation"]),
+                     zhai_violation=float(v["zhai_violation"]))
         else:
-          row.update(entropy=float("nan"), log10_nu=float("nan"),
-                     rho_mean=float("nan"), eq9_violation=float("nan"),
-                     zhai_violation=float("nan"))
+          row.update(dict.fromkeys(("entropy", "log10_nu", "rho_mean",
+                                    "eq9_violation", "zhai_violation"),
+                                   float("nan")))
         layer_rows.append(row)
       rho_TL = out["rho"][i, j].mean(0)                      # [L, T]
       for l in sorted({0, min(1, num_layers - 1), num_layers - 1}):
@@ -242,36 +217,33 @@ def claims(grid_rows, config) -> list[dict]:
   means = [float(m) for m in config.eigen_means]
   stds = [float(s) for s in config.eigen_stds]
   rows = []
+
+  def claim(text, fixed, along, values, trend_of):
+    up, down = _trend(trend_of)
+    rows.append(dict(claim=text, fixed=fixed, along=along, values=values,
+                     steps_supporting=down, steps_against=up,
+                     holds=bool(down > 0 and up == 0)))
+
   by_size = sorted(means, key=abs)
   for s in stds:
     depth = [by[(m, s)]["collapse_depth"] for m in by_size]
     decay = [by[(m, s)]["log10_decay_per_layer"] for m in by_size]
-    up, down = _trend(decay)
-    rows.append(dict(
-        claim="larger |eigen_mean| at fixed eigen_std slows rank collapse",
-        fixed=f"eigen_std={s:g}",
-        along="|eigen_mean|: " + ", ".join(f"{m:g}" for m in by_size),
-        values="decay/layer: " + ", ".join(f"{v:.3g}" for v in decay)
-        + " | depth: " + ", ".join(str(v) for v in depth),
-        steps_supporting=down, steps_against=up,
-        holds=bool(down > 0 and up == 0)))
+    claim("larger |eigen_mean| at fixed eigen_std slows rank collapse",
+          f"eigen_std={s:g}",
+          "|eigen_mean|: " + ", ".join(f"{m:g}" for m in by_size),
+          "decay/layer: " + ", ".join(f"{v:.3g}" for v in decay)
+          + " | depth: " + ", ".join(str(v) for v in depth), decay)
   for m in means:
     ent = [by[(m, s)]["entropy_l1"] for s in stds]
-    up, down = _trend(ent)
-    rows.append(dict(
-        claim="smaller eigen_std at fixed eigen_mean raises entropy "
-              "(layer 1)",
-        fixed=f"eigen_mean={m:g}",
-        along="eigen_std: " + ", ".join(f"{s:g}" for s in stds),
-        values="entropy: " + ", ".join(f"{v:.3g}" for v in ent),
-        steps_supporting=down, steps_against=up,
-        holds=bool(down > 0 and up == 0)))
+    claim("smaller eigen_std at fixed eigen_mean raises entropy (layer 1)",
+          f"eigen_mean={m:g}",
+          "eigen_std: " + ", ".join(f"{s:g}" for s in stds),
+          "entropy: " + ", ".join(f"{v:.3g}" for v in ent), ent)
   return rows
 
 
 def plot_grid(grid_rows, config, workdir):
   """Heat maps over (eigen_mean, eigen_std): collapse, entropy, rho."""
-  plt = outputs.pyplot()
   num_m, num_s = len(config.eigen_means), len(config.eigen_stds)
   panels = (("collapse_depth", f"collapse depth (r < "
              f"{config.collapse_threshold:g})"),
@@ -280,10 +252,10 @@ def plot_grid(grid_rows, config, workdir):
             ("entropy_mean", "entropy, mean over layers"),
             ("rho_mean_l1", "mean rho_i, layer 1"),
             ("eq9_violation_all", "rows below the Eq. (9) curve"))
-  fig, axes = plt.subplots(2, 3, figsize=(15, 8), layout="constrained")
+  fig, axes = outputs.subplots(2, 3, (15, 8))
   for ax, (key, title) in zip(axes.ravel(), panels):
-    v = np.array([r[key] for r in grid_rows], np.float64).reshape(num_m,
-                                                                   num_s)
+    v = np.array([r[key] for r in grid_rows], np.float64)
+    v = v.reshape(num_m, num_s)
     im = ax.imshow(v, origin="lower", aspect="auto", cmap="viridis")
     for a in range(num_m):
       for b in range(num_s):
@@ -293,20 +265,25 @@ def plot_grid(grid_rows, config, workdir):
     ax.set_yticks(range(num_m), [f"{m:g}" for m in config.eigen_means])
     ax.set(xlabel="eigen_std", ylabel="eigen_mean", title=title)
     fig.colorbar(im, ax=ax, shrink=0.8)
-  fig.suptitle(f"Deep pure SAN, W_QK ~ sample_qk(eigen_mean, eigen_std) per "
-               "layer "
-               f"(L={config.num_layers}, d={config.dim}, T={config.seq_len}, "
-               f"{config.inputs} inputs, ln T = {np.log(config.seq_len):.2f})")
+  fig.suptitle("Deep pure SAN, W_QK ~ sample_qk(eigen_mean, eigen_std) per "
+               f"layer (L={config.num_layers}, d={config.dim}, "
+               f"T={config.seq_len}, {config.inputs} inputs, "
+               f"ln T = {np.log(config.seq_len):.2f})")
   return outputs.save_figure(fig, workdir, "fig_spectrum_collapse")
+
+
+def _mean_colors(config):
+  """One colour per eigen_mean."""
+  return outputs.colors("plasma",
+                        np.linspace(0, 0.9, len(config.eigen_means)))
 
 
 def plot_layers(out, config, workdir):
   """Per-layer r_l and entropy: a line per eigen_mean, a panel per eigen_std."""
-  plt = outputs.pyplot()
   stds = list(config.eigen_stds)
-  fig, axes = plt.subplots(2, len(stds), figsize=(3.4 * len(stds), 6.5),
-                           squeeze=False, layout="constrained", sharey="row")
-  colors = plt.get_cmap("plasma")(np.linspace(0, 0.9, len(config.eigen_means)))
+  fig, axes = outputs.subplots(2, len(stds), (3.4 * len(stds), 6.5),
+                               sharey="row")
+  colors = _mean_colors(config)
   l_K = np.arange(config.num_layers + 1)
   for j, s in enumerate(stds):
     for i, (m, color) in enumerate(zip(config.eigen_means, colors)):
@@ -328,11 +305,9 @@ def plot_layers(out, config, workdir):
 
 def plot_rho(out, config, workdir):
   """rho_i of the last query at layer 1 and layer L, per grid point."""
-  plt = outputs.pyplot()
-  fig, axes = plt.subplots(2, len(config.eigen_stds),
-                           figsize=(3.4 * len(config.eigen_stds), 6),
-                           squeeze=False, layout="constrained", sharey=True)
-  colors = plt.get_cmap("plasma")(np.linspace(0, 0.9, len(config.eigen_means)))
+  num_s = len(config.eigen_stds)
+  fig, axes = outputs.subplots(2, num_s, (3.4 * num_s, 6), sharey=True)
+  colors = _mean_colors(config)
   i_T = np.arange(1, config.seq_len + 1)
   for j, s in enumerate(config.eigen_stds):
     for i, (m, color) in enumerate(zip(config.eigen_means, colors)):
@@ -363,18 +338,14 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   cols = ["eigen_mean", "eigen_std", "r_trace", "collapse_depth",
           "log10_decay_per_layer", "entropy_l1", "entropy_mean",
           "rho_mean_l1", "eq9_violation_all", "zhai_violation_all"]
-  text = outputs.format_table(grid_rows, cols)
-  logging.info("grid:\n%s", text)
-  print("spectrum_collapse grid:\n" + text, flush=True)
-  claim_text = outputs.format_table(claim_rows, [
+  outputs.show(outputs.format_table(grid_rows, cols), "grid:",
+               "spectrum_collapse grid:")
+  outputs.show(outputs.format_table(claim_rows, [
       "claim", "fixed", "values", "steps_supporting", "steps_against",
-      "holds"])
-  logging.info("claims:\n%s", claim_text)
-  print("Sec. 5 claims:\n" + claim_text, flush=True)
-  paths += outputs.write_table(grid_rows, workdir, "spectrum_grid")
-  paths += outputs.write_table(layer_rows, workdir, "spectrum_layers")
-  paths += outputs.write_table(rho_rows, workdir, "spectrum_rho")
-  paths += outputs.write_table(claim_rows, workdir, "spectrum_claims")
+      "holds"]), "claims:", "Sec. 5 claims:")
+  paths += outputs.write_tables(dict(
+      spectrum_grid=grid_rows, spectrum_layers=layer_rows,
+      spectrum_rho=rho_rows, spectrum_claims=claim_rows), workdir)
   paths += [plot_grid(grid_rows, config, workdir),
             plot_layers(out, config, workdir),
             plot_rho(out, config, workdir)]

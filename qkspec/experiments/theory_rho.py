@@ -2,19 +2,18 @@ r"""Analytic :math:`\rho(\theta)` of Eq. (6): Figs. 2-3 and the Lemma 2 table.
 
 Shapes: E = eta values, X = xi values, Th = theta points in [0, 1].
 
-Everything is drawn for both variances of Lemma 1 (`qkspec.theory.propagation`):
-`variant="paper"` (:math:`c(\theta) = 2\theta^2 + 7/12`, as printed) and
-`variant="corrected"` (:math:`2\theta^2 - 2\theta + 7/12`, re-derived).
+Both variances of Lemma 1 (`qkspec.theory.propagation`) are drawn:
+"paper" (:math:`c(\theta) = 2\theta^2 + 7/12`, as printed) and "corrected"
+(:math:`2\theta^2 - 2\theta + 7/12`, re-derived).
 
-Lemma 2 is checked numerically at :math:`|\xi| = ` `config.lemma2.xi` with
-:math:`\eta = |r|/|\xi|`. Cases 1-2 (late/middle/early site) and 4
-(vanishing) hold for both variants. Case 3 (uniformity) holds only in part:
-at :math:`\xi = 0`, Eq. (6) is :math:`\tfrac12\mathrm{erf}(1/(\eta
-\sqrt{2c(\theta)}))`, which still depends on :math:`\theta` through
-:math:`c(\theta)`; the paper's proof drops that derivative. The table shows
-both the part that does vanish (the :math:`\xi`-dependent part of
-:math:`\rho'`) and :math:`\max|\rho'|` at :math:`\xi = 0`, flat only as
-:math:`\eta \to 0` or :math:`\eta \to \infty`.
+Lemma 2 is checked at :math:`|\xi| = ` `config.lemma2.xi`, :math:`\eta =
+|r|/|\xi|`. Cases 1-2 (late/middle/early site) and 4 (vanishing) hold for
+both variants. Case 3 (uniformity) holds only in part: at :math:`\xi = 0`
+Eq. (6) is :math:`\tfrac12\mathrm{erf}(1/(\eta\sqrt{2c(\theta)}))`, which
+still depends on :math:`\theta`; the paper's proof drops that derivative.
+The table shows the :math:`\xi`-dependent part of :math:`\rho'` (which
+vanishes) and :math:`\max|\rho'|` at :math:`\xi = 0` (flat only as
+:math:`\eta \to 0` or :math:`\infty`).
 """
 # pylint: disable=invalid-name
 import functools
@@ -31,35 +30,34 @@ from qkspec.experiments import outputs
 VARIANTS = propagation.VARIANTS
 
 
+def _require_positive_lists(config, *fields):
+  for field in fields:
+    outputs.require(len(config[field]) > 0 and min(config[field]) > 0,
+                    field, "must be non-empty and all > 0", config[field])
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field of a theory_rho config."""
   outputs.require_experiment(config, "theory_rho")
   outputs.require_ints(config, {"num_theta": 2, "num_xi": 2})
-  outputs.require(config.xi_max > 0, "xi_max", "must be > 0", config.xi_max)
-  outputs.require(len(config.eta_values) > 0 and min(config.eta_values) > 0,
-                  "eta_values", "must be non-empty and all > 0",
-                  config.eta_values)
+  outputs.require_positive(config, "xi_max")
+  _require_positive_lists(config, "eta_values")
   outputs.require(len(config.xi_values) > 0, "xi_values", "must be non-empty",
                   config.xi_values)
-  outputs.require(len(config.variants) > 0
-                  and set(config.variants) <= set(VARIANTS), "variants",
-                  f"must be a non-empty subset of {VARIANTS}", config.variants)
+  outputs.require_subset(config, "variants", VARIANTS)
   outputs.require(all(len(p) == 2 and p[1] > 0 for p in config.localized),
                   "localized", "must hold (xi, eta) pairs with eta > 0",
                   config.localized)
   lem = config.lemma2
-  outputs.require(lem.xi > 0, "lemma2.xi", "must be > 0", lem.xi)
+  outputs.require_positive(config, "lemma2.xi")
   outputs.require(all(r != 0 for r in lem.r_values), "lemma2.r_values",
                   "must be non-zero (Lemma 2 needs r != 0)", lem.r_values)
   outputs.require(0 < lem.exclude < 0.5, "lemma2.exclude",
                   "must be in (0, 0.5)", lem.exclude)
-  for field in ("tol", "slope_tol", "vanish_eta"):
-    outputs.require(lem[field] > 0, f"lemma2.{field}", "must be > 0",
-                    lem[field])
-  for field in ("uniform_etas", "zero_xi_etas", "uniform_xis"):
-    outputs.require(len(lem[field]) > 0 and min(lem[field]) > 0,
-                    f"lemma2.{field}", "must be non-empty and all > 0",
-                    lem[field])
+  outputs.require_positive(config, "lemma2.tol", "lemma2.slope_tol",
+                           "lemma2.vanish_eta")
+  _require_positive_lists(config, "lemma2.uniform_etas",
+                          "lemma2.zero_xi_etas", "lemma2.uniform_xis")
 
 
 def rho_theta_map(theta_Th, xi_X, eta_E, variant):
@@ -75,20 +73,15 @@ def rho_slope(theta_Th, xi, eta, variant):
   return jax.vmap(grad)(theta_Th)
 
 
-def _limit_name(r):
-  if 0 < r <= 2:
-    return "1{theta>=1/2}"
-  if r > 2:
-    return f"1{{1/2<=theta<=1/2+1/r={0.5 + 1 / r:.3g}}}"
-  if -2 <= r < 0:
-    return "1{theta<=1/2}"
-  return f"1{{1/2+1/r={0.5 + 1 / r:.3g}<=theta<=1/2}}"
-
-
-def _case_name(r):
+def _site(r):
+  """Lemma 2 (1-2) at r = xi eta: the case and the limit of rho(theta)."""
+  edge = f"1/2+1/r={0.5 + 1 / r:.3g}"
   if abs(r) <= 2:
-    return "1 late-site" if r > 0 else "2 early-site"
-  return "1 middle-site" if r > 0 else "2 middle-site (mirrored)"
+    return (("1 late-site", "1{theta>=1/2}") if r > 0
+            else ("2 early-site", "1{theta<=1/2}"))
+  if r > 0:
+    return "1 middle-site", f"1{{1/2<=theta<={edge}}}"
+  return "2 middle-site (mirrored)", f"1{{{edge}<=theta<=1/2}}"
 
 
 def _row(case, variant, params, predicted, deviation, tol, note=""):
@@ -111,9 +104,9 @@ def lemma2_table(config: ml_collections.ConfigDict) -> list[dict]:
       keep = ((np.abs(theta_np - 0.5) > lem.exclude)
               & (np.abs(theta_np - (0.5 + 1 / r)) > lem.exclude))
       dev = np.max(np.abs(rho - limit)[keep])
-      rows.append(_row(_case_name(r), variant,
-                       f"xi={xi:g}, eta={eta:.3g}, r={r:g}", _limit_name(r),
-                       dev, lem.tol,
+      case, limit = _site(r)
+      rows.append(_row(case, variant, f"xi={xi:g}, eta={eta:.3g}, r={r:g}",
+                       limit, dev, lem.tol,
                        f"theta within {lem.exclude} of the jumps excluded"))
     xi_small = min(lem.uniform_xis)                          # Lemma 2 (3)
     for eta in lem.uniform_etas:
@@ -166,21 +159,19 @@ def _heatmaps(axes_row, maps_ExXxTh, config, cmap, vmin, vmax, xlabel=True):
 
 def fig2_figures(maps, config) -> dict:
   """{file stem: Figure}: Fig. 2 per variant, and the side-by-side view."""
-  plt = outputs.pyplot()
   num_eta = len(config.eta_values)
   figs = {}
   for variant, maps_ExXxTh in maps.items():
-    fig, axes = plt.subplots(1, num_eta, figsize=(2.6 * num_eta + 1.0, 3.0),
-                             squeeze=False, sharey=True, layout="constrained")
+    fig, axes = outputs.subplots(1, num_eta, (2.6 * num_eta + 1.0, 3.0),
+                                 sharey=True)
     image = _heatmaps(axes[0], maps_ExXxTh, config, "viridis", 0.0, 1.0)
     fig.colorbar(image, ax=axes[0].tolist(), label=_RHO)
     fig.suptitle(f"Eq. (6), variant={variant!r} (cf. paper Fig. 2; "
                  f"{_XI} = tr$W$/$\\sqrt{{\\mathrm{{tr}}W^2}}$)")
     figs[f"fig2_{variant}"] = fig
   if set(maps) == set(VARIANTS):
-    fig, axes = plt.subplots(3, num_eta, figsize=(2.6 * num_eta + 1.0, 8.0),
-                             squeeze=False, sharex=True, sharey=True,
-                             layout="constrained")
+    fig, axes = outputs.subplots(3, num_eta, (2.6 * num_eta + 1.0, 8.0),
+                                 sharex=True, sharey=True)
     for row, variant in zip(axes[:2], VARIANTS[::-1]):      # paper first
       image = _heatmaps(row, maps[variant], config, "viridis", 0.0, 1.0,
                         xlabel=False)
@@ -196,18 +187,11 @@ def fig2_figures(maps, config) -> dict:
   return figs
 
 
-def plot_fig2(maps, config, workdir):
-  """Saves `fig2_figures`; returns their paths."""
-  return [outputs.save_figure(fig, workdir, stem)
-          for stem, fig in fig2_figures(maps, config).items()]
-
-
 def fig3_figure(theta, curves, config):
   """Fig. 3: the localized cases, both variants and the Lemma 2 limit."""
-  plt = outputs.pyplot()
   cases = list(config.localized)
-  fig, axes = plt.subplots(1, len(cases), figsize=(4.4 * len(cases), 3.6),
-                           squeeze=False, sharey=True, layout="constrained")
+  fig, axes = outputs.subplots(1, len(cases), (4.4 * len(cases), 3.6),
+                               sharey=True)
   for ax, (xi, eta) in zip(axes[0], cases):
     for variant, style in zip(config.variants, ("-", "--")):
       ax.plot(theta, curves[(variant, xi, eta)], style, label=variant)
@@ -215,19 +199,11 @@ def fig3_figure(theta, curves, config):
     ax.plot(theta, limit, ":", color="gray", label="Lemma 2 limit")
     ax.set_title(f"{_XI} = {xi:g}, {_ETA} = {eta:g}, "
                  f"$r = \\xi\\eta$ = {xi * eta:.3g}")
-    ax.set_xlabel(_THETA)
-    ax.set_ylabel(_RHO)
-    ax.set_ylim(-0.03, 1.03)
+    ax.set(xlabel=_THETA, ylabel=_RHO, ylim=(-0.03, 1.03))
   axes[0][0].legend(fontsize=8)
   fig.suptitle(f"Localized {_RHO} (cf. paper Fig. 3; {_ETA} = 0.01, "
                "not the 0.02 of the text)")
   return fig
-
-
-def plot_fig3(theta, curves, config, workdir):
-  """Saves `fig3_figure`; returns its path in a list."""
-  return [outputs.save_figure(fig3_figure(theta, curves, config), workdir,
-                              "fig3_localized")]
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -242,7 +218,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                len(eta), config.num_xi, config.num_theta, config.variants)
   maps = {v: np.asarray(rho_theta_map(theta, xi_dense, eta, v))
           for v in config.variants}
-  paths += plot_fig2(maps, config, workdir)
+  paths += [outputs.save_figure(fig, workdir, stem)
+            for stem, fig in fig2_figures(maps, config).items()]
   fig2_rows = []
   eta_np, xi_np, theta_np = (np.asarray(a) for a in (eta, xi_table, theta))
   for v in config.variants:
@@ -261,7 +238,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
       fig3_rows += [dict(variant=v, xi=xi, eta=eta_k, r=xi * eta_k,
                          theta=float(t), rho=float(p))
                     for t, p in zip(theta_np, rho)]
-  paths += plot_fig3(theta_np, curves, config, workdir)
+  paths.append(outputs.save_figure(fig3_figure(theta_np, curves, config),
+                                   workdir, "fig3_localized"))
   paths += outputs.write_table(fig3_rows, workdir, "fig3_rho")
 
   rows = lemma2_table(config)
