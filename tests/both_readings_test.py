@@ -138,6 +138,8 @@ class StepTest(parameterized.TestCase):
 
   @parameterized.parameters(0, 1)     # vmap, and members one at a time
   def test_each_member_trains_as_its_reading_alone(self, member_batch):
+    if member_batch:
+      testutil.skip_unless_slow(self, "the same with members one at a time")
     c = _smoke("both_readings")
     c.sweep.member_batch = member_batch
     params, metrics = _steps(c)
@@ -162,6 +164,7 @@ class StepTest(parameterized.TestCase):
                                     - w(_member(params, 3))).max()), 1e-4)
 
 
+@testutil.slow("a both-readings run trained and reported")
 class ReportTest(absltest.TestCase):
 
   @classmethod

@@ -188,6 +188,7 @@ class ExperimentSmokeTest(absltest.TestCase):
     np.testing.assert_allclose(sum(r["path_fraction"]
                                    for r in out["path_lengths"]), 1.0)
 
+  @testutil.slow("the experiment's smoke run")
   def test_spectrum_collapse_smoke(self):
     config = testutil.get_config("spectrum_collapse", "smoke")
     stds = config.eigen_stds
@@ -201,6 +202,7 @@ class ExperimentSmokeTest(absltest.TestCase):
                      sorted(stds))
     self.assertEqual(max(r["zhai_violation_all"] for r in out["grid"]), 0.0)
 
+  @testutil.slow("the experiment's smoke run")
   def test_entropy_check_smoke(self):
     config = testutil.get_config("entropy_check", "smoke")
     with tempfile.TemporaryDirectory() as workdir:

@@ -22,6 +22,7 @@ import tensorflow_datasets as tfds
 from qkspec.data import pipeline as qdata
 from qkspec.data.wikitext2 import tokens
 from qkspec.data.wikitext2 import Wikitext2
+import testutil
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
@@ -266,6 +267,7 @@ class TokenizeTest(absltest.TestCase):
     self.assertEqual((c.data_dir, c.manual_dir), ("", ""))
 
 
+@testutil.slow("builds the real WikiText-2 with tfds")
 class RealWikiText2Test(absltest.TestCase):
   """Builds the real data set from the offline copy, where there is one."""
 

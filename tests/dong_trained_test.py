@@ -209,6 +209,7 @@ class TrainedTest(absltest.TestCase):
                                san_model.readout(params, ref), rtol=1e-5,
                                atol=1e-5)
 
+  @testutil.slow("600 training steps of a task SAN")
   def test_training_on_sorting_reaches_the_stated_accuracy(self):
     c = _sorting_config(SORT_STEPS)
     with tempfile.TemporaryDirectory() as tmp:
@@ -221,6 +222,7 @@ class TrainedTest(absltest.TestCase):
     print(f"sorting accuracy after {SORT_STEPS} steps: {acc:.4f}")
     self.assertGreaterEqual(acc, SORT_MIN_ACC)
 
+  @testutil.slow("the experiment's smoke run: four trainings")
   def test_smoke_experiment_writes_consistent_tables(self):
     config = testutil.get_config("dong_trained", "smoke")
     with tempfile.TemporaryDirectory() as tmp:

@@ -17,6 +17,7 @@ import numpy as np
 import optax
 
 from qkspec.kernels import flash_xent
+import testutil
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
@@ -147,6 +148,7 @@ class WeightGradTest(parameterized.TestCase):
     self.assertLess(float(jnp.linalg.norm(got - want)
                           / jnp.linalg.norm(want)), 2e-3)
 
+  @testutil.slow("dW of 128 tokens, three times")
   def test_groups_keep_float16_values_in_range(self):
     """Two sets of tokens whose lse differ by 50 nats (a feature of h that
     adds 50 to every logit): in one group the values of the upper set are

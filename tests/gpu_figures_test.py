@@ -80,6 +80,7 @@ class ConfigTest(parameterized.TestCase):
                           ("mean_loss", "summed_loss"))
 
 
+@testutil.slow("the script's rehearsal of Fig. 8, trained twice")
 class RehearsalTest(absltest.TestCase):
 
   def _run(self, workdir):

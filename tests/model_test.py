@@ -247,9 +247,10 @@ class ModelTest(parameterized.TestCase):
     batch = {"inputs": tokens, "targets": jnp.roll(tokens, -1, axis=1),
              "weights": (jax.random.uniform(k2, (B, T)) > 0.3) * 1.0}
     params = task.model.init(jax.random.key(8), tokens)["params"]
-    grads = [jax.grad(lambda p: task.summed_loss(
-        p, batch, deterministic=True)[0])(params),
-             jax.grad(lambda p: _plain_loss(task, p, batch)[0])(params)]
+    grads = [jax.jit(jax.grad(lambda p: task.summed_loss(
+        p, batch, deterministic=True)[0]))(params),
+             jax.jit(jax.grad(lambda p: _plain_loss(task, p, batch)[0]))(
+                 params)]
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4,
                                                          atol=1e-6), *grads)
 

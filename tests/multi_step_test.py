@@ -110,6 +110,7 @@ class ScanTest(parameterized.TestCase):
       if task.startswith("lm_bf16"):  # the scan carries bf16 weight copies
         c.compute_dtype = "bfloat16"
       if task == "lm_bf16_pallas":   # the GPU path's kernels
+        testutil.skip_unless_slow(self, "interpreted kernels in a scan")
         c.model.kernels = "pallas"
     else:
       c = testutil.get_config("theory_task", "smoke")

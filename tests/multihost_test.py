@@ -86,6 +86,7 @@ def _saved(path):
           for k, v in jax.tree_util.tree_leaves_with_path(state)}
 
 
+@testutil.slow("two processes of a multi-host run, and one of 4 devices")
 class TwoProcessTest(absltest.TestCase):
 
   def test_two_processes_equal_one_process_with_all_devices(self):

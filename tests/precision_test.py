@@ -20,6 +20,7 @@ from qkspec.config import defaults
 from qkspec.training import model as model_lib
 from qkspec.training import step as step_lib
 from qkspec.training import sweep as sweep_lib
+import testutil
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
@@ -57,6 +58,7 @@ class Bfloat16TracksFloat32Test(absltest.TestCase):
     # and bf16 really is another arithmetic (the check can fail)
     self.assertGreater(rel.max(), 0.0)
 
+  @testutil.slow("three trainings of 100 steps, one interpreted")
   def test_pallas_kernels_track_the_xla_model(self):
     f32, scale32 = _train("float32", num_steps=100)
     fast32, fast_scale32 = _train("float32", num_steps=100, kernels="pallas")

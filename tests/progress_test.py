@@ -68,6 +68,7 @@ def _config():
   return c
 
 
+@testutil.slow("a run whose evaluations sleep, its phases timed")
 class LoopPhasesTest(absltest.TestCase):
 
   def test_run_info_splits_the_wall_time_by_phase(self):

@@ -89,7 +89,7 @@ class GradientTest(absltest.TestCase):
       def fn(p):
         return step_lib.objective(p, hp, batch, key, task=steps.task,
                                   deterministic=True, **kw)
-      return jax.grad(fn, has_aux=True)(params)
+      return jax.jit(jax.grad(fn, has_aux=True))(params)
 
     g_fairseq, (loss_f, pen_f) = grads(
         fairseq, penalty_scale=step_lib.penalty_scale_of(fairseq))

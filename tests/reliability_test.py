@@ -163,6 +163,7 @@ with cli.exit_on_interrupt():
 """
 
 
+@testutil.slow("a training process interrupted, then resumed")
 class InterruptTest(absltest.TestCase):
 
   def test_ctrl_c_saves_keeps_metrics_and_resumes_identically(self):

@@ -69,6 +69,7 @@ def _config(num_steps: int, precompile_on: bool):
   return c
 
 
+@testutil.slow("three runs of the LM sweep, their compilations logged")
 class LoopTest(absltest.TestCase):
 
   def setUp(self):

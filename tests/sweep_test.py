@@ -16,6 +16,7 @@ from qkspec.theory import locater
 from qkspec.training import loop
 from qkspec.training import metric_writer
 from qkspec.training import sweep
+import testutil
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_compilation_cache_dir", os.path.join(
@@ -82,6 +83,8 @@ class VmappedSweepTest(parameterized.TestCase):
                                                           member_batch):
     # LM with dropout 0.1: members differ in seed (init + dropout keys) and
     # kappa2 (an array in the state, not a compile-time constant).
+    if member_batch != -1:
+      testutil.skip_unless_slow(self, "the same sweep batched otherwise")
     c = locater_wt2.get_config("smoke")
     c.sweep.member_batch = member_batch
     c.sweep.mode = "product"

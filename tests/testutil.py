@@ -1,6 +1,8 @@
 """Helpers shared by the tests (not a test file)."""
 import json
+import os
 import pathlib
+import unittest
 
 import jax
 import numpy as np
@@ -9,6 +11,24 @@ from qkspec.config import defaults
 from qkspec.theory import san
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+SLOW = os.environ.get("QKSPEC_SLOW") == "1"
+
+
+def slow(what: str):
+  """Skips a long test (whole runs, several processes) unless QKSPEC_SLOW=1:
+  CI runs the quick suite (under 5 minutes on 2 cores), BUILD.md says how
+  to run all of it. `what`: what the test runs, for the skip message."""
+  return unittest.skipUnless(SLOW, _slow_reason(what))
+
+
+def skip_unless_slow(test: unittest.TestCase, what: str) -> None:
+  """`slow` for one case of a parameterized test, called in its body."""
+  if not SLOW:
+    test.skipTest(_slow_reason(what))
+
+
+def _slow_reason(what: str) -> str:
+  return f"slow: {what}; QKSPEC_SLOW=1 runs it"
 
 
 def get_config(name, arg=None):
