@@ -2,6 +2,8 @@
 
 Definition 1, Lemma 1 (and its erratum), Eq. 6, Lemma 2.
 """
+import functools
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
@@ -32,6 +34,18 @@ def _z_moments(samples, mu, v):
   z_mean = (samples.mean(0) - mu) / np.sqrt(m2 / n)
   z_var = (m2 - v) / np.sqrt((m4 - m2**2) / n)
   return np.abs(z_mean).max(), np.abs(z_var).max()
+
+
+@functools.cache
+def _walks_4000x40x128():
+  """The random walks `rho_monte_carlo(key(7), ...)` draws, drawn once."""
+  return randomwalk.random_walk(jax.random.key(7), 4000, 40, 128)
+
+
+def _rho_monte_carlo(w_qk):
+  """`rho_monte_carlo(key(7), w_qk, num_sequences=4000, seq_len=40)` for a
+  [128, 128] W_QK, on walks shared by every regime of RhoTest."""
+  return prop.empirical_rho(prop.query_logits(_walks_4000x40x128(), w_qk))
 
 
 class ExactMomentsTest(parameterized.TestCase):
@@ -125,6 +139,12 @@ class RhoTest(parameterized.TestCase):
         self.assertAlmostEqual(float(out[b, j]), xn[b, -1] @ wn @ xn[b, j] / 2,
                                places=4)
 
+  def test_shared_walks_are_those_rho_monte_carlo_draws(self):
+    w = spectrum.sample_qk(jax.random.key(6), 128, 0.1, 0.3)
+    np.testing.assert_array_equal(
+        _rho_monte_carlo(w), prop.rho_monte_carlo(
+            jax.random.key(7), w, num_sequences=4000, seq_len=40))
+
   def test_monte_carlo_matches_manual_estimate(self):
     w = spectrum.sample_qk(jax.random.key(4), 8, 0.3, 0.2)
     rho = prop.rho_monte_carlo(jax.random.key(5), w, num_sequences=500,
@@ -141,10 +161,9 @@ class RhoTest(parameterized.TestCase):
     # Regimes where Lemma 1's o(1) terms are small. Near tr(W) = 0 with a
     # small eta (mean 0, scale 0.2, say) the dropped gamma_0 = 1/T dominates
     # both asymptotic forms; only exact=True is accurate there (next test).
-    d, t, n = 128, 40, 4000
+    d, t = 128, 40
     w = spectrum.sample_qk(jax.random.key(6), d, mean, scale)
-    mc = prop.rho_monte_carlo(jax.random.key(7), w, num_sequences=n,
-                              seq_len=t)
+    mc = _rho_monte_carlo(w)
     err = {}
     for name, kw in dict(paper=dict(variant="paper"), corrected={},
                          exact=dict(exact=True)).items():
@@ -156,8 +175,7 @@ class RhoTest(parameterized.TestCase):
 
   def test_exact_gaussian_rho_near_uniform_regime(self):
     w = spectrum.sample_qk(jax.random.key(6), 128, 0.0, 0.2)
-    mc = prop.rho_monte_carlo(jax.random.key(7), w, num_sequences=4000,
-                              seq_len=40)
+    mc = _rho_monte_carlo(w)
     exact = prop.rho_from_spectrum(w, 40, exact=True)
     self.assertLess(float(jnp.abs(exact - mc).mean()), 0.02)
     for variant in prop.VARIANTS:

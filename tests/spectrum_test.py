@@ -82,12 +82,16 @@ class SpectrumTest(chex.TestCase, parameterized.TestCase):
 
   def test_eq5_and_corrected_eq7_bounds(self):
     d = 10
-    keys = jax.random.split(jax.random.key(6), 50)
-    for k in keys:
+
+    @jax.jit
+    def draw(k):
       k1, k2 = jax.random.split(k)
       w_qk = spectrum.sample_qk(k1, d, jax.random.normal(k2), 0.5)
       cov = randomwalk.anisotropic_covariance(k2, d)
-      s = spectrum.spectrum_stats(w_qk, cov)
+      return cov, spectrum.spectrum_stats(w_qk, cov)
+
+    for k in jax.random.split(jax.random.key(6), 50):
+      cov, s = draw(k)
       bound = np.sqrt(d * s["trace_sq"])
       self.assertLessEqual(abs(float(s["trace"])), bound * (1 + 1e-5))  # (5)
       cov_2 = np.linalg.norm(np.asarray(cov), 2)
