@@ -77,7 +77,8 @@ def attention_stats(query: jax.Array, key: jax.Array, mask: jax.Array | None,
   if mask is not None:
     visible = visible & jnp.broadcast_to(mask.astype(bool), visible.shape)
   if causal:
-    visible = visible & jnp.tril(jnp.ones((T, S), bool))
+    visible = visible & jnp.broadcast_to(jnp.tril(jnp.ones((T, S), bool)),
+                                         visible.shape)
   visible_BxHxTxS = visible.reshape(logits_BxHxTxS.shape)
   probs_BxHxTxS = jax.nn.softmax(jnp.where(
       visible_BxHxTxS, logits_BxHxTxS, jnp.finfo(jnp.float32).min), axis=-1)

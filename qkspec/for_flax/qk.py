@@ -56,7 +56,7 @@ def param_tree(params_or_module: Any) -> Mapping:
   if isinstance(x, nnx.Module):
     x = nnx.state(x, nnx.Param)
   if isinstance(x, nnx.State):
-    return x.to_pure_dict()
+    return nnx.to_pure_dict(x)
   if not isinstance(x, Mapping):
     raise TypeError("expected linen params or variables (a mapping), an nnx "
                     f"Module or an nnx State, got {type(x).__name__}.")
@@ -96,20 +96,24 @@ def _from_kernels(wq_kernel, wk_kernel) -> Attention:
   return Attention(w_qk, jnp.shape(wq_kernel)[-1])
 
 
+def _ndim(x: Any) -> int:
+  return getattr(x, "ndim", 0)
+
+
 def _kernel(node: Any) -> jax.Array | None:
   kernel = node.get("kernel") if isinstance(node, Mapping) else None
-  return kernel if jnp.ndim(kernel) in (2, 3) else None
+  return kernel if _ndim(kernel) in (2, 3) else None
 
 
 def _match(node: Mapping) -> Attention | None:
   """The attention layer whose parameters `node` holds, or None."""
   w_qk = node.get("w_qk")
-  if jnp.ndim(w_qk) == 3 and jnp.shape(w_qk)[-1] == jnp.shape(w_qk)[-2]:
-    num_heads, d = jnp.shape(w_qk)[:2]
+  if _ndim(w_qk) == 3 and w_qk.shape[-1] == w_qk.shape[-2]:
+    num_heads, d = w_qk.shape[:2]
     # qkspec's models scale the joint W_QK's logits by sqrt(d / H)
     return Attention(w_qk, max(d // num_heads, 1))
   wq, wk = _kernel(node.get("query")), _kernel(node.get("key"))
-  if wq is not None and wk is not None and jnp.shape(wq) == jnp.shape(wk):
+  if wq is not None and wk is not None and wq.shape == wk.shape:
     return _from_kernels(wq, wk)
   return None
 
@@ -203,6 +207,8 @@ def locater_penalty(params_or_module: Any, hparams: locater.LocaterHParams,
 
 
 SPECTRUM_COLUMNS = ("scale", "trace", "xi", "eta", "r")
+_spectrum_stats = jax.jit(spectrum.spectrum_stats,
+                          static_argnames="temperature")
 
 
 def spectrum_table(params_or_module: Any, temperature: float | None = None,
@@ -220,9 +226,9 @@ def spectrum_table(params_or_module: Any, temperature: float | None = None,
   """
   rows = []
   for path, a in attention_layers(params_or_module, qk_spec).items():
-    lam = softmax.temperature(temperature, a.head_dim)
+    lam = float(softmax.temperature(temperature, a.head_dim))
     # with Sigma = I, spectrum_stats' trace tr(sym(W_QK)) is tr W_QK
-    stats = jax.device_get(spectrum.spectrum_stats(a.w_qk, temperature=lam))
+    stats = jax.device_get(_spectrum_stats(a.w_qk, temperature=lam))
     rows += [dict(path=path, head=h, **{c: float(stats[c][h])
                                         for c in SPECTRUM_COLUMNS})
              for h in range(a.w_qk.shape[0])]
