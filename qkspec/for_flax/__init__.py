@@ -18,7 +18,7 @@ query/key kernels `qk_spec` names.
 State. Adding LocATER to a loss::
 
   from qkspec import for_flax, locater
-  hparams = locater.LocaterHParams(kappa1=1e-3, kappa2=1e-2)
+  hparams = locater.LocaterHParams(kappa1=1e-2, kappa2=1e-2, target=1.0)
   def loss_fn(params, batch):
     return task_loss(params, batch) + for_flax.locater_penalty(params,
                                                                hparams)
