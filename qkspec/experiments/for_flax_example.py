@@ -136,8 +136,8 @@ def measure(config, model, params, stage: str, batch) -> dict[str, list]:
               summary=[summary])
 
 
-def plot(tables, workdir):
-  """Scale and entropy per head, one bar per stage."""
+def plot(tables, config, workdir):
+  """Scale and entropy per head, one bar per stage; ln T the most entropy."""
   fig, axes = outputs.subplots(1, 2, (11.0, 3.8))
   heads = [f"{r['path']} h{r['head']}" for r in tables["spectrum"]
            if r["stage"] == STAGES[0]]
@@ -149,6 +149,8 @@ def plot(tables, workdir):
     for k, stage in enumerate(STAGES):
       values = [r[column] for r in tables[table] if r["stage"] == stage]
       ax.bar(x + (k - 1) * width, values, width, label=stage)
+    if column == "entropy":
+      ax.axhline(np.log(config.seq_len), color="gray", ls=":", label="ln T")
     ax.set(xticks=x, ylabel=label)
     ax.set_xticklabels(heads, rotation=30, ha="right", fontsize=8)
     ax.legend(fontsize=8)
@@ -185,7 +187,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   outputs.show(outputs.format_table(tables["summary"]), "summary:",
                "for_flax_example summary (eval batch):")
   paths += outputs.write_tables(tables, workdir)
-  paths.append(plot(tables, workdir))
+  paths.append(plot(tables, config, workdir))
   logging.info("for_flax_example: done in %.1f s",
                time.perf_counter() - start)
   outputs.log_outputs("for_flax_example", paths)

@@ -40,7 +40,7 @@ LOOKED_FOR = (
 _MAX_LISTED = 40          # parameter paths an error message lists
 
 
-class Attention(NamedTuple):
+class QKLayer(NamedTuple):
   """One attention layer found in a parameter tree."""
   w_qk: jax.Array         # [H, d, d]
   head_dim: int           # D, whose square root scales its logits
@@ -88,12 +88,12 @@ def _seen(tree: Mapping) -> str:
   return "\n  ".join(["parameter paths seen:"] + (rows or ["(none)"]))
 
 
-def _from_kernels(wq_kernel, wk_kernel) -> Attention:
+def _from_kernels(wq_kernel, wk_kernel) -> QKLayer:
   """W_QK [H, d, d] from Flax kernels [d, H, D] (or [d, D]: one head)."""
   w_qk = model_lib.qk_from_kernels(wq_kernel, wk_kernel)
   if w_qk.ndim == 2:
     w_qk = w_qk[None]
-  return Attention(w_qk, jnp.shape(wq_kernel)[-1])
+  return QKLayer(w_qk, jnp.shape(wq_kernel)[-1])
 
 
 def _ndim(x: Any) -> int:
@@ -105,20 +105,20 @@ def _kernel(node: Any) -> jax.Array | None:
   return kernel if _ndim(kernel) in (2, 3) else None
 
 
-def _match(node: Mapping) -> Attention | None:
+def _match(node: Mapping) -> QKLayer | None:
   """The attention layer whose parameters `node` holds, or None."""
   w_qk = node.get("w_qk")
   if _ndim(w_qk) == 3 and w_qk.shape[-1] == w_qk.shape[-2]:
     num_heads, d = w_qk.shape[:2]
     # qkspec's models scale the joint W_QK's logits by sqrt(d / H)
-    return Attention(w_qk, max(d // num_heads, 1))
+    return QKLayer(w_qk, max(d // num_heads, 1))
   wq, wk = _kernel(node.get("query")), _kernel(node.get("key"))
   if wq is not None and wk is not None and wq.shape == wk.shape:
     return _from_kernels(wq, wk)
   return None
 
 
-def _search(tree: Mapping, prefix: tuple = ()) -> dict[str, Attention]:
+def _search(tree: Mapping, prefix: tuple = ()) -> dict[str, QKLayer]:
   found = {}
   for name, node in tree.items():
     if not isinstance(node, Mapping):
@@ -140,14 +140,14 @@ def _lookup(tree: Mapping, ref: KernelRef, name: str) -> jax.Array:
   for part in ref.split("/"):
     keys = {str(k): k for k in node} if isinstance(node, Mapping) else {}
     if part not in keys:
-      raise KeyError(f"qk_spec[{name!r}]: no parameter {ref!r}; "
-                     + _seen(tree))
+      raise ValueError(f"qk_spec[{name!r}]: no parameter {ref!r}.\n"
+                       + _seen(tree))
     node = node[keys[part]]
   return node
 
 
 def attention_layers(params_or_module: Any, qk_spec: QKSpec | None = None
-                     ) -> dict[str, Attention]:
+                     ) -> dict[str, QKLayer]:
   """Every attention layer of `params_or_module` by its "/"-joined path.
 
   Found by parameter structure (module docstring), or exactly the layers
@@ -155,8 +155,8 @@ def attention_layers(params_or_module: Any, qk_spec: QKSpec | None = None
   function of the parameter tree, returning [d, H, D] or [d, D].
 
   Raises:
-    ValueError: nothing found; the message says what was looked for and
-      lists the parameter paths seen.
+    ValueError: nothing found, or a `qk_spec` path names no parameter; the
+      message lists the parameter paths seen.
   """
   tree = param_tree(params_or_module)
   if qk_spec is not None:
