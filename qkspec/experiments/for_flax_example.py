@@ -40,7 +40,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   outputs.require(config.d_model % config.num_heads == 0, "num_heads",
                   "must divide d_model", config.num_heads)
   outputs.require_positive(config, "lr")
-  for field in locater.LocaterHParams._fields[:2]:
+  for field in ("kappa1", "kappa2"):
     outputs.require(config.locater[field] >= 0, f"locater.{field}",
                     "must be >= 0", config.locater[field])
 
@@ -80,6 +80,7 @@ class Transformer(nn.Module):
 
 
 def make_model(config) -> Transformer:
+  """The `Transformer` of `config`."""
   return Transformer(config.vocab_size, config.d_model, config.num_layers,
                      config.num_heads, config.mlp_dim)
 
