@@ -10,7 +10,10 @@ in this list (tests/layering_test.py checks it):
   (ml_collections only);
 * `qkspec.data`: WikiText-2 (tfds builder, grain) and token batches;
 * `qkspec.training`: the Flax model, losses, train step, loop, sweeps,
-  checkpoints and metrics (the only place flax, optax and orbax live);
+  checkpoints and metrics (flax lives here and in `for_flax`, optax and
+  orbax only here);
+* `qkspec.for_flax`: W_QK, LocATER and the diagnostics on any Flax
+  attention model (linen or nnx);
 * `qkspec.experiments`: one module per figure family, `run(config, workdir)`,
   the demo, the training plots and the command-line runner.
 

@@ -20,8 +20,8 @@ from qkspec.experiments import cli
 import testutil
 
 EXPERIMENTS = ("dong_trained", "entropy_bound", "entropy_check",
-               "rank_collapse", "simulate_grid", "simulate_rho",
-               "spectrum_collapse", "theory_rho")
+               "for_flax_example", "rank_collapse", "simulate_grid",
+               "simulate_rho", "spectrum_collapse", "theory_rho")
 TRAINING = ("theory_task", "locater_wt2", "rho_training", "depth_width")
 
 

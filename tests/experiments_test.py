@@ -24,6 +24,7 @@ from qkspec.theory import spectrum
 from qkspec.experiments import chunked
 from qkspec.experiments import entropy_bound
 from qkspec.experiments import entropy_check
+from qkspec.experiments import for_flax_example
 from qkspec.experiments import inputs
 from qkspec.experiments import outputs
 from qkspec.experiments import rank_collapse
@@ -37,7 +38,7 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 
 EXPERIMENTS = {m.__name__.rsplit(".", 1)[-1]: m for m in (
     theory_rho, entropy_bound, simulate_rho, simulate_grid, rank_collapse,
-    spectrum_collapse, entropy_check)}
+    spectrum_collapse, entropy_check, for_flax_example)}
 
 
 def _workdir(test):
@@ -251,6 +252,7 @@ class ConfigTest(parameterized.TestCase):
       ("bad_variant", "theory_rho", "variants", ("printed",)),
       ("short_rows", "entropy_bound", "seq_lens", (1, 16)),
       ("negative_nu_max", "entropy_bound", "nu_max", -1.0),
+      ("heads_not_dividing_d", "for_flax_example", "num_heads", 3),
   )
   def test_bad_config_raises_naming_the_field(self, name, field, value):
     config = testutil.get_config(name, "smoke")

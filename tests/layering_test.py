@@ -3,7 +3,7 @@
 qkspec/theory (the maths) imports only jax and numpy; qkspec/config only
 ml_collections; qkspec/kernels only jax (and the maths' checks); and no
 layer imports one below it in
-theory -> config -> data -> kernels -> training -> experiments.
+theory -> config -> data -> kernels -> training -> for_flax -> experiments.
 """
 import ast
 import json
@@ -16,7 +16,8 @@ from absl.testing import parameterized
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "qkspec"
-LAYERS = ("theory", "config", "data", "kernels", "training", "experiments")
+LAYERS = ("theory", "config", "data", "kernels", "training", "for_flax",
+          "experiments")
 HEAVY = ("flax", "optax", "orbax", "grain", "tensorflow_datasets",
          "tensorflow", "ml_collections", "matplotlib", "clu", "torch")
 

@@ -5,7 +5,8 @@
 `qkspec.experiments.<id>.run` (`cli.run_experiment`). Experiments:
 `theory_rho` (Figs. 2-3, Lemma 2), `entropy_bound` (Fig. 4), `simulate_rho`
 (Fig. 5), `simulate_grid`, `rank_collapse`, `spectrum_collapse`,
-`entropy_check`, `dong_trained`. `training_plots` and `report` draw training
+`entropy_check`, `dong_trained`, `for_flax_example` (`qkspec.for_flax` on a
+plain Flax transformer). `training_plots` and `report` draw training
 runs (Figs. 6-12); `demo` is the main job. Shared: `outputs`, `inputs`,
 `chunked`, `measures`.
 """

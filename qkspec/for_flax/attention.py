@@ -1,0 +1,185 @@
+r"""Attention entropy, rho_i and rank collapse of any Flax attention model.
+
+Shapes: B = batch, T = queries, S = keys, H = heads, D = head width,
+d = width.
+
+`attention_table` runs the user's model once, unmodified, and records what
+each attention layer computed:
+
+* flax.linen: under `nn.intercept_methods`, the outputs of the `query` and
+  `key` projections (after `query_ln`/`key_ln`) of every
+  `nn.MultiHeadDotProductAttention` (and subclass: `SelfAttention`,
+  `MultiHeadAttention`), its `mask` argument and its output;
+* nnx: on a clone of the model (`nnx.clone`; the model passed in is left as
+  it is), the `attention_fn` of every `nnx.MultiHeadAttention` is wrapped
+  to record its query, key, `mask` and `is_causal`; the layer's output is
+  the clone's `out` projection of the heads it returned.
+
+From these the logits :math:`\omega = q k^\top/\sqrt D` and the weights are
+recomputed as Flax's `dot_product_attention` computes them (tests check
+them against the modules' own sown weights). Not seen: a custom
+`attention_fn`, a decoding cache, modules inside a lifted transform
+(`nn.scan`, `nn.remat`) or a jitted `apply_fn` (pass the plain one; the
+forward pass runs op by op, the statistics are jitted). A layer called more
+than once is measured on its last call.
+"""
+# pylint: disable=invalid-name
+import functools
+from typing import Any, Callable
+
+import flax.linen as nn
+from flax import nnx
+import jax
+import jax.numpy as jnp
+
+from qkspec.for_flax import qk
+from qkspec.theory import diagnostics
+from qkspec.theory import propagation
+
+# linen children of an attention layer whose outputs are its query and key
+_PROJECTIONS = {"query": "query", "query_ln": "query", "key": "key",
+                "key_ln": "key"}
+
+
+@functools.partial(jax.jit, static_argnames="causal")
+def attention_stats(query: jax.Array, key: jax.Array, mask: jax.Array | None,
+                    output: jax.Array, causal: bool = False
+                    ) -> dict[str, jax.Array]:
+  r"""Per-head entropy and :math:`\rho_i`, and the output's rank collapse.
+
+  With :math:`\omega_{tj} = q_t^\top k_j/\sqrt D` and A its softmax over the
+  keys each query may see (`mask` True and, if `causal`, j <= t):
+
+  * `entropy` [H]: Zhai et al.'s :math:`-\sum_j A_{tj}\log A_{tj}`, the mean
+    over batch and queries, masked keys and fully masked queries excluded
+    (`diagnostics.attention_entropy`);
+  * `rho` [H, S]: the empirical :math:`\rho_i` of the last query's raw
+    logits over the batch (Definition 1, Fig. 7;
+    `propagation.empirical_rho`), as `qkspec.training.layer_stats`
+    measures it;
+  * `rank_residual` []: Dong et al.'s relative residual of `output`, the
+    "mean" method, averaged over the batch.
+
+  Args:
+    query: [..., T, H, D], as the layer's query projection returns it.
+    key: [..., S, H, D].
+    mask: None or bool, broadcastable to [..., H, T, S] (Flax's layout).
+    output: [..., T, d], the layer's output.
+    causal: whether the layer also masks j > t.
+  """
+  batch = query.shape[:-3]
+  (T, H, D), S = query.shape[-3:], key.shape[-3]
+  q_BxTxHxD = query.reshape(-1, T, H, D).astype(jnp.float32)
+  k_BxSxHxD = key.reshape(-1, S, H, D).astype(jnp.float32)
+  logits_BxHxTxS = jnp.einsum("bthd,bshd->bhts", q_BxTxHxD,
+                              k_BxSxHxD) / jnp.sqrt(jnp.float32(D))
+  visible = jnp.ones((*batch, H, T, S), bool)
+  if mask is not None:
+    visible = visible & jnp.broadcast_to(mask.astype(bool), visible.shape)
+  if causal:
+    visible = visible & jnp.broadcast_to(jnp.tril(jnp.ones((T, S), bool)),
+                                         visible.shape)
+  visible_BxHxTxS = visible.reshape(logits_BxHxTxS.shape)
+  probs_BxHxTxS = jax.nn.softmax(jnp.where(
+      visible_BxHxTxS, logits_BxHxTxS, jnp.finfo(jnp.float32).min), axis=-1)
+  entropy_H = jax.vmap(diagnostics.attention_entropy, in_axes=(1, 1))(
+      probs_BxHxTxS, visible_BxHxTxS)
+  rho_HxS = jax.vmap(propagation.empirical_rho, in_axes=1)(
+      logits_BxHxTxS[:, :, -1, :])
+  out_BxTxd = output.reshape(-1, *output.shape[-2:]).astype(jnp.float32)
+  residual = jnp.mean(diagnostics.relative_residual(out_BxTxd, "mean"))
+  return dict(entropy=entropy_H, rho=rho_HxS, rank_residual=residual)
+
+
+def _record_linen(apply_fn, variables, args, kwargs) -> dict[str, dict]:
+  """Runs `apply_fn(variables, *args, **kwargs)`, recording every linen
+  attention layer's query, key, mask and output by its path."""
+  records = {}
+
+  def interceptor(next_fun, call_args, call_kwargs, context):
+    out = next_fun(*call_args, **call_kwargs)
+    module = context.module
+    if context.method_name != "__call__":
+      return out
+    if isinstance(module, nn.MultiHeadDotProductAttention):
+      record = records.setdefault(qk.join_path(module.path), {})
+      record["output"] = out
+      if "mask" in call_kwargs:    # SelfAttention passes it on by name
+        record["mask"] = call_kwargs["mask"]
+    elif (isinstance(module.parent, nn.MultiHeadDotProductAttention)
+          and module.name in _PROJECTIONS):
+      records.setdefault(qk.join_path(module.parent.path), {})[
+          _PROJECTIONS[module.name]] = out
+    return out
+
+  with nn.intercept_methods(interceptor):
+    apply_fn(variables, *args, **kwargs)
+  return records
+
+
+def _recording(attention_fn: Callable, record: dict) -> Callable:
+  """`attention_fn`, recording its query, key, mask and output."""
+  def attention(query, key, value, **kwargs):
+    heads = attention_fn(query, key, value, **kwargs)
+    record.update(query=query, key=key, mask=kwargs.get("mask"),
+                  causal=bool(kwargs.get("is_causal", False)), heads=heads)
+    return heads
+  return attention
+
+
+def _record_nnx(apply_fn, module, args, kwargs) -> dict[str, dict]:
+  """Runs `apply_fn(clone, *args, **kwargs)` on a clone of `module`,
+  recording every `nnx.MultiHeadAttention`'s query, key, mask and output."""
+  clone = nnx.clone(module)
+  records, layers = {}, {}
+  for path, layer in nnx.iter_modules(clone):
+    if isinstance(layer, nnx.MultiHeadAttention):
+      name = qk.join_path(path)
+      layer.attention_fn = _recording(layer.attention_fn,
+                                      records.setdefault(name, {}))
+      layers[name] = layer
+  apply_fn(clone, *args, **kwargs)
+  for name, record in records.items():
+    if "heads" in record:
+      record["output"] = layers[name].out(record.pop("heads"))
+  return records
+
+
+def attention_table(apply_fn: Callable, variables: Any, *args,
+                    **kwargs) -> list[dict]:
+  r"""Entropy, :math:`\rho_i` and rank collapse of every attention head.
+
+  Runs the model once (module docstring): linen, `apply_fn(variables,
+  *args, **kwargs)` (e.g. `model.apply`); nnx, `variables` is the Module
+  and `apply_fn(module, *args, **kwargs)` (e.g. `lambda m, x: m(x)`).
+
+  Returns:
+    One row per (path, head), paths as `qk_matrices` names them:
+    `entropy` (nats), `rho` (a list over key positions) and
+    `rank_residual` (the layer's, on each of its heads' rows), as
+    `attention_stats` defines them.
+
+  Raises:
+    ValueError: no attention layer ran.
+  """
+  if isinstance(variables, nnx.Module):
+    records = _record_nnx(apply_fn, variables, args, kwargs)
+  else:
+    records = _record_linen(apply_fn, variables, args, kwargs)
+  records = {p: r for p, r in records.items()
+             if {"query", "key", "output"} <= set(r)}
+  if not records:
+    raise ValueError("no attention layer ran: looked for calls of "
+                     "flax.linen.MultiHeadDotProductAttention (or a "
+                     "subclass) or nnx.MultiHeadAttention, outside lifted "
+                     "transforms and jit.")
+  rows = []
+  for path, r in records.items():
+    stats = jax.device_get(attention_stats(
+        r["query"], r["key"], r.get("mask"), r["output"],
+        causal=r.get("causal", False)))
+    rows += [dict(path=path, head=h, entropy=float(stats["entropy"][h]),
+                  rho=stats["rho"][h].tolist(),
+                  rank_residual=float(stats["rank_residual"]))
+             for h in range(len(stats["entropy"]))]
+  return rows
