@@ -24,8 +24,9 @@ setuptools.setup(
         "numpy>=1.26",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-xdist>=3", "scipy>=1.11", "chex>=0.1.87",
-                 "ruff>=0.6"],
+        # pytest-randomly: every run in a new order (its seed printed)
+        "test": ["pytest>=8", "pytest-xdist>=3", "pytest-randomly>=3.15",
+                 "scipy>=1.11", "chex>=0.1.87", "ruff>=0.6"],
         "cuda": ["jax[cuda13]"],   # NVIDIA GPUs (jax[cuda12] works too)
         "tpu": ["jax[tpu]"],
         "bench": ["torch"],  # reference implementations only, never at run time

@@ -1,9 +1,9 @@
 """Where a run's wall time goes (progress.PhaseClock and the loop)."""
+import functools
 import json
 import os
 import shutil
 import tempfile
-import time
 from unittest import mock
 
 from absl.testing import absltest
@@ -13,18 +13,21 @@ from qkspec.training import loop
 from qkspec.training import progress
 import testutil
 
-# Each evaluation's added sleep in the run below: longer than the steps and
-# checkpoints of its 6-step run take even on a loaded machine, so one sleep
+# Each evaluation's added (fake) time in the run below: more than the clock
+# readings of its steps and checkpoints add up to, so one evaluation
 # counted in the wrong phase fails the test.
-_SLEEP_S = 2.0
+_EVAL_S = 10.0
+_TICK_S = 0.001    # every reading of the fake clock advances it this much
 
 
 class FakeClock:
 
-  def __init__(self):
+  def __init__(self, tick: float = 0.0):
     self.now = 100.0
+    self.tick = tick
 
   def __call__(self):
+    self.now += self.tick
     return self.now
 
 
@@ -68,19 +71,21 @@ def _config():
   return c
 
 
-@testutil.slow("a run whose evaluations sleep, its phases timed")
 class LoopPhasesTest(absltest.TestCase):
 
   def test_run_info_splits_the_wall_time_by_phase(self):
     wd = tempfile.mkdtemp()
     self.addCleanup(shutil.rmtree, wd, ignore_errors=True)
+    fake = FakeClock(tick=_TICK_S)
     real = actions.EvalAction.begin
 
-    def slow_eval(self, step, state):  # _SLEEP_S more per evaluation
-      time.sleep(_SLEEP_S)
+    def long_eval(self, step, state):  # _EVAL_S more per evaluation
+      fake.now += _EVAL_S
       return real(self, step, state)
 
-    with mock.patch.object(actions.EvalAction, "begin", slow_eval), \
+    with mock.patch.object(actions.EvalAction, "begin", long_eval), \
+         mock.patch.object(progress, "PhaseClock", functools.partial(
+             progress.PhaseClock, clock=fake)), \
          self.assertLogs(level="INFO") as logs:
       loop.train_and_evaluate(_config(), wd)
     with open(os.path.join(wd, progress.RUN_INFO)) as f:
@@ -89,12 +94,9 @@ class LoopPhasesTest(absltest.TestCase):
     self.assertContainsSubset(
         {"setup", "compile", "steps", "eval", "log", "checkpoint", "finish",
          "other"}, set(ph))
-    self.assertGreaterEqual(ph["eval"], 3 * _SLEEP_S)  # 3 evaluations
-    # the sleeps are the evaluations' own: not one of them in the steps or
-    # checkpoints ("log" holds the per-layer measurements and their
-    # compilation), which take ~0.2 s alone and ~1 s on a loaded CI machine
-    self.assertLess(ph["steps"] + ph["checkpoint"], _SLEEP_S)
-    self.assertGreater(ph["compile"], 0.0)
+    # 3 evaluations, and their time in no other phase
+    self.assertBetween(ph["eval"], 3 * _EVAL_S, 3 * _EVAL_S + 1.0)
+    self.assertLess(ph["steps"] + ph["checkpoint"], 1.0)
     self.assertAlmostEqual(sum(ph.values()), info["wall_s"], delta=0.5)
     self.assertRegex("\n".join(logs.output),
                      r"wall [\d.]+ s: setup [\d.]+, compile [\d.]+, steps "
