@@ -27,10 +27,6 @@ from qkspec.training import step as step_lib
 from qkspec.training import sweep
 import testutil
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
-jax.config.update("jax_compilation_cache_dir", os.path.join(
-    tempfile.gettempdir(), "qkspec_test_jax_cache"))
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
 
 BOTH = ("mean_loss", "summed_loss")
 

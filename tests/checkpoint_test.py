@@ -18,11 +18,7 @@ from qkspec.training import sweep
 from qkspec.training import tasks
 import testutil
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
 # Reruns of the same steps (straight vs resumed) hit the compilation cache.
-jax.config.update("jax_compilation_cache_dir", os.path.join(
-    tempfile.gettempdir(), "qkspec_test_jax_cache"))
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
 
 
 def _assert_trees_equal(a, b):

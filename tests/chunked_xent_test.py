@@ -9,7 +9,6 @@ import optax
 
 from qkspec.kernels import chunked_xent
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
 def _plain(h, kernel, targets, weights):

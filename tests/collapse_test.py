@@ -17,7 +17,6 @@ from qkspec.experiments import rank_collapse
 from qkspec.experiments import spectrum_collapse
 import testutil
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
 
 init_params, forward = testutil.jitted_san()
 

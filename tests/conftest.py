@@ -7,6 +7,8 @@ programs, so the slower code costs little. XLA's HLO passes, which fix
 what is computed and in what order, run as before, and a test that
 compares two programs compiles both with the same flags. Set here, before
 JAX starts, in the environment that the tests' subprocesses inherit.
+Then the JAX settings every test shares (`testutil.configure_jax`), once
+for the whole session, so that no test module sets global state.
 """
 import os
 
@@ -14,3 +16,7 @@ _FLAG = "--xla_backend_optimization_level=0"
 if _FLAG not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = " ".join(
       x for x in (os.environ.get("XLA_FLAGS"), _FLAG) if x)
+
+import testutil  # noqa: E402  (after XLA_FLAGS: JAX reads them at start)
+
+testutil.configure_jax()

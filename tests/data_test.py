@@ -15,7 +15,6 @@ from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
-import jax
 import numpy as np
 import tensorflow_datasets as tfds
 
@@ -24,7 +23,6 @@ from qkspec.data.wikitext2 import tokens
 from qkspec.data.wikitext2 import Wikitext2
 import testutil
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
 
 _REPO = pathlib.Path(__file__).resolve().parent.parent
 _FIXTURE = _REPO / "tests" / "testdata" / "wikitext2_tiny"

@@ -8,7 +8,6 @@ from scipy import optimize
 
 from qkspec.theory import diagnostics as dg
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
 def _composite_min_lp(x, num_s=120):

@@ -28,7 +28,6 @@ from qkspec.training import model as model_lib
 from qkspec.training import san_model
 import testutil
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
 
 SKIP = san.Architecture(skip=True)
 SKIP_MLP = san.Architecture(skip=True, mlp=True)

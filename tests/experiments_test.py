@@ -34,7 +34,6 @@ from qkspec.experiments import spectrum_collapse
 from qkspec.experiments import theory_rho
 import testutil
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
 
 EXPERIMENTS = {m.__name__.rsplit(".", 1)[-1]: m for m in (
     theory_rho, entropy_bound, simulate_rho, simulate_grid, rank_collapse,

@@ -19,7 +19,6 @@ import optax
 from qkspec.kernels import flash_xent
 import testutil
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
 
 F16 = lambda x: x.astype(jnp.float16).astype(jnp.float32)   # noqa: E731
 

@@ -23,7 +23,6 @@ from qkspec.theory import locater
 from qkspec.training import model as model_lib
 import testutil
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
 
 B, T, d, H = 3, 5, 8, 2
 D = d // H

@@ -11,7 +11,6 @@ import numpy as np
 from qkspec import kernels
 from qkspec.kernels import fused_attention
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
 def _packed(key, B=2, T=16, H=2, D=16, dtype=jnp.float32):

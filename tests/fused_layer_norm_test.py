@@ -10,7 +10,6 @@ import numpy as np
 
 from qkspec import kernels
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
 def _inputs(key, shape=(2, 64, 16), dtype=jnp.float32, keep=0.7):

@@ -6,11 +6,9 @@ import tempfile
 
 from absl.testing import absltest
 from absl.testing import parameterized
-import jax
 
 import testutil
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
 sys.path.insert(0, str(testutil.ROOT / "bench"))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import gpu_figures

@@ -25,7 +25,6 @@ from qkspec.experiments import simulate_rho
 from qkspec.experiments import simulate_grid
 import testutil
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
 
 # The smoke grid's sizes, so that every test shares its compiled functions.
 GRID = testutil.get_config("simulate_grid", "smoke")

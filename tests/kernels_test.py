@@ -15,7 +15,6 @@ from qkspec.training import layer_stats
 import testutil
 
 V = 40
-jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
 def _lm(impl, **kw):

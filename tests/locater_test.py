@@ -7,7 +7,6 @@ import numpy as np
 
 from qkspec.theory import locater
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
 class LocaterTest(absltest.TestCase):

@@ -18,7 +18,6 @@ from qkspec.training import step as step_lib
 from qkspec.training import tasks
 import testutil
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
 
 B, T, d, V = 2, 8, 16, 50
 

@@ -23,11 +23,7 @@ from qkspec.training import step as step_lib
 from qkspec.training import sweep as sweep_lib
 import testutil
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
 
-_CACHE = os.path.join(tempfile.gettempdir(), "qkspec_test_jax_cache")
-jax.config.update("jax_compilation_cache_dir", _CACHE)
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
 
 
 def _lm_smoke(kappa2=(0.0, 1.0)):

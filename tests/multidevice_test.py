@@ -19,12 +19,10 @@ import tempfile
 import jax
 
 _CHILD = os.environ.get("QKSPEC_MULTIDEVICE_CHILD") == "1"
-if _CHILD:
+if _CHILD:     # this file run as a script, without conftest.py
   jax.config.update("jax_num_cpu_devices", 4)
-jax.config.update("jax_numpy_rank_promotion", "raise")
-jax.config.update("jax_compilation_cache_dir", os.path.join(
-    tempfile.gettempdir(), "qkspec_test_jax_cache"))
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
+  import testutil  # pylint: disable=g-import-not-at-top
+  testutil.configure_jax()
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl.testing import absltest

@@ -44,8 +44,7 @@ def _start(workdir, devices, *extra, tag=""):
   env = {**os.environ, "JAX_NUM_CPU_DEVICES": str(devices),
          "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo",
          "JAX_PLATFORMS": "cpu",
-         "JAX_COMPILATION_CACHE_DIR": os.path.join(tempfile.gettempdir(),
-                                                   "qkspec_test_jax_cache"),
+         "JAX_COMPILATION_CACHE_DIR": testutil.CACHE_DIR,
          "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.3",
          "PYTHONPATH": os.pathsep.join(
              [str(testutil.ROOT)] + os.environ.get("PYTHONPATH", "").split(

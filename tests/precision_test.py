@@ -22,7 +22,6 @@ from qkspec.training import step as step_lib
 from qkspec.training import sweep as sweep_lib
 import testutil
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
 def _train(compute_dtype, num_steps=300, **model):

@@ -15,7 +15,6 @@ from qkspec.theory import randomwalk
 from qkspec.theory import softmax
 from qkspec.theory import spectrum
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
 def _u_samples(key, w_qk, n, t, cov=None):

@@ -6,7 +6,6 @@ import numpy as np
 
 from qkspec.theory import randomwalk
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
 class RandomWalkTest(absltest.TestCase):

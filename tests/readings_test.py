@@ -3,7 +3,6 @@
 "mean_loss" (default): mean loss + kappa * penalty. "summed_loss" (fairseq):
 the same gradients as "mean_loss" with kappa / (target tokens per batch).
 """
-import os
 import tempfile
 
 from absl.testing import absltest
@@ -23,10 +22,6 @@ from qkspec.training import step as step_lib
 from qkspec.training import sweep
 import testutil
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
-jax.config.update("jax_compilation_cache_dir", os.path.join(
-    tempfile.gettempdir(), "qkspec_test_jax_cache"))
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
 
 KAPPA1, KAPPA2 = 100.0, 1.0
 

@@ -23,10 +23,6 @@ from qkspec.training import loop
 from qkspec.training import metric_writer
 import testutil
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
-_CACHE = os.path.join(tempfile.gettempdir(), "qkspec_test_jax_cache")
-jax.config.update("jax_compilation_cache_dir", _CACHE)
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
 
 
 def _config(num_steps):
@@ -144,8 +140,8 @@ class DamagedCheckpointTest(parameterized.TestCase):
 _CHILD = r"""
 import sys, time
 sys.path.insert(0, {tests!r})
-import jax
-jax.config.update("jax_compilation_cache_dir", {cache!r})
+import testutil
+testutil.configure_jax()
 from qkspec.experiments import cli
 from qkspec.training import loop, tasks
 import reliability_test
@@ -172,7 +168,7 @@ class InterruptTest(absltest.TestCase):
     wd = os.path.join(tmp, "run")
     tests = os.path.dirname(os.path.abspath(__file__))
     child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD.format(tests=tests, cache=_CACHE,
+        [sys.executable, "-c", _CHILD.format(tests=tests,
                                              steps=steps, workdir=wd)],
         cwd=os.path.dirname(tests), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)

@@ -9,7 +9,6 @@ import tempfile
 from unittest import mock
 
 from absl.testing import absltest
-import jax
 import numpy as np
 
 from configs import depth_width
@@ -26,9 +25,6 @@ from qkspec.training import loop
 from qkspec.training import sweep
 import testutil
 
-jax.config.update("jax_compilation_cache_dir", os.path.join(
-    tempfile.gettempdir(), "qkspec_test_jax_cache"))
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
 
 
 def _row(kappa2, scale, entropy, ppl, n_seeds=3, spread=0.01, kappa1=100.0):

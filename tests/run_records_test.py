@@ -8,7 +8,6 @@ import sys
 import tempfile
 
 from absl.testing import absltest
-import jax
 
 from configs import rho_training
 from qkspec.experiments import report
@@ -19,9 +18,6 @@ from qkspec.experiments import training_plots
 from qkspec.training import loop
 from qkspec.training import metric_writer
 
-jax.config.update("jax_compilation_cache_dir", os.path.join(
-    tempfile.gettempdir(), "qkspec_test_jax_cache"))
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,6 @@ from qkspec.theory import diagnostics
 from qkspec.theory import san
 import testutil
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
 
 init_params, forward = testutil.jitted_san()
 

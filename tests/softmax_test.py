@@ -8,7 +8,6 @@ import numpy as np
 
 from qkspec.theory import softmax as sm
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
 class SoftmaxTest(chex.TestCase):

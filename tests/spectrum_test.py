@@ -9,7 +9,6 @@ import numpy as np
 from qkspec.theory import randomwalk
 from qkspec.theory import spectrum
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
 class SpectrumTest(chex.TestCase, parameterized.TestCase):

@@ -2,6 +2,7 @@
 import json
 import os
 import pathlib
+import tempfile
 import unittest
 
 import jax
@@ -12,6 +13,18 @@ from qkspec.theory import san
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SLOW = os.environ.get("QKSPEC_SLOW") == "1"
+# The persistent compilation cache the tests and their child processes share.
+CACHE_DIR = os.path.join(tempfile.gettempdir(), "qkspec_test_jax_cache")
+
+
+def configure_jax() -> None:
+  """The JAX settings every test runs under, made once: by conftest.py for
+  pytest, and by the child processes that tests start. Rank promotion
+  raises (a silent broadcast is a bug); compilations of 0.3 s or more are
+  cached on disk."""
+  jax.config.update("jax_numpy_rank_promotion", "raise")
+  jax.config.update("jax_compilation_cache_dir", CACHE_DIR)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
 
 
 def slow(what: str):

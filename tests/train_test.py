@@ -9,7 +9,6 @@ from unittest import mock
 from absl.testing import absltest
 from absl.testing import parameterized
 import chex
-import jax
 import ml_collections
 import numpy as np
 import optax
@@ -27,10 +26,6 @@ from qkspec.training import model as model_lib
 from qkspec.training import step as step_lib
 
 _REPO = pathlib.Path(__file__).resolve().parents[1]
-jax.config.update("jax_numpy_rank_promotion", "raise")
-jax.config.update("jax_compilation_cache_dir", os.path.join(
-    tempfile.gettempdir(), "qkspec_test_jax_cache"))
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
 
 _FIXTURE = _REPO / "tests" / "testdata" / "wikitext2_tiny"
 
