@@ -25,8 +25,10 @@ setuptools.setup(
     ],
     extras_require={
         # pytest-randomly: every run in a new order (its seed printed)
+        # tensorboard: so that the suite checks the event files too
         "test": ["pytest>=8", "pytest-xdist>=3", "pytest-randomly>=3.15",
-                 "scipy>=1.11", "chex>=0.1.87", "ruff>=0.6"],
+                 "scipy>=1.11", "chex>=0.1.87", "ruff>=0.6",
+                 "tensorboard>=2.14"],
         "cuda": ["jax[cuda13]"],   # NVIDIA GPUs (jax[cuda12] works too)
         "tpu": ["jax[tpu]"],
         "bench": ["torch"],  # reference implementations only, never at run time
