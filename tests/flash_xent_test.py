@@ -75,7 +75,7 @@ class ForwardTest(parameterized.TestCase):
     w = -jnp.abs(w) * (40.0 / float(jnp.mean(jnp.abs(h) @ jnp.abs(w))))
     lse, _, mean = _exact(h, w, y)
     self.assertLess(float(lse.max()), -20.0)
-    got = _forward(h, w, y, (64, 64, 2, 1))
+    got = jax.jit(functools.partial(_forward, config=(64, 64, 2, 1)))(h, w, y)
     np.testing.assert_allclose(got[0], lse, rtol=1e-6)
     np.testing.assert_allclose(got[2], mean, atol=2e-3 * float(
         jnp.abs(mean).max()))
@@ -96,8 +96,9 @@ class ForwardTest(parameterized.TestCase):
     # traced once for its shapes, then called once for 3 members x 2 splits
     self.assertEqual(seen[-1], (3 * 2, 256, 1, 64))   # 150 rows -> 2 x 128
     self.assertLen(seen, 2)
+    one = jax.jit(fn)
     for i, args in enumerate(members):
-      for a, b in zip(jax.tree.map(lambda x, i=i: x[i], batched), fn(*args)):
+      for a, b in zip(jax.tree.map(lambda x, i=i: x[i], batched), one(*args)):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
 
   def test_bad_settings_are_refused(self):
@@ -142,7 +143,7 @@ class WeightGradTest(parameterized.TestCase):
                                     dtype=jnp.float32))(h, w, y, g)
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-6 * float(
         jnp.abs(want).max()))
-    got = _weight_grad(h, w, y, g, config)
+    got = jax.jit(functools.partial(_weight_grad, config=config))(h, w, y, g)
     want = _exact_dw(F16(h), F16(w), y, g)
     self.assertLess(float(jnp.linalg.norm(got - want)
                           / jnp.linalg.norm(want)), 2e-3)
@@ -185,8 +186,9 @@ class WeightGradTest(parameterized.TestCase):
     batched = jax.jit(jax.vmap(fn))(*stacked)
     # 3 members x 2 groups of 128 tokens; 1000 vocabulary rows -> 1024
     self.assertEqual(seen[-1], (3 * 2, 1024, 1, 64))
+    one = jax.jit(fn)
     for i, args in enumerate(members):
-      want = fn(*args)
+      want = one(*args)
       np.testing.assert_allclose(batched[i], want, rtol=0, atol=1e-5 * float(
           jnp.abs(want).max()))
 
