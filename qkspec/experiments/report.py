@@ -179,9 +179,8 @@ def _curves(cell, counted, title, png, rel, paths) -> list[str]:
   drawn = [m for m in counted if _has_curves(m)]
   if not drawn:
     return _not_drawn("curves over training", len(counted))
-  panels_of = cell[0]["figure"]    # Fig. 7 (rho maps only): Fig. 6's model
   fig = training_plots.fig6_figure(report_runs.seed_mean(drawn),  # B-D
-                                   "6" if panels_of == "7" else panels_of)
+                                   cell[0]["figure"])
   fig.suptitle(f"{title}: over training, {_seed_words(drawn)}")
   _save(fig, png, 90, paths)
   skipped = len(counted) - len(drawn)

@@ -5,8 +5,9 @@ claims B-D are `report_verdicts`'.
 
 `still_to_run(rows)` lists what the report lacks of its `PLAN` (every
 figure under both readings, 50,000 steps, 3 seeds for Fig. 6 and 1 for
-Figs. 7-12, beside the sweep a no-LocATER member for Figs. 8-12) and the
-`launch/train.py` command that trains it.
+Figs. 7-12, beside the sweep a no-LocATER member for Figs. 6 and 8-12:
+Fig. 6's, one per seed, pair LocATER against none and so measure the floor
+of the one-seed cells) and the `launch/train.py` command that trains it.
 """
 
 from qkspec.experiments import report_runs
@@ -15,7 +16,7 @@ from qkspec.experiments import training_plots
 
 # figure -> seeds the report asks for under each reading
 PLAN = {"6": 3, "7": 1, "8": 1, "9": 1, "10": 1, "11": 1, "12": 1}
-CONTRAST_FIGS = ("8", "9", "10", "11", "12")   # need a no-LocATER group
+CONTRAST_FIGS = ("6", "8", "9", "10", "11", "12")   # need a no-LocATER group
 
 
 def _shortened(steps: int) -> str:
