@@ -76,7 +76,12 @@ class SpreadTest(absltest.TestCase):
                      ["mean_loss", "summed_loss"])
 
   def test_markdown_without_replicates_says_so(self):
-    self.assertIn("no replicate runs given", replicates.markdown({}, {})[0])
+    self.assertIn("no replicate runs given", replicates.markdown({}, {}))
+    line = replicates.markdown({"valid_ppl": dict(rel=7.7e-4, where="a",
+                                                  n=7)}, {"valid_ppl": "ppl"},
+                               "literal")
+    self.assertEqual(line, "- literal: ppl 0.00077 (largest relative "
+                     "difference of 7 pairs)")
 
 
 if __name__ == "__main__":

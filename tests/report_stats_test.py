@@ -113,5 +113,22 @@ class TimeAverageTest(absltest.TestCase):
     self.assertEqual((n, mean), (2, 2.0))
 
 
+class CurveTest(absltest.TestCase):
+
+  def test_slope_and_interval_match_scipy(self):
+    x, y = np.log10([1e-3, 1e-2, 1e-1, 1.0]), np.array([1.0, 1.3, 1.9, 2.2])
+    got, want = rs.slope(x, y), stats.linregress(x, y)
+    self.assertAlmostEqual(got["slope"], want.slope)
+    half = stats.t.ppf(0.975, 2) * want.stderr
+    np.testing.assert_allclose(got["ci"], (want.slope - half,
+                                           want.slope + half))
+    self.assertIsNone(rs.slope([0, 1], [0, 1])["ci"])
+
+  def test_bonferroni_widens_the_critical_value(self):
+    self.assertAlmostEqual(rs.bonferroni(4), 0.9875)
+    self.assertAlmostEqual(rs.t_critical(3, rs.bonferroni(4)),
+                           stats.t.ppf(1 - 0.0125 / 2, 3), places=9)
+
+
 if __name__ == "__main__":
   absltest.main()

@@ -200,8 +200,11 @@ class RunRecordsTest(absltest.TestCase):
         spread={"valid_ppl": dict(rel=0.012, where=where, n=2)})))
     out = os.path.join(tmp, "REPRODUCTION.md")
     report.write_report([], out, records_dir=records)
-    self.assertIn(f"- valid ppl: 0.012 relative (largest of 2 pairs: "
-                  f"{where})", _read(out))
+    self.assertIn("- literal (mean_loss): valid ppl 0.012 (largest relative "
+                  "difference of 2 pairs)", _read(out))
+    with open(os.path.join(tmp, "reproduction", "summary.json")) as f:
+      spread = json.load(f)["rerun_spread"]
+    self.assertEqual(spread["mean_loss"]["valid_ppl"]["where"], where)
 
   def test_bad_inputs_say_what_to_give(self):
     with self.assertRaisesRegex(ValueError, "no members.json"):

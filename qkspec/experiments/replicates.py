@@ -87,10 +87,12 @@ def merge(*spreads: dict) -> dict:
   return out
 
 
-def markdown(spreads: dict, labels: dict) -> list[str]:
-  """Report lines: one per quantity (`labels`: name -> its table title)."""
+def markdown(spreads: dict, labels: dict, name: str = "") -> str:
+  """One report line for the spreads of a reading `name` (`labels`:
+  quantity -> its title); where each largest one was: summary.json."""
   if not spreads:
-    return ["- no replicate runs given (`launch/report.py --replicates`)."]
-  return [f"- {labels.get(name, name)}: {s['rel']:.2g} relative (largest "
-          f"of {s['n']} pair{'s' * (s['n'] > 1)}: {s['where']})"
-          for name, s in spreads.items()]
+    return "- no replicate runs given (`launch/report.py --replicates`)."
+  n = max(s["n"] for s in spreads.values())
+  return (f"- {name}: " + ", ".join(
+      f"{labels.get(q, q)} {s['rel']:.2g}" for q, s in spreads.items())
+          + f" (largest relative difference of {n} pair{'s' * (n > 1)})")

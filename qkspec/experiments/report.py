@@ -23,6 +23,7 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import locater_minimum  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import replicates  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import report_answer  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec.experiments import report_kappa2  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import report_claims  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import report_runs  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import report_verdicts  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -283,7 +284,8 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
   vs = locater_minimum.annotate(report_verdicts.verdicts(rows, members),
                                 rows)
   stripe_vs = report_claims.stripe_verdicts(runs)
-  paths = write_summary(rows, figures_dir, vs + stripe_vs, spread)
+  trends = report_kappa2.trends(rows)
+  paths = write_summary(rows, figures_dir, vs + stripe_vs + trends, spread)
   rel = os.path.relpath(figures_dir, out_path.parent)
   records = ("" if records_dir is None else
              f" from the run records in `{records_dir}`")
@@ -293,12 +295,19 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
         + f"`{records}; do not edit by hand. Every group's values: "
         f"[{rel}/summary.csv]({rel}/summary.csv), "
         f"[{rel}/summary.json]({rel}/summary.json).", "", "## Answer", ""]
-  md += report_answer.answer(vs, stripe_vs) + [""]
+  md += report_answer.answer(vs, stripe_vs, trends) + [""]
   md += report_answer.verdict_table(vs) + ["", report_answer.legend()]
   md += ["", "## How a verdict is reached", ""]
   md += report_answer.rules(report_verdicts.seed_reference(rows))
   md += ["", "## Every verdict", ""] + report_answer.detail_table(vs)
   md += [""] + [f"- {v['text']}" for v in stripe_vs]
+  if trends:
+    md += ["", "## kappa2 as a curve (Fig. 6C-D)", "",
+           "The slope of each metric against log10 kappa2 over kappa2 > 0, "
+           "and the best kappa2 > 0 against kappa2 = 0, its interval or "
+           "floor at the Bonferroni level for the kappa2 it was chosen "
+           "from (the rules above otherwise):", ""]
+    md += report_answer.kappa2_table(trends)
   md += [""] + locater_minimum.markdown(rows, report_runs.READINGS)
   md += ["", "## Figures", ""]
   for label in sorted({r["label"] for r in rows}, key=report_runs.label_order):
@@ -338,14 +347,12 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
   md += ["", "## Same config, same seed, run twice", "",
          "Two GPU runs of one config and seed are not bit-identical "
          "(XLA's GPU scatter-adds and some reductions may sum in another "
-         "order). Largest relative difference of the final values, per "
-         "reading of kappa:", ""]
+         "order); the largest relative difference of the final values, "
+         "per reading of kappa (which pairs: summary.json):", ""]
   titles = {n: t for n, _, t in report_runs.QUANTITIES}
-  if not spread:
-    md += replicates.markdown({}, titles) + [""]
-  for reading, s in spread.items():
-    md += [f"{report_runs.reading_name(reading)}:", ""]
-    md += replicates.markdown(s, titles) + [""]
+  md += [replicates.markdown(s, titles, report_runs.reading_name(reading))
+         for reading, s in spread.items()] or [replicates.markdown({}, {})]
+  md += [""]
   md += ["## Runs", "",
          "Device and wall time from each run's `run_info.jsonl`.", ""]
   listed = set()

@@ -20,7 +20,8 @@ _WORDS = {"yes": "as the paper", "(yes)": "as the paper with one seed",
 
 
 def _counts(vs) -> str:
-  """"reversed in 9, no practical effect in 5" over the verdicts `vs`."""
+  """"reversed in 9, no practical effect in 5" over the verdicts `vs`
+  (dicts with "verdict" and "direction")."""
   shorts = [rv.short(v) for v in vs]
   return ", ".join(f"{_WORDS[s]} in {shorts.count(s)}" for s in _ORDER
                    if s in shorts)
@@ -89,9 +90,22 @@ def _stripe_line(stripe_vs) -> str:
              "gradient over positions as stripes." if kept else ""))
 
 
-def answer(vs, stripe_vs) -> list[str]:
-  """The answer in words: the paper's claims, then LocATER vs none."""
-  paper = [_claim_line(vs, c, w, "kappa2") for c, _, _, w in rv.CLAIMS]
+def _curve_note(trends, claim) -> str:
+  """Best kappa2 > 0 against kappa2 = 0 over the cells, in words."""
+  mine = [t for t in trends if t["claim"] == claim]
+  if not mine:
+    return ""
+  slopes = [t["slope"] for t in mine]
+  return (f" The best kappa2 > 0 against 0 (Bonferroni): "
+          f"{_counts(mine)}; slope {min(slopes):+.3g} to "
+          f"{max(slopes):+.3g}{_UNITS[mine[0]['quantity']]} per decade.")
+
+
+def answer(vs, stripe_vs, trends=()) -> list[str]:
+  """The answer in words: the paper's claims (with the `trends` of
+  `report_kappa2`), then LocATER vs none."""
+  paper = [_claim_line(vs, c, w, "kappa2") + _curve_note(trends, c)
+           for c, _, _, w in rv.CLAIMS]
   paper.append(_stripe_line(stripe_vs))
   none = [_claim_line(vs, c, w, "none") for c, _, _, w in rv.CLAIMS]
   out = ["The paper's claims, kappa2 = 0 -> 1 at kappa1 = 100 (Figs. 6, "
@@ -199,3 +213,22 @@ def detail_table(vs) -> list[str]:
 
 def _num(x) -> str:
   return f"{x:.4g}" if np.isfinite(x) else "n/a"
+
+
+def kappa2_table(trends) -> list[str]:
+  """`report_kappa2.trends` as one table: a row per figure, reading, claim."""
+  lines = ["| figure | reading | claim | slope per decade of kappa2, 95% CI "
+           "| best kappa2 > 0 | best - kappa2 = 0, CI or floor | verdict |",
+           "|" + "---|" * 7]
+  for t in sorted(trends, key=lambda t: (report_runs.label_order(t["label"]),
+                                         t["reading"], t["claim"])):
+    ci = ("" if t["slope_ci"] is None else
+          f" [{t['slope_ci'][0]:+.3g}, {t['slope_ci'][1]:+.3g}]")
+    diff = f"{t['diff']:+.3g}" + (
+        f" [{t['ci'][0]:+.3g}, {t['ci'][1]:+.3g}]" if t["ci"] else
+        f" vs floor {t['floor']:.2g}" if t["floor"] is not None else "")
+    lines.append(f"| {t['label']} | {report_runs.reading_name(t['reading'])}"
+                 f" | {t['claim']} | {t['slope']:+.3g}{ci}, {t['n']} "
+                 f"seed{'s' * (t['n'] > 1)} | {t['best_kappa2']:g} | {diff} "
+                 f"| {rv.full(t)} |")
+  return lines

@@ -18,7 +18,8 @@ initialisation and batches), and a verdict reads it through three rules:
    then reads "indicative (one seed)", never an unqualified one.
 
 `time_average` turns two curves over training into the per-evaluation
-difference after warm-up, for the claims judged over training.
+difference after warm-up, for the claims judged over training; `slope` and
+`bonferroni` read a metric as a curve over kappa2.
 """
 import math
 
@@ -140,3 +141,23 @@ def time_average(base, alt, start: int) -> tuple[float, float, int]:
   if not d.size:
     return math.nan, math.nan, 0
   return float(d.mean()), float(np.mean(d > 0)), int(d.size)
+
+
+def bonferroni(m: int, level: float = LEVEL) -> float:
+  """The confidence level of each of `m` comparisons that keeps the
+  family-wise error at 1 - `level` (Bonferroni)."""
+  return 1 - (1 - level) / m
+
+
+def slope(x, y) -> dict:
+  """Least-squares slope of `y` on `x` with its 95% interval from the
+  scatter about the line (t with len(x) - 2 dof; None below 3 points)."""
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  xc = x - x.mean()
+  b = float(np.sum(xc * (y - y.mean())) / np.sum(xc * xc))
+  if len(x) < 3:
+    return dict(slope=b, ci=None)
+  resid = y - y.mean() - b * xc
+  se = math.sqrt(np.sum(resid ** 2) / (len(x) - 2) / np.sum(xc * xc))
+  half = t_critical(len(x) - 2) * se
+  return dict(slope=b, ci=(b - half, b + half))
