@@ -37,6 +37,13 @@ class LocaterMinimumTest(absltest.TestCase):
     self.assertIn("| Fig. 6 | literal | 8 | 1 | 0.6667 | 0.6667 | 0.05556 | "
                   "0.05556 | 1 | 1 |", md)
     self.assertEqual(locater_minimum.markdown([], {}), [])
+    self.assertEqual(
+        locater_minimum.target_line(rows, {"mean_loss": "literal"}),
+        "tr(W_QK) never reaches its target 1: at kappa2 = 1 the trained "
+        "trace is literal 0.67; the penalty alone stops at W*'s trace 0.67 "
+        "(d = 8), as kappa1 = 4 pulls W_QK to 0 (section \"LocATER's own "
+        "minimum\").")
+    self.assertEqual(locater_minimum.target_line([], {}), "")
     self.assertEqual(locater_minimum.star_curve(rows),
                      ([0.0, 1.0], [0.0, float(star.scale)]))
 

@@ -472,7 +472,9 @@ class WriteReportTest(absltest.TestCase):
         self.assertEqual(self.md.count(row), 1, row)
     self.assertIn("SHORTENED: 2 of 50,000 steps", self.md)
     self.assertIn("configs/locater_wt2.py:seeds=2,fairseq,smoke", self.md)
-    self.assertIn("## Known deviations from fairseq", self.md)
+    self.assertIn("## Why this may differ from the paper", self.md)
+    self.assertIn("- tr(W_QK) never reaches its target 1: at kappa2 = 1 ",
+                  self.md)
     self.assertIn("## LocATER's own minimum", self.md)
     self.assertIn("\n| Fig. 6 (smoke) | fairseq (summed_loss) | 16 | 1 | ",
                   self.md)                     # LocATER's own minimum

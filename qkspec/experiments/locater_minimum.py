@@ -85,6 +85,31 @@ def markdown(rows, readings: dict) -> list[str]:
   return md
 
 
+def target_line(rows, readings: dict) -> str:
+  """The trained trace at the strongest kappa2 against the target and W*,
+  per reading (`readings`: reading -> its name); "" without LocATER rows."""
+  cs = [c for c in compare(rows) if c["kappa2"] > 0]
+  if not cs:
+    return ""
+  top = max(c["kappa2"] for c in cs)
+  cs = [c for c in cs if c["kappa2"] == top]
+
+  def span(xs):
+    lo, hi = f"{min(xs):.2g}", f"{max(xs):.2g}"
+    return lo if lo == hi else f"{lo} to {hi}"
+  by_reading = {}
+  for c in cs:
+    by_reading.setdefault(c["reading"], []).append(c["trace"])
+  trained = "; ".join(f"{readings.get(r, r)} {span(t)}"
+                      for r, t in sorted(by_reading.items()))
+  star = ", ".join(f"{c['star_trace']:.2g} (d = {c['d_model']})"
+                   for c in {c["d_model"]: c for c in cs}.values())
+  return (f"tr(W_QK) never reaches its target 1: at kappa2 = {top:g} the "
+          f"trained trace is {trained}; the penalty alone stops at W*'s "
+          f"trace {star}, as kappa1 = {cs[0]['kappa1']:g} pulls W_QK to 0 "
+          "(section \"LocATER's own minimum\").")
+
+
 def annotate(verdict_list, rows) -> list[dict]:
   """The verdicts (`report_verdicts.verdicts`), each with `at_minimum`:
   does its stronger group sit at W* (claim B cannot be reproduced there)?"""

@@ -32,6 +32,8 @@ from qkspec.experiments import stripes  # pylint: disable=g-import-not-at-top,wr
 from qkspec.experiments import training_plots  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 DEVIATIONS = (
+    "Perplexity: the valid split's, as Fig. 6D (test perplexity: "
+    "summary.csv).",
     "Precision: float32 parameters, optimizer state, softmax and loss; the "
     "matmuls in each run's `compute_dtype` (listed under Runs): bfloat16 "
     "(fairseq used FP16 with loss scaling) or float32 at JAX's default "
@@ -366,8 +368,9 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
             or "device and wall time not recorded")
     md.append(f"- {run['label']}, {reading}: {_steps_line(run)}; {info}; "
               f"`{run['command']}`")
-  md += ["", "## Known deviations from fairseq", ""]
-  md += [f"- {d}" for d in DEVIATIONS]
+  md += ["", "## Why this may differ from the paper", ""]
+  target = locater_minimum.target_line(rows, report_runs.READINGS)
+  md += [f"- {d}" for d in ((target,) if target else ()) + DEVIATIONS]
   out_path.parent.mkdir(parents=True, exist_ok=True)
   out_path.write_text("\n".join(md) + "\n")
   return [str(out_path)] + paths
