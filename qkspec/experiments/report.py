@@ -23,6 +23,7 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import locater_minimum  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import replicates  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import report_answer  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec.experiments import report_gaps  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import report_kappa2  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import report_claims  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import report_runs  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -186,11 +187,18 @@ def _curves(cell, counted, title, png, rel, paths) -> list[str]:
                                    cell[0]["figure"])
   fig.suptitle(f"{title}: over training, {_seed_words(drawn)}")
   _save(fig, png, 90, paths)
+  gaps = ""
+  fig = report_gaps.gap_figure(drawn, f"{title}: against kappa2 = 0 over "
+                               f"training, {_seed_words(drawn)}")
+  if fig is not None:
+    gap_png = png.with_name(png.name.replace("_curves_", "_gaps_"))
+    _save(fig, gap_png, 90, paths)
+    gaps = f"; against kappa2 = 0: ![gaps]({rel}/{gap_png.name})"
   skipped = len(counted) - len(drawn)
   if not skipped:
-    return [f"- curves over training: ![curves]({rel}/{png.name})"]
+    return [f"- curves over training: ![curves]({rel}/{png.name}){gaps}"]
   return [f"- curves over training of the members that kept them: "
-          f"![curves]({rel}/{png.name}) ({skipped} of {len(counted)} "
+          f"![curves]({rel}/{png.name}){gaps} ({skipped} of {len(counted)} "
           "members not drawn: their records hold final values only)"]
 
 
