@@ -125,12 +125,18 @@ def figure(rows, label):
     ax.set_title(f"{ylabel} ({claim})" + (f"\n{note}" if note else ""),
                  fontsize=10)
   axes[0].legend(loc="lower right")  # W* rises with kappa2: that corner's free
-  seeds = sorted({s for r in rows if r["label"] == label
-                  for s in r.get("seeds", ())})
-  fig.suptitle(f"{label}: final values, " + (
-      f"seed {seeds[0]} (one seed, no error bars)" if len(seeds) == 1 else
-      "mean ± std over seeds" if not seeds else
-      f"mean ± std over seeds {', '.join(map(str, seeds))}"))
+  seeds = {report_runs.reading_name(reading): sorted(
+      {s for r in rows if r["label"] == label and r["reading"] == reading
+       for s in r.get("seeds", ())}) for reading in readings}
+  every = sorted({s for ss in seeds.values() for s in ss})
+  if len(every) == 1:
+    fig.suptitle(f"{label}: final values, seed {every[0]} (one seed, no "
+                 "error bars)")
+  else:
+    fig.suptitle(f"{label}: final values, mean ± std over seeds" + (
+        " (" + "; ".join(f"{name}: {', '.join(map(str, ss))}"
+                         for name, ss in seeds.items()) + ")"
+        if every else ""))
   return fig
 
 
