@@ -5,8 +5,9 @@ r"""Writes REPRODUCTION.md from training run directories (Figs. 6-12).
       --out REPRODUCTION.md
   python launch/report.py --out REPRODUCTION.md     # from the records alone
 
-Tables (mean +- std over seeds per kappa2), verdicts on the paper's claims
-B-D and the commands and steps of every run; summary.csv, summary.json and
+The answer first (one line per claim, then the verdict table), then every
+verdict with its paired t-test or one-seed floor, kappa2 as a curve, and
+the commands and steps of every run; summary.csv, summary.json and
 the figures go to --figures_dir. Each run of --runs is first recorded in
 --records_dir (its config, members, run_info and the few metrics the
 report reads: qkspec/experiments/run_records.py) and the report covers
@@ -15,7 +16,7 @@ command without --runs regenerates it. A run recorded again replaces its
 record; another run whose directory has the same basename is refused.
 Runs of one figure and reading are merged (seeds trained as separate runs
 count together). --replicates: runs that repeat one of the runs (same config
-and seed), the floor under one-seed verdicts. --norecords reports on --runs
+and seed): what GPU nondeterminism alone moves. --norecords reports on --runs
 alone. Your own runs want their own --out (e.g. /tmp/exp_runs/REPRODUCTION.md):
 with the default they join the repository's records and report.
 """
@@ -31,7 +32,7 @@ _RUNS = flags.DEFINE_list("runs", [], "launch/train.py workdirs, "
                           "comma-separated, recorded before the report.")
 _REPLICATES = flags.DEFINE_list(
     "replicates", [], "Workdirs that repeat a run (same config and seed): "
-    "the same-seed rerun spread, the floor under one-seed verdicts.")
+    "the same-seed rerun spread (GPU nondeterminism).")
 _OUT = flags.DEFINE_string("out", "REPRODUCTION.md", "The markdown report.")
 _FIGURES_DIR = flags.DEFINE_string(
     "figures_dir", None, "Summary CSV/JSON and figures; default: "

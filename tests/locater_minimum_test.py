@@ -34,25 +34,27 @@ class LocaterMinimumTest(absltest.TestCase):
                                         float(star.scale))]
     md = "\n".join(locater_minimum.markdown(rows, {"mean_loss": "literal"}))
     self.assertIn("## LocATER's own minimum", md)
-    self.assertIn("### Fig. 6, literal (d = 8, kappa1 = 4)", md)
-    self.assertIn("| 1 | 0.6667 | 0.6667 | 0.05556 | 0.05556 | 1 | yes |",
-                  md)
-    self.assertIn("scale 0 -> 0.05556 (grows); trained: 0.02 -> 0.05556; "
-                  "at W* for kappa2 in {1}.", md)
+    self.assertIn("| Fig. 6 | literal | 8 | 1 | 0.6667 | 0.6667 | 0.05556 | "
+                  "0.05556 | 1 | 1 |", md)
     self.assertEqual(locater_minimum.markdown([], {}), [])
+    self.assertEqual(
+        locater_minimum.target_line(rows, {"mean_loss": "literal"}),
+        "tr(W_QK) never reaches its target 1: at kappa2 = 1 the trained "
+        "trace is literal 0.67; the penalty alone stops at W*'s trace 0.67 "
+        "(d = 8), as kappa1 = 4 pulls W_QK to 0 (section \"LocATER's own "
+        "minimum\").")
+    self.assertEqual(locater_minimum.target_line([], {}), "")
     self.assertEqual(locater_minimum.star_curve(rows),
                      ([0.0, 1.0], [0.0, float(star.scale)]))
 
-  def test_annotate_points_claim_b_at_w_star_only(self):
+  def test_annotate_flags_the_groups_at_w_star_only(self):
     star = locater.penalty_minimum(4.0, 1.0, 8)
     rows = [_row(1.0, float(star.trace), float(star.scale)),
             _row(1.0, 0.1, 5.0, reading="summed_loss")]
-    vs = [dict(label="Fig. 6", reading=reading, claim=claim, kappa1=4.0,
-               kappa2=1.0, text="x")
-          for reading in ("mean_loss", "summed_loss") for claim in "BC"]
-    texts = [v["text"] for v in locater_minimum.annotate(vs, rows)]
-    self.assertStartsWith(texts[0], "x; the kappa2 = 1 group sits at W*")
-    self.assertEqual(texts[1:], ["x", "x", "x"])   # claim C; not at W*
+    vs = [dict(label="Fig. 6", reading=reading, claim="B", kappa1=4.0,
+               kappa2=1.0) for reading in ("mean_loss", "summed_loss")]
+    at = [v["at_minimum"] for v in locater_minimum.annotate(vs, rows)]
+    self.assertEqual(at, [True, False])
 
 
 if __name__ == "__main__":

@@ -41,11 +41,6 @@ class SpreadTest(absltest.TestCase):
       self.assertEmpty(replicates.pairs([run], [other]))
       self.assertEqual(replicates.spread([run], [other], QUANTITIES), {})
 
-  def test_within_scales_with_the_larger_value(self):
-    self.assertTrue(replicates.within(0.4, 100.0, 100.4, 0.002))  # <= 0.4016
-    self.assertFalse(replicates.within(0.5, 100.0, 100.5, 0.002))
-    self.assertTrue(replicates.within(-0.4, 100.4, 100.0, 0.002))
-
   def test_merge_keeps_the_largest_and_counts_every_pair(self):
     a = {"valid_ppl": dict(rel=0.01, where="a", n=2),
          "entropy": dict(rel=0.002, where="a", n=2)}
@@ -81,7 +76,12 @@ class SpreadTest(absltest.TestCase):
                      ["mean_loss", "summed_loss"])
 
   def test_markdown_without_replicates_says_so(self):
-    self.assertIn("no replicate runs given", replicates.markdown({}, {})[0])
+    self.assertIn("no replicate runs given", replicates.markdown({}, {}))
+    line = replicates.markdown({"valid_ppl": dict(rel=7.7e-4, where="a",
+                                                  n=7)}, {"valid_ppl": "ppl"},
+                               "literal")
+    self.assertEqual(line, "- literal: ppl 0.00077 (largest relative "
+                     "difference of 7 pairs)")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 Two GPU runs of one config and seed are not bit-identical (XLA's GPU
 scatter-adds, e.g. the embedding gradient, and some reductions may sum in
-another order each run). Their difference is the floor under any one-seed
-comparison (`within`).
+another order each run). Their difference is what one config and seed
+leaves to chance on a GPU, far below the spread over seeds that one-seed
+verdicts are held to (`report_verdicts.seed_reference`).
 
 The spread is the largest relative difference |a - b| / mean(|a|, |b|)
 over the replicate members and their twins. `by_reading` keeps one per
@@ -14,8 +15,6 @@ less than 0.1%, so one reading's spread is no floor for the other.
 import numpy as np
 
 from qkspec.experiments import training_plots
-
-FACTOR = 2.0     # one seed: |diff| <= FACTOR x rerun spread, not significant
 
 
 def _key(run, member):
@@ -88,16 +87,12 @@ def merge(*spreads: dict) -> dict:
   return out
 
 
-def within(diff: float, m0: float, m1: float, rel: float) -> bool:
-  """Is |diff| within FACTOR x the relative spread `rel` of max(|m0|, |m1|)?"""
-  return abs(diff) <= FACTOR * rel * max(abs(m0), abs(m1))
-
-
-def markdown(spreads: dict, labels: dict) -> list[str]:
-  """Report lines: one per quantity (`labels`: name -> its table title)."""
+def markdown(spreads: dict, labels: dict, name: str = "") -> str:
+  """One report line for the spreads of a reading `name` (`labels`:
+  quantity -> its title); where each largest one was: summary.json."""
   if not spreads:
-    return ["- no replicate runs given (`launch/report.py --replicates`): "
-            "one-seed verdicts go by the sign of the difference alone."]
-  return [f"- {labels.get(name, name)}: {s['rel']:.2g} relative (largest "
-          f"of {s['n']} pair{'s' * (s['n'] > 1)}: {s['where']})"
-          for name, s in spreads.items()]
+    return "- no replicate runs given (`launch/report.py --replicates`)."
+  n = max(s["n"] for s in spreads.values())
+  return (f"- {name}: " + ", ".join(
+      f"{labels.get(q, q)} {s['rel']:.2g}" for q, s in spreads.items())
+          + f" (largest relative difference of {n} pair{'s' * (n > 1)})")

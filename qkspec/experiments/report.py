@@ -1,13 +1,14 @@
 """REPRODUCTION.md from training run directories (paper Sec. 7, Figs. 6-12).
 
 `write_report(run_dirs, out_path)` reads each run (`report_runs`), judges
-the paper's claims and lists what is still to run (`report_claims`), sets
-W_QK beside LocATER's own minimum (`locater_minimum`) and writes the report
-with `summary.csv`, `summary.json` and the figures beside it. With
+the paper's claims (`report_verdicts`, `report_claims`), opens with the
+answer (`report_answer`), sets W_QK beside LocATER's own minimum
+(`locater_minimum`), lists what is still to run and writes the report with
+`summary.csv`, `summary.json` and the figures beside it. With
 `records_dir` it first records each run (`run_records`) and reports on
 every record there, so it regenerates without the runs. A record rebuilt
 from an earlier report may hold final values only: its curves and rho maps
-are then that report's PNGs, kept as `*_earlier.png` (`earlier_png`).
+are then not drawn, and the report says so.
 """
 import csv
 import json
@@ -21,13 +22,19 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from qkspec.experiments import locater_minimum  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import replicates  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec.experiments import report_answer  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec.experiments import report_gaps  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec.experiments import report_kappa2  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import report_claims  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import report_runs  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec.experiments import report_verdicts  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import run_records  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import stripes  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import training_plots  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 DEVIATIONS = (
+    "Perplexity: the valid split's, as Fig. 6D (test perplexity: "
+    "summary.csv).",
     "Precision: float32 parameters, optimizer state, softmax and loss; the "
     "matmuls in each run's `compute_dtype` (listed under Runs): bfloat16 "
     "(fairseq used FP16 with loss scaling) or float32 at JAX's default "
@@ -59,9 +66,18 @@ def _steps_line(r):
   return line
 
 
+def _seed_words(members) -> str:
+  """"mean over seeds 0, 1" or "seed 0 (one seed)" of `members`."""
+  seeds = sorted({m["seed"] for m in members})
+  if len(seeds) == 1:
+    return f"seed {seeds[0]} (one seed)"
+  return f"mean over seeds {', '.join(map(str, seeds))}"
+
+
 def figure(rows, label):
   """Final scale, entropy and valid ppl vs kappa2, one line per reading
-  with LocATER members (coinciding readings stay visible, and are named)."""
+  with LocATER members (coinciding readings stay visible, and are named),
+  and a reading's no-LocATER member as a horizontal line."""
   panels = [("scale", "scale tr$(W_{QK}^\\top W_{QK})$", "B"),
             ("entropy", "attention entropy (nats)", "C"),
             ("valid_ppl", "valid perplexity", "D")]
@@ -85,6 +101,16 @@ def figure(rows, label):
                   label=f"{i + 1}: {report_runs.reading_name(reading)}",
                   **styles[i % len(styles)])
       ax.set(xlabel=r"$\kappa_2$", ylabel=ylabel)
+  none = next((r for r in rows if r["label"] == label and r["kappa1"] == 0),
+              None)                  # trains the same under both readings
+  span = sorted({r["kappa2"] for r in rows
+                 if r["label"] == label and r["kappa1"] > 0})
+  for ax, (q, _, _) in zip(axes[1:], panels[1:]):   # B: decades above
+    if none is not None and span:
+      value = none[f"{q}_mean"]
+      ax.plot([span[0], span[-1]], [value, value], color="0.3", ls=":",
+              lw=1.5, label=f"no LocATER ({value:.4g})")
+      ax.legend(fontsize=8, loc="best")
   kappa2s, star = locater_minimum.star_curve(
       [r for r in rows if r["label"] == label])
   if kappa2s:                  # the same W* under both readings
@@ -99,50 +125,23 @@ def figure(rows, label):
     ax.set_title(f"{ylabel} ({claim})" + (f"\n{note}" if note else ""),
                  fontsize=10)
   axes[0].legend(loc="lower right")  # W* rises with kappa2: that corner's free
-  fig.suptitle(f"{label}: final values, mean ± std over seeds")
+  seeds = {report_runs.reading_name(reading): sorted(
+      {s for r in rows if r["label"] == label and r["reading"] == reading
+       for s in r.get("seeds", ())}) for reading in readings}
+  every = sorted({s for ss in seeds.values() for s in ss})
+  if len(every) == 1:
+    fig.suptitle(f"{label}: final values, seed {every[0]} (one seed, no "
+                 "error bars)")
+  else:
+    fig.suptitle(f"{label}: final values, mean ± std over seeds" + (
+        " (" + "; ".join(f"{name}: {', '.join(map(str, ss))}"
+                         for name, ss in seeds.items()) + ")"
+        if every else ""))
   return fig
-
-
-def _role(run, alone: bool) -> str:
-  """What a cell takes from `run` (`alone`: nothing else from it)."""
-  if "shared_from" in run:
-    return (f"its no-LocATER members{' only' if alone else ''}, shared "
-            f"from the {report_runs.reading_name(run['shared_from'])} reading "
-            "(kappa1 = kappa2 = 0 trains the same under both)")
-  if run["both_readings"]:
-    return ("its members of this reading (the run trained both readings "
-            "side by side, on the same batches)")
-  return ""
-
-
-def run_lines(cell) -> list[str]:
-  """One markdown item per run of a (figure, reading) cell, with its
-  command (a run in two roles, e.g. `both_readings,contrast`, once)."""
-  lines = []
-  for run_dir in dict.fromkeys(run["run_dir"] for run in cell):
-    entries = [run for run in cell if run["run_dir"] == run_dir]
-    roles = [r for r in (_role(e, len(entries) == 1) for e in entries) if r]
-    lines += [f"- run `{entries[0]['run_dir']}`: {_steps_line(entries[0])}"
-              + "".join(("; " if i == 0 else "; and ") + r
-                        for i, r in enumerate(roles)),
-              f"  - command: `{entries[0]['command']}`"]
-  return lines
 
 
 def _slug(label):
   return label.lower().replace(". ", "").replace(" (", "_").strip(")")
-
-
-def _table(rs):
-  quantities = report_runs.QUANTITIES
-  head = ["kappa1", "kappa2", "seeds"] + [t for _, _, t in quantities]
-  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-  for r in sorted(rs, key=lambda r: (r["kappa1"], r["kappa2"])):
-    cells = [f"{r['kappa1']:g}", f"{r['kappa2']:g}", str(r["n_seeds"])]
-    cells += [report_claims.plus_minus(r[f"{q}_mean"], r[f"{q}_std"])
-              for q, _, _ in quantities]
-    lines.append("| " + " | ".join(cells) + " |")
-  return lines
 
 
 def write_summary(rows, directory, verdicts, spread) -> list[str]:
@@ -171,21 +170,10 @@ def _has_curves(member) -> bool:
       "mean/qk_scale", "mean/entropy", "valid/ppl", "valid/loss"))
 
 
-def earlier_png(png) -> pathlib.Path:
-  """`png` as an earlier report drew it from runs not kept: its own name,
-  so a report that draws `png` from new runs does not overwrite it."""
-  png = pathlib.Path(png)
-  return png.with_name(f"{png.stem}_earlier{png.suffix}")
-
-
-def _earlier_figure(what: str, alt: str, png, rel) -> list[str]:
-  """The line for a figure the records cannot draw (`earlier_png`'s)."""
-  earlier = earlier_png(png)
-  if earlier.is_file():
-    return [f"- {what} (drawn by an earlier report from the runs, which "
-            "were not kept; their records hold final values only): "
-            f"![{alt}]({rel}/{earlier.name})"]
-  return [f"- {what}: not drawn (the records hold final values only)"]
+def _not_drawn(what: str, members: int) -> list[str]:
+  """The line for a figure the records cannot draw."""
+  return [f"- {what}: not drawn (the records of {members} member"
+          f"{'s' * (members > 1)} hold final values only)"]
 
 
 def _save(fig, png, dpi: int, paths: list[str]) -> None:
@@ -197,26 +185,27 @@ def _save(fig, png, dpi: int, paths: list[str]) -> None:
 
 def _curves(cell, counted, title, png, rel, paths) -> list[str]:
   """The cell's B-D curves over training (seeds averaged) to `png`, from
-  the members that kept them (`_earlier_figure` for the rest); markdown."""
+  the members that kept them; markdown."""
   drawn = [m for m in counted if _has_curves(m)]
   if not drawn:
-    return _earlier_figure("curves over training", "curves", png, rel)
-  panels_of = cell[0]["figure"]    # Fig. 7 (rho maps only): Fig. 6's model
+    return _not_drawn("curves over training", len(counted))
   fig = training_plots.fig6_figure(report_runs.seed_mean(drawn),  # B-D
-                                   "6" if panels_of == "7" else panels_of)
-  seeds = max(len(g) for g in report_runs.seed_groups(drawn).values())
-  fig.suptitle(f"{title}: over training"
-               + (f", mean over {seeds} seeds" if seeds > 1 else ""))
+                                   cell[0]["figure"])
+  fig.suptitle(f"{title}: over training, {_seed_words(drawn)}")
   _save(fig, png, 90, paths)
+  gaps = ""
+  fig = report_gaps.gap_figure(drawn, f"{title}: against kappa2 = 0 over "
+                               f"training, {_seed_words(drawn)}")
+  if fig is not None:
+    gap_png = png.with_name(png.name.replace("_curves_", "_gaps_"))
+    _save(fig, gap_png, 90, paths)
+    gaps = f"; against kappa2 = 0: ![gaps]({rel}/{gap_png.name})"
   skipped = len(counted) - len(drawn)
   if not skipped:
-    return [f"- curves over training: ![curves]({rel}/{png.name})"]
+    return [f"- curves over training: ![curves]({rel}/{png.name}){gaps}"]
   return [f"- curves over training of the members that kept them: "
-          f"![curves]({rel}/{png.name}) ({skipped} of {len(counted)} "
-          "members not drawn: their records hold final values only)"
-          ] + _earlier_figure(f"curves over training of the other {skipped} "
-                              f"member{'s' * (skipped > 1)}", "curves", png,
-                              rel)
+          f"![curves]({rel}/{png.name}){gaps} ({skipped} of {len(counted)} "
+          "members not drawn: their records hold final values only)"]
 
 
 def _rho_maps(run, png, rel, paths) -> list[str]:
@@ -228,7 +217,8 @@ def _rho_maps(run, png, rel, paths) -> list[str]:
     _save(fig, png, 110, paths)
     md = [f"- {what}: ![rho]({rel}/{png.name})"]
   else:
-    md = _earlier_figure(what, "rho", png, rel)
+    md = [f"- {what}: not drawn (the record keeps the stripe test's results, "
+          "not the rho maps)"]
   return md + [f"  - {name}: {stripes.describe(result)}"
                for name, result in report_claims.rho_stripes(run["members"])]
 
@@ -305,41 +295,39 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
   if not rows:
     raise ValueError("no members found in the run directories.")
   spread = _spread(runs, replicate_dirs)
-  vs = locater_minimum.annotate(report_claims.verdicts(rows, spread), rows)
-  vs += report_claims.stripe_verdicts(runs)
   by_cell = report_runs.cells(runs)
-  paths = write_summary(rows, figures_dir, vs, spread)
+  members = {k: report_runs.cell_members(c)[0] for k, c in by_cell.items()}
+  vs = locater_minimum.annotate(report_verdicts.verdicts(rows, members),
+                                rows)
+  stripe_vs = report_claims.stripe_verdicts(runs)
+  trends = report_kappa2.trends(rows)
+  paths = write_summary(rows, figures_dir, vs + stripe_vs + trends, spread)
   rel = os.path.relpath(figures_dir, out_path.parent)
   records = ("" if records_dir is None else
-             f" from the run records in `{records_dir}` (what the report "
-             "reads of each run, kept so that it regenerates without the "
-             "runs; `--runs DIR,...` adds or replaces records)")
+             f" from the run records in `{records_dir}`")
   md = ["# Reproduction: language-model claims (Sec. 7, Figs. 6-12)", "",
         "Generated by `" + (command or report_command(run_dirs, out_path,
                                                       replicate_dirs))
-        + f"`{records}; do not edit by hand.",
-        f"Summary: [{rel}/summary.csv]({rel}/summary.csv), "
-        f"[{rel}/summary.json]({rel}/summary.json).", "",
-        "Claims (paper): with stronger kappa2 the scale tr(W_QK^T W_QK) "
-        "shrinks (B), the attention entropy is higher (C) and the valid "
-        "perplexity lower (D). A verdict is *not significant* when "
-        "|mean difference| <= 2 x the pooled std over seeds, or, with one "
-        f"seed, <= {replicates.FACTOR:g} x the relative difference between "
-        "two runs of the same config and seed, measured in the same reading "
-        "of kappa (below). With two seeds or more a line also gives the "
-        "*paired* verdict: the members of one seed share their "
-        "initialisation and batches, so the per-seed differences decide it "
-        "(significant when their mean exceeds 2 x its standard error and "
-        "every seed agrees in sign), which the seeds' spread of each "
-        "group's mean can hide.", "",
-        "## Verdicts", ""]
-  table = report_claims.glance(vs)
-  if table:
-    md += ["At a glance (each verdict's numbers below):", ""] + table + [""]
-  md += [f"- {v['text']}" for v in vs] or ["- (no kappa2 = 0 / 1 pair)"]
+        + f"`{records}; do not edit by hand. Every group's values: "
+        f"[{rel}/summary.csv]({rel}/summary.csv), "
+        f"[{rel}/summary.json]({rel}/summary.json).", "", "## Answer", ""]
+  md += report_answer.answer(vs, stripe_vs, trends) + [""]
+  md += report_answer.verdict_table(vs) + ["", report_answer.legend()]
+  md += ["", "## How a verdict is reached", ""]
+  md += report_answer.rules(report_verdicts.seed_reference(rows))
+  md += ["", "## Every verdict", ""] + report_answer.detail_table(vs)
+  md += [""] + [f"- {v['text']}" for v in stripe_vs]
+  if trends:
+    md += ["", "## kappa2 as a curve (Fig. 6C-D)", "",
+           "The slope of each metric against log10 kappa2 over kappa2 > 0, "
+           "and the best kappa2 > 0 against kappa2 = 0, its interval or "
+           "floor at the Bonferroni level for the kappa2 it was chosen "
+           "from (the rules above otherwise):", ""]
+    md += report_answer.kappa2_table(trends)
   md += [""] + locater_minimum.markdown(rows, report_runs.READINGS)
+  md += ["", "## Figures", ""]
   for label in sorted({r["label"] for r in rows}, key=report_runs.label_order):
-    md += ["", f"## {label}", ""]
+    md += [f"### {label}", ""]
     locater = any(r["label"] == label and r["kappa1"] > 0 for r in rows)
     if locater and not label.startswith("Fig. 7"):   # Fig. 7: heat maps
       fig = figure(rows, label)       # (its kappa1 > 0 groups against kappa2)
@@ -347,56 +335,42 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
       _save(fig, png, 110, paths)
       md += [f"![{label}]({rel}/{png.name})", ""]
     for reading in sorted({r["reading"] for r in rows if r["label"] == label}):
-      rs = [r for r in rows if r["label"] == label and r["reading"] == reading]
       cell = by_cell[(label, reading)]
-      md += [f"### {report_runs.reading_name(reading)}", ""] + run_lines(cell)
+      name = report_runs.reading_name(reading)
       counted, left_out = report_runs.cell_members(cell)
       if left_out:
-        md.append(f"- left out (stopped before step "
+        md.append(f"- {name}: left out (stopped before step "
                   f"{max(m['last_step'] for m in counted):,}): " + ", ".join(
                       f"seed {m['seed']}, kappa2 = {m['kappa2']:g} at step "
                       f"{m['last_step']:,}" for m in left_out))
       png = figures_dir / f"{_slug(label)}_curves_{reading}.png"
-      md += _curves(cell, counted,
-                    f"{label}, {report_runs.reading_name(reading)}", png,
-                    rel, paths)
+      md += [f"- {name}, " + line[2:] for line in _curves(
+          cell, counted, f"{label}, {name}", png, rel, paths)]
       for i, run in enumerate(cell):
         if run["figure"] == "7" and "shared_from" not in run:  # rho maps
           png = figures_dir / f"{_slug(label)}_rho_{reading}_{i}.png"
           md += _rho_maps(run, png, rel, paths)
-      md += [""] + _table(rs) + [""] + [
-          f"- {v['text']}" for v in vs
-          if v["label"] == label and v["reading"] == reading] + [""]
-  md += ["", "## Still to run", "",
-         "What the report lacks before every claim has its numbers, each "
-         "with the command that trains it: `python launch/train.py --config "
-         "...` (add `--config.data.manual_dir=DIR` where WikiText-2 cannot "
-         "be downloaded), or on a GPU `python bench/gpu_figures.py`. A run "
-         "is resumable (the same command continues it), and `python "
-         "launch/report.py --runs DIR` adds it to this report:", ""]
+    md.append("")
+  md += ["## Still to run", "",
+         "Each with the command that trains it (add "
+         "`--config.data.manual_dir=DIR` where WikiText-2 cannot be "
+         "downloaded; on a GPU `python bench/gpu_figures.py`); a run "
+         "resumes with the same command, and `python launch/report.py "
+         "--runs DIR` adds it here:", ""]
   md += report_claims.still_to_run(rows) or [
       "- nothing: every figure has both readings at full length with the "
       "planned seeds."]
-  md += ["", "## Run-to-run spread (same config, same seed)", "",
-         "Two GPU runs of one config and seed are not bit-identical (by "
-         "default XLA's GPU scatter-adds and some reductions may sum in "
-         "another order each run), so one "
-         "seed's kappa2 effect must exceed their difference before its sign "
-         "means anything; seeds spread results further (the +- columns). "
-         "Largest relative difference of the final values, per reading of "
-         "kappa (the readings hold the scale at different sizes: near 1e-6 "
-         "in the literal one, where a rerun moves it by percents):", ""]
+  md += ["", "## Same config, same seed, run twice", "",
+         "Two GPU runs of one config and seed are not bit-identical "
+         "(XLA's GPU scatter-adds and some reductions may sum in another "
+         "order); the largest relative difference of the final values, "
+         "per reading of kappa (which pairs: summary.json):", ""]
   titles = {n: t for n, _, t in report_runs.QUANTITIES}
-  if not spread:
-    md += replicates.markdown({}, titles)
-  for reading, s in spread.items():
-    md += [f"{report_runs.reading_name(reading)} (the floor of this "
-           "reading's one-seed verdicts):", ""]
-    md += replicates.markdown(s, titles) + [""]
-  md += ["", "## Runs", "",
-         "Device and wall time come from each run's `run_info.jsonl` "
-         "(written by the training loop); \"not recorded\" marks runs "
-         "made before it existed.", ""]
+  md += [replicates.markdown(s, titles, report_runs.reading_name(reading))
+         for reading, s in spread.items()] or [replicates.markdown({}, {})]
+  md += [""]
+  md += ["## Runs", "",
+         "Device and wall time from each run's `run_info.jsonl`.", ""]
   listed = set()
   for run in sorted(runs, key=lambda r: report_runs.label_order(r["label"])):
     if run["run_dir"] in listed:   # both readings' halves: one program
@@ -408,8 +382,9 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
             or "device and wall time not recorded")
     md.append(f"- {run['label']}, {reading}: {_steps_line(run)}; {info}; "
               f"`{run['command']}`")
-  md += ["", "## Known deviations from fairseq", ""]
-  md += [f"- {d}" for d in DEVIATIONS]
+  md += ["", "## Why this may differ from the paper", ""]
+  target = locater_minimum.target_line(rows, report_runs.READINGS)
+  md += [f"- {d}" for d in ((target,) if target else ()) + DEVIATIONS]
   out_path.parent.mkdir(parents=True, exist_ok=True)
   out_path.write_text("\n".join(md) + "\n")
   return [str(out_path)] + paths

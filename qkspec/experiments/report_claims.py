@@ -1,172 +1,28 @@
-"""The report's verdicts on the paper's claims (Sec. 7, Figs. 6-12).
+"""Fig. 7's stripe verdict and what the report still lacks (Sec. 7).
 
-`verdicts(rows)` judges, per figure and reading, claims B (scale shrinks),
-C (entropy higher) and D (perplexity lower) for kappa2 = 0 -> 1 (kappa1 >
-0) and for no LocATER -> LocATER: "reproduced", "reversed" or "not
-significant" (|diff| <= 2 x the pooled std over seeds; with one seed, within
-the same-seed rerun spread of `replicates`). With two seeds or more it adds
-the `paired` verdict. `stripe_verdicts(runs)` judges Fig. 7's stripes in
-rho_i (`stripes`); `glance` puts all verdicts in one table.
+`stripe_verdicts(runs)` judges Fig. 7's stripes in rho_i (`stripes`); the
+claims B-D are `report_verdicts`'.
 
 `still_to_run(rows)` lists what the report lacks of its `PLAN` (every
 figure under both readings, 50,000 steps, 3 seeds for Fig. 6 and 1 for
-Figs. 7-12, beside the sweep a no-LocATER member for Figs. 8-12) and the
-`launch/train.py` command that trains it.
+Figs. 7-12, beside the sweep a no-LocATER member for Figs. 6 and 8-12:
+Fig. 6's, one per seed, pair LocATER against none and so measure the floor
+of the one-seed cells) and the `launch/train.py` command that trains it.
 """
-import math
 
-import numpy as np
-
-from qkspec.experiments import replicates
 from qkspec.experiments import report_runs
 from qkspec.experiments import stripes
 from qkspec.experiments import training_plots
 
-# claim: (quantity, sign the paper expects for LocATER-stronger minus weaker)
-CLAIMS = (("B", "scale", -1, "scale shrinks"),
-          ("C", "entropy", +1, "entropy higher"),
-          ("D", "valid_ppl", -1, "valid perplexity lower"))
 # figure -> seeds the report asks for under each reading
 PLAN = {"6": 3, "7": 1, "8": 1, "9": 1, "10": 1, "11": 1, "12": 1}
-CONTRAST_FIGS = ("8", "9", "10", "11", "12")   # need a no-LocATER group
+CONTRAST_FIGS = ("6", "8", "9", "10", "11", "12")   # need a no-LocATER group
 
 
 def _shortened(steps: int) -> str:
   """"; shortened: N of 50,000 steps" for a verdict on a shorter run."""
   return ("" if steps >= report_runs.PAPER_STEPS else
           f"; shortened: {steps:,} of {report_runs.PAPER_STEPS:,} steps")
-
-
-def paired(quantity, base, alt, sign):
-  """(verdict, per-seed differences d) of `alt` - `base` over their common
-  seeds: the members of one seed share initialisation and batches, so d
-  decides. "reproduced" or "reversed" (`sign`: the paper's) when |mean(d)|
-  > 2 x its standard error std / sqrt(n) and every seed agrees in sign,
-  else "not significant"; None with fewer than two common seeds."""
-  b = dict(zip(base.get("seeds", ()), base.get(f"{quantity}_values", ())))
-  a = dict(zip(alt.get("seeds", ()), alt.get(f"{quantity}_values", ())))
-  d = np.array([a[s] - b[s] for s in sorted(set(a) & set(b))], float)
-  if len(d) < 2 or not np.all(np.isfinite(d)):
-    return None, d
-  mean, se = d.mean(), d.std(ddof=1) / math.sqrt(len(d))
-  if abs(mean) <= 2 * se or not np.all(np.sign(d) == np.sign(mean)):
-    return "not significant", d
-  return ("reproduced" if np.sign(mean) == sign else "reversed"), d
-
-
-def _compare(claim, quantity, sign, what, base, alt, contrast, spread=None):
-  """One verdict: `alt` (stronger LocATER) against `base`. With one seed, a
-  difference within `spread` (`replicates.by_reading`) of `alt`'s reading
-  is "not significant"."""
-  m0, s0 = base[f"{quantity}_mean"], base[f"{quantity}_std"]
-  m1, s1 = alt[f"{quantity}_mean"], alt[f"{quantity}_std"]
-  diff = m1 - m0
-  one_seed = min(base["n_seeds"], alt["n_seeds"]) < 2
-  if not (np.isfinite(m0) and np.isfinite(m1)):
-    verdict, note = "not significant", "no values"
-  elif one_seed:
-    verdict = ("not significant" if diff == 0 else
-               "reproduced" if np.sign(diff) == sign else "reversed")
-    note = "one seed: no error bar"
-    rel = (spread or {}).get(alt["reading"], {}).get(quantity, {}).get("rel")
-    if rel is not None:
-      inside = replicates.within(diff, m0, m1, rel)
-      verdict = "not significant" if inside else verdict
-      note += (f"; {'within' if inside else 'beyond'} "
-               f"{replicates.FACTOR:g} x the same-seed rerun spread "
-               f"({rel:.2g} relative)")
-  else:
-    pooled = math.sqrt((s0 ** 2 + s1 ** 2) / 2)
-    verdict = ("not significant" if abs(diff) <= 2 * pooled else
-               "reproduced" if np.sign(diff) == sign else "reversed")
-    note = (f"|diff| {abs(diff):.4g} vs 2 x pooled std {2 * pooled:.4g}, "
-            f"{min(base['n_seeds'], alt['n_seeds'])} seeds")
-  by_seed, d = paired(quantity, base, alt, sign)
-  if by_seed:
-    same = int(np.sum(np.sign(d) == np.sign(d.mean())))
-    note += (f"; paired by seed: {d.mean():+.4g} ± {d.std(ddof=1):.2g} "
-             f"over {len(d)} seeds, {same} of {len(d)} of that sign: "
-             f"**{by_seed}**")
-  note += _shortened(min(base.get("final_step", report_runs.PAPER_STEPS),
-                         alt.get("final_step", report_runs.PAPER_STEPS)))
-  text = (f"{alt['label']}, {report_runs.reading_name(alt['reading'])}, "
-          f"claim {claim} ({what}, {contrast}): **{verdict}**: "
-          f"{plus_minus(m0, s0)} -> {plus_minus(m1, s1)} "
-          f"(diff {diff:+.4g}; {note})")
-  return dict(figure=alt["figure"], label=alt["label"],
-              reading=alt["reading"], claim=claim, contrast=contrast,
-              kappa1=alt["kappa1"], kappa2=alt["kappa2"],
-              verdict=verdict, diff=diff, note=note, text=text,
-              paired=by_seed)
-
-
-def verdicts(rows, spread=None) -> list[dict]:
-  """Claims B, C, D per figure and reading (`spread`: the one-seed floor,
-  `replicates.by_reading`)."""
-  groups = {}
-  for r in rows:
-    groups.setdefault((r["label"], r["reading"]), []).append(r)
-  out = []
-  for _, rs in sorted(groups.items(), key=report_runs.cell_order):
-    pairs = []
-    base, alt = [next((r for r in rs if r["kappa1"] > 0
-                       and r["kappa2"] == k), None) for k in (0.0, 1.0)]
-    if base and alt:
-      pairs.append((base, alt, "kappa2 = 0 -> 1"))
-    none = next((r for r in rs if r["kappa1"] == 0 and r["kappa2"] == 0),
-                None)
-    locater = [r for r in rs if r["kappa1"] > 0]
-    if none and locater:
-      best = max(locater, key=lambda r: r["kappa2"])
-      pairs.append((none, best, f"none -> kappa1 = {best['kappa1']:g}, "
-                                f"kappa2 = {best['kappa2']:g}"))
-    for b, a, contrast in pairs:
-      out += [_compare(c, q, s, w, b, a, contrast, spread)
-              for c, q, s, w in CLAIMS]
-  return out
-
-
-_SHORT = {"reproduced": "yes", "reversed": "**reversed**",
-          "not significant": "n.s.", "not reproduced": "no"}
-
-
-def glance(vs) -> list[str]:
-  """The verdicts `vs` as one markdown table, a row per figure and reading,
-  a column per claim and contrast (a differing paired verdict in brackets,
-  "-" where the runs lack the pair); Fig. 7's stripe verdicts below it."""
-  cells, stripe = {}, []
-  for v in vs:
-    if v["claim"] == "stripes":
-      stripe.append(f"{v['label']}, {report_runs.reading_name(v['reading'])}"
-                    f" {_SHORT[v['verdict']]}")
-      continue
-    kind = "kappa2" if v["contrast"].startswith("kappa2") else "none"
-    cell = _SHORT[v["verdict"]]
-    if v.get("paired") and v["paired"] != v["verdict"]:
-      cell += f" (paired: {_SHORT[v['paired']]})"
-    cells.setdefault((v["label"], v["reading"]), {})[kind, v["claim"]] = cell
-  claims = [c for c, _, _, _ in CLAIMS]
-  lines = ["| figure | reading | " + " | ".join(
-      f"{c} ({what}), {contrast}" for contrast in ("kappa2 0 -> 1",
-                                                  "none -> LocATER")
-      for c, _, _, what in CLAIMS) + " |",
-           "|" + "---|" * (2 + 2 * len(claims))]
-  for (label, reading), row in sorted(cells.items(),
-                                      key=report_runs.cell_order):
-    lines.append(f"| {label} | {report_runs.reading_name(reading)} | "
-                 + " | ".join(row.get((kind, c), "-")
-                              for kind in ("kappa2", "none")
-                              for c in claims) + " |")
-  if stripe:
-    lines += ["", "Stripes in rho_i over training (Fig. 7: with LocATER, "
-              "none without): " + "; ".join(stripe) + "."]
-  return lines if cells or stripe else []
-
-
-def plus_minus(mean, std):
-  if not np.isfinite(mean):
-    return "n/a"
-  return f"{mean:.4g}" + (f" ± {std:.2g}" if np.isfinite(std) else "")
 
 
 def _stripe_result(member, layer: int = 0):
@@ -214,8 +70,14 @@ def stripe_verdicts(runs) -> list[dict]:
             f"{stripes.P_VALUE:g} and contrast C >= "
             f"{stripes.MIN_CONTRAST:g}"
             f"{_shortened(max(m['last_step'] for m in counted))})")
+    kept = any(not any(k in m["metrics"] for k in training_plots.rho_keys(0))
+               for m in counted)       # a record kept results, not maps
+    summary = (f"{report_runs.reading_name(reading)}: stripes in {s1} of "
+               f"{n1} LocATER map{'s' * (n1 > 1)} and {s0} of {n0} "
+               "without.")
     out.append(dict(figure="7", label=label, reading=reading,
-                    claim="stripes", verdict=verdict, text=text))
+                    claim="stripes", verdict=verdict, text=text,
+                    summary=summary, kept=kept))
   return out
 
 

@@ -222,13 +222,18 @@ def _member_panels(fig, axes, members, panels):
 
 def fig6_figure(members, figure: str = "6"):
   """Fig. 6 B-D against the step (App. D's Figs. 8-12 have the same panels:
-  `figure` names the one the titles cite)."""
+  `figure` names the one the titles cite; Fig. 7, rho maps in the paper,
+  has no such panels, so its titles name its runs)."""
   valid, valid_label = _valid_key(members[0]["metrics"])
-  panels = [("mean/qk_scale", f"eigenspectrum scale (Fig. {figure}B)",
+
+  def cite(panel):
+    return (f"Fig. 7 runs, as Fig. 6{panel}" if figure == "7"
+            else f"Fig. {figure}{panel}")
+  panels = [("mean/qk_scale", f"eigenspectrum scale ({cite('B')})",
              _SCALE_LABEL),
-            ("mean/entropy", f"attention entropy (Fig. {figure}C)",
+            ("mean/entropy", f"attention entropy ({cite('C')})",
              "attention entropy (nats)"),
-            (valid, f"{valid_label} (Fig. {figure}D)", valid_label)]
+            (valid, f"{valid_label} ({cite('D')})", valid_label)]
   with plt.rc_context(_FONT):
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.4), layout="constrained")
     _member_panels(fig, list(axes), members, panels)

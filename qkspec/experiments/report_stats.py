@@ -1,0 +1,163 @@
+r"""The statistics behind the report's verdicts (paper Sec. 7, Figs. 6-12).
+
+The paper claims that a stronger LocATER (kappa2 0 -> 1, and LocATER
+against none) shrinks the scale (Fig. 6B), raises the attention entropy
+(6C, "during the updates entirely") and lowers the perplexity (6D). Each
+claim is a difference d = alt - base between two members of one seed (same
+initialisation and batches), and a verdict reads it through three rules:
+
+1. *Minimal effect* (`min_effect`): |mean d| below it is "no practical
+   effect", significant or not: 10% of the scale, 0.01 nats of entropy,
+   0.1% of perplexity.
+2. *Seeds* >= 2 (`paired_test`): a paired t-test, significant when the
+   95% interval mean(d) +- t_{n-1} s / sqrt(n) excludes 0, with
+   :math:`t_{n-1}` the two-sided 5% critical value (`t_critical`).
+3. *One seed* (`one_seed_floor`): significant when |d| exceeds
+   :math:`t_{n-1}` times the seed spread s of the same contrast measured
+   on a figure with n seeds, scaled to this figure's level; the verdict
+   then reads "indicative (one seed)", never an unqualified one.
+
+`time_average` turns two curves over training into the per-evaluation
+difference after warm-up, for the claims judged over training; `slope` and
+`bonferroni` read a metric as a curve over kappa2.
+"""
+import math
+
+import numpy as np
+
+LEVEL = 0.95
+# quantity -> (kind, size): |diff| below it is "no practical effect";
+# "relative" is a fraction of the larger of the two group means.
+MIN_EFFECT = {"scale": ("relative", 0.10), "entropy": ("absolute", 0.01),
+              "valid_ppl": ("relative", 0.001),
+              "test_ppl": ("relative", 0.001)}
+WARMUP = 0.1     # the first 10% of the planned steps are left out
+
+REPRODUCED, REVERSED = "reproduced", "reversed"
+NOT_SIGNIFICANT, NO_EFFECT = "not significant", "no practical effect"
+INDICATIVE = "indicative (one seed)"
+
+
+def t_cdf_two_sided(t: float, dof: int) -> float:
+  r"""P(|T| <= t) for Student's T with integer `dof` degrees of freedom.
+
+  The finite series of Abramowitz & Stegun 26.7.3-4, with
+  :math:`\theta = \arctan(t/\sqrt\nu)`: for odd :math:`\nu`,
+  :math:`\frac2\pi(\theta + \sin\theta \sum_k a_k \cos^{2k-1}\theta)`, for
+  even :math:`\nu`, :math:`\sin\theta \sum_k b_k \cos^{2k}\theta`.
+  """
+  if dof < 1 or int(dof) != dof:
+    raise ValueError(f"dof must be a positive integer, got {dof}.")
+  theta = math.atan(abs(t) / math.sqrt(dof))
+  s, c = math.sin(theta), math.cos(theta)
+  if dof % 2:
+    term, total = c, 0.0
+    for k in range(1, (dof - 1) // 2 + 1):
+      total += term
+      term *= c * c * (2 * k) / (2 * k + 1)
+    return (2 / math.pi) * (theta + s * total)
+  term, total = 1.0, 0.0
+  for k in range(dof // 2):
+    total += term
+    term *= c * c * (2 * k + 1) / (2 * k + 2)
+  return s * total
+
+
+def t_critical(dof: int, level: float = LEVEL) -> float:
+  """The two-sided critical value: P(|T| <= t) = `level` (bisection)."""
+  lo, hi = 0.0, 1.0
+  while t_cdf_two_sided(hi, dof) < level:
+    hi *= 2
+  for _ in range(200):
+    mid = (lo + hi) / 2
+    lo, hi = (mid, hi) if t_cdf_two_sided(mid, dof) < level else (lo, mid)
+  return (lo + hi) / 2
+
+
+def paired_test(d) -> dict:
+  """Paired t-test of the per-seed differences `d` (n >= 2): mean, std,
+  t, the critical value, the 95% interval and whether it excludes 0."""
+  d = np.asarray(d, np.float64)
+  n = len(d)
+  if n < 2:
+    raise ValueError(f"a paired test needs two seeds or more, got {n}.")
+  mean, std = float(d.mean()), float(d.std(ddof=1))
+  crit = t_critical(n - 1)
+  se = std / math.sqrt(n)
+  if se > 0:
+    t = mean / se
+  else:
+    t = math.copysign(math.inf, mean) if mean else 0.0
+  half = crit * se
+  return dict(n=n, mean=mean, std=std, t=t, t_crit=crit,
+              ci=(mean - half, mean + half),
+              significant=bool(abs(mean) > half))
+
+
+def min_effect(quantity: str, m0: float, m1: float) -> float:
+  """The least |difference| of practical size (`MIN_EFFECT`) between group
+  means `m0` and `m1`; 0 for a quantity without one."""
+  kind, size = MIN_EFFECT.get(quantity, ("absolute", 0.0))
+  return size * (max(abs(m0), abs(m1)) if kind == "relative" else 1.0)
+
+
+def one_seed_floor(rel_std: float, n_ref: int, m0: float, m1: float
+                   ) -> float:
+  """|d| a one-seed difference must exceed: t_{n_ref - 1} x `rel_std` (the
+  seed spread of the same contrast, relative to the larger group mean, on
+  a figure of `n_ref` seeds) x the larger of this figure's means."""
+  return t_critical(n_ref - 1) * rel_std * max(abs(m0), abs(m1))
+
+
+def decide(diff: float, sign: int, minimal: float, significant: bool,
+           one_seed: bool) -> str:
+  """The verdict on a (mean) difference `diff` whose expected sign is
+  `sign`: `NO_EFFECT` below `minimal` (`min_effect`), else by
+  `significant`; one seed gives `INDICATIVE` (its `direction` beside it)."""
+  if not np.isfinite(diff):
+    return NOT_SIGNIFICANT
+  if abs(diff) < minimal:
+    return NO_EFFECT
+  if not significant:
+    return NOT_SIGNIFICANT
+  if one_seed:
+    return INDICATIVE
+  return REPRODUCED if np.sign(diff) == sign else REVERSED
+
+
+def direction(diff: float, sign: int) -> str:
+  """"as the paper" or "opposite" for a difference of expected `sign`."""
+  return "as the paper" if np.sign(diff) == sign else "opposite"
+
+
+def time_average(base, alt, start: int) -> tuple[float, float, int]:
+  """(mean of alt - base, fraction of positive alt - base, evaluations)
+  over the steps >= `start` that both (steps, values) curves logged."""
+  (s0, v0), (s1, v1) = base, alt
+  at0 = {int(s): float(v) for s, v in zip(s0, v0) if s >= start}
+  d = np.array([float(v) - at0[int(s)] for s, v in zip(s1, v1)
+                if int(s) in at0], np.float64)
+  d = d[np.isfinite(d)]
+  if not d.size:
+    return math.nan, math.nan, 0
+  return float(d.mean()), float(np.mean(d > 0)), int(d.size)
+
+
+def bonferroni(m: int, level: float = LEVEL) -> float:
+  """The confidence level of each of `m` comparisons that keeps the
+  family-wise error at 1 - `level` (Bonferroni)."""
+  return 1 - (1 - level) / m
+
+
+def slope(x, y) -> dict:
+  """Least-squares slope of `y` on `x` with its 95% interval from the
+  scatter about the line (t with len(x) - 2 dof; None below 3 points)."""
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  xc = x - x.mean()
+  b = float(np.sum(xc * (y - y.mean())) / np.sum(xc * xc))
+  if len(x) < 3:
+    return dict(slope=b, ci=None)
+  resid = y - y.mean() - b * xc
+  se = math.sqrt(np.sum(resid ** 2) / (len(x) - 2) / np.sum(xc * xc))
+  half = t_critical(len(x) - 2) * se
+  return dict(slope=b, ci=(b - half, b + half))

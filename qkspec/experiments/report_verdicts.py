@@ -1,0 +1,230 @@
+"""Verdicts on the paper's claims B-D (Sec. 7, Fig. 6B-D; Figs. 8-12).
+
+Per figure and reading of kappa, two contrasts:
+
+* "kappa2": kappa2 = 0 -> 1 at kappa1 = 100, the paper's claim (Fig. 6:
+  with stronger kappa2 the scale shrinks (B), the entropy is higher (C),
+  the perplexity lower (D));
+* "none": no LocATER -> the strongest LocATER group, beyond the paper (it
+  compares with no LocATER only for Fig. 7's stripes).
+
+Each claim is read at the final step (`report_stats`: paired t-test over
+seeds, else the one-seed floor from `seed_reference`, and the minimal
+effect) and, for C and D, over the evaluations after warm-up
+(`over_training`: the time-averaged difference, paired over seeds or
+against the same floor, and the fraction of evaluations of the paper's
+sign).
+"""
+import math
+
+import numpy as np
+
+from qkspec.experiments import report_runs
+from qkspec.experiments import report_stats as rs
+
+# claim: (quantity, sign the paper expects for LocATER-stronger minus weaker)
+CLAIMS = (("B", "scale", -1, "scale shrinks"),
+          ("C", "entropy", +1, "entropy higher"),
+          ("D", "valid_ppl", -1, "valid perplexity lower"))
+OVER_TRAINING = {"C": "mean/entropy", "D": "valid/ppl"}
+PAPER = report_runs.PAPER_STEPS
+CONTRASTS = {"kappa2": "kappa2 0 -> 1 (paper)",
+             "none": "none -> LocATER (beyond the paper)"}
+
+
+def contrast_pairs(rows) -> list[tuple[str, dict, dict]]:
+  """(kind, base row, alt row) of one figure and reading's groups."""
+  out = []
+  base, alt = [next((r for r in rows if r["kappa1"] > 0
+                     and r["kappa2"] == k), None) for k in (0.0, 1.0)]
+  if base and alt:
+    out.append(("kappa2", base, alt))
+  none = next((r for r in rows if r["kappa1"] == 0 and r["kappa2"] == 0),
+              None)
+  locater = [r for r in rows if r["kappa1"] > 0]
+  if none and locater:
+    out.append(("none", none, max(locater, key=lambda r: r["kappa2"])))
+  return out
+
+
+def _by_cell(rows) -> dict:
+  out = {}
+  for r in rows:
+    out.setdefault((r["label"], r["reading"]), []).append(r)
+  return dict(sorted(out.items(), key=report_runs.cell_order))
+
+
+def paired_values(quantity, base, alt) -> tuple[list, np.ndarray]:
+  """(common seeds, per-seed alt - base) of a quantity's final values."""
+  b = dict(zip(base.get("seeds", ()), base.get(f"{quantity}_values", ())))
+  a = dict(zip(alt.get("seeds", ()), alt.get(f"{quantity}_values", ())))
+  seeds = sorted(set(a) & set(b))
+  return seeds, np.array([a[s] - b[s] for s in seeds], np.float64)
+
+
+def seed_reference(rows) -> dict:
+  """(reading, kind, quantity) -> the seed spread one-seed cells are held to.
+
+  From the figure with the most common seeds for that contrast and reading:
+  rel = std over seeds of the paired difference / the mean over seeds of
+  max(|base|, |alt|), with n its seeds (`paired`: True). A "none" contrast
+  that no figure has with two seeds or more falls back on its stronger
+  group: rel = sqrt(2) x its std over seeds / |its mean| (`paired`: False),
+  the spread of a difference of two independent members.
+  """
+  out = {}
+  for (label, reading), rs_ in _by_cell(rows).items():
+    for kind, base, alt in contrast_pairs(rs_):
+      for _, quantity, _, _ in CLAIMS:
+        seeds, d = paired_values(quantity, base, alt)
+        if len(d) < 2 or not np.all(np.isfinite(d)):
+          continue
+        level = np.mean([max(abs(base[f"{quantity}_values"][i]),
+                             abs(alt[f"{quantity}_values"][i]))
+                         for i in range(len(seeds))])
+        ref = dict(rel=float(np.std(d, ddof=1) / level), n=len(d),
+                   label=label, paired=True)
+        key = (reading, kind, quantity)
+        if key not in out or ref["n"] > out[key]["n"]:
+          out[key] = ref
+  for (label, reading), rs_ in _by_cell(rows).items():
+    locater = [r for r in rs_ if r["kappa1"] > 0 and r["n_seeds"] >= 2]
+    if not locater:
+      continue
+    alt = max(locater, key=lambda r: r["kappa2"])
+    for _, quantity, _, _ in CLAIMS:
+      key = (reading, "none", quantity)
+      mean, std = alt[f"{quantity}_mean"], alt[f"{quantity}_std"]
+      if key in out and out[key]["paired"] or not np.isfinite(std):
+        continue
+      ref = dict(rel=math.sqrt(2) * std / abs(mean), n=alt["n_seeds"],
+                 label=label, paired=False)
+      if key not in out or ref["n"] > out[key]["n"]:
+        out[key] = ref
+  return out
+
+
+def judge(quantity, sign, d, m0, m1, ref) -> dict:
+  """The verdict on differences `d` (one per seed) between group means
+  `m0` -> `m1`: paired test with two seeds or more, else against `ref`'s
+  floor (`seed_reference`); with its numbers."""
+  minimal = rs.min_effect(quantity, m0, m1)
+  out = dict(n=len(d), minimal=minimal, ci=None, floor=None)
+  if len(d) >= 2:
+    test = rs.paired_test(d)
+    out.update(diff=test["mean"], ci=test["ci"], t=test["t"],
+               t_crit=test["t_crit"])
+    significant, one_seed = test["significant"], False
+  else:
+    out["diff"] = float(d[0]) if len(d) else m1 - m0
+    one_seed = True
+    if ref:
+      out["floor"] = rs.one_seed_floor(ref["rel"], ref["n"], m0, m1)
+      significant = abs(out["diff"]) > out["floor"]
+    else:
+      significant = True         # nothing to hold it to: indicative only
+  out["verdict"] = rs.decide(out["diff"], sign, minimal, significant,
+                             one_seed)
+  out["direction"] = rs.direction(out["diff"], sign)
+  return out
+
+
+def _curve_of(member, key):
+  steps, values = member["metrics"].get(key, ((), ()))
+  return (steps, values) if len(steps) > 1 else None
+
+
+def over_training(members, base, alt, claim, sign, ref) -> dict | None:
+  """Claim C or D over the evaluations after warm-up (`report_stats.WARMUP`
+  of the run): per seed the time-averaged alt - base and the fraction of
+  evaluations of the paper's sign; `judge` of the time averages."""
+  key = OVER_TRAINING.get(claim)
+  if key is None or not members:
+    return None
+  quantity = dict((c, q) for c, q, _, _ in CLAIMS)[claim]
+  start = int(rs.WARMUP * min(base["final_step"], alt["final_step"]))
+
+  def group(row):
+    return {m["seed"]: _curve_of(m, key) for m in members
+            if (m["kappa1"], m["kappa2"], m["target"])
+            == (row["kappa1"], row["kappa2"], row["target"])}
+  b, a = group(base), group(alt)
+  per_seed = [rs.time_average(b[s], a[s], start)
+              for s in sorted(set(a) & set(b)) if a[s] and b[s]]
+  per_seed = [p for p in per_seed if p[2] >= 2]
+  if not per_seed:
+    return None
+  d = np.array([p[0] for p in per_seed])
+  pos = np.mean([p[1] for p in per_seed])
+  out = judge(quantity, sign, d, base[f"{quantity}_mean"],
+              alt[f"{quantity}_mean"], ref)
+  out.update(start=start, evaluations=per_seed[0][2],
+             same_sign=float(pos if sign > 0 else 1 - pos))
+  return out
+
+
+def verdicts(rows, members=None) -> list[dict]:
+  """Claims B, C, D per figure, reading and contrast (`contrast_pairs`).
+
+  `members`: (label, reading) -> the cell's counted members
+  (`report_runs.cell_members`), for the claims over training.
+  """
+  ref = seed_reference(rows)
+  out = []
+  for (label, reading), rs_ in _by_cell(rows).items():
+    for kind, base, alt in contrast_pairs(rs_):
+      for claim, quantity, sign, what in CLAIMS:
+        m0, m1 = base[f"{quantity}_mean"], alt[f"{quantity}_mean"]
+        seeds, d = paired_values(quantity, base, alt)
+        if len(d) < 2:
+          d = np.array([m1 - m0]) if np.isfinite(m1 - m0) else np.array([])
+        r = ref.get((reading, kind, quantity))
+        v = judge(quantity, sign, d, m0, m1, r)
+        cell_members = (members or {}).get((label, reading), [])
+        v.update(figure=alt["figure"], label=label, reading=reading,
+                 claim=claim, what=what, kind=kind, quantity=quantity,
+                 kappa1=alt["kappa1"], kappa2=alt["kappa2"],
+                 base=m0, alt=m1, seeds=seeds, reference=r,
+                 final_step=min(base.get("final_step", PAPER),
+                                alt.get("final_step", PAPER)),
+                 training=over_training(cell_members, base, alt, claim,
+                                        sign, r))
+        out.append(v)
+  return out
+
+
+def short(v) -> str:
+  """A verdict in a table cell: yes, rev., n.s., ~0; "(yes)" and "(rev.)"
+  for one seed beyond its floor (indicative)."""
+  verdict = v["verdict"]
+  if verdict == rs.INDICATIVE:
+    return "(yes)" if v["direction"] == "as the paper" else "(**rev.**)"
+  return {rs.REPRODUCED: "yes", rs.REVERSED: "**rev.**",
+          rs.NOT_SIGNIFICANT: "n.s.", rs.NO_EFFECT: "~0"}[verdict]
+
+
+def full(v) -> str:
+  """A verdict in words, with its direction when indicative."""
+  if v["verdict"] == rs.INDICATIVE:
+    return f"{rs.INDICATIVE}, {v['direction']}"
+  return v["verdict"]
+
+
+def evidence(v) -> str:
+  """The numbers behind a verdict: the 95% interval (seeds) or the floor."""
+  if v["ci"] is not None:
+    lo, hi = v["ci"]
+    return f"{v['diff']:+.3g} [{lo:+.3g}, {hi:+.3g}], {v['n']} seeds"
+  if v["floor"] is not None:
+    return f"{v['diff']:+.3g} vs floor {v['floor']:.2g}, 1 seed"
+  return f"{v['diff']:+.3g}, 1 seed, no seed spread to hold it to"
+
+
+def training_cell(v) -> str:
+  """Claim C or D over training, for the verdict table ("-" if no
+  curves)."""
+  t = v.get("training")
+  if not t:
+    return "-"
+  return (f"{short(t)}: {t['diff']:+.3g}, {t['same_sign']:.0%} of "
+          f"{t['evaluations']} evals as the paper")

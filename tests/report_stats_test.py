@@ -1,0 +1,134 @@
+"""Tests for qkspec.experiments.report_stats: each rule from both sides."""
+from absl.testing import absltest
+from absl.testing import parameterized
+import numpy as np
+from scipy import stats
+
+from qkspec.experiments import report_stats as rs
+
+
+def _with_t(t, n=3, mean=1.0):
+  """n differences of mean `mean` whose paired t statistic is `t`."""
+  z = np.linspace(-1, 1, n)
+  z = z / z.std(ddof=1)
+  return mean + z * mean * np.sqrt(n) / t
+
+
+class TQuantileTest(parameterized.TestCase):
+
+  @parameterized.parameters(1, 2, 3, 4, 5, 9, 10, 29, 30, 100)
+  def test_critical_value_matches_scipy(self, dof):
+    self.assertAlmostEqual(rs.t_critical(dof), stats.t.ppf(0.975, dof),
+                           places=9)
+
+  @parameterized.parameters((0.5, 1), (2.0, 2), (3.0, 7), (1.2, 12))
+  def test_cdf_matches_scipy(self, t, dof):
+    self.assertAlmostEqual(rs.t_cdf_two_sided(t, dof),
+                           1 - 2 * stats.t.sf(t, dof), places=12)
+
+  def test_bad_dof_is_refused(self):
+    with self.assertRaisesRegex(ValueError, "positive integer"):
+      rs.t_cdf_two_sided(1.0, 0)
+
+
+class PairedTest(absltest.TestCase):
+
+  def test_interval_matches_scipy(self):
+    d = np.array([0.3, 0.1, 0.25, 0.2])
+    got = rs.paired_test(d)
+    lo, hi = stats.t.interval(0.95, 3, loc=d.mean(), scale=stats.sem(d))
+    np.testing.assert_allclose(got["ci"], (lo, hi), rtol=1e-9)
+    self.assertAlmostEqual(got["t"], stats.ttest_1samp(d, 0).statistic)
+
+  def test_three_seeds_need_t_above_4_30_not_2(self):
+    self.assertFalse(rs.paired_test(_with_t(4.2))["significant"])
+    self.assertTrue(rs.paired_test(_with_t(4.4))["significant"])
+
+  def test_four_seeds_need_t_above_3_18(self):
+    self.assertFalse(rs.paired_test(_with_t(3.1, n=4))["significant"])
+    self.assertTrue(rs.paired_test(_with_t(3.3, n=4))["significant"])
+
+  def test_one_seed_is_refused(self):
+    with self.assertRaisesRegex(ValueError, "two seeds"):
+      rs.paired_test([1.0])
+
+
+class MinimalEffectTest(parameterized.TestCase):
+
+  @parameterized.parameters(
+      ("valid_ppl", 250.0, 0.24, 0.26),     # 0.1% of 250
+      ("entropy", 2.8, 0.009, 0.011),       # 0.01 nats
+      ("scale", 0.18, 0.019, 0.021))        # 10% of the larger mean
+  def test_below_is_no_practical_effect_above_is_judged(
+      self, quantity, level, below, above):
+    for diff, want in ((below, rs.NO_EFFECT), (above, rs.REPRODUCED)):
+      m = rs.min_effect(quantity, level, level + diff)
+      self.assertEqual(rs.decide(diff, +1, m, True, False), want)
+
+  def test_significant_but_tiny_is_no_practical_effect(self):
+    d = np.full(4, 0.0017) + [0, 1e-4, -1e-4, 0]   # +0.0017 nats, t ~ 30
+    test = rs.paired_test(d)
+    self.assertTrue(test["significant"])
+    self.assertEqual(rs.decide(test["mean"], +1,
+                               rs.min_effect("entropy", 2.8, 2.8), True,
+                               False), rs.NO_EFFECT)
+
+
+class OneSeedTest(absltest.TestCase):
+
+  def test_floor_is_t_times_the_relative_seed_spread(self):
+    floor = rs.one_seed_floor(0.001, 4, 240.0, 250.0)
+    self.assertAlmostEqual(floor, stats.t.ppf(0.975, 3) * 0.25, places=9)
+
+  def test_inside_the_floor_is_not_significant_beyond_is_indicative(self):
+    floor = rs.one_seed_floor(0.001, 4, 240.0, 250.0)     # ~0.80 ppl
+    for diff, want in ((0.95 * floor, rs.NOT_SIGNIFICANT),
+                       (1.05 * floor, rs.INDICATIVE)):
+      got = rs.decide(diff, -1, rs.min_effect("valid_ppl", 240, 250),
+                      abs(diff) > floor, one_seed=True)
+      self.assertEqual(got, want)
+
+  def test_one_seed_is_never_reproduced_or_reversed(self):
+    for sign in (+1, -1):
+      self.assertEqual(rs.decide(5.0, sign, 0.1, True, True), rs.INDICATIVE)
+    self.assertEqual(rs.direction(5.0, +1), "as the paper")
+    self.assertEqual(rs.direction(5.0, -1), "opposite")
+
+
+class TimeAverageTest(absltest.TestCase):
+
+  def test_mean_and_sign_fraction_after_warm_up(self):
+    steps = np.arange(0, 1000, 100)
+    base = (steps, np.zeros(10))
+    alt = (steps, np.where(steps < 300, -50.0, [1, 1, 1, -1, 1, 1, 1, 1,
+                                                 1, 1]))
+    mean, positive, n = rs.time_average(base, alt, start=300)
+    self.assertEqual(n, 7)
+    self.assertAlmostEqual(mean, 5 / 7)
+    self.assertAlmostEqual(positive, 6 / 7)
+
+  def test_only_common_steps_count(self):
+    mean, _, n = rs.time_average(([0, 10, 20], [0, 0, 0]),
+                                 ([10, 15, 20], [1, 9, 3]), start=0)
+    self.assertEqual((n, mean), (2, 2.0))
+
+
+class CurveTest(absltest.TestCase):
+
+  def test_slope_and_interval_match_scipy(self):
+    x, y = np.log10([1e-3, 1e-2, 1e-1, 1.0]), np.array([1.0, 1.3, 1.9, 2.2])
+    got, want = rs.slope(x, y), stats.linregress(x, y)
+    self.assertAlmostEqual(got["slope"], want.slope)
+    half = stats.t.ppf(0.975, 2) * want.stderr
+    np.testing.assert_allclose(got["ci"], (want.slope - half,
+                                           want.slope + half))
+    self.assertIsNone(rs.slope([0, 1], [0, 1])["ci"])
+
+  def test_bonferroni_widens_the_critical_value(self):
+    self.assertAlmostEqual(rs.bonferroni(4), 0.9875)
+    self.assertAlmostEqual(rs.t_critical(3, rs.bonferroni(4)),
+                           stats.t.ppf(1 - 0.0125 / 2, 3), places=9)
+
+
+if __name__ == "__main__":
+  absltest.main()
