@@ -220,7 +220,25 @@ class ExperimentSmokeTest(absltest.TestCase):
     explicit = rank_collapse.run_measure(config)
     np.testing.assert_array_equal(explicit["rel/san/mean"],
                                   out["raw"]["rel/san/mean"])
-    self.assertTrue(all(r["holds"] for r in out["cubic_bound"]))
+    # the cubic bound from the table's numbers: each step's bound is its
+    # contraction times the previous layer's residual, and `holds` is
+    # residual <= bound (or the residual at the float floor)
+    rows = out["cubic_bound"]
+    self.assertNotEmpty(rows)
+    for prev, row in zip(rows, rows[1:]):
+      if row["layer"] > 1:
+        self.assertEqual((prev["seed"], prev["sequence"], prev["layer"]),
+                         (row["seed"], row["sequence"], row["layer"] - 1))
+        np.testing.assert_allclose(
+            row["one_step_bound"], row["contraction"] * prev["residual"],
+            rtol=1e-5, err_msg=str(row))
+    for row in rows:
+      holds = (row["residual"] <= row["one_step_bound"] * (1 + 1e-9)
+               or row["at_float_floor"])
+      self.assertEqual(row["holds"], holds, row)
+      self.assertTrue(holds, row)
+    self.assertTrue(any(r["residual"] <= r["one_step_bound"]
+                        and not r["at_float_floor"] for r in rows))
     np.testing.assert_allclose(sum(r["path_fraction"]
                                    for r in out["path_lengths"]), 1.0)
 
@@ -243,9 +261,21 @@ class ExperimentSmokeTest(absltest.TestCase):
     config = testutil.get_config("entropy_check", "smoke")
     with tempfile.TemporaryDirectory() as workdir:
       out = entropy_check.run(config, workdir)
+    # the summary's fractions from the per-setting table (equal-sized
+    # settings: the mean of their fractions), and no row of any setting
+    # below a Zhai bound: its least slack >= -measures.BOUND_TOL
     zhai = [r for r in out["summary"] if r["bound"].startswith("zhai")]
     self.assertTrue(zhai)
-    self.assertTrue(all(r["rows_below_fraction"] == 0.0 for r in zhai))
+    for row in zhai:
+      per_setting = [s for s in out["settings"] if s["inputs"] == row["inputs"]]
+      np.testing.assert_allclose(
+          row["rows_below_fraction"],
+          np.mean([s[f"rows_below_{row['bound']}"] for s in per_setting]),
+          atol=1e-7, err_msg=str(row))
+      for s in per_setting:
+        self.assertGreaterEqual(s[f"min_slack_{row['bound']}"],
+                                -measures.BOUND_TOL, (row["bound"], s))
+      self.assertEqual(row["rows_below_fraction"], 0.0, row)
     self.assertContainsSubset({"eigen_mean", "eigen_std"}, out["settings"][0])
     # temperature None is lambda = sqrt(d), given explicitly.
     config.temperature = float(np.sqrt(config.dim))
