@@ -25,8 +25,6 @@ from qkspec.theory import locater
 from qkspec.training import step as step_lib
 import testutil
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
-
 STEPS = 3
 KAPPA1, KAPPA2, TARGET = 0.5, 0.3, 2.0
 
