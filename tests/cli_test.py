@@ -165,16 +165,20 @@ class UsageErrorTest(absltest.TestCase):
 
   def test_a_bug_keeps_its_traceback(self):
     # A ValueError from numpy (not a check of qkspec's) is not a usage error.
-    bug = ValueError("inside numpy")
+    # try/except, not assertRaises: that drops the traceback the check reads
     try:
       np.reshape(np.arange(3), (2, 2))
     except ValueError as e:
-      bug = e
-    self.assertFalse(cli._is_usage_error(bug))  # pylint: disable=protected-access
+      self.assertFalse(cli._is_usage_error(e))  # pylint: disable=protected-access
+    else:
+      self.fail("np.reshape raised no ValueError")
     try:
       cli.start_processes(None, 2, None)
     except ValueError as e:
       self.assertTrue(cli._is_usage_error(e))  # pylint: disable=protected-access
+    else:
+      self.fail("start_processes without --coordinator_address and "
+                "--process_id raised no ValueError")
 
 
 class InterruptTest(absltest.TestCase):

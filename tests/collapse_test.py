@@ -148,6 +148,42 @@ class EntropyBoundTest(parameterized.TestCase):
       np.testing.assert_array_less(
           np.broadcast_to(bound[:, None] - 1e-5, ent.shape), ent)
 
+  def test_entropy_bound_nu_values(self):
+    """nu = ||X X^T||_2 ||W_QK||_2 / lambda from NumPy's singular values,
+    for lambda = 2, 1 (the paper's nu) and None (sqrt d)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3, 5, 4))
+    w = rng.normal(size=(3, 4, 4))
+    top = lambda m: np.linalg.svd(m, compute_uv=False)[..., 0]  # noqa: E731
+    paper_nu = top(x @ np.swapaxes(x, -1, -2)) * top(w)
+    for lam, want in ((2.0, paper_nu / 2), (1.0, paper_nu),
+                      (None, paper_nu / 2.0)):       # sqrt(d) = 2
+      got = entropy_bounds.entropy_bound_nu(
+          jnp.asarray(x, jnp.float32), jnp.asarray(w, jnp.float32), lam)
+      np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=str(lam))
+    got = entropy_bounds.entropy_bound_nu(
+        jnp.asarray(x[:, :, :3], jnp.float32), jnp.asarray(w[:, :3, :3],
+                                                           jnp.float32))
+    want = (top(x[:, :, :3] @ np.swapaxes(x[:, :, :3], -1, -2))
+            * top(w[:, :3, :3]) / np.sqrt(3))
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+  def test_centred_logit_norm_values(self):
+    s = jnp.asarray([[1.0, 2.0, 3.0], [0.0, 0.0, 6.0]])
+    # centred rows (-1, 0, 1) and (-2, -2, 4)
+    np.testing.assert_allclose(entropy_bounds.centred_logit_norm(s),
+                               [np.sqrt(2.0), np.sqrt(24.0)], rtol=1e-6)
+    # along axis 0: columns (1, 0), (2, 0), (3, 6)
+    np.testing.assert_allclose(entropy_bounds.centred_logit_norm(s, axis=0),
+                               [np.sqrt(0.5), np.sqrt(2.0), np.sqrt(4.5)],
+                               rtol=1e-6)
+    rng = np.random.default_rng(1)
+    u = rng.normal(size=(4, 7)) * 3.0 + 5.0
+    want = np.sqrt(np.sum((u - u.mean(-1, keepdims=True))**2, axis=-1))
+    np.testing.assert_allclose(
+        entropy_bounds.centred_logit_norm(jnp.asarray(u, jnp.float32)), want,
+        rtol=1e-5)
+
   def test_eq9_exceeds_max_entropy_at_small_nu(self):
     """Eq. (9) as printed: ln(1+T) > ln T at nu = 0, then above Zhai's limit."""
     t = 16
@@ -183,7 +219,25 @@ class ExperimentSmokeTest(absltest.TestCase):
     explicit = rank_collapse.run_measure(config)
     np.testing.assert_array_equal(explicit["rel/san/mean"],
                                   out["raw"]["rel/san/mean"])
-    self.assertTrue(all(r["holds"] for r in out["cubic_bound"]))
+    # the cubic bound from the table's numbers: each step's bound is its
+    # contraction times the previous layer's residual, and `holds` is
+    # residual <= bound (or the residual at the float floor)
+    rows = out["cubic_bound"]
+    self.assertNotEmpty(rows)
+    for prev, row in zip(rows, rows[1:]):
+      if row["layer"] > 1:
+        self.assertEqual((prev["seed"], prev["sequence"], prev["layer"]),
+                         (row["seed"], row["sequence"], row["layer"] - 1))
+        np.testing.assert_allclose(
+            row["one_step_bound"], row["contraction"] * prev["residual"],
+            rtol=1e-5, err_msg=str(row))
+    for row in rows:
+      holds = (row["residual"] <= row["one_step_bound"] * (1 + 1e-9)
+               or row["at_float_floor"])
+      self.assertEqual(row["holds"], holds, row)
+      self.assertTrue(holds, row)
+    self.assertTrue(any(r["residual"] <= r["one_step_bound"]
+                        and not r["at_float_floor"] for r in rows))
     np.testing.assert_allclose(sum(r["path_fraction"]
                                    for r in out["path_lengths"]), 1.0)
 
@@ -206,9 +260,21 @@ class ExperimentSmokeTest(absltest.TestCase):
     config = testutil.get_config("entropy_check", "smoke")
     with tempfile.TemporaryDirectory() as workdir:
       out = entropy_check.run(config, workdir)
+    # the summary's fractions from the per-setting table (equal-sized
+    # settings: the mean of their fractions), and no row of any setting
+    # below a Zhai bound: its least slack >= -measures.BOUND_TOL
     zhai = [r for r in out["summary"] if r["bound"].startswith("zhai")]
     self.assertTrue(zhai)
-    self.assertTrue(all(r["rows_below_fraction"] == 0.0 for r in zhai))
+    for row in zhai:
+      per_setting = [s for s in out["settings"] if s["inputs"] == row["inputs"]]
+      np.testing.assert_allclose(
+          row["rows_below_fraction"],
+          np.mean([s[f"rows_below_{row['bound']}"] for s in per_setting]),
+          atol=1e-7, err_msg=str(row))
+      for s in per_setting:
+        self.assertGreaterEqual(s[f"min_slack_{row['bound']}"],
+                                -measures.BOUND_TOL, (row["bound"], s))
+      self.assertEqual(row["rows_below_fraction"], 0.0, row)
     self.assertContainsSubset({"eigen_mean", "eigen_std"}, out["settings"][0])
     # temperature None is lambda = sqrt(d), given explicitly.
     config.temperature = float(np.sqrt(config.dim))

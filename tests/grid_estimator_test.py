@@ -12,6 +12,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+from scipy import special
 
 from qkspec.theory import diagnostics
 from qkspec.theory import propagation
@@ -64,6 +65,26 @@ def _numpy_fresh_rho(covs, means, stds, num_draws, num_walks, seed):
       u = (omega - omega.mean(-1, keepdims=True)) / T + 1 / T
       out[c, p] = ((u >= 0) & (u <= 1)).mean(1)
   return out
+
+
+def _numpy_exact_rho(w_dxd, cov_dxd, seq_len, lam):
+  r"""Gaussian rho_i on the exact moments of u_i for one symmetric W_QK [T].
+
+  u_i - 1/T = x_T^T M y_i, M = W_QK / lam, y_i = sum_j c_ij x_j with
+  c_ij = (delta_ij - 1/T) / T; the walk has Cov(x_j, x_k) = min(j, k) Sigma,
+  so (Isserlis, M symmetric) E = g_i tr(M Sigma) and
+  V = (T b_i + g_i^2) tr((M Sigma)^2), b_i = c_i^T G c_i, g_i = (c G)_iT.
+  """
+  t = np.arange(1, seq_len + 1)
+  walk_cov = np.minimum.outer(t, t).astype(float)           # G [T, T]
+  c = (np.eye(seq_len) - 1.0 / seq_len) / seq_len
+  b = np.einsum("ij,jk,ik->i", c, walk_cov, c)
+  g = c @ walk_cov[:, -1]
+  m_sigma = np.asarray(w_dxd, float) @ np.asarray(cov_dxd, float) / lam
+  mean = 1.0 / seq_len + g * np.trace(m_sigma)
+  var = (seq_len * b + g**2) * np.trace(m_sigma @ m_sigma)
+  root = np.sqrt(2 * var)
+  return 0.5 * (special.erf((1 - mean) / root) + special.erf(mean / root))
 
 
 class BasesTest(parameterized.TestCase):
@@ -176,7 +197,21 @@ class BasesTest(parameterized.TestCase):
     np.testing.assert_allclose(se, expected, rtol=1e-5)
 
 
-class GridStatsTest(absltest.TestCase):
+@functools.cache
+def _over_seeds() -> dict[str, np.ndarray]:
+  """grid_stats' means and standard errors over 200 seeds, {name: [S, ...]}
+  (computed once for the GridStatsTest cases that need it)."""
+  names = ("rho_mean", "rho_se", "entropy_mean", "entropy_se")
+  per_seed = {name: [] for name in names}
+  for seed in range(200):
+    stats = _grid_stats(_bases(jax.random.key(1000 + seed)),
+                        jnp.asarray(MEANS), jnp.asarray(STDS))
+    for name in names:
+      per_seed[name].append(np.asarray(stats[name]))
+  return {name: np.asarray(v) for name, v in per_seed.items()}
+
+
+class GridStatsTest(parameterized.TestCase):
   """grid_stats equals the paper's procedure run draw by draw on its walks."""
 
   @classmethod
@@ -248,14 +283,8 @@ class GridStatsTest(absltest.TestCase):
 
   def test_shared_design_matches_fresh_design(self):
     """Mean over seeds of the shared estimate == the paper's rho (MC error)."""
-    seeds = 200
-    rho_S, se_S = [], []
-    for seed in range(seeds):
-      stats = _grid_stats(_bases(jax.random.key(1000 + seed)),
-                          jnp.asarray(MEANS), jnp.asarray(STDS))
-      rho_S.append(np.asarray(stats["rho_mean"]))       # [P, C, T]
-      se_S.append(np.asarray(stats["rho_se"]))
-    rho_S, se_S = np.moveaxis(rho_S, 2, 1), np.moveaxis(se_S, 2, 1)
+    rho_S = np.moveaxis(_over_seeds()["rho_mean"], 2, 1)   # [S, P, C, T]
+    seeds = rho_S.shape[0]
     rho_F = _numpy_fresh_rho(np.asarray(self.covs), MEANS, STDS,
                              num_draws=1_000, num_walks=16, seed=0)
     err_S = rho_S.std(0, ddof=1) / math.sqrt(seeds)
@@ -263,12 +292,20 @@ class GridStatsTest(absltest.TestCase):
     z = np.abs(rho_S.mean(0) - rho_F.mean(2)) / np.sqrt(
         err_S**2 + err_F**2 + 1e-12)
     self.assertLess(z.max(), 4.5, f"z-scores {z}")
-    # The crossed-design SE is calibrated: its mean matches the spread of the
-    # estimates over seeds (slightly conservative by construction).
-    ratio = rho_S.std(0, ddof=1) / se_S.mean(0)
-    informative = se_S.mean(0) > 0.02
-    self.assertGreater(int(informative.sum()), 10)
-    self.assertBetween(float(np.median(ratio[informative])), 0.7, 1.15)
+
+  @parameterized.named_parameters(("rho", "rho", 0.02, 10),
+                                  ("entropy", "entropy", 1e-3, 8))
+  def test_standard_errors_match_the_spread_over_seeds(
+      self, name, informative_se, min_informative):
+    """The crossed-design SE is calibrated: its mean over 200 seeds matches
+    the spread of the estimates over those seeds (slightly conservative by
+    construction, ~0.95); an SE off by 2x gives a ratio of 0.5 or 2."""
+    estimates = _over_seeds()[f"{name}_mean"]
+    se = _over_seeds()[f"{name}_se"].mean(0)
+    ratio = estimates.std(0, ddof=1) / se
+    informative = se > informative_se
+    self.assertGreaterEqual(int(informative.sum()), min_informative)
+    self.assertBetween(float(np.median(ratio[informative])), 0.75, 1.15)
 
 
 class ExperimentsTest(absltest.TestCase):
@@ -300,6 +337,25 @@ class ExperimentsTest(absltest.TestCase):
     slope = ((out["r"][0, 1:] - out["r"][0, :1])
              / (means[1:] - means[0])[:, None])
     np.testing.assert_allclose(slope, math.sqrt(config.dim), rtol=1e-4)
+    # rho_exact: at each point the mean over the K draws of the Gaussian
+    # rho on each draw's exact moments, recomputed from its W_QK
+    key = jax.random.fold_in(inputs.shared_key(jax.random.key(config.seed)),
+                             0)                          # the spectra
+    basis, z = jax.jit(grid_bases.draw_spectra, static_argnums=(1, 2))(
+        key, config.num_draws, config.dim)
+    basis, z = np.asarray(basis, float), np.asarray(z, float)
+    covs, (_, stds) = np.asarray(inputs.covariances(config)), (
+        simulate_grid.grid_axes(config))
+    lam = math.sqrt(config.dim)
+    for c, cov in enumerate(covs):
+      for m, mean in enumerate(means):
+        for s, std in enumerate(stds):
+          want = np.mean([_numpy_exact_rho(
+              (b * (mean + std * zk)) @ b.T, cov, config.seq_len, lam)
+                          for b, zk in zip(basis, z)], axis=0)
+          np.testing.assert_allclose(out["rho_exact"][c, m, s], want,
+                                     rtol=1e-4, atol=1e-5,
+                                     err_msg=f"cov {c}, ({mean}, {std})")
 
   def test_simulate_rho_shared_design(self):
     config = testutil.get_config("simulate_rho", "smoke")

@@ -51,6 +51,57 @@ class SanTest(parameterized.TestCase):
       naive = naive + a @ np.asarray(x) @ np.asarray(p["w_v"][0, h])
     np.testing.assert_allclose(out, naive, rtol=1e-4, atol=1e-5)
 
+  def test_layer_norm_values(self):
+    x = np.array([[1.0, 2.0, 3.0, 4.0], [-2.0, 0.0, 0.0, 6.0]])
+    # means 2.5 and 1; variances 1.25 and 9
+    want = np.array([[-1.5, -0.5, 0.5, 1.5] / np.sqrt(1.25 + 1e-6),
+                     [-3.0, -1.0, -1.0, 5.0] / np.sqrt(9.0 + 1e-6)])
+    np.testing.assert_allclose(san.layer_norm(jnp.asarray(x)), want,
+                               rtol=1e-6)
+    np.testing.assert_allclose(san.layer_norm(jnp.asarray(x), eps=1.0),
+                               [[-1.5, -0.5, 0.5, 1.5] / np.sqrt(2.25),
+                                [-3.0, -1.0, -1.0, 5.0] / np.sqrt(10.0)],
+                               rtol=1e-6)
+
+  @parameterized.named_parameters(*[(n, n) for n in san.ARCHITECTURES])
+  def test_forward_equals_numpy_from_raw_weights(self, name):
+    """Every layer's output, logits and probabilities equal a NumPy SAN
+    written from the module docstring (Post-LN order)."""
+    arch = san.ARCHITECTURES[name]
+    params = dict(_params())
+    rng = np.random.default_rng(0)             # biases away from their 0 init
+    for b in ("b1", "b2"):
+      params[b] = jnp.asarray(rng.normal(size=params[b].shape), jnp.float32)
+    p = {k: np.asarray(v, np.float64) for k, v in params.items()}
+    x = np.asarray(_x()[0], np.float64)
+    out = forward(params, _x()[0], arch)
+
+    def layer_norm(y):
+      centred = y - y.mean(-1, keepdims=True)
+      return centred / np.sqrt((centred**2).mean(-1, keepdims=True) + 1e-6)
+
+    def sublayer(y, branch):
+      y = y + branch if arch.skip else branch
+      return layer_norm(y) if arch.layernorm else y
+
+    lam = np.sqrt(D)
+    for l in range(L):
+      logits = np.stack([x @ p["w_qk"][l, h] @ x.T / lam for h in range(H)])
+      probs = np.exp(logits - logits.max(-1, keepdims=True))
+      probs /= probs.sum(-1, keepdims=True)
+      attn = sum(probs[h] @ x @ p["w_v"][l, h] for h in range(H))
+      np.testing.assert_allclose(out["logits"][l], logits, rtol=1e-4,
+                                 atol=1e-4, err_msg=f"logits {l}")
+      np.testing.assert_allclose(out["probs"][l], probs, atol=1e-5,
+                                 err_msg=f"probs {l}")
+      x = sublayer(x, attn)
+      if arch.mlp:
+        hidden = np.maximum(x @ p["w1"][l] + p["b1"][l], 0.0)
+        x = sublayer(x, hidden @ p["w2"][l] + p["b2"][l])
+      scale = max(1.0, float(np.abs(x).max()))
+      np.testing.assert_allclose(out["outputs"][l + 1], x, rtol=1e-4,
+                                 atol=1e-4 * scale, err_msg=f"layer {l}")
+
   @parameterized.named_parameters(*[(n, n) for n in san.ARCHITECTURES])
   def test_permutation_equivariance(self, name):
     """No positions: permuting input tokens permutes every layer's output."""
