@@ -601,7 +601,8 @@ class Fig7StripesTest(absltest.TestCase):
     self.assertLen(members, 2)                 # LocATER and none
     for name, result in members:
       self.assertIn(f"  - {name}: ", md)
-      self.assertRegex(md, r"(no )?stripes \(C = [0-9.e-]+, permutation p")
+      self.assertRegex(md, r"(no )?stripes \(D = [0-9.e-]+ at key \d+, "
+                       r"shift test p")
       self.assertBetween(result["p_value"], 0.0, 1.0)
     self.assertIn(f"rho_i over training (`{workdir}`): ![rho]", md)
     self.assertRegex(md, r"- Fig. 7 \(smoke\), literal \(mean_loss\), claim "

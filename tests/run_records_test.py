@@ -8,6 +8,7 @@ import sys
 import tempfile
 
 from absl.testing import absltest
+import numpy as np
 
 from configs import rho_training
 from qkspec.experiments import report
@@ -39,6 +40,7 @@ def _final_values_only(record, dest):
               for _, k, _ in report_runs.QUANTITIES}
     pathlib.Path(dest, m["dir"], "metrics.jsonl").write_text(
         json.dumps({"step": step, **finals}) + "\n")
+    pathlib.Path(dest, m["dir"], run_records.MAPS).unlink()
     entry["stripes"] = result
   pathlib.Path(dest, "members.json").write_text(json.dumps(entries))
   return dest
@@ -76,8 +78,12 @@ class RunRecordsTest(absltest.TestCase):
       full = metric_writer.read_metrics(os.path.join(self.run_dir, m["dir"]))
       self.assertGreater(len(full), len(kept))    # e.g. l0/xi left behind
       for k in kept:
-        self.assertEqual(full[k][0].tolist(), m["metrics"][k][0].tolist())
-        self.assertEqual(full[k][1].tolist(), m["metrics"][k][1].tolist())
+        want = (run_records.compact(*full[k]) if full[k][1].ndim == 2
+                else full[k])                     # maps: float16
+        self.assertEqual(want[0].tolist(), m["metrics"][k][0].tolist())
+        self.assertEqual(want[1].tolist(), m["metrics"][k][1].tolist())
+      self.assertNotIn("rho", _read(os.path.join(self.record, m["dir"],
+                                                 "metrics.jsonl")))
 
   def test_the_records_alone_give_the_same_report(self):
     report.write_report([], self.out, records_dir=self.records)
@@ -153,14 +159,61 @@ class RunRecordsTest(absltest.TestCase):
     self.assertIn("- literal (mean_loss), curves over training: not drawn "
                   "(the records of 2 members hold final values only)", md)
     self.assertIn(f"- rho_i over training (`{self.run_dir}`): not drawn", md)
+    self.assertIn("the maps and this verdict cannot be redrawn from them.\n",
+                  md)
+    self.assertNotIn("counts a smooth gradient", md)   # the kept test's D
     verdicts = [x for x in self.md.splitlines()
                 if x.startswith(("| Fig. 7", "- Fig. 7"))]
     self.assertNotEmpty(verdicts)
     for line in verdicts + [x for x in self.md.splitlines()
-                            if ": stripes (C = " in x or "no stripes" in x]:
+                            if "stripes (D = " in x]:
       if "over training" not in line and " evaluations " not in line:
         self.assertIn(line, md)          # curves: in the runs alone
     self.assertEmpty(list(pathlib.Path(tmp, "reproduction").glob("*.png")))
+
+  def test_a_record_of_rho_maps_redraws_fig7_without_its_run(self):
+    """200 logged steps x 64 positions: LocATER with stripes, none with a
+    smooth gradient; the record alone draws both maps and gives the
+    verdict."""
+    tmp = tempfile.mkdtemp()
+    run_dir = pathlib.Path(tmp, "runs", "fig7")
+    shutil.copytree(self.run_dir, run_dir,
+                    ignore=shutil.ignore_patterns("ckpt"))
+    rng = np.random.default_rng(0)
+    steps, i = np.arange(250, 50_001, 250), np.arange(64)
+    profiles = {100.0: np.where(np.isin(i, (9, 40)), 0.7, 0.3),   # stripes
+                0.0: 0.1 + 0.8 * i / 63}                          # gradient
+    for m in training_plots.load_members(run_dir):
+      rho = np.clip(profiles[m["kappa1"]]
+                    + rng.normal(0, 0.05, (len(steps), 64)), 0, 1)
+      pathlib.Path(run_dir, m["dir"], "metrics.jsonl").write_text("".join(
+          json.dumps({"step": int(s), "valid/ppl": 300.0, "l0/rho": r})
+          + "\n" for s, r in zip(steps, rho.round(4).tolist())))
+    records = os.path.join(tmp, "records")
+    out = os.path.join(tmp, "REPRODUCTION.md")
+    report.write_report([str(run_dir)], out, records_dir=records)
+    md = _read(out)
+    shutil.rmtree(run_dir)
+    report.write_report([], out, records_dir=records)
+    self.assertEqual(_read(out).splitlines()[3:], md.splitlines()[3:])
+    self.assertIn("claim stripes (rho_i over training, none -> LocATER): "
+                  "**reproduced**: stripes in 1 of 1 LocATER map and 0 of 1 "
+                  "without LocATER (shift test p < 0.01 and departure D >= "
+                  "0.1)", md)
+    self.assertRegex(md, r"  - 1: .*: stripes \(D = 0\.[34]\d* at key "
+                     r"(10|41), shift test p = 0.00498\)")
+    self.assertRegex(md, r"  - 2: .*: no stripes \(D = 0\.0")
+    self.assertIn(f"- rho_i over training (`{run_dir}`): ![rho](", md)
+    self.assertNotIn("cannot be redrawn", md)
+    self.assertLen(list(pathlib.Path(tmp, "reproduction").glob(
+        "*_rho_*.png")), 1)
+    for m in training_plots.load_members(os.path.join(records, "runs",
+                                                      "fig7")):
+      path = pathlib.Path(records, "runs", "fig7", m["dir"], run_records.MAPS)
+      self.assertLess(path.stat().st_size, 15_000)      # 100 x 64 float16
+      kept_steps, rho = m["metrics"]["l0/rho"]
+      self.assertEqual(rho.shape, (100, 64))
+      self.assertEqual(kept_steps[-1], 50_000)
 
   def test_seeds_with_curves_are_drawn_beside_final_values_only_seeds(self):
     """Fig. 6's next seed beside the two rebuilt ones: the table counts

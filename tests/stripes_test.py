@@ -1,54 +1,146 @@
-"""Fig. 7's stripe test: persistent position profiles, not noise or trends."""
+"""Fig. 7's stripe test: persistent departures, not noise or smooth trends."""
 from absl.testing import absltest
+from absl.testing import parameterized
 import numpy as np
 
+from qkspec.experiments import report_answer
+from qkspec.experiments import report_claims
 from qkspec.experiments import stripes
 
+S, T = 40, 32
+_I = np.arange(T)
+_X = _I / (T - 1)                                  # positions in [0, 1]
 
-class StripeTest(absltest.TestCase):
 
-  def setUp(self):
-    super().setUp()
-    self.rng = np.random.default_rng(1)
-    self.S, self.T = 40, 16
+def _map(profile, noise=0.1, seed=1):
+  """rho_SxT: `profile` (over positions, or [S, T]) + noise, clipped."""
+  rng = np.random.default_rng(seed)
+  return np.clip(profile + noise * rng.standard_normal((S, T)), 0, 1)
 
-  def test_persistent_profile_is_a_stripe(self):
-    profile = np.where(np.arange(self.T) % 5 == 0, 0.8, 0.3)
-    rho = np.clip(profile + 0.1 * self.rng.standard_normal((self.S, self.T)),
-                  0, 1)
-    r = stripes.stripe_test(rho)
+
+def _striped():
+  """A couple of light and dark stripes on a uniform 0.4."""
+  return np.where(np.isin(_I, (5, 11)), 0.8, np.where(_I == 20, 0.1, 0.4))
+
+
+def _spikes(seed=2):
+  """Three positions spike to 0.9 at each step, new ones every step."""
+  rng = np.random.default_rng(seed)
+  out = np.full((S, T), 0.4)
+  for s in range(S):
+    out[s, rng.choice(T, 3, replace=False)] = 0.9
+  return out
+
+
+class StripeTest(parameterized.TestCase):
+
+  def test_light_and_dark_stripes_are_stripes(self):
+    r = stripes.stripe_test(_map(_striped()))
     self.assertTrue(r["stripes"], r)
-    self.assertLess(r["p_value"], 0.01)
-    self.assertGreater(r["contrast"], 0.15)
+    self.assertLess(r["p_value"], stripes.P_VALUE)
+    self.assertIn(r["position"] - 1, (5, 11, 20))    # 1-based
+    self.assertGreater(r["departure"], 0.3)
 
-  def test_independent_noise_is_uniform(self):
-    rho = np.clip(0.5 + 0.2 * self.rng.standard_normal((self.S, self.T)),
-                  0, 1)
+  def test_stripes_on_a_gradient_are_stripes(self):
+    r = stripes.stripe_test(_map(_striped() - 0.3 + 0.5 * _X))
+    self.assertTrue(r["stripes"], r)
+
+  @parameterized.named_parameters(
+      ("linear", 0.1 + 0.8 * _X),
+      ("rising_to_the_query", 0.1 + 0.8 * np.exp(-(T - 1 - _I) / 6)),
+      ("sigmoid", 0.1 + 0.8 / (1 + np.exp(-(_X - 0.5) * 12))))
+  def test_a_smooth_gradient_is_no_stripes(self, profile):
+    rho = _map(profile)
+    # The spread of the time-averaged profile (the earlier test's C) is
+    # large: that test called every such map striped.
+    self.assertGreater(np.std(rho.mean(0)), 0.15)
     r = stripes.stripe_test(rho)
     self.assertFalse(r["stripes"], r)
-    self.assertGreater(r["p_value"], 0.01)
+    self.assertLess(r["departure"], stripes.MIN_DEPARTURE)
 
-  def test_shared_trend_and_constant_maps_have_no_stripes(self):
-    trend = np.linspace(0.1, 0.9, self.S)[:, None] * np.ones((1, self.T))
-    self.assertFalse(stripes.stripe_test(trend)["stripes"])
-    self.assertEqual(stripes.contrast(trend), 0.0)
-    ones = np.ones((self.S, self.T))          # rho = 1 everywhere (W_QK = 0)
-    r = stripes.stripe_test(ones)
-    self.assertFalse(r["stripes"])
-    self.assertEqual(r["p_value"], 1.0)
+  def test_noise_and_spikes_that_move_are_no_stripes(self):
+    for rho in (_map(0.5, noise=0.2), _spikes()):
+      r = stripes.stripe_test(rho)
+      self.assertFalse(r["stripes"], r)
+      self.assertGreater(r["p_value"], stripes.P_VALUE, r)
 
-  def test_a_faint_but_persistent_profile_is_not_salient(self):
-    profile = 0.5 + 0.01 * np.sign(np.sin(np.arange(self.T)))
-    rho = profile + 0.001 * self.rng.standard_normal((self.S, self.T))
-    r = stripes.stripe_test(rho)
-    self.assertLess(r["p_value"], 0.01)        # persistent ...
-    self.assertFalse(r["stripes"])             # ... but below MIN_CONTRAST
+  def test_the_same_spikes_held_in_place_are_stripes(self):
+    rho = np.full((S, T), 0.4)
+    rho[:, [3, 17, 25]] = 0.9
+    r = stripes.stripe_test(_map(rho))
+    self.assertTrue(r["stripes"], r)
 
-  def test_bad_shape_is_refused(self):
-    with self.assertRaisesRegex(ValueError, "steps >= 2"):
-      stripes.stripe_test(np.ones(5))
-    self.assertIn("no stripes", stripes.describe(
-        {"contrast": 0.0, "p_value": 1.0, "stripes": False}))
+  def test_a_faint_but_persistent_departure_is_not_salient(self):
+    profile = 0.5 + 0.02 * np.sign(np.sin(_I))
+    r = stripes.stripe_test(_map(profile, noise=0.002))
+    self.assertLess(r["p_value"], stripes.P_VALUE)       # persistent ...
+    self.assertFalse(r["stripes"], r)                    # ... but faint
+
+  def test_constant_and_linear_maps_depart_by_nothing(self):
+    for rho in (np.ones((S, T)), np.linspace(0, 1, T) * np.ones((S, 1))):
+      r = stripes.stripe_test(rho)
+      self.assertAlmostEqual(r["departure"], 0.0)
+      self.assertEqual(r["p_value"], 1.0)
+      self.assertFalse(r["stripes"])
+
+  def test_departures_against_a_loop(self):
+    rho = _map(_striped())
+    d = stripes.departures(rho)
+    for s, i in ((0, 1), (7, 11), (S - 1, T - 2)):
+      self.assertAlmostEqual(d[s, i - 1],
+                             rho[s, i] - (rho[s, i - 1] + rho[s, i + 1]) / 2)
+
+  def test_descriptions_and_bad_shapes(self):
+    with self.assertRaisesRegex(ValueError, "positions >= 3"):
+      stripes.stripe_test(np.ones((5, 2)))
+    self.assertEqual(stripes.describe(
+        {"departure": 0.25, "position": 12, "p_value": 0.005,
+         "stripes": True}),
+                     "stripes (D = 0.25 at key 12, shift test p = 0.005)")
+    kept = {"contrast": 0.206, "p_value": 0.00498, "stripes": True}
+    self.assertTrue(stripes.earlier(kept))
+    self.assertEqual(stripes.describe(kept),
+                     "stripes (C = 0.206, permutation p = 0.00498)")
+
+
+def _fig7_run(locater, none):
+  """A Fig. 7 run: LocATER's and no LocATER's rho maps (or, where a map
+  is None, a record's kept result of the earlier test)."""
+  members = []
+  for kappa1, rho in ((100.0, locater), (0.0, none)):
+    m = dict(seed=0, kappa1=kappa1, kappa2=kappa1 / 100, target=1.0,
+             last_step=50_000, metrics={})
+    if rho is None:
+      m["stripes"] = {"contrast": 0.2, "p_value": 0.00498, "stripes": True}
+    else:
+      m["metrics"]["l0/rho"] = (np.arange(1, S + 1) * 250, rho)
+    members.append(m)
+  return dict(run_dir="rho", figure="7", smoke=False, label="Fig. 7",
+              reading="mean_loss", command="", members=members,
+              final_step=50_000, num_steps=50_000)
+
+
+class StripeVerdictWordsTest(absltest.TestCase):
+
+  def test_maps_give_the_rule_and_no_caveat(self):
+    [v] = report_claims.stripe_verdicts([_fig7_run(
+        _map(_striped()), _map(0.1 + 0.8 * _X))])
+    self.assertEqual(v["verdict"], "reproduced")
+    self.assertFalse(v["kept"] or v["earlier"])
+    self.assertIn(f"({stripes.RULE})", v["text"])
+    line = "\n".join(report_answer.answer([], [v]))
+    self.assertIn("**Stripes in rho_i (Fig. 7): reproduced.**", line)
+    self.assertNotIn("redrawn", line)
+
+  def test_results_of_the_earlier_test_say_so(self):
+    [v] = report_claims.stripe_verdicts([_fig7_run(None, None)])
+    self.assertEqual(v["verdict"], "not reproduced")
+    self.assertTrue(v["kept"] and v["earlier"])
+    self.assertIn(f"({stripes.EARLIER_RULE})", v["text"])
+    self.assertIn("cannot be redrawn from them, and the test (the spread of "
+                  "the time-averaged profile) also counts a smooth gradient "
+                  "over positions as stripes.",
+                  "\n".join(report_answer.answer([], [v])))
 
 
 if __name__ == "__main__":

@@ -80,14 +80,16 @@ def _stripe_line(stripe_vs) -> str:
   if not stripe_vs:
     return ""
   verdicts = sorted({v["verdict"] for v in stripe_vs})
-  kept = any(v.get("kept") for v in stripe_vs)
+  kept = any(v["kept"] for v in stripe_vs)
+  earlier = any(v["earlier"] for v in stripe_vs)
   return ("- **Stripes in rho_i (Fig. 7): " + " / ".join(verdicts) + ".** "
           + " ".join(v["summary"] for v in stripe_vs)
           + (" The rho maps are not in the records (only the test's "
              "results, as an earlier report printed them): the maps and "
-             "this verdict cannot be redrawn from them, and the test (the "
-             "spread of the time-averaged profile) also counts a smooth "
-             "gradient over positions as stripes." if kept else ""))
+             "this verdict cannot be redrawn from them" if kept else "")
+          + (", and the test (the spread of the time-averaged profile) "
+             "also counts a smooth gradient over positions as stripes"
+             if kept and earlier else "") + ("." if kept else ""))
 
 
 def _curve_note(trends, claim) -> str:

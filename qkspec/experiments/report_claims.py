@@ -45,7 +45,9 @@ def rho_stripes(members, layer: int = 0) -> list[tuple[str, dict]]:
 def stripe_verdicts(runs) -> list[dict]:
   """Fig. 7's claim per reading: "reproduced" when every LocATER map of the
   cell has stripes in rho_i and no map without LocATER does, "reversed"
-  for the opposite, else "not reproduced"."""
+  for the opposite, else "not reproduced". `kept`: some member's record
+  keeps the test's result, not its map; `earlier`: some result is the
+  earlier test's (`stripes.earlier`)."""
   out = []
   for (label, reading), rs in sorted(report_runs.cells(runs).items(),
                                      key=report_runs.cell_order):
@@ -53,12 +55,13 @@ def stripe_verdicts(runs) -> list[dict]:
       continue
     found = {True: [], False: []}          # LocATER? -> [stripes?]
     counted = report_runs.cell_members(rs)[0]
-    for m in counted:
-      result = _stripe_result(m)
+    results = [(m, _stripe_result(m)) for m in counted]
+    for m, result in results:
       if result is not None:
         found[m["kappa1"] > 0].append(result["stripes"])
     if not (found[True] and found[False]):
       continue
+    earlier = any(r is not None and stripes.earlier(r) for _, r in results)
     (n1, s1), (n0, s0) = [(len(found[k]), sum(found[k]))
                           for k in (True, False)]
     verdict = ("reproduced" if s1 == n1 and s0 == 0 else
@@ -66,10 +69,9 @@ def stripe_verdicts(runs) -> list[dict]:
     text = (f"{label}, {report_runs.reading_name(reading)}, claim stripes "
             f"(rho_i over training, none -> LocATER): **{verdict}**: "
             f"stripes in {s1} of {n1} LocATER map{'s' * (n1 > 1)} and "
-            f"{s0} of {n0} without LocATER (permutation p < "
-            f"{stripes.P_VALUE:g} and contrast C >= "
-            f"{stripes.MIN_CONTRAST:g}"
-            f"{_shortened(max(m['last_step'] for m in counted))})")
+            f"{s0} of {n0} without LocATER ("
+            + (stripes.EARLIER_RULE if earlier else stripes.RULE)
+            + f"{_shortened(max(m['last_step'] for m in counted))})")
     kept = any(not any(k in m["metrics"] for k in training_plots.rho_keys(0))
                for m in counted)       # a record kept results, not maps
     summary = (f"{report_runs.reading_name(reading)}: stripes in {s1} of "
@@ -77,7 +79,7 @@ def stripe_verdicts(runs) -> list[dict]:
                "without.")
     out.append(dict(figure="7", label=label, reading=reading,
                     claim="stripes", verdict=verdict, text=text,
-                    summary=summary, kept=kept))
+                    summary=summary, kept=kept, earlier=earlier))
   return out
 
 

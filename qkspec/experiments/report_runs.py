@@ -167,7 +167,8 @@ def load_runs(run_dirs) -> list[dict]:
 
   A run that trained both readings side by side gives one dict per reading
   (`both_readings`). A record loads as its run: `run_dir` names the run,
-  `path` where it was read.
+  `path` where it was read; a run's maps (an array per step) are read as
+  its record keeps them (`run_records.compact`).
   """
   runs = []
   for path in run_dirs:
@@ -177,6 +178,8 @@ def load_runs(run_dirs) -> list[dict]:
     run_dir = run_records.origin(path)
     by_reading = {}
     for m in training_plots.load_members(path):
+      m["metrics"] = {k: run_records.compact(*v) if np.ndim(v[1]) == 2
+                      else v for k, v in m["metrics"].items()}
       m["last_step"] = last_step(m)
       by_reading.setdefault(m.get("penalty_added_to", reading), []).append(m)
     run = dict(run_dir=run_dir, path=str(path), figure=fig, smoke=smoke,

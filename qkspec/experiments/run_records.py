@@ -7,6 +7,13 @@ reads only `config.json`, `members.json`, `run_info.jsonl` and a few metrics
 the run directory and the command that trained it. A record loads as a run
 directory, so the report regenerates from the repository alone.
 
+Metrics that are an array per step (Fig. 7's rho_i maps, `l0/rho`: T
+values per logged step) go beside each member's `metrics.jsonl` into
+`maps.npz` as float16, thinned to at most `MAX_STEPS` logged steps
+(`compact`): 100 x 64 x 2 B = 12.8 kB per member and map, ~25 kB for
+Fig. 7's two members, ~75 kB with three seeds. The report reads a run
+directory's maps as compacted too, so a record reports as its run.
+
 Records rebuilt from an earlier report when the run was lost say so
 ("source") and may hold final values only, the stripe test's result
 ("stripes") instead of the rho map, or a replicate's "spread".
@@ -16,10 +23,14 @@ import os
 import pathlib
 import shutil
 
+import numpy as np
+
 RECORD = "record.json"
 ROLES = ("run", "replicate")
 _COPIED = ("config.json", "members.json", "run_info.jsonl")
 _METRICS = "metrics.jsonl"
+MAPS = "maps.npz"
+MAX_STEPS = 100
 
 
 def read(path) -> dict:
@@ -42,13 +53,63 @@ def name_of(run_dir) -> str:
   return name
 
 
+def compact(steps, values_SxT) -> tuple[np.ndarray, np.ndarray]:
+  """A map as a record keeps it: every k-th logged step back from the last,
+  k = ceil(S / MAX_STEPS), its values rounded to float16 (read as
+  float64)."""
+  stride = -(-len(steps) // MAX_STEPS)
+  kept = np.arange(len(steps) - 1, -1, -stride)[::-1]
+  values = np.asarray(values_SxT)[kept].astype(np.float16)
+  return np.asarray(steps)[kept], values.astype(np.float64)
+
+
+def _write_maps(maps: dict, dest: pathlib.Path) -> None:
+  """{name: (steps, values_SxT)} -> `dest`, compacted ("<name>@steps",
+  "<name>@values")."""
+  arrays = {}
+  for name, (steps, values) in maps.items():
+    steps, values = compact(steps, values)
+    arrays[f"{name}@steps"] = steps.astype(np.int64)
+    arrays[f"{name}@values"] = values.astype(np.float16)
+  with open(dest, "wb") as f:
+    np.savez_compressed(f, **arrays)
+
+
+def read_maps(member_dir) -> dict:
+  """{name: (steps, values_SxT float64)} of a member's `maps.npz`."""
+  path = pathlib.Path(member_dir) / MAPS
+  if not path.is_file():
+    return {}
+  with np.load(path) as z:
+    return {k[:-len("@steps")]: (z[k], z[k[:-len("steps")] + "values"]
+                                 .astype(np.float64))
+            for k in z.files if k.endswith("@steps")}
+
+
 def _filter_metrics(src: pathlib.Path, dest: pathlib.Path, keys) -> None:
-  """`src`'s lines reduced to `keys` (lines left empty are dropped)."""
-  recs = [json.loads(x) for x in src.read_text(encoding="utf-8").splitlines()
+  """`src`'s metrics reduced to `keys` in `dest`: scalars as lines of
+  metrics.jsonl (lines left empty are dropped), arrays (and a record's
+  maps) in `MAPS`."""
+  recs = [json.loads(x) for x in
+          (src / _METRICS).read_text(encoding="utf-8").splitlines()
           if x.strip()]
-  kept = [(r["step"], {k: v for k, v in r.items() if k in keys}) for r in recs]
-  dest.write_text("".join(json.dumps({"step": step, **k}) + "\n"
-                          for step, k in kept if k), encoding="utf-8")
+  lines, arrays = [], {}
+  for r in recs:
+    kept = {}
+    for k, v in r.items():
+      if k in keys and isinstance(v, list):
+        arrays.setdefault(k, {})[r["step"]] = v     # a later line wins
+      elif k in keys:
+        kept[k] = v
+    if kept:
+      lines.append(json.dumps({"step": r["step"], **kept}) + "\n")
+  (dest / _METRICS).write_text("".join(lines), encoding="utf-8")
+  maps = {k: v for k, v in read_maps(src).items() if k in keys}
+  for k, by_step in arrays.items():
+    steps = sorted(by_step)
+    maps[k] = (steps, [by_step[s] for s in steps])
+  if maps:
+    _write_maps(maps, dest / MAPS)
 
 
 def write(run_dir, records_dir, keys, role: str = "run",
@@ -87,8 +148,7 @@ def write(run_dir, records_dir, keys, role: str = "run",
       shutil.copyfile(src / name, tmp / name)
   for member in json.loads((src / "members.json").read_text()):
     (tmp / member["dir"]).mkdir(parents=True, exist_ok=True)
-    _filter_metrics(src / member["dir"] / _METRICS,
-                    tmp / member["dir"] / _METRICS, set(keys))
+    _filter_metrics(src / member["dir"], tmp / member["dir"], set(keys))
   extra = {"command": command} if command else {}
   (tmp / RECORD).write_text(json.dumps(
       {**source, "run_dir": came_from, "role": role,

@@ -23,6 +23,7 @@ import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-imp
 from matplotlib import ticker  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from qkspec.experiments import run_records  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.training import metric_writer  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # what members.json varies (qkspec.config.schema.SWEEPABLE), and defaults
@@ -42,11 +43,14 @@ _FONT = {"font.size": 10, "axes.titlesize": 10, "axes.labelsize": 10,
 
 
 def load_members(workdir: str) -> list[dict]:
-  """members.json entries, each with its `metrics` ({name: (steps, values)})."""
+  """members.json entries, each with its `metrics` ({name: (steps, values)}:
+  metrics.jsonl's and, in a run record, its maps)."""
   with open(os.path.join(workdir, "members.json")) as f:
     members = json.load(f)
   for m in members:
-    m["metrics"] = metric_writer.read_metrics(os.path.join(workdir, m["dir"]))
+    member_dir = os.path.join(workdir, m["dir"])
+    m["metrics"] = {**metric_writer.read_metrics(member_dir),
+                    **run_records.read_maps(member_dir)}
   return members
 
 
