@@ -130,12 +130,12 @@ class MembersTest(parameterized.TestCase):
       schema.validate(ml_collections.ConfigDict(d))
 
 
+@testutil.slow("a both-readings sweep and each member trained alone; "
+               "sweep_test and step_reference_test check each part")
 class StepTest(parameterized.TestCase):
 
   @parameterized.parameters(0, 1)     # vmap, and members one at a time
   def test_each_member_trains_as_its_reading_alone(self, member_batch):
-    if member_batch:
-      testutil.skip_unless_slow(self, "the same with members one at a time")
     c = _smoke("both_readings")
     c.sweep.member_batch = member_batch
     params, metrics = _steps(c)

@@ -76,6 +76,8 @@ class ResumeTest(absltest.TestCase):
     _assert_trees_equal(resumed.params, straight.params)
     _assert_trees_equal(resumed.opt_state, straight.opt_state)
 
+  @testutil.slow("a run trained and its checkpoint rewritten in the older "
+                 "layout")
   def test_resumes_a_checkpoint_with_the_old_dict_hparams(self):
     # Checkpoints written before TrainState.hparams became a LocaterHParams
     # held a {"kappa1", "kappa2", "target"} dict. Rewrite a checkpoint in

@@ -286,6 +286,8 @@ class AttentionTableTest(parameterized.TestCase):
           np_entropy(w, visible), rtol=1e-5)
 
 
+@testutil.slow("the worked example trained twice and drawn; the functions it "
+               "calls are tested above")
 class ExampleTest(absltest.TestCase):
 
   def test_smoke_run_writes_tables_and_locater_lowers_the_scale(self):

@@ -57,6 +57,8 @@ class OutputXentTest(parameterized.TestCase):
 
 class ModelTest(absltest.TestCase):
 
+  @testutil.slow("the whole model through interpreted kernels; each kernel "
+                 "equals its reference in the kernel tests")
   def test_pallas_model_equals_xla_model(self):
     # Same parameters (tree and initial values), same loss and gradients in
     # float32 (the loss reads float16 operands: 1e-3); the attention reads
@@ -87,6 +89,8 @@ class ModelTest(absltest.TestCase):
       np.testing.assert_allclose(got[1][key], got[0][key], rtol=1e-3,
                                  err_msg=key)
 
+  @testutil.slow("the model's dropout through the interpreted Post-LN kernel; "
+                 "fused_layer_norm_test checks the kernel's mask")
   def test_dropout_masks_are_the_same(self):
     # The Post-LN kernel applies the mask nn.Dropout draws (same rng).
     tokens = jax.random.randint(jax.random.key(7), (1, 16), 0, V)

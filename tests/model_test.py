@@ -118,6 +118,8 @@ class ModelTest(parameterized.TestCase):
 
   @parameterized.parameters("factored", "joint")
   def test_gradient_of_past_outputs_wrt_future_inputs_is_zero(self, qk):
+    if qk == "joint":
+      testutil.skip_unless_slow(self, "causality again with a joint W_QK")
     m = model_lib.Decoder(2, dict(
         attention=dict(num_heads=2, qk_param=qk, causal=True), ffn_dim=d,
         norm="post"))

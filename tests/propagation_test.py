@@ -14,6 +14,7 @@ from qkspec.theory import propagation as prop
 from qkspec.theory import randomwalk
 from qkspec.theory import softmax
 from qkspec.theory import spectrum
+import testutil
 
 
 
@@ -138,6 +139,7 @@ class RhoTest(parameterized.TestCase):
         self.assertAlmostEqual(float(out[b, j]), xn[b, -1] @ wn @ xn[b, j] / 2,
                                places=4)
 
+  @testutil.slow("4000 walks drawn again through rho_monte_carlo")
   def test_shared_walks_are_those_rho_monte_carlo_draws(self):
     w = spectrum.sample_qk(jax.random.key(6), 128, 0.1, 0.3)
     np.testing.assert_array_equal(

@@ -69,6 +69,8 @@ class PenaltyScaleTest(absltest.TestCase):
 
 class GradientTest(absltest.TestCase):
 
+  @testutil.slow("both readings' gradients; step_reference_test checks both "
+                 "readings' updates against NumPy")
   def test_fairseq_gradient_is_literal_with_kappa_over_tokens(self):
     fairseq = _smoke_lm("summed_loss")
     n = fairseq.data.batch_size * fairseq.data.seq_len
@@ -101,6 +103,8 @@ class GradientTest(absltest.TestCase):
     self.assertGreater(float(jnp.abs(q_k - q_f).max()),
                        10 * float(jnp.abs(q_f).max()))
 
+  @testutil.slow("a train step per reading; step_reference_test checks both "
+                 "readings' updates against NumPy")
   def test_train_step_applies_the_factor(self):
     # build_steps reads the factor from the config: one step of fairseq
     # with kappa equals one step of mean_loss with kappa / N.
@@ -193,6 +197,7 @@ class SeedsArgumentTest(parameterized.TestCase):
       depth_width.get_config("seeds=0")
 
 
+@testutil.slow("a run trained, then resumed under the other reading")
 class ResumeTest(absltest.TestCase):
 
   def test_resuming_with_the_other_reading_is_refused(self):

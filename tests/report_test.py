@@ -544,6 +544,7 @@ class WriteReportTest(absltest.TestCase):
     self.assertNotIn("--config.locater", command)
 
 
+@testutil.slow("a no-LocATER smoke run trained and reported")
 class NoneOnlyReportTest(absltest.TestCase):
 
   def test_no_kappa2_figure_without_a_locater_member(self):
@@ -583,6 +584,8 @@ class ReadingLinesTest(absltest.TestCase):
     self.assertIn("no LocATER (201.7)", labels[2])
 
 
+@testutil.slow("a Fig. 7 smoke run trained and reported; run_records_test "
+               "redraws Fig. 7 from recorded maps")
 class Fig7StripesTest(absltest.TestCase):
 
   def test_fig7_report_has_heat_maps_and_a_stripe_line_per_member(self):
