@@ -20,3 +20,12 @@ if _FLAG not in os.environ.get("XLA_FLAGS", ""):
 import testutil  # noqa: E402  (after XLA_FLAGS: JAX reads them at start)
 
 testutil.configure_jax()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+  """Prints the test order's seed (pytest-randomly) even under -q."""
+  seed = getattr(config.option, "randomly_seed", None)
+  if isinstance(seed, int):
+    terminalreporter.write_line(
+        f"test order: pytest-randomly seed {seed} (repeat it with "
+        f"--randomly-seed={seed})")
