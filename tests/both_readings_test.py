@@ -201,8 +201,10 @@ class ReportTest(absltest.TestCase):
     runs = md.split("## Runs")[1].split("##")[0]
     self.assertEqual(runs.count(run_dir), 1)
     self.assertIn("both readings side by side", runs)
-    self.assertIn("### fairseq (summed_loss)", md)
-    self.assertIn("### literal (mean_loss)", md)
+    for reading in ("literal (mean_loss)", "fairseq (summed_loss)"):
+      # a verdict row and curves per reading, from the one run
+      self.assertIn(f"| Fig. 6 (smoke) | {reading} | kappa2 | D |", md)
+      self.assertIn(f"- {reading}, curves over training: ", md)
 
   def test_resuming_without_the_swept_readings_is_refused(self):
     c = _smoke("seeds=2")
