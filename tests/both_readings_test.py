@@ -209,7 +209,7 @@ class ReportTest(absltest.TestCase):
   def test_resuming_without_the_swept_readings_is_refused(self):
     c = _smoke("seeds=2")
     c.num_steps = 4
-    with self.assertRaisesRegex(ValueError, "sweep.penalty_added_to="):
+    with self.assertRaisesRegex(ValueError, r"sweep.penalty_added_to \["):
       loop.train_and_evaluate(c, self.dirs["seeds=2,both_readings"])
 
 

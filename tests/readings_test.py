@@ -211,7 +211,8 @@ class ResumeTest(absltest.TestCase):
       other = locater_wt2.get_config("smoke,fairseq")
       other.sweep.kappa2 = ()
       other.num_steps = other.checkpoint_every = 2
-      with self.assertRaisesRegex(ValueError, "penalty_added_to='mean_loss'"):
+      with self.assertRaisesRegex(
+          ValueError, "locater.penalty_added_to 'mean_loss' -> 'summed_loss'"):
         loop.train_and_evaluate(other, tmp)
       loop.train_and_evaluate(config, tmp)      # the same reading resumes
 

@@ -6,9 +6,11 @@ Shapes: N=sweep members (a leading axis of the state in a vmapped sweep).
 
 1. `_setup`: checks the config, builds the compiled steps
    (`qkspec.training.step.build_steps`) and the sweep's members;
-2. `_prepare_workdir`: writes `config.json` and `members.json`; from here
-   on the measurements, train and eval programs compile on threads
-   (`step.compile_ahead`, `config.precompile`) while the state is built;
+2. `_prepare_workdir`: refuses a workdir whose checkpoints another config
+   wrote (`qkspec.config.resume`), then writes `config.json` and
+   `members.json`; from here on the measurements, train and eval programs
+   compile on threads (`step.compile_ahead`, `config.precompile`) while
+   the state is built;
 3. `_restore_or_init`: the newest checkpoint of `<workdir>/ckpt` that
    restores (damaged newer ones are named and set aside), or a fresh state;
    each member's `metrics.jsonl` loses the records past that step;
@@ -44,6 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from qkspec.config import resume
 from qkspec.config import schema
 from qkspec.theory import locater
 from qkspec.training import actions as actions_lib
@@ -149,11 +152,13 @@ def _replicate(x: jax.Array, sharding) -> jax.Array:
   return jax.make_array_from_process_local_data(sharding, np.asarray(x))
 
 
-def _check_same_reading(run: Run) -> None:
-  """Raises ValueError if the workdir's checkpoints used the other reading.
+def _check_resumable(run: Run) -> None:
+  """Raises ValueError if the workdir's checkpoints are of another config.
 
-  `locater.penalty_added_to` is not part of the saved state (kappa is), so
-  the previous run's config.json tells which reading its checkpoints have.
+  The previous run's config.json tells which config wrote them; only the
+  fields of `qkspec.config.resume.SAFE` (run length, cadences, how the
+  steps run) may change: any other change alters the parameter shapes,
+  the data order or the sweep members.
   """
   path = os.path.join(run.workdir, "config.json")
   ckpt_dir = os.path.join(run.workdir, "ckpt")
@@ -161,27 +166,19 @@ def _check_same_reading(run: Run) -> None:
       name.isdigit() for name in os.listdir(ckpt_dir))):
     return
   with open(path) as f:
-    old = _readings(json.load(f))
-  new = _readings(run.config.to_dict())
-  if old != new:
+    old = json.load(f)
+  changes = resume.changed_fields(old, json.loads(run.config.to_json()))
+  if changes:
     raise ValueError(
-        f"{run.workdir} holds checkpoints trained with "
-        f"locater.penalty_added_to={old[0]!r}"
-        + (f" and sweep.penalty_added_to={old[1]}" if old[1] else "")
-        + f", not {new[0]!r}"
-        + (f" and {new[1]}" if new[1] else "")
-        + "; use a fresh --workdir for the other reading.")
-
-
-def _readings(config: dict) -> tuple[str, tuple]:
-  """(locater.penalty_added_to, sweep.penalty_added_to) of a config dict."""
-  return (config.get("locater", {}).get("penalty_added_to", "mean_loss"),
-          tuple(config.get("sweep", {}).get("penalty_added_to") or ()))
+        f"{run.workdir} holds checkpoints of another config "
+        f"({resume.describe(changes)}); use a fresh --workdir (a resumed run "
+        f"may change only {', '.join(resume.SAFE)}).")
 
 
 def _prepare_workdir(run: Run) -> None:
-  """Checks the workdir's reading; writes `config.json`, `members.json`."""
-  _check_same_reading(run)
+  """Checks that the workdir may resume under `run.config`
+  (`_check_resumable`); writes `config.json`, `members.json`."""
+  _check_resumable(run)
   if not run.lead:
     return
   os.makedirs(run.workdir, exist_ok=True)
@@ -362,7 +359,8 @@ def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
     The final TrainState (leading member axis for a sweep).
 
   Raises:
-    ValueError: a bad config (before training).
+    ValueError: a bad config, or checkpoints in `workdir` that another
+      config wrote (before anything is written).
     RuntimeError: `<workdir>/ckpt` has checkpoints and none restores.
     FloatingPointError: NaN/Inf in loss or gradients, naming the step.
     Interrupted: Ctrl-C (a KeyboardInterrupt), after saving a
