@@ -3,6 +3,7 @@ from absl.testing import absltest
 import numpy as np
 
 from qkspec.experiments import report_gaps
+from qkspec.experiments import report_stats
 
 
 def _member(kappa1, kappa2, ppl, entropy=2.8, steps=(0, 10, 20)):
@@ -14,9 +15,10 @@ def _member(kappa1, kappa2, ppl, entropy=2.8, steps=(0, 10, 20)):
 class GapTest(absltest.TestCase):
 
   def test_differences_at_common_steps(self):
-    steps, d = report_gaps.differences(
-        _member(100.0, 0.0, [300.0, 250.0, 240.0]),
-        _member(100.0, 1.0, [301.0, 245.0], steps=(10, 30)), "valid/ppl")
+    steps, d = report_stats.step_differences(
+        _member(100.0, 0.0, [300.0, 250.0, 240.0])["metrics"]["valid/ppl"],
+        _member(100.0, 1.0, [301.0, 245.0], steps=(10, 30))["metrics"][
+            "valid/ppl"])
     np.testing.assert_array_equal(steps, [10])
     np.testing.assert_allclose(d, [51.0])
 

@@ -10,7 +10,6 @@ minimal effect (`report_stats.MIN_EFFECT`): inside the shaded band a gap is
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
-import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from qkspec.experiments import report_runs  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import report_stats  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -19,16 +18,6 @@ from qkspec.experiments import training_plots  # pylint: disable=g-import-not-at
 PANELS = (("mean/entropy", "entropy", "attention entropy - kappa2 = 0 (nats)",
            "C"),
           ("valid/ppl", "valid_ppl", "valid perplexity - kappa2 = 0", "D"))
-
-
-def differences(base, member, key):
-  """(steps, member - base) at the steps both logged `key` at."""
-  (s0, v0), (s1, v1) = base["metrics"][key], member["metrics"][key]
-  at = {int(s): float(v) for s, v in zip(s0, v0)}
-  pairs = [(int(s), float(v) - at[int(s)]) for s, v in zip(s1, v1)
-           if int(s) in at]
-  steps, d = zip(*pairs) if pairs else ((), ())
-  return np.asarray(steps), np.asarray(d)
 
 
 def gap_figure(members, title: str):
@@ -50,7 +39,8 @@ def gap_figure(members, title: str):
     ax.axhline(0.0, color="0.3", lw=0.8)
     for i, (m, name) in enumerate(zip(others, names)):
       if key in m["metrics"]:
-        steps, d = differences(base, m, key)
+        steps, d = report_stats.step_differences(base["metrics"][key],
+                                                 m["metrics"][key])
         ax.plot(steps, d, color=f"C{i}", lw=1.3, label=name)
     ax.set_yscale("symlog", linthresh=band)
     ax.set(xlabel="step", ylabel=ylabel,

@@ -21,10 +21,6 @@ from qkspec.experiments import report_verdicts as rv
 QUANTITIES = (("D", "valid_ppl", -1), ("C", "entropy", +1))
 
 
-def _by_seed(row, quantity) -> dict:
-  return dict(zip(row["seeds"], row[f"{quantity}_values"]))
-
-
 def trend(rows, quantity, sign, ref=None) -> dict | None:
   """The curve of `quantity` over the LocATER `rows` of one figure and
   reading: slope per decade of kappa2 and the best kappa2 > 0 against 0."""
@@ -34,7 +30,7 @@ def trend(rows, quantity, sign, ref=None) -> dict | None:
   swept = [r for r in locater if r["kappa2"] > 0]
   if base is None or len(swept) < 2:
     return None
-  values = [_by_seed(r, quantity) for r in [base] + swept]
+  values = [rv.seed_values(r, quantity) for r in [base] + swept]
   seeds = sorted(set.intersection(*(set(v) for v in values)))
   if not seeds:
     return None
@@ -46,7 +42,8 @@ def trend(rows, quantity, sign, ref=None) -> dict | None:
   else:
     fit = per_seed[0]
   best = (min if sign < 0 else max)(swept, key=lambda r: r[f"{quantity}_mean"])
-  d = np.array([_by_seed(best, quantity)[s] - values[0][s] for s in seeds])
+  best_values = rv.seed_values(best, quantity)
+  d = np.array([best_values[s] - values[0][s] for s in seeds])
   m0, m1 = base[f"{quantity}_mean"], best[f"{quantity}_mean"]
   level = rs.bonferroni(len(swept))
   minimal = rs.min_effect(quantity, m0, m1)

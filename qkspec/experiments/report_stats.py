@@ -130,13 +130,22 @@ def direction(diff: float, sign: int) -> str:
   return "as the paper" if np.sign(diff) == sign else "opposite"
 
 
+def step_differences(base, alt, start: int = 0
+                     ) -> tuple[np.ndarray, np.ndarray]:
+  """(steps, alt - base) at the steps >= `start` that both (steps, values)
+  curves logged, in `alt`'s order."""
+  (s0, v0), (s1, v1) = base, alt
+  at0 = {int(s): float(v) for s, v in zip(s0, v0) if s >= start}
+  pairs = [(int(s), float(v) - at0[int(s)]) for s, v in zip(s1, v1)
+           if int(s) in at0]
+  steps, d = zip(*pairs) if pairs else ((), ())
+  return np.asarray(steps, int), np.asarray(d, np.float64)
+
+
 def time_average(base, alt, start: int) -> tuple[float, float, int]:
   """(mean of alt - base, fraction of positive alt - base, evaluations)
   over the steps >= `start` that both (steps, values) curves logged."""
-  (s0, v0), (s1, v1) = base, alt
-  at0 = {int(s): float(v) for s, v in zip(s0, v0) if s >= start}
-  d = np.array([float(v) - at0[int(s)] for s, v in zip(s1, v1)
-                if int(s) in at0], np.float64)
+  d = step_differences(base, alt, start)[1]
   d = d[np.isfinite(d)]
   if not d.size:
     return math.nan, math.nan, 0

@@ -54,10 +54,14 @@ def _by_cell(rows) -> dict:
   return dict(sorted(out.items(), key=report_runs.cell_order))
 
 
+def seed_values(row, quantity) -> dict:
+  """{seed: final value} of a quantity in a summary row."""
+  return dict(zip(row.get("seeds", ()), row.get(f"{quantity}_values", ())))
+
+
 def paired_values(quantity, base, alt) -> tuple[list, np.ndarray]:
   """(common seeds, per-seed alt - base) of a quantity's final values."""
-  b = dict(zip(base.get("seeds", ()), base.get(f"{quantity}_values", ())))
-  a = dict(zip(alt.get("seeds", ()), alt.get(f"{quantity}_values", ())))
+  b, a = seed_values(base, quantity), seed_values(alt, quantity)
   seeds = sorted(set(a) & set(b))
   return seeds, np.array([a[s] - b[s] for s in seeds], np.float64)
 
