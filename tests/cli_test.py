@@ -142,7 +142,8 @@ class UsageErrorTest(absltest.TestCase):
         (theory, "--config.num_steps=abc", "--config.num_steps=abc"),
         ("configs/entropy_bound.py:smoke", "--config.experiment=nope",
          "config.experiment must be one of"),
-        (theory, "--num_processes=2", "--coordinator_address")):
+        (theory, "--num_processes=2", "--coordinator_address"),
+        (theory, "--config.multihost=True", "jax found no cluster to join")):
       self.assertIn(want, self._fails("run.py", "--config", config, flag))
 
   def test_verbose_errors_keeps_the_traceback(self):

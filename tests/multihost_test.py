@@ -1,13 +1,16 @@
 """Two processes (2 CPU devices each) train as one process with 4 devices.
 
 `launch/train.py` runs three times at once on 127.0.0.1: once as a single
-process with 4 simulated CPU devices, and twice as processes 0 and 1 of a
-2-process run (`--coordinator_address --num_processes --process_id`, 2
-devices each, gloo CPU collectives, one shared workdir). The 2-process run
+process with 4 simulated CPU devices and one step per compiled call, and
+twice as processes 0 and 1 of a 2-process run (`--coordinator_address
+--num_processes --process_id`, 2 devices each, gloo CPU collectives, one
+shared workdir) with two steps per call, the accelerators' path (batches
+gathered on the devices, `qkspec.training.multi_step`). The 2-process run
 must log the same losses and measurements, save the same parameters, write
 each checkpoint once and its metrics from process 0 only (a second writer
 would append every record twice to the shared metrics.jsonl).
 """
+import json
 import os
 import socket
 import subprocess
@@ -74,6 +77,17 @@ def _finish(procs) -> list[str]:
   return out
 
 
+def _run_info(workdir) -> dict:
+  """The last line of `<workdir>/run_info.jsonl`."""
+  with open(os.path.join(workdir, "run_info.jsonl")) as f:
+    return json.loads(f.read().splitlines()[-1])
+
+
+def _json(workdir, name) -> dict:
+  with open(os.path.join(workdir, name)) as f:
+    return json.load(f)
+
+
 def _saved(path):
   """A saved TrainState as {path: numpy array}, on whatever devices we have."""
   checkpointer = ocp.PyTreeCheckpointer()
@@ -92,14 +106,17 @@ class TwoProcessTest(absltest.TestCase):
     with tempfile.TemporaryDirectory() as tmp:
       one, two = os.path.join(tmp, "one"), os.path.join(tmp, "two")
       address = f"127.0.0.1:{_free_port()}"
-      procs = [_start(one, 4)] + [
+      procs = [_start(one, 4, "--config.steps_per_call=1")] + [
           _start(two, 2, "--coordinator_address", address,
-                 "--num_processes", "2", "--process_id", str(i), tag=f".{i}")
+                 "--num_processes", "2", "--process_id", str(i),
+                 "--config.steps_per_call=2", tag=f".{i}")
           for i in range(2)]
       logs = _finish(procs)
       for (proc, _), log in zip(procs, logs):
         self.assertEqual(proc.returncode, 0, log[-6000:])
       self.assertIn("process 1 of 2", logs[2])
+      self.assertEqual([_run_info(wd)["steps_per_call"] for wd in (one, two)],
+                       [1, 2])
 
       # Checkpoints: one folder per saved step, the same steps.
       self.assertEqual(sorted(os.listdir(os.path.join(two, "ckpt"))),
@@ -116,10 +133,13 @@ class TwoProcessTest(absltest.TestCase):
         for k in g:
           np.testing.assert_allclose(g[k], w[k], rtol=1e-5, atol=1e-6,
                                      err_msg=f"step {g['step']} {k}")
-      for name in ("members.json", "config.json", "hparams.json"):
+      for name in ("members.json", "hparams.json"):
         with open(os.path.join(two, name)) as f, \
              open(os.path.join(one, name)) as g:
           self.assertEqual(f.read(), g.read(), name)
+      got, want = ({k: v for k, v in _json(wd, "config.json").items()
+                    if k != "steps_per_call"} for wd in (two, one))
+      self.assertEqual(got, want)
       # The saved state: parameters, Adam moments, step, hparams.
       got, want = (_saved(os.path.join(d, "ckpt", "4", "state"))
                    for d in (two, one))

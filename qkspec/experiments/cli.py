@@ -272,8 +272,12 @@ def _is_usage_error(error: ValueError) -> bool:
 
 def start_processes(coordinator_address: str | None,
                     num_processes: int | None,
-                    process_id: int | None) -> bool:
+                    process_id: int | None, multihost: bool = False) -> bool:
   """`jax.distributed.initialize` with the multi-host flags, if given.
+
+  Without them, `multihost` (`config.multihost`) lets jax find the
+  processes itself (a TPU pod slice, SLURM, Open MPI); where it finds no
+  cluster, a ValueError says what to pass.
 
   Returns:
     Whether this is one process of several.
@@ -281,7 +285,7 @@ def start_processes(coordinator_address: str | None,
   given = {"--coordinator_address": coordinator_address,
            "--num_processes": num_processes, "--process_id": process_id}
   if all(v is None for v in given.values()):
-    return False
+    return multihost and _find_processes()
   missing = [k for k, v in given.items() if v is None]
   if missing:
     raise ValueError(f"a multi-host run needs --coordinator_address, "
@@ -297,6 +301,21 @@ def start_processes(coordinator_address: str | None,
                              num_processes=num_processes,
                              process_id=process_id)
   return True
+
+
+def _find_processes() -> bool:
+  """`jax.distributed.initialize()` from the cluster's environment."""
+  import jax  # pylint: disable=g-import-not-at-top
+  try:
+    jax.distributed.initialize()
+  except (ValueError, RuntimeError) as e:
+    reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+    raise ValueError(
+        f"--config.multihost=True: jax found no cluster to join ({reason}); "
+        "on a TPU pod slice, SLURM or Open MPI it finds the processes "
+        "itself, elsewhere pass --coordinator_address, --num_processes and "
+        "--process_id.") from e
+  return jax.process_count() > 1
 
 
 def main(run: Callable[..., Any], what: str = "config") -> None:
@@ -338,7 +357,7 @@ def main(run: Callable[..., Any], what: str = "config") -> None:
     try:
       check_config(config.value)
       start_processes(coordinator.value, num_processes.value,
-                      process_id.value)
+                      process_id.value, bool(config.value.get("multihost")))
     except ValueError as e:
       _fail(str(e), e, verbose.value)
     logging.info("config:\n%s", config.value)
