@@ -42,6 +42,7 @@ import jax
 
 from qkspec.config import args as config_args
 from qkspec.training import loop
+from qkspec.training import preemption
 from qkspec.training import progress
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -161,7 +162,7 @@ def probe_rate(c, workdir: str, steps: int) -> float:
 
 def stop_after(seconds: float) -> threading.Timer:
   """Sends this process SIGINT after `seconds`: the loop saves a checkpoint
-  at the next step boundary and raises `loop.Interrupted`."""
+  at the next step boundary and raises `preemption.Interrupted`."""
   timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
   timer.daemon = True
   timer.start()
@@ -222,13 +223,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for fig in flags.figs:
       done.append({})
       train_fig(fig, flags, kind, done[-1])
-  # loop.Interrupted (a KeyboardInterrupt) once the loop saved a checkpoint
-  # and logged where; a plain one where SIGINT came outside its training.
-  except KeyboardInterrupt:
+  # preemption.Interrupted (a KeyboardInterrupt) once the loop saved a
+  # checkpoint; a plain one where SIGINT came outside its training.
+  except KeyboardInterrupt as e:
     if not flags.time_budget_s or (
         time.perf_counter() - t < flags.time_budget_s):
       raise                         # Ctrl-C
-    print("stopped by the time budget; rerun to go on", flush=True)
+    saved = f" ({e.what})" if isinstance(e, preemption.Interrupted) else ""
+    print(f"stopped by the time budget{saved}; rerun to go on", flush=True)
   finally:
     if timer is not None:
       timer.cancel()

@@ -1,9 +1,12 @@
 """The entry points: launch/run.py (experiments) and launch/train.py.
 
 Also how every command ends on a usage error (one line, exit status 2) and
-on Ctrl-C (one line, exit status 130), and jax's TPU probe note dropped.
+on Ctrl-C or SIGTERM (one line, exit status 130 or 143), and jax's TPU
+probe note dropped.
 """
 import ast
+import contextlib
+import io
 import logging
 import pathlib
 import signal
@@ -217,6 +220,25 @@ class InterruptTest(absltest.TestCase):
     self.assertEqual(p.returncode, 130, err[-3000:])
     self.assertNotIn("Traceback", err)
     self.assertEqual(err.strip().splitlines()[-1], "qkspec: interrupted")
+
+
+  def test_a_stopped_run_prints_its_checkpoint_and_exits_128_plus_signal(self):
+    from qkspec.training import preemption  # pylint: disable=g-import-not-at-top
+    what = "stopped by SIGTERM at step 7: checkpoint /w/ckpt/7 saved"
+    for signum, code, command, line in (
+        (signal.SIGTERM, 143, "python launch/train.py --workdir w",
+         f"qkspec: {what}; to resume, rerun: python launch/train.py "
+         "--workdir w"),
+        (signal.SIGINT, 130, None,
+         f"qkspec: {what}; to resume, rerun the same command with --workdir "
+         "/w.")):
+      err = io.StringIO()
+      with self.assertRaises(SystemExit) as cm, \
+           contextlib.redirect_stderr(err):
+        with cli.exit_on_interrupt(command=command):
+          raise preemption.Interrupted(what, "/w", signum)
+      self.assertEqual(cm.exception.code, code)
+      self.assertEqual(err.getvalue(), line + "\n")
 
 
 class TpuNoteTest(absltest.TestCase):

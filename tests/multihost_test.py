@@ -9,13 +9,20 @@ gathered on the devices, `qkspec.training.multi_step`). The 2-process run
 must log the same losses and measurements, save the same parameters, write
 each checkpoint once and its metrics from process 0 only (a second writer
 would append every record twice to the shared metrics.jsonl).
+
+SIGTERM to one process of two stops both at the same step with one
+checkpoint there (JAX's preemption sync point), and both resume from it.
 """
+import collections
 import json
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 from absl.testing import absltest
 import jax
@@ -41,9 +48,10 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _start(workdir, devices, *extra, tag=""):
-  """Starts launch/train.py; its output goes to `<workdir><tag>.log` (one
-  file per process: two processes appending to one file garble it)."""
+def _start(workdir, devices, *extra, tag="", config=_FLAGS):
+  """Starts launch/train.py on `config` (its flags); its output goes to
+  `<workdir><tag>.log` (one file per process: two processes appending to
+  one file garble it)."""
   env = {**os.environ, "JAX_NUM_CPU_DEVICES": str(devices),
          "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo",
          "JAX_PLATFORMS": "cpu",
@@ -54,7 +62,7 @@ def _start(workdir, devices, *extra, tag=""):
                  os.pathsep))}
   log = open(f"{workdir}{tag}.log", "w")  # pylint: disable=consider-using-with
   proc = subprocess.Popen(
-      [sys.executable, str(testutil.ROOT / "launch" / "train.py"), *_FLAGS,
+      [sys.executable, str(testutil.ROOT / "launch" / "train.py"), *config,
        "--workdir", workdir, *extra], env=env, cwd=testutil.ROOT,
       stdout=log, stderr=subprocess.STDOUT)
   return proc, log
@@ -150,6 +158,80 @@ class TwoProcessTest(absltest.TestCase):
         if _NOISE not in name:
           np.testing.assert_allclose(value, want[name], rtol=1e-5, atol=1e-6,
                                      err_msg=name)
+
+
+# One theory member (a few ms a step); a record every step, no checkpoint
+# or evaluation before `num_steps`.
+_THEORY = ("--config", "configs/theory_task.py:smoke",
+           "--config.sweep.kappa1=()", "--config.sweep.kappa2=()",
+           "--config.sweep.target=()",
+           "--config.locater.kappa1=1.0", "--config.locater.kappa2=1.0",
+           "--config.log_every=1", "--config.eval_every=100000",
+           "--config.checkpoint_every=100000", "--config.progress_every_s=0")
+
+
+def _records_once(test, workdir) -> list[int]:
+  """The steps of `workdir`'s metrics.jsonl, each (step, key) once."""
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    records = [json.loads(line) for line in f]
+  counts = collections.Counter((r["step"], k) for r in records for k in r
+                                if k != "step")
+  test.assertEqual(max(counts.values()), 1, "a metric record written twice")
+  return sorted({r["step"] for r in records})
+
+
+@testutil.slow("two processes stopped by SIGTERM to one, then resumed")
+class PreemptionTest(absltest.TestCase):
+
+  def test_sigterm_to_one_process_stops_both_at_one_checkpoint(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      wd = os.path.join(tmp, "run")
+
+      def start(num_steps, tag):
+        address = f"127.0.0.1:{_free_port()}"
+        return [_start(wd, 2, f"--config.num_steps={num_steps}",
+                       "--coordinator_address", address, "--num_processes",
+                       "2", "--process_id", str(i), tag=f".{tag}{i}",
+                       config=_THEORY) for i in range(2)]
+
+      procs = start(100_000, "first")   # stopped long before the end
+      jsonl = os.path.join(wd, "metrics.jsonl")
+      deadline = time.time() + _TIMEOUT_S
+      while time.time() < deadline and all(p.poll() is None
+                                           for p, _ in procs):
+        if os.path.exists(jsonl) and '"step": 3,' in open(jsonl).read():
+          break
+        time.sleep(0.1)
+      procs[1][0].send_signal(signal.SIGTERM)
+      sent = time.time()
+      logs = _finish(procs)
+      took = time.time() - sent
+      for (proc, _), log in zip(procs, logs):
+        self.assertEqual(proc.returncode, 143, log[-6000:])
+        self.assertNotIn("Traceback", log)
+      self.assertLess(took, 60, "both processes exit within seconds")
+      lines = [log.strip().splitlines()[-1] for log in logs]
+      stopped = int(re.search(r"at step (\d+):", lines[0]).group(1))
+      self.assertGreaterEqual(stopped, 3)
+      for i, line in enumerate(lines):
+        self.assertStartsWith(
+            line, "qkspec: stopped by SIGTERM (to this or another process) "
+            f"at step {stopped}: checkpoint {wd}/ckpt/{stopped} saved; to "
+            "resume, rerun: ")
+        self.assertIn("launch/train.py --config configs/theory_task.py:smoke",
+                      line)
+        self.assertEndsWith(line, f"--process_id {i}")
+      self.assertEqual(os.listdir(os.path.join(wd, "ckpt")), [str(stopped)])
+      self.assertEqual(_records_once(self, wd), list(range(stopped + 1)))
+
+      procs = start(stopped + 2, "resumed")
+      logs = _finish(procs)
+      for (proc, _), log in zip(procs, logs):
+        self.assertEqual(proc.returncode, 0, log[-6000:])
+        self.assertIn(f"resumed from step {stopped}", log)
+      self.assertEqual(sorted(os.listdir(os.path.join(wd, "ckpt"))),
+                       sorted([str(stopped), str(stopped + 2)]))
+      self.assertEqual(_records_once(self, wd), list(range(stopped + 3)))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""Long runs a user can trust: damaged checkpoints, Ctrl-C, no duplicates.
+"""Long runs a user can trust: damaged checkpoints, Ctrl-C and SIGTERM, no
+duplicates.
 
-Tests of qkspec.training.loop with its helpers checkpoint, interrupt,
+Tests of qkspec.training.loop with its helpers checkpoint, preemption,
 metric_writer and progress on the one-member theory smoke config (d=16,
 T=B=8, a few ms per step).
 """
@@ -154,15 +155,23 @@ def slow(config, sharding):          # 50 ms per step: time to interrupt
     return task.train_batch(step)
   return tasks.Task(**{{**task.__dict__, "train_batch": batch}})
 tasks.make_task = slow
-with cli.exit_on_interrupt():
+with cli.exit_on_interrupt(command="RERUN"):
   loop.train_and_evaluate(reliability_test._config({steps}), {workdir!r})
 """
 
 
-@testutil.slow("a training process interrupted, then resumed")
-class InterruptTest(absltest.TestCase):
+class InterruptTest(parameterized.TestCase):
+  """A training process stopped by a signal saves a checkpoint at a step
+  boundary, prints one line, exits with 128 + the signal, and resumes to
+  the same state and metrics as a run never stopped."""
 
-  def test_ctrl_c_saves_keeps_metrics_and_resumes_identically(self):
+  @parameterized.named_parameters(
+      ("sigterm", signal.SIGTERM, 143, "stopped by SIGTERM"),
+      ("ctrl_c", signal.SIGINT, 130, "interrupted"))
+  def test_signal_saves_keeps_metrics_and_resumes_identically(
+      self, signum, code, said):
+    if signum == signal.SIGINT:     # the same path as SIGTERM
+      testutil.skip_unless_slow(self, "Ctrl-C to a training process")
     steps = 40
     tmp = _tempdir(self)
     wd = os.path.join(tmp, "run")
@@ -178,18 +187,18 @@ class InterruptTest(absltest.TestCase):
       if os.path.exists(jsonl) and '"step": 2' in open(jsonl).read():
         break
       time.sleep(0.05)
-    child.send_signal(signal.SIGINT)
+    child.send_signal(signum)
     _, err = child.communicate(timeout=120)
-    self.assertEqual(child.returncode, 130, err[-3000:])
+    self.assertEqual(child.returncode, code, err[-3000:])
     self.assertNotIn("Traceback", err)
     self.assertNotIn("has been deleted", err)
     stopped = checkpoint.Checkpointer(wd).latest_step()
     self.assertBetween(stopped, 2, steps - 1)
     last = [l for l in err.strip().splitlines() if l.strip()][-1]
-    self.assertEndsWith(
-        last, f"interrupted at step {stopped}: checkpoint "
-        f"{os.path.join(wd, 'ckpt', str(stopped))} saved; to resume, rerun "
-        f"the same command with --workdir {wd}.")
+    self.assertEqual(
+        last, f"qkspec: {said} at step {stopped}: checkpoint "
+        f"{os.path.join(wd, 'ckpt', str(stopped))} saved; to resume, "
+        f"rerun: RERUN")
     self.assertEqual(_steps_once(self, testutil.metric_records(wd)),
                      list(range(stopped + 1)))
 

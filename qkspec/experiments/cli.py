@@ -9,9 +9,14 @@ Every command: a usage error (a misspelled config key, a missing config
 file, a bad flag value, a config that `schema.validate` or an experiment
 rejects) prints one line `qkspec: error: ...` and exits with status 2;
 Ctrl-C exits with status 130 after one line; `--verbose_errors` adds the
-traceback. `--coordinator_address`, `--num_processes` and `--process_id`
-start one process of a multi-host run (`jax.distributed.initialize`). jax's
-note that it found no TPU library is dropped.
+traceback. Training stopped by Ctrl-C or SIGTERM
+(`qkspec.training.preemption`) prints one line `qkspec: ...` naming the
+checkpoint it saved and the command that resumes, and exits with 128 +
+the signal: 130 for Ctrl-C, 143 (`EXIT_PREEMPTED`) for SIGTERM, also on
+each process of a multi-host run that stopped because another got it.
+`--coordinator_address`, `--num_processes` and `--process_id` start one
+process of a multi-host run (`jax.distributed.initialize`). jax's note
+that it found no TPU library is dropped.
 """
 import contextlib
 import importlib
@@ -20,6 +25,7 @@ import logging as py_logging
 import os
 import pkgutil
 import re
+import shlex
 import sys
 import traceback
 from typing import Any, Callable, Iterator, NoReturn
@@ -35,13 +41,17 @@ from qkspec.config import schema
 _NOT_EXPERIMENTS = ("chunked", "cli", "demo", "inputs", "measures", "outputs",
                     "training_plots")
 EXIT_INTERRUPTED = 130       # 128 + SIGINT, what shells report for Ctrl-C
+EXIT_PREEMPTED = 143         # 128 + SIGTERM, a cluster's preemption notice
 
 
 @contextlib.contextmanager
-def exit_on_interrupt(verbose: bool = False) -> Iterator[None]:
-  """KeyboardInterrupt -> exit 130 and at most one line.
+def exit_on_interrupt(verbose: bool = False,
+                      command: str | None = None) -> Iterator[None]:
+  """KeyboardInterrupt -> one line, exit 130 (143 after SIGTERM).
 
-  The loop has logged its own `Interrupted`; any other prints "qkspec:
+  The training loop's `preemption.Interrupted` prints "qkspec: interrupted
+  at step 12: checkpoint <dir> saved; to resume, rerun: `command`" (without
+  `command`: the same command with --workdir); any other prints "qkspec:
   interrupted". `verbose` prints the traceback first.
   """
   try:
@@ -49,9 +59,13 @@ def exit_on_interrupt(verbose: bool = False) -> Iterator[None]:
   except KeyboardInterrupt as e:
     if verbose:
       traceback.print_exception(e)
-    from qkspec.training import loop  # pylint: disable=g-import-not-at-top
-    if not isinstance(e, loop.Interrupted):
-      print("qkspec: interrupted", file=sys.stderr, flush=True)
+    # pylint: disable-next=g-import-not-at-top
+    from qkspec.training import preemption
+    if isinstance(e, preemption.Interrupted):
+      line = f"{e.what}; to resume, rerun: {command}" if command else str(e)
+      print(f"qkspec: {line}", file=sys.stderr, flush=True)
+      sys.exit(128 + e.signum)
+    print("qkspec: interrupted", file=sys.stderr, flush=True)
     sys.exit(EXIT_INTERRUPTED)
 
 
@@ -332,7 +346,7 @@ def main(run: Callable[..., Any], what: str = "config") -> None:
   verbose = flags.DEFINE_bool(
       "verbose_errors", False, "Print the Python traceback of a usage error "
       "(bad flag, config key, path or value: one line and exit status 2 "
-      "without it) and of Ctrl-C (exit status 130).")
+      "without it) and of Ctrl-C (exit status 130) or SIGTERM (143).")
   coordinator = flags.DEFINE_string(
       "coordinator_address", None, "Multi-host: HOST:PORT of process 0 (the "
       "same on every host). With --num_processes and --process_id; absent: "
@@ -362,7 +376,7 @@ def main(run: Callable[..., Any], what: str = "config") -> None:
       _fail(str(e), e, verbose.value)
     logging.info("config:\n%s", config.value)
     try:
-      with exit_on_interrupt(verbose.value):   # Ctrl-C: exit 130
+      with exit_on_interrupt(verbose.value, shlex.join(sys.orig_argv)):
         run(config.value, workdir.value)
     except ValueError as e:
       if not _is_usage_error(e):

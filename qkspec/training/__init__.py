@@ -14,5 +14,6 @@ The only layer that imports flax, optax and orbax.
 * `checkpoint`, `metric_writer`, `progress`: Orbax checkpoints, metric
   files, progress lines and where the wall time went;
 * `actions`: the loop's periodic log, eval and checkpoint actions;
-* `loop`: `train_and_evaluate` (set-up, restore-or-init, the loop, Ctrl-C).
+* `preemption`: Ctrl-C and SIGTERM stop every process at one step boundary;
+* `loop`: `train_and_evaluate` (set-up, restore-or-init, the loop).
 """

@@ -54,6 +54,22 @@ def _quiet_closed_event_loop():
     sys.unraisablehook = previous
 
 
+class _Manager(ocp.CheckpointManager):
+  """`ocp.CheckpointManager` that leaves JAX's preemption sync point to the
+  loop.
+
+  orbax asks `multihost_utils.reached_preemption_sync_point(step)` at each
+  save and when a save completes (on a thread); that point compares a call
+  counter which must grow by one per call, and the loop asks it once per
+  compiled call (`qkspec.training.preemption`), so orbax's calls with the
+  step would move the counter under it.
+  """
+
+  def reached_preemption(self, step: int) -> bool:
+    del step
+    return False
+
+
 class Checkpointer:
   """`ocp.CheckpointManager` over `<workdir>/ckpt`.
 
@@ -67,7 +83,7 @@ class Checkpointer:
                save_interval_steps: int = 1):
     self.directory = os.path.join(os.path.abspath(workdir), "ckpt")
     self.damaged_directory = self.directory + "_damaged"
-    self._manager = ocp.CheckpointManager(
+    self._manager = _Manager(
         self.directory,
         options=ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep, save_interval_steps=save_interval_steps,

@@ -23,23 +23,22 @@ Shapes: N=sweep members (a leading axis of the state in a vmapped sweep).
    fetched and written while the next call computes), `EvalAction`
    (valid/test loss) and `CheckpointAction` (`qkspec.training.actions`).
 
-Ctrl-C takes effect at the next call boundary: the compiled step donates
-its input state, so a KeyboardInterrupt raised while a step runs would
-leave nothing to save. Inside `deferred_sigint()` the first Ctrl-C only
-sets a flag that the loop reads between calls; the actions due there run,
-a checkpoint is saved and `Interrupted` (a KeyboardInterrupt) says how to
-resume. A second Ctrl-C interrupts at once. The checkpointer and the
-metric writers close on every exit; a `progress.PhaseClock` splits each
-invocation's wall time by phase (run_info.jsonl's "phases_s").
+Ctrl-C (SIGINT) and SIGTERM take effect at a call boundary, as the
+compiled step donates its input state (`qkspec.training.preemption`): the
+actions due there run, a checkpoint is saved and `preemption.Interrupted`
+(a KeyboardInterrupt) says where and how to resume. With several processes
+a SIGTERM to any one of them (or Ctrl-C, sent on as SIGTERM) stops all of
+them at the same boundary: JAX's preemption sync point. A second Ctrl-C
+interrupts at once. The checkpointer and the metric writers close on every
+exit; a `progress.PhaseClock` splits each invocation's wall time by phase
+(run_info.jsonl's "phases_s").
 """
 # pylint: disable=invalid-name
 import contextlib
 import dataclasses
 import json
 import os
-import signal
-import threading
-from typing import Any, Iterator
+from typing import Any
 
 from absl import logging
 import jax
@@ -52,48 +51,10 @@ from qkspec.theory import locater
 from qkspec.training import actions as actions_lib
 from qkspec.training import checkpoint as ckpt_lib
 from qkspec.training import metric_writer
+from qkspec.training import preemption
 from qkspec.training import progress
 from qkspec.training import step as step_lib
 from qkspec.training import sweep as sweep_lib
-
-
-class Interrupted(KeyboardInterrupt):
-  """Training stopped by Ctrl-C; the message says what was saved."""
-
-
-class StopFlag:
-  """Set by the first Ctrl-C inside `deferred_sigint`."""
-
-  def __init__(self):
-    self.requested = False
-
-
-@contextlib.contextmanager
-def deferred_sigint() -> Iterator[StopFlag]:
-  """Within: the first SIGINT sets the yielded flag, a second raises.
-
-  Outside the main thread (where signal handlers cannot be set) the flag is
-  never set and Ctrl-C raises KeyboardInterrupt as usual.
-  """
-  flag = StopFlag()
-  if threading.current_thread() is not threading.main_thread():
-    yield flag
-    return
-  previous = signal.getsignal(signal.SIGINT)
-
-  def handler(signum, frame):
-    del signum, frame
-    signal.signal(signal.SIGINT, previous)
-    flag.requested = True
-    logging.warning("Ctrl-C: stopping after the current step (or "
-                    "evaluation) and saving a checkpoint; Ctrl-C again to "
-                    "stop at once.")
-
-  signal.signal(signal.SIGINT, handler)
-  try:
-    yield flag
-  finally:
-    signal.signal(signal.SIGINT, previous)
 
 
 @dataclasses.dataclass
@@ -265,7 +226,7 @@ def _run_rest(rest, clock: progress.PhaseClock) -> None:
 
 def _run(run: Run, state, start: int, actions: list[actions_lib.PeriodicAction],
          pending: actions_lib.Pending, ckpt: ckpt_lib.Checkpointer,
-         stop: StopFlag, clock: progress.PhaseClock):
+         stop: preemption.StopFlag, clock: progress.PhaseClock):
   """Trains from `start` to `config.num_steps`, running the due actions.
 
   Each action's wall time goes to its `phase` on `clock`, after the state
@@ -275,8 +236,9 @@ def _run(run: Run, state, start: int, actions: list[actions_lib.PeriodicAction],
   next call is dispatched, while it computes.
 
   Raises:
-    Interrupted: Ctrl-C (after saving a checkpoint at the step
-      boundary where it took effect, when the state there is whole).
+    preemption.Interrupted: Ctrl-C or SIGTERM (after saving a checkpoint
+      at the step boundary where it took effect, when the state there is
+      whole).
   """
   step, boundary, compiled = start, None, set()
   try:
@@ -293,7 +255,7 @@ def _run(run: Run, state, start: int, actions: list[actions_lib.PeriodicAction],
           if left is not None:
             rest.append((action.phase, left))
       boundary = step          # every action due at `step` has run
-      if step >= run.config.num_steps or stop.requested:
+      if step >= run.config.num_steps or stop.at_boundary():
         _run_rest(rest, clock)
         if step >= run.config.num_steps:
           return state
@@ -315,35 +277,35 @@ def _run(run: Run, state, start: int, actions: list[actions_lib.PeriodicAction],
       step += k
       _run_rest(rest, clock)   # while the call computes
   except KeyboardInterrupt:
-    msg = _save_interrupted(run, state, step, boundary, pending, ckpt)
-    raise Interrupted(msg) from None
+    raise _save_interrupted(run, state, step, boundary, pending, ckpt,
+                            stop) from None
 
 
 def _save_interrupted(run: Run, state, step: int, boundary: int | None,
                       pending: actions_lib.Pending,
-                      ckpt: ckpt_lib.Checkpointer) -> str:
-  """Saves `state` if it is whole at the boundary `step`; says how to resume.
+                      ckpt: ckpt_lib.Checkpointer,
+                      stop: preemption.StopFlag) -> preemption.Interrupted:
+  """Saves `state` if it is whole at the boundary `step`; what to raise.
 
   A second Ctrl-C can stop a step midway (its input state donated, so
   deleted) or the actions at a step: then nothing is saved and the run
-  resumes from the newest checkpoint.
+  resumes from the newest checkpoint. With several processes only the
+  boundary they agreed on saves (the save is collective).
   """
-  resume = (f"to resume, rerun the same command with --workdir "
-            f"{os.path.abspath(run.workdir)}")
-  whole = boundary == step and not any(
-      x.is_deleted() for x in jax.tree.leaves(state)
-      if isinstance(x, jax.Array))
+  whole = boundary == step and (stop.stopping or jax.process_count() == 1)
+  whole = whole and not any(x.is_deleted() for x in jax.tree.leaves(state)
+                            if isinstance(x, jax.Array))
   if whole and _host_step(state) == step:
     pending.check_finite()
     ckpt.save(step, state, force=True)
     ckpt.wait_until_finished()
-    msg = (f"interrupted at step {step}: checkpoint {ckpt.step_dir(step)} "
-           f"saved; {resume}.")
+    what = (f"{stop.describe(step)}: checkpoint {ckpt.step_dir(step)} "
+            f"saved")
   else:
-    msg = (f"interrupted during step {step}: no checkpoint saved, "
-           f"{ckpt.describe()}; {resume}.")
-  logging.warning("%s", msg)
-  return msg
+    what = (f"interrupted during step {step}: no checkpoint saved, "
+            f"{ckpt.describe()}")
+  return preemption.Interrupted(what, os.path.abspath(run.workdir),
+                                stop.cause())
 
 
 def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
@@ -363,8 +325,8 @@ def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
       config wrote (before anything is written).
     RuntimeError: `<workdir>/ckpt` has checkpoints and none restores.
     FloatingPointError: NaN/Inf in loss or gradients, naming the step.
-    Interrupted: Ctrl-C (a KeyboardInterrupt), after saving a
-      checkpoint; its message says how to resume.
+    preemption.Interrupted: Ctrl-C or SIGTERM (a KeyboardInterrupt), after
+      saving a checkpoint; its message says how to resume.
   """
   clock = progress.PhaseClock()
   run = _setup(config, workdir)
@@ -394,11 +356,11 @@ def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
                  actions_lib.CheckpointAction(run, start, pending, ckpt,
                                               writers)]
       clock.add("setup", clock.elapsed())
-      with deferred_sigint() as stop:
+      with preemption.deferred_stop() as stop:
         try:
           state = _run(run, state, start, actions, pending, ckpt, stop,
                        clock)
-        except Interrupted:
+        except preemption.Interrupted:
           if run.lead:                  # ends at the checkpoint it saved
             progress.record_invocation(run, start, ckpt.latest_step() or start,
                                       clock, interrupted=True)

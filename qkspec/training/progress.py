@@ -214,9 +214,9 @@ def record_invocation(run, start: int, end: int, clock: PhaseClock,
   Steps `start`..`end`, wall seconds (setup, compilation and evaluation
   included; "phases_s": how they split, `PhaseClock.summary`), the
   device kind and count, precision and steps per call; a run resumed n
-  times has n + 1 lines (launch/report.py sums them). A run
-  stopped by Ctrl-C says so (`interrupted`, `end_step` its checkpoint); an
-  error writes none.
+  times has n + 1 lines (launch/report.py sums them). A run stopped by
+  Ctrl-C or SIGTERM says so (`interrupted`, `end_step` its checkpoint);
+  an error writes none.
   """
   line = {"start_step": start, "end_step": end,
           "wall_s": round(clock.elapsed(), 1),
