@@ -8,32 +8,32 @@ setuptools.setup(
                  "entropy collapse of self-attention in JAX/Flax."),
     packages=setuptools.find_packages(include=["qkspec", "qkspec.*"]),
     package_data={"qkspec.data.wikitext2": ["checksums.tsv"]},
-    python_requires=">=3.10",
+    python_requires=">=3.11",
     install_requires=[
-        "jax>=0.4.35",
-        "flax>=0.10",
-        "optax>=0.2.3",
-        "orbax-checkpoint>=0.9",
-        "tensorflow-datasets>=4.9.7",  # used without TensorFlow (array_record)
+        "jax>=0.10.0",
+        "flax>=0.12.8",
+        "optax>=0.2.5",
+        "orbax-checkpoint>=0.11.17",
+        "tensorflow-datasets>=4.9.10",  # used without TensorFlow (array_record)
         "array_record>=0.5",  # the format tfds.data_source reads
-        "grain>=0.2.2",
-        "importlib_resources",  # tensorflow-datasets imports it, undeclared
+        "grain>=0.2.8",
+        "importlib_resources>=6.0",  # tensorflow-datasets imports it, undeclared
         "absl-py>=2.0",
         "ml-collections>=0.1.1",
-        "matplotlib>=3.7",
-        "numpy>=1.26",
+        "matplotlib>=3.9",
+        "numpy>=2.0",
     ],
     extras_require={
         # pytest-randomly: every run in a new order (its seed printed)
         # tensorboard: so that the suite checks the event files too
         "test": ["pytest>=8", "pytest-xdist>=3", "pytest-randomly>=3.15",
-                 "scipy>=1.11", "chex>=0.1.87", "ruff>=0.6",
-                 "tensorboard>=2.14"],
+                 "scipy>=1.13", "chex>=0.1.87", "ruff>=0.6",
+                 "tensorboard>=2.18"],
         "cuda": ["jax[cuda13]"],   # NVIDIA GPUs (jax[cuda12] works too)
         "tpu": ["jax[tpu]"],
         "bench": ["torch"],  # reference implementations only, never at run time
         # TensorBoard event files next to metrics.jsonl (no TensorFlow):
         # qkspec.training.metric_writer writes them when this is installed.
-        "tensorboard": ["tensorboard>=2.14"],
+        "tensorboard": ["tensorboard>=2.18"],
     },
 )
