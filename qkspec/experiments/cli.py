@@ -1,17 +1,12 @@
 """The absl command line of `launch/`: --config and --workdir.
 
-`launch/run.py` runs the experiment a config names (`config.experiment`,
-e.g. "simulate_rho" runs `qkspec.experiments.simulate_rho.run`), or trains
-and plots a training config; `launch/train.py` trains a training config
-(`config.task`) with `qkspec.training.loop`.
-
-Every command: a usage error (a misspelled config key, a missing config
-file, a bad flag value, a config that `schema.validate` or an experiment
-rejects) prints one line `qkspec: error: ...` and exits with status 2;
-Ctrl-C exits with status 130 after one line; `--verbose_errors` adds the
-traceback. `--coordinator_address`, `--num_processes` and `--process_id`
-start one process of a multi-host run (`jax.distributed.initialize`). jax's
-note that it found no TPU library is dropped.
+`launch/run.py` runs the experiment a config names (`config.experiment`)
+or trains and plots a training config (`config.task`); `launch/train.py`
+trains. A usage error (bad flag, config key or file, a config that
+`schema.validate` or an experiment rejects) prints one line `qkspec: error:
+...` and exits 2, Ctrl-C exits 130 (`--verbose_errors` adds the traceback);
+`--coordinator_address`, `--num_processes`, `--process_id` start one
+process of a multi-host run.
 """
 import contextlib
 import importlib
@@ -39,11 +34,8 @@ EXIT_INTERRUPTED = 130       # 128 + SIGINT, what shells report for Ctrl-C
 
 @contextlib.contextmanager
 def exit_on_interrupt(verbose: bool = False) -> Iterator[None]:
-  """KeyboardInterrupt -> exit 130 and at most one line.
-
-  The loop has logged its own `Interrupted`; any other prints "qkspec:
-  interrupted". `verbose` prints the traceback first.
-  """
+  """KeyboardInterrupt -> exit 130 and at most one line ("qkspec:
+  interrupted" unless the loop logged its own); `verbose`: the traceback."""
   try:
     yield
   except KeyboardInterrupt as e:
@@ -115,10 +107,8 @@ def train_and_plot(config, workdir: str) -> Any:
 
 
 class _NoTpuFilter(py_logging.Filter):
-  """Drops jax's note that there is no libtpu (logged on every CPU/GPU run).
-
-  A libtpu that is there but fails keeps its message.
-  """
+  """Drops jax's note that there is no libtpu (logged on every CPU/GPU run;
+  a libtpu that is there but fails keeps its message)."""
 
   def filter(self, record: py_logging.LogRecord) -> bool:
     message = record.getMessage()
@@ -259,11 +249,8 @@ def _parse_flags(argv: list[str], config) -> list[str]:
 
 
 def _is_usage_error(error: ValueError) -> bool:
-  """A ValueError raised by qkspec's own checks (a config, a workdir).
-
-  One raised inside jax or numpy, or while tracing (jax attaches its
-  unfiltered stack as the cause), is a bug and keeps its traceback.
-  """
+  """A ValueError of qkspec's own checks, not one raised inside jax, numpy
+  or while tracing (a bug, which keeps its traceback)."""
   if (type(error.__cause__).__name__ == "UnfilteredStackTrace"
       or getattr(error, "__notes__", None)):
     return False
@@ -273,11 +260,8 @@ def _is_usage_error(error: ValueError) -> bool:
 def start_processes(coordinator_address: str | None,
                     num_processes: int | None,
                     process_id: int | None) -> bool:
-  """`jax.distributed.initialize` with the multi-host flags, if given.
-
-  Returns:
-    Whether this is one process of several.
-  """
+  """`jax.distributed.initialize` with the multi-host flags, if given;
+  whether this is one process of several."""
   given = {"--coordinator_address": coordinator_address,
            "--num_processes": num_processes, "--process_id": process_id}
   if all(v is None for v in given.values()):
@@ -300,10 +284,8 @@ def start_processes(coordinator_address: str | None,
 
 
 def main(run: Callable[..., Any], what: str = "config") -> None:
-  """Defines the flags, then calls `run(config, workdir)`.
-
-  `what` names the kind of config in --help.
-  """
+  """Defines the flags, then calls `run(config, workdir)`; `what` names the
+  kind of config in --help."""
   config = config_flags.DEFINE_config_file(
       "config", None, f"Path to a {what} file (append :smoke for a tiny "
       "run).", lock_config=True)

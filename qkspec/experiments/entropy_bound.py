@@ -2,13 +2,10 @@ r"""The Eq. (9) curve against :math:`\nu` (paper Fig. 4).
 
 Shapes: K = sequence lengths T, V = points on the :math:`\nu` grid.
 
-.. math:: \ln(1 + T e^{-\nu}) + \frac{\nu e^{-\nu/2}}{T^{-1} + e^{-\nu}},
-          \qquad \nu = \|XX^\top\|_2\,\|W_{QK}\|_2
-
-(`diagnostics.eq9_entropy`), printed as an attention-entropy lower bound,
-drawn with the maximum entropy :math:`\ln T`. It equals :math:`\ln(1+T) >
-\ln T` at :math:`\nu = 0` and stays above :math:`\ln T` on a whole interval
-:math:`[0, \nu^*(T)]`, where no entropy can reach it; the table lists it.
+Eq. (9) (`diagnostics.eq9_entropy`), printed as an attention-entropy lower
+bound, is drawn with the maximum entropy :math:`\ln T`: it is
+:math:`\ln(1+T) > \ln T` at :math:`\nu = 0` and stays above :math:`\ln T`
+on :math:`[0, \nu^*(T)]`, which the table lists.
 """
 # pylint: disable=invalid-name
 from absl import logging
