@@ -2,28 +2,19 @@ r"""Zhai et al.'s attention-entropy lower bound (Theorem 3.1) and its inputs.
 
 Shapes: T = tokens (keys per attention row), d = token dimension.
 
-With :math:`\boldsymbol\sigma = \|W_K W_Q^\top\|_2\|XX^\top\|_2` and
-:math:`\beta = \exp(-\boldsymbol\sigma\sqrt{T/(T-1)})`, every row of
-:math:`A = \mathrm{softmax}(X W_Q W_K^\top X^\top)` satisfies
-
-.. math:: \mathrm{Ent}(A_i) \ge \ln\big(1 + (T-1)\beta\big)
-          + \frac{\boldsymbol\sigma\sqrt{T(T-1)}\,\beta}{1 + (T-1)\beta},
-
-the entropy of one key a gap :math:`\boldsymbol\sigma\sqrt{T/(T-1)}` above
-T-1 equal others: the least of any row of centred norm at most
-:math:`\boldsymbol\sigma` (tight; tests/collapse_test.py). qkspec's logits
-are :math:`XW_{QK}X^\top/\lambda`, so :math:`\nu = \|XX^\top\|_2\|W_{QK}
-\|_2/\lambda` (`entropy_bound_nu`); the paper's Eq. (9) leaves
-:math:`\lambda` out. As :math:`T \to \infty` the bound tends to
-`zhai_large_t_limit`; Eq. (9) as printed (`diagnostics.eq9_entropy`) has
-:math:`e^{-\nu/2}` for its second :math:`e^{-\nu}` and is no lower bound
-(qkspec/experiments/entropy_check.py measures violations).
+Every row of :math:`\mathrm{softmax}(XMX^\top)` has at least the entropy of
+one key :math:`\boldsymbol\sigma\sqrt{T/(T-1)}` above T-1 equal others,
+:math:`\boldsymbol\sigma = \|M\|_2\|XX^\top\|_2` (tight; re-derived and
+checked in tests/collapse_test.py). qkspec's M is :math:`W_{QK}/\lambda`
+(`entropy_bound_nu`); the paper's Eq. (9) leaves :math:`\lambda` out and,
+as printed (`diagnostics.eq9_entropy`), has :math:`e^{-\nu/2}` where the
+large-T bound (`zhai_large_t_limit`) has :math:`e^{-\nu}`: it is no lower
+bound (qkspec/experiments/entropy_check.py).
 
 References:
   Zhai, Likhomanenko, Littwin, Busbridge, Ramapuram, Zhang, Gu, Susskind,
   Stabilizing Transformer Training by Preventing Attention Entropy Collapse,
-  ICML 2023, arXiv:2303.06296, Theorem 3.1 (re-derived and checked
-  numerically here).
+  ICML 2023, arXiv:2303.06296, Theorem 3.1.
 """
 # pylint: disable=invalid-name
 import jax

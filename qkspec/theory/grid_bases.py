@@ -3,29 +3,19 @@ r"""Common random numbers for the (eigen_mean, eigen_std) grid of Fig. 5.
 Shapes: C = covariances, K = W_QK draws, N = sequences, E = sequences for
 the entropy (the first E of the N), T = tokens, d = token dimension.
 
-Fig. 5 estimates :math:`\rho_i` (Definition 1) and the attention entropy
-over K draws of :math:`W_{QK} = B\,\mathrm{diag}(w)B^\top`, :math:`w \sim
-\mathcal N(\mu_w, \sigma_w^2 I)`, and N random walks (Assumption 1). Every
-grid point and covariance shares, per draw k, a Haar :math:`B_k` and
+Every grid point and covariance shares, per draw k, a Haar :math:`B_k` and
 :math:`z_k \sim \mathcal N(0, I_d)`, so :math:`W_{QK} = \mu_w I + \sigma_w
-Z_k`, :math:`Z_k = B_k\mathrm{diag}(z_k)B_k^\top` (`draw_spectra`), and one
-set of walks S, :math:`X = S\Sigma_c^{1/2}` (for :math:`\Sigma = cI` draw k
-sees the rotated walks :math:`XB_k^\top`, which have the same law). The
-logits are then linear in the grid point,
+Z_k`, :math:`Z_k = B_k\mathrm{diag}(z_k)B_k^\top` (`draw_spectra`), and
+one set of walks :math:`X = S\Sigma^{1/2}` (Assumption 1). The logits are
+then linear in the grid point,
 
 .. math:: \omega_{tj} = \mu_w\,\frac{x_t^\top x_j}{\lambda}
         + \sigma_w\,\frac{x_t^\top Z_k x_j}{\lambda}
         = \mu_w\,g_{tj} + \sigma_w\,h^{(k)}_{tj},
 
-so each point combines bases computed once (`query_bases`,
-`attention_bases`) and Lemma 1's traces are quadratic in them
-(`trace_coefficients`). The walks are kept divided by :math:`\sqrt\lambda`;
-`grid_estimator` evaluates the grid.
-
-References:
-  Bao, Hataya, Karakida, Self-attention Networks Localize When
-  QK-eigenspectrum Concentrates, arXiv:2402.02098 (Definition 1, Sec. 5,
-  Fig. 5).
+combinations of bases computed once (`query_bases`, `attention_bases`;
+walks kept divided by :math:`\sqrt\lambda`), and Lemma 1's traces are
+quadratic in it (`trace_coefficients`). `grid_estimator` evaluates them.
 """
 # pylint: disable=invalid-name
 import jax

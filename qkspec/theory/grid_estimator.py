@@ -4,23 +4,13 @@ Shapes: C = covariances, K = W_QK draws, N = sequences, E = sequences used
 for the entropy (the first E of the N), T = tokens, d = token dimension,
 P = (eigen_mean, eigen_std) grid points.
 
-`grid_stats` evaluates each grid point on `grid_bases.sample_bases`: a
-combination of the bases, then the event :math:`u_i \in [0,1]`
-(`rho_per_draw`) or a softmax entropy (`entropy_grid`), and Lemma 1's
-traces (`spectrum_traces`). bench/simulate.py times it against the paper's
-procedure.
-
-Each point's :math:`\hat\rho_i = (KN)^{-1}\sum_{k,n} f_{kn}` is unbiased,
-but the K x N table is a crossed design: with :math:`f = \rho + \alpha_k +
-\beta_n + \epsilon_{kn}`, :math:`V\hat\rho = \sigma_\alpha^2/K +
-\sigma_\beta^2/N + \sigma_\epsilon^2/(KN)`, so the between-draw spread
-alone understates the error (`crossed_standard_error`, slightly
-conservative: tests/grid_estimator_test.py).
-
-References:
-  Bao, Hataya, Karakida, Self-attention Networks Localize When
-  QK-eigenspectrum Concentrates, arXiv:2402.02098 (Definition 1, Sec. 5,
-  Fig. 5).
+`grid_stats` evaluates each point of Fig. 5's grid on
+`grid_bases.sample_bases` (bench/simulate.py times it against the paper's
+procedure). Each :math:`\hat\rho_i = (KN)^{-1}\sum_{k,n} f_{kn}` is
+unbiased, but the K x N table is a crossed design, :math:`V\hat\rho =
+\sigma_\alpha^2/K + \sigma_\beta^2/N + \sigma_\epsilon^2/(KN)`, so the
+between-draw spread alone understates the error
+(`crossed_standard_error`; tests/grid_estimator_test.py).
 """
 # pylint: disable=invalid-name
 import jax

@@ -4,17 +4,14 @@ Shapes: L = layers, H = heads, T = tokens, d = token dimension, F = MLP
 width, K = L + 1 path lengths.
 
 A path's length is the number of attention layers it goes through (Dong et
-al. 2021, Secs. 3 and 5.2). `san_paths.path_length_components` sums the
-paths of each length with the full network's attention; `length_components`
-adds ReLU MLPs, holding the full network's gates :math:`G^l = 1\{X W_1 + b_1
-> 0\}` fixed as the attention is, so the token-wise MLP maps :math:`Z_k` to
-:math:`Z_k + (G^l \odot Z_k W_1) W_2` and its bias term joins :math:`Z_0`.
-The decomposition stays exact, :math:`\sum_k Z^L_k = X^L`, and
-`restricted_outputs` gives :math:`Y_{\le k} = \sum_{j \le k} Z^L_j`.
-
-Dong et al.'s released code instead runs a random handful of single paths,
-each with attention recomputed on its own input; here every path is summed,
-exactly. LayerNorm does not decompose and is refused.
+al., Secs. 3 and 5.2). `length_components` splits :math:`X^L =
+\sum_k Z^L_k` with the full network's attention and ReLU gates :math:`G^l
+= 1\{X W_1 + b_1 > 0\}` held fixed, so the token-wise MLP maps :math:`Z_k`
+to :math:`Z_k + (G^l \odot Z_k W_1) W_2` and its bias joins :math:`Z_0`;
+`restricted_outputs` gives :math:`Y_{\le k} = \sum_{j \le k} Z^L_j`. Dong
+et al.'s code instead runs a few single paths, each with attention
+recomputed on its own input; here every path is summed, exactly. LayerNorm
+does not decompose and is refused.
 
 References:
   Dong, Cordonnier, Loukas, Attention is Not All You Need: Pure Attention

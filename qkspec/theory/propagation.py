@@ -6,34 +6,24 @@ The query is the last token: :math:`\omega_j = x_T^\top W_{QK} x_j/\lambda`,
 and Definition 1's event is :math:`u_i = (\omega_i - \bar\omega)/T + 1/T
 \in [0, 1]`.
 
-Erratum in Lemma 1 (variance). Appendix C's term (B2) has the leading
-:math:`\mathrm{tr}(W^2)` coefficient :math:`3T^2 i - 2T i^2 - i^3`, not the
-printed :math:`T^2 i - \dots` (a sum :math:`2\sum_{j>i} T i` was dropped),
-so with :math:`\theta = i/T` the printed :math:`v^i = (2\theta^2 +
-7/12)\,\mathrm{tr}(W^2)/\lambda^2` becomes
+Erratum in Lemma 1: Appendix C's term (B2) drops a sum :math:`2\sum_{j>i}
+T i`; keeping it, with :math:`\theta = i/T`, the printed variance
+:math:`(2\theta^2 + 7/12)\,\mathrm{tr}(W^2)/\lambda^2` becomes
+:math:`(2\theta^2 - 2\theta + 7/12)\,\mathrm{tr}(W^2)/\lambda^2`
+(tests/propagation_test.py checks it against Monte Carlo).
 
-.. math:: v^i = \Big(2\theta^2 - 2\theta + \tfrac{7}{12}\Big)
-                \frac{\mathrm{tr}(W^2)}{\lambda^2} + o(1)
-
-(tests/propagation_test.py checks it against Monte Carlo and the exact
-moments).
-
-Exact finite-T moments. :math:`u_i - 1/T = x_T^\top M y/\lambda`, :math:`y =
-\sum_j a_j x_j`, :math:`a = (e_i - \mathbf 1/T)/T`, is a Gaussian quadratic
-form; with :math:`G_{jk} = \min(j, k)` and :math:`g = (1, \dots, T)`:
+Exact finite-T moments: :math:`u_i - 1/T` is a Gaussian quadratic form;
+with :math:`a = (e_i - \mathbf 1/T)/T`, :math:`G_{jk} = \min(j, k)`,
+:math:`g = (1, \dots, T)`:
 
 .. math::
    E u_i &= \tfrac1T + (a^\top g)\,\mathrm{tr}(M\Sigma)/\lambda, \\
    V u_i &= \big[(a^\top g)^2\,\mathrm{tr}((M\Sigma)^2)
-           + T\,(a^\top G a)\,\mathrm{tr}(M\Sigma M^\top\Sigma)\big]/\lambda^2,
+           + T\,(a^\top G a)\,\mathrm{tr}(M\Sigma M^\top\Sigma)\big]/\lambda^2.
 
-:math:`a^\top g = (i - \tfrac{T+1}{2})/T`, :math:`T^2 a^\top G a = i -
-\tfrac{2}{T}(iT - \tfrac{i(i-1)}{2}) + \tfrac{(T+1)(2T+1)}{6T}`. Near
-:math:`\mathrm{tr}W = 0` with small :math:`\eta` both asymptotic forms miss
-Monte Carlo by ~0.1 at T = 40; use `exact=True` at finite T.
-
-`temperature=None` means :math:`\lambda = \sqrt d` where W_QK or tokens are
-seen; `lemma1_moments` and `rho_gaussian` see only traces and need it.
+At finite T (near :math:`\mathrm{tr}W = 0` both asymptotic forms miss
+Monte Carlo by ~0.1 at T = 40) use `exact=True`. `temperature=None` means
+:math:`\sqrt d` where W_QK or tokens are seen.
 """
 import jax
 import jax.numpy as jnp

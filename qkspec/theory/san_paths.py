@@ -2,28 +2,17 @@ r"""Dong et al.'s path view of a SAN (Sec. 2) and a cubic residual bound.
 
 Shapes: L = layers, H = heads, T = tokens, d = token dimension, K = paths.
 
-Unrolling L pure layers :math:`X \mapsto \sum_h P_h X W_h` gives a sum over
-the :math:`H^L` head sequences ("paths") :math:`\pi = (h_1, \dots, h_L)`,
-
-.. math:: X^L = \sum_{\pi \in [H]^L} P^L_{h_L} \cdots P^1_{h_1}\, X\,
-          W^1_{h_1} \cdots W^L_{h_L},
-
-with the full network's attention :math:`P^l_h`. A skip adds an identity
-"head": of the :math:`(H+1)^L` paths a fraction :math:`\binom Lk
-H^k/(H+1)^L` uses k attention layers (Dong et al., Sec. 3.1).
-
-Cubic residual bound (a Frobenius variant of Dong et al.'s Lemma 2.1 /
-Theorem 2.2, derived here). Write :math:`X = \mathbf 1 m^\top + R`, m the
-token mean. With the softmax Jacobian's norm at most 1/2,
-:math:`\|P - \mathbf 1 p^\top\|_F \le \|R W_{QK}^\top R^\top\|_F/(2\lambda)`
-for :math:`p = \mathrm{softmax}(m^\top W_{QK} R^\top/\lambda)`, and as
+L pure layers :math:`X \mapsto \sum_h P_h X W_h` sum over the :math:`H^L`
+head sequences ("paths"), :math:`X^L = \sum_\pi P^L_{h_L} \cdots
+P^1_{h_1} X W^1_{h_1} \cdots W^L_{h_L}`, with the full network's attention;
+with skips a fraction :math:`\binom Lk H^k/(H+1)^L` of the paths uses k
+attention layers (Dong et al., Sec. 3.1). A Frobenius variant of Dong's
+Lemma 2.1, derived here from the softmax Jacobian's norm <= 1/2 and
 :math:`\mathrm{res}(PXW) = (I - \mathbf 1\mathbf 1^\top/T)(P - \mathbf 1
-p^\top) R W`:
+p^\top) R W`, gives the doubly exponential collapse of Theorem 2.2:
 
 .. math:: \|\mathrm{res}(\mathrm{SA}(X))\|_F \le c\,\|\mathrm{res}(X)\|_F^3,
-          \qquad c = \sum_h \frac{\|W_{QK,h}\|_2 \|W_h\|_2}{2\lambda},
-
-a doubly exponential collapse over layers (Dong's Theorem 2.2).
+          \qquad c = \sum_h \frac{\|W_{QK,h}\|_2 \|W_h\|_2}{2\lambda}.
 
 References:
   Dong, Cordonnier, Loukas, Attention is Not All You Need: Pure Attention
