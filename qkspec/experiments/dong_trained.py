@@ -178,7 +178,7 @@ def plot_rank(rows, config, workdir):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains every (task, variant), measures, writes tables and figures."""
-  config, workdir, written = outputs.start_run(config, workdir, validate)
+  workdir, written = outputs.start_run(config, workdir, validate)
   results = {}
   for task in config.tasks:
     for variant in config.variants:

@@ -89,7 +89,7 @@ def plot(nu_V, bound_KxV, seq_lens, workdir):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Draws Fig. 4 and writes the Eq. (9) curves and a per-T summary."""
-  config, workdir, paths = outputs.start_run(config, workdir, validate)
+  workdir, paths = outputs.start_run(config, workdir, validate)
   nu_V = np.linspace(0.0, config.nu_max, config.num_nu)
   seq_lens = list(config.seq_lens)
   logging.info("Eq. (9) on %d nu points in [0, %g] for T = %s", len(nu_V),

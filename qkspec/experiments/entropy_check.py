@@ -188,7 +188,7 @@ def plot(out, config, workdir):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Sweeps the settings, writes per-setting rows, a summary and a figure."""
-  config, workdir, paths = outputs.start_run(config, workdir, validate)
+  workdir, paths = outputs.start_run(config, workdir, validate)
   logging.info("entropy_check: %d settings x %d inputs x %d draws x %d seqs, "
                "lambda=%g", len(settings(config)), len(config.inputs),
                config.num_draws, config.num_sequences,

@@ -154,7 +154,7 @@ def plot(tables, config, workdir):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains without and with LocATER, prints and writes the tables."""
-  config, workdir, paths = outputs.start_run(config, workdir, validate)
+  workdir, paths = outputs.start_run(config, workdir, validate)
   start = time.perf_counter()
   model = make_model(config)
   init_key, eval_key = jax.random.split(jax.random.key(config.seed))

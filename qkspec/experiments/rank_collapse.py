@@ -260,7 +260,7 @@ def plot_paths(rows, config, workdir):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Measures, fits, writes tables and figures into `workdir`."""
-  config, workdir, written = outputs.start_run(config, workdir, validate)
+  workdir, written = outputs.start_run(config, workdir, validate)
   logging.info("rank_collapse: %d archs x %d seeds x %d sequences, L=%d, "
                "lambda=%g", len(config.architectures), config.num_seeds,
                config.num_sequences, config.num_layers,

@@ -25,9 +25,7 @@ def _counts(vs) -> str:
                    if s in shorts)
 
 
-_MEANING = {"yes": "as the paper", "(yes)": "as the paper",
-            "**rev.**": "reversed", "(**rev.**)": "reversed",
-            "n.s.": "not significant", "~0": "no practical effect"}
+_MEANING = {k: w.removesuffix(" with one seed") for k, w in _WORDS.items()}
 
 
 def _headline(vs) -> str:

@@ -220,7 +220,7 @@ def plot(out, summary, config, workdir):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Runs the grid, writes figures, `simulate_grid` table, arrays and config."""
-  config, workdir, paths = outputs.start_run(config, workdir, validate)
+  workdir, paths = outputs.start_run(config, workdir, validate)
   logging.info("simulate_grid: %d covariances x %d eigen_means x %d "
                "eigen_stds x %d draws, N=%d walks (entropy: %d), T=%d, d=%d",
                len(config.covariances), config.num_eigen_means,

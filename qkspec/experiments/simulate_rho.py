@@ -270,7 +270,7 @@ def plot_gaussian(out, config, workdir):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Runs the Fig. 5 sweep and writes figures, tables and config.json."""
-  config, workdir, paths = outputs.start_run(config, workdir, validate)
+  workdir, paths = outputs.start_run(config, workdir, validate)
   logging.info("Fig. 5 sweep (%s design): %d covariances x %d pairs x %d "
                "draws, N=%d walks, T=%d, d=%d, lambda=%g", config.design,
                len(config.covariances), len(config.pairs), config.num_draws,

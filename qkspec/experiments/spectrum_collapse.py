@@ -314,7 +314,7 @@ def plot_rho(out, config, workdir):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Sweeps the grid, checks the Sec. 5 claims, writes tables and figures."""
-  config, workdir, paths = outputs.start_run(config, workdir, validate)
+  workdir, paths = outputs.start_run(config, workdir, validate)
   logging.info("spectrum_collapse: %d x %d grid, %d draws x %d sequences, "
                "L=%d, lambda=%g", len(config.eigen_means),
                len(config.eigen_stds), config.num_draws, config.num_sequences,

@@ -204,7 +204,7 @@ def fig3_figure(theta, curves, config):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Draws Figs. 2-3 and writes the Lemma 2 table into `workdir`."""
-  config, workdir, paths = outputs.start_run(config, workdir, validate)
+  workdir, paths = outputs.start_run(config, workdir, validate)
   theta = jnp.linspace(0.0, 1.0, config.num_theta)
   xi_dense = jnp.linspace(-config.xi_max, config.xi_max, config.num_xi)
   eta = jnp.asarray(config.eta_values, jnp.float32)
