@@ -34,13 +34,9 @@ IMPLS = ("xla", "pallas")
 def attention(qkv_BxTx3xHxD: jax.Array, temperature: float, *,
               biases=None, causal: bool = True) -> jax.Array:
   r""":math:`U = \mathrm{softmax}(\mathrm{mask}(QK^\top/\lambda))V` per head,
-  [B, T, H, D], in Pallas (`fused_attention`).
-
-  Args:
-    qkv_BxTx3xHxD: the q, k, v projections side by side, without biases.
-    temperature: :math:`\lambda`, a Python number.
-    biases: (b_q, b_k, b_v), each [H, D], or None.
-    causal: query t sees keys j <= t.
+  [B, T, H, D], in Pallas (`fused_attention`), from the q, k, v
+  projections side by side without biases; `temperature` a Python number,
+  `biases` (b_q, b_k, b_v) each [H, D] or None.
   """
   return fused_attention.packed_attention(qkv_BxTx3xHxD, temperature,
                                         biases=biases, causal=causal)
@@ -63,13 +59,9 @@ def attention_reference(qkv_BxTx3xHxD, temperature, *, biases=None,
 def post_ln(x: jax.Array, u: jax.Array, mask: jax.Array, scale: jax.Array,
             bias: jax.Array, *, eps: float = 1e-5) -> jax.Array:
   r""":math:`\mathrm{LayerNorm}(x + m \odot u)` over the last axis, in x's
-  dtype, in Pallas (`fused_layer_norm`).
-
-  Args:
-    x, u: [..., d], a sublayer's input and output.
-    mask: [..., d], the dropout mask scaled by 1/keep (no gradient).
-    scale, bias: [d], the LayerNorm's :math:`\gamma`, :math:`\beta`.
-    eps: added to the variance.
+  dtype, in Pallas (`fused_layer_norm`): x, u [..., d] a sublayer's input
+  and output, `mask` [..., d] the dropout mask scaled by 1/keep (no
+  gradient), `scale`, `bias` [d] the LayerNorm's :math:`\gamma, \beta`.
   """
   return fused_layer_norm.add_dropout_norm(x, u, mask, scale, bias, eps=eps)
 
@@ -88,16 +80,9 @@ def output_xent(h_Nxd: jax.Array, kernel_dxV: jax.Array,
                 targets_N: jax.Array, weights_N: jax.Array, *,
                 impl: str = "xla", compute_dtype=jnp.float32) -> jax.Array:
   r"""Float32 :math:`\sum_n w_n \mathrm{CE}(h_n W, y_n)` without the [N, V]
-  logits in memory.
-
-  Args:
-    h_Nxd: hidden states.
-    kernel_dxV: the output projection W (no bias).
-    targets_N: int token ids.
-    weights_N: float weights (0 for padding); not differentiated.
-    impl: "xla" (`chunked_xent`) or "pallas" (`flash_xent`).
-    compute_dtype: the XLA loss's matmul inputs (the Pallas one reads
-      float16).
+  logits in memory: `kernel_dxV` W has no bias, `weights_N` are 0 for
+  padding (not differentiated), `impl` is "xla" (`chunked_xent`, matmuls
+  in `compute_dtype`) or "pallas" (`flash_xent`, float16).
   """
   if impl == "xla":
     return chunked_xent.fused_cross_entropy(h_Nxd, kernel_dxV, targets_N,

@@ -118,18 +118,9 @@ def lemma1_moments(seq_len: int, trace: jax.Array, trace_sq: jax.Array,
   :math:`c(\theta) = 2\theta^2 + 7/12` for `variant="paper"` (as printed),
   :math:`2\theta^2 - 2\theta + 7/12` for "corrected" (module erratum).
   `exact=True` (only "corrected"): the exact finite-T moments for symmetric
-  :math:`W_{QK}` (`exact_moments` for asymmetric ones).
-
-  Args:
-    seq_len: T >= 2.
-    trace: tr(W), scalar or [...] (broadcast against a trailing T axis).
-    trace_sq: tr(W^2), same shape.
-    temperature: :math:`\lambda > 0`, required.
-    exact: exact finite-T moments instead of the asymptotic ones.
-    variant: "corrected" or "paper".
-
-  Returns:
-    (mu [..., T], v [..., T]).
+  :math:`W_{QK}` (`exact_moments` for asymmetric ones). `trace` tr(W) and
+  `trace_sq` tr(W^2) are scalars or [...]; `temperature` is required.
+  Returns (mu [..., T], v [..., T]).
   """
   _checks.choice("variant", variant, VARIANTS)
   _checks.nonnegative("trace_sq", trace_sq)
