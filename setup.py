@@ -16,8 +16,7 @@ setuptools.setup(
         "orbax-checkpoint>=0.11.17",
         "tensorflow-datasets>=4.9.10",  # used without TensorFlow (array_record)
         "array_record>=0.5",  # the format tfds.data_source reads
-        "grain>=0.2.8",
-        "importlib_resources>=6.0",  # tensorflow-datasets imports it, undeclared
+        "importlib_resources>=6.0",  # tfds imports it, undeclared
         "absl-py>=2.0",
         "ml-collections>=0.1.1",
         "matplotlib>=3.9",

@@ -8,7 +8,7 @@ in this list (tests/layering_test.py checks it):
   diagnostics, entropy_bounds, san, san_paths, grid_estimator;
 * `qkspec.config`: config defaults, the `:arg` grammar and validation
   (ml_collections only);
-* `qkspec.data`: WikiText-2 (tfds builder, grain) and token batches;
+* `qkspec.data`: WikiText-2 (tfds builder) and token batches;
 * `qkspec.training`: the Flax model, losses, train step, loop, sweeps,
   checkpoints and metrics (flax lives here and in `for_flax`, optax and
   orbax only here);

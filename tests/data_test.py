@@ -18,6 +18,7 @@ from absl.testing import parameterized
 import numpy as np
 import tensorflow_datasets as tfds
 
+from qkspec.config import defaults
 from qkspec.data import pipeline as qdata
 from qkspec.data.wikitext2 import tokens
 from qkspec.data.wikitext2 import Wikitext2
@@ -41,7 +42,7 @@ _T, _B = 4, 2  # 55 train tokens -> 13 blocks -> 6 steps per epoch
 
 
 def _config(data_dir, manual_dir):
-  c = qdata.default_config()
+  c = defaults.data_config()
   c.data_dir, c.manual_dir = str(data_dir), str(manual_dir)
   return c
 
@@ -203,16 +204,6 @@ class FixtureTest(parameterized.TestCase):
     np.testing.assert_array_equal(y[w > 0], tok)
     np.testing.assert_array_equal(x[w > 0], np.r_[d.eos_id, tok[:-1]])
 
-  def test_grain_loader_matches_random_access(self):
-    d, kw = self.data, dict(seq_len=_T, batch_size=_B, seed=5)
-    loader = qdata.make_grain_loader(d, start_step=4, num_steps=17, **kw)
-    got = list(loader)
-    self.assertLen(got, 13)  # crosses two epoch boundaries
-    for k, b in zip(range(4, 17), got):
-      want = qdata.train_batch(d, k, **kw)
-      for key in ("inputs", "targets"):
-        np.testing.assert_array_equal(b[key], want[key])
-
   def test_per_host_shards_split_the_global_batch(self):
     d, kw = self.data, dict(seq_len=_T, batch_size=4)
     full = qdata.train_batch(d, 3, seed=1, process_index=0, process_count=1,
@@ -223,11 +214,6 @@ class FixtureTest(parameterized.TestCase):
       self.assertEqual(p["inputs"].shape, (2, _T))
     np.testing.assert_array_equal(
         np.concatenate([p["inputs"] for p in parts]), full["inputs"])
-    grain_parts = [next(iter(qdata.make_grain_loader(
-        d, seed=1, start_step=3, num_steps=4, process_index=p,
-        process_count=2, **kw))) for p in range(2)]
-    for g, p in zip(grain_parts, parts):
-      np.testing.assert_array_equal(g["targets"], p["targets"])
     full_eval = list(qdata.eval_batches(d, "valid", process_count=1,
                                         process_index=0, **kw))
     for p in range(2):
@@ -259,7 +245,7 @@ class TokenizeTest(absltest.TestCase):
     self.assertEqual(sum((g for _, g in arts), []), lines)
 
   def test_default_config_fields(self):
-    c = qdata.default_config()
+    c = defaults.data_config()
     self.assertEqual((c.name, c.seq_len, c.batch_size, c.seed),
                      ("wikitext2", 64, 64, 0))
     self.assertEqual((c.data_dir, c.manual_dir), ("", ""))

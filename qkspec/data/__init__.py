@@ -1,10 +1,6 @@
 """Data: WikiText-2 as a tfds builder (`wikitext2/`) and token batches.
 
-* `pipeline`: array_record files read with `tfds.data_source`, fairseq-style
-  token blocks, batches that are pure functions of (seed, step), and a grain
-  loader;
-* `synthetic`: the small sequence tasks of Dong et al. (sorting,
-  memorisation) for `configs/dong_trained.py`.
-
-Import the module you need: `from qkspec.data import pipeline`.
+`pipeline`: fairseq-style token blocks from the builder's array_record
+files, batches that are pure functions of (seed, step); `synthetic`: Dong
+et al.'s small sequence tasks (`configs/dong_trained.py`).
 """

@@ -3,22 +3,12 @@
 B=global batch (all hosts), b=B/process_count rows per host, T=seq_len,
 N=tokens in a split (one `<eos>` per line).
 
-Blocks (fairseq `--sample-break-mode none`): with s = [<eos>] + tokens (the
-`<eos>` in front as fairseq's TokenBlockDataset puts it), block j is the
-T+1 tokens s[jT : jT+T+1], consecutive blocks overlapping by one:
-
-  inputs  = s[jT     : jT+T]
-  targets = s[jT + 1 : jT+T+1] = tokens[jT : jT+T]
-
-so every token of a split is a target exactly once.
-
-Training reads the floor(N/T) full blocks in a permutation per epoch (a
-splitmix64 hash of (seed, epoch, block), independent of numpy's RNG),
-floor(N/T) // B steps per epoch, skipping an epoch's < B leftover blocks.
-Batch k is a pure function of (seed, k): resuming needs only the step.
-
-Evaluation reads all ceil(N/T) blocks in order; the last block and batch
-are padded (id 0, weight 0) to [b, T], and sum(weights) = N over a split.
+Blocks as fairseq's `--sample-break-mode none`: with s = [<eos>] + tokens,
+block j has inputs s[jT : jT+T] and targets s[jT+1 : jT+T+1], so every
+token of a split is a target exactly once. Training reads the floor(N/T)
+full blocks in a splitmix64 permutation per epoch, floor(N/T) // B steps
+per epoch: batch k is a pure function of (seed, k). Evaluation reads all
+ceil(N/T) blocks in order, the last padded (id 0, weight 0).
 """
 from __future__ import annotations
 
@@ -27,19 +17,11 @@ import dataclasses
 import functools
 import os
 
-import grain
 import jax
 import ml_collections
 import numpy as np
 
-from qkspec.config import defaults
-
 Batch = dict[str, np.ndarray]
-
-
-def default_config() -> ml_collections.ConfigDict:
-  """The `data` section that lm configs embed as `config.data`."""
-  return defaults.data_config()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,14 +49,11 @@ def load_splits(config: ml_collections.ConfigDict, *,
                 verify_checksums: bool = True) -> LMData:
   """Prepares `config.name` in `config.data_dir` if needed and reads it.
 
-  The first call builds the array_record files (from `config.manual_dir` if
-  set, else by downloading; checksums verified then, unless
-  `verify_checksums=False` in tests); later calls only read them. On
-  several hosts, prepare once beforehand or give each host its `data_dir`.
-
-  Raises:
-    FileNotFoundError: `config.manual_dir` is set and is no directory (even
-      if `data_dir` already holds the built data set), or lacks the files.
+  The first call builds the array_record files (from `config.manual_dir`,
+  else by downloading; checksums verified unless `verify_checksums=False`);
+  later calls only read them. On several hosts, prepare once beforehand or
+  give each host its `data_dir`. Raises FileNotFoundError when a set
+  `manual_dir` is no directory or lacks the files.
   """
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   from qkspec.data.wikitext2 import tokens  # pylint: disable=g-import-not-at-top
@@ -150,11 +129,8 @@ def epoch_permutation(seed: int, epoch: int, num_blocks: int) -> np.ndarray:
 
 def _blocks(tokens: np.ndarray, eos_id: int, starts: np.ndarray,
             seq_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """Blocks whose targets start at tokens[starts] (see module docstring).
-
-  Returns:
-    inputs, targets int32[R, T] and valid bool[R, T] (False past the end).
-  """
+  """Blocks whose targets start at tokens[starts]: inputs, targets
+  int32[R, T] and valid bool[R, T] (False past the end)."""
   pos = np.asarray(starts, np.int64)[:, None] + np.arange(seq_len)
   n = tokens.shape[0]
   valid = pos < n
@@ -191,10 +167,8 @@ def train_batch(data: LMData, step: int, *, seq_len: int, batch_size: int,
 def eval_batch(data: LMData, split: str, index: int, *, seq_len: int,
                batch_size: int, process_index: int | None = None,
                process_count: int | None = None) -> Batch:
-  """This host's rows of evaluation batch `index` of `split`, in order.
-
-  Returns {"inputs", "targets": int32[b, T], "weights": float32[b, T]},
-  weights 0 on padding.
+  """This host's rows of evaluation batch `index` of `split`, in order:
+  {"inputs", "targets": int32[b, T], "weights": float32[b, T] (0: padding)}.
   """
   rows = host_rows(batch_size, process_index, process_count)
   tokens = data.split(split)
@@ -215,47 +189,3 @@ def eval_batches(data: LMData, split: str, *, seq_len: int, batch_size: int,
     yield eval_batch(data, split, index, seq_len=seq_len,
                      batch_size=batch_size, process_index=process_index,
                      process_count=process_count)
-
-
-class _TrainRows:
-  """Random-access source: item j is row j % b of host batch j // b."""
-
-  def __init__(self, data: LMData, seq_len: int, batch_size: int, seed: int,
-               rows: slice, length: int):
-    self._data, self._seq_len, self._batch_size = data, seq_len, batch_size
-    self._seed, self._rows, self._len = seed, rows, length
-
-  def __len__(self) -> int:
-    return self._len
-
-  def __getitem__(self, j: int) -> Batch:
-    step, r = divmod(int(j), self._rows.stop - self._rows.start)
-    ids = train_block_ids(self._data.train.shape[0], step, self._seq_len,
-                           self._batch_size, self._seed)
-    start = ids[self._rows.start + r] * self._seq_len
-    inputs, targets, _ = _blocks(self._data.train, self._data.eos_id,
-                                 np.array([start]), self._seq_len)
-    return {"inputs": inputs[0], "targets": targets[0]}
-
-
-def make_grain_loader(data: LMData, *, seq_len: int, batch_size: int,
-                      seed: int, start_step: int = 0,
-                      num_steps: int | None = None,
-                      process_index: int | None = None,
-                      process_count: int | None = None,
-                      read_options: grain.ReadOptions | None = None
-                      ) -> grain.IterDataset:
-  """A grain pipeline yielding `train_batch(data, k, ...)` for k = start_step..
-
-  grain reads single blocks, batches and prefetches them with threads
-  (`read_options`; default 2 threads, 4 batches) up to global step
-  `num_steps` (None: practically endless).
-  """
-  rows = host_rows(batch_size, process_index, process_count)
-  b = rows.stop - rows.start
-  length = (num_steps if num_steps is not None else 2**62 // b) * b
-  ds = grain.MapDataset.source(
-      _TrainRows(data, seq_len, batch_size, seed, rows, length))
-  ds = ds.batch(b, drop_remainder=True)[start_step:]
-  return ds.to_iter_dataset(read_options or grain.ReadOptions(
-      num_threads=2, prefetch_buffer_size=4))

@@ -1,11 +1,8 @@
 """A sweep over many points, one compiled call per fixed-size chunk.
 
-Shapes: P = points, B = points per chunk.
-
-The last chunk is padded by repeating the last point, so every call has the
-same shapes and the function compiles once. A Python loop over the chunks
-(a `lax.map` inside one jit hung with idle threads on the XLA CPU backend of
-2-core machines) also gives a progress line with an ETA per chunk.
+Shapes: P = points, B = points per chunk. The last chunk repeats the last
+point, so the function compiles once; a Python loop over chunks (a
+`lax.map` in one jit hung on 2-core XLA:CPU) logs progress with an ETA.
 """
 import time
 from typing import Any, Callable, Sequence
@@ -35,11 +32,10 @@ def pad_points(points: Sequence[np.ndarray], chunk: int
 
 def map_chunks(fn: Callable[..., Any], points: Sequence[np.ndarray],
                chunk: int, name: str) -> Any:
-  """`fn(*points)` evaluated `chunk` points at a time, as numpy arrays.
+  """`fn(*points)` evaluated `chunk` points at a time: leaves [P, ...].
 
-  `fn` maps arrays [B, ...] to a pytree with leading axis B (jit it: every
-  call has B = `chunk`); `points` are arrays [P, ...]; `name` labels the
-  progress log. Returns the pytree with leaves [P, ...].
+  `fn` (jitted) maps arrays [B, ...] to a pytree with leading axis B;
+  `name` labels the progress log.
   """
   num_p = len(points[0])
   padded, num_chunks = pad_points(points, chunk)

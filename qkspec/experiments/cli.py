@@ -1,22 +1,15 @@
 """The absl command line of `launch/`: --config and --workdir.
 
-`launch/run.py` runs the experiment a config names (`config.experiment`,
-e.g. "simulate_rho" runs `qkspec.experiments.simulate_rho.run`), or trains
-and plots a training config; `launch/train.py` trains a training config
-(`config.task`) with `qkspec.training.loop`.
-
-Every command: a usage error (a misspelled config key, a missing config
-file, a bad flag value, a config that `schema.validate` or an experiment
-rejects) prints one line `qkspec: error: ...` and exits with status 2;
-Ctrl-C exits with status 130 after one line; `--verbose_errors` adds the
-traceback. Training stopped by Ctrl-C or SIGTERM
-(`qkspec.training.preemption`) prints one line `qkspec: ...` naming the
-checkpoint it saved and the command that resumes, and exits with 128 +
-the signal: 130 for Ctrl-C, 143 (`EXIT_PREEMPTED`) for SIGTERM, also on
-each process of a multi-host run that stopped because another got it.
-`--coordinator_address`, `--num_processes` and `--process_id` start one
-process of a multi-host run (`jax.distributed.initialize`). jax's note
-that it found no TPU library is dropped.
+`launch/run.py` runs the experiment a config names (`config.experiment`)
+or trains and plots a training config (`config.task`); `launch/train.py`
+trains. A usage error (bad flag, config key or file, a config that
+`schema.validate` or an experiment rejects) prints one line `qkspec: error:
+...` and exits 2 (`--verbose_errors` adds the traceback). Training stopped
+by Ctrl-C or SIGTERM (`qkspec.training.preemption`) prints one line naming
+the checkpoint it saved and the command that resumes, and exits 128 + the
+signal: 130 for Ctrl-C, 143 for SIGTERM (also on each process of a
+multi-host run stopped because another got it). `--coordinator_address`,
+`--num_processes`, `--process_id` start one process of a multi-host run.
 """
 import contextlib
 import importlib
@@ -49,10 +42,9 @@ def exit_on_interrupt(verbose: bool = False,
                       command: str | None = None) -> Iterator[None]:
   """KeyboardInterrupt -> one line, exit 130 (143 after SIGTERM).
 
-  The training loop's `preemption.Interrupted` prints "qkspec: interrupted
-  at step 12: checkpoint <dir> saved; to resume, rerun: `command`" (without
-  `command`: the same command with --workdir); any other prints "qkspec:
-  interrupted". `verbose` prints the traceback first.
+  The loop's `preemption.Interrupted` prints "qkspec: interrupted at step
+  12: checkpoint <dir> saved; to resume, rerun: `command`"; any other
+  prints "qkspec: interrupted". `verbose` prints the traceback first.
   """
   try:
     yield
@@ -129,10 +121,8 @@ def train_and_plot(config, workdir: str) -> Any:
 
 
 class _NoTpuFilter(py_logging.Filter):
-  """Drops jax's note that there is no libtpu (logged on every CPU/GPU run).
-
-  A libtpu that is there but fails keeps its message.
-  """
+  """Drops jax's note that there is no libtpu (logged on every CPU/GPU run;
+  a libtpu that is there but fails keeps its message)."""
 
   def filter(self, record: py_logging.LogRecord) -> bool:
     message = record.getMessage()
@@ -273,11 +263,8 @@ def _parse_flags(argv: list[str], config) -> list[str]:
 
 
 def _is_usage_error(error: ValueError) -> bool:
-  """A ValueError raised by qkspec's own checks (a config, a workdir).
-
-  One raised inside jax or numpy, or while tracing (jax attaches its
-  unfiltered stack as the cause), is a bug and keeps its traceback.
-  """
+  """A ValueError of qkspec's own checks, not one raised inside jax, numpy
+  or while tracing (a bug, which keeps its traceback)."""
   if (type(error.__cause__).__name__ == "UnfilteredStackTrace"
       or getattr(error, "__notes__", None)):
     return False
@@ -287,14 +274,12 @@ def _is_usage_error(error: ValueError) -> bool:
 def start_processes(coordinator_address: str | None,
                     num_processes: int | None,
                     process_id: int | None, multihost: bool = False) -> bool:
-  """`jax.distributed.initialize` with the multi-host flags, if given.
+  """`jax.distributed.initialize` with the multi-host flags, if given, or
+  with what jax finds itself (TPU pod slice, SLURM, Open MPI) if
+  `multihost`; whether this is one process of several.
 
-  Without them, `multihost` (`config.multihost`) lets jax find the
-  processes itself (a TPU pod slice, SLURM, Open MPI); where it finds no
-  cluster, a ValueError says what to pass.
-
-  Returns:
-    Whether this is one process of several.
+  Raises:
+    ValueError: incomplete flags, or `multihost` and no cluster found.
   """
   given = {"--coordinator_address": coordinator_address,
            "--num_processes": num_processes, "--process_id": process_id}
@@ -333,10 +318,8 @@ def _find_processes() -> bool:
 
 
 def main(run: Callable[..., Any], what: str = "config") -> None:
-  """Defines the flags, then calls `run(config, workdir)`.
-
-  `what` names the kind of config in --help.
-  """
+  """Defines the flags, then calls `run(config, workdir)`; `what` names the
+  kind of config in --help."""
   config = config_flags.DEFINE_config_file(
       "config", None, f"Path to a {what} file (append :smoke for a tiny "
       "run).", lock_config=True)

@@ -1,9 +1,8 @@
 """The main job: every figure that needs no data set, on a CPU.
 
-Runs, each into its own sub-directory of `workdir` and through
-`cli.run_experiment`: theory_rho (Figs. 2-3, Lemma 2), entropy_bound
-(Fig. 4), simulate_rho (Fig. 5) and theory_task (the Sec. 2 model with and
-without LocATER, and its Fig. 7-style rho heat map).
+Runs theory_rho (Figs. 2-3, Lemma 2), entropy_bound (Fig. 4), simulate_rho
+(Fig. 5) and theory_task (the Sec. 2 model with and without LocATER), each
+into its own sub-directory of `workdir`.
 """
 import pathlib
 import time
@@ -18,11 +17,8 @@ EXPERIMENTS = ("theory_rho", "entropy_bound", "simulate_rho", "theory_task")
 
 def run(workdir: str, configs_dir: str, smoke: bool = False,
         only: tuple[str, ...] = EXPERIMENTS) -> dict[str, list[str]]:
-  """Runs `only` (default: all) with their configs from `configs_dir`.
-
-  Returns:
-    {experiment: [paths of its PNG figures]}.
-  """
+  """Runs `only` with their configs from `configs_dir`; {experiment: [its
+  PNG paths]}."""
   unknown = set(only) - set(EXPERIMENTS)
   if unknown:
     raise ValueError(f"unknown experiments {sorted(unknown)}; choose from "

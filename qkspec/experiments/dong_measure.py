@@ -3,13 +3,12 @@ r"""Training and measuring the task SANs of `dong_trained` (no `run`).
 Shapes: S = seeds (sweep members), B = eval sequences, T = tokens,
 d = width, V = classes, L = layers, H = heads, K = L + 1 path lengths.
 
-`train` trains one (task, variant) with `qkspec.training.loop`, the seeds as
-one vmapped sweep. `measure` evaluates all seeds in one jit: accuracy and
-cross-entropy restricted to paths of length <= k (`path_eval`) and of the
-full network; per layer, the accuracy without its attention and its heads'
-`spectrum.spectrum_stats`; Dong's relative residual ("mean") of the hidden
-states as trained and with skips and/or MLPs removed (`EVAL_ARCHS`),
-trained and at initialisation.
+`train` trains one (task, variant), its seeds as one vmapped sweep;
+`measure` evaluates all seeds in one jit: accuracy and loss on paths of
+length <= k (`path_eval`) and of the full network, per layer the accuracy
+without its attention and its heads' `spectrum.spectrum_stats`, and Dong's
+relative residual with skips and/or MLPs removed (`EVAL_ARCHS`), trained
+and at init.
 """
 # pylint: disable=invalid-name
 import functools

@@ -2,17 +2,13 @@ r"""Dong et al.'s trained-network experiments: short paths and removed skips.
 
 Shapes: S = seeds, L = layers, H = heads, K = L + 1 path lengths.
 
-Per task (`qkspec.data.synthetic`) and skip-SAN variant (`dong_measure`):
-
-1. Short paths carry the network (Dong et al., Sec. 5.2, Fig. 4): accuracy
-   and loss on paths of length <= k (`path_eval`) next to the full network
-   and the path fractions :math:`\binom Lk H^k/(H+1)^L`; `recovered_k2` is
-   :math:`(a_{\le 2} - a_0)/(a_{full} - a_0)`.
-2. Rank collapse without skips (Sec. 5.1): :math:`\|\mathrm{res}(X^l)\|_F
-   /\|X^l\|_F` by layer, trained and at init, with skips or MLPs removed.
-3. This paper's question: per layer, the accuracy lost without its
-   attention (`knockout_drop`) next to its QK-eigenspectrum statistics, and
-   Spearman's correlation of the drop with :math:`\xi` and :math:`\eta`.
+Per task (`qkspec.data.synthetic`) and skip-SAN variant: (1) short paths
+carry the network (Dong et al., Sec. 5.2, Fig. 4): accuracy on paths of
+length <= k beside the path fractions, `recovered_k2` = :math:`(a_{\le 2}
+- a_0)/(a_{full} - a_0)`; (2) rank collapse without skips (Sec. 5.1),
+trained and at init; (3) this paper's question: each layer's accuracy lost
+without its attention beside its QK-eigenspectrum, and Spearman's
+correlation of that drop with :math:`\xi` and :math:`\eta`.
 
 References:
   Dong, Cordonnier, Loukas, Attention is Not All You Need: Pure Attention
@@ -182,7 +178,7 @@ def plot_rank(rows, config, workdir):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains every (task, variant), measures, writes tables and figures."""
-  config, workdir, written = outputs.start_run(config, workdir, validate)
+  workdir, written = outputs.start_run(config, workdir, validate)
   results = {}
   for task in config.tasks:
     for variant in config.variants:

@@ -2,13 +2,10 @@ r"""The Eq. (9) curve against :math:`\nu` (paper Fig. 4).
 
 Shapes: K = sequence lengths T, V = points on the :math:`\nu` grid.
 
-.. math:: \ln(1 + T e^{-\nu}) + \frac{\nu e^{-\nu/2}}{T^{-1} + e^{-\nu}},
-          \qquad \nu = \|XX^\top\|_2\,\|W_{QK}\|_2
-
-(`diagnostics.eq9_entropy`), printed as an attention-entropy lower bound,
-drawn with the maximum entropy :math:`\ln T`. It equals :math:`\ln(1+T) >
-\ln T` at :math:`\nu = 0` and stays above :math:`\ln T` on a whole interval
-:math:`[0, \nu^*(T)]`, where no entropy can reach it; the table lists it.
+Eq. (9) (`diagnostics.eq9_entropy`), printed as an attention-entropy lower
+bound, is drawn with the maximum entropy :math:`\ln T`: it is
+:math:`\ln(1+T) > \ln T` at :math:`\nu = 0` and stays above :math:`\ln T`
+on :math:`[0, \nu^*(T)]`, which the table lists.
 """
 # pylint: disable=invalid-name
 from absl import logging
@@ -92,7 +89,7 @@ def plot(nu_V, bound_KxV, seq_lens, workdir):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Draws Fig. 4 and writes the Eq. (9) curves and a per-T summary."""
-  config, workdir, paths = outputs.start_run(config, workdir, validate)
+  workdir, paths = outputs.start_run(config, workdir, validate)
   nu_V = np.linspace(0.0, config.nu_max, config.num_nu)
   seq_lens = list(config.seq_lens)
   logging.info("Eq. (9) on %d nu points in [0, %g] for T = %s", len(nu_V),

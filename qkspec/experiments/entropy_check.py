@@ -1,16 +1,12 @@
 r"""Measured attention entropy against Eq. (9) and Zhai et al.'s Theorem 3.1.
 
 Shapes: I = input kinds, P = W_QK settings (Gaussian norms, then sample_qk
-(eigen_mean, eigen_std) pairs), D = draws, N = sequences, T = tokens,
-d = dim.
+pairs), D = draws, N = sequences, T = tokens, d = dim.
 
-For :math:`A = \mathrm{softmax}(XW_{QK}X^\top/\lambda)` every row's entropy
-is compared with the Eq. (9) curve as printed, Zhai's Theorem 3.1, both at
-:math:`\nu = \|XX^\top\|_2\|W_{QK}\|_2/\lambda` and at the paper's
-un-normalised :math:`\nu\lambda` (`measures.entropy_curves`), and Zhai's
-bound at the row's own centred logit norm (the sharpest form). A row
-violates a curve when below it by more than `measures.BOUND_TOL` nats.
-:math:`\lambda` is `config.temperature` (default :math:`\sqrt d`).
+Every row of :math:`A = \mathrm{softmax}(XW_{QK}X^\top/\lambda)` is compared
+with Eq. (9) and Zhai's bound (`measures.entropy_curves`) and with Zhai's
+bound at the row's own centred logit norm (the sharpest); a row violates a
+curve when below it by more than `measures.BOUND_TOL` nats.
 """
 # pylint: disable=invalid-name
 import functools
@@ -103,12 +99,8 @@ def sweep_setting(key, p, is_gauss, norm, eigen_mean, eigen_std, *, kind, dim,
 
 
 def sweep_from_config(config) -> dict:
-  """Per input kind, arrays [P, D, N].
-
-  One compiled `sweep_setting` per input kind, called setting by setting
-  (one `jit` over all settings hung with idle threads on the XLA CPU
-  backend of 2-core machines).
-  """
+  """Per input kind, arrays [P, D, N], setting by setting (one jit over
+  all settings hung on 2-core XLA:CPU)."""
   rows = settings(config)
   key = jax.random.key(config.seed)
   lam = softmax.temperature(config.temperature, config.dim)
@@ -196,7 +188,7 @@ def plot(out, config, workdir):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Sweeps the settings, writes per-setting rows, a summary and a figure."""
-  config, workdir, paths = outputs.start_run(config, workdir, validate)
+  workdir, paths = outputs.start_run(config, workdir, validate)
   logging.info("entropy_check: %d settings x %d inputs x %d draws x %d seqs, "
                "lambda=%g", len(settings(config)), len(config.inputs),
                config.num_draws, config.num_sequences,

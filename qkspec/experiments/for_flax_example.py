@@ -2,14 +2,11 @@ r"""LocATER and the diagnostics on a Flax transformer qkspec did not write.
 
 Shapes: B = batch, T = tokens, V = vocabulary, d = width.
 
-`Transformer` is a plain Pre-LN encoder from Flax's own layers
-(`nn.MultiHeadDotProductAttention`, `nn.Dense`, `nn.LayerNorm`): qkspec
-reaches it only through `qkspec.for_flax`. It learns Dong et al.'s sorting
-task (`qkspec.data.synthetic.sorting`) twice from one initialization: with
-:math:`\kappa = 0` and with the config's LocATER strengths, the penalty
-added to the loss in one line (`loss_fn`). The spectrum and attention
-tables (`for_flax.spectrum_table`, `for_flax.attention_table`) are measured
-at each stage: "init", "plain" (trained without LocATER) and "locater".
+`Transformer`, a plain Pre-LN encoder of Flax's own layers, reached only
+through `qkspec.for_flax`, learns Dong et al.'s sorting task twice from one
+initialization: with :math:`\kappa = 0` and with the config's LocATER
+strengths (`loss_fn`). The `for_flax` spectrum and attention tables are
+measured at "init", "plain" and "locater".
 """
 # pylint: disable=invalid-name
 import time
@@ -94,11 +91,8 @@ def task_loss(model, params, batch):
 
 
 def train(config, model, params, hparams: locater.LocaterHParams):
-  """`config.num_steps` Adam updates as one compiled scan: (params, losses).
-
-  The objective is the task loss plus `for_flax.locater_penalty`; with
-  both kappas 0 that is the task loss alone.
-  """
+  """`config.num_steps` Adam updates of the task loss plus
+  `for_flax.locater_penalty`, one compiled scan: (params, losses)."""
   tx = optax.adam(config.lr)
   key = jax.random.key(config.seed + 1)
 
@@ -160,7 +154,7 @@ def plot(tables, config, workdir):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains without and with LocATER, prints and writes the tables."""
-  config, workdir, paths = outputs.start_run(config, workdir, validate)
+  workdir, paths = outputs.start_run(config, workdir, validate)
   start = time.perf_counter()
   model = make_model(config)
   init_key, eval_key = jax.random.split(jax.random.key(config.seed))

@@ -1,10 +1,8 @@
 r"""Token covariances and PRNG streams of `simulate_rho` and `simulate_grid`.
 
-Shapes: C = covariances, d = token dimension.
-
-Both draw the same Sigma of Assumption 1 (the identity and one anisotropic
-:math:`R^\top R/d`) and the same shared-design bases from a config's
-`seed`, `dim`, `covariances` and `aniso_half_width`.
+Shapes: C = covariances, d = token dimension. Both draw the same Sigma of
+Assumption 1 (the identity, one anisotropic :math:`R^\top R/d`) and shared
+bases from a config's `seed`, `dim`, `covariances`, `aniso_half_width`.
 """
 import jax
 import jax.numpy as jnp

@@ -1,18 +1,12 @@
 r"""Trained W_QK against the LocATER penalty's own minimum (REPRODUCTION.md).
 
-The penalty alone is smallest at :math:`W^* = cI`, with
-:math:`\mathrm{tr}\,W^* = \kappa_2 d\tau/(\kappa_1 + \kappa_2 d)` and scale
-:math:`(\mathrm{tr}\,W^*)^2/d` (`qkspec.theory.locater.penalty_minimum`).
-For fixed :math:`\kappa_1` that scale grows with :math:`\kappa_2`, and both
-readings of :math:`\kappa` share :math:`W^*` (they differ by one factor on
-both strengths). A trained W_QK at :math:`W^*` is set by the penalty, not
-the data loss, and there claim B (scale shrinks as :math:`\kappa_2` grows)
-must come out reversed.
-
-`isotropy` = scale / `spectrum.scale_floor(trace)`, the least scale a
-matrix of that trace can have (1 exactly for a multiple of I; >= 1 on layer
-means too, by Jensen). A group is at W* when its trace is within `NEAR` of
-W*'s and its isotropy below 1 + `NEAR` (None for kappa2 = 0, where W* = 0).
+The penalty alone is smallest at :math:`W^* = cI`
+(`qkspec.theory.locater.penalty_minimum`), whose scale grows with
+:math:`\kappa_2`, the same under both readings. A W_QK at :math:`W^*` is
+set by the penalty, not the data loss, and there claim B must come out
+reversed. `isotropy` = scale / `spectrum.scale_floor(trace)` (1 exactly for
+a multiple of I); a group is at W* when its trace is within `NEAR` of W*'s
+and its isotropy below 1 + `NEAR` (None for kappa2 = 0).
 """
 import math
 
@@ -27,7 +21,7 @@ NEAR = 0.05          # relative distance that still counts as "at W*"
 
 def compare(rows) -> list[dict]:
   """W*'s and the trained trace and scale, `isotropy` and `at_minimum` of
-  each LocATER row (`report_runs.summarize`) that has `d_model`."""
+  each LocATER row with `d_model`."""
   out = []
   for r in rows:
     d = r.get("d_model")
@@ -52,9 +46,8 @@ def compare(rows) -> list[dict]:
 
 
 def markdown(rows, readings: dict) -> list[str]:
-  """The report section: one row per figure and reading (`readings`:
-  reading -> its name), W* against the trained trace and scale at the
-  strongest kappa2, and the kappa2 whose group sits at W*."""
+  """The report section: per figure and reading, W* against the trained
+  trace and scale at the strongest kappa2, and the kappa2s at W*."""
   cs = compare(rows)
   if not cs:
     return []
@@ -87,7 +80,7 @@ def markdown(rows, readings: dict) -> list[str]:
 
 def target_line(rows, readings: dict) -> str:
   """The trained trace at the strongest kappa2 against the target and W*,
-  per reading (`readings`: reading -> its name); "" without LocATER rows."""
+  per reading; "" without LocATER rows."""
   cs = [c for c in compare(rows) if c["kappa2"] > 0]
   if not cs:
     return ""
@@ -111,8 +104,7 @@ def target_line(rows, readings: dict) -> str:
 
 
 def annotate(verdict_list, rows) -> list[dict]:
-  """The verdicts (`report_verdicts.verdicts`), each with `at_minimum`:
-  does its stronger group sit at W* (claim B cannot be reproduced there)?"""
+  """The verdicts, each with `at_minimum`: its stronger group at W*?"""
   at = {(c["label"], c["reading"], c["kappa1"], c["kappa2"])
         for c in compare(rows) if c["at_minimum"]}
   return [dict(v, at_minimum=(v["label"], v["reading"], v.get("kappa1"),

@@ -21,19 +21,15 @@ import numpy as np
 
 def start_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path,
               validate: Callable[[ml_collections.ConfigDict], None]
-              ) -> tuple[ml_collections.ConfigDict, pathlib.Path,
-                         list[pathlib.Path]]:
-  """Validates `config`, creates `workdir`, writes `config.json`.
-
-  Returns:
-    (the config, the workdir as a Path, [the config.json path]).
-  """
+              ) -> tuple[pathlib.Path, list[pathlib.Path]]:
+  """Validates `config`, creates `workdir`, writes `config.json`; (the
+  workdir as a Path, [the config.json path])."""
   validate(config)
   if not str(workdir):
     raise ValueError("workdir must be a non-empty path.")
   workdir = pathlib.Path(workdir).expanduser()
   workdir.mkdir(parents=True, exist_ok=True)
-  return config, workdir, [_write_json(config.to_dict(), workdir, "config")]
+  return workdir, [_write_json(config.to_dict(), workdir, "config")]
 
 
 def _jsonable(value: Any) -> Any:

@@ -4,17 +4,12 @@ Shapes: A = architectures, S = weight draws (seeds), N = sequences per draw,
 L = layers, T = tokens, d = token dimension, K = L + 1 path lengths.
 
 Per architecture (`san.ARCHITECTURES`) and residual method, the relative
-residual :math:`r_l = \|\mathrm{res}(X^l)\|/\|X^l\|` (Dong et al., Fig. 1
-style), then: the order of convergence :math:`q` of :math:`\log r_{l+1} = q
-\log r_l + a` over floor < :math:`r_l \le` `fit_max_residual` (Dong's
-Theorem 2.2, :math:`r_{l+1} \lesssim c\,r_l^3`, predicts :math:`q = 3`; an
-exponential decay gives 1); fits of :math:`\log r_l = a + b\,3^l` and
-:math:`a + b\,l`; for the pure SAN, the bound :math:`\|\mathrm{res}
-(X^{l+1})\|_F \le c_l \|\mathrm{res}(X^l)\|_F^3`
-(`san_paths.cubic_residual_coefficient`); for the skip SAN, the output
-carried by paths of each length next to the path count
-:math:`\binom Lk H^k/(H+1)^L`. :math:`\lambda` is `config.temperature`, by
-default :math:`\sqrt{D}` (D = `head_dim`).
+residual :math:`r_l = \|\mathrm{res}(X^l)\|/\|X^l\|` (Dong et al., Fig. 1),
+its order of convergence q in :math:`\log r_{l+1} = q\log r_l + a` (Dong's
+Theorem 2.2 predicts 3, an exponential decay 1) and fits of :math:`\log r_l
+= a + b\,3^l` and :math:`a + b\,l`; for the pure SAN the cubic bound of
+`san_paths.cubic_residual_coefficient`, for the skip SAN the output each
+path length carries beside the path count :math:`\binom Lk H^k/(H+1)^L`.
 """
 # pylint: disable=invalid-name
 import functools
@@ -112,12 +107,9 @@ def run_measure(config) -> dict:
 
 def convergence_order(r_K: np.ndarray, floor: float, max_r: float
                       ) -> tuple[float, float, int]:
-  r"""Least-squares :math:`\log r_{l+1} = q\log r_l + a` over valid pairs.
-
-  A pair is valid when floor < :math:`r_l \le` max_r and
-  :math:`r_{l+1} >` floor. Returns (order q, a, number of pairs); NaN if
-  fewer than 2 pairs.
-  """
+  r"""(q, a, pairs) of :math:`\log r_{l+1} = q\log r_l + a` over the pairs
+  with floor < :math:`r_l \le` max_r and :math:`r_{l+1} >` floor; NaN
+  below 2 pairs."""
   r_K = np.asarray(r_K, np.float64)
   ok = (r_K[:-1] > floor) & (r_K[:-1] <= max_r) & (r_K[1:] > floor)
   if ok.sum() < 2:
@@ -138,10 +130,8 @@ def _linear_fit(feature, y):
 
 
 def closed_form_fits(r_K: np.ndarray, floor: float) -> dict[str, float]:
-  r"""Dong's :math:`\log r_l = a + b\,3^l` and :math:`\log r_l = a + b\,l`.
-
-  Fitted on the layers with :math:`r_l >` floor.
-  """
+  r"""Dong's :math:`\log r_l = a + b\,3^l` and :math:`a + b\,l`, fitted on
+  the layers with :math:`r_l >` floor."""
   r_K = np.asarray(r_K, np.float64)
   l_K = np.arange(len(r_K), dtype=np.float64)
   ok = r_K > floor
@@ -270,7 +260,7 @@ def plot_paths(rows, config, workdir):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Measures, fits, writes tables and figures into `workdir`."""
-  config, workdir, written = outputs.start_run(config, workdir, validate)
+  workdir, written = outputs.start_run(config, workdir, validate)
   logging.info("rank_collapse: %d archs x %d seeds x %d sequences, L=%d, "
                "lambda=%g", len(config.architectures), config.num_seeds,
                config.num_sequences, config.num_layers,

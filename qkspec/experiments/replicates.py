@@ -1,16 +1,10 @@
 """Run-to-run spread: the same run (config, seed) trained twice.
 
-Two GPU runs of one config and seed are not bit-identical (XLA's GPU
-scatter-adds, e.g. the embedding gradient, and some reductions may sum in
-another order each run). Their difference is what one config and seed
-leaves to chance on a GPU, far below the spread over seeds that one-seed
-verdicts are held to (`report_verdicts.seed_reference`).
-
-The spread is the largest relative difference |a - b| / mean(|a|, |b|)
-over the replicate members and their twins. `by_reading` keeps one per
-reading of kappa: the literal reading holds tr(W^T W) near 1e-6, where a
-rerun moves it by percents, the fairseq one near 0.1, where it moves by
-less than 0.1%, so one reading's spread is no floor for the other.
+Two GPU runs of one config and seed differ (XLA's GPU scatter-adds and some
+reductions sum in another order). The spread, the largest relative
+difference |a - b| / mean(|a|, |b|) over replicate pairs, is kept per
+reading of kappa (`by_reading`): the two readings' tr(W^T W) sit decades
+apart, so one's spread is no floor for the other.
 """
 import numpy as np
 
@@ -23,7 +17,7 @@ def _key(run, member):
 
 
 def pairs(runs, replicates) -> list[tuple[dict, dict, dict, dict]]:
-  """(run, member, replicate run, replicate member) for every replicate
+  """(run, member, replicate run, replicate member) of every replicate
   member with a twin in `runs` (same `_key` and last step)."""
   twins = {_key(r, m): (r, m) for r in runs for m in r["members"]}
   out = []
@@ -61,7 +55,7 @@ def spread(runs, replicates, quantities) -> dict:
 def by_reading(runs, replicates, quantities, readings=(),
                kept=()) -> dict:
   """reading -> `spread` of its replicate runs, merged with `kept` (spreads
-  of records without members: they count for every reading)."""
+  kept by records without members, for every reading)."""
   out = {}
   for reading in sorted({r["reading"] for r in replicates} | set(readings)):
     s = merge(spread(runs, [r for r in replicates if r["reading"] == reading],

@@ -1,14 +1,11 @@
 """REPRODUCTION.md from training run directories (paper Sec. 7, Figs. 6-12).
 
-`write_report(run_dirs, out_path)` reads each run (`report_runs`), judges
-the paper's claims (`report_verdicts`, `report_claims`), opens with the
-answer (`report_answer`), sets W_QK beside LocATER's own minimum
-(`locater_minimum`), lists what is still to run and writes the report with
-`summary.csv`, `summary.json` and the figures beside it. With
-`records_dir` it first records each run (`run_records`) and reports on
-every record there, so it regenerates without the runs. A record rebuilt
-from an earlier report may hold final values only: its curves and rho maps
-are then not drawn, and the report says so.
+`write_report(run_dirs, out_path)` reads the runs (`report_runs`), judges
+the claims (`report_verdicts`, `report_claims`, `report_kappa2`), opens
+with the answer (`report_answer`) and writes the report with
+`summary.csv`, `summary.json` and the figures. With `records_dir` it
+records each run first (`run_records`) and reports on every record there,
+so it regenerates without the runs.
 """
 import csv
 import json
@@ -75,9 +72,8 @@ def _seed_words(members) -> str:
 
 
 def figure(rows, label):
-  """Final scale, entropy and valid ppl vs kappa2, one line per reading
-  with LocATER members (coinciding readings stay visible, and are named),
-  and a reading's no-LocATER member as a horizontal line."""
+  """Final scale, entropy and valid ppl vs kappa2, a line per reading and
+  the no-LocATER member as a horizontal line."""
   panels = [("scale", "scale tr$(W_{QK}^\\top W_{QK})$", "B"),
             ("entropy", "attention entropy (nats)", "C"),
             ("valid_ppl", "valid perplexity", "D")]
@@ -145,8 +141,7 @@ def _slug(label):
 
 
 def write_summary(rows, directory, verdicts, spread) -> list[str]:
-  """Writes summary.csv and summary.json (rows, verdicts, rerun spread) in
-  `directory`; their paths."""
+  """Writes summary.csv and summary.json in `directory`; their paths."""
   os.makedirs(directory, exist_ok=True)
   csv_path = os.path.join(directory, "summary.csv")
   fields = [k for k in rows[0] if not k.endswith("_values")]
@@ -184,8 +179,7 @@ def _save(fig, png, dpi: int, paths: list[str]) -> None:
 
 
 def _curves(cell, counted, title, png, rel, paths) -> list[str]:
-  """The cell's B-D curves over training (seeds averaged) to `png`, from
-  the members that kept them; markdown."""
+  """Markdown for the cell's B-D curves over training, drawn to `png`."""
   drawn = [m for m in counted if _has_curves(m)]
   if not drawn:
     return _not_drawn("curves over training", len(counted))
@@ -243,8 +237,7 @@ def default_records_dir(out_path, figures_dir=None) -> str:
 
 def keep_records(run_dirs, records_dir, replicate_dirs=(), replace=False
                  ) -> tuple[list[str], list[str]]:
-  """Records the runs in `records_dir`; every (run, replicate) record
-  there, those of earlier calls included."""
+  """Records the runs in `records_dir`; (run, replicate) records there."""
   for role, dirs in (("run", run_dirs), ("replicate", replicate_dirs)):
     names = [run_records.name_of(run_records.origin(d)) for d in dirs]
     if len(set(names)) < len(names):
@@ -260,8 +253,7 @@ def keep_records(run_dirs, records_dir, replicate_dirs=(), replace=False
 
 
 def _spread(runs, replicate_dirs) -> dict:
-  """`replicates.by_reading` of the replicates, and of the spreads kept by
-  records without members."""
+  """`replicates.by_reading` of the replicates (and spreads records kept)."""
   kept = [run_records.read(d).get("spread") for d in replicate_dirs]
   loaded = report_runs.load_runs(
       [d for d, s in zip(replicate_dirs, kept) if s is None])
@@ -276,10 +268,9 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
                  replace_records=False) -> list:
   """Writes `out_path` (markdown), the summary and figures; their paths.
 
-  `replicate_dirs`: runs that repeat a run of `run_dirs` (same config and
-  seed), the one-seed floor. `records_dir`: record the runs there and
-  report on every record it holds; `replace_records`: see
-  `run_records.write`'s `replace`.
+  `replicate_dirs`: runs repeating a run of `run_dirs` (same config and
+  seed). `records_dir`: record the runs there and report on every record
+  it holds (`replace_records`: `run_records.write`'s `replace`).
   """
   out_path = pathlib.Path(out_path)
   figures_dir = _figures_dir(out_path, figures_dir)

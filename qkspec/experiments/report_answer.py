@@ -1,9 +1,8 @@
 """REPRODUCTION.md's first screen and verdict tables (Sec. 7, Figs. 6-12).
 
-`answer(vs, stripe_vs)` says in words, one line per claim, what the
-verdicts of `report_verdicts.verdicts` and `report_claims.stripe_verdicts`
-add up to; `verdict_table` puts them in one row per figure and reading;
-`rules` and `detail_table` give every verdict's numbers once.
+`answer` says in words what the verdicts add up to, one line per claim;
+`verdict_table` gives one row per figure and reading; `rules` and
+`detail_table` give every verdict's numbers once.
 """
 import numpy as np
 
@@ -20,16 +19,13 @@ _WORDS = {"yes": "as the paper", "(yes)": "as the paper with one seed",
 
 
 def _counts(vs) -> str:
-  """"reversed in 9, no practical effect in 5" over the verdicts `vs`
-  (dicts with "verdict" and "direction")."""
+  """"reversed in 9, no practical effect in 5" over the verdicts `vs`."""
   shorts = [rv.short(v) for v in vs]
   return ", ".join(f"{_WORDS[s]} in {shorts.count(s)}" for s in _ORDER
                    if s in shorts)
 
 
-_MEANING = {"yes": "as the paper", "(yes)": "as the paper",
-            "**rev.**": "reversed", "(**rev.**)": "reversed",
-            "n.s.": "not significant", "~0": "no practical effect"}
+_MEANING = {k: w.removesuffix(" with one seed") for k, w in _WORDS.items()}
 
 
 def _headline(vs) -> str:
@@ -104,8 +100,8 @@ def _curve_note(trends, claim) -> str:
 
 
 def answer(vs, stripe_vs, trends=()) -> list[str]:
-  """The answer in words: the paper's claims (with the `trends` of
-  `report_kappa2`), then LocATER vs none."""
+  """The paper's claims in words (with `report_kappa2`'s `trends`), then
+  LocATER vs none."""
   paper = [_claim_line(vs, c, w, "kappa2") + _curve_note(trends, c)
            for c, _, _, w in rv.CLAIMS]
   paper.append(_stripe_line(stripe_vs))
@@ -123,7 +119,7 @@ def answer(vs, stripe_vs, trends=()) -> list[str]:
 
 
 def verdict_table(vs) -> list[str]:
-  """One row per figure and reading: B-D (C and D also over training) for
+  """One row per figure and reading: B-D (C, D also over training) for
   kappa2 0 -> 1, and B-D for none -> LocATER."""
   cells = {}
   for v in vs:
@@ -159,8 +155,7 @@ def legend() -> str:
 
 
 def rules(ref) -> list[str]:
-  """How a verdict is reached, with the seed spreads `ref`
-  (`report_verdicts.seed_reference`) one-seed cells are held to."""
+  """How a verdict is reached, with `report_verdicts.seed_reference`."""
   mins = ", ".join(
       f"{q} {size:.1%} of the larger mean" if kind == "relative"
       else f"{q} {size:g}{_UNITS[q]}"

@@ -1,15 +1,10 @@
 """Fig. 7's stripe verdict and what the report still lacks (Sec. 7).
 
-`stripe_verdicts(runs)` judges Fig. 7's stripes in rho_i (`stripes`); the
-claims B-D are `report_verdicts`'.
-
-`still_to_run(rows)` lists what the report lacks of its `PLAN` (every
-figure under both readings, 50,000 steps, 3 seeds for Fig. 6 and 1 for
-Figs. 7-12, beside the sweep a no-LocATER member for Figs. 6 and 8-12:
-Fig. 6's, one per seed, pair LocATER against none and so measure the floor
-of the one-seed cells) and the `launch/train.py` command that trains it.
+`stripe_verdicts` judges Fig. 7's stripes in rho_i (`stripes`);
+`still_to_run` lists what the report lacks of its `PLAN` (both readings,
+50,000 steps, 3 seeds for Fig. 6 and 1 for Figs. 7-12, and a no-LocATER
+member for Figs. 6 and 8-12) with the `launch/train.py` command for it.
 """
-
 from qkspec.experiments import report_runs
 from qkspec.experiments import stripes
 from qkspec.experiments import training_plots
@@ -26,8 +21,8 @@ def _shortened(steps: int) -> str:
 
 
 def _stripe_result(member, layer: int = 0):
-  """`stripes.stripe_test` of the member's layer-`layer` rho map, else the
-  result a record kept instead (layer 0), or None."""
+  """`stripes.stripe_test` of the member's rho map, else the result its
+  record kept (layer 0), or None."""
   key = next((k for k in training_plots.rho_keys(layer)
               if k in member["metrics"]), None)
   if key is None or len(member["metrics"][key][0]) < 2:
@@ -43,11 +38,10 @@ def rho_stripes(members, layer: int = 0) -> list[tuple[str, dict]]:
 
 
 def stripe_verdicts(runs) -> list[dict]:
-  """Fig. 7's claim per reading: "reproduced" when every LocATER map of the
-  cell has stripes in rho_i and no map without LocATER does, "reversed"
-  for the opposite, else "not reproduced". `kept`: some member's record
-  keeps the test's result, not its map; `earlier`: some result is the
-  earlier test's (`stripes.earlier`)."""
+  """Fig. 7's claim per reading: "reproduced" when every LocATER map has
+  stripes and no other does, "reversed" for the opposite, else "not
+  reproduced"; `kept`: a record kept results, not maps; `earlier`: some
+  result is `stripes.earlier`'s."""
   out = []
   for (label, reading), rs in sorted(report_runs.cells(runs).items(),
                                      key=report_runs.cell_order):
@@ -83,7 +77,6 @@ def stripe_verdicts(runs) -> list[dict]:
   return out
 
 
-
 def _seeds_done(rows, wanted):
   """(seeds of range(wanted) every row has at full length, steps)."""
   steps = min((r["final_step"] for r in rows), default=0)
@@ -93,9 +86,8 @@ def _seeds_done(rows, wanted):
 
 
 def _gaps(rows) -> dict:
-  """(figure, reading) -> [(kind, its rows, seeds done, steps)] for every
-  PLAN cell: kind "sweep" (the LocATER groups; Fig. 7's two members) and,
-  for Figs. 8-12, "none" (kappa1 = kappa2 = 0)."""
+  """(figure, reading) -> [(kind, its rows, seeds done, steps)] per PLAN
+  cell, kind "sweep" (the LocATER groups) and "none" (no LocATER)."""
   have = {}                    # (figure, reading) -> its rows
   for r in rows:
     if not r["smoke"]:
@@ -116,14 +108,9 @@ def _gaps(rows) -> dict:
 
 
 def still_to_run(rows) -> list[str]:
-  """Markdown lines: the PLAN cells that full-length runs do not cover yet.
-
-  A cell (figure, reading) is covered when seeds 0..PLAN[figure]-1 of every
-  LocATER group reached 50,000 steps (in one run or several) and, for Figs.
-  8-12, so did a no-LocATER group. Each line ends with the command that
-  trains what is missing (`train_command`); where a figure's two readings
-  lack the same, one line names both, trained side by side.
-  """
+  """Markdown lines: the PLAN cells full-length runs do not cover yet, each
+  with the command that trains what is missing (one line for both
+  readings where they lack the same)."""
   gaps = {}                     # figure -> {reading: (states, seeds, kinds)}
   for (fig, reading), kinds in _gaps(rows).items():
     wanted = PLAN[fig]
@@ -168,9 +155,8 @@ _DEPTH_WIDTH = {fig: ld for ld, fig in report_runs.FIGURES.items()}
 def train_command(fig: str, reading: str, seeds: set[int],
                   kinds: list[str]) -> str:
   """The `launch/train.py` commands (markdown, `; `-separated) that train
-  `kinds` ("sweep" and/or "none") of figure `fig` under `reading` (or
-  "both") for `seeds`: one run for seeds 0..N-1, else one per seed. The
-  no-LocATER member alone trains the same under both readings."""
+  `kinds` of figure `fig` under `reading` (or "both") for `seeds`: one run
+  for seeds 0..N-1, else one per seed."""
   name, parts = report_runs.config_file(     # Fig. 7: Fig. 6's model
       fig, *_DEPTH_WIDTH.get(fig, (1, 128)))
   if kinds != ["none"]:

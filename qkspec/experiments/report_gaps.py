@@ -1,11 +1,9 @@
 """Entropy and perplexity over training as differences from kappa2 = 0.
 
-Fig. 6C-D's curves span 2.4-3.2 nats and 200-800 ppl while the claims rest
-on gaps of 0.01 nats and 0.1-20 ppl. `gap_figure` draws each member's
-seed-averaged curve minus the kappa1 = 100, kappa2 = 0 member's at the
-steps both logged, on a symmetric-log axis whose linear band is the
-minimal effect (`report_stats.MIN_EFFECT`): inside the shaded band a gap is
-"no practical effect".
+Fig. 6C-D's claims rest on gaps far smaller than the curves' range, so
+`gap_figure` draws each member's seed-averaged curve minus the kappa2 = 0
+member's on a symmetric-log axis whose linear band is the minimal effect
+(`report_stats.MIN_EFFECT`).
 """
 import matplotlib
 matplotlib.use("Agg")
@@ -21,8 +19,8 @@ PANELS = (("mean/entropy", "entropy", "attention entropy - kappa2 = 0 (nats)",
 
 
 def gap_figure(members, title: str):
-  """C and D minus the kappa2 = 0 member's, per member over training
-  (seeds averaged at common steps); None without that member's curves."""
+  """C and D minus the kappa2 = 0 member's over training; None without
+  that member's curves."""
   groups = report_runs.seed_mean(members)
   base = next((m for m in groups if m["kappa1"] > 0 and m["kappa2"] == 0),
               None)

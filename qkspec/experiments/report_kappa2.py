@@ -1,15 +1,9 @@
 """Claims C and D as curves over kappa2 (paper Fig. 6C-D, Figs. 8-12).
 
-The paper reads panel D as perplexity falling with kappa2 and magnifies the
-kappa2 of its minimum. Per figure and reading, over the five LocATER groups
-(kappa1 = 100):
-
-* `trend`: the slope of the metric against log10 kappa2 over kappa2 > 0,
-  per seed and then its paired t-interval (one seed: the interval from the
-  scatter of the four points about the line);
-* the best kappa2 > 0 against kappa2 = 0: the paired difference, with the
-  critical value at the Bonferroni level for the kappa2 > 0 groups it was
-  chosen from (one seed: the seed-spread floor at that level).
+Per figure and reading, over the LocATER groups (kappa1 = 100): the slope
+of the metric against log10 kappa2 over kappa2 > 0 (paired over seeds, or
+from one seed's scatter about the line), and the best kappa2 > 0 against
+kappa2 = 0 at the Bonferroni level for the groups it was chosen from.
 """
 import math
 
@@ -22,8 +16,8 @@ QUANTITIES = (("D", "valid_ppl", -1), ("C", "entropy", +1))
 
 
 def trend(rows, quantity, sign, ref=None) -> dict | None:
-  """The curve of `quantity` over the LocATER `rows` of one figure and
-  reading: slope per decade of kappa2 and the best kappa2 > 0 against 0."""
+  """Slope per decade of kappa2 and the best kappa2 > 0 against 0 of
+  `quantity` over one figure and reading's LocATER `rows`."""
   locater = sorted((r for r in rows if r["kappa1"] > 0),
                    key=lambda r: r["kappa2"])
   base = next((r for r in locater if r["kappa2"] == 0), None)

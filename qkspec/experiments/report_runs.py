@@ -1,15 +1,11 @@
 """The report's runs: what of each run it reads, merged per figure and reading.
 
-`load_runs` reads each workdir of `qkspec.training.loop.train_and_evaluate`
-(or its `run_records` record) into one dict per run and reading of kappa;
-`summarize_runs` makes the report's rows: per paper figure, reading and
-member group (members that differ only in seed), mean / std over seeds of
-the final `QUANTITIES` (layers averaged, `mean/...`), over every run of
-that figure and reading (`cell_members`).
-
-The paper figure comes from the config (`figure_of`): configs/rho_training.py
-(kappa1 = 100, kappa2 = 1 and kappa1 = kappa2 = 0) is Fig. 7; otherwise
-(num_layers, d) picks Figs. 6, 8-12 (smoke runs: d is the paper's d / 8).
+`load_runs` reads each training workdir (or its `run_records` record) into
+one dict per run and reading of kappa; `summarize_runs` makes one row per
+figure, reading and member group (members that differ only in seed): mean
+and std over seeds of the final `QUANTITIES`. `figure_of` names the paper
+figure from the config: configs/rho_training.py's sweep is Fig. 7, else
+(num_layers, d) picks Figs. 6, 8-12 (smoke runs: d / 8).
 """
 import json
 import math
@@ -71,8 +67,8 @@ def figure_of(config: dict) -> tuple[str, bool]:
 
 
 def config_command(config: dict, run_dir: str) -> str:
-  """The launch command that rebuilds `config`: the config file and
-  argument of its figure, with a `--config.x=y` per field that differs."""
+  """The launch command that rebuilds `config`: its figure's config file
+  and argument, and a `--config.x=y` per field that differs."""
   fig, smoke = figure_of(config)
   name, parts = config_file(fig, config["model"]["num_layers"],
                             config["model"]["d_model"] * (8 if smoke else 1))
@@ -152,8 +148,7 @@ def seed_groups(members) -> dict:
 
 
 def last_step(member) -> int:
-  """The member's last training step: train/loss's, else (a record that
-  kept final values only) the last step of any metric; 0 if none."""
+  """The member's last step: train/loss's, else any metric's; 0 if none."""
   metrics = member["metrics"]
   loss = metrics.get("train/loss")
   if loss is not None and len(loss[0]):
@@ -162,13 +157,11 @@ def last_step(member) -> int:
 
 
 def load_runs(run_dirs) -> list[dict]:
-  """One dict per run dir and reading of kappa: its figure, reading,
-  command, members (with their last step) and the steps run and planned.
+  """One dict per run dir and reading of kappa: figure, reading, command,
+  members (with their last step), steps run and planned.
 
-  A run that trained both readings side by side gives one dict per reading
-  (`both_readings`). A record loads as its run: `run_dir` names the run,
-  `path` where it was read; a run's maps (an array per step) are read as
-  its record keeps them (`run_records.compact`).
+  A record loads as its run (`run_dir` names the run, `path` where it was
+  read), and a run's maps are read compacted as a record keeps them.
   """
   runs = []
   for path in run_dirs:
@@ -199,10 +192,9 @@ def load_runs(run_dirs) -> list[dict]:
 def cells(runs) -> dict:
   """(label, reading) -> the runs of that figure and reading of kappa.
 
-  A no-LocATER member (kappa1 = kappa2 = 0) trains bit for bit the same
-  under either reading (tests/readings_test.py), so it also joins the other
-  reading's cell, after the cell's own runs: a view of its run holding just
-  those members, relabelled to the cell's reading, with `shared_from`.
+  A no-LocATER member trains the same under either reading
+  (tests/readings_test.py), so it also joins the other reading's cell, as
+  a view of its run marked `shared_from`.
   """
   out = {}
   for run in runs:
@@ -221,12 +213,9 @@ def cells(runs) -> dict:
 
 
 def cell_members(cell_runs) -> tuple[list, list]:
-  """(counted members, left-out members) of one cell's runs, merged.
-
-  A (kappa1, kappa2, target, seed) met twice counts once (the longer run's,
-  else the first). Only members at the cell's longest step count, so a mean
-  never mixes a seed stopped early with finished ones.
-  """
+  """(counted, left-out) members of one cell's runs: each (kappa1, kappa2,
+  target, seed) once (the longest), counted only at the cell's longest
+  step."""
   chosen = {}
   for run in cell_runs:
     for m in run["members"]:
@@ -239,8 +228,7 @@ def cell_members(cell_runs) -> tuple[list, list]:
 
 
 def summarize_runs(runs) -> list[dict]:
-  """One row per figure, reading and member group (members that differ
-  only in seed), over every run of that figure and reading."""
+  """One row per figure, reading and member group, over every run."""
   rows = []
   for (label, reading), rs in cells(runs).items():
     counted, _ = cell_members(rs)
@@ -270,8 +258,8 @@ def summarize(run_dirs) -> list[dict]:
 
 
 def seed_mean(members) -> list[dict]:
-  """Members differing only in seed -> one each (the first seed's fields,
-  `n_seeds`), each metric averaged at the steps every seed logged."""
+  """Members differing only in seed -> one each, each metric averaged over
+  seeds at the steps all logged."""
   out = []
   for ms in seed_groups(members).values():
     metrics = {}
@@ -286,12 +274,8 @@ def seed_mean(members) -> list[dict]:
 
 
 def run_info(run_dir) -> str:
-  """Device, precision and wall time (by phase: `qkspec.training.phases`)
-  from `<run_dir>/run_info.jsonl`; "" without it.
-
-  The loop appends a line per invocation (a line rebuilt from an earlier
-  report may stand for several "invocations"); their times are summed.
-  """
+  """Device, precision and wall time (by phase) summed over the lines of
+  `<run_dir>/run_info.jsonl`; "" without it."""
   path = pathlib.Path(run_dir) / "run_info.jsonl"
   lines = ([json.loads(x) for x in path.read_text().splitlines() if x.strip()]
            if path.is_file() else [])
@@ -315,8 +299,8 @@ def run_info(run_dir) -> str:
 
 
 def record_keys(config: dict) -> list[str]:
-  """The metrics the report reads of a run of `config`: the QUANTITIES,
-  valid/loss and train/loss (the last step), and Fig. 7's layer-0 rho_i."""
+  """The metrics the report reads: the QUANTITIES, valid/loss, train/loss
+  and Fig. 7's layer-0 rho_i."""
   keys = [k for _, k, _ in QUANTITIES] + ["valid/loss", "train/loss"]
   if figure_of(config)[0] == "7":
     keys += list(training_plots.rho_keys(0))

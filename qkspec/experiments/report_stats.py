@@ -1,25 +1,13 @@
 r"""The statistics behind the report's verdicts (paper Sec. 7, Figs. 6-12).
 
-The paper claims that a stronger LocATER (kappa2 0 -> 1, and LocATER
-against none) shrinks the scale (Fig. 6B), raises the attention entropy
-(6C, "during the updates entirely") and lowers the perplexity (6D). Each
-claim is a difference d = alt - base between two members of one seed (same
-initialisation and batches), and a verdict reads it through three rules:
-
-1. *Minimal effect* (`min_effect`): |mean d| below it is "no practical
-   effect", significant or not: 10% of the scale, 0.01 nats of entropy,
-   0.1% of perplexity.
-2. *Seeds* >= 2 (`paired_test`): a paired t-test, significant when the
-   95% interval mean(d) +- t_{n-1} s / sqrt(n) excludes 0, with
-   :math:`t_{n-1}` the two-sided 5% critical value (`t_critical`).
-3. *One seed* (`one_seed_floor`): significant when |d| exceeds
-   :math:`t_{n-1}` times the seed spread s of the same contrast measured
-   on a figure with n seeds, scaled to this figure's level; the verdict
-   then reads "indicative (one seed)", never an unqualified one.
-
-`time_average` turns two curves over training into the per-evaluation
-difference after warm-up, for the claims judged over training; `slope` and
-`bonferroni` read a metric as a curve over kappa2.
+Each claim is a difference d = alt - base between two members of one seed
+(same initialisation and batches), read through three rules: below the
+minimal effect (`min_effect`) it is "no practical effect"; with two seeds
+or more a paired t-test (`paired_test`) decides; with one seed |d| must
+exceed the seed spread measured on a figure with more seeds
+(`one_seed_floor`), and the verdict is only "indicative (one seed)".
+`time_average` reads two curves over training, `slope` and `bonferroni`
+a metric as a curve over kappa2.
 """
 import math
 
@@ -39,13 +27,8 @@ INDICATIVE = "indicative (one seed)"
 
 
 def t_cdf_two_sided(t: float, dof: int) -> float:
-  r"""P(|T| <= t) for Student's T with integer `dof` degrees of freedom.
-
-  The finite series of Abramowitz & Stegun 26.7.3-4, with
-  :math:`\theta = \arctan(t/\sqrt\nu)`: for odd :math:`\nu`,
-  :math:`\frac2\pi(\theta + \sin\theta \sum_k a_k \cos^{2k-1}\theta)`, for
-  even :math:`\nu`, :math:`\sin\theta \sum_k b_k \cos^{2k}\theta`.
-  """
+  r"""P(|T| <= t) for Student's T with integer `dof`: the finite series of
+  Abramowitz & Stegun 26.7.3-4 in :math:`\theta = \arctan(t/\sqrt\nu)`."""
   if dof < 1 or int(dof) != dof:
     raise ValueError(f"dof must be a positive integer, got {dof}.")
   theta = math.atan(abs(t) / math.sqrt(dof))
@@ -75,8 +58,8 @@ def t_critical(dof: int, level: float = LEVEL) -> float:
 
 
 def paired_test(d) -> dict:
-  """Paired t-test of the per-seed differences `d` (n >= 2): mean, std,
-  t, the critical value, the 95% interval and whether it excludes 0."""
+  """Paired t-test of per-seed differences `d` (n >= 2): mean, std, t,
+  t_crit, the 95% interval and whether it excludes 0."""
   d = np.asarray(d, np.float64)
   n = len(d)
   if n < 2:
@@ -95,25 +78,23 @@ def paired_test(d) -> dict:
 
 
 def min_effect(quantity: str, m0: float, m1: float) -> float:
-  """The least |difference| of practical size (`MIN_EFFECT`) between group
-  means `m0` and `m1`; 0 for a quantity without one."""
+  """The least |difference| of practical size (`MIN_EFFECT`) between
+  group means `m0` and `m1` (0 for other quantities)."""
   kind, size = MIN_EFFECT.get(quantity, ("absolute", 0.0))
   return size * (max(abs(m0), abs(m1)) if kind == "relative" else 1.0)
 
 
 def one_seed_floor(rel_std: float, n_ref: int, m0: float, m1: float
                    ) -> float:
-  """|d| a one-seed difference must exceed: t_{n_ref - 1} x `rel_std` (the
-  seed spread of the same contrast, relative to the larger group mean, on
-  a figure of `n_ref` seeds) x the larger of this figure's means."""
+  """t_{n_ref - 1} x `rel_std` (the relative seed spread of the contrast
+  on a figure of `n_ref` seeds) x the larger of `m0`, `m1`."""
   return t_critical(n_ref - 1) * rel_std * max(abs(m0), abs(m1))
 
 
 def decide(diff: float, sign: int, minimal: float, significant: bool,
            one_seed: bool) -> str:
-  """The verdict on a (mean) difference `diff` whose expected sign is
-  `sign`: `NO_EFFECT` below `minimal` (`min_effect`), else by
-  `significant`; one seed gives `INDICATIVE` (its `direction` beside it)."""
+  """The verdict on `diff` of expected `sign`: `NO_EFFECT` below
+  `minimal`, else by `significant`; `INDICATIVE` with one seed."""
   if not np.isfinite(diff):
     return NOT_SIGNIFICANT
   if abs(diff) < minimal:
@@ -132,8 +113,8 @@ def direction(diff: float, sign: int) -> str:
 
 def step_differences(base, alt, start: int = 0
                      ) -> tuple[np.ndarray, np.ndarray]:
-  """(steps, alt - base) at the steps >= `start` that both (steps, values)
-  curves logged, in `alt`'s order."""
+  """(steps, alt - base) at the steps >= `start` both (steps, values)
+  curves logged."""
   (s0, v0), (s1, v1) = base, alt
   at0 = {int(s): float(v) for s, v in zip(s0, v0) if s >= start}
   pairs = [(int(s), float(v) - at0[int(s)]) for s, v in zip(s1, v1)
@@ -153,14 +134,13 @@ def time_average(base, alt, start: int) -> tuple[float, float, int]:
 
 
 def bonferroni(m: int, level: float = LEVEL) -> float:
-  """The confidence level of each of `m` comparisons that keeps the
-  family-wise error at 1 - `level` (Bonferroni)."""
+  """Each of `m` comparisons' level for a family-wise 1 - `level`."""
   return 1 - (1 - level) / m
 
 
 def slope(x, y) -> dict:
-  """Least-squares slope of `y` on `x` with its 95% interval from the
-  scatter about the line (t with len(x) - 2 dof; None below 3 points)."""
+  """Least-squares slope of `y` on `x` and its 95% interval from the
+  scatter about the line (None below 3 points)."""
   x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
   xc = x - x.mean()
   b = float(np.sum(xc * (y - y.mean())) / np.sum(xc * xc))

@@ -1,19 +1,10 @@
 """Verdicts on the paper's claims B-D (Sec. 7, Fig. 6B-D; Figs. 8-12).
 
-Per figure and reading of kappa, two contrasts:
-
-* "kappa2": kappa2 = 0 -> 1 at kappa1 = 100, the paper's claim (Fig. 6:
-  with stronger kappa2 the scale shrinks (B), the entropy is higher (C),
-  the perplexity lower (D));
-* "none": no LocATER -> the strongest LocATER group, beyond the paper (it
-  compares with no LocATER only for Fig. 7's stripes).
-
-Each claim is read at the final step (`report_stats`: paired t-test over
-seeds, else the one-seed floor from `seed_reference`, and the minimal
-effect) and, for C and D, over the evaluations after warm-up
-(`over_training`: the time-averaged difference, paired over seeds or
-against the same floor, and the fraction of evaluations of the paper's
-sign).
+Per figure and reading of kappa, two contrasts: "kappa2", kappa2 = 0 -> 1
+at kappa1 = 100, the paper's claim (scale shrinks (B), entropy higher (C),
+perplexity lower (D)); and "none", no LocATER -> the strongest LocATER
+group, beyond the paper. Each is read at the final step (`report_stats`)
+and, for C and D, over the evaluations after warm-up (`over_training`).
 """
 import math
 
@@ -28,8 +19,6 @@ CLAIMS = (("B", "scale", -1, "scale shrinks"),
           ("D", "valid_ppl", -1, "valid perplexity lower"))
 OVER_TRAINING = {"C": "mean/entropy", "D": "valid/ppl"}
 PAPER = report_runs.PAPER_STEPS
-CONTRASTS = {"kappa2": "kappa2 0 -> 1 (paper)",
-             "none": "none -> LocATER (beyond the paper)"}
 
 
 def contrast_pairs(rows) -> list[tuple[str, dict, dict]]:
@@ -69,12 +58,9 @@ def paired_values(quantity, base, alt) -> tuple[list, np.ndarray]:
 def seed_reference(rows) -> dict:
   """(reading, kind, quantity) -> the seed spread one-seed cells are held to.
 
-  From the figure with the most common seeds for that contrast and reading:
-  rel = std over seeds of the paired difference / the mean over seeds of
-  max(|base|, |alt|), with n its seeds (`paired`: True). A "none" contrast
-  that no figure has with two seeds or more falls back on its stronger
-  group: rel = sqrt(2) x its std over seeds / |its mean| (`paired`: False),
-  the spread of a difference of two independent members.
+  From the figure with the most seeds: rel = std of the paired difference /
+  mean of max(|base|, |alt|) (`paired`). A "none" contrast without two
+  seeds anywhere falls back on its stronger group's sqrt(2) x std / |mean|.
   """
   out = {}
   for (label, reading), rs_ in _by_cell(rows).items():
@@ -109,9 +95,8 @@ def seed_reference(rows) -> dict:
 
 
 def judge(quantity, sign, d, m0, m1, ref) -> dict:
-  """The verdict on differences `d` (one per seed) between group means
-  `m0` -> `m1`: paired test with two seeds or more, else against `ref`'s
-  floor (`seed_reference`); with its numbers."""
+  """The verdict, with its numbers, on per-seed differences `d` between
+  group means `m0` -> `m1`: paired with two seeds, else `ref`'s floor."""
   minimal = rs.min_effect(quantity, m0, m1)
   out = dict(n=len(d), minimal=minimal, ci=None, floor=None)
   if len(d) >= 2:
@@ -139,9 +124,8 @@ def _curve_of(member, key):
 
 
 def over_training(members, base, alt, claim, sign, ref) -> dict | None:
-  """Claim C or D over the evaluations after warm-up (`report_stats.WARMUP`
-  of the run): per seed the time-averaged alt - base and the fraction of
-  evaluations of the paper's sign; `judge` of the time averages."""
+  """Claim C or D after warm-up: `judge` of each seed's time-averaged
+  alt - base, and the share of evaluations of the paper's sign."""
   key = OVER_TRAINING.get(claim)
   if key is None or not members:
     return None
@@ -168,11 +152,8 @@ def over_training(members, base, alt, claim, sign, ref) -> dict | None:
 
 
 def verdicts(rows, members=None) -> list[dict]:
-  """Claims B, C, D per figure, reading and contrast (`contrast_pairs`).
-
-  `members`: (label, reading) -> the cell's counted members
-  (`report_runs.cell_members`), for the claims over training.
-  """
+  """Claims B, C, D per figure, reading and contrast; `members`: (label,
+  reading) -> the cell's counted members, for the claims over training."""
   ref = seed_reference(rows)
   out = []
   for (label, reading), rs_ in _by_cell(rows).items():
@@ -198,8 +179,8 @@ def verdicts(rows, members=None) -> list[dict]:
 
 
 def short(v) -> str:
-  """A verdict in a table cell: yes, rev., n.s., ~0; "(yes)" and "(rev.)"
-  for one seed beyond its floor (indicative)."""
+  """A verdict in a table cell: yes, rev., n.s., ~0, or "(yes)" and
+  "(rev.)" for one seed."""
   verdict = v["verdict"]
   if verdict == rs.INDICATIVE:
     return "(yes)" if v["direction"] == "as the paper" else "(**rev.**)"
@@ -222,13 +203,3 @@ def evidence(v) -> str:
   if v["floor"] is not None:
     return f"{v['diff']:+.3g} vs floor {v['floor']:.2g}, 1 seed"
   return f"{v['diff']:+.3g}, 1 seed, no seed spread to hold it to"
-
-
-def training_cell(v) -> str:
-  """Claim C or D over training, for the verdict table ("-" if no
-  curves)."""
-  t = v.get("training")
-  if not t:
-    return "-"
-  return (f"{short(t)}: {t['diff']:+.3g}, {t['same_sign']:.0%} of "
-          f"{t['evaluations']} evals as the paper")

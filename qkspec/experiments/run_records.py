@@ -1,22 +1,14 @@
 """Run records: what the report reads of a training run, small enough to keep.
 
-Of a `launch/train.py` workdir (tens of MB for a Fig. 12 sweep) the report
-reads only `config.json`, `members.json`, `run_info.jsonl` and a few metrics
-(`report_runs.record_keys`). `write` copies just that into
-`records_dir/<role>s/<run directory's basename>/`, with `record.json` naming
-the run directory and the command that trained it. A record loads as a run
-directory, so the report regenerates from the repository alone.
-
-Metrics that are an array per step (Fig. 7's rho_i maps, `l0/rho`: T
-values per logged step) go beside each member's `metrics.jsonl` into
-`maps.npz` as float16, thinned to at most `MAX_STEPS` logged steps
-(`compact`): 100 x 64 x 2 B = 12.8 kB per member and map, ~25 kB for
-Fig. 7's two members, ~75 kB with three seeds. The report reads a run
-directory's maps as compacted too, so a record reports as its run.
-
-Records rebuilt from an earlier report when the run was lost say so
-("source") and may hold final values only, the stripe test's result
-("stripes") instead of the rho map, or a replicate's "spread".
+Of a `launch/train.py` workdir the report reads only `config.json`,
+`members.json`, `run_info.jsonl` and a few metrics
+(`report_runs.record_keys`); `write` copies just that into
+`records_dir/<role>s/<run directory's basename>/` with `record.json` (the
+run directory and its command). Array metrics (Fig. 7's `l0/rho` maps) go
+into each member's `maps.npz` as float16, thinned to `MAX_STEPS` steps
+(`compact`); the report reads a run's maps compacted too, so a record
+reports as its run. Records rebuilt when a run was lost say so ("source")
+and may hold final values only, stripe results or a replicate's "spread".
 """
 import json
 import os
@@ -54,9 +46,8 @@ def name_of(run_dir) -> str:
 
 
 def compact(steps, values_SxT) -> tuple[np.ndarray, np.ndarray]:
-  """A map as a record keeps it: every k-th logged step back from the last,
-  k = ceil(S / MAX_STEPS), its values rounded to float16 (read as
-  float64)."""
+  """A map as a record keeps it: every ceil(S / MAX_STEPS)-th step back
+  from the last, values rounded to float16 (as float64)."""
   stride = -(-len(steps) // MAX_STEPS)
   kept = np.arange(len(steps) - 1, -1, -stride)[::-1]
   values = np.asarray(values_SxT)[kept].astype(np.float16)
@@ -64,8 +55,7 @@ def compact(steps, values_SxT) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _write_maps(maps: dict, dest: pathlib.Path) -> None:
-  """{name: (steps, values_SxT)} -> `dest`, compacted ("<name>@steps",
-  "<name>@values")."""
+  """{name: (steps, values_SxT)} -> `dest`, compacted."""
   arrays = {}
   for name, (steps, values) in maps.items():
     steps, values = compact(steps, values)
@@ -87,9 +77,8 @@ def read_maps(member_dir) -> dict:
 
 
 def _filter_metrics(src: pathlib.Path, dest: pathlib.Path, keys) -> None:
-  """`src`'s metrics reduced to `keys` in `dest`: scalars as lines of
-  metrics.jsonl (lines left empty are dropped), arrays (and a record's
-  maps) in `MAPS`."""
+  """`src`'s metrics reduced to `keys` in `dest`: scalars in metrics.jsonl,
+  arrays (and a record's maps) in `MAPS`."""
   recs = [json.loads(x) for x in
           (src / _METRICS).read_text(encoding="utf-8").splitlines()
           if x.strip()]
@@ -116,12 +105,10 @@ def write(run_dir, records_dir, keys, role: str = "run",
           replace: bool = False, command: str | None = None) -> str:
   """Records `run_dir` (a training workdir, or a record); the record's path.
 
-  `keys`: the metrics kept (`report_runs.record_keys`); `role`: "run" or
-  "replicate" (the same config and seed trained again). A record of that
-  name from another run directory is an error (another run's `fig6` must not
-  replace the report's) unless `replace` (runs trained elsewhere that carry
-  the names of the records they extend). `command`: the launch command that
-  trained it, kept as run (None: the source record's, if any).
+  `keys`: the metrics kept; `role`: "run" or "replicate" (the same config
+  and seed again). A record of that name from another run directory is an
+  error unless `replace`. `command`: the launch command (None: the source
+  record's).
   """
   if role not in ROLES:
     raise ValueError(f"role must be one of {ROLES}, got {role!r}.")

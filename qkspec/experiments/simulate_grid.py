@@ -1,18 +1,13 @@
 r"""Monte Carlo :math:`\rho_i` and entropy on a dense grid of W_QK spectra.
 
 Shapes: C = covariances, M = eigen-means, S = eigen-stds, P = M * S grid
-points, D = W_QK draws, N = walks, E = walks used for the entropy,
-T = tokens.
+points, D = W_QK draws, N = walks, E = walks for the entropy, T = tokens.
 
 Fig. 5 shows eight (eigen_mean, eigen_std) pairs; this fills the plane with
-the shared design of `qkspec.theory.grid_estimator` (one set of N walks and
-D spectra for every point, each point an affine combination of bases). Per
-point and covariance: the mean :math:`\rho_i` (Definition 1) with its
-crossed-design standard error, the entropy of all T queries on the first E
-walks (Eq. (1); the T x T softmax dominates the cost), and the exact-moment
-Gaussian :math:`\rho_i` (Lemma 1). Chunks of `points_per_chunk` points go
-through one compiled function (`chunked.map_chunks`). :math:`\lambda` is
-`config.temperature` (default :math:`\sqrt d`).
+`qkspec.theory.grid_estimator`'s shared design. Per point and covariance:
+mean :math:`\rho_i` (Definition 1) with its standard error, the entropy of
+all T queries on the first E walks (Eq. (1)) and the exact-moment Gaussian
+:math:`\rho_i` (Lemma 1), `points_per_chunk` points per compiled call.
 """
 # pylint: disable=invalid-name
 import functools
@@ -124,12 +119,9 @@ def compute(config: ml_collections.ConfigDict) -> dict[str, np.ndarray]:
 
 
 def summaries(out: dict, config: ml_collections.ConfigDict) -> dict:
-  """Localization summaries per (covariance, eigen_mean, eigen_std), [C, M, S].
-
-  `width`: #positions with rho_i > 1/2; `focus`: argmax_i rho_i (1-based);
-  `peak`: max_i rho_i; `err_exact`: max_i |rho_i - exact Gaussian rho_i|;
-  `se_max`: max_i standard error.
-  """
+  """[C, M, S] summaries: `width` #{i: rho_i > 1/2}, `focus` argmax_i
+  rho_i (1-based), `peak`, `err_exact` (against the exact Gaussian) and
+  `se_max`, maxima over i."""
   rho = out["rho"]
   return dict(width=np.sum(rho > 0.5, axis=-1),
               focus=np.argmax(rho, axis=-1) + 1,
@@ -174,10 +166,8 @@ def _heatmap(fig, ax, out, values, title, r_lines, **kwargs):
 
 
 def _r_lines(config):
-  """Per covariance, the eigen_means at Lemma 2's boundaries E r = +-2.
-
-  E r = tr(Sigma) eigen_mean / lambda for W = W_QK Sigma.
-  """
+  """Per covariance, the eigen_means at Lemma 2's boundaries E r =
+  tr(Sigma) eigen_mean / lambda = +-2."""
   lines = []
   lam = softmax.temperature(config.temperature, config.dim)
   for cov in np.asarray(inputs.covariances(config)):
@@ -230,7 +220,7 @@ def plot(out, summary, config, workdir):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Runs the grid, writes figures, `simulate_grid` table, arrays and config."""
-  config, workdir, paths = outputs.start_run(config, workdir, validate)
+  workdir, paths = outputs.start_run(config, workdir, validate)
   logging.info("simulate_grid: %d covariances x %d eigen_means x %d "
                "eigen_stds x %d draws, N=%d walks (entropy: %d), T=%d, d=%d",
                len(config.covariances), config.num_eigen_means,

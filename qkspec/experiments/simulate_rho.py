@@ -3,30 +3,14 @@ r"""Monte Carlo :math:`\rho_i` and entropy over (eigen_mean, eigen_std): Fig. 5.
 Shapes: C = covariances, P = (eigen_mean, eigen_std) pairs, D = W_QK draws
 per pair, N = sequences, T = tokens, d = token dimension.
 
-Per covariance :math:`\Sigma`, pair and draw, :math:`W_{QK} =
-B\,\mathrm{diag}(w)B^\top`, :math:`w_i \sim \mathcal N(\mathrm{eigen\_mean},
-\mathrm{eigen\_std}^2)` (`spectrum.sample_qk`), N random walks
-(Assumption 1), then :math:`\rho_i` of the last query (Definition 1), the
-entropy of :math:`\mathrm{softmax}(XW_{QK}X^\top/\lambda)` (Eq. (1)), and
-Lemma 1's Gaussian :math:`\rho_i` from :math:`\mathrm{tr}(W),
-\mathrm{tr}(W^2)`, :math:`W = W_{QK}\Sigma` (printed, corrected, exact
-finite-T). :math:`\lambda` is `config.temperature` (default :math:`\sqrt d`).
-
-`config.design` "shared" (default): common random numbers
-(`grid_estimator`), one set of walks and per draw k one (B_k, z_k) for all
-pairs, :math:`W_{QK} = B_k\,\mathrm{diag}(\mathrm{eigen\_mean} +
-\mathrm{eigen\_std}\,z_k)B_k^\top`; standard errors of the crossed (draw x
-walk) design. "fresh": the paper read literally, new W_QK and walks per
-(covariance, pair, draw); standard errors over draws.
-
-Regimes of configs/simulate_rho.py (isotropic :math:`\Sigma`: :math:`r =
-\mathrm{tr}(W)/\lambda \approx 11.3` eigen_mean at d = 128; anisotropic
-roughly doubles r): (0, 0.1), (0, 1) uniform (mean :math:`\rho_i` ~0.6-0.8
-for eigen_std 0.1, not Eq. (6)'s 1/2: at T = 40 the 1/T mean of :math:`u_i`
-is not small against :math:`\eta \approx 0.1`); (0.1, 0.01) late site
-(r ~ 1.1), (-0.1, 0.01) early; (0.5, 0.01), (1, 0.01) middle site, r ~ 5.7
-and 11.3, :math:`\rho_i` on :math:`1/2 \le i/T \le 1/2 + 1/r`; (0.5, 5),
-(0, 20) vanishing.
+Per covariance, pair and draw, :math:`W_{QK}` from `spectrum.sample_qk`, N
+random walks (Assumption 1), then :math:`\rho_i` of the last query
+(Definition 1), the entropy of :math:`\mathrm{softmax}(XW_{QK}X^\top/
+\lambda)` (Eq. (1)) and Lemma 1's Gaussian :math:`\rho_i` (printed,
+corrected, exact). `config.design` "shared" (default): common random
+numbers (`grid_estimator`), with the crossed design's standard errors;
+"fresh": the paper read literally, new W_QK and walks per draw.
+configs/simulate_rho.py lists the regimes its pairs probe.
 """
 # pylint: disable=invalid-name
 import functools
@@ -115,11 +99,8 @@ def simulate_draw(key, eigen_mean, eigen_std, cov_dxd, *, dim, num_sequences,
     "temperature"))
 def sweep(seed_key, means_P, stds_P, covs_Cxdxd, *, dim, num_sequences,
           seq_len, num_draws, cells_per_batch, temperature):
-  """The Fig. 5 sweep, fresh design; outputs [C, P, D].
-
-  `vmap` over draws inside `lax.map` over the (covariance, pair) cells,
-  `cells_per_batch` cells at a time (to bound memory).
-  """
+  """The Fig. 5 sweep, fresh design, `cells_per_batch` (covariance, pair)
+  cells at a time; outputs [C, P, D]."""
   num_c, num_p = covs_Cxdxd.shape[0], means_P.shape[0]
   c_idx, p_idx = (a.ravel() for a in jnp.meshgrid(
       jnp.arange(num_c), jnp.arange(num_p), indexing="ij"))
@@ -163,10 +144,8 @@ def sweep_shared(seed_key, means_P, stds_P, covs_Cxdxd, *, num_sequences,
 
 
 def sweep_from_config(config: ml_collections.ConfigDict) -> dict:
-  """Runs `config.design`'s sweep; numpy arrays [C, P, D, ...] and `*_se`.
-
-  `rho_se` [C, P, T], `entropy_se` [C, P]: standard errors of the means.
-  """
+  """Runs `config.design`'s sweep: numpy [C, P, D, ...], with the standard
+  errors `rho_se` [C, P, T] and `entropy_se` [C, P]."""
   means, stds = (jnp.asarray(v, jnp.float32) for v in zip(*config.pairs))
   key, covs = jax.random.key(config.seed), inputs.covariances(config)
   lam = softmax.temperature(config.temperature, config.dim)
@@ -291,7 +270,7 @@ def plot_gaussian(out, config, workdir):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Runs the Fig. 5 sweep and writes figures, tables and config.json."""
-  config, workdir, paths = outputs.start_run(config, workdir, validate)
+  workdir, paths = outputs.start_run(config, workdir, validate)
   logging.info("Fig. 5 sweep (%s design): %d covariances x %d pairs x %d "
                "draws, N=%d walks, T=%d, d=%d, lambda=%g", config.design,
                len(config.covariances), len(config.pairs), config.num_draws,

@@ -3,16 +3,13 @@ r"""Rank collapse, entropy and :math:`\rho` of deep pure SANs by W_QK spectrum.
 Shapes: M = eigen-means, S = eigen-stds, G = M*S grid points, D = draws,
 N = sequences, L = layers, H = heads, T = tokens, d = token dimension.
 
-Paper Sec. 5 (A2), :math:`W = W_{QK}\Sigma`: a larger
-:math:`|\mathrm{tr}\,W|` (eigen_mean) at fixed :math:`\mathrm{tr}(W^2)`
-slows rank collapse (Eq. 7, Dong et al.'s Theorem 2.2); a smaller
-:math:`\mathrm{tr}(W^2)` (eigen_std) raises the entropy (Eqs. 9-10). Each
-layer of a pure SAN gets its own `spectrum.sample_qk(eigen_mean,
-eigen_std)`; per layer l (attention from X^l) we measure :math:`r_l`, the
-entropy, :math:`\rho_i` of the last query, and the rows below Eq. (9) or
-Zhai's Theorem 3.1 at :math:`\nu = \|X^lX^{l\top}\|_2\|W_{QK}\|_2/\lambda`
-(`measures`). :math:`\lambda`: `config.temperature` (default
-:math:`\sqrt d`). Chunks of `points_per_batch` points: `chunked.map_chunks`.
+Paper Sec. 5 (A2): a larger :math:`|\mathrm{tr}\,W|` (eigen_mean) at fixed
+:math:`\mathrm{tr}(W^2)` slows rank collapse (Eq. 7, Dong's Theorem 2.2);
+a smaller :math:`\mathrm{tr}(W^2)` (eigen_std) raises the entropy (Eqs.
+9-10). Each layer gets its own `spectrum.sample_qk(eigen_mean,
+eigen_std)`; per layer we measure :math:`r_l`, the entropy,
+:math:`\rho_i` of the last query and the rows below Eq. (9) or Zhai's
+bound (`measures`).
 """
 # pylint: disable=invalid-name
 import functools
@@ -98,10 +95,8 @@ def measure_draw(key, eigen_mean, eigen_std, *, dim, seq_len, num_layers,
 @functools.partial(jax.jit,
                    static_argnames=_STATIC + ("num_draws", "temperature"))
 def sweep(seed_key, index_G, means_G, stds_G, *, num_draws, **static):
-  """A chunk of grid points (vmapped); every output has leading axes [G, D].
-
-  `index_G`: each point's index in the grid (its PRNG stream).
-  """
+  """A chunk of grid points, `index_G` their PRNG streams; outputs
+  [G, D, ...]."""
   one_draw = functools.partial(measure_draw, **static)
 
   def point(g, eigen_mean, eigen_std):
@@ -129,10 +124,8 @@ def sweep_from_config(config) -> dict:
 
 
 def collapse_summary(log_r_K: np.ndarray, threshold: float) -> dict:
-  """Collapse depth (first l with r_l < threshold; L+1 if none) and rate.
-
-  The rate: the mean decrease of log10 r per layer up to that depth.
-  """
+  """Collapse depth (`measures.collapse_depth`) and the mean decrease of
+  log10 r per layer up to it."""
   log10_r = np.asarray(log_r_K) / np.log(10.0)
   depth = measures.collapse_depth(log10_r, np.log10(threshold))
   end = min(depth, len(log10_r) - 1)
@@ -200,11 +193,8 @@ _TREND_RTOL = 0.03   # steps smaller than 3% of the larger value are ties
 
 
 def _trend(values):
-  """(# increasing, # decreasing) steps along a sequence, ignoring ties.
-
-  A step counts only if it changes the value by more than `_TREND_RTOL`
-  of the larger magnitude (draw-to-draw noise is ~1-2% here).
-  """
+  """(# increasing, # decreasing) steps along a sequence, steps within
+  `_TREND_RTOL` of the larger magnitude counting as ties."""
   v = np.asarray(values, np.float64)
   d = np.diff(v)
   big = np.abs(d) > _TREND_RTOL * np.maximum(np.abs(v[1:]), np.abs(v[:-1]))
@@ -324,7 +314,7 @@ def plot_rho(out, config, workdir):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Sweeps the grid, checks the Sec. 5 claims, writes tables and figures."""
-  config, workdir, paths = outputs.start_run(config, workdir, validate)
+  workdir, paths = outputs.start_run(config, workdir, validate)
   logging.info("spectrum_collapse: %d x %d grid, %d draws x %d sequences, "
                "L=%d, lambda=%g", len(config.eigen_means),
                len(config.eigen_stds), config.num_draws, config.num_sequences,

@@ -2,35 +2,19 @@ r"""Fig. 7's "salient horizontal stripes" in :math:`\rho_i`, as a test.
 
 Shapes: S = logged training steps, T = key positions, N = T - 2.
 
-Fig. 7 draws :math:`\rho_{s,i}` against the step s (x) and key position i
-(y): with LocATER "a couple of light and dark horizontal stripes", a few
-positions whose :math:`\rho_i` stands apart from their neighbours' for the
-whole run; without it :math:`\rho` is uniform. A smooth trend over positions
-(e.g. rho rising towards the query) is neither. So each position is set
-against the straight line through its two neighbours, step by step,
+Each inner position is set against the line through its neighbours,
 
 .. math:: d_{s,i} = \rho_{s,i} - \tfrac12(\rho_{s,i-1} + \rho_{s,i+1}),
-   \qquad 0 < i < T - 1,
+   \qquad D = \max_i \Big|\frac1S \sum_s d_{s,i}\Big|,
 
-which is zero for any linear trend and small (its curvature) for a smooth
-one, and the statistic is the largest departure that persists over steps,
-
-.. math:: D = \max_i \Big|\frac1S \sum_s d_{s,i}\Big|.
-
-Step-to-step noise and spikes at positions that change from step to step
-average out of the mean over s. The null "no persistent departure" shifts
-each step's departures :math:`d_{s,\cdot}` circularly over positions by its
-own random offset: each step keeps its departures and their correlation
-between neighbours (:math:`d_{s,i}` and :math:`d_{s,i+1}` share noise),
-only their alignment across steps goes, and a trend of the map cannot enter
-the null. The p-value is the fraction of shifted maps whose D reaches the
-observed one. A map has stripes when p < `P_VALUE` and D >= `MIN_DEPARTURE`
-(a tenth of the heat map's colour range [0, 1]). A stripe at the first or
-last position shows as its neighbour's departure, at half its height.
-
-A record may keep, instead of the maps, the results of an earlier test
-(`earlier`): the spread over positions of the time-averaged profile,
-C = std_i(mean_s rho_{s,i}), which also counts a smooth trend as stripes.
+zero for a linear trend and small for a smooth one; averaging over steps
+removes noise and spikes that move. The null shifts each step's
+departures circularly by its own random offset (keeping their correlation
+between neighbours, removing their alignment across steps); the p-value is
+the fraction of shifted maps whose D reaches the observed one. Stripes:
+p < `P_VALUE` and D >= `MIN_DEPARTURE` (a tenth of the heat map's range).
+A record may keep an `earlier` test's result instead: the spread over
+positions of the time-averaged profile, which counts smooth trends too.
 """
 import numpy as np
 
@@ -54,9 +38,8 @@ def _largest(d_xSxN: np.ndarray) -> np.ndarray:
 
 def stripe_test(rho_SxT, num_shifts: int = 200, seed: int = 0
                 ) -> dict:
-  """{"departure": D, "position": its key position (1-based), "p_value",
-  "stripes"} of one map, e.g. `l0/rho` values; `num_shifts` shifted
-  maps make the null."""
+  """{"departure": D, "position" (1-based), "p_value", "stripes"} of one
+  map; `num_shifts` shifted maps make the null."""
   rho_SxT = np.asarray(rho_SxT, np.float64)
   if rho_SxT.ndim != 2 or rho_SxT.shape[0] < 2 or rho_SxT.shape[1] < 3:
     raise ValueError(f"rho must be [steps >= 2, positions >= 3], got "
@@ -83,8 +66,8 @@ def earlier(result: dict) -> bool:
 
 
 def describe(result: dict) -> str:
-  """"stripes (D = 0.31 at key 12, shift test p = 0.005)", "no stripes
-  (...)"; an `earlier` result as "stripes (C = 0.21, permutation p = ...)"."""
+  """"stripes (D = 0.31 at key 12, shift test p = 0.005)" or "no stripes
+  (...)"; an `earlier` result with its C and permutation p."""
   verdict = "stripes" if result["stripes"] else "no stripes"
   what = (f"C = {result['contrast']:.3g}, permutation" if earlier(result)
           else f"D = {result['departure']:.3g} at key {result['position']}, "

@@ -2,18 +2,14 @@ r"""Analytic :math:`\rho(\theta)` of Eq. (6): Figs. 2-3 and the Lemma 2 table.
 
 Shapes: E = eta values, X = xi values, Th = theta points in [0, 1].
 
-Both variances of Lemma 1 (`qkspec.theory.propagation`) are drawn:
-"paper" (:math:`c(\theta) = 2\theta^2 + 7/12`, as printed) and "corrected"
-(:math:`2\theta^2 - 2\theta + 7/12`, re-derived).
-
-Lemma 2 is checked at :math:`|\xi| = ` `config.lemma2.xi`, :math:`\eta =
-|r|/|\xi|`. Cases 1-2 (late/middle/early site) and 4 (vanishing) hold for
-both variants. Case 3 (uniformity) holds only in part: at :math:`\xi = 0`
+Both Lemma 1 variances are drawn, "paper" and "corrected"
+(`qkspec.theory.propagation`). Lemma 2 is checked at :math:`|\xi|` =
+`config.lemma2.xi`, :math:`\eta = |r|/|\xi|`: cases 1-2 (sites) and 4
+(vanishing) hold; case 3 (uniformity) only in part, as at :math:`\xi = 0`
 Eq. (6) is :math:`\tfrac12\mathrm{erf}(1/(\eta\sqrt{2c(\theta)}))`, which
-still depends on :math:`\theta`; the paper's proof drops that derivative.
-The table shows the :math:`\xi`-dependent part of :math:`\rho'` (which
-vanishes) and :math:`\max|\rho'|` at :math:`\xi = 0` (flat only as
-:math:`\eta \to 0` or :math:`\infty`).
+still depends on :math:`\theta`: the table shows the vanishing
+:math:`\xi`-dependent part of :math:`\rho'` and :math:`\max|\rho'|` at
+:math:`\xi = 0`.
 """
 # pylint: disable=invalid-name
 import functools
@@ -208,7 +204,7 @@ def fig3_figure(theta, curves, config):
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Draws Figs. 2-3 and writes the Lemma 2 table into `workdir`."""
-  config, workdir, paths = outputs.start_run(config, workdir, validate)
+  workdir, paths = outputs.start_run(config, workdir, validate)
   theta = jnp.linspace(0.0, 1.0, config.num_theta)
   xi_dense = jnp.linspace(-config.xi_max, config.xi_max, config.num_xi)
   eta = jnp.asarray(config.eta_values, jnp.float32)

@@ -1,17 +1,12 @@
 """Figures of a training workdir (paper Figs. 6-7 and App. D Figs. 8-12).
 
-`plot_workdir` reads `members.json` and each member's `metrics.jsonl` and
-writes into the workdir: `fig6_curves.png` (Fig. 6 B-D against the step:
-scale tr(W_QK^T W_QK), attention entropy, valid perplexity or, for the
-theory task, valid loss; layers averaged), `fig6_vs_kappa2.png` (the same
-at the last step: against kappa2 on a symlog axis when only kappa2 varies,
-else one categorical tick per member, so no kappa2 trend is implied),
-`rho_heatmap.png` (Fig. 7: rho_i of the last query per key position and
-step) and `training_curves.png` (losses, tr(W_QK), eigen-variance (Eq. 8)
-and Dong's rank-collapse residual per layer).
-
-Each member has its own colour, line style, marker and width (earlier ones
-wider, so a later one on top still shows); a panel says which coincide.
+`plot_workdir` reads `members.json` and each member's metrics and writes
+`fig6_curves.png` (Fig. 6 B-D against the step), `fig6_vs_kappa2.png` (the
+same at the last step, against kappa2 when only kappa2 varies, else per
+member), `rho_heatmap.png` (Fig. 7) and `training_curves.png` (losses,
+tr(W_QK), eigen-variance (Eq. 8) and Dong's residual per layer). Each
+member has its own colour, line style, marker and width; a panel says
+which curves coincide.
 """
 import json
 import os
@@ -43,8 +38,7 @@ _FONT = {"font.size": 10, "axes.titlesize": 10, "axes.labelsize": 10,
 
 
 def load_members(workdir: str) -> list[dict]:
-  """members.json entries, each with its `metrics` ({name: (steps, values)}:
-  metrics.jsonl's and, in a run record, its maps)."""
+  """members.json entries, each with its `metrics` {name: (steps, values)}."""
   with open(os.path.join(workdir, "members.json")) as f:
     members = json.load(f)
   for m in members:
@@ -55,8 +49,7 @@ def load_members(workdir: str) -> list[dict]:
 
 
 def final_value(metrics: dict, key: str) -> float:
-  """The last logged value of `key` in a member's metrics (a scalar: the
-  first entry of an array), NaN when it was never logged."""
+  """The last logged value of `key` (an array's first entry); NaN if none."""
   values = metrics.get(key)
   if values is None or not len(values[0]):
     return np.nan
@@ -70,8 +63,8 @@ def varying_fields(members) -> list[str]:
 
 
 def final_values_axis(members) -> str | None:
-  """x axis of `fig6_vs_kappa2`: "kappa2" when only kappa2 (and the reading
-  of kappa) varies, "member" when more does, None for one member or none."""
+  """x axis of `fig6_vs_kappa2`: "kappa2" when only kappa2 (and the
+  reading) varies, "member" when more does, else None."""
   varying = varying_fields(members)
   if len(members) < 2 or not varying:
     return None
@@ -93,13 +86,9 @@ def member_names(members) -> list[str]:
 
 def coinciding(curves, rtol: float = 1e-6, span_frac: float = 0.0,
                log: bool = False) -> list[list[int]]:
-  """Groups (2+ indices) of curves that agree everywhere they overlap.
-
-  Two curves coincide when all their values differ by at most `rtol`
-  relative, or by `span_frac` of the span of all values (log10 on a `log`
-  axis). Curves of unequal length compare on their last min-length values;
-  None entries (missing metric) never match.
-  """
+  """Groups (2+ indices) of curves that agree on their common last values:
+  within `rtol` relative or `span_frac` of all values' span (log10 on a
+  `log` axis); None never matches."""
   vals = [None if c is None else np.asarray(c, float) for c in curves]
   present = [v for v in vals if v is not None and v.size]
   if not present:
@@ -225,9 +214,8 @@ def _member_panels(fig, axes, members, panels):
 
 
 def fig6_figure(members, figure: str = "6"):
-  """Fig. 6 B-D against the step (App. D's Figs. 8-12 have the same panels:
-  `figure` names the one the titles cite; Fig. 7, rho maps in the paper,
-  has no such panels, so its titles name its runs)."""
+  """Fig. 6 B-D against the step; `figure` names the figure the titles
+  cite (Figs. 8-12 have these panels, Fig. 7's runs are named as such)."""
   valid, valid_label = _valid_key(members[0]["metrics"])
 
   def cite(panel):
@@ -311,8 +299,7 @@ def vs_kappa2_figure(members):
 
 
 def rho_keys(layer: int = 0, head: int | None = None) -> tuple[str, ...]:
-  """Names of layer `layer`'s rho_i to try: `l{layer}/rho` (one head) or
-  `l{layer}/h{head}/rho`, then head 0's."""
+  """Names of layer `layer`'s rho_i to try, the head's then head 0's."""
   first = f"l{layer}/rho" if head is None else f"l{layer}/h{head}/rho"
   return (first, f"l{layer}/h0/rho")
 

@@ -3,25 +3,15 @@ r"""Attention entropy, rho_i and rank collapse of any Flax attention model.
 Shapes: B = batch, T = queries, S = keys, H = heads, D = head width,
 d = width.
 
-`attention_table` runs the user's model once, unmodified, and records what
-each attention layer computed:
-
-* flax.linen: under `nn.intercept_methods`, the outputs of the `query` and
-  `key` projections (after `query_ln`/`key_ln`) of every
-  `nn.MultiHeadDotProductAttention` (and subclass: `SelfAttention`,
-  `MultiHeadAttention`), its `mask` argument and its output;
-* nnx: on a clone of the model (`nnx.clone`; the model passed in is left as
-  it is), the `attention_fn` of every `nnx.MultiHeadAttention` is wrapped
-  to record its query, key, `mask` and `is_causal`; the layer's output is
-  the clone's `out` projection of the heads it returned.
-
-From these the logits :math:`\omega = q k^\top/\sqrt D` and the weights are
-recomputed as Flax's `dot_product_attention` computes them (tests check
-them against the modules' own sown weights). Not seen: a custom
-`attention_fn`, a decoding cache, modules inside a lifted transform
-(`nn.scan`, `nn.remat`) or a jitted `apply_fn` (pass the plain one; the
-forward pass runs op by op, the statistics are jitted). A layer called more
-than once is measured on its last call.
+`attention_table` runs the user's model once, unmodified, recording each
+attention layer's query and key projections, mask and output: for linen
+under `nn.intercept_methods` (`nn.MultiHeadDotProductAttention` and its
+subclasses), for nnx on a clone whose `nnx.MultiHeadAttention` layers have
+a recording `attention_fn`. The logits :math:`\omega = q k^\top/\sqrt D`
+and weights are recomputed as Flax's `dot_product_attention` does. Not
+seen: a custom `attention_fn`, a decoding cache, lifted transforms
+(`nn.scan`, `nn.remat`) or a jitted `apply_fn`; a layer called twice is
+measured on its last call.
 """
 # pylint: disable=invalid-name
 import functools
@@ -48,24 +38,13 @@ def attention_stats(query: jax.Array, key: jax.Array, mask: jax.Array | None,
   r"""Per-head entropy and :math:`\rho_i`, and the output's rank collapse.
 
   With :math:`\omega_{tj} = q_t^\top k_j/\sqrt D` and A its softmax over the
-  keys each query may see (`mask` True and, if `causal`, j <= t):
-
-  * `entropy` [H]: Zhai et al.'s :math:`-\sum_j A_{tj}\log A_{tj}`, the mean
-    over batch and queries, masked keys and fully masked queries excluded
-    (`diagnostics.attention_entropy`);
-  * `rho` [H, S]: the empirical :math:`\rho_i` of the last query's raw
-    logits over the batch (Definition 1, Fig. 7;
-    `propagation.empirical_rho`), as `qkspec.training.layer_stats`
-    measures it;
-  * `rank_residual` []: Dong et al.'s relative residual of `output`, the
-    "mean" method, averaged over the batch.
-
-  Args:
-    query: [..., T, H, D], as the layer's query projection returns it.
-    key: [..., S, H, D].
-    mask: None or bool, broadcastable to [..., H, T, S] (Flax's layout).
-    output: [..., T, d], the layer's output.
-    causal: whether the layer also masks j > t.
+  visible keys (`mask` True and, if `causal`, j <= t): `entropy` [H]
+  (`diagnostics.attention_entropy`, mean over batch and queries), `rho`
+  [H, S] (Definition 1 on the last query's logits over the batch, as
+  `qkspec.training.layer_stats`) and `rank_residual` [] (Dong's "mean"
+  relative residual of `output`, batch mean). query [..., T, H, D], key
+  [..., S, H, D], mask None or broadcastable to [..., H, T, S], output
+  [..., T, d].
   """
   batch = query.shape[:-3]
   (T, H, D), S = query.shape[-3:], key.shape[-3]
@@ -149,18 +128,11 @@ def attention_table(apply_fn: Callable, variables: Any, *args,
                     **kwargs) -> list[dict]:
   r"""Entropy, :math:`\rho_i` and rank collapse of every attention head.
 
-  Runs the model once (module docstring): linen, `apply_fn(variables,
-  *args, **kwargs)` (e.g. `model.apply`); nnx, `variables` is the Module
-  and `apply_fn(module, *args, **kwargs)` (e.g. `lambda m, x: m(x)`).
-
-  Returns:
-    One row per (path, head), paths as `qk_matrices` names them:
-    `entropy` (nats), `rho` (a list over key positions) and
-    `rank_residual` (the layer's, on each of its heads' rows), as
-    `attention_stats` defines them.
-
-  Raises:
-    ValueError: no attention layer ran.
+  Runs `apply_fn(variables, *args, **kwargs)` once: linen, e.g.
+  `model.apply`; nnx, `variables` is the Module and e.g. `lambda m, x:
+  m(x)`. Returns one row per (path, head) (paths as `qk_matrices`) with
+  `attention_stats`' `entropy`, `rho` (a list) and the layer's
+  `rank_residual`; ValueError if no attention layer ran.
   """
   if isinstance(variables, nnx.Module):
     records = _record_nnx(apply_fn, variables, args, kwargs)

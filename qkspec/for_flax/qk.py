@@ -2,18 +2,14 @@ r"""W_QK, LocATER and the eigenspectrum of any Flax attention model.
 
 Shapes: d = model width, H = heads, D = head width.
 
-A Flax attention layer projects rows, :math:`q = x K_q`, with a query kernel
-:math:`K_q` [d, H, D] (`nn.MultiHeadDotProductAttention`, `nn.SelfAttention`,
-`nnx.MultiHeadAttention`, qkspec's `SelfAttention`; [d, D] for one head),
-so per head the paper's :math:`W_Q` (D x d) is :math:`K_q[:, h, :]^\top` and
+A Flax attention layer projects rows with a query kernel :math:`K_q`
+[d, H, D] ([d, D] for one head), so per head
 
 .. math:: W_{QK}^{(h)} = W_Q^\top W_K = K_q[:, h, :]\,K_k[:, h, :]^\top,
           \qquad q_t^\top k_j = x_t^\top W_{QK}^{(h)} x_j
 
-(without the temperature and the biases). The layers are found by their
-parameters alone: a node holding `query/kernel` and `key/kernel` of one
-shape, or qkspec's joint `w_qk` [H, d, d]; `qk_spec` names the kernels of
-any other layout.
+(without the temperature and biases). Layers are found by their parameters
+alone (`LOOKED_FOR`); `qk_spec` names the kernels of any other layout.
 """
 # pylint: disable=invalid-name
 from typing import Any, Callable, Mapping, NamedTuple
@@ -47,11 +43,8 @@ class QKLayer(NamedTuple):
 
 
 def param_tree(params_or_module: Any) -> Mapping:
-  """The parameters as a nested mapping.
-
-  Accepts linen variables (the `params` collection is taken) or params, an
-  nnx Module (its `nnx.Param` state) or an nnx State.
-  """
+  """The parameters of linen variables or params, an nnx Module or an nnx
+  State, as a nested mapping."""
   x = params_or_module
   if isinstance(x, nnx.Module):
     x = nnx.state(x, nnx.Param)
@@ -150,13 +143,10 @@ def attention_layers(params_or_module: Any, qk_spec: QKSpec | None = None
                      ) -> dict[str, QKLayer]:
   """Every attention layer of `params_or_module` by its "/"-joined path.
 
-  Found by parameter structure (module docstring), or exactly the layers
-  `qk_spec` names: {name: (query kernel, key kernel)}, each a path or a
-  function of the parameter tree, returning [d, H, D] or [d, D].
-
-  Raises:
-    ValueError: nothing found, or a `qk_spec` path names no parameter; the
-      message lists the parameter paths seen.
+  Found by parameter structure, or exactly the layers `qk_spec` names:
+  {name: (query kernel, key kernel)}, each a path or a function of the
+  parameter tree returning [d, H, D] or [d, D]. ValueError (listing the
+  parameter paths seen) when nothing is found or a path names nothing.
   """
   tree = param_tree(params_or_module)
   if qk_spec is not None:
@@ -173,14 +163,9 @@ def attention_layers(params_or_module: Any, qk_spec: QKSpec | None = None
 
 def qk_matrices(params_or_module: Any, qk_spec: QKSpec | None = None
                 ) -> dict[str, jax.Array]:
-  r""":math:`W_{QK} = W_Q^\top W_K` [H, d, d] of every attention layer.
-
-  .. math:: W_{QK}[h] = K_q[:, h, :]\,K_k[:, h, :]^\top
-
-  (module docstring), unscaled, as LocATER and Fig. 6B use it; keys are the
-  layers' paths joined by "/" (e.g. "Block_0/attn", without "params").
-  Differentiable with respect to the parameters.
-  """
+  r""":math:`W_{QK} = W_Q^\top W_K` [H, d, d] of every attention layer,
+  unscaled (as LocATER and Fig. 6B use it), by path (e.g. "Block_0/attn");
+  differentiable with respect to the parameters."""
   return {path: a.w_qk
           for path, a in attention_layers(params_or_module, qk_spec).items()}
 
@@ -192,14 +177,10 @@ def locater_penalty(params_or_module: Any, hparams: locater.LocaterHParams,
   .. math:: P = \sum_{\ell, h} \kappa_1\,\mathrm{tr}(W_{QK}^\top W_{QK})
             + \kappa_2\,(\mathrm{tr}\,W_{QK} - \tau)^2
 
-  with :math:`(\kappa_1, \kappa_2, \tau)` = `hparams`
-  (`qkspec.theory.locater.locater_penalty` per head). Add it to the mean
-  loss, as the paper prints :math:`J + P` (qkspec's "mean_loss" reading of
-  :math:`\kappa`); fairseq's reading adds :math:`P/N` for N targets per
-  batch. Differentiable with `jax.grad` (or `nnx.grad`) with respect to the
-  parameters:
-  :math:`\partial P/\partial K_q[:, h, :] = 2\kappa_1 W_{QK} K_k[:, h, :]
-  + 2\kappa_2(\mathrm{tr}\,W_{QK} - \tau) K_k[:, h, :]`.
+  with :math:`(\kappa_1, \kappa_2, \tau)` = `hparams`. Add it to the mean
+  loss, as the paper prints :math:`J + P`; fairseq's reading adds
+  :math:`P/N` for N targets per batch. Differentiable (`jax.grad`,
+  `nnx.grad`).
   """
   return sum(jnp.sum(locater.locater_penalty(
       w_qk, hparams.kappa1, hparams.kappa2, hparams.target))
@@ -215,14 +196,9 @@ def spectrum_table(params_or_module: Any, temperature: float | None = None,
                    qk_spec: QKSpec | None = None) -> list[dict]:
   r"""Eigenspectrum statistics of every layer and head (Eqs. 5-8).
 
-  One row per (path, head) with `scale` :math:`\mathrm{tr}(W_{QK}^\top
-  W_{QK})`, `trace` :math:`\mathrm{tr}\,W_{QK}`, `xi`
-  :math:`\mathrm{tr}\,W/\sqrt{\mathrm{tr}\,W^2}`, `eta`
-  :math:`\sqrt{\mathrm{tr}\,W^2}/\lambda` and `r`
-  :math:`\mathrm{tr}\,W/\lambda`, W the symmetric part of :math:`W_{QK}`
-  (`qkspec.theory.spectrum.spectrum_stats`, :math:`\Sigma = I`).
-  `temperature` :math:`\lambda`: None means :math:`\sqrt D`, the head
-  width, as Flax's `dot_product_attention` scales the logits.
+  One row per (path, head): `scale`, `trace`, `xi`, `eta` and `r` of
+  `spectrum.spectrum_stats` (:math:`\Sigma = I`); `temperature` None means
+  :math:`\sqrt D`, as Flax's `dot_product_attention` scales the logits.
   """
   rows = []
   for path, a in attention_layers(params_or_module, qk_spec).items():

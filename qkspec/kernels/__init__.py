@@ -3,26 +3,21 @@ r"""Optional fast paths of the model, behind one switch: `model.kernels`.
 Shapes: B = batch, T = tokens, H = heads, D = head width, d = model width,
 N = tokens as rows, V = vocabulary.
 
-The model (`qkspec.training.model`) calls these three functions and names
-no kernel. Each equals the plain XLA reference beside it, in value and
-gradient (tests/kernels_test.py and one test file per kernel module, the
-Pallas kernels in Pallas' interpreter on small shapes):
+The model calls these three functions and names no kernel; each equals the
+XLA reference beside it in value and gradient (tests/kernels_test.py and
+one test file per kernel module, Pallas in its interpreter on a CPU):
 
 * `attention`: softmax(mask(Q K^T / lambda)) V per head from the packed QKV
-  projections; reference `attention_reference`;
+  projections (`attention_reference`);
 * `post_ln`: LayerNorm(x + mask * u), Post-LN's add, dropout and
-  LayerNorm; reference `post_ln_reference`;
+  LayerNorm (`post_ln_reference`);
 * `output_xent`: sum_n w_n CE(h_n W, y_n), the output projection and the
-  cross-entropy; reference `output_xent_reference`.
+  cross-entropy (`output_xent_reference`).
 
-`model.kernels = "xla"` (the default, any device): the model's own Flax
-layers for attention and LayerNorm, and the chunked XLA loss
-(`chunked_xent`, which never materialises the [N, V] logits).
-`"pallas"` (NVIDIA Hopper GPUs: H100, H200): `attention` and `post_ln` as
-one Triton kernel each way, the loss through FlashAttention-3
-(`flash_xent`). bench/README.md has their measured speed. The model
-measures (sows logits and probabilities) through its XLA layers either
-way, with the same parameters.
+"xla" (the default, any device): the model's Flax layers and the chunked
+XLA loss (`chunked_xent`). "pallas" (Hopper GPUs): one Triton kernel each
+way for `attention` and `post_ln`, the loss through FlashAttention-3
+(`flash_xent`); bench/README.md has their measured speed.
 """
 # pylint: disable=invalid-name
 import jax
@@ -39,13 +34,9 @@ IMPLS = ("xla", "pallas")
 def attention(qkv_BxTx3xHxD: jax.Array, temperature: float, *,
               biases=None, causal: bool = True) -> jax.Array:
   r""":math:`U = \mathrm{softmax}(\mathrm{mask}(QK^\top/\lambda))V` per head,
-  [B, T, H, D], as Pallas kernels (`qkspec.kernels.fused_attention`).
-
-  Args:
-    qkv_BxTx3xHxD: the q, k, v projections side by side, without biases.
-    temperature: :math:`\lambda`, a Python number.
-    biases: (b_q, b_k, b_v), each [H, D], or None.
-    causal: query t sees keys j <= t.
+  [B, T, H, D], in Pallas (`fused_attention`), from the q, k, v
+  projections side by side without biases; `temperature` a Python number,
+  `biases` (b_q, b_k, b_v) each [H, D] or None.
   """
   return fused_attention.packed_attention(qkv_BxTx3xHxD, temperature,
                                         biases=biases, causal=causal)
@@ -68,13 +59,9 @@ def attention_reference(qkv_BxTx3xHxD, temperature, *, biases=None,
 def post_ln(x: jax.Array, u: jax.Array, mask: jax.Array, scale: jax.Array,
             bias: jax.Array, *, eps: float = 1e-5) -> jax.Array:
   r""":math:`\mathrm{LayerNorm}(x + m \odot u)` over the last axis, in x's
-  dtype, as Pallas kernels (`qkspec.kernels.fused_layer_norm`).
-
-  Args:
-    x, u: [..., d], a sublayer's input and output.
-    mask: [..., d], the dropout mask scaled by 1/keep (no gradient).
-    scale, bias: [d], the LayerNorm's :math:`\gamma`, :math:`\beta`.
-    eps: added to the variance.
+  dtype, in Pallas (`fused_layer_norm`): x, u [..., d] a sublayer's input
+  and output, `mask` [..., d] the dropout mask scaled by 1/keep (no
+  gradient), `scale`, `bias` [d] the LayerNorm's :math:`\gamma, \beta`.
   """
   return fused_layer_norm.add_dropout_norm(x, u, mask, scale, bias, eps=eps)
 
@@ -92,17 +79,10 @@ def post_ln_reference(x, u, mask, scale, bias, *, eps: float = 1e-5
 def output_xent(h_Nxd: jax.Array, kernel_dxV: jax.Array,
                 targets_N: jax.Array, weights_N: jax.Array, *,
                 impl: str = "xla", compute_dtype=jnp.float32) -> jax.Array:
-  r"""Weighted sum :math:`\sum_n w_n \mathrm{CE}(h_n W, y_n)` (float32
-  scalar), without the [N, V] logits in memory.
-
-  Args:
-    h_Nxd: hidden states.
-    kernel_dxV: the output projection W (no bias).
-    targets_N: int token ids.
-    weights_N: float weights (0 for padding); not differentiated.
-    impl: "xla" (`chunked_xent`) or "pallas" (`flash_xent`).
-    compute_dtype: the XLA loss's matmul inputs (the Pallas one reads
-      float16).
+  r"""Float32 :math:`\sum_n w_n \mathrm{CE}(h_n W, y_n)` without the [N, V]
+  logits in memory: `kernel_dxV` W has no bias, `weights_N` are 0 for
+  padding (not differentiated), `impl` is "xla" (`chunked_xent`, matmuls
+  in `compute_dtype`) or "pallas" (`flash_xent`, float16).
   """
   if impl == "xla":
     return chunked_xent.fused_cross_entropy(h_Nxd, kernel_dxV, targets_N,

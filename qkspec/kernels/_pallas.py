@@ -6,9 +6,8 @@ import jax.numpy as jnp
 
 
 def interpret_mode(interpret: bool | None, kernels: str) -> bool:
-  """Whether `kernels` ("the attention kernels") run in Pallas' interpreter:
-  `interpret`, or None: on a CPU only (correct and slow: for tests). On a
-  TPU, which has no Triton or Mosaic GPU, compiled kernels are an error."""
+  """Whether `kernels` (named in messages) run in Pallas' interpreter:
+  `interpret`, or None: on a CPU only. Compiled on a TPU: an error."""
   platform = jax.default_backend()
   if interpret is None:
     interpret = platform == "cpu"
@@ -25,8 +24,7 @@ def interpret_mode(interpret: bool | None, kernels: str) -> bool:
 
 
 def fitting_block(n: int, most: int, needs: str) -> int:
-  """min(most, n), which must divide n; `needs` opens the error ("X needs
-  the sequence length")."""
+  """min(most, n), which must divide n; `needs` opens the error."""
   block = min(most, n)
   if n % block:
     raise ValueError(f"{needs} to be a multiple of {most} or at most "
@@ -35,15 +33,14 @@ def fitting_block(n: int, most: int, needs: str) -> int:
 
 
 def layer_params(width: int):
-  """Triton's launch for a layer's kernel over tiles `width` wide: 8 warps
-  past 64 (as jax's attention example's forward)."""
+  """Triton's launch for tiles `width` wide: 8 warps past 64."""
   return plgpu.CompilerParams(num_warps=4 if width <= 64 else 8,
                               num_stages=1)
 
 
 def with_bias(t, b, dtype):
-  """Tile t [R, D] plus the bias b ([D], a ref; rounded to the compute
-  dtype first, as the XLA path adds it), in `dtype`; b None: t."""
+  """Tile t [R, D] plus the bias ref b [D] (rounded to `dtype` first, as
+  XLA adds it), in `dtype`; b None: t."""
   if b is None:
     return t
   b = b[...].astype(dtype).astype(jnp.float32)

@@ -3,32 +3,18 @@ r"""Output projection + softmax cross-entropy, chunked, with a fused backward.
 Shapes: N = tokens (batch x sequence, flattened), d = model width,
 V = vocabulary, C = rows per chunk.
 
-The language model's last step maps hidden states :math:`h \in \mathbb
-R^{N \times d}` to logits :math:`z = hW \in \mathbb R^{N \times V}` and
-takes the cross-entropy against targets :math:`y`:
-
 .. math:: L = \sum_n w_n\,(\mathrm{logsumexp}(z_n) - z_{n, y_n}),\qquad
           \frac{\partial L}{\partial z_n} = w_n\,(\mathrm{softmax}(z_n)
-          - e_{y_n}).
+          - e_{y_n}),\qquad z = hW.
 
-At the paper's size (N = 4096, V = 33,278) a plain implementation
-materialises z and several temporaries of the same size (545 MB each).
-Here, in XLA on any device:
-
-1. the N rows are split into chunks of C (zero-weight padding rows);
-2. for each chunk (a `lax.scan`): :math:`z_c = h_c W`, the row maxima
-   :math:`m`, :math:`e = \exp(z_c - m)`, :math:`s = \sum_v e`, the chunk's
-   loss :math:`\sum_n w_n(\log s_n + m_n - z_{n,y_n})` and
-   :math:`g_c = e\,w/s - w\,\mathrm{onehot}(y_c)`, then
-   :math:`\partial h_c = g_c W^\top` and :math:`\partial W^\top
-   \mathrel{+}= g_c^\top h_c` (accumulated as [V, d]: twice as fast as
-   [d, V] on XLA:CPU);
-3. the custom VJP's backward scales the stored gradients by the cotangent.
-
-So the three matmuls of the plain forward and backward run once each and
-only a [C, V] block of logits is live at a time (C = 128 keeps it in a
-CPU's last-level cache at V = 33,278). `cross_entropy_sum` (no gradient
-work) serves evaluation.
+In XLA on any device: a `lax.scan` over chunks of C rows computes each
+chunk's :math:`z_c = h_c W`, its loss and :math:`g_c = \partial L/\partial
+z_c`, then :math:`\partial h_c = g_c W^\top` and accumulates
+:math:`\partial W^\top \mathrel{+}= g_c^\top h_c`; the custom VJP's backward
+scales them by the cotangent. Only a [C, V] block of logits is live at a
+time (the [N, V] logits are 545 MB at the paper's size), and the three
+matmuls run once each. `cross_entropy_sum` (forward only) serves
+evaluation.
 """
 import functools
 
@@ -120,19 +106,12 @@ def cross_entropy_sum(h: jax.Array, kernel: jax.Array, targets: jax.Array,
 def fused_cross_entropy(h: jax.Array, kernel: jax.Array, targets: jax.Array,
                         weights: jax.Array, chunk: int = CHUNK,
                         compute_dtype=jnp.float32) -> jax.Array:
-  r"""Weighted sum :math:`\sum_n w_n \mathrm{CE}(h_n W, y_n)`, fused (module).
+  r"""Float32 :math:`\sum_n w_n \mathrm{CE}(h_n W, y_n)`, fused (module).
 
-  Args:
-    h: [N, d] hidden states (float32 or bfloat16).
-    kernel: [d, V] output projection (no bias, as fairseq's LM head).
-    targets: int [N].
-    weights: float [N] (0 for padding). Not differentiated.
-    chunk: rows per chunk C (memory ~ C x V floats).
-    compute_dtype: matmul input dtype (float32, or bfloat16 with float32
-      accumulation).
-
-  Returns:
-    A float32 scalar; divide by `sum(weights)` for the mean.
+  h [N, d], `kernel` [d, V] (no bias, as fairseq's LM head), `targets` int
+  [N], `weights` float [N] (0 for padding; not differentiated); `chunk`
+  rows per chunk (memory ~ C x V floats); `compute_dtype` the matmul
+  inputs' (accumulation in float32).
   """
   return cross_entropy_sum(h, kernel, targets, weights, chunk, compute_dtype)
 

@@ -4,42 +4,17 @@ Shapes: N = tokens, d = model width, V = vocabulary; S vocabulary splits,
 G token groups.
 
 The loss :math:`L = \sum_n w_n (\mathrm{lse}_n - z_{n, y_n})`, z = hW, and
-its gradient :math:`\partial h_n = g_n (\bar w_n - W_{:, y_n})`,
-:math:`g_n = c\,w_n`, need per token
-
-.. math:: \mathrm{lse}_n = \log\sum_v e^{z_{nv}},\qquad
-          \bar w_n = \sum_v \mathrm{softmax}(z_n)_v\,W_{:, v},
-
-and that is attention with query :math:`h_n`, keys and values
-:math:`W^\top` (no scaling, no mask): :math:`\bar w` is its output and
-lse its softmax statistic. jax ships a FlashAttention-3 kernel for Hopper
-GPUs (`jax.experimental.pallas.ops.gpu.attention_mgpu`, Mosaic GPU), and
-`cross_entropy_sum` feeds the loss to it, so no [N, V] block of logits
-ever leaves the chip; dW is attention too (`weight_grad`: the vocabulary
-as queries, the tokens as keys). The rest is O(Nd) work in XLA:
-
-* **Vocabulary padding.** The kernel needs the key count to be a multiple
-  of its key block, and has no mask. So the keys are W's columns padded to
-  :math:`V_p` by P copies of its last column r = V - 1, and the values by
-  P zero rows: the copies add :math:`P e^{z_{nr}}` to the softmax sum and
-  nothing to the output's numerator, which is taken out again,
-  :math:`\mathrm{lse} = \mathrm{lse}' + \log(1 - P e^{z_{nr} -
-  \mathrm{lse}'})`, :math:`\bar w = \bar w' e^{\mathrm{lse}' -
-  \mathrm{lse}}` (stable: the log's argument stays >= 1/(P + 1)).
-* **Vocabulary splits.** The vocabulary is cut into S parts that the
-  kernel sees as a batch (more programs in flight) and merged:
-  :math:`\mathrm{lse} = M + \log\sum_k e^{\mathrm{lse}_k - M}`,
-  :math:`\bar w = \sum_k e^{\mathrm{lse}_k - \mathrm{lse}}\,\bar w_k`.
-* **Members.** Under `jax.vmap` (a kappa sweep) the member axis folds into
-  the kernel's batch (`jax.custom_batching.custom_vmap`): one launch.
-* **Units and shapes.** The kernel returns lse in base 2, needs d a
-  multiple of 64 (zero padding) and N a multiple of two query blocks.
-
-Precision: the kernel reads float16 (more mantissa than bfloat16, ample
-range for layer-normed h and W), computes the softmax in float32 and
-rounds :math:`\bar w` to float16 (relative ~5e-4). The kernel runs only on
-a Hopper GPU; every function takes `attention=` with its contract, and on
-a CPU `reference_attention` stands in (tests).
+its gradient :math:`\partial h_n = g_n (\bar w_n - W_{:, y_n})` need per
+token :math:`\mathrm{lse}_n` and :math:`\bar w_n = \sum_v
+\mathrm{softmax}(z_n)_v\,W_{:, v}`: attention with query :math:`h_n` and
+keys and values :math:`W^\top`. `cross_entropy_sum` feeds it to jax's
+FlashAttention-3 (`attention_mgpu`), so no [N, V] logits leave the chip; dW
+is attention too (`weight_grad`). The vocabulary is padded to the key block
+by copies of its last column (their share of the softmax is taken out
+again) and cut into S parts the kernel sees as a batch, merged by
+log-sum-exp; under `jax.vmap` the members fold into that batch
+(`custom_vmap`). The kernel reads float16 and computes the softmax in
+float32; on a CPU `reference_attention` stands in (tests).
 """
 import functools
 import math
@@ -84,9 +59,8 @@ def check_config(config) -> FlashConfig:
 
 
 def reference_attention(q, k, v, config):
-  """The contract of `library_attention` in plain jnp (float32 softmax):
-  q [B, Tq, 1, D], k and v [B, Tk, 1, D] -> (out [B, Tq, 1, D] in q's
-  dtype, lse [B, 1, Tq] in base 2)."""
+  """`library_attention`'s contract in jnp: q [B, Tq, 1, D], k, v [B, Tk,
+  1, D] -> (out [B, Tq, 1, D] in q's dtype, lse [B, 1, Tq] in base 2)."""
   del config
   z = jnp.einsum("bqhd,bkhd->bhqk", q.astype(jnp.float32),
                  k.astype(jnp.float32))
@@ -128,20 +102,11 @@ def _batched(attention):
 
 def forward(h, w, targets, config: FlashConfig, attention=None,
             dtype=jnp.float16):
-  r"""(lse [N], z_y [N], :math:`\bar w` [N, d]) float32 of h [N, d] and W
-  [d, V] (see module): the softmax statistics of z = hW, the target
-  logits and the softmax mean of W's columns.
-
-  Args:
-    h: [N, d].
-    w: [d, V].
-    targets: int [N].
-    config: a `FlashConfig` (block_q, block_kv, stages, splits), or a
-      tuple of them.
-    attention: (q, k, v, config) -> (out, lse in base 2), the contract of
-      `library_attention` (the default); `reference_attention` on a CPU.
-    dtype: what the kernel reads.
-  """
+  r"""(lse, z_y [N], :math:`\bar w` [N, d]) float32 of h [N, d], W [d, V]:
+  the log-sum-exp of z = hW, the target logits, the softmax mean of W's
+  columns. `config`: a `FlashConfig` or tuple; `attention`:
+  `library_attention` (None) or another of its contract; `dtype`: what the
+  kernel reads."""
   config = check_config(config)
   block_q, block_kv, _, splits = config
   n, d = h.shape
@@ -182,42 +147,18 @@ def forward(h, w, targets, config: FlashConfig, attention=None,
 def weight_grad(h, w, targets, lse, g, config: FlashConfig, attention=None,
                 dtype=jnp.float16):
   r"""dW [d, V] float32 :math:`= \sum_n g_n (\mathrm{softmax}(z_n) -
-  e_{y_n}) h_n^\top`, z = hW, with the softmax part as attention (the
-  training's dW).
+  e_{y_n}) h_n^\top`, z = hW, `lse` [N] the forward's, `g` [N] the row
+  scales (cotangent x weights).
 
-  Column v of the softmax part, :math:`\sum_n g_n e^{z_{nv} -
-  \mathrm{lse}_n} h_n`, is attention with query :math:`W_{:, v}`, keys
-  :math:`h_n` and values :math:`u_n = g_n e^{-\mathrm{lse}_n - c}\,h_n`
-  (the tokens' own normaliser moved into the values): the kernel returns
-  :math:`o_v = \sum_n e^{z_{nv}} u_n / \sum_n e^{z_{nv}}` and
-  :math:`\ell_v = \log\sum_n e^{z_{nv}}`, so the column is
-  :math:`e^{c + \ell_v} o_v`. The denominator cancels: key padding (copies
-  of the last token with zero values) needs no correction, unlike
-  `forward`'s.
-
-  Range: the values are float16, and :math:`e^{-\mathrm{lse}_n}` spans as
-  many nats as lse does over the batch. So the tokens are sorted by
+  Column v of the softmax part is attention with query :math:`W_{:, v}`,
+  keys :math:`h_n` and values :math:`u_n = g_n e^{-\mathrm{lse}_n - c}\,
+  h_n`: the kernel's :math:`o_v` and :math:`\ell_v` give the column
+  :math:`e^{c + \ell_v} o_v`. For float16's range the tokens are sorted by
   :math:`\epsilon_n = \log|g_n| - \mathrm{lse}_n + \log\max_j|h_{nj}|`
-  and cut into `config.splits` equal groups, each its own batch entry
-  with its own c, HEADROOM nats below its largest :math:`\epsilon`, and
-  values :math:`\pm e^{\epsilon_n - c} h_n / \max_j|h_{nj}|`: at most
-  :math:`e^{10}` (float16's largest is :math:`e^{11.09}`, so nothing
-  overflows), at full float16 precision down to :math:`e^{-9.7}`, i.e.
-  for a group spanning up to ~19.7 nats of :math:`\epsilon`; tokens
-  further below lose precision gradually (subnormals) and are dropped
-  past ~26.6 nats. The groups' columns add up in float32. Tokens with
-  :math:`g_n = 0` (padding) get zero values.
-
-  Args:
-    h: [N, d].
-    w: [d, V].
-    targets: int [N].
-    lse: float32 [N], the forward's log-sum-exp of z.
-    g: float32 [N], the row scales (cotangent x weights).
-    config: a `FlashConfig`; block_q vocabulary rows, block_kv tokens per
-      step, and `splits` token groups.
-    attention: as `forward`'s.
-    dtype: what the kernel reads.
+  into `config.splits` groups, each with c HEADROOM nats below its largest
+  :math:`\epsilon` (no overflow; full precision over ~19.7 nats per
+  group), summed in float32. `config`: block_q vocabulary rows, block_kv
+  tokens per step.
   """
   config = check_config(config)
   block_q, block_kv, _, groups = config
@@ -277,17 +218,11 @@ def _attention(interpret: bool | None):
 def cross_entropy_sum(h: jax.Array, kernel: jax.Array, targets: jax.Array,
                       weights: jax.Array, interpret: bool | None = None
                       ) -> jax.Array:
-  r"""Weighted sum :math:`\sum_n w_n \mathrm{CE}(h_n W, y_n)` (module doc).
+  r"""Float32 :math:`\sum_n w_n \mathrm{CE}(h_n W, y_n)` (module doc).
 
-  Args:
-    h: [N, d] hidden states.
-    kernel: [d, V] output projection (no bias).
-    targets: int [N].
-    weights: float [N] (0 for padding). Not differentiated.
-    interpret: run the reference in place of the kernel; None: on a CPU.
-
-  Returns:
-    A float32 scalar; divide by `sum(weights)` for the mean.
+  h [N, d], `kernel` [d, V] (no bias), `targets` int [N], `weights` float
+  [N] (0 for padding; not differentiated). `interpret`: the reference in
+  place of the kernel; None: on a CPU.
   """
   return _loss(h, kernel, targets, weights, interpret)[0]
 

@@ -2,32 +2,24 @@ r"""Causal self-attention as one Pallas (Triton) kernel each way.
 
 Shapes: B = batch, T = tokens, H = heads, D = head width.
 
-Per head (paper Eq. 1-2), from the QKV projection's output as it is,
-[B, T, 3, H, D], and the three biases:
+Per head (paper Eqs. 1-2), from the packed QKV projection [B, T, 3, H, D]
+and its biases:
 
 .. math:: A = \mathrm{softmax}_j\big(\mathrm{mask}(QK^\top/\lambda)\big),
           \qquad U = A V.
 
-In XLA this is a matmul, a softmax and a matmul, with slices and bias adds
-around them: on a GPU a dozen small kernels each way at the paper's sizes
-(T = 64: a 64 x 64 tile per sequence), where the step is bound by how many
-kernels it launches. For T <= `BLOCK` `packed_attention` computes a
-(sequence, head) in one program: the biases added to the q, k, v tiles,
-the logits and the masked softmax in float32, the probabilities rounded to
-V's dtype times V; its log-sum-exp is kept for the backward, which
-recomputes the probabilities and writes dQ, dK, dV side by side in the
-packed layout with the biases' per-sequence sums:
+XLA launches a dozen small kernels for this each way at the paper's T =
+64. For T <= `BLOCK` `packed_attention` computes a (sequence, head) in one
+program, softmax in float32, keeping its log-sum-exp; the backward
+recomputes the probabilities and writes dQ, dK, dV in the packed layout
+with the biases' sums:
 
 .. math:: dV = P^\top dU,\quad dS = P\odot(dP - \mathrm{rowsum}(P\odot dP))
           /\lambda,\quad dQ = dS\,K,\quad dK = dS^\top Q,\qquad dP = dU V^\top.
 
-Longer sequences go to jax's Pallas FlashAttention example
-(`jax.experimental.pallas.ops.gpu.attention.mha`). Same maths as the XLA
-path with one rounding fewer (XLA rounds the logits to the compute dtype
-before its float32 softmax). No logits or probabilities come out to be
-sown, so the model takes its XLA path when it measures them. On a CPU the
-kernels run in Pallas' interpreter (tests); under a multi-device mesh they
-are opaque to XLA's partitioner (correct, not fast).
+Longer sequences go to jax's Pallas FlashAttention example. No logits or
+probabilities come out to be sown: the model measures through its XLA
+path. On a CPU the kernels run in Pallas' interpreter (tests).
 """
 # pylint: disable=invalid-name
 import functools
@@ -158,8 +150,8 @@ _packed.defvjp(_packed_forward, _packed_backward)
 
 @functools.cache
 def _mha():
-  """jax's Pallas attention example, imported on first use (jax 0.11 warns
-  that it is deprecated)."""
+  """jax's Pallas attention example, imported once (its deprecation
+  warning silenced)."""
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from jax.experimental.pallas.ops.gpu import attention  # pylint: disable=g-import-not-at-top
@@ -185,15 +177,9 @@ def packed_attention(qkv_BxTx3xHxD: jax.Array, temperature: float, *,
                      causal: bool = True, interpret: bool | None = None
                      ) -> jax.Array:
   r""":math:`U = \mathrm{softmax}(\mathrm{mask}(QK^\top/\lambda))V` per head,
-  [B, T, H, D] in the projections' dtype (module doc).
-
-  Args:
-    qkv_BxTx3xHxD: queries, keys, values side by side, without biases.
-    temperature: :math:`\lambda` (a Python number).
-    biases: (b_q, b_k, b_v), each [H, D]; None: none.
-    causal: query t sees keys j <= t.
-    interpret: run in Pallas' interpreter; None: on a CPU only.
-  """
+  [B, T, H, D] in the projections' dtype (module doc); arguments as
+  `qkspec.kernels.attention`'s, `interpret`: Pallas' interpreter (None: on
+  a CPU only)."""
   if qkv_BxTx3xHxD.ndim != 5 or qkv_BxTx3xHxD.shape[2] != 3:
     raise ValueError(f"packed_attention takes [B, T, 3, H, D], got "
                      f"{qkv_BxTx3xHxD.shape}.")

@@ -2,27 +2,22 @@ r"""Post-LN's residual sum, dropout and LayerNorm as one Pallas kernel each way.
 
 Shapes: N = tokens (rows), d = model width; P = row blocks.
 
-A Post-LN block (paper Sec. 2, fairseq's default) ends each sublayer with
+Each Post-LN sublayer (paper Sec. 2, fairseq's default) ends with
 
 .. math:: z = x + m \odot u,\qquad
-          y = \frac{z - \mu}{\sqrt{\sigma^2 + \epsilon}}\,\gamma + \beta,
-          \qquad \mu = \tfrac1d \textstyle\sum_j z_j,\quad
-          \sigma^2 = \tfrac1d \textstyle\sum_j (z_j - \mu)^2
+          y = \frac{z - \mu}{\sqrt{\sigma^2 + \epsilon}}\,\gamma + \beta
 
-per token (x the sublayer's input, u its output, m the dropout mask scaled
-by 1/keep). XLA runs this as three kernels forward and about five backward
-on a GPU; here one program normalises `ROWS` rows in float32 forward and
-one computes, from the saved mean and reciprocal deviation,
+(u the sublayer's output, m the dropout mask scaled by 1/keep): three XLA
+kernels forward and about five backward on a GPU, one each here. The
+backward uses the saved mean and reciprocal deviation,
 
 .. math:: dz = \big(g - \overline{g} - \hat z\,\overline{g \hat z}\big)
           /\sqrt{\sigma^2+\epsilon},\quad g = dy \odot \gamma,\qquad
-          dx = dz,\quad du = m \odot dz,
+          dx = dz,\quad du = m \odot dz.
 
-with the block sums of :math:`dy \odot \hat z` and dy for
-:math:`d\gamma, d\beta`. Same maths as `flax.linen.LayerNorm` after
-`nn.Dropout`, with the variance in two passes (as PyTorch computes it)
-where Flax takes :math:`E[z^2] - E[z]^2`. On a CPU the kernels run in
-Pallas' interpreter (tests).
+Same maths as `flax.linen.LayerNorm` after `nn.Dropout`, with the variance
+in two passes (as PyTorch). On a CPU the kernels run in Pallas'
+interpreter (tests).
 """
 import functools
 
@@ -126,16 +121,9 @@ _add_dropout_norm.defvjp(_vjp_forward, _vjp_backward)
 def add_dropout_norm(x: jax.Array, u: jax.Array, mask: jax.Array,
                      scale: jax.Array, bias: jax.Array, *, eps: float = 1e-5,
                      interpret: bool | None = None) -> jax.Array:
-  r"""LayerNorm(x + mask * u) over the last axis, in x's dtype (module doc).
-
-  Args:
-    x, u: [..., d], the sublayer's input and output.
-    mask: [..., d], the dropout mask scaled by 1/keep (ones without
-      dropout); no gradient flows to it.
-    scale, bias: [d], :math:`\gamma` and :math:`\beta` (float32).
-    eps: added to the variance.
-    interpret: run in Pallas' interpreter; None: on a CPU only.
-  """
+  r"""LayerNorm(x + mask * u) over the last axis, in x's dtype (module doc);
+  arguments as `qkspec.kernels.post_ln`'s, `interpret`: Pallas'
+  interpreter (None: on a CPU only)."""
   d = x.shape[-1]
   flat = lambda a: a.reshape(-1, d)  # noqa: E731
   interpret = _pallas.interpret_mode(interpret, "the LayerNorm kernels")

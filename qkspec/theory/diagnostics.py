@@ -16,17 +16,11 @@ def attention_entropy(probs: jax.Array, mask: jax.Array | None = None,
 
   .. math:: \mathrm{Ent}(A_t) = -\sum_{j \in \mathcal V(t)} A_{tj}\log A_{tj}
 
-  over the keys :math:`\mathcal V(t)` that query t may see (`mask` True), with
-  :math:`0 \log 0 = 0`. Concrete `probs` must be probabilities over the
-  visible keys (ValueError otherwise; NaN passes).
-
-  Args:
-    probs: attention probabilities, keys along `axis`.
-    mask: bool, broadcastable to `probs`; True where a key is visible. A row
-      with no visible key (a padded query) is excluded from the mean.
-    axis: the key axis.
-    reduce: True: the mean over all valid rows (queries, batch, heads), in
-      nats; False: per row (0 for excluded rows).
+  over the keys :math:`\mathcal V(t)` query t may see (`mask` True,
+  broadcastable to `probs`; a row with none is left out of the mean), with
+  :math:`0 \log 0 = 0`. Concrete `probs` that are not probabilities over
+  the visible keys raise ValueError. `reduce`: the mean over all valid rows
+  in nats, else per row (0 for rows left out).
   """
   probs = jnp.asarray(probs)
   _checks.seq_axis_length("probs", probs, axis, minimum=1)
@@ -45,17 +39,15 @@ def attention_entropy(probs: jax.Array, mask: jax.Array | None = None,
 
 
 def eq9_entropy(nu: jax.Array, seq_len: int) -> jax.Array:
-  r"""Eq. (9) as printed. It is NOT a lower bound on attention entropy.
+  r"""Eq. (9) as printed, which is NOT a lower bound on attention entropy.
 
   .. math:: \ln(1 + T e^{-\nu}) + \frac{\nu e^{-\nu/2}}{T^{-1} + e^{-\nu}},
             \qquad \nu = \|XX^\top\|_2\,\|W_{QK}\|_2.
 
-  The paper presents it as Zhai et al.'s (2023, Theorem 3.1) large-T lower
-  bound. As printed it is not one: it is :math:`\ln(1+T) > \ln T` at
-  :math:`\nu = 0` and stays above the maximum entropy :math:`\ln T` on
-  :math:`[0, \nu^*]` (README errata). The true bound is
-  `entropy_bounds.zhai_entropy_lower_bound`. Returns float32 nats, the
-  shape of `nu` >= 0; T >= 1 keys.
+  It is :math:`\ln(1+T) > \ln T` at :math:`\nu = 0`, above the maximum
+  entropy on :math:`[0, \nu^*]`; Zhai et al.'s true bound is
+  `entropy_bounds.zhai_entropy_lower_bound`. Float32 nats, the shape of
+  `nu` >= 0.
   """
   t = _checks.positive_int("seq_len", seq_len, minimum=1)
   _checks.nonnegative("nu", nu)
@@ -65,11 +57,8 @@ def eq9_entropy(nu: jax.Array, seq_len: int) -> jax.Array:
 
 
 def composite_norm(x: jax.Array) -> jax.Array:
-  r"""Dong et al.'s composite norm :math:`\sqrt{\|X\|_1\|X\|_\infty}`, [...].
-
-  Induced norms of x [..., T, d]: :math:`\|X\|_1` the largest absolute
-  column sum, :math:`\|X\|_\infty` the largest absolute row sum.
-  """
+  r"""Dong et al.'s composite norm :math:`\sqrt{\|X\|_1\|X\|_\infty}` of
+  x [..., T, d] (induced norms: largest absolute column / row sum)."""
   _checks.min_ndim("x", x, 2, "[..., T, d]")
   abs_x = jnp.abs(x)
   norm_1 = jnp.max(jnp.sum(abs_x, axis=-2), axis=-1)
@@ -78,11 +67,8 @@ def composite_norm(x: jax.Array) -> jax.Array:
 
 
 def _composite_argmin(x_Txd, num_steps):
-  """Approximate argmin_c ||X - 1 c^T||_{1,inf} for one [T, d] matrix.
-
-  Normalised subgradient descent, step a0/sqrt(k+1), from the column-wise
-  median (the exact minimiser of the ||.||_1 factor), keeping the best point.
-  """
+  """min_c ||X - 1 c^T||_{1,inf} from above for one [T, d] matrix:
+  normalised subgradient descent from the column-wise median."""
   def objective(c_d):
     return composite_norm(x_Txd - c_d[None, :])
   grad = jax.grad(objective)
@@ -106,17 +92,11 @@ def rank_collapse_residual(x: jax.Array, method: str = "mean",
                            num_steps: int = 300) -> jax.Array:
   r"""Norm of Dong et al.'s residual :math:`X - \mathbf 1 x^\top`, [...].
 
-  Of x [..., T, d], with x chosen by `method`:
-
-    * "mean": :math:`x` = the token mean, Frobenius norm (as Dong et al.'s
-      released code measures it);
-    * "svd": the Frobenius distance to the best rank-1 matrix,
-      :math:`\sqrt{\sum_{k \ge 2}\sigma_k^2}` (not of the form
-      :math:`\mathbf 1 x^\top`, so not invariant to adding
-      :math:`\mathbf 1 c^\top`);
-    * "composite": :math:`\min_x \|X - \mathbf 1 x^\top\|_{1,\infty}`
-      (Dong et al., Sec. 2), from above by `num_steps` of subgradient
-      descent.
+  Of x [..., T, d], by `method`: "mean", the Frobenius norm with x the
+  token mean (as Dong et al.'s code); "svd", the Frobenius distance to the
+  best rank-1 matrix, :math:`\sqrt{\sum_{k \ge 2}\sigma_k^2}`;
+  "composite", :math:`\min_x \|X - \mathbf 1 x^\top\|_{1,\infty}` (their
+  Sec. 2) from above, by `num_steps` of subgradient descent.
   """
   _checks.choice("method", method, RESIDUAL_METHODS)
   _checks.min_ndim("x", x, 2, "[..., T, d]")
@@ -133,11 +113,8 @@ def rank_collapse_residual(x: jax.Array, method: str = "mean",
 
 def relative_residual(x: jax.Array, method: str = "mean",
                       num_steps: int = 300) -> jax.Array:
-  r""":math:`\|\mathrm{res}(X)\| / \|X\|`, the norm of `method` (Dong et al.).
-
-  Frobenius for "mean" and "svd", composite for "composite"
-  (`rank_collapse_residual`); 0 means the tokens have collapsed to one row.
-  """
+  r""":math:`\|\mathrm{res}(X)\| / \|X\|` in `method`'s norm (Dong et al.);
+  0 when the tokens have collapsed to one row."""
   res = rank_collapse_residual(x, method, num_steps)
   if method == "composite":
     return res / composite_norm(x)

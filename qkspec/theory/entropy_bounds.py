@@ -2,41 +2,19 @@ r"""Zhai et al.'s attention-entropy lower bound (Theorem 3.1) and its inputs.
 
 Shapes: T = tokens (keys per attention row), d = token dimension.
 
-Zhai et al. (2023), Theorem 3.1: with :math:`\sigma = \|W_K W_Q^\top\|_2`,
-:math:`\sigma_x = \|XX^\top\|_2`, :math:`\boldsymbol\sigma = \sigma\sigma_x`
-and :math:`\beta = \exp(-\boldsymbol\sigma\sqrt{T/(T-1)})`, every row of
-:math:`A = \mathrm{softmax}(X W_Q W_K^\top X^\top)` satisfies
-
-.. math:: \mathrm{Ent}(A_i) \ge \ln\big(1 + (T-1)\beta\big)
-          + \frac{\boldsymbol\sigma\sqrt{T(T-1)}\,\beta}{1 + (T-1)\beta}.
-
-Why (our reading, tests/collapse_test.py): a logit row :math:`s_i = X M x_i`
-has :math:`\|s_i\|_2 \le \|M\|_2\|XX^\top\|_2`; of the rows with centred
-norm at most :math:`\boldsymbol\sigma`, the least entropy has one key a gap
-:math:`\delta = \boldsymbol\sigma\sqrt{T/(T-1)}` above T-1 equal others,
-softmax :math:`(1, \beta, \dots, \beta)/(1 + (T-1)\beta)`,
-:math:`\beta = e^{-\delta}`, whose entropy is the bound: it is tight, and
-:math:`\ln T` at :math:`\boldsymbol\sigma = 0`.
-
-Temperature. qkspec's logit matrix is :math:`M = W_{QK}/\lambda`, so
-:math:`\nu = \|XX^\top\|_2\|W_{QK}\|_2/\lambda` (`entropy_bound_nu`). The
-paper's Eq. (9) leaves :math:`\lambda` out, which overstates :math:`\nu` by
-:math:`\sqrt d`: Zhai's (decreasing) bound stays valid but loose.
-
-Eq. (9). As :math:`T \to \infty` Zhai's bound tends to
-:math:`\ln(1 + Te^{-\nu}) + \nu e^{-\nu}/(T^{-1} + e^{-\nu})`
-(`zhai_large_t_limit`). Eq. (9) as printed (`diagnostics.eq9_entropy`) has
-:math:`e^{-\nu/2}` in the second numerator and :math:`\ln(1+T)` at
-:math:`\nu = 0`; it exceeds Zhai's bound by
-:math:`\nu(e^{-\nu/2} - e^{-\nu})/(T^{-1} + e^{-\nu})`, so it is no lower
-bound where it exceeds the true minimum (qkspec/experiments/entropy_check.py
-measures violations).
+Every row of :math:`\mathrm{softmax}(XMX^\top)` has at least the entropy of
+one key :math:`\boldsymbol\sigma\sqrt{T/(T-1)}` above T-1 equal others,
+:math:`\boldsymbol\sigma = \|M\|_2\|XX^\top\|_2` (tight; re-derived and
+checked in tests/collapse_test.py). qkspec's M is :math:`W_{QK}/\lambda`
+(`entropy_bound_nu`); the paper's Eq. (9) leaves :math:`\lambda` out and,
+as printed (`diagnostics.eq9_entropy`), has :math:`e^{-\nu/2}` where the
+large-T bound (`zhai_large_t_limit`) has :math:`e^{-\nu}`: it is no lower
+bound (qkspec/experiments/entropy_check.py).
 
 References:
   Zhai, Likhomanenko, Littwin, Busbridge, Ramapuram, Zhang, Gu, Susskind,
   Stabilizing Transformer Training by Preventing Attention Entropy Collapse,
-  ICML 2023, arXiv:2303.06296, Theorem 3.1 (as restated in public notes on
-  sigma-Reparam; re-derived and checked numerically here).
+  ICML 2023, arXiv:2303.06296, Theorem 3.1.
 """
 # pylint: disable=invalid-name
 import jax
@@ -52,10 +30,9 @@ def zhai_entropy_lower_bound(sigma: jax.Array, seq_len: int) -> jax.Array:
   .. math:: \ln(1 + (T-1)\beta) + \frac{\sigma\sqrt{T(T-1)}\,\beta}
             {1 + (T-1)\beta},\qquad \beta = e^{-\sigma\sqrt{T/(T-1)}}
 
-  `sigma` >= 0 is :math:`\boldsymbol\sigma = \|M\|_2\|XX^\top\|_2` for
-  logits :math:`XMX^\top` (`entropy_bound_nu`), or any upper bound on a
-  row's centred norm (a bound for that row); T >= 2 keys. Returns nats, the
-  shape of `sigma`: :math:`\ln T` at 0, decreasing.
+  `sigma` >= 0: :math:`\|M\|_2\|XX^\top\|_2` for logits :math:`XMX^\top`
+  (`entropy_bound_nu`), or any bound on a row's centred norm; T >= 2.
+  Returns nats, the shape of `sigma`.
   """
   t = _checks.positive_int("seq_len", seq_len, minimum=2)
   _checks.nonnegative("sigma", sigma)
@@ -66,12 +43,9 @@ def zhai_entropy_lower_bound(sigma: jax.Array, seq_len: int) -> jax.Array:
 
 
 def zhai_large_t_limit(nu: jax.Array, seq_len: int) -> jax.Array:
-  r"""Zhai's bound with :math:`T-1 \to T`.
+  r"""Zhai's bound with :math:`T-1 \to T`, the form Eq. (9) abbreviates.
 
   .. math:: \ln(1+Te^{-\nu}) + \nu e^{-\nu}/(T^{-1}+e^{-\nu})
-
-  The form the paper's Eq. (9) abbreviates; Eq. (9) as printed has
-  :math:`e^{-\nu/2}` in place of the second :math:`e^{-\nu}`.
   """
   t = _checks.positive_int("seq_len", seq_len, minimum=1)
   _checks.nonnegative("nu", nu)
@@ -85,9 +59,8 @@ def entropy_bound_nu(x_Txd: jax.Array, w_qk: jax.Array,
                      ) -> jax.Array:
   r""":math:`\nu = \|XX^\top\|_2\,\|W_{QK}\|_2/\lambda`, both bounds' argument.
 
-  x [..., T, d], `w_qk` [..., d, d] broadcasting with it; `temperature`
-  None means :math:`\sqrt d`, 1.0 gives the paper's :math:`\nu`.
-  Returns nu [...].
+  x [..., T, d], `w_qk` [..., d, d]; `temperature` 1.0 gives the paper's
+  :math:`\nu`. Returns nu [...].
   """
   _checks.min_ndim("x", x_Txd, 2, "[..., T, d]")
   _checks.square_matrix("w_qk", w_qk, x_Txd.shape[-1])
@@ -99,9 +72,7 @@ def entropy_bound_nu(x_Txd: jax.Array, w_qk: jax.Array,
 def centred_logit_norm(logits: jax.Array, axis: int = -1) -> jax.Array:
   r""":math:`\|s - \bar s\|_2` of each logit row, the sharpest :math:`\sigma`.
 
-  `zhai_entropy_lower_bound(centred_logit_norm(s), T)` is the minimum entropy
-  over all rows with the same centred norm (attained), so it lower-bounds
-  the entropy of that very row.
+  `zhai_entropy_lower_bound(centred_logit_norm(s), T)` bounds that row.
   """
   _checks.seq_axis_length("logits", logits, axis)
   centred = logits - jnp.mean(logits, axis=axis, keepdims=True)

@@ -1,46 +1,21 @@
-r"""Common random numbers for the eigen-(mean, std) grid: walks, spectra, bases.
+r"""Common random numbers for the (eigen_mean, eigen_std) grid of Fig. 5.
 
-Shapes: C = covariances, K = W_QK draws, N = sequences, E = sequences used
-for the attention entropy (the first E of the N), T = tokens, d = token
-dimension.
+Shapes: C = covariances, K = W_QK draws, N = sequences, E = sequences for
+the entropy (the first E of the N), T = tokens, d = token dimension.
 
-Fig. 5 (Sec. 5) estimates, per (eigen_mean, eigen_std) =
-:math:`(\mu_w, \sigma_w)`, :math:`\rho_i` (Definition 1) and the attention
-entropy over K draws of :math:`W_{QK} = B\,\mathrm{diag}(w)B^\top`,
-:math:`w \sim \mathcal N(\mu_w, \sigma_w^2 I)`, B Haar, and N random walks
-(Assumption 1). Drawing afresh per grid point spends nearly all the time on
-random numbers and :math:`X W_{QK} X^\top`. Instead, shared by every grid
-point and covariance:
-
-* per draw k, a Haar basis :math:`B_k` and :math:`z_k \sim \mathcal N(0,
-  I_d)`: :math:`W_{QK} = B_k\,\mathrm{diag}(\mu_w + \sigma_w z_k)\,B_k^\top
-  = \mu_w I + \sigma_w Z_k`, :math:`Z_k = B_k \mathrm{diag}(z_k) B_k^\top`
-  (`draw_spectra`; the same key gives `spectrum.sample_qk`'s matrix);
-* one set of N walks S (:math:`\Sigma = I`); covariance c uses
-  :math:`X = S\,\Sigma_c^{1/2}`, Assumption 1's law, shared by all K draws
-  ("we sampled 300 sequences with 40 tokens"). For :math:`\Sigma = cI` draw
-  k sees the rotated walks :math:`X B_k^\top` (the law is rotation
-  invariant), so its logits :math:`X\,\mathrm{diag}(w)X^\top` need no d x d
-  product; each pair (walk, draw) keeps its joint law.
-
-The logits are then linear in (eigen_mean, eigen_std):
+Every grid point and covariance shares, per draw k, a Haar :math:`B_k` and
+:math:`z_k \sim \mathcal N(0, I_d)`, so :math:`W_{QK} = \mu_w I + \sigma_w
+Z_k`, :math:`Z_k = B_k\mathrm{diag}(z_k)B_k^\top` (`draw_spectra`), and
+one set of walks :math:`X = S\Sigma^{1/2}` (Assumption 1). The logits are
+then linear in the grid point,
 
 .. math:: \omega_{tj} = \mu_w\,\frac{x_t^\top x_j}{\lambda}
         + \sigma_w\,\frac{x_t^\top Z_k x_j}{\lambda}
         = \mu_w\,g_{tj} + \sigma_w\,h^{(k)}_{tj},
 
-so each grid point combines bases computed once per (draw, walk)
-(`query_bases`, `attention_bases`), and Lemma 1's traces are quadratic in
-them (`trace_coefficients`). The walks are kept divided by
-:math:`\sqrt\lambda`, so every quadratic form is a logit; the K draws'
-:math:`Z_k` act as one GEMM with :math:`[Z_1 \cdots Z_K]` (`draw_operators`,
-`times_z`; elementwise for :math:`\Sigma = cI`). `grid_estimator` evaluates
-the grid on these bases.
-
-References:
-  Bao, Hataya, Karakida, Self-attention Networks Localize When
-  QK-eigenspectrum Concentrates, arXiv:2402.02098 (Definition 1, Sec. 5,
-  Fig. 5).
+combinations of bases computed once (`query_bases`, `attention_bases`;
+walks kept divided by :math:`\sqrt\lambda`), and Lemma 1's traces are
+quadratic in it (`trace_coefficients`). `grid_estimator` evaluates them.
 """
 # pylint: disable=invalid-name
 import jax
@@ -56,14 +31,10 @@ _SPECTRA_STREAM, _WALK_STREAM = 0, 1     # fold_in tags of `sample_bases`' key
 
 def draw_spectra(key: jax.Array, num_draws: int,
                  dim: int) -> tuple[jax.Array, jax.Array]:
-  r"""K common spectra: Haar bases and standard-normal eigenvalue noise.
+  r"""K common spectra: Haar basis_Kxdxd and N(0, 1) noise z_Kxd.
 
-  Draw k splits `fold_in(key, k)` as `spectrum.sample_qk` does, so
   `spectrum.compose_qk(basis[k], eigen_mean + eigen_std * z[k])` equals
   `spectrum.sample_qk(fold_in(key, k), dim, eigen_mean, eigen_std)`.
-
-  Returns:
-    basis_Kxdxd (orthogonal) and z_Kxd (i.i.d. N(0, 1)).
   """
   num_draws = _checks.positive_int("num_draws", num_draws)
   d = _checks.positive_int("dim", dim)
@@ -86,9 +57,8 @@ def random_walks(key: jax.Array, num_sequences: int, seq_len: int,
                  dim: int) -> jax.Array:
   """`randomwalk.random_walk(key, num_sequences, seq_len, dim)`: x_NxTxd.
 
-  The same increments summed by `lax.associative_scan`: equal up to
-  round-off and 2.5x faster on XLA:CPU, where `jnp.cumsum` costs twice the
-  draws.
+  Summed by `lax.associative_scan`: equal up to round-off, faster on
+  XLA:CPU than `jnp.cumsum`.
   """
   eps_NxTxd = jax.random.normal(key, (num_sequences, seq_len, dim))
   return jax.lax.associative_scan(jnp.add, eps_NxTxd, axis=1)
@@ -96,11 +66,10 @@ def random_walks(key: jax.Array, num_sequences: int, seq_len: int,
 
 def draw_operators(basis_Kxdxd: jax.Array, z_Kxd: jax.Array,
                    isotropic: jax.Array | bool) -> jax.Array:
-  r"""The K draws' eigen_std parts :math:`Z_k`, side by side, for one Sigma.
+  r"""zcat_dxKd: the draws' :math:`Z_k` side by side, for one Sigma.
 
-  :math:`Z_k = B_k\,\mathrm{diag}(z_k)B_k^\top` from `draw_spectra`, or
-  :math:`\mathrm{diag}(z_k)` if `isotropic` (:math:`\Sigma = cI`: draw k
-  sees the rotated walks). Returns zcat_dxKd, `zcat[:, k*d:(k+1)*d]` =
+  :math:`Z_k = B_k\,\mathrm{diag}(z_k)B_k^\top`, or :math:`\mathrm{diag}
+  (z_k)` if `isotropic` (the rotated walks); `zcat[:, k*d:(k+1)*d]` =
   :math:`Z_k`.
   """
   num_draws, d = z_Kxd.shape
@@ -111,10 +80,8 @@ def draw_operators(basis_Kxdxd: jax.Array, z_Kxd: jax.Array,
 
 def times_z(v_Xxd: jax.Array, zcat_dxKd: jax.Array,
             diagonal: jax.Array | bool) -> jax.Array:
-  """:math:`v Z_k` for every draw k: [..., d] -> [..., K, d].
-
-  `diagonal` (an isotropic Sigma): an elementwise product, not a GEMM.
-  """
+  """:math:`v Z_k` for every draw k: [..., d] -> [..., K, d] (`diagonal`:
+  an isotropic Sigma, elementwise)."""
   d = zcat_dxKd.shape[0]
   shape = v_Xxd.shape[:-1] + (zcat_dxKd.shape[1] // d, d)
 
@@ -132,13 +99,8 @@ def query_bases(x_NxTxd: jax.Array,
 
   .. math:: a_j = x_T^\top x_j,\qquad b^{(k)}_j = x_T^\top Z_k x_j,
 
-  so `eigen_mean * a + eigen_std * b[k]` is the transpose of
-  `propagation.query_logits` of :math:`\sqrt\lambda x` for draw k's
-  :math:`W_{QK}`. `x_NxTxd` is divided by :math:`\sqrt\lambda`,
-  `zlast_NxKxd` = `times_z(x[:, -1], ...)`.
-
-  Returns:
-    a_TxN, b_KxTxN (sequences on the minor axis).
+  of walks divided by :math:`\sqrt\lambda` and `zlast_NxKxd` =
+  `times_z(x[:, -1], ...)`. Returns a_TxN, b_KxTxN.
   """
   _checks.min_ndim("x", x_NxTxd, 3, "[N, T, d]")
   return (jnp.einsum("nd,ntd->tn", x_NxTxd[:, -1, :], x_NxTxd),
@@ -152,11 +114,8 @@ def attention_bases(x_XxTxd: jax.Array,
   .. math:: X W_{QK} X^\top/\lambda = \mu_w\,g + \sigma_w\,h^{(k)},\qquad
             g = X X^\top,\qquad h^{(k)} = (X Z_k) X^\top;
 
-  one batched product per walk, the K draws stacked as (T K) rows, of walks
-  `x_XxTxd` divided by :math:`\sqrt\lambda` and `zx` = `times_z(x, ...)`.
-
-  Returns:
-    g_XxTxT, h_XxTxKxT (query axis first, key axis last).
+  of walks divided by :math:`\sqrt\lambda` and `zx` = `times_z(x, ...)`.
+  Returns g_XxTxT, h_XxTxKxT (queries first, keys last).
   """
   return (jnp.einsum("...td,...sd->...ts", x_XxTxd, x_XxTxd),
           jnp.einsum("...tkd,...sd->...tks", zx_XxTxKxd, x_XxTxd))
@@ -164,19 +123,14 @@ def attention_bases(x_XxTxd: jax.Array,
 
 def trace_coefficients(basis_dxd: jax.Array, z_d: jax.Array,
                        cov_dxd: jax.Array) -> dict[str, jax.Array]:
-  r"""Coefficients of tr(W), tr(W^2), quadratic in (eigen_mean, eigen_std).
+  r"""One draw's coefficients of tr(W), tr(W^2) in (eigen_mean, eigen_std).
 
-  With :math:`W = W_{QK}\Sigma`, :math:`W_{QK} = \mu_w I + \sigma_w Z`,
-  :math:`Z = B\,\mathrm{diag}(z)B^\top`: :math:`\mathrm{tr}\,W = \mu_w\,
-  \mathrm{tr}\,\Sigma + \sigma_w\,\mathrm{tr}(Z\Sigma)` and
+  With :math:`W = (\mu_w I + \sigma_w Z)\Sigma`: :math:`\mathrm{tr}\,W =
+  \mu_w\,\mathrm{tr}\,\Sigma + \sigma_w\,\mathrm{tr}(Z\Sigma)`,
   :math:`\mathrm{tr}\,W^2 = \mu_w^2\mathrm{tr}\,\Sigma^2 +
   2\mu_w\sigma_w\,\mathrm{tr}(Z\Sigma^2) +
-  \sigma_w^2\mathrm{tr}(Z\Sigma Z\Sigma)`
-  (`grid_estimator.spectrum_traces` evaluates them) for one draw.
-
-  Returns:
-    A dict of scalars: `cov` tr(Sigma), `cov2` tr(Sigma^2), `zc`
-    tr(Z Sigma), `zc2` tr(Z Sigma^2), `zczc` tr(Z Sigma Z Sigma).
+  \sigma_w^2\mathrm{tr}(Z\Sigma Z\Sigma)` (`grid_estimator.spectrum_traces`).
+  Returns a dict of scalars `cov`, `cov2`, `zc`, `zc2`, `zczc`.
   """
   zc = spectrum.compose_qk(basis_dxd, z_d) @ cov_dxd       # Z Sigma
   return dict(cov=jnp.trace(cov_dxd),
@@ -189,18 +143,13 @@ def trace_coefficients(basis_dxd: jax.Array, z_d: jax.Array,
 def sample_bases(key: jax.Array, covs_Cxdxd: jax.Array, *, num_draws: int,
                  num_sequences: int, entropy_sequences: int, seq_len: int,
                  temperature: float | None = None) -> dict[str, jax.Array]:
-  r"""Draws the common random numbers and returns what `grid_stats` needs.
-
-  `fold_in(key, 0)` gives the spectra, `fold_in(key, 1)` the walks; the
-  first E <= N walks also give the entropy; `temperature` None means
-  :math:`\sqrt d`.
+  r"""Draws the common random numbers `grid_estimator.grid_stats` needs.
 
   Returns:
     A dict: `a` [C, T, N], `b` [K, C, T, N] (`query_bases`); for the
-    entropy, `x` [C, E, T, d] (the first E walks under each covariance,
-    divided by sqrt(lambda)), `zcat` [C, d, K d] (`draw_operators`) and
-    `isotropic` [C]; and `trace_coefficients` entries `cov`, `cov2` [C] and
-    `zc`, `zc2`, `zczc` [K, C].
+    entropy, `x` [C, E, T, d] (the first E walks, divided by
+    sqrt(lambda)), `zcat` [C, d, K d] and `isotropic` [C]; and the
+    `trace_coefficients` `cov`, `cov2` [C] and `zc`, `zc2`, `zczc` [K, C].
   """
   _checks.square_matrix("covs", covs_Cxdxd)
   d = covs_Cxdxd.shape[-1]

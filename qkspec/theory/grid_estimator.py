@@ -1,38 +1,16 @@
 r"""Common-random-number estimator of :math:`\rho_i` and entropy on a grid.
 
 Shapes: C = covariances, K = W_QK draws, N = sequences, E = sequences used
-for the attention entropy (the first E of the N), T = tokens, d = token
-dimension, P = (eigen_mean, eigen_std) grid points.
+for the entropy (the first E of the N), T = tokens, d = token dimension,
+P = (eigen_mean, eigen_std) grid points.
 
-The Fig. 5 sweep: `grid_bases.sample_bases` draws K spectra and N walks
-once for every grid point and covariance; `grid_stats` evaluates each point
-on them: a combination of the bases followed by the event
-:math:`u_i \in [0,1]` (`rho_per_draw`) or a softmax entropy
-(`entropy_grid`), and Lemma 1's traces (`spectrum_traces`).
-bench/simulate.py times it against the paper's procedure in NumPy.
-
-Statistics. Every pair (X_n, W_k) has the joint law of the paper's
-procedure, so each point's :math:`\hat\rho_i = (KN)^{-1}\sum_{k,n} f_{kn}`,
-:math:`f_{kn} = \mathbb 1\{u_i(X_n, W_k) \in [0,1]\}`, is unbiased. But the
-K x N table is a crossed design (walks reused across draws): with
-:math:`f = \rho + \alpha_k + \beta_n + \epsilon_{kn}`,
-:math:`V\hat\rho = \sigma_\alpha^2/K + \sigma_\beta^2/N +
-\sigma_\epsilon^2/(KN)`, so the between-draw spread alone understates the
-error. `crossed_standard_error` returns
-:math:`\sqrt{s^2_{\text{draws}}/K + s^2_{\text{walks}}/N}` (sample variances
-of the per-draw and per-walk means), whose square has expectation
-:math:`V\hat\rho + \sigma_\epsilon^2/(KN)`: slightly conservative (over 200
-seeds in tests/grid_estimator_test.py the estimates spread 0.9-1.1x the
-mean SE). The paper's fresh walks give :math:`V = \sigma_\alpha^2/K +
-(\sigma_\beta^2 + \sigma_\epsilon^2)/(KN)`; sharing walks costs the
-reported :math:`\sigma_\beta^2/N` term. Errors at different grid points are
-positively correlated (smooth heat maps), which leaves each point's
-estimate as it is.
-
-References:
-  Bao, Hataya, Karakida, Self-attention Networks Localize When
-  QK-eigenspectrum Concentrates, arXiv:2402.02098 (Definition 1, Sec. 5,
-  Fig. 5).
+`grid_stats` evaluates each point of Fig. 5's grid on
+`grid_bases.sample_bases` (bench/simulate.py times it against the paper's
+procedure). Each :math:`\hat\rho_i = (KN)^{-1}\sum_{k,n} f_{kn}` is
+unbiased, but the K x N table is a crossed design, :math:`V\hat\rho =
+\sigma_\alpha^2/K + \sigma_\beta^2/N + \sigma_\epsilon^2/(KN)`, so the
+between-draw spread alone understates the error
+(`crossed_standard_error`; tests/grid_estimator_test.py).
 """
 # pylint: disable=invalid-name
 import jax
@@ -47,11 +25,8 @@ _WALKS_PER_BATCH, _POINTS_PER_BATCH = 4, 4
 
 def spectrum_traces(coefficients: dict[str, jax.Array], eigen_mean: jax.Array,
                     eigen_std: jax.Array) -> tuple[jax.Array, jax.Array]:
-  r"""(tr W, tr W^2) of :math:`W = W_{QK}\Sigma` at (eigen_mean, eigen_std).
-
-  `coefficients`: `grid_bases.trace_coefficients` (or those entries of
-  `grid_bases.sample_bases`), broadcasting with the grid point(s).
-  """
+  r"""(tr W, tr W^2) of :math:`W = W_{QK}\Sigma` at (eigen_mean, eigen_std),
+  from `grid_bases.trace_coefficients` broadcasting with the point(s)."""
   c, mean, std = coefficients, eigen_mean, eigen_std
   trace = mean * c["cov"] + std * c["zc"]
   trace_sq = (mean**2 * c["cov2"] + 2 * mean * std * c["zc2"]
@@ -67,13 +42,8 @@ def rho_per_draw(a_CxTxN: jax.Array, b_KxCxTxN: jax.Array, means_P: jax.Array,
                  stds_P: jax.Array) -> tuple[jax.Array, jax.Array]:
   r"""Per-draw :math:`\hat\rho_i` at each grid point, per-walk sums of squares.
 
-  The event of Definition 1, :math:`u_i = (\omega_i - \bar\omega)/T + 1/T
-  \in [0, 1]` (`softmax.propagation_mask`) for :math:`\omega = \mu_w a +
-  \sigma_w b` (:math:`\mu_w, \sigma_w` = eigen_mean, eigen_std) on the
-  bases of `grid_bases.query_bases`, centred over i once (equal to the
-  direct mask up to round-off, tests/grid_estimator_test.py). Points run
-  by `lax.map`, draws by `lax.scan`, reductions on the minor (sequence)
-  axis, which XLA:CPU vectorises.
+  Definition 1's event :math:`u_i \in [0, 1]` for :math:`\omega = \mu_w a
+  + \sigma_w b` on `grid_bases.query_bases`, centred over i once.
 
   Returns:
     rho_PxKxCxT (mean over the N walks per draw) and sq_PxCxT
@@ -98,12 +68,8 @@ def rho_per_draw(a_CxTxN: jax.Array, b_KxCxTxN: jax.Array, means_P: jax.Array,
 
 
 def row_entropy(logits: jax.Array, axis: int = -1) -> jax.Array:
-  r"""Softmax entropy along `axis`: :math:`\log Z - \sum_j p_j s_j`.
-
-  With :math:`s = \omega - \max\omega`: `diagnostics.attention_entropy(
-  softmax(logits), reduce=False)` with one exp per entry and no log of
-  small probabilities.
-  """
+  r"""Softmax entropy along `axis`, :math:`\log Z - \sum_j p_j s_j` with
+  :math:`s = \omega - \max\omega` (one exp per entry, no log of p)."""
   s = logits - jnp.max(logits, axis=axis, keepdims=True)
   e = jnp.exp(s)
   z = jnp.sum(e, axis=axis)
@@ -118,15 +84,10 @@ def entropy_grid(x_CxExTxd: jax.Array, zcat_CxdxKd: jax.Array,
                  ) -> tuple[jax.Array, jax.Array]:
   r"""Per-draw attention entropy at each grid point (all T queries, Eq. (1)).
 
-  Logits :math:`\mu_w g + \sigma_w h^{(k)}` (`grid_bases.attention_bases`);
-  each softmax row's entropy averaged over queries and the E walks, as
-  `diagnostics.attention_entropy` (no mask). The inputs are
-  `grid_bases.sample_bases`' `x`, `zcat` and `isotropic`.
-
-  The bases of all E walks (38 MB at the Fig. 5 sizes) would be re-read for
-  every grid point; instead `walks_per_batch` walks' bases are formed and
-  used for every point (`points_per_batch` at a time) before the next, so
-  each fused softmax works on 1 MB, in the L2 cache.
+  Logits :math:`\mu_w g + \sigma_w h^{(k)}` (`grid_bases.attention_bases`),
+  row entropies averaged over queries and walks. `walks_per_batch` walks'
+  bases are formed and used for every point (`points_per_batch` at a time)
+  before the next, so each fused softmax stays in the L2 cache.
 
   Returns:
     entropy_PxKxC and sq_PxC (:math:`\sum_n (\sum_k f_{kn})^2` with
@@ -163,10 +124,9 @@ def crossed_standard_error(per_draw: jax.Array, sq: jax.Array,
 
   .. math:: \widehat{SE}^2 = s^2_{\text{draws}}/K + s^2_{\text{walks}}/N,
 
-  :math:`s^2_{\text{draws}}` the sample variance of the K per-draw means
-  (`per_draw` along `axis`), :math:`s^2_{\text{walks}} = (\sum_n c_n^2 -
-  N\bar f^2)/(N-1)` of the N per-walk means :math:`c_n = \sum_k f_{kn}/K`
-  (`sq` = :math:`\sum_n (K c_n)^2`). NaN for K = 1 or N = 1.
+  the sample variances of the K per-draw means (`per_draw` along `axis`)
+  and of the N per-walk means :math:`c_n` (`sq` = :math:`\sum_n (K
+  c_n)^2`). NaN for K = 1 or N = 1.
   """
   k = per_draw.shape[axis]
   n = num_sequences
@@ -178,7 +138,7 @@ def crossed_standard_error(per_draw: jax.Array, sq: jax.Array,
 
 def grid_stats(bases: dict[str, jax.Array], means_P: jax.Array,
                stds_P: jax.Array) -> dict[str, jax.Array]:
-  r"""Every estimate at P grid points from `grid_bases.sample_bases`' dict.
+  r"""Every estimate at P grid points from `grid_bases.sample_bases`.
 
   Returns:
     A dict: `rho` [P, K, C, T] (per draw), `rho_mean`, `rho_se` [P, C, T],

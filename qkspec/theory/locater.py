@@ -6,19 +6,10 @@ Shapes: d = model width, D = head width.
           + \kappa_2\,(\mathrm{tr}(W_{QK}) - \tau)^2,\qquad \tau = 1
           \text{ in the paper.}
 
-Gradients come from autodiff. In the paper's orientation
-(:math:`W_{QK} = W_Q^\top W_K`, :math:`W_Q, W_K \in \mathbb R^{D \times d}`):
-
-.. math:: \nabla_{W_Q}\mathrm{tr}(W_{QK}^\top W_{QK}) = 2 W_K W_K^\top W_Q,
-          \qquad
-          \nabla_{W_Q}(\mathrm{tr}\,W_{QK} - \tau)^2
-          = 2(\mathrm{tr}\,W_{QK} - \tau)\,W_K.
-
-Erratum: the paper prints the second as
-:math:`[\mathrm{tr}(W_{QK}) - 1]\,\mathrm{tr}(W_{QK})\,W_K`; since
-:math:`d\,\mathrm{tr}(W_Q^\top W_K) = \langle dW_Q, W_K\rangle`, the chain
-rule gives the factor 2 and no extra :math:`\mathrm{tr}(W_{QK})`
-(tests/locater_test.py). W_QK of Flax kernels: `training.model.qk_from_kernels`.
+Gradients come from autodiff. Erratum: for :math:`W_{QK} = W_Q^\top W_K`
+the paper prints :math:`\nabla_{W_Q}(\mathrm{tr}\,W_{QK} - 1)^2 =
+[\mathrm{tr}(W_{QK}) - 1]\,\mathrm{tr}(W_{QK})\,W_K`; the chain rule gives
+:math:`2(\mathrm{tr}\,W_{QK} - 1)\,W_K` (tests/locater_test.py).
 """
 from typing import NamedTuple
 
@@ -30,11 +21,8 @@ from qkspec.theory import spectrum
 
 
 class LocaterHParams(NamedTuple):
-  r"""LocATER's strengths and target: :math:`(\kappa_1, \kappa_2, \tau)`.
-
-  A pytree, so a sweep stacks one per member and vmaps over it; `_fields`
-  are the config's `locater.*` fields.
-  """
+  r""":math:`(\kappa_1, \kappa_2, \tau)`, a pytree (a sweep stacks one per
+  member); `_fields` are the config's `locater.*` fields."""
   kappa1: float | jax.Array = 0.0      # scale strength (0 = off)
   kappa2: float | jax.Array = 0.0      # mean strength (0 = off)
   target: float | jax.Array = 1.0      # tau, the eigen-sum held (paper: 1)
@@ -46,8 +34,7 @@ def locater_penalty(w_qk: jax.Array, kappa1: float, kappa2: float,
 
   .. math:: \kappa_1\|W_{QK}\|_F^2 + \kappa_2(\mathrm{tr}\,W_{QK} - \tau)^2
 
-  Returns the penalty [...] of `w_qk` [..., d, d], keeping the leading axes
-  (layers, heads): sum it for the loss.
+  of `w_qk` [..., d, d]: [...], to be summed for the loss.
   """
   w_qk = jnp.asarray(w_qk)
   _checks.square_matrix("w_qk", w_qk)
@@ -71,26 +58,19 @@ def penalty_minimum(kappa1, kappa2, dim: int,
                     target=1.0) -> PenaltyMinimum:
   r"""Where the penalty alone puts :math:`W_{QK}`: :math:`W^* = cI`.
 
-  The gradient of the penalty (Sec. 6),
-  :math:`2\kappa_1 W + 2\kappa_2(\mathrm{tr}\,W - \tau) I`, vanishes only
-  at :math:`W = cI` with :math:`c(\kappa_1 + \kappa_2 d) = \kappa_2\tau`,
-  and for :math:`\kappa_1 > 0` the penalty is strictly convex in
-  :math:`W_{QK}`, so this is its unique minimum:
+  The gradient :math:`2\kappa_1 W + 2\kappa_2(\mathrm{tr}\,W - \tau) I`
+  vanishes only at :math:`c(\kappa_1 + \kappa_2 d) = \kappa_2\tau`, the
+  unique minimum for :math:`\kappa_1 > 0` (strict convexity):
 
   .. math:: \mathrm{tr}\,W^* = \frac{\kappa_2 d\,\tau}{\kappa_1 + \kappa_2 d},
             \qquad \mathrm{tr}(W^{*\top} W^*) = \frac{(\mathrm{tr}\,W^*)^2}{d}.
 
-  A model whose data loss barely pulls on :math:`W_{QK}` ends there. So
-  (not stated in Sec. 7): with :math:`\kappa_1 > 0` fixed the penalty alone
-  raises the scale as :math:`\kappa_2` rises, and Fig. 6B's smaller scale
-  with stronger :math:`\kappa_2` can only come from the data loss; scaling
-  both kappas by one factor (the fairseq reading) leaves :math:`W^*` as is
-  and changes only how hard it pulls against the data loss.
-
-  :math:`W_Q^\top W_K` reaches :math:`cI` when the head width D >= d. With
-  :math:`\kappa_1 = 0 < \kappa_2` every W of trace :math:`\tau` minimises
-  and this is the one of least scale, :math:`\tau I/d`; with both zero,
-  nan. `kappa1`, `kappa2` and `target` broadcast; `dim` is d.
+  So with :math:`\kappa_1` fixed the penalty alone raises the scale as
+  :math:`\kappa_2` rises (Fig. 6B's smaller scale can only come from the
+  data loss), and scaling both kappas (the fairseq reading) leaves
+  :math:`W^*` as is. With :math:`\kappa_1 = 0 < \kappa_2`: the minimiser
+  of least scale, :math:`\tau I/d`; both zero: nan. The arguments
+  broadcast; `dim` is d.
   """
   d = _checks.positive_int("dim", dim)
   _checks.nonnegative("kappa1", kappa1)

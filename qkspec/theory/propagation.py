@@ -2,49 +2,28 @@ r"""Signal propagation probability :math:`\rho_i` (Def. 1, Lemmas 1-2, Eq. 6).
 
 Shapes: N = sequences, T = tokens, d = token dimension; tokens are rows.
 
-The query is the last token, so the logits over keys j are
-:math:`\omega_j = x_T^\top W_{QK} x_j / \lambda` and the event of Definition 1
-is :math:`u_i = (\omega_i - \bar\omega)/T + 1/T \in [0, 1]`.
+The query is the last token: :math:`\omega_j = x_T^\top W_{QK} x_j/\lambda`,
+and Definition 1's event is :math:`u_i = (\omega_i - \bar\omega)/T + 1/T
+\in [0, 1]`.
 
-Erratum in Lemma 1 (variance). The paper prints
-:math:`v^i = (2\theta^2 + 7/12)\,\mathrm{tr}(W^2)/\lambda^2`,
-:math:`\theta = i/T`. In Appendix C the term (B2),
-:math:`2\sum_{j>i} E[\omega_i\omega_j]`, has the leading
-:math:`\mathrm{tr}(W^2)` coefficient :math:`3T^2 i - 2T i^2 - i^3`, not the
-printed :math:`T^2 i - 2T i^2 - i^3` (the sum :math:`2\sum_{j>i} T i` was
-dropped). Keeping it gives
+Erratum in Lemma 1: Appendix C's term (B2) drops a sum :math:`2\sum_{j>i}
+T i`; keeping it, with :math:`\theta = i/T`, the printed variance
+:math:`(2\theta^2 + 7/12)\,\mathrm{tr}(W^2)/\lambda^2` becomes
+:math:`(2\theta^2 - 2\theta + 7/12)\,\mathrm{tr}(W^2)/\lambda^2`
+(tests/propagation_test.py checks it against Monte Carlo).
 
-.. math:: v^i = \Big(2\theta^2 - 2\theta + \tfrac{7}{12}\Big)
-                \frac{\mathrm{tr}(W^2)}{\lambda^2}
-              = \Big(2(\theta - \tfrac12)^2 + \tfrac{1}{12}\Big)
-                \frac{\mathrm{tr}(W^2)}{\lambda^2} + o(1),
-
-0.29x the printed one at :math:`\theta = 1/4`, 0.077x at 1/2; they agree
-only as :math:`\theta \to 0`. tests/propagation_test.py checks it against
-the exact moments below, Monte Carlo and their large-T limit.
-
-Exact finite-T moments. :math:`u_i - 1/T = x_T^\top M y / \lambda` with
-:math:`y = \sum_j a_j x_j`, :math:`a = (e_i - \mathbf 1/T)/T`, is a Gaussian
-quadratic form. With :math:`G_{jk} = \min(j, k)` (Assumption 1 as stated,
-:math:`x_1 \sim \mathcal N(0,\Sigma)`) and :math:`g = G e_T = (1, \dots, T)`:
+Exact finite-T moments: :math:`u_i - 1/T` is a Gaussian quadratic form;
+with :math:`a = (e_i - \mathbf 1/T)/T`, :math:`G_{jk} = \min(j, k)`,
+:math:`g = (1, \dots, T)`:
 
 .. math::
    E u_i &= \tfrac1T + (a^\top g)\,\mathrm{tr}(M\Sigma)/\lambda, \\
    V u_i &= \big[(a^\top g)^2\,\mathrm{tr}((M\Sigma)^2)
-           + T\,(a^\top G a)\,\mathrm{tr}(M\Sigma M^\top\Sigma)\big]/\lambda^2,
+           + T\,(a^\top G a)\,\mathrm{tr}(M\Sigma M^\top\Sigma)\big]/\lambda^2.
 
-with :math:`a^\top g = (i - \tfrac{T+1}{2})/T` and :math:`T^2 a^\top G a = i -
-\tfrac{2}{T}(iT - \tfrac{i(i-1)}{2}) + \tfrac{(T+1)(2T+1)}{6T}`; for symmetric
-:math:`W_{QK}` both variance traces are :math:`\mathrm{tr}(W^2)`. (The
-paper's proof takes :math:`x_1 = 0`, shifting i by one: no change at
-leading order.) Near :math:`\mathrm{tr}(W) = 0` with small :math:`\eta` the
-std of :math:`u_i` is comparable to the dropped :math:`\gamma_0^i = 1/T` and
-both asymptotic forms miss Monte Carlo by ~0.1 (d = 128, T = 40, eigen_mean
-0, eigen_std 0.2); the exact moments do not: use `exact=True` at finite T.
-
-Temperature: functions that see :math:`W_{QK}` or tokens take
-`temperature=None` as :math:`\lambda = \sqrt d`; those that see only traces
-(`lemma1_moments`, `rho_gaussian`) need it given.
+At finite T (near :math:`\mathrm{tr}W = 0` both asymptotic forms miss
+Monte Carlo by ~0.1 at T = 40) use `exact=True`. `temperature=None` means
+:math:`\sqrt d` where W_QK or tokens are seen.
 """
 import jax
 import jax.numpy as jnp
@@ -62,13 +41,8 @@ def query_logits(x: jax.Array, w_qk: jax.Array,
                  temperature: float | None = None) -> jax.Array:
   r"""Last-token logits :math:`\omega_j = x_T^\top W_{QK} x_j/\lambda` (Def. 1).
 
-  Args:
-    x: [..., T, d] token sequences.
-    w_qk: [d, d] (or [..., d, d] broadcasting with x's batch axes).
-    temperature: :math:`\lambda`; None means :math:`\sqrt d`.
-
-  Returns:
-    omega [..., T].
+  x [..., T, d], `w_qk` [d, d] (or [..., d, d] with x's batch axes);
+  returns omega [..., T].
   """
   x, w_qk = jnp.asarray(x), jnp.asarray(w_qk)
   _checks.min_ndim("x", x, 2, "[..., T, d]")
@@ -81,12 +55,11 @@ def query_logits(x: jax.Array, w_qk: jax.Array,
 def rho_monte_carlo(key: jax.Array, w_qk: jax.Array, *, num_sequences: int,
                     seq_len: int, cov: jax.Array | None = None,
                     temperature: float | None = None) -> jax.Array:
-  r"""Monte Carlo :math:`\rho_i` (Definition 1), query = last token: rho [T].
+  r"""Monte Carlo :math:`\rho_i` (Definition 1) of [d, d] `w_qk`: rho [T].
 
   The frequency of :math:`u_i \in [0, 1]` over N random walks of T >= 2
-  tokens (Assumption 1, step covariance `cov`, None = I) for [d, d] `w_qk`;
-  entry i has standard error :math:`\sqrt{\rho_i(1-\rho_i)/N}`.
-  `temperature` :math:`\lambda`: None means :math:`\sqrt d`.
+  tokens (Assumption 1, step covariance `cov`, None = I); standard error
+  :math:`\sqrt{\rho_i(1-\rho_i)/N}`.
   """
   w_qk = jnp.asarray(w_qk)
   _checks.square_matrix("w_qk", w_qk)
@@ -101,8 +74,7 @@ def rho_monte_carlo(key: jax.Array, w_qk: jax.Array, *, num_sequences: int,
 def empirical_rho(logits: jax.Array, axis: int = -1) -> jax.Array:
   r"""Frequency of :math:`u_i \in [0,1]` over every axis but `axis` (Fig. 7).
 
-  `logits` are query logits with keys along `axis` (e.g. the last query's
-  row of a trained model's attention over a batch). Returns rho [T] float32.
+  `logits`: query logits, keys along `axis`. Returns rho [T] float32.
   """
   _checks.seq_axis_length("logits", logits, axis)
   mask = softmax.propagation_mask(logits, axis=axis)
@@ -145,20 +117,10 @@ def lemma1_moments(seq_len: int, trace: jax.Array, trace_sq: jax.Array,
 
   :math:`c(\theta) = 2\theta^2 + 7/12` for `variant="paper"` (as printed),
   :math:`2\theta^2 - 2\theta + 7/12` for "corrected" (module erratum).
-  `exact=True`: the exact finite-T moments under Assumption 1 as stated,
-  for symmetric :math:`W_{QK}` and any :math:`\Sigma` (`exact_moments` for
-  asymmetric ones); only with "corrected".
-
-  Args:
-    seq_len: T >= 2.
-    trace: tr(W), scalar or [...] (broadcast against a trailing T axis).
-    trace_sq: tr(W^2), same shape.
-    temperature: :math:`\lambda > 0`, required (usually :math:`\sqrt d`).
-    exact: exact finite-T moments instead of the asymptotic ones.
-    variant: "corrected" or "paper".
-
-  Returns:
-    (mu [..., T], v [..., T]).
+  `exact=True` (only "corrected"): the exact finite-T moments for symmetric
+  :math:`W_{QK}` (`exact_moments` for asymmetric ones). `trace` tr(W) and
+  `trace_sq` tr(W^2) are scalars or [...]; `temperature` is required.
+  Returns (mu [..., T], v [..., T]).
   """
   _checks.choice("variant", variant, VARIANTS)
   _checks.nonnegative("trace_sq", trace_sq)
@@ -184,14 +146,10 @@ def lemma1_moments(seq_len: int, trace: jax.Array, trace_sq: jax.Array,
 def exact_moments(w_qk: jax.Array, seq_len: int, cov: jax.Array | None = None,
                   temperature: float | None = None
                   ) -> tuple[jax.Array, jax.Array]:
-  r"""Exact mean and variance of :math:`u_i` for any (asymmetric) W_QK.
+  r"""Exact mean and variance of :math:`u_i`, (mu [T], v [T]) (module doc).
 
-  The module docstring's formulas for one [d, d] `w_qk`, step covariance
-  `cov` (None = I) and :math:`\lambda` = `temperature` (None =
-  :math:`\sqrt d`); `lemma1_moments(..., exact=True)` for symmetric ones.
-
-  Returns:
-    (mu [T], v [T]).
+  For one [d, d] `w_qk`, symmetric or not, and step covariance `cov`
+  (None = I).
   """
   w_qk = jnp.asarray(w_qk)
   _checks.square_matrix("w_qk", w_qk)
@@ -218,8 +176,8 @@ def rho_from_moments(mu: jax.Array, v: jax.Array) -> jax.Array:
   .. math:: \rho = \tfrac12\Big[\mathrm{erf}\frac{1-\mu}{\sqrt{2v}}
                   + \mathrm{erf}\frac{\mu}{\sqrt{2v}}\Big]
 
-  (Sec. 4) over the broadcast shape of `mu` and `v` >= 0; v = 0 gives the
-  indicator of :math:`\mu \in [0, 1]`.
+  (Sec. 4), broadcasting `mu` and `v` >= 0; v = 0 gives the indicator of
+  :math:`\mu \in [0, 1]`.
   """
   safe_v = jnp.where(v > 0, v, 1.0)
   root = jnp.sqrt(2 * safe_v)
@@ -231,11 +189,7 @@ def rho_from_moments(mu: jax.Array, v: jax.Array) -> jax.Array:
 def rho_gaussian(seq_len: int, trace: jax.Array, trace_sq: jax.Array,
                  temperature: jax.Array | None = None, exact: bool = False,
                  variant: str = "corrected") -> jax.Array:
-  r"""Gaussian-approximation :math:`\rho_i` on Lemma 1's moments (Sec. 4).
-
-  `rho_from_moments(*lemma1_moments(...))` with the same arguments: rho
-  [..., T].
-  """
+  r"""`rho_from_moments(*lemma1_moments(...))`: rho [..., T] (Sec. 4)."""
   mu, v = lemma1_moments(seq_len, trace, trace_sq, temperature, exact=exact,
                          variant=variant)
   return rho_from_moments(mu, v)
@@ -249,18 +203,14 @@ def rho_theta(theta: jax.Array, xi: jax.Array, eta: jax.Array,
                          - \Phi((\theta-\tfrac12)\xi - 1/\eta;\theta),\quad
             \Phi(z;\theta) = \tfrac12\,\mathrm{erf}\frac{z}{\sqrt{2c(\theta)}},
 
-  with :math:`c(\theta) = 2\theta^2 + 7/12` (`variant="paper"`) or
-  :math:`2\theta^2 - 2\theta + 7/12` (`"corrected"`, from the corrected
-  Lemma 1 variance). :math:`\xi = \mathrm{tr}(W)/\sqrt{\mathrm{tr}(W^2)}`,
-  :math:`\eta = \sqrt{\mathrm{tr}(W^2)}/\lambda`.
+  with :math:`c(\theta)` of `lemma1_moments`' `variant`,
+  :math:`\xi = \mathrm{tr}W/\sqrt{\mathrm{tr}W^2}`, :math:`\eta =
+  \sqrt{\mathrm{tr}W^2}/\lambda`. Errata: Fig. 2's caption has
+  :math:`\lambda^2` in :math:`\eta` (the derivation gives :math:`\lambda`);
+  Fig. 3's :math:`\xi = 512, \xi\eta = 5.12` needs :math:`\eta = 0.01`,
+  not the 0.02 of its text.
 
-  Errata: the Fig. 2 caption writes :math:`\lambda^2` in :math:`\eta`;
-  substituting Lemma 1 into the erf formula gives :math:`\lambda`. Fig. 3's
-  text says :math:`\eta = 0.02` with :math:`\xi = 512, \xi\eta = 5.12`,
-  which needs :math:`\eta = 0.01`.
-
-  `theta` in [0, 1], any real `xi` and `eta` > 0 (`inf` allowed) broadcast
-  against each other; rho has their broadcast shape.
+  `theta` in [0, 1], real `xi`, `eta` > 0 (`inf` allowed), broadcast.
   """
   _checks.unit_interval("theta", theta)
   _checks.positive("eta", eta)
@@ -279,10 +229,8 @@ def rho_trace_limit(theta: jax.Array, r: float) -> jax.Array:
             \;(r > 0),\qquad
             \mathbb 1\{\tfrac12 + \tfrac1r \le \theta \le \tfrac12\}\;(r < 0).
 
-  (For :math:`0 < r \le 2` the upper end :math:`\tfrac12 + \tfrac1r \ge 1`
-  is inactive, giving :math:`\mathbb 1\{\theta \ge \tfrac12\}`.) `r` =
-  :math:`\mathrm{tr}(W)/\lambda` is a nonzero Python float; the indicator
-  has the shape of `theta`, float32.
+  `r` = :math:`\mathrm{tr}(W)/\lambda`, a nonzero Python float; float32,
+  the shape of `theta`.
   """
   theta = jnp.asarray(theta, dtype=jnp.float32)
   if r == 0:
@@ -298,11 +246,8 @@ def rho_from_spectrum(w_qk: jax.Array, seq_len: int,
                       cov: jax.Array | None = None,
                       temperature: float | None = None, exact: bool = False,
                       variant: str = "corrected") -> jax.Array:
-  r"""`rho_gaussian` on the traces of [..., d, d] `w_qk` (symmetric part).
-
-  `cov` (None = I) is :math:`\Sigma`, `temperature` None means
-  :math:`\sqrt d`. Returns rho [..., T].
-  """
+  r"""`rho_gaussian` on the traces of [..., d, d] `w_qk`'s symmetric part
+  times `cov` (None = I): rho [..., T]."""
   w_qk = jnp.asarray(w_qk)
   stats = spectrum.spectrum_stats(w_qk, cov, temperature)
   lam = softmax.temperature(temperature, w_qk.shape[-1])

@@ -1,6 +1,6 @@
-r"""Random-walk token sequences of Assumption 1 and the covariances of Fig. 5.
+r"""Random-walk token sequences (Assumption 1) and Fig. 5's covariances.
 
-Shapes: N = sequences, T = tokens, d = token dimension. Tokens are rows.
+Shapes: N = sequences, T = tokens, d = token dimension; tokens are rows.
 
 .. math:: x_1 \sim \mathcal N(0, \Sigma),\qquad
           x_{t+1} \sim \mathcal N(x_t, \Sigma),
@@ -17,12 +17,8 @@ def random_walk(key: jax.Array, num_sequences: int, seq_len: int, dim: int,
                 cov: jax.Array | None = None) -> jax.Array:
   r"""N Gaussian random walks of T steps in d dimensions (Assumption 1).
 
-  `cov` is the step covariance :math:`\Sigma` [d, d], symmetric PSD
-  (ValueError otherwise, when concrete); None means the identity.
-
-  Returns:
-    x_NxTxd with :math:`x_t = \sum_{s \le t} \epsilon_s`,
-    :math:`\epsilon_s \sim \mathcal N(0, \Sigma)` i.i.d.
+  `cov` is the step covariance :math:`\Sigma` [d, d] (None: I); a concrete
+  one that is not symmetric PSD raises ValueError. Returns x_NxTxd.
   """
   n = _checks.positive_int("num_sequences", num_sequences)
   t = _checks.positive_int("seq_len", seq_len)
@@ -36,11 +32,10 @@ def random_walk(key: jax.Array, num_sequences: int, seq_len: int, dim: int,
 
 
 def covariance_sqrt(cov: jax.Array) -> jax.Array:
-  r"""Symmetric square root :math:`\Sigma^{1/2}` [d, d] by eigendecomposition.
+  r"""Symmetric :math:`\Sigma^{1/2}` [d, d] by eigendecomposition.
 
-  Not Cholesky: the Fig. 5 covariance is often nearly singular (eigenvalues
-  ~1e-6 at d = 16), where float32 Cholesky can return NaN. Round-off
-  negative eigenvalues are clipped to 0.
+  Not Cholesky, which can return NaN in float32 for Fig. 5's nearly
+  singular covariances; round-off negative eigenvalues are clipped to 0.
   """
   evals, evecs = jnp.linalg.eigh(cov)
   return (evecs * jnp.sqrt(jnp.clip(evals, 0.0))[None, :]) @ evecs.T
@@ -48,11 +43,10 @@ def covariance_sqrt(cov: jax.Array) -> jax.Array:
 
 def anisotropic_covariance(key: jax.Array, dim: int,
                            half_width: float = 2.5) -> jax.Array:
-  r"""The anisotropic covariance of Fig. 5: :math:`\Sigma = R^\top R / d`.
+  r"""Fig. 5's anisotropic :math:`\Sigma = R^\top R / d`, [d, d].
 
-  :math:`R_{ij} \sim \mathrm{Unif}(-a, a)` with `a = half_width` (2.5 in the
-  paper), so :math:`E\,\Sigma = (a^2/3) I` with a Wishart-like spread of
-  eigenvalues.
+  :math:`R_{ij} \sim \mathrm{Unif}(-a, a)`, a = `half_width` (2.5 in the
+  paper), so :math:`E\,\Sigma = (a^2/3) I`.
   """
   d = _checks.positive_int("dim", dim)
   _checks.positive("half_width", half_width)

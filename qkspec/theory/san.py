@@ -3,23 +3,15 @@ r"""Pure self-attention networks (SANs) of Dong et al. (2021) as pure functions.
 Shapes: L = layers, H = heads, T = tokens (rows), d = token dimension,
 F = MLP width, N = sequences.
 
-One layer is Dong et al.'s multi-head self-attention, the output projection
-folded into the per-head value matrix (their Sec. 2.1):
+One layer is Dong et al.'s multi-head self-attention with the output
+projection folded into each head's value matrix (their Sec. 2.1):
 
 .. math:: \mathrm{SA}(X) = \sum_{h=1}^H P_h X W_h, \qquad
           P_h = \mathrm{softmax}(X W_{QK,h} X^\top / \lambda),
 
-with :math:`W_{QK,h} = W_{Q,h}^\top W_{K,h}` and :math:`W_h = W_{V,h}
-W_{O,h}` (d x d each). Optional pieces, in Post-LN order (the original
-transformer and the BERT models Dong et al. probe):
-
-.. math:: X \leftarrow \mathrm{LN}(X + \mathrm{SA}(X)), \qquad
-          X \leftarrow \mathrm{LN}(X + \mathrm{MLP}(X)),
-
-with the skip (`skip`; without it the branch alone), the ReLU MLP
-:math:`\mathrm{relu}(X W_1 + b_1) W_2 + b_2` (`mlp`) and an affine-free
-LayerNorm (`layernorm`) switched independently. Parameters are arrays
-stacked over layers: `lax.scan` runs the depth, `vmap` maps weight draws.
+optionally with a skip, a ReLU MLP and an affine-free Post-LN
+(`Architecture`). Parameters are stacked over layers: `lax.scan` runs the
+depth, `vmap` maps weight draws.
 
 References:
   Dong, Cordonnier, Loukas, Attention is Not All You Need: Pure Attention
@@ -68,25 +60,14 @@ def init_params(key: jax.Array, *, num_layers: int, num_heads: int, dim: int,
                 value_gain: float | jax.Array = 1.0) -> dict[str, jax.Array]:
   r"""Random SAN weights, stacked over layers.
 
-  Query-key, per layer and head (`qk_init`):
-
-  * "gaussian": :math:`W_{QK} = g^2 W_Q^\top W_K` with
-    :math:`W_Q, W_K \in \mathbb R^{D \times d}` i.i.d. N(0, 1/d) (D =
-    `head_dim`, g = `qk_gain`), the usual fan-in initialisation;
-  * "spectrum": :math:`W_{QK} = B\,\mathrm{diag}(w)B^\top`,
-    :math:`w_i \sim \mathcal N(\mathrm{eigen\_mean}, \mathrm{eigen\_std}^2)`
-    (`spectrum.sample_qk`, paper Fig. 5); both may be traced.
-
-  Value (output projection folded in), per head (`value_init`):
-
-  * "gaussian": :math:`W_h = g\,W_{V,h}W_{O,h}`, :math:`W_{V,h}` [d, D] i.i.d.
-    N(0, 1/d), :math:`W_{O,h}` [D, d] i.i.d. N(0, 1/(HD)) (g = `value_gain`);
-  * "orthogonal": :math:`W_h = g\,O_h/\sqrt H`, :math:`O_h` Haar-orthogonal;
-  * "identity": :math:`W_h = g\,I/H` (the SAN then only mixes tokens).
-
-  MLP (always drawn, used only if the architecture has one): He-initialised
-  :math:`W_1` [d, F] ~ N(0, 2/d), :math:`W_2` [F, d] ~ N(0, 1/F), zero biases.
-  D = `head_dim` (None: max(d // H, 1)), F = `mlp_dim` (None: 4 d).
+  `qk_init` "gaussian": :math:`W_{QK} = g^2 W_Q^\top W_K`, :math:`W_Q, W_K`
+  [D, d] i.i.d. N(0, 1/d), g = `qk_gain`; "spectrum": `spectrum.sample_qk`
+  (eigen_mean, eigen_std) (Fig. 5; both may be traced). `value_init`
+  "gaussian": :math:`W_h = g\,W_{V,h}W_{O,h}`, entries N(0, 1/d) and
+  N(0, 1/(HD)), g = `value_gain`; "orthogonal": :math:`g\,O_h/\sqrt H`,
+  Haar :math:`O_h`; "identity": :math:`g\,I/H`. The MLP (used only if the
+  architecture has one) is He-initialised with zero biases. D = `head_dim`
+  (None: max(d // H, 1)), F = `mlp_dim` (None: 4 d).
 
   Returns:
     dict with `w_qk` [L, H, d, d], `w_v` [L, H, d, d], `w1` [L, d, F],
@@ -135,11 +116,8 @@ def init_params(key: jax.Array, *, num_layers: int, num_heads: int, dim: int,
 
 def attention_logits(x_Txd: jax.Array, w_qk_Hxdxd: jax.Array,
                      temperature: float | None = None) -> jax.Array:
-  r"""Per-head logits :math:`\omega_{h,tj} = x_t^\top W_{QK,h} x_j/\lambda`.
-
-  Returns logits [H, T, T] (query t, key j) of one layer; `temperature`
-  None means :math:`\sqrt d`.
-  """
+  r"""Per-head logits :math:`\omega_{h,tj} = x_t^\top W_{QK,h} x_j/\lambda`,
+  [H, T, T] (query t, key j)."""
   lam = softmax.temperature(temperature, x_Txd.shape[-1])
   return jnp.einsum("td,hde,je->htj", x_Txd, w_qk_Hxdxd, x_Txd) / lam
 
@@ -158,10 +136,8 @@ def self_attention(x_Txd: jax.Array, w_qk_Hxdxd: jax.Array,
 
 
 def layer_norm(x: jax.Array, eps: float = 1e-6) -> jax.Array:
-  r"""Affine-free LayerNorm over features.
-
-  .. math:: (x - \bar x)/\sqrt{V[x] + \epsilon}
-  """
+  r"""Affine-free LayerNorm over features, :math:`(x - \bar x)/\sqrt{V[x] +
+  \epsilon}`."""
   mean = jnp.mean(x, axis=-1, keepdims=True)
   var = jnp.var(x, axis=-1, keepdims=True)
   return (x - mean) * jax.lax.rsqrt(var + eps)
@@ -178,8 +154,8 @@ def layer(params_l: dict[str, jax.Array], x_Txd: jax.Array,
           ) -> tuple[jax.Array, jax.Array, jax.Array]:
   r"""One SAN layer (attention, then optionally the MLP), Post-LN order.
 
-  `params_l` is one layer of `init_params` (no L axis). Returns (x_out
-  [T, d], logits [H, T, T], probs [H, T, T]).
+  `params_l`: one layer of `init_params`. Returns (x_out [T, d], logits,
+  probs [H, T, T]).
   """
   h_Txd, logits, probs = self_attention(x_Txd, params_l["w_qk"],
                                         params_l["w_v"], temperature)
@@ -222,11 +198,8 @@ def forward(params: dict[str, jax.Array], x_Txd: jax.Array,
 
 def sample_inputs(key: jax.Array, kind: str, num_sequences: int,
                   seq_len: int, dim: int) -> jax.Array:
-  r"""Input tokens [N, T, d]: Assumption-1 random walks or i.i.d. N(0, 1).
-
-  "random_walk": :math:`x_{t+1} \sim \mathcal N(x_t, I)`
-  (`randomwalk.random_walk`); "gaussian": i.i.d. standard normal entries.
-  """
+  r"""Input tokens [N, T, d]: `kind` "random_walk" (Assumption 1,
+  :math:`\Sigma = I`) or "gaussian" (i.i.d. N(0, 1))."""
   _checks.choice("kind", kind, INPUTS)
   if kind == "random_walk":
     return randomwalk.random_walk(key, num_sequences, seq_len, dim)

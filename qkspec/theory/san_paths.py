@@ -2,35 +2,17 @@ r"""Dong et al.'s path view of a SAN (Sec. 2) and a cubic residual bound.
 
 Shapes: L = layers, H = heads, T = tokens, d = token dimension, K = paths.
 
-Path decomposition. Unrolling L layers of :math:`X \mapsto \sum_h P_h X W_h`
-(no skip, MLP or LayerNorm) gives a sum over the :math:`H^L` head sequences
-("paths") :math:`\pi = (h_1, \dots, h_L)`:
-
-.. math:: X^L = \sum_{\pi \in [H]^L} P^L_{h_L} \cdots P^1_{h_1}\, X\,
-          W^1_{h_1} \cdots W^L_{h_L},
-
-with the attention :math:`P^l_h` of the *full* network at layer l (exact,
-but the paths are no independent networks). With skips, :math:`X +
-\mathrm{SA}(X)` adds an identity "head" :math:`(P, W) = (I, I)`: of the
-:math:`(H+1)^L` paths a fraction :math:`\binom Lk H^k/(H+1)^L` uses exactly
-k attention layers (length k; Dong et al., Sec. 3.1).
-
-Cubic residual bound (a Frobenius variant of Dong et al.'s Lemma 2.1 /
-Theorem 2.2, derived here). Write :math:`X = \mathbf 1 m^\top + R`, m the
-token mean (:math:`\|R\|_F` = `diagnostics.rank_collapse_residual(X,
-"mean")`). Up to row constants, head h's logits are :math:`a_j + b_{tj}`,
-:math:`a_j = m^\top W_{QK} r_j/\lambda`, :math:`b_{tj} = r_t^\top W_{QK}
-r_j/\lambda`. With :math:`p = \mathrm{softmax}(a)` and the softmax Jacobian's
-norm at most 1/2, :math:`\|P - \mathbf 1 p^\top\|_F \le \|R W_{QK}^\top
-R^\top\|_F/(2\lambda)`; as :math:`\mathrm{res}(PXW) = (I - \mathbf 1\mathbf
-1^\top/T)(P - \mathbf 1 p^\top) R W`:
+L pure layers :math:`X \mapsto \sum_h P_h X W_h` sum over the :math:`H^L`
+head sequences ("paths"), :math:`X^L = \sum_\pi P^L_{h_L} \cdots
+P^1_{h_1} X W^1_{h_1} \cdots W^L_{h_L}`, with the full network's attention;
+with skips a fraction :math:`\binom Lk H^k/(H+1)^L` of the paths uses k
+attention layers (Dong et al., Sec. 3.1). A Frobenius variant of Dong's
+Lemma 2.1, derived here from the softmax Jacobian's norm <= 1/2 and
+:math:`\mathrm{res}(PXW) = (I - \mathbf 1\mathbf 1^\top/T)(P - \mathbf 1
+p^\top) R W`, gives the doubly exponential collapse of Theorem 2.2:
 
 .. math:: \|\mathrm{res}(\mathrm{SA}(X))\|_F \le c\,\|\mathrm{res}(X)\|_F^3,
-          \qquad c = \sum_h \frac{\|W_{QK,h}\|_2 \|W_h\|_2}{2\lambda},
-
-so :math:`\|\mathrm{res}(X^L)\|_F \le c^{(3^L - 1)/2}\|\mathrm{res}
-(X^0)\|_F^{3^L}` for equal c: Dong et al.'s doubly exponential collapse
-(Theorem 2.2: composite norm, :math:`4\gamma\beta H/\sqrt{d_{qk}}` for c).
+          \qquad c = \sum_h \frac{\|W_{QK,h}\|_2 \|W_h\|_2}{2\lambda}.
 
 References:
   Dong, Cordonnier, Loukas, Attention is Not All You Need: Pure Attention
@@ -69,12 +51,9 @@ def enumerate_paths(x_Txd: jax.Array, probs_LxHxTxT: jax.Array,
 
   .. math:: Y_\pi = P^L_{h_L} \cdots P^1_{h_1} X W^1_{h_1} \cdots W^L_{h_L}
 
-  `probs_LxHxTxT` is the full network's attention (`san.forward(...)
-  ["probs"]`), `w_v_LxHxdxd` its value matrices (W_O folded in).
-
-  Returns:
-    (y_KxTxd, heads_KxL): the K = H^L path outputs, summing to the pure
-    SAN's output, and each path's heads (the last layer's varies fastest).
+  `probs_LxHxTxT`: the full network's attention (`san.forward`'s "probs").
+  Returns (y_KxTxd, heads_KxL): the K = H^L path outputs, summing to the
+  pure SAN's output, and each path's heads (the last layer's fastest).
   """
   L, H = _check_path_args(x_Txd, probs_LxHxTxT, w_v_LxHxdxd)
   if H**L > MAX_PATHS:
@@ -108,8 +87,8 @@ def path_length_components(x_Txd: jax.Array, probs_LxHxTxT: jax.Array,
   .. math:: Z^{l+1}_k = Z^l_k + \sum_h P^l_h Z^l_{k-1} W^l_h,
             \qquad Z^0_0 = X,
 
-  so :math:`\sum_k Z^L_k = X^L` in O(L^2 H) products, not :math:`(H+1)^L`
-  (the attention of the full skip network). Returns z_KxTxd, K = L + 1.
+  so :math:`\sum_k Z^L_k = X^L` in O(L^2 H) products. Returns z_KxTxd,
+  K = L + 1.
   """
   L, _ = _check_path_args(x_Txd, probs_LxHxTxT, w_v_LxHxdxd)
   z = jnp.zeros((L + 1,) + x_Txd.shape, x_Txd.dtype).at[0].set(x_Txd)
@@ -123,11 +102,8 @@ def path_length_components(x_Txd: jax.Array, probs_LxHxTxT: jax.Array,
 
 def attention_layer_paths(z_KxTxd: jax.Array, p_HxTxT: jax.Array,
                           w_Hxdxd: jax.Array) -> jax.Array:
-  r"""One skip attention layer on path-length components (fixed attention).
-
-  :math:`Z_k \leftarrow Z_k + \sum_h P_h Z_{k-1} W_h` (the skip keeps
-  length k, the attention makes it k + 1).
-  """
+  r"""One skip attention layer on path-length components (fixed attention):
+  :math:`Z_k \leftarrow Z_k + \sum_h P_h Z_{k-1} W_h`."""
   mixed = jnp.einsum("htj,kjd,hde->kte", p_HxTxT, z_KxTxd, w_Hxdxd)
   return z_KxTxd + jnp.concatenate([jnp.zeros_like(mixed[:1]), mixed[:-1]],
                                    axis=0)
@@ -148,12 +124,8 @@ def cubic_residual_coefficient(w_qk_LxHxdxd: jax.Array,
                                w_v_LxHxdxd: jax.Array,
                                temperature: float | jax.Array | None = None
                                ) -> jax.Array:
-  r"""Per-layer :math:`c_l = \sum_h \|W^l_{QK,h}\|_2\|W^l_h\|_2/(2\lambda)`.
-
-  The constant of :math:`\|\mathrm{res}(\mathrm{SA}(X))\|_F \le
-  c\,\|\mathrm{res}(X)\|_F^3` (module docstring) for a pure SAN layer;
-  `temperature` None means :math:`\sqrt d`. Returns c [L].
-  """
+  r"""c [L], :math:`c_l = \sum_h \|W^l_{QK,h}\|_2\|W^l_h\|_2/(2\lambda)`,
+  the cubic bound's constant (module docstring)."""
   _checks.square_matrix("w_qk", w_qk_LxHxdxd)
   temperature = softmax.temperature(temperature,
                                     np.shape(w_qk_LxHxdxd)[-1])
@@ -166,8 +138,8 @@ def cubic_residual_bound(residual0: jax.Array, coeffs_L: jax.Array
                          ) -> jax.Array:
   r"""The bound :math:`B_{l+1} = c_l B_l^3`, :math:`B_0 = \|res(X^0)\|_F`.
 
-  B [L+1] bounds `rank_collapse_residual(X^l, "mean")` of the pure SAN. In
-  log space, so tiny values underflow to 0, not NaN.
+  B [L+1] bounds the pure SAN's `rank_collapse_residual(X^l, "mean")`
+  (in log space: tiny values underflow to 0, not NaN).
   """
   def body(log_b, log_c):
     nxt = log_c + 3.0 * log_b

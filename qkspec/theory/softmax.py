@@ -2,15 +2,10 @@ r"""Softmax and its piecewise-linear approximation (paper Sec. 2).
 
 Shapes: `omega` is `[..., T]` along `axis` (T = number of keys).
 
-The Taylor expansion of softmax at the origin has coefficients
-:math:`\gamma^i = e^i/T - \mathbf{1}/T^2` and :math:`\gamma_0^i = 1/T`, so
-the linearised score of key :math:`i` is
-
-.. math:: u_i = \langle \gamma^i, \omega \rangle + \gamma_0^i
-              = \frac{\omega_i - \bar\omega}{T} + \frac{1}{T}.
-
-The piecewise-linear softmax clips it to [0, 1]; the "signal propagates"
-event of Definition 1 is :math:`u_i \in [0, 1]`.
+Softmax's Taylor expansion at 0 (:math:`\gamma^i = e^i/T - \mathbf 1/T^2`,
+:math:`\gamma_0^i = 1/T`) gives the linearised score
+:math:`u_i = (\omega_i - \bar\omega)/T + 1/T`; the piecewise-linear softmax
+clips it to [0, 1], and Definition 1's event is :math:`u_i \in [0, 1]`.
 """
 from typing import Any
 
@@ -24,14 +19,10 @@ from qkspec.theory import _checks
 def temperature(value: Any, head_dim: int | None):
   r"""The softmax temperature :math:`\lambda`: `value`, or :math:`\sqrt D`.
 
-  D = `head_dim`, the head width (the paper's d for its single head). The
-  default is a numpy float32 scalar, so float32 and float64 callers see the
-  same :math:`\lambda` (it promotes like a float32 array) and
-  :math:`\lambda^2` rounds in float32. `head_dim` may be None only when
-  `value` is given (callers that see traces, not the head width).
-
-  Raises:
-    ValueError: a concrete `value` <= 0, or both arguments None.
+  D = `head_dim` (the paper's d for its single head); the default is a
+  numpy float32, so float32 and float64 callers see the same
+  :math:`\lambda`. Raises ValueError for a concrete `value` <= 0, or for
+  both arguments None (callers that see only traces must pass `value`).
   """
   if value is None:
     if head_dim is None:
@@ -51,10 +42,10 @@ def softmax(omega: jax.Array, axis: int = -1) -> jax.Array:
 
 
 def linearized_score(omega: jax.Array, axis: int = -1) -> jax.Array:
-  r"""First-order Taylor expansion of softmax at 0, :math:`u_i` (Sec. 2).
+  r"""Softmax's first-order Taylor expansion at 0 (Sec. 2).
 
   .. math:: u_i = \langle \gamma^i, \omega\rangle + \gamma_0^i
-                = (\omega_i - \mathrm{mean}(\omega)) / T + 1/T
+                = (\omega_i - \bar\omega) / T + 1/T
   """
   t = _checks.seq_axis_length("omega", omega, axis, minimum=1)
   mean = jnp.mean(omega, axis=axis, keepdims=True)
@@ -62,12 +53,9 @@ def linearized_score(omega: jax.Array, axis: int = -1) -> jax.Array:
 
 
 def piecewise_linear_softmax(omega: jax.Array, axis: int = -1) -> jax.Array:
-  r"""The piecewise-linear softmax :math:`\tilde S` of Sec. 2.
+  r"""The piecewise-linear softmax of Sec. 2 (need not sum to one).
 
-  .. math:: \tilde S(\omega)_i = \max\{0, \min\{1, u_i\}\},\quad
-            u_i = (\omega_i - \bar\omega)/T + 1/T.
-
-  Unlike softmax it does not sum to one outside the linear region.
+  .. math:: \tilde S(\omega)_i = \max\{0, \min\{1, u_i\}\}
   """
   return jnp.clip(linearized_score(omega, axis), 0.0, 1.0)
 
@@ -76,4 +64,3 @@ def propagation_mask(omega: jax.Array, axis: int = -1) -> jax.Array:
   r"""Boolean event :math:`u_i \in [0, 1]` of Definition 1 (closed interval)."""
   u = linearized_score(omega, axis)
   return (u >= 0.0) & (u <= 1.0)
-

@@ -2,26 +2,18 @@ r"""QK-eigenspectrum statistics (Eqs. 5, 7, 8) and controlled spectra (Fig. 5).
 
 Shapes: d = token dimension; every function accepts leading batch axes.
 
-With :math:`W = \mathrm{sym}(W_{QK})\,\Sigma` (Lemma 1 uses the symmetric
-part of an asymmetric :math:`W_{QK}`) and eigenvalues :math:`w_i` of W:
-:math:`\mathrm{tr}(W) = \sum_i w_i`, :math:`\mathrm{tr}(W^2) = \sum_i w_i^2`,
-:math:`\xi = \mathrm{tr}(W)/\sqrt{\mathrm{tr}(W^2)}`,
-:math:`\eta = \sqrt{\mathrm{tr}(W^2)}/\lambda` (Eq. 6),
-:math:`r = \xi\eta = \mathrm{tr}(W)/\lambda` (Lemma 2) and the
-eigen-variance :math:`d^2 V[w] = d\,\mathrm{tr}(W^2) - \mathrm{tr}(W)^2`
-(Eq. 8). In qkspec "scale" means only :math:`\mathrm{tr}(W_{QK}^\top
-W_{QK})` (Sec. 6, Fig. 6B); Fig. 5's eigenvalue distribution is
-(`eigen_mean`, `eigen_std`).
+For :math:`W = \mathrm{sym}(W_{QK})\,\Sigma` (Lemma 1 uses the symmetric
+part): :math:`\xi = \mathrm{tr}W/\sqrt{\mathrm{tr}W^2}`, :math:`\eta =
+\sqrt{\mathrm{tr}W^2}/\lambda` (Eq. 6), :math:`r = \xi\eta =
+\mathrm{tr}W/\lambda` (Lemma 2) and the eigen-variance :math:`d\,
+\mathrm{tr}(W^2) - \mathrm{tr}(W)^2` (Eq. 8). "Scale" means only
+:math:`\mathrm{tr}(W_{QK}^\top W_{QK})` (Sec. 6, Fig. 6B); Fig. 5's
+eigenvalue law is (`eigen_mean`, `eigen_std`).
 
-Erratum in Eq. (7). The paper prints
-:math:`|\mathrm{tr} W|/(\sqrt d\|\Sigma\|_2) \le \|W_{QK}\|_2 \le
-\|W_{QK}\|_F \le \|W_{QK}\|_1`; with :math:`W_{QK} = \Sigma = I` the first
-and (induced 1-norm) last steps read :math:`\sqrt d \le 1`. Cauchy-Schwarz,
-:math:`|\mathrm{tr} W| \le \sqrt d\,\|W\|_F \le
-\sqrt d\,\|W_{QK}\|_F\|\Sigma\|_2`, gives the chain that holds:
+Erratum in Eq. (7): its first and last steps fail at :math:`W_{QK} = \Sigma
+= I` (:math:`\sqrt d \le 1`). What holds, by Cauchy-Schwarz:
 :math:`|\mathrm{tr} W|/(\sqrt d\|\Sigma\|_2) \le \|W_{QK}\|_F \le
-\|W_{QK}\|_{1,\mathrm{entrywise}}` (tests/spectrum_test.py). `norm_1` is the
-induced norm of Dong et al.'s bounds.
+\|W_{QK}\|_{1,\mathrm{entrywise}}` (tests/spectrum_test.py).
 """
 import jax
 import jax.numpy as jnp
@@ -36,7 +28,7 @@ def symmetrize(w: jax.Array) -> jax.Array:
 
 
 def haar_orthogonal(key: jax.Array, dim: int) -> jax.Array:
-  """A Haar-distributed orthogonal matrix [d, d] (QR of a Gaussian, sign-fixed).
+  """A Haar-distributed orthogonal [d, d] (QR of a Gaussian, sign-fixed).
 
   References:
     Mezzadri, How to generate random matrices from the classical compact
@@ -58,15 +50,13 @@ def compose_qk(basis_dxd: jax.Array, eigenvalues_d: jax.Array) -> jax.Array:
 
 def sample_qk(key: jax.Array, dim: int, eigen_mean: float | jax.Array,
               eigen_std: float | jax.Array) -> jax.Array:
-  r"""A symmetric :math:`W_{QK}` with a controlled eigenspectrum (Fig. 5).
+  r"""A symmetric :math:`W_{QK}` [d, d] with a controlled spectrum (Fig. 5).
 
   .. math:: W_{QK} = B\,\mathrm{diag}(w)\,B^\top,\quad
             w_i \sim \mathcal N(\text{eigen\_mean}, \text{eigen\_std}^2),
 
-  B Haar-orthogonal; returns W_QK [d, d]. The paper's "mean" and "scale"
-  of the eigenvalues; qkspec keeps "scale" for
-  :math:`\mathrm{tr}(W_{QK}^\top W_{QK})`. Both may be traced (`vmap` over
-  a grid); a concrete negative `eigen_std` raises ValueError.
+  B Haar-orthogonal. Both may be traced; a concrete negative `eigen_std`
+  raises ValueError.
   """
   d = _checks.positive_int("dim", dim)
   _checks.nonnegative("eigen_std", eigen_std)
@@ -82,12 +72,10 @@ def _trace(x: jax.Array) -> jax.Array:
 def scale_floor(qk_trace, dim: int) -> jax.Array:
   r"""The least scale a W_QK of its trace has: :math:`(\mathrm{tr}W_{QK})^2/d`.
 
-  .. math:: \mathrm{tr}(W_{QK}^\top W_{QK}) = \|W_{QK}\|_F^2
+  .. math:: \mathrm{tr}(W_{QK}^\top W_{QK})
             \ge \sum_i (W_{QK})_{ii}^2 \ge \frac{(\mathrm{tr}\,W_{QK})^2}{d}
 
-  (Cauchy-Schwarz on the diagonal, as in Eq. (7)), with equality exactly
-  at :math:`W_{QK} = cI`: scale / floor >= 1 says how far a trained W_QK is
-  from the isotropic one LocATER alone gives (`locater.penalty_minimum`).
+  with equality exactly at :math:`W_{QK} = cI` (`locater.penalty_minimum`).
   """
   d = _checks.positive_int("dim", dim)
   return jnp.asarray(qk_trace, float)**2 / d

@@ -1,10 +1,9 @@
 """WikiText-2 token files: names, checksums, tokenisation, vocabulary.
 
-Pure helpers for the tfds builder in `wikitext2.py` (no tfds, no jax).
-Tokenisation is pytorch/examples' `word_language_model/data.py`: each line
-(as text-mode file iteration yields it) split on whitespace plus one
-`<eos>`; the vocabulary is the train tokens in order of first appearance,
-which reproduces its ids (`<eos>` = 0: the train file starts empty).
+Pure helpers of the tfds builder (`wikitext2.py`). Tokenisation is
+pytorch/examples' `word_language_model/data.py`: each line split on
+whitespace plus one `<eos>`; the vocabulary is the train tokens in order of
+first appearance (`<eos>` = 0).
 """
 from __future__ import annotations
 
@@ -62,12 +61,8 @@ def find_token_files(root: os.PathLike[str] | str, *,
                      verify_checksums: bool = True) -> dict[str, str]:
   """{"train": path, "valid": path, "test": path} in `root`.
 
-  `verify_checksums` compares each file's sha256 with `SHA256` (tests with
-  small fixtures turn it off).
-
-  Raises:
-    FileNotFoundError: `root` or one of the files is missing.
-    ValueError: a file's sha256 is not the expected one.
+  Raises FileNotFoundError for a missing `root` or file, ValueError for a
+  sha256 other than `SHA256`'s (with `verify_checksums`).
   """
   root = os.fspath(root)
   if not os.path.isdir(root):
@@ -94,10 +89,8 @@ def find_token_files(root: os.PathLike[str] | str, *,
 
 
 def read_lines(path: os.PathLike[str] | str) -> list[str]:
-  """The file's lines as text-mode iteration yields them (universal newlines).
-
-  Not `str.splitlines()`, which also splits on form feeds, U+2028 etc.
-  """
+  """The file's lines as text-mode iteration yields them (not
+  `str.splitlines()`, which also splits on form feeds, U+2028, ...)."""
   with open(path, "rb") as f:
     text = f.read().decode("utf-8")
   return list(io.StringIO(text, newline=None))
@@ -118,10 +111,8 @@ def build_vocab(lines: Iterable[str]) -> list[str]:
 
 
 def encode_lines(lines: Iterable[str], vocab: Sequence[str]) -> list[int]:
-  """Token ids of `lines`, one `<eos>` per line.
-
-  Words missing from `vocab` map to `<unk>` if it has one, else KeyError.
-  """
+  """Token ids of `lines`, one `<eos>` per line; words missing from `vocab`
+  map to `<unk>` if it has one, else KeyError."""
   index = {tok: i for i, tok in enumerate(vocab)}
   unk = index.get(UNK)
   out = []
@@ -136,15 +127,10 @@ def encode_lines(lines: Iterable[str], vocab: Sequence[str]) -> list[int]:
 
 
 def split_articles(lines: Sequence[str]) -> Iterator[tuple[str, list[str]]]:
-  """Groups lines into articles, each starting at a title line.
+  """(title, lines) of each article; the groups concatenate back to `lines`.
 
   A title is a " = Title = " line (not " = = Section = = ") between two
-  empty lines, which excludes inline formulas such as " = 1 <unk> and <unk>
-  C = " and gives the published 600 / 60 / 60 articles. The groups
-  concatenate back to `lines`.
-
-  Yields:
-    (title, lines), the title without its "=" marks ("" if none was found).
+  empty lines: the published 600 / 60 / 60 articles. "" before the first.
   """
   def blank(i):
     return i < 0 or i >= len(lines) or not lines[i].strip()

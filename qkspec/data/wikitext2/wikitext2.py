@@ -1,20 +1,12 @@
 """tensorflow-datasets builder for WikiText-2 (word level, v1, with `<unk>`).
 
-One example per Wikipedia article, in file order (no shuffling):
-
-  title: the article title ("Valkyria Chronicles III"),
-  ids:   int32[n] token ids of its lines, one `<eos>` per line,
-
-so a split's `ids` concatenate to its token stream (2,088,628 / 217,646 /
-245,569 tokens for train / validation / test). The vocabulary (33,278
-tokens, train order of first appearance, `<eos>` = 0) is
-`info.metadata["vocab"]`. Write with `file_format="array_record"`, read with
-`tfds.data_source` or `builder.as_data_source()` (no TensorFlow needed).
-
-The token files are read from the download config's `manual_dir` if it
-names one (official or pytorch/examples names, `tokens.FILE_NAMES`), else
-the official `wikitext-2-v1.zip` is downloaded (checksums.tsv); their
-sha256 are checked unless `verify_checksums=False` (test fixtures).
+One example per Wikipedia article, in file order: `title` and `ids`
+(int32[n], one `<eos>` per line), so a split's ids concatenate to its
+token stream (2,088,628 / 217,646 / 245,569 tokens). The vocabulary
+(33,278 tokens, `<eos>` = 0) is `info.metadata["vocab"]`. Write with
+`file_format="array_record"`, read with `tfds.data_source`. The token files
+come from the download config's `manual_dir`, else the official zip is
+downloaded (checksums.tsv).
 
 References:
   Merity, Xiong, Bradbury, Socher, Pointer Sentinel Mixture Models,
