@@ -10,7 +10,7 @@ setuptools.setup(
     package_data={"qkspec.data.wikitext2": ["checksums.tsv"]},
     python_requires=">=3.11",
     install_requires=[
-        "jax>=0.10.0",
+        "jax>=0.10.2",
         "flax>=0.12.8",
         "optax>=0.2.5",
         "orbax-checkpoint>=0.11.17",
@@ -18,7 +18,7 @@ setuptools.setup(
         "array_record>=0.5",  # the format tfds.data_source reads
         "importlib_resources>=6.0",  # tfds imports it, undeclared
         "absl-py>=2.0",
-        "ml-collections>=0.1.1",
+        "ml-collections>=1.0",
         "matplotlib>=3.9",
         "numpy>=2.0",
     ],
