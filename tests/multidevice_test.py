@@ -1,4 +1,5 @@
-"""Data parallelism on 4 simulated CPU devices equals 1 device.
+"""Data parallelism and sharded sweep members on simulated CPU devices equal
+1 device.
 
 The CPU device count is fixed when the backend starts and is process-wide:
 setting it at import time would leak into every test that pytest (or a
@@ -42,6 +43,37 @@ def _mesh(n):
                            axis_types=(jax.sharding.AxisType.Auto,))
 
 
+def _members_mesh(lay):
+  """The ("members", "data") mesh of `lay` on the first devices."""
+  devices = np.array(jax.devices()[:lay.groups * lay.data])
+  return jax.sharding.Mesh(devices.reshape(lay.groups, lay.data),
+                           ("members", "data"),
+                           axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+
+def _sweep_run(config, mesh, singles, many):
+  """A sweep's losses [steps][N], final params (the real members) and the
+  rows of the member axis each device holds: `singles` single steps, then
+  `many` steps in one `train_many` call."""
+  steps = step_lib.build_steps(config, mesh)
+  init_keys, dropout_keys, hparams = step_lib.member_inputs(
+      sweep.members(config), True)
+  state, losses = steps.init(init_keys, hparams), []
+  for step in range(singles):
+    state, m = steps.train(state, steps.task.train_batch(step), dropout_keys)
+    losses.append(np.asarray(m["loss"]).tolist())
+  if many:
+    feed = steps.task.feed
+    state, m = steps.train_many(state, feed.consts,
+                                feed.train_inputs(singles, many), dropout_keys)
+    losses += np.asarray(m["loss"]).tolist()
+  leaf = jax.tree.leaves(state.params)[0]
+  rows = sorted({(s.index[0].start or 0, s.index[0].stop or leaf.shape[0])
+                 for s in leaf.addressable_shards})
+  return dict(losses=losses, params=_params(steps.real(state)), rows=rows,
+              spec=str(tuple(leaf.sharding.spec)))
+
+
 def _run(config, mesh, num_steps):
   steps = step_lib.build_steps(config, mesh)
   init_key, dropout_key, hparams = step_lib.member_inputs(
@@ -77,6 +109,28 @@ def _params(state):
           if "['key']['bias']" not in jax.tree_util.keystr(path)}
 
 
+def _record_members(name, config, devices):
+  """Records `_sweep_run` of `config` on `devices` devices (members
+  sharded; 2 single steps, then 2 in a scan) and on 1 (4 single steps)."""
+  sharded = _members_mesh(sweep.config_layout(config, devices))
+  _record(**{f"members_{name}": _sweep_run(config, sharded, 2, 2),
+             f"members_{name}_1": _sweep_run(config, _mesh(1), 4, 0)})
+
+
+def _restore_on_one_device(config, workdir):
+  """The newest checkpoint of `workdir`, restored onto 1 device."""
+  from qkspec.training import checkpoint  # pylint: disable=g-import-not-at-top
+  steps = step_lib.build_steps(config, _mesh(1))
+  init_keys, _, hparams = step_lib.member_inputs(sweep.members(config), True)
+  abstract = checkpoint.abstract_like(
+      jax.eval_shape(steps.init, init_keys, hparams), steps.replicated)
+  ckpt = checkpoint.Checkpointer(workdir)
+  try:
+    return ckpt.restore_newest(abstract)[1]
+  finally:
+    ckpt.close()
+
+
 class RunInOwnProcess(absltest.TestCase):
 
   def test_multidevice_tests_pass_in_a_fresh_process(self):
@@ -109,10 +163,33 @@ class RunInOwnProcess(absltest.TestCase):
                                  atol=1e-6, err_msg=name)
     # Eval sums over the sharded batch count every token once.
     self.assertEqual(res["eval_weight_4"], 8 * 8)
-    # train_and_evaluate on 4 devices: a 3-member sweep to step 4; a batch
-    # that does not split over the devices fails before training.
+    # train_and_evaluate on 4 devices: a 3-member sweep to step 4, its
+    # members sharded (padded to 4); its checkpoint holds the 3 real
+    # members and restores on 1 device; a batch that does not split over
+    # the devices fails before training.
     self.assertEqual(res["train_and_evaluate_steps"], [4, 4, 4])
+    self.assertEqual(res["train_and_evaluate_layout"],
+                     [[3, 4, 1], "('members',)"])
+    self.assertEqual(res["restored_steps"], [4, 4, 4])
+    self.assertEqual(res["restored_params"], res["trained_params"])
     self.assertRegex(res["bad_batch_error"], r"data.batch_size=6 .* 4 devices")
+    # Sweep members sharded over the devices (padded with copies of the
+    # last member) train as on 1 device, by single steps and in a scan.
+    cases = [("lm", [[0, 2], [2, 4], [4, 6], [6, 8]])]
+    if testutil.SLOW:
+      cases.append(("theory", [[0, 2], [2, 4]]))
+    for name, rows in cases:
+      sharded, alone = res[f"members_{name}"], res[f"members_{name}_1"]
+      self.assertEqual(sharded["spec"], "('members',)", name)
+      self.assertEqual(sharded["rows"], rows, name)     # not replicated
+      self.assertEqual(alone["rows"], [[0, len(alone["losses"][0])]], name)
+      self.assertLen(sharded["losses"], 4)
+      np.testing.assert_allclose(sharded["losses"], alone["losses"],
+                                 rtol=1e-5, err_msg=name)
+      self.assertEqual(set(sharded["params"]), set(alone["params"]))
+      for key, a in sharded["params"].items():
+        np.testing.assert_allclose(a, alone["params"][key], rtol=1e-5,
+                                   atol=1e-6, err_msg=f"{name} {key}")
 
 
 class MultiDeviceTest(absltest.TestCase):
@@ -140,15 +217,29 @@ class MultiDeviceTest(absltest.TestCase):
             eval_weight_4=float(e4["weight"]))
 
   def test_train_and_evaluate_on_four_devices(self):
+    config = testutil.get_config("theory_task", "smoke")
+    steps = step_lib.build_steps(config)
     with tempfile.TemporaryDirectory() as tmp:
-      state = loop.train_and_evaluate(
-          testutil.get_config("theory_task", "smoke"), tmp)
+      state = loop.train_and_evaluate(config, tmp)
+      restored = _restore_on_one_device(config, tmp)
     bad = testutil.get_config("theory_task", "smoke")
     bad.data.batch_size = 6
     with self.assertRaises(ValueError) as caught:
       loop.train_and_evaluate(bad, "/nonexistent/never/written")
     _record(train_and_evaluate_steps=np.asarray(state.step).tolist(),
+            train_and_evaluate_layout=[list(steps.layout),
+                                       str(tuple(steps.state_sharding.spec))],
+            restored_steps=np.asarray(restored.step).tolist(),
+            restored_params=_params(restored), trained_params=_params(state),
             bad_batch_error=str(caught.exception))
+
+  def test_sharded_members_equal_one_device(self):
+    # 5 LM members on 4 devices (2 a device, padded to 8) against 1 device.
+    _record_members("lm", testutil.get_config("locater_wt2", "smoke"), 4)
+
+  @testutil.slow("3 theory members on 2 devices against 1")
+  def test_padded_theory_members_equal_one_device(self):
+    _record_members("theory", testutil.get_config("theory_task", "smoke"), 2)
 
 
 if __name__ == "__main__":

@@ -57,7 +57,8 @@ class ChangedFieldsTest(parameterized.TestCase):
     new = _as_saved(_changed(num_steps=7, log_every=1, eval_every=3,
                              checkpoint_every=5, max_to_keep=9,
                              progress_every_s=0.0, precompile=False,
-                             steps_per_call=4, sweep__member_batch=1))
+                             steps_per_call=4, sweep__member_batch=1,
+                             sweep__shard_members=False))
     self.assertEqual(resume.changed_fields(old, new), {})
 
   def test_a_field_one_config_lacks_is_absent(self):

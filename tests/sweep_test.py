@@ -70,6 +70,51 @@ class HParamsTest(absltest.TestCase):
     self.assertEqual(stacked.kappa2.dtype, np.float32)
 
 
+class LayoutTest(parameterized.TestCase):
+
+  @parameterized.parameters(
+      # (N, devices): (m groups, data devices per group, N padded)
+      (5, 8, (8, 1, 8)),        # one member a device, 3 copies of the last
+      (5, 4, (4, 1, 8)),        # two a device
+      (3, 2, (2, 1, 4)),
+      (2, 8, (2, 4, 2)),        # each member's batch over 4 devices
+      (3, 8, (4, 2, 4)),
+      (4, 4, (4, 1, 4)),        # nothing pads
+      (9, 8, (8, 1, 16)),
+      (6, 6, (6, 1, 6)),
+      (4, 6, (6, 1, 6)),
+      (5, 1, (1, 1, 5)),        # one device: replicated, as unsharded
+      (1, 4, (1, 4, 1)),        # one member (or a single run)
+  )
+  def test_groups_data_and_padding(self, n, devices, want):
+    lay = sweep.layout(n, devices)
+    self.assertEqual((lay.groups, lay.data, lay.padded), want)
+    self.assertEqual(lay.groups * lay.data, devices)
+    self.assertEqual(lay.padded % lay.groups, 0)
+    self.assertEqual(sweep.layout(n, devices, shard=False), (n, 1, devices))
+
+  def test_padding_repeats_the_last_member(self):
+    lay = sweep.layout(3, 2)
+    x = np.arange(6.0).reshape(3, 2)
+    padded = sweep.pad({"x": x}, lay)["x"]
+    np.testing.assert_array_equal(padded, [[0, 1], [2, 3], [4, 5], [4, 5]])
+    np.testing.assert_array_equal(sweep.real({"x": padded}, lay)["x"], x)
+    self.assertIs(sweep.pad(x, sweep.layout(4, 4)), x)
+
+  def test_shard_members_auto_and_processes(self):
+    c = theory_task.get_config("smoke")             # 3 members
+    self.assertEqual(sweep.config_layout(c, 4), (3, 4, 1))
+    self.assertEqual(sweep.config_layout(c, 1), (3, 1, 1))
+    self.assertEqual(sweep.config_layout(c, 4, processes=2), (3, 1, 4))
+    c.sweep.shard_members = False
+    self.assertEqual(sweep.config_layout(c, 4), (3, 1, 4))
+    c.sweep.shard_members = True
+    with self.assertRaisesRegex(ValueError, "needs one process"):
+      sweep.config_layout(c, 4, processes=2)
+    c.sweep.kappa1 = c.sweep.kappa2 = c.sweep.target = ()   # a single run
+    self.assertEqual(sweep.config_layout(c, 4), (1, 1, 4))
+
+
 class VmappedSweepTest(parameterized.TestCase):
 
   # member_batch: -1 auto (1 on a CPU: a loop with no batch axis), 0 all

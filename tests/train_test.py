@@ -265,6 +265,16 @@ class ConfigCheckTest(parameterized.TestCase):
     (c[section] if section else c)[name] = value
     self._check(c, pattern)
 
+  def test_shard_members_is_true_false_or_auto(self):
+    c = _single_theory()
+    self.assertIsNone(c.sweep.shard_members)          # auto
+    for value in (True, False, None):
+      c.sweep.shard_members = value
+      schema.validate(c)
+    c = ml_collections.ConfigDict(c.to_dict())       # untyped, as from JSON
+    c.sweep.shard_members = 1
+    self._check(c, r"sweep.shard_members must be True, False or None")
+
   def test_temperature_is_none_or_positive(self):
     c = _single_theory()
     self.assertIsNone(c.model.temperature)            # sqrt(head width)

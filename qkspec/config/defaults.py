@@ -45,6 +45,11 @@ def _training(c):
       **dict.fromkeys(schema.SWEEPABLE, ()),
       member_batch=-1,       # members batched per step: 0 all (vmap), k: k at
                              # a time (lax.map), -1 auto (CPU 1, else all)
+      # members on devices of their own: a ("members", "data") mesh, N
+      # padded with copies of the last member to a multiple of its size
+      # (training.sweep.Layout); False: every device holds every member;
+      # None auto: True on several devices of one process
+      shard_members=config_dict.placeholder(bool),
   ))
   c.num_steps = 50_000       # optimizer updates (>= 1)
   c.log_every = 100          # steps between train metrics + measurements

@@ -7,9 +7,10 @@ batch size, sequence length or data fields would draw other batches; other
 sweep fields or `locater.penalty_added_to` would train other members (the
 reading of kappa is not in the saved state). So only the fields of `SAFE`,
 which change how long the run goes, how often it logs, evaluates,
-checkpoints and reports, how its steps are compiled and batched, or where
-the data lives, may differ; every other difference (a field one config has
-and the other lacks included) refuses the resume.
+checkpoints and reports, how its steps are compiled, batched and placed
+on the devices, or where the data lives, may differ; every other
+difference (a field one config has and the other lacks included) refuses
+the resume.
 """
 from qkspec.config import schema
 
@@ -18,7 +19,7 @@ SAFE = (
     "log_every", "eval_every", "checkpoint_every",        # cadences
     "max_to_keep", "eval_max_batches", "progress_every_s",
     "steps_per_call", "precompile", "multihost",          # how it runs
-    "sweep.member_batch", "model.kernels",
+    "sweep.member_batch", "sweep.shard_members", "model.kernels",
     "data.data_dir", "data.manual_dir",                   # where the data is
 )
 

@@ -37,6 +37,11 @@ def _bool(v):
   return None if isinstance(v, bool) else "must be True or False"
 
 
+def _bool_or_auto(v):
+  if v is not None and not isinstance(v, bool):
+    return "must be True, False or None (auto)"
+
+
 def _str(v):
   return None if isinstance(v, str) else "must be a string"
 
@@ -126,6 +131,7 @@ _COMMON: dict[str, Callable[[Any], str | None]] = {
     **{f"sweep.{k}": _tuple_of(check) for k, check in LOCATER_CHECKS.items()},
     "sweep.penalty_added_to": _tuple_of(_penalty_added_to),
     "sweep.member_batch": _int(-1),
+    "sweep.shard_members": _bool_or_auto,
     "num_steps": _int(1),                 # 0 would train nothing: refused
     "steps_per_call": _int(-1, nonzero=True),  # -1 auto, else k >= 1
     "log_every": _int(1),

@@ -224,8 +224,9 @@ class EvalAction(PeriodicAction):
 @jax.jit
 def device_copy(tree):
   """A copy of `tree` on its devices (XLA copies: the outputs may not alias
-  the inputs without donation); `step.compile_ahead` compiles it
-  for the state ahead of the first checkpoint."""
+  the inputs without donation): `Steps.saved` where no member pads the
+  state, which `step.compile_ahead` compiles ahead of the first
+  checkpoint."""
   return jax.tree.map(jnp.copy, tree)
 
 
@@ -233,10 +234,10 @@ class CheckpointAction(PeriodicAction):
   """A checkpoint every `checkpoint_every` steps, if the steps were finite.
 
   `begin` checks the steps for NaN/Inf and copies the state on its
-  devices; what it leaves, the save (orbax copies the state to the host
-  before it returns, then writes it on a thread) and the writers' flush,
-  the loop runs while the next call computes, which has the state itself
-  (donated)."""
+  devices (its real members, `Steps.saved`); what it leaves, the save
+  (orbax copies the state to the host before it returns, then writes it
+  on a thread) and the writers' flush, the loop runs while the next call
+  computes, which has the state itself (donated)."""
 
   phase = "checkpoint"
 
@@ -247,7 +248,7 @@ class CheckpointAction(PeriodicAction):
 
   def begin(self, step: int, state):
     self.pending.check_finite()
-    copy = device_copy(state)
+    copy = self.run.steps.saved(state)     # the real members (sweep.Layout)
     return lambda: self._save(step, copy)
 
   def _save(self, step: int, state) -> None:

@@ -156,11 +156,15 @@ def _host_step(state) -> int:
   return int(np.asarray(jax.device_get(state.step)).reshape(-1)[0])
 
 
-def _abstract_state(run: Run):
-  """The TrainState's shapes and dtypes on the replicated sharding."""
-  return ckpt_lib.abstract_like(
-      jax.eval_shape(run.steps.init, run.init_keys, run.hparams),
-      run.steps.replicated)
+def _abstract_state(run: Run, saved: bool = False):
+  """The TrainState's shapes, dtypes and shardings: as the steps carry it
+  (`steps.state_sharding`), or as a checkpoint holds it (`saved`: the
+  real members, `steps.saved_sharding`)."""
+  shapes = jax.eval_shape(run.steps.init, run.init_keys, run.hparams)
+  if saved:
+    return ckpt_lib.abstract_like(jax.eval_shape(run.steps.saved, shapes),
+                                  run.steps.saved_sharding)
+  return ckpt_lib.abstract_like(shapes, run.steps.state_sharding)
 
 
 def _start_compiling(run: Run) -> None:
@@ -182,7 +186,7 @@ def _restore_or_init(run: Run, ckpt: ckpt_lib.Checkpointer):
   """
   if ckpt.latest_step() is None:
     return run.steps.init(run.init_keys, run.hparams)
-  found = ckpt.restore_newest(_abstract_state(run))
+  found = ckpt.restore_newest(_abstract_state(run, saved=True))
   if found is None:          # every checkpoint was set aside
     return run.steps.init(run.init_keys, run.hparams)
   latest, state, meta = found
@@ -195,7 +199,7 @@ def _restore_or_init(run: Run, ckpt: ckpt_lib.Checkpointer):
       raise ValueError(f"{run.workdir} holds a run with other {name} values "
                        f"({have}); use a fresh workdir.")
   logging.info("resumed from step %d", latest)
-  return state
+  return run.steps.unsaved(state)
 
 
 def _next_stop(step: int, actions, num_steps: int) -> int:
@@ -297,7 +301,7 @@ def _save_interrupted(run: Run, state, step: int, boundary: int | None,
                             if isinstance(x, jax.Array))
   if whole and _host_step(state) == step:
     pending.check_finite()
-    ckpt.save(step, state, force=True)
+    ckpt.save(step, run.steps.real(state), force=True)
     ckpt.wait_until_finished()
     what = (f"{stop.describe(step)}: checkpoint {ckpt.step_dir(step)} "
             f"saved")
@@ -372,4 +376,4 @@ def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
       logging.info("%s", clock.describe())
       logging.info("%s", progress.outputs_summary(
           workdir, run.dirs, run.names, ckpt.directory, ckpt.all_steps()))
-  return state
+  return run.steps.real(state)

@@ -32,7 +32,11 @@ readings train in one program on the same batches.
 once with `jax.jit` over a ("data",) mesh of all devices: the batch sharded
 on its leading axis, the state replicated and donated; the step's dropout
 key is `fold_in(key, state.step)`. A sweep (`qkspec.training.sweep`) stacks
-its members' states and maps `train_step` over them in the same jit.
+its members' states and maps `train_step` over them in the same jit; with
+members sharded (`config.sweep.shard_members`, auto on several devices)
+the mesh is ("members", "data"): the stacked state split over the
+"members" axis, padded to a multiple of its size (`sweep.Layout`), each
+batch split over "data" within every group of devices.
 `build_steps` builds them all; `qkspec.training.loop` runs them.
 """
 # pylint: disable=invalid-name
@@ -43,7 +47,6 @@ from typing import Any, Callable
 from flax import struct
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from qkspec.theory import locater
@@ -235,7 +238,14 @@ def eval_step(params, batch, *, task: tasks.Task) -> dict[str, jax.Array]:
 
 
 class Steps(struct.PyTreeNode):
-  """The compiled functions of a run (vmapped over members for a sweep)."""
+  """The compiled functions of a run (vmapped over members for a sweep).
+
+  Keys, hparams, metrics and measurements are the N real members'; the
+  state those functions carry has `layout.padded` members on
+  `state_sharding`. `saved` gives (a copy of) its real members, the form
+  a checkpoint holds (on `saved_sharding`); `unsaved` takes it back;
+  `real` is `saved` where members pad the state, else the identity.
+  """
   mesh: Any = struct.field(pytree_node=False)
   task: Any = struct.field(pytree_node=False)
   init: Any = struct.field(pytree_node=False)      # (init_keys, hparams)
@@ -243,6 +253,12 @@ class Steps(struct.PyTreeNode):
   eval: Any = struct.field(pytree_node=False)      # (params, batch)
   measure: Any = struct.field(pytree_node=False)   # (params, batch)
   replicated: Any = struct.field(pytree_node=False)
+  layout: Any = struct.field(pytree_node=False)    # sweep.Layout
+  state_sharding: Any = struct.field(pytree_node=False)
+  saved: Any = struct.field(pytree_node=False)     # (state) -> real members
+  saved_sharding: Any = struct.field(pytree_node=False)
+  unsaved: Any = struct.field(pytree_node=False)   # (saved) -> state
+  real: Any = struct.field(pytree_node=False)      # (state) -> real members
   # k steps per call on batches built on the device (multi_step):
   # (state, feed.consts, feed.train_inputs(step, k), keys), and a split's
   # eval batches (params, feed.eval_tokens[split], indices); None: no feed.
@@ -251,10 +267,14 @@ class Steps(struct.PyTreeNode):
   steps_per_call: int = struct.field(pytree_node=False, default=1)
 
 
-def make_mesh() -> jax.sharding.Mesh:
-  """A 1-D ("data",) mesh of all devices, with automatic (GSPMD) sharding."""
-  return jax.make_mesh((jax.device_count(),), ("data",),
-                       axis_types=(jax.sharding.AxisType.Auto,))
+def make_mesh(layout: sweep_lib.Layout | None = None) -> jax.sharding.Mesh:
+  """The mesh of all devices, with automatic (GSPMD) sharding: ("data",),
+  or ("members", "data") where `layout` shards the members."""
+  if layout is None or layout.groups == 1:
+    return jax.make_mesh((jax.device_count(),), ("data",),
+                         axis_types=(jax.sharding.AxisType.Auto,))
+  return jax.make_mesh((layout.groups, layout.data), ("members", "data"),
+                       axis_types=(jax.sharding.AxisType.Auto,) * 2)
 
 
 def member_batch(config) -> int:
@@ -270,22 +290,20 @@ def member_batch(config) -> int:
   return 1 if jax.default_backend() == "cpu" else 0
 
 
-def _scaled_members(task, tx, scales: list[float], batch: int):
-  """`train_step` over the members with each member's penalty factor (a
-  [N] constant mapped with the state): (state, batch, keys) as the plain
-  sweep's step."""
-  def one(state, batch_, key, scale):
-    return train_step(state, batch_, key, task=task, tx=tx,
-                      penalty_scale=scale)
-  mapped = sweep_lib.over_members(one, (0, None, 0, 0), batch)
-  scales_N = np.asarray(scales, np.float32)
-  return lambda state, batch_, keys: mapped(state, batch_, keys, scales_N)
-
-
 def build_steps(config, mesh=None) -> Steps:
-  """Builds the task and the jit-compiled (vmapped if sweeping) functions."""
-  mesh = mesh or make_mesh()
+  """Builds the task and the jit-compiled (vmapped if sweeping) functions.
+
+  `mesh`: by default that of `config`'s `sweep.config_layout` on all
+  devices; a given one (("data",), or ("members", "data")) sets it.
+  """
+  vmapped = sweep_lib.is_sweep(config)
+  n = len(sweep_lib.members(config)) if vmapped else 1
+  mesh = mesh or make_mesh(sweep_lib.config_layout(
+      config, jax.device_count(), jax.process_count()))
+  lay = sweep_lib.mesh_layout(mesh, n)
   replicated = jax.NamedSharding(mesh, jax.P())
+  state_sharding = jax.NamedSharding(
+      mesh, jax.P("members") if lay.groups > 1 else jax.P())
   batch_sharding = jax.NamedSharding(mesh, jax.P("data"))
   task = tasks.make_task(config, batch_sharding)
   tx = make_optimizer(config.opt, config.num_steps)
@@ -295,37 +313,39 @@ def build_steps(config, mesh=None) -> Steps:
                            penalty_scale=scales[0])
   evaluate = functools.partial(eval_step, task=task)
   measure = functools.partial(layer_stats.measure, task=task)
-  if sweep_lib.is_sweep(config):
+  if vmapped:
     batch = member_batch(config)
-    init = jax.vmap(init)
-    if len(set(scales)) > 1:             # readings side by side
-      step = _scaled_members(task, tx, scales, batch)
-    else:
-      step = sweep_lib.over_members(step, (0, None, 0), batch)
-    evaluate = sweep_lib.over_members(evaluate, (0, None), batch)
-    measure = sweep_lib.over_members(measure, (0, None), batch)
+    init = sweep_lib.padded_init(jax.vmap(init), lay)
+    step = sweep_lib.member_step(functools.partial(train_step, task=task,
+                                                   tx=tx),
+                                 scales, batch, mesh, lay)
+    evaluate = sweep_lib.real_outputs(evaluate, batch, mesh, lay)
+    measure = sweep_lib.real_outputs(measure, batch, mesh, lay)
   many = {}
   if task.feed is not None:
     xs_sharding = getattr(task.feed, "ids_sharding", replicated)
     many["train_many"] = jax.jit(
         multi_step.scan_train(step, task.feed, batch_sharding,
                               copies_dtype=task.model.dtype),
-        in_shardings=(replicated, replicated, xs_sharding, replicated),
-        out_shardings=(replicated, replicated), donate_argnums=0)
+        in_shardings=(state_sharding, replicated, xs_sharding, replicated),
+        out_shardings=(state_sharding, replicated), donate_argnums=0)
   if task.feed is not None and task.feed.eval_counts:
     many["eval_many"] = jax.jit(
         multi_step.scan_eval(evaluate, task.feed, batch_sharding),
-        in_shardings=(replicated, replicated, replicated),
+        in_shardings=(state_sharding, replicated, replicated),
         out_shardings=replicated)
   return Steps(
-      mesh=mesh, task=task, replicated=replicated,
-      init=jax.jit(init, out_shardings=replicated),
-      train=jax.jit(step, in_shardings=(replicated, batch_sharding,
+      mesh=mesh, task=task, replicated=replicated, layout=lay,
+      state_sharding=state_sharding, **sweep_lib.saving(
+          lay, actions.device_copy, state_sharding, replicated),
+      init=jax.jit(init, out_shardings=state_sharding),
+      train=jax.jit(step, in_shardings=(state_sharding, batch_sharding,
                                         replicated),
-                    out_shardings=(replicated, replicated), donate_argnums=0),
-      eval=jax.jit(evaluate, in_shardings=(replicated, batch_sharding),
+                    out_shardings=(state_sharding, replicated),
+                    donate_argnums=0),
+      eval=jax.jit(evaluate, in_shardings=(state_sharding, batch_sharding),
                    out_shardings=replicated),
-      measure=jax.jit(measure, in_shardings=(replicated, batch_sharding),
+      measure=jax.jit(measure, in_shardings=(state_sharding, batch_sharding),
                       out_shardings=replicated),
       steps_per_call=multi_step.steps_per_call(config), **many)
 
@@ -388,7 +408,7 @@ def compile_ahead(steps, abstract_state, dropout_keys: jax.Array, batch):
                     jnp.zeros(actions.eval_call_size(n), jnp.int32))
         for split, n in feed.eval_counts.items()]
   # last: the first checkpoint comes long after the first call and eval
-  pool.submit(_compile, actions.device_copy, abstract_state)
+  pool.submit(_compile, steps.saved, abstract_state)
   pool.shutdown(wait=False)          # the jobs run on; the threads then end
   return steps.replace(**{name: Warm(getattr(steps, name), pending)
                           for name, pending in jobs.items()})

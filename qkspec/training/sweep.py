@@ -20,12 +20,29 @@ readings train side by side on the same batches.
 
 A member equals the same config trained alone (`member_config`), up to
 float reassociation in the batched matmuls (tests/sweep_test.py).
+
+Where the members run (`Layout`, `config.sweep.shard_members`): with
+members sharded (auto on more than one device) the mesh is
+("members", "data") of m x D/m devices, m the smallest divisor of the D
+devices that is >= N (all D if N >= D). Each group of D/m devices holds
+ceil(N/m) members' states, and no other group holds them; it trains them
+on the whole batch, split over its D/m devices, so a group's work is its
+own members'. N pads up to a multiple of m with copies of the last
+member (its keys, strengths and reading): the same computation on the
+same inputs as that member. The compiled functions take and return the
+N real members' keys, metrics and measurements, and checkpoints hold the
+N real members only, so a run resumes on another device count.
+Unsharded (one device, one run, or `shard_members=False`) the mesh is
+("data",) and every device holds every member, as a single run's state.
 """
+import functools
 import itertools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 
 from qkspec.config import schema
 from qkspec.theory import locater
@@ -109,7 +126,7 @@ def stacked_hparams(ms: list[dict]) -> locater.LocaterHParams:
   return stack([hparams(m) for m in ms])
 
 
-def over_members(fn, in_axes: tuple, member_batch: int = 0):
+def over_members(fn, in_axes: tuple, member_batch: int = 0, mesh=None):
   """`fn` over the leading member axis of the args whose `in_axes` is 0.
 
   `member_batch` = 0 is `jax.vmap(fn, in_axes)`: all members in one batched
@@ -117,10 +134,11 @@ def over_members(fn, in_axes: tuple, member_batch: int = 0):
   the same compiled program, `member_batch` at a time (vmapped within a
   group; 1 = no batch axis at all, the single run's code). Same results;
   on a CPU the batched [M, C, V] logits blocks fall out of cache and
-  member_batch = 1 is the fastest.
+  member_batch = 1 is the fastest. On a `mesh` with a "members" axis each
+  device group maps over its own members (`on_groups`).
   """
   if not member_batch:
-    return jax.vmap(fn, in_axes=in_axes)
+    return on_groups(jax.vmap(fn, in_axes=in_axes), in_axes, mesh)
 
   def mapped(*args):
     swept = tuple(a for a, ax in zip(args, in_axes) if ax == 0)
@@ -130,4 +148,159 @@ def over_members(fn, in_axes: tuple, member_batch: int = 0):
       return fn(*(next(it) if ax == 0 else a for a, ax in zip(args, in_axes)))
     return jax.lax.map(one, swept,
                        batch_size=member_batch if member_batch > 1 else None)
-  return mapped
+  return on_groups(mapped, in_axes, mesh)
+
+
+# ------------------------------------------------ members on the devices ----
+
+class Layout(NamedTuple):
+  """N members on D = groups x data devices (the module docstring)."""
+  members: int     # N, the real members (1: a single run)
+  groups: int      # m, the mesh's "members" axis (1: members replicated)
+  data: int        # devices per group, the "data" axis
+
+  @property
+  def per_group(self) -> int:
+    """Members each group trains: ceil(N / m)."""
+    return -(-self.members // self.groups)
+
+  @property
+  def padded(self) -> int:
+    """N padded to a multiple of m with copies of the last member."""
+    return self.per_group * self.groups
+
+
+def layout(members: int, devices: int, shard: bool = True) -> Layout:
+  """Where `members` members train on `devices` devices.
+
+  With `shard`, m = the smallest divisor of `devices` that is >= `members`
+  (all of them if none is): each member on a group of its own where the
+  devices allow, and the rest of the devices splitting each member's
+  batch. Without, or for one member, m = 1 (every device holds all).
+  """
+  if not shard or members <= 1:
+    return Layout(members, 1, devices)
+  groups = min((g for g in range(members, devices + 1) if devices % g == 0),
+               default=devices)
+  return Layout(members, groups, devices // groups)
+
+
+def shards_members(config, devices: int, processes: int = 1) -> bool:
+  """`config.sweep.shard_members` (None: auto, on with several devices).
+
+  Raises:
+    ValueError: members sharded over several processes (each host builds
+      its rows of every batch, `qkspec.data.pipeline.host_rows`, which a
+      group of members spanning hosts would not hold).
+  """
+  shard = config.get("sweep", {}).get("shard_members", None)
+  if shard is None:
+    return devices > 1 and processes == 1
+  if shard and processes > 1:
+    raise ValueError("config.sweep.shard_members=True needs one process "
+                     f"(got {processes}); set it to False or leave it auto.")
+  return bool(shard)
+
+
+def config_layout(config, devices: int, processes: int = 1) -> Layout:
+  """`layout` of `config`'s members (one for a single run)."""
+  n = len(members(config)) if is_sweep(config) else 1
+  return layout(n, devices, shards_members(config, devices, processes))
+
+
+def mesh_layout(mesh: jax.sharding.Mesh, num_members: int) -> Layout:
+  """The `Layout` of `num_members` members on `mesh` (a ("data",) mesh, or
+  ("members", "data"))."""
+  groups = dict(mesh.shape).get("members", 1)
+  return Layout(num_members, groups, mesh.shape["data"])
+
+
+def pad(tree, lay: Layout):
+  """Member-stacked `tree` [N, ...] -> [padded, ...]: the last member
+  repeated (inside a compiled function; `tree` itself if nothing pads)."""
+  if lay.padded == lay.members:
+    return tree
+  index = np.minimum(np.arange(lay.padded), lay.members - 1)
+  return jax.tree.map(lambda x: x[index], tree)
+
+
+def real(tree, lay: Layout):
+  """The real members [N, ...] of a padded `tree` [padded, ...]."""
+  if lay.padded == lay.members:
+    return tree
+  return jax.tree.map(lambda x: x[:lay.members], tree)
+
+
+def on_groups(fn, in_axes: tuple, mesh: jax.sharding.Mesh | None):
+  """`fn` (over members) run by each device group on its own members.
+
+  `jax.shard_map` manual over the mesh's "members" axis only: the args
+  whose `in_axes` is 0 and every output arrive split over the groups,
+  the other args whole; inside a group the "data" axis stays automatic
+  (the batch split over its devices). `fn` itself without that axis.
+  The varying-axes check is off: every member's computation stays within
+  its group, and the check would have each scan of the model that starts
+  from a constant carry mark it varying over "members".
+  """
+  if mesh is None or "members" not in mesh.axis_names:
+    return fn
+  spec = jax.P("members")
+  return jax.shard_map(
+      fn, mesh=mesh, axis_names={"members"}, out_specs=spec,
+      in_specs=tuple(spec if ax == 0 else jax.P() for ax in in_axes),
+      check_vma=False)
+
+
+def padded_init(init, lay: Layout):
+  """`init(keys, hparams)` of the N real members' -> the padded state."""
+  return lambda keys, hparams: init(pad(keys, lay), pad(hparams, lay))
+
+
+def member_step(step, scales: list[float], member_batch: int, mesh,
+                lay: Layout):
+  """`step(state, batch, key, *, penalty_scale)` over the members.
+
+  Returns `(state [padded], batch, keys [N]) -> (state [padded],
+  metrics [N])`. One penalty factor in `scales` (per member,
+  `qkspec.training.step.penalty_scales`) is a constant; several (readings
+  side by side) a [padded] array mapped with the state.
+  """
+  if len(set(scales)) > 1:
+    def one(state, batch, key, scale):
+      return step(state, batch, key, penalty_scale=scale)
+    in_axes = (0, None, 0, 0)
+    extra = (pad(np.asarray(scales, np.float32), lay),)
+  else:
+    one = functools.partial(step, penalty_scale=scales[0])
+    in_axes, extra = (0, None, 0), ()
+  mapped = over_members(one, in_axes, member_batch, mesh)
+
+  def members_step(state, batch, keys):
+    state, metrics = mapped(state, batch, pad(keys, lay), *extra)
+    return state, real(metrics, lay)
+  return members_step
+
+
+def real_outputs(fn, member_batch: int, mesh, lay: Layout):
+  """`fn(params, batch)` over the members: the real members' outputs."""
+  mapped = over_members(fn, (0, None), member_batch, mesh)
+  return lambda params, batch: real(mapped(params, batch), lay)
+
+
+def saving(lay: Layout, copy, state_sharding, replicated) -> dict:
+  """The fields saved, saved_sharding, unsaved and real of
+  `qkspec.training.step.Steps`.
+
+  Without padding: `copy` (a jitted copy of the state, as it is laid out),
+  the identity twice. With it: the N real members, replicated (N need not
+  divide over the groups), and the jitted padding back onto
+  `state_sharding`.
+  """
+  if lay.padded == lay.members:
+    same = lambda state: state  # noqa: E731
+    return dict(saved=copy, saved_sharding=state_sharding, unsaved=same,
+                real=same)
+  saved = jax.jit(lambda s: real(s, lay), out_shardings=replicated)
+  return dict(saved=saved, saved_sharding=replicated, real=saved,
+              unsaved=jax.jit(lambda s: pad(s, lay),
+                              out_shardings=state_sharding))
