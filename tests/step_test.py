@@ -15,7 +15,7 @@ from qkspec.training import loop
 from qkspec.training import step as step_lib
 import testutil
 
-PROGRAMS = ("jit(mapped)", "jit(train_many)", "jit(eval_many)")
+PROGRAMS = ("jit(real_members)", "jit(train_many)", "jit(eval_many)")
 
 
 class WarmTest(absltest.TestCase):

@@ -284,7 +284,10 @@ def member_step(step, scales: list[float], member_batch: int, mesh,
 def real_outputs(fn, member_batch: int, mesh, lay: Layout):
   """`fn(params, batch)` over the members: the real members' outputs."""
   mapped = over_members(fn, (0, None), member_batch, mesh)
-  return lambda params, batch: real(mapped(params, batch), lay)
+
+  def real_members(params, batch):
+    return real(mapped(params, batch), lay)
+  return real_members
 
 
 def saving(lay: Layout, copy, state_sharding, replicated) -> dict:
