@@ -1,9 +1,4 @@
-"""The `--config file.py:ARG` grammar and loading a config file.
-
-Every file in configs/ reads the part after ":" with `parse_arg`:
-`"smoke,L=3,d=32"` -> `ConfigDict(smoke=True, L=3, d=32)` over the file's
-defaults. Imports only ml_collections.
-"""
+"""The `--config file.py:ARG` grammar and loading a config file."""
 import importlib.util
 import pathlib
 

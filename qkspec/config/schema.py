@@ -78,12 +78,10 @@ LOCATER_CHECKS = {
     "target": _real(),                    # tau
 }
 LOCATER_FIELDS = tuple(LOCATER_CHECKS)
-# What a sweep can vary per member (the reading of kappa as a per-member
-# factor on the penalty, qkspec.training.step).
+# What a sweep can vary per member.
 SWEEPABLE = ("seed",) + LOCATER_FIELDS + ("penalty_added_to",)
 
-# `locater.penalty_added_to`: the reading of kappa (applied by
-# qkspec.training.step.penalty_scale_of).
+# The readings of kappa (`locater.penalty_added_to`, step.penalty_scale_of).
 PENALTY_ADDED_TO = {
     "mean_loss": "mean loss + kappa * penalty, the paper's formula as printed",
     "summed_loss": ("fairseq: summed loss + kappa * penalty, gradients "
