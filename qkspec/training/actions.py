@@ -77,12 +77,6 @@ class PeriodicAction:
     """The first step after `step` at which this action is due."""
     return min((step // self.every + 1) * self.every, self.num_steps)
 
-  def __call__(self, step: int, state) -> None:
-    """Runs the whole action at `step`."""
-    left = self.begin(step, state)
-    if left is not None:
-      left()
-
   def begin(self, step: int, state):
     """Runs the action at `step`; returns what is left of it (a callable
     that needs no more of `state`), for the loop to run once it has

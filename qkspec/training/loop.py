@@ -180,9 +180,8 @@ def _restore_or_init(run: Run, ckpt: ckpt_lib.Checkpointer):
 
 def _next_stop(step: int, actions, num_steps: int) -> int:
   """The first step after `step` at which a step-counted action is due."""
-  stops = [num_steps] + [a.next_due(step) for a in actions
-                         if hasattr(a, "next_due")]
-  return min(stops)
+  return min([num_steps] + [a.next_due(step) for a in actions
+                            if hasattr(a, "next_due")])
 
 
 def _chunk_at(steps: step_lib.Steps, step: int, stop: int) -> int:

@@ -56,10 +56,7 @@ class ProgressAction:
     return self._clock() - self._last >= self.every_s
 
   def begin(self, step: int, state) -> None:
-    """The loop's call (`actions.PeriodicAction.begin`): all of it now."""
-    self(step, state)
-
-  def __call__(self, step: int, state) -> None:
+    """Runs all of it now (the loop's `actions.PeriodicAction.begin`)."""
     jax.block_until_ready(state.step)
     now = self._last = self._clock()
     if step == self.start:

@@ -239,11 +239,8 @@ def _synthetic_task(config, batch_sharding, dtype) -> Task:
   _refuse_unsupported(config.model)
   dc = config.data
   sample, evals = data_functions(dc)
-  sample_jit = jax.jit(sample, out_shardings=batch_sharding)
+  train_batch = jax.jit(sample, out_shardings=batch_sharding)
   evals = [jax.device_put(b) for b in evals]
-
-  def train_batch(step):
-    return sample_jit(step)
 
   def valid():
     yield from evals
