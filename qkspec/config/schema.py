@@ -71,7 +71,7 @@ def _temperature(v):
 
 
 # The fields of `qkspec.theory.locater.LocaterHParams`, in order (named here
-# to load without jax; qkspec/training/sweep.py asserts that they agree).
+# to load without jax; tests/sweep_test.py checks that they agree).
 LOCATER_CHECKS = {
     "kappa1": _real(0.0),                 # scale strength
     "kappa2": _real(0.0),                 # mean strength
@@ -181,10 +181,8 @@ def flatten(config, prefix: str = "") -> dict:
 
 
 def validate(config, num_devices: int | None = None) -> None:
-  """Raises ValueError naming the key of the first problem in `config`.
-
-  If `num_devices` is given, the batch must split evenly over them.
-  """
+  """Raises ValueError naming the key of the first problem in `config`;
+  with `num_devices`, the batch must split evenly over them."""
   flat = flatten(config)
   task = flat.get("task")
   schema = {**_COMMON, **{"theory": _THEORY_DATA,

@@ -85,12 +85,9 @@ class PeriodicAction:
 
 
 class LogAction(PeriodicAction):
-  """Mean train metrics since the last log, measurements, steps/s.
-
-  `begin` checks for NaN/Inf (before the next call, and before a checkpoint
-  at the same step) and dispatches the measurements; fetching and writing
-  them is left to run while the next call computes.
-  """
+  """Mean train metrics since the last log, measurements, steps/s: `begin`
+  checks for NaN/Inf and dispatches the measurements, and leaves fetching
+  and writing them for while the next call computes."""
 
   def __init__(self, run, start: int, fresh: bool, pending: Pending,
                writers):
@@ -209,11 +206,9 @@ def device_copy(tree):
 
 
 class CheckpointAction(PeriodicAction):
-  """A checkpoint every `checkpoint_every` steps, if the steps were finite.
-
+  """A checkpoint every `checkpoint_every` steps, if the steps were finite:
   `begin` copies the state's real members on the device (the next call
-  takes the state itself, donated); the save and the writers' flush run
-  while that call computes."""
+  takes the state, donated) and leaves the save for while it computes."""
 
   phase = "checkpoint"
 

@@ -97,12 +97,9 @@ class Checkpointer:
 
   def restore_newest(self, abstract_state: Any
                      ) -> tuple[int, Any, dict] | None:
-    """(step, state, meta) of the newest checkpoint that restores, or None.
-
-    Each newer one is named with its reason and moved to `ckpt_damaged/`
-    (so a later save at its step is not skipped); RuntimeError if there are
-    checkpoints and none restores.
-    """
+    """(step, state, meta) of the newest checkpoint that restores, or None;
+    newer ones are named and moved to `ckpt_damaged/` (so a later save at
+    their step is not skipped); RuntimeError if none restores."""
     failed = []
     for step in sorted(self.all_steps(), reverse=True):
       try:

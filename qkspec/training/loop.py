@@ -1,7 +1,5 @@
 r"""The training loop: set up a run, restore or initialise it, train it.
 
-Shapes: N=sweep members (a leading axis of the state in a vmapped sweep).
-
 `train_and_evaluate(config, workdir)` runs:
 
 1. `_setup`: checks the config, builds the compiled steps and the members;
@@ -16,10 +14,8 @@ Shapes: N=sweep members (a leading axis of the state in a vmapped sweep).
    and `layer_stats`, written while the next call computes), eval and
    checkpoint (`actions`).
 
-Ctrl-C and SIGTERM take effect at a call boundary, on every process alike
-(`preemption`): a checkpoint is saved and `preemption.Interrupted` says how
-to resume; a second Ctrl-C interrupts at once. Each invocation's wall time
-by phase goes to run_info.jsonl (`progress.PhaseClock`).
+Ctrl-C and SIGTERM stop every process at a call boundary with a checkpoint
+(`preemption`); a second Ctrl-C interrupts at once.
 """
 # pylint: disable=invalid-name
 import contextlib
@@ -155,11 +151,9 @@ def _start_compiling(run: Run) -> None:
 
 
 def _restore_or_init(run: Run, ckpt: ckpt_lib.Checkpointer):
-  """The state at the newest checkpoint that restores, or a fresh one.
-
-  Raises ValueError for a checkpoint of other LocATER hyperparameters or
-  whose data position is not its step, RuntimeError if none restores.
-  """
+  """The state at the newest checkpoint that restores, or a fresh one;
+  ValueError if it has other LocATER hyperparameters or its data position
+  is not its step."""
   if ckpt.latest_step() is None:
     return run.steps.init(run.init_keys, run.hparams)
   found = ckpt.restore_newest(_abstract_state(run, saved=True))
@@ -208,8 +202,7 @@ def _run(run: Run, state, start: int, actions: list[actions_lib.PeriodicAction],
 
   Wall time goes to `clock`: an action's to its phase once the state is
   ready, a compiled step's first call to "compile", other calls to "steps".
-  What an action leaves (`PeriodicAction.begin`) runs while the next call
-  computes. Raises `preemption.Interrupted` on Ctrl-C or SIGTERM.
+  What an action leaves runs while the next call computes.
   """
   step, boundary, compiled = start, None, set()
   try:

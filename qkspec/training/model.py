@@ -286,11 +286,9 @@ class OutputHead(nn.Module):
 
 
 class LanguageModel(nn.Module):
-  r"""fairseq `transformer_lm` (Sec. 7, App. D): tokens [B, T] -> logits.
-
-  Embedding times :math:`\sqrt d`, sinusoidal positions, dropout, L causal
-  blocks, `OutputHead`.
-  """
+  r"""fairseq `transformer_lm` (Sec. 7, App. D): embedding times
+  :math:`\sqrt d`, sinusoidal positions, dropout, L causal blocks and
+  `OutputHead`, tokens [B, T] -> logits."""
   vocab_size: int
   d_model: int
   num_layers: int
@@ -317,8 +315,8 @@ class LanguageModel(nn.Module):
 
 
 def attention_temperature(model_config) -> float:
-  r"""The :math:`\lambda` of every attention layer: `model.temperature`,
-  None meaning :math:`\sqrt{d/H}`, the square root of the head width."""
+  r"""Every attention layer's :math:`\lambda`: `model_config.temperature`,
+  None meaning :math:`\sqrt{d/H}`."""
   m = model_config
   return float(softmax.temperature(m.temperature, m.d_model // m.num_heads))
 

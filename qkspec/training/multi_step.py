@@ -14,10 +14,6 @@ Under a half-precision compute dtype the scan carries the decoder's
 weights cast (`TrainState.copies`): each update writes them (fused into
 AdamW), the next forward reads them (`use_copies`); the same values, and
 the copies never leave the scan.
-
-`steps_per_call(config)`: `config.steps_per_call` if >= 1, else 1 on a CPU
-and elsewhere the largest divisor <= `MAX_AUTO_STEPS` of gcd(log_every,
-eval_every, checkpoint_every), so every action falls on a call boundary.
 """
 import math
 
@@ -28,7 +24,9 @@ MAX_AUTO_STEPS = 250
 
 
 def steps_per_call(config) -> int:
-  """k: steps per compiled call (module docstring)."""
+  """k: `config.steps_per_call` if >= 1, else 1 on a CPU and elsewhere the
+  largest divisor <= `MAX_AUTO_STEPS` of gcd(log_every, eval_every,
+  checkpoint_every), so every action falls on a call boundary."""
   k = int(config.get("steps_per_call", -1))
   if k >= 1:
     return k
@@ -40,13 +38,10 @@ def steps_per_call(config) -> int:
 
 
 def scan_train(step_fn, feed, batch_sharding=None, copies_dtype=None):
-  """`train_many(state, consts, xs, keys) -> (state, metrics [k, ...])`.
-
-  `step_fn(state, batch, keys)` runs on `feed.train_batch(consts, x)` for
-  each host input x of `xs` (block ids, or step numbers), laid out on
-  `batch_sharding`; a `copies_dtype` other than float32 makes the scan
-  carry the cast weights.
-  """
+  """`train_many(state, consts, xs, keys) -> (state, metrics [k, ...])`:
+  `step_fn(state, batch, keys)` on `feed.train_batch(consts, x)` for each
+  host input x of `xs`; a `copies_dtype` other than float32 makes the scan
+  carry the cast weights."""
   cast = copies_dtype is not None and jnp.dtype(copies_dtype) != jnp.float32
 
   def train_many(state, consts, xs, keys):

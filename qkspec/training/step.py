@@ -187,12 +187,10 @@ def eval_step(params, batch, *, task: tasks.Task) -> dict[str, jax.Array]:
 
 
 class Steps(struct.PyTreeNode):
-  """The compiled functions of a run (over the members for a sweep).
-
-  Keys, hparams, metrics and measurements are the N real members'; the
-  state has `layout.padded`. `saved`: a copy of its real members, as a
-  checkpoint holds them; `unsaved` back; `real`: `saved` where members pad.
-  """
+  """The compiled functions of a run (over the members for a sweep): keys,
+  hparams, metrics and measurements of the N real members, a state of
+  `layout.padded`; `saved` copies its real members for a checkpoint,
+  `unsaved` pads them back, `real` is `saved` where members pad."""
   mesh: Any = struct.field(pytree_node=False)
   task: Any = struct.field(pytree_node=False)
   init: Any = struct.field(pytree_node=False)      # (init_keys, hparams)
@@ -206,9 +204,9 @@ class Steps(struct.PyTreeNode):
   saved_sharding: Any = struct.field(pytree_node=False)
   unsaved: Any = struct.field(pytree_node=False)   # (saved) -> state
   real: Any = struct.field(pytree_node=False)      # (state) -> real members
-  # k steps per call on batches built on the device (multi_step):
-  # (state, feed.consts, feed.train_inputs(step, k), keys), and a split's
-  # eval batches (params, feed.eval_tokens[split], indices); None: no feed.
+  # k steps, and a split's eval, per call on batches built on the device
+  # (multi_step; None without a feed): (state, feed.consts,
+  # feed.train_inputs(step, k), keys), (params, feed.eval_tokens[s], indices)
   train_many: Any = struct.field(pytree_node=False, default=None)
   eval_many: Any = struct.field(pytree_node=False, default=None)
   steps_per_call: int = struct.field(pytree_node=False, default=1)
@@ -315,12 +313,8 @@ def _compile(fn, *args) -> None:
 
 
 def compile_ahead(steps, abstract_state, dropout_keys: jax.Array, batch):
-  """`steps` with its train, measure and eval programs compiling on threads.
-
-  They compile from the shapes and shardings of `abstract_state` and
-  `batch` (a train batch) while the caller builds the state; each is
-  wrapped in `Warm`, so its first call waits for it (or raises its error).
-  """
+  """`steps` with its train, measure and eval programs compiling on threads
+  from `abstract_state` and `batch` (a train batch), each in a `Warm`."""
   pool = futures.ThreadPoolExecutor(max_workers=3,
                                     thread_name_prefix="precompile")
   feed, k = steps.task.feed, steps.steps_per_call

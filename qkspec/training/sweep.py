@@ -9,13 +9,11 @@ seeds in the stacked keys, a swept reading as a per-member penalty
 factor). A member equals the same config trained alone (`member_config`)
 up to float reassociation (tests/sweep_test.py).
 
-Sharded members (`Layout`, `config.sweep.shard_members`): a ("members",
-"data") mesh of m x D/m devices, m the smallest divisor of the D devices
-that is >= N (else D); each group trains its ceil(N/m) members on the
-whole batch. N is padded to a multiple of m with copies of the last
-member; the compiled functions take and return the N real members' keys,
-metrics and measurements, and checkpoints hold only those, so a run
-resumes on another device count. Unsharded, the mesh is ("data",).
+With members sharded (`layout`), each group of devices trains its own
+members on the whole batch, N padded with copies of the last member; the
+compiled functions take and return the N real members' keys, metrics and
+measurements, and checkpoints hold only those, so a run resumes on
+another device count.
 """
 import functools
 import itertools
@@ -130,7 +128,7 @@ def over_members(fn, in_axes: tuple, member_batch: int = 0, mesh=None):
 # ------------------------------------------------ members on the devices ----
 
 class Layout(NamedTuple):
-  """N members on D = groups x data devices (the module docstring)."""
+  """N members on D = groups x data devices (`layout`)."""
   members: int     # N, the real members (1: a single run)
   groups: int      # m, the mesh's "members" axis (1: members replicated)
   data: int        # devices per group, the "data" axis
@@ -199,13 +197,10 @@ def real(tree, lay: Layout):
 
 
 def on_groups(fn, in_axes: tuple, mesh: jax.sharding.Mesh | None):
-  """`fn` (over members) run by each device group on its own members.
-
-  `jax.shard_map` manual over "members" only (the args with `in_axes` 0 and
-  the outputs split over the groups; "data" automatic within). `check_vma`
-  is off: no member's computation leaves its group, and the check would
-  flag the model's scans that start from a constant carry.
-  """
+  """`fn` (over members) run by each device group on its own members:
+  `jax.shard_map` manual over "members" only ("data" automatic within),
+  `check_vma` off, as no member's computation leaves its group and the
+  check would flag the model's scans from a constant carry."""
   if mesh is None or "members" not in mesh.axis_names:
     return fn
   spec = jax.P("members")
