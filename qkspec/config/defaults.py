@@ -253,4 +253,3 @@ def wikitext2_variant(c, *, fairseq: bool = False, seeds: int = 1,
     if both_readings:
       c.sweep.penalty_added_to = readings
   return c
-

@@ -264,4 +264,3 @@ def make_task(config, batch_sharding) -> Task:
   if config.task == "synthetic":   # Dong et al.'s sorting / memorisation
     return _synthetic_task(config, batch_sharding, dtype)
   return _lm_task(config, batch_sharding, dtype)
-
