@@ -2,16 +2,16 @@ r"""One training step with LocATER (paper Secs. 6-7), compiled for a mesh.
 
 Shapes: B=batch, T=tokens, L=layers, H=heads, d=width, N=sweep members.
 
-The objective is the mean loss over the N targets of a batch plus the
+The objective is the mean loss over the n targets of a batch plus the
 LocATER penalty of every layer and head (`qkspec.theory.locater`, the
 hyperparameters held in the state), times a static factor :math:`s`:
 
-.. math:: \frac1N \sum_{i=1}^N \ell_i + s \sum_{\ell, h}
+.. math:: \frac1n \sum_{i=1}^n \ell_i + s \sum_{\ell, h}
           \kappa_1\,\mathrm{tr}(W_{QK}^\top W_{QK})
           + \kappa_2\,(\mathrm{tr}\,W_{QK} - \tau)^2,
 
-:math:`s = 1` as printed ("mean_loss"), :math:`s = 1/N` as fairseq
-("summed_loss": penalty added to the summed loss, gradients divided by N);
+:math:`s = 1` as printed ("mean_loss"), :math:`s = 1/n` as fairseq
+("summed_loss": penalty added to the summed loss, gradients divided by n);
 a sweep may train both readings side by side. AdamW, constant learning
 rate, no clipping, as the paper's fairseq setup.
 
@@ -96,7 +96,7 @@ def locater_term(params, hparams: locater.LocaterHParams) -> jax.Array:
 
 
 def targets_per_batch(config) -> int:
-  """N, the targets of one train batch (fairseq's `sample_size`): B T
+  """n, the targets of one train batch (fairseq's `sample_size`): B T
   tokens for the LM, else B sequences (one target x_{T+1} each)."""
   n = config.data.batch_size
   return n * config.data.seq_len if config.task == "lm" else n
