@@ -1,9 +1,4 @@
-"""The `--config file.py:ARG` grammar and loading a config file.
-
-Every file in configs/ reads the part after ":" with `parse_arg`:
-`"smoke,L=3,d=32"` -> `ConfigDict(smoke=True, L=3, d=32)` over the file's
-defaults. Imports only ml_collections.
-"""
+"""The `--config file.py:ARG` grammar and loading a config file."""
 import importlib.util
 import pathlib
 
@@ -11,11 +6,9 @@ import ml_collections
 
 
 def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
-  """"smoke,L=3,d=32" -> ConfigDict(smoke=True, L=3, d=32) over `defaults`.
-
-  A bare name sets a bool default to True; `k=v` is cast to the type of
-  the default. Unknown names raise ValueError.
-  """
+  """"smoke,L=3,d=32" -> ConfigDict(smoke=True, L=3, d=32) over `defaults`:
+  a bare name sets a bool to True, `k=v` takes the default's type; unknown
+  names raise ValueError."""
   out = ml_collections.ConfigDict(defaults)
   for part in (arg or "").split(","):
     part = part.strip()

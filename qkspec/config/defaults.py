@@ -1,8 +1,6 @@
-"""Defaults of the training configs (theory_task, locater_wt2, ...).
+"""Complete training configs for the files in configs/ to edit.
 
-`theory_config()` and `lm_config()` give complete configs (the fields
-`schema.validate` knows) for the files in configs/ to edit; `parse_arg` and
-`load_config_file` are re-exported so a config file needs one import.
+`parse_arg` and `load_config_file` are re-exported: a config needs one import.
 """
 import ml_collections
 from ml_collections import config_dict
@@ -32,11 +30,9 @@ def _training(c):
       kappa1=0.0,            # scale strength, tr(W_QK^T W_QK) (0 = off)
       kappa2=0.0,            # mean strength, (tr W_QK - target)^2 (0 = off)
       target=1.0,            # the eigen-sum tr(W_QK) is held to (paper: 1)
-      # the loss the penalty is added to, i.e. the reading of the paper's
-      # J + kappa * penalty: "mean_loss" as printed (mean loss over the
-      # batch's targets), or "summed_loss" as fairseq (summed loss, gradients
-      # divided by the B * T targets: mean loss + kappa / (B T) * penalty);
-      # schema.PENALTY_ADDED_TO, training.step.penalty_scale_of
+      # the reading of J + kappa * penalty: "mean_loss" as printed, or
+      # "summed_loss" as fairseq (mean loss + kappa / (B T) * penalty);
+      # schema.PENALTY_ADDED_TO
       penalty_added_to="mean_loss",
   ))
   c.sweep = ml_collections.ConfigDict(dict(
@@ -45,10 +41,9 @@ def _training(c):
       **dict.fromkeys(schema.SWEEPABLE, ()),
       member_batch=-1,       # members batched per step: 0 all (vmap), k: k at
                              # a time (lax.map), -1 auto (CPU 1, else all)
-      # members on devices of their own: a ("members", "data") mesh, N
-      # padded with copies of the last member to a multiple of its size
-      # (training.sweep.Layout); False: every device holds every member;
-      # None auto: True on several devices of one process
+      # members on devices of their own (training.sweep.Layout); False:
+      # every device holds every member; None: True on several devices of
+      # one process
       shard_members=config_dict.placeholder(bool),
   ))
   c.num_steps = 50_000       # optimizer updates (>= 1)
@@ -229,14 +224,11 @@ def wikitext2_variant(c, *, fairseq: bool = False, seeds: int = 1,
                       ) -> ml_collections.ConfigDict:
   """The arguments of the WikiText-2 figure configs.
 
-  `fairseq`: fairseq's reading of kappa ("summed_loss"). `seeds` > 1: every
-  member with seeds 0..N-1 in one vmapped program. `seed` = S: seed S alone
-  (init and dropout; batches follow `data.seed`), so a figure's seeds can
-  be separate runs that the report merges. `contrast`: one member without
-  LocATER per seed (Fig. 7's contrast), members zipped. `none`: that member
-  alone, as a run of its own. `both_readings`: every LocATER member under
-  both readings side by side (same batches, init and dropout); the
-  contrast member, the same under both, once.
+  `fairseq`: fairseq's reading of kappa. `seeds` > 1: seeds 0..N-1 in one
+  program; `seed` = S: seed S alone (init and dropout), a run the report
+  merges. `contrast`: one member without LocATER per seed (Fig. 7), zipped;
+  `none`: that member alone. `both_readings`: every LocATER member under
+  both readings side by side (the contrast member once).
   """
   readings = readings_of(c, fairseq=fairseq, both_readings=both_readings)
   set_seed(c, seed, seeds)
@@ -261,4 +253,3 @@ def wikitext2_variant(c, *, fairseq: bool = False, seeds: int = 1,
     if both_readings:
       c.sweep.penalty_added_to = readings
   return c
-

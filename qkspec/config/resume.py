@@ -1,16 +1,9 @@
 """Which config fields a run resumed from its workdir may change.
 
-A workdir's checkpoints hold the parameters, data position and sweep members
-of the config that wrote them (its `config.json`). Resuming under another
-model, task or vocabulary would restore into other shapes; other seeds,
-batch size, sequence length or data fields would draw other batches; other
-sweep fields or `locater.penalty_added_to` would train other members (the
-reading of kappa is not in the saved state). So only the fields of `SAFE`,
-which change how long the run goes, how often it logs, evaluates,
-checkpoints and reports, how its steps are compiled, batched and placed
-on the devices, or where the data lives, may differ; every other
-difference (a field one config has and the other lacks included) refuses
-the resume.
+Only those of `SAFE`: how long the run goes, its cadences, how its steps are
+compiled, batched and placed, where the data lives. Any other change (a
+field one config lacks included) would restore into other shapes, draw
+other batches or train other members, and refuses the resume.
 """
 from qkspec.config import schema
 
@@ -35,14 +28,9 @@ _ABSENT = _Absent()
 
 
 def changed_fields(old: dict, new: dict) -> dict[str, tuple]:
-  """{dotted field: (old value, new value)} of the fields not in `SAFE`
-  that differ, in sorted order.
-
-  Args:
-    old, new: configs as nested dicts with JSON's types (`config.json`
-      read back; `json.loads(config.to_json())`). A field only one of them
-      has is "<absent>" in the other.
-  """
+  """{dotted field: (old, new)} of the fields not in `SAFE` that differ,
+  sorted, of two configs as JSON dicts (`config.json` read back); a field
+  only one has is "<absent>" in the other."""
   old, new = schema.flatten(old), schema.flatten(new)
   return {k: (old.get(k, _ABSENT), new.get(k, _ABSENT))
           for k in sorted(old.keys() | new.keys())

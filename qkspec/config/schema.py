@@ -71,19 +71,17 @@ def _temperature(v):
 
 
 # The fields of `qkspec.theory.locater.LocaterHParams`, in order (named here
-# to load without jax; qkspec/training/sweep.py asserts that they agree).
+# to load without jax; tests/sweep_test.py checks that they agree).
 LOCATER_CHECKS = {
     "kappa1": _real(0.0),                 # scale strength
     "kappa2": _real(0.0),                 # mean strength
     "target": _real(),                    # tau
 }
 LOCATER_FIELDS = tuple(LOCATER_CHECKS)
-# What a sweep can vary per member (the reading of kappa as a per-member
-# factor on the penalty, qkspec.training.step).
+# What a sweep can vary per member.
 SWEEPABLE = ("seed",) + LOCATER_FIELDS + ("penalty_added_to",)
 
-# `locater.penalty_added_to`: the reading of kappa (applied by
-# qkspec.training.step.penalty_scale_of).
+# The readings of kappa (`locater.penalty_added_to`, step.penalty_scale_of).
 PENALTY_ADDED_TO = {
     "mean_loss": "mean loss + kappa * penalty, the paper's formula as printed",
     "summed_loss": ("fairseq: summed loss + kappa * penalty, gradients "
@@ -183,10 +181,8 @@ def flatten(config, prefix: str = "") -> dict:
 
 
 def validate(config, num_devices: int | None = None) -> None:
-  """Raises ValueError naming the key of the first problem in `config`.
-
-  If `num_devices` is given, the batch must split evenly over them.
-  """
+  """Raises ValueError naming the key of the first problem in `config`;
+  with `num_devices`, the batch must split evenly over them."""
   flat = flatten(config)
   task = flat.get("task")
   schema = {**_COMMON, **{"theory": _THEORY_DATA,

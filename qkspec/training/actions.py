@@ -1,10 +1,7 @@
 """The periodic actions of the training loop: log, evaluate, checkpoint.
 
-Each action runs before the update of a step where it is `due` (every
-`every` steps after the start step, and at the last step); `loop._run` calls
-them in order. `run` is the loop's `Run` (config, compiled steps, member
-names and views). `Pending` holds the train metrics of the steps since the
-last log on the device until a log or a checkpoint needs them.
+Each runs before the update of a step where it is `due` (every `every`
+steps after the start, and at the last step); `run` is the loop's `Run`.
 """
 # pylint: disable=invalid-name
 import time
@@ -20,11 +17,8 @@ from qkspec.training import progress
 
 
 class Pending:
-  """Train metrics of the steps since the last log, still on the device.
-
-  An item is one step's metrics, or k steps' stacked on a leading axis
-  (`count=k`, from `qkspec.training.multi_step`).
-  """
+  """Train metrics of the steps since the last log, still on the device:
+  one step's, or k steps' stacked on a leading axis (`count=k`)."""
 
   def __init__(self, names: list[str], describe_ckpt=lambda: ""):
     self._names, self._describe_ckpt = names, describe_ckpt
@@ -83,12 +77,6 @@ class PeriodicAction:
     """The first step after `step` at which this action is due."""
     return min((step // self.every + 1) * self.every, self.num_steps)
 
-  def __call__(self, step: int, state) -> None:
-    """Runs the whole action at `step`."""
-    left = self.begin(step, state)
-    if left is not None:
-      left()
-
   def begin(self, step: int, state):
     """Runs the action at `step`; returns what is left of it (a callable
     that needs no more of `state`), for the loop to run once it has
@@ -97,15 +85,9 @@ class PeriodicAction:
 
 
 class LogAction(PeriodicAction):
-  """Mean train metrics since the last log, measurements, steps/s.
-
-  `begin` checks the steps since the last log for NaN/Inf (so a NaN stops
-  the loop before its next call, and before a checkpoint at the same
-  step) and dispatches the measurements; what it leaves, fetching them
-  and the train metrics and writing them out (~10 ms of the host's a log
-  on a GPU host), the loop runs while the next call computes, so that the
-  GPU does not wait for it.
-  """
+  """Mean train metrics since the last log, measurements, steps/s: `begin`
+  checks for NaN/Inf and dispatches the measurements, and leaves fetching
+  and writing them for while the next call computes."""
 
   def __init__(self, run, start: int, fresh: bool, pending: Pending,
                writers):
@@ -156,18 +138,14 @@ class LogAction(PeriodicAction):
 
 
 def eval_call_size(num_batches: int) -> int:
-  """Batches per compiled eval call (`eval_many`): the whole split on an
-  accelerator; one on a CPU, so that the progress meter can report
-  (`step.compile_ahead` compiles the same call ahead)."""
+  """Batches per compiled eval call: the whole split, or one on a CPU so
+  that the progress meter can report."""
   return num_batches if jax.default_backend() != "cpu" else 1
 
 
 def _eval_calls(steps, state, split: str, batches):
-  """(batches done after it, its {"loss_sum", "weight"}) per compiled call.
-
-  With a device feed (`steps.eval_many`): `eval_call_size` batches per
-  call. Otherwise the host batches of `batches()`, one per call.
-  """
+  """(batches done, {"loss_sum", "weight"}) per compiled call: of
+  `eval_call_size` device-fed batches, else of one batch of `batches()`."""
   feed = steps.task.feed
   if steps.eval_many is not None and split in feed.eval_counts:
     n = feed.eval_counts[split]
@@ -181,8 +159,7 @@ def _eval_calls(steps, state, split: str, batches):
       yield count, steps.eval(state.params, batch)
 
 
-def _evaluate(steps, state,
-              every_s: float) -> dict[str, np.ndarray]:
+def _evaluate(steps, state, every_s: float) -> dict[str, np.ndarray]:
   """`{split}/loss` (and `/ppl` for an LM) over every eval split."""
   out = {}
   for split, batches in steps.task.eval_splits.items():
@@ -223,21 +200,15 @@ class EvalAction(PeriodicAction):
 
 @jax.jit
 def device_copy(tree):
-  """A copy of `tree` on its devices (XLA copies: the outputs may not alias
-  the inputs without donation): `Steps.saved` where no member pads the
-  state, which `step.compile_ahead` compiles ahead of the first
-  checkpoint."""
+  """A copy of `tree` on its devices: `Steps.saved` where no member pads
+  the state."""
   return jax.tree.map(jnp.copy, tree)
 
 
 class CheckpointAction(PeriodicAction):
-  """A checkpoint every `checkpoint_every` steps, if the steps were finite.
-
-  `begin` checks the steps for NaN/Inf and copies the state on its
-  devices (its real members, `Steps.saved`); what it leaves, the save
-  (orbax copies the state to the host before it returns, then writes it
-  on a thread) and the writers' flush, the loop runs while the next call
-  computes, which has the state itself (donated)."""
+  """A checkpoint every `checkpoint_every` steps, if the steps were finite:
+  `begin` copies the state's real members on the device (the next call
+  takes the state, donated) and leaves the save for while it computes."""
 
   phase = "checkpoint"
 

@@ -1,13 +1,9 @@
 """Orbax checkpoints of the train state (the only module importing orbax).
 
-A checkpoint at step s holds `state` (the TrainState pytree: step, params,
-optimizer state, LocATER hyperparameters; with a leading member axis for a
-vmapped sweep) and `meta` (JSON: the step and the data position, which is
-the step because every batch is a pure function of (data seed, step)).
-
-`Checkpointer.restore_newest` resumes from the newest checkpoint that
-restores: a damaged one (truncated files, a missing `state/` or `meta/`, bad
-JSON) is named in one warning and moved to `<workdir>/ckpt_damaged/`.
+A checkpoint at step s holds `state` (the TrainState, with a leading member
+axis for a sweep) and `meta` (JSON: the step and the data position, which is
+the step, as batches are pure functions of (data seed, step)). A damaged
+checkpoint is named in a warning and moved to `<workdir>/ckpt_damaged/`.
 """
 import contextlib
 import logging
@@ -34,12 +30,8 @@ absl_logging.get_absl_logger().addFilter(_QuietOrbax())
 
 @contextlib.contextmanager
 def _quiet_closed_event_loop():
-  """Drops the "Event loop is closed" errors of a failed restore.
-
-  When one read of a damaged checkpoint fails, orbax closes its event loop
-  while tensorstore still completes the other reads; each completion then
-  reports an unraisable RuntimeError (a dozen tracebacks on stderr).
-  """
+  """Drops the "Event loop is closed" errors of a failed restore (orbax
+  closes its loop while tensorstore completes the other reads)."""
   previous = sys.unraisablehook
 
   def hook(unraisable):
@@ -56,14 +48,8 @@ def _quiet_closed_event_loop():
 
 class _Manager(ocp.CheckpointManager):
   """`ocp.CheckpointManager` that leaves JAX's preemption sync point to the
-  loop.
-
-  orbax asks `multihost_utils.reached_preemption_sync_point(step)` at each
-  save and when a save completes (on a thread); that point compares a call
-  counter which must grow by one per call, and the loop asks it once per
-  compiled call (`qkspec.training.preemption`), so orbax's calls with the
-  step would move the counter under it.
-  """
+  loop: its call counter must grow by one per call, and the loop asks it
+  once per compiled call (`qkspec.training.preemption`)."""
 
   def reached_preemption(self, step: int) -> bool:
     del step
@@ -71,13 +57,8 @@ class _Manager(ocp.CheckpointManager):
 
 
 class Checkpointer:
-  """`ocp.CheckpointManager` over `<workdir>/ckpt`.
-
-  Args:
-    workdir: the run's directory.
-    max_to_keep: checkpoints kept (the newest).
-    save_interval_steps: `save` is a no-op at other steps unless forced.
-  """
+  """`ocp.CheckpointManager` over `<workdir>/ckpt`; `save` is a no-op at
+  steps off `save_interval_steps` unless forced."""
 
   def __init__(self, workdir: str, *, max_to_keep: int = 3,
                save_interval_steps: int = 1):
@@ -116,15 +97,9 @@ class Checkpointer:
 
   def restore_newest(self, abstract_state: Any
                      ) -> tuple[int, Any, dict] | None:
-    """(step, state, meta) of the newest checkpoint that restores, or None.
-
-    Each newer checkpoint that fails to restore is named, with the reason, in
-    one warning and moved to `<workdir>/ckpt_damaged/<step>` (so that a later
-    save at its step is not skipped).
-
-    Raises:
-      RuntimeError: there are checkpoints and none of them restores.
-    """
+    """(step, state, meta) of the newest checkpoint that restores, or None;
+    newer ones are named and moved to `ckpt_damaged/` (so a later save at
+    their step is not skipped); RuntimeError if none restores."""
     failed = []
     for step in sorted(self.all_steps(), reverse=True):
       try:

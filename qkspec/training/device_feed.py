@@ -2,28 +2,14 @@ r"""Batches built on the device: the token streams live there, not the batches.
 
 Shapes: B=global batch, T=seq_len, N=tokens of a split, k=steps per call.
 
-`qkspec.data.pipeline` defines every batch as a pure function of (seed,
-step) (train) or of the batch index (eval): block j of a split's stream
-s = [<eos>] + tokens holds inputs s[jT : jT+T] and targets
-tokens[jT : jT+T]. The host path builds those [B, T] arrays with numpy and
-copies them to the device before every step. Here each split's int32[N]
-stream is copied to the device once (WikiText-2's train split is 2.1 M ids,
-8 MB), and a batch is gathered there:
-
-* train: the host computes only the B block ids of each step
-  (`pipeline.train_block_ids`: the same (seed, epoch) permutation, so data
-  order and resume are unchanged) and sends int32[k, B] for k steps at once;
-  on the device, positions p = j T + t give targets tokens[p] and inputs
-  tokens[p - 1] (<eos> at p = 0). The permutation stays on the host: it
-  ranks 64-bit hashes, which a device without 64-bit integers cannot.
-* eval: batch i covers blocks iB .. iB+B-1; positions past N are padding
-  (id 0, weight 0), exactly as `pipeline.eval_batch`.
-
-The gathered batches equal the host batches bit for bit
-(tests/multi_step_test.py). The theory task needs no tokens: its batches
-are already sampled on the device from `fold_in(key, step)`; `TheoryFeed`
-exposes that in the same form, so `qkspec.training.multi_step` can scan
-either task.
+Each split's int32[N] stream is copied to the device once and the batches
+of `qkspec.data.pipeline` are gathered there, bit for bit
+(tests/multi_step_test.py): block j of s = [<eos>] + tokens holds inputs
+s[jT : jT+T] and targets tokens[jT : jT+T]. For training the host sends
+only the block ids, int32[k, B] for k steps (`pipeline.train_block_ids`,
+whose permutation ranks 64-bit hashes, which a device without 64-bit
+integers cannot); eval positions past N are padding (id 0, weight 0).
+`TheoryFeed` gives the theory task's on-device batches the same form.
 """
 # pylint: disable=invalid-name
 import dataclasses
@@ -38,11 +24,8 @@ Batch = dict[str, jax.Array]
 
 def train_batch_at(tokens_N: jax.Array, block_ids_B: jax.Array, *,
                    seq_len: int, eos_id: int) -> Batch:
-  """The train batch of blocks `block_ids_B` (every block is full).
-
-  Returns:
-    {"inputs", "targets": int32[B, T]}, as `pipeline.train_batch`.
-  """
+  """{"inputs", "targets": int32[B, T]} of the (full) blocks
+  `block_ids_B`, as `pipeline.train_batch`."""
   pos_BxT = (block_ids_B.astype(jnp.int32)[:, None] * seq_len
              + jnp.arange(seq_len, dtype=jnp.int32)[None, :])
   targets = tokens_N[pos_BxT]
@@ -54,12 +37,9 @@ def train_batch_at(tokens_N: jax.Array, block_ids_B: jax.Array, *,
 
 def eval_batch_at(tokens_N: jax.Array, index: jax.Array, *, seq_len: int,
                   batch_size: int, eos_id: int) -> Batch:
-  """Eval batch `index` of a split (padding past its end), on the device.
-
-  Returns:
-    {"inputs", "targets": int32[B, T], "weights": float32[B, T]}, as
-    `pipeline.eval_batch` (one host).
-  """
+  """Eval batch `index` of a split, padded past its end, as
+  `pipeline.eval_batch` (one host): {"inputs", "targets": int32[B, T],
+  "weights": float32[B, T]}."""
   n = tokens_N.shape[0]
   rows_B = index * batch_size + jnp.arange(batch_size, dtype=jnp.int32)
   pos_BxT = (rows_B[:, None] * seq_len
@@ -75,12 +55,8 @@ def eval_batch_at(tokens_N: jax.Array, index: jax.Array, *, seq_len: int,
 
 @dataclasses.dataclass(frozen=True)
 class LMFeed:
-  """A language model's splits on the device and its batch layout.
-
-  `consts` (the train stream) and `eval_tokens[split]` are replicated device
-  arrays, passed to the compiled functions as arguments (not baked in as
-  constants); `train_inputs(start, k)` is the host's part of k steps.
-  """
+  """A language model's splits on the device (replicated, passed to the
+  compiled functions as arguments, not constants) and its batch layout."""
   consts: jax.Array                       # int32[N_train], replicated
   eval_tokens: dict[str, jax.Array]       # split -> int32[N], replicated
   eval_counts: dict[str, int]             # split -> batches evaluated
@@ -128,11 +104,8 @@ class TheoryFeed:
 def lm_feed(data, *, seq_len: int, batch_size: int, seed: int,
             eval_counts: dict[str, int], mesh_sharding,
             ids_sharding) -> LMFeed:
-  """`LMFeed` of a `pipeline.LMData`, its streams put on `mesh_sharding`.
-
-  `mesh_sharding` is replicated (every process holds every stream);
-  `ids_sharding` lays the [k, B] block ids out with B on the data axis.
-  """
+  """`LMFeed` of a `pipeline.LMData`: its streams on the replicated
+  `mesh_sharding`, the [k, B] block ids on `ids_sharding`."""
   put = lambda x: jax.make_array_from_process_local_data(  # noqa: E731
       mesh_sharding, np.asarray(x, np.int32))
   return LMFeed(consts=put(data.train),

@@ -2,25 +2,17 @@ r"""Per-layer measurements of a model during training (paper Figs. 6-7).
 
 Shapes: L=layers, H=heads, B=batch, T=tokens, d=width.
 
-At each log step, one deterministic forward pass with the sown
-intermediates gives, per layer (and head):
+One deterministic forward pass with the sown intermediates gives, per
+layer (and head):
 
-* `qk_scale` :math:`\mathrm{tr}(W_{QK}^\top W_{QK})` (Fig. 6B),
-  `qk_trace` :math:`\mathrm{tr}(W_{QK})`, `eigen_variance`
-  :math:`d\,\mathrm{tr}(W^2) - \mathrm{tr}(W)^2` of the symmetric part (Eq. 8),
-  and Lemma 1's `xi` :math:`\mathrm{tr}(W)/\sqrt{\mathrm{tr}(W^2)}`,
-  `eta` :math:`\sqrt{\mathrm{tr}(W^2)}/\lambda` and `r`
-  :math:`\mathrm{tr}(W)/\lambda`, all from
-  `qkspec.theory.spectrum.spectrum_stats` with the model's own
-  :math:`\lambda` (`task.temperature`: :math:`\sqrt D` per head by default,
-  not :math:`\sqrt d`);
-* `entropy`: mean attention entropy over the keys each query may see (Zhai;
-  Fig. 6C), `qkspec.theory.diagnostics.attention_entropy`;
-* `rho` [T]: empirical signal propagation probability of each key for the
-  LAST query, over the batch (Fig. 7),
-  `qkspec.theory.propagation.empirical_rho`;
-* `rank_residual`: Dong's relative residual of the block output, "mean"
-  method, averaged over the batch.
+* `qkspec.theory.spectrum.spectrum_stats` of :math:`W_{QK}` with the
+  model's :math:`\lambda`: `qk_scale` :math:`\mathrm{tr}(W^\top W)`
+  (Fig. 6B), `qk_trace`, `eigen_variance` (Eq. 8), Lemma 1's `xi`, `eta`,
+  `r`;
+* `entropy`: mean attention entropy over the visible keys (Fig. 6C);
+* `rho` [T]: the empirical propagation probability of each key for the
+  last query, over the batch (Fig. 7);
+* `rank_residual`: Dong's relative residual of the block output ("mean").
 """
 # pylint: disable=invalid-name
 import jax
@@ -76,12 +68,9 @@ def measure(params, batch, *, task) -> dict[str, jax.Array]:
 
 
 def flatten(m: dict[str, np.ndarray]) -> tuple[dict, dict]:
-  """Host measurements of one run -> (scalars, arrays) for the writer.
-
-  Keys are `l{layer}/{name}` for single-head models and
-  `l{layer}/h{head}/{name}` otherwise, plus `mean/{name}` (over layers and
-  heads); `rho` goes to the arrays as `l{layer}[/h{head}]/rho`.
-  """
+  """Host measurements of one run -> (scalars, arrays) for the writer:
+  `l{layer}[/h{head}]/{name}` (the head if several), `mean/{name}`; `rho`
+  is an array."""
   scalars, arrays = {}, {}
   L, H = np.shape(m["qk_scale"])
   for l in range(L):

@@ -1,37 +1,21 @@
 r"""The training loop: set up a run, restore or initialise it, train it.
 
-Shapes: N=sweep members (a leading axis of the state in a vmapped sweep).
+`train_and_evaluate(config, workdir)` runs:
 
-`train_and_evaluate(config, workdir)` runs named steps:
+1. `_setup`: checks the config, builds the compiled steps and the members;
+2. `_prepare_workdir`: refuses checkpoints of another config
+   (`qkspec.config.resume`), writes `config.json` and `members.json`; the
+   programs then compile on threads while the state is built
+   (`config.precompile`);
+3. `_restore_or_init`: the newest checkpoint that restores (damaged newer
+   ones set aside), or a fresh state; metric records past it are dropped;
+4. `_run`: k steps per compiled call where they fit (`multi_step`), and
+   before each call the due actions in order: progress, log (train metrics
+   and `layer_stats`, written while the next call computes), eval and
+   checkpoint (`actions`).
 
-1. `_setup`: checks the config, builds the compiled steps
-   (`qkspec.training.step.build_steps`) and the sweep's members;
-2. `_prepare_workdir`: refuses a workdir whose checkpoints another config
-   wrote (`qkspec.config.resume`), then writes `config.json` and
-   `members.json`; from here on the measurements, train and eval programs
-   compile on threads (`step.compile_ahead`, `config.precompile`) while
-   the state is built;
-3. `_restore_or_init`: the newest checkpoint of `<workdir>/ckpt` that
-   restores (damaged newer ones are named and set aside), or a fresh state;
-   each member's `metrics.jsonl` loses the records past that step;
-4. `_run`: the loop. It runs k steps per compiled call where it can
-   (`qkspec.training.multi_step`: batches built on the device, k from
-   `config.steps_per_call`; single steps on a CPU by default). Before each
-   call (and after the last) every due periodic action runs, in order:
-   `progress.ProgressAction` (steps/s and ETA), `LogAction` (train metrics
-   and the per-layer measurements of `qkspec.training.layer_stats`,
-   fetched and written while the next call computes), `EvalAction`
-   (valid/test loss) and `CheckpointAction` (`qkspec.training.actions`).
-
-Ctrl-C (SIGINT) and SIGTERM take effect at a call boundary, as the
-compiled step donates its input state (`qkspec.training.preemption`): the
-actions due there run, a checkpoint is saved and `preemption.Interrupted`
-(a KeyboardInterrupt) says where and how to resume. With several processes
-a SIGTERM to any one of them (or Ctrl-C, sent on as SIGTERM) stops all of
-them at the same boundary: JAX's preemption sync point. A second Ctrl-C
-interrupts at once. The checkpointer and the metric writers close on every
-exit; a `progress.PhaseClock` splits each invocation's wall time by phase
-(run_info.jsonl's "phases_s").
+Ctrl-C and SIGTERM stop every process at a call boundary with a checkpoint
+(`preemption`); a second Ctrl-C interrupts at once.
 """
 # pylint: disable=invalid-name
 import contextlib
@@ -100,10 +84,8 @@ def _setup(config, workdir: str) -> Run:
 
 
 def _replicate(x: jax.Array, sharding) -> jax.Array:
-  """`x` (equal on every process) as an array replicated on `sharding`.
-
-  `jax.device_put` cannot place onto other processes' devices.
-  """
+  """`x` (equal on every process) replicated on `sharding`, which
+  `jax.device_put` cannot do onto other processes' devices."""
   if jax.process_count() == 1:
     return jax.device_put(x, sharding)
   if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
@@ -114,13 +96,8 @@ def _replicate(x: jax.Array, sharding) -> jax.Array:
 
 
 def _check_resumable(run: Run) -> None:
-  """Raises ValueError if the workdir's checkpoints are of another config.
-
-  The previous run's config.json tells which config wrote them; only the
-  fields of `qkspec.config.resume.SAFE` (run length, cadences, how the
-  steps run) may change: any other change alters the parameter shapes,
-  the data order or the sweep members.
-  """
+  """Raises ValueError if the workdir holds checkpoints of a config (its
+  config.json) that differs beyond `qkspec.config.resume.SAFE`."""
   path = os.path.join(run.workdir, "config.json")
   ckpt_dir = os.path.join(run.workdir, "ckpt")
   if not (os.path.isfile(path) and os.path.isdir(ckpt_dir) and any(
@@ -137,8 +114,7 @@ def _check_resumable(run: Run) -> None:
 
 
 def _prepare_workdir(run: Run) -> None:
-  """Checks that the workdir may resume under `run.config`
-  (`_check_resumable`); writes `config.json`, `members.json`."""
+  """`_check_resumable`, then writes `config.json` and `members.json`."""
   _check_resumable(run)
   if not run.lead:
     return
@@ -157,9 +133,8 @@ def _host_step(state) -> int:
 
 
 def _abstract_state(run: Run, saved: bool = False):
-  """The TrainState's shapes, dtypes and shardings: as the steps carry it
-  (`steps.state_sharding`), or as a checkpoint holds it (`saved`: the
-  real members, `steps.saved_sharding`)."""
+  """The TrainState's shapes, dtypes and shardings as the steps carry it,
+  or as a checkpoint holds it (`saved`: the real members)."""
   shapes = jax.eval_shape(run.steps.init, run.init_keys, run.hparams)
   if saved:
     return ckpt_lib.abstract_like(jax.eval_shape(run.steps.saved, shapes),
@@ -168,8 +143,7 @@ def _abstract_state(run: Run, saved: bool = False):
 
 
 def _start_compiling(run: Run) -> None:
-  """With `config.precompile`, the measurements, train and eval programs
-  compile on threads from here on (`step_lib.compile_ahead`)."""
+  """With `config.precompile`, the programs compile on threads from here."""
   if run.config.precompile:
     run.steps = step_lib.compile_ahead(
         run.steps, _abstract_state(run), run.dropout_keys,
@@ -177,13 +151,9 @@ def _start_compiling(run: Run) -> None:
 
 
 def _restore_or_init(run: Run, ckpt: ckpt_lib.Checkpointer):
-  """The state at the newest checkpoint that restores, or a fresh one.
-
-  Raises:
-    ValueError: the checkpoint belongs to another run (other LocATER
-      hyperparameters) or its data position is not its step.
-    RuntimeError: there are checkpoints and none restores.
-  """
+  """The state at the newest checkpoint that restores, or a fresh one;
+  ValueError if it has other LocATER hyperparameters or its data position
+  is not its step."""
   if ckpt.latest_step() is None:
     return run.steps.init(run.init_keys, run.hparams)
   found = ckpt.restore_newest(_abstract_state(run, saved=True))
@@ -204,15 +174,13 @@ def _restore_or_init(run: Run, ckpt: ckpt_lib.Checkpointer):
 
 def _next_stop(step: int, actions, num_steps: int) -> int:
   """The first step after `step` at which a step-counted action is due."""
-  stops = [num_steps] + [a.next_due(step) for a in actions
-                         if hasattr(a, "next_due")]
-  return min(stops)
+  return min([num_steps] + [a.next_due(step) for a in actions
+                            if hasattr(a, "next_due")])
 
 
 def _chunk_at(steps: step_lib.Steps, step: int, stop: int) -> int:
-  """Steps the next call runs: k = `steps.steps_per_call` in one scan
-  (`qkspec.training.multi_step`) when `step` is a multiple of k and the
-  k steps end at or before `stop`; else 1 (a single dispatched step)."""
+  """Steps the next call runs: k = `steps.steps_per_call` if `step` is a
+  multiple of k and they end by `stop`, else 1."""
   k = steps.steps_per_call
   if k > 1 and steps.train_many is not None and step % k == 0 and (
       step + k <= stop):
@@ -221,8 +189,7 @@ def _chunk_at(steps: step_lib.Steps, step: int, stop: int) -> int:
 
 
 def _run_rest(rest, clock: progress.PhaseClock) -> None:
-  """Runs what the actions left (`PeriodicAction.begin`), each in its
-  phase."""
+  """Runs what the actions left, each in its phase."""
   for phase, left in rest:
     with clock.phase(phase):
       left()
@@ -233,16 +200,9 @@ def _run(run: Run, state, start: int, actions: list[actions_lib.PeriodicAction],
          stop: preemption.StopFlag, clock: progress.PhaseClock):
   """Trains from `start` to `config.num_steps`, running the due actions.
 
-  Each action's wall time goes to its `phase` on `clock`, after the state
-  is ready (the wait is "steps"); the first call of each compiled step is
-  "compile", the other calls "steps". What an action leaves for later
-  (`PeriodicAction.begin`: the log's fetches and writes) runs after the
-  next call is dispatched, while it computes.
-
-  Raises:
-    preemption.Interrupted: Ctrl-C or SIGTERM (after saving a checkpoint
-      at the step boundary where it took effect, when the state there is
-      whole).
+  Wall time goes to `clock`: an action's to its phase once the state is
+  ready, a compiled step's first call to "compile", other calls to "steps".
+  What an action leaves runs while the next call computes.
   """
   step, boundary, compiled = start, None, set()
   try:
@@ -289,13 +249,9 @@ def _save_interrupted(run: Run, state, step: int, boundary: int | None,
                       pending: actions_lib.Pending,
                       ckpt: ckpt_lib.Checkpointer,
                       stop: preemption.StopFlag) -> preemption.Interrupted:
-  """Saves `state` if it is whole at the boundary `step`; what to raise.
-
-  A second Ctrl-C can stop a step midway (its input state donated, so
-  deleted) or the actions at a step: then nothing is saved and the run
-  resumes from the newest checkpoint. With several processes only the
-  boundary they agreed on saves (the save is collective).
-  """
+  """Saves `state` if it is whole at the boundary `step` (not donated to a
+  step that a second Ctrl-C stopped; with several processes, only at the
+  agreed boundary: the save is collective); what to raise."""
   whole = boundary == step and (stop.stopping or jax.process_count() == 1)
   whole = whole and not any(x.is_deleted() for x in jax.tree.leaves(state)
                             if isinstance(x, jax.Array))
@@ -315,22 +271,13 @@ def _save_interrupted(run: Run, state, step: int, boundary: int | None,
 def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
   """Trains `config` (one run or a vmapped sweep) in `workdir`; resumes.
 
-  Writes `<workdir>/config.json`, `run_info.jsonl` (one line per finished
-  invocation: steps, wall time, device), `members.json` (name, directory and
-  hyperparameters of each member; one member "run" in "." without a sweep),
-  each member's `metrics.jsonl` (+ TensorBoard events if installed), and
-  orbax checkpoints in `<workdir>/ckpt`; at the end it logs where they are.
-
-  Returns:
-    The final TrainState (leading member axis for a sweep).
-
-  Raises:
-    ValueError: a bad config, or checkpoints in `workdir` that another
-      config wrote (before anything is written).
-    RuntimeError: `<workdir>/ckpt` has checkpoints and none restores.
-    FloatingPointError: NaN/Inf in loss or gradients, naming the step.
-    preemption.Interrupted: Ctrl-C or SIGTERM (a KeyboardInterrupt), after
-      saving a checkpoint; its message says how to resume.
+  Writes `config.json`, `members.json`, `run_info.jsonl` (a line per
+  finished invocation), each member's `metrics.jsonl` (and TensorBoard
+  events if installed) and checkpoints in `ckpt/`. Returns the final
+  TrainState (leading member axis for a sweep). Raises ValueError (a bad
+  config, or checkpoints of another, before anything is written),
+  RuntimeError (no checkpoint restores), FloatingPointError (NaN/Inf, with
+  the step) or `preemption.Interrupted` (after saving a checkpoint).
   """
   clock = progress.PhaseClock()
   run = _setup(config, workdir)

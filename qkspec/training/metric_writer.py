@@ -1,22 +1,12 @@
 """A small metric writer: JSONL + console (+ TensorBoard if installed).
 
-`clu.metric_writers` imports TensorFlow, which qkspec does not depend on, so
-this module keeps clu's MetricWriter method names (`write_scalars`,
-`write_hparams`, `flush`, `close`) and writes
-
-* `<logdir>/metrics.jsonl`: one JSON object per write, `{"step": s, ...}`;
-  `write_arrays` adds lists (e.g. rho per key position) that
-  `read_metrics` and `qkspec.experiments.training_plots` read back;
-* `<logdir>/hparams.json`;
-* TensorBoard event files (scalars only) if the `tensorboard` package is
-  importable (`tensorboard.summary.writer.event_file_writer`; no TensorFlow).
-
-A resumed run first drops the records past its checkpoint step
-(`drop_records_after`), so each step appears once in `metrics.jsonl`. Event
-files cannot be rewritten: the resumed writer starts its new event file with
-a `SessionLog.START` event at the first step it will write, and TensorBoard
-discards the older events from that step on (the same as PyTorch's
-`SummaryWriter(purge_step=...)`).
+clu's MetricWriter method names without clu (which imports TensorFlow).
+Writes `<logdir>/metrics.jsonl` (a JSON object per write, `{"step": s,
+...}`, arrays as lists), `hparams.json` and, if `tensorboard` is
+importable, scalar event files. A resumed run drops the records past its
+checkpoint (`drop_records_after`); its event file starts with a
+`SessionLog.START` at its first step, from which TensorBoard discards the
+older events (as PyTorch's `SummaryWriter(purge_step=...)`).
 """
 import json
 import math
@@ -61,16 +51,9 @@ def _plain(v: Any) -> Any:
 
 
 class MetricWriter:
-  """Writes scalars/arrays to JSONL, the console and TensorBoard.
-
-  Args:
-    logdir: directory for the files (created).
-    just_logging: only log to the console (non-zero processes).
-    console: also log scalars with absl logging.
-    tensorboard: None = if importable, False = never.
-    purge_step: a resumed run's first new step: TensorBoard drops older
-      events from that step on (None: a first run).
-  """
+  """Writes scalars/arrays to JSONL, the console and TensorBoard (None:
+  if importable); `just_logging`: the console only (processes other than
+  0); `purge_step`: a resumed run's first new step."""
 
   def __init__(self, logdir: str, *, just_logging: bool = False,
                console: bool = True, tensorboard: bool | None = None,
@@ -139,11 +122,8 @@ class MetricWriter:
 
 
 def drop_records_after(logdir: str, step: int) -> int:
-  """Rewrites `metrics.jsonl` without the records past `step`; their count.
-
-  Unreadable lines (a record cut short by a kill) go too. The file is
-  replaced atomically (a temporary file and `os.replace`).
-  """
+  """Rewrites `metrics.jsonl` atomically without the records past `step`
+  or unreadable lines (cut short by a kill); their count."""
   path = os.path.join(logdir, JSONL)
   if not os.path.exists(path):
     return 0
@@ -167,10 +147,9 @@ def drop_records_after(logdir: str, step: int) -> int:
 
 def open_writers(dirs: list[str], keep_to: int, lead: bool
                  ) -> list[MetricWriter]:
-  """A writer per member directory for a run that resumes after step
-  `keep_to` (-1: fresh). The records past it, written after the checkpoint
-  by a run that was killed, are dropped first: those steps run again and
-  each is recorded once. Only the `lead` process writes files."""
+  """A writer per member directory for a run resuming after step `keep_to`
+  (-1: fresh), the records past it dropped (those steps run again); only
+  the `lead` process writes files."""
   if lead:
     dropped = sum(drop_records_after(d, keep_to) for d in dirs)
     if dropped:
@@ -182,10 +161,8 @@ def open_writers(dirs: list[str], keep_to: int, lead: bool
 
 
 def read_metrics(logdir: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-  """`metrics.jsonl` -> {name: (steps int[n], values [n, ...])}.
-
-  A step written twice (a resumed run re-logging a step) keeps the last value.
-  """
+  """`metrics.jsonl` -> {name: (steps int[n], values [n, ...])}; a step
+  written twice keeps the last value."""
   series: dict[str, dict[int, Any]] = {}
   with open(os.path.join(logdir, JSONL), encoding="utf-8") as f:
     for line in f:

@@ -3,15 +3,11 @@ r"""Flax modules: the theory model (paper Sec. 2) and the LM of Sec. 7 / App. D.
 Shapes: B=batch, T=tokens, d=model width, H=heads, D=head width, F=FFN
 width, V=vocab, L=layers. Tokens are rows (the paper stores them as columns).
 
-The modules only wire parameters; the maths they feed lives in the pure core:
-`qk_matrices` returns each layer/head's :math:`W_{QK} = W_Q^\top W_K` (from
-the Flax kernels by `qk_from_kernels`), and every attention layer sows its
-logits and probabilities (collection "intermediates") so that rho, entropy
-and rank collapse are measured on the real model
-(`qkspec.training.layer_stats`). With `kernels="pallas"` the attention,
-Post-LN's add + dropout + LayerNorm and the loss run as the fused kernels
-of `qkspec.kernels`, with the same parameters and dropout masks; measuring
-takes the XLA layers either way.
+Attention layers sow their logits and probabilities ("intermediates") for
+`layer_stats`; `qk_matrices` gives every :math:`W_{QK}`. With
+`kernels="pallas"` attention, Post-LN and the loss run as the fused kernels
+of `qkspec.kernels` on the same parameters and dropout masks (measuring
+uses the XLA layers).
 """
 # pylint: disable=invalid-name
 import math
@@ -65,15 +61,11 @@ class SelfAttention(nn.Module):
             /\lambda,\qquad A = \mathrm{softmax}_j(\omega),\qquad
             U = A\,(X W_V^\top + b_v)
 
-  per head, then the output projection; :math:`\lambda` = `temperature`
-  (`qkspec.theory.softmax.temperature`: None means :math:`\sqrt D`). With
-  `qk_param="joint"` the logits are :math:`x_t W_{QK} x_j^\top/\lambda`
-  from one parameter `w_qk` [H, d, d] (no q/k biases), as in the paper's
-  analysis. Sows `logits` (raw, before masking) and `probs` (after the
-  mask), both [B, H, T, T] in float32. With `kernels="pallas"` (factored,
-  no attention dropout) q, k, v are one matmul and the attention one
-  kernel (`qkspec.kernels.attention`) unless "intermediates" is being
-  collected.
+  per head, then the output projection. `qk_param="joint"`: logits
+  :math:`x_t W_{QK} x_j^\top/\lambda` from one `w_qk` [H, d, d], as the
+  paper's analysis. Sows `logits` (before masking) and `probs`,
+  [B, H, T, T] float32. `kernels="pallas"`: one QKV matmul and
+  `qkspec.kernels.attention`, unless "intermediates" is collected.
   """
   num_heads: int = 1
   head_dim: int | None = None          # D; None means d // H
@@ -132,9 +124,8 @@ class SelfAttention(nn.Module):
     return self._output(u_BxTxHxD, d)
 
   def _packed_qkv(self, x_BxTxd: jax.Array, H: int, D: int):
-    """q, k, v as one [d, 3HD] matmul's output [B, T, 3, H, D], without
-    biases, and the biases (three [H, D], or None); same parameters as
-    the three `DenseGeneral`s."""
+    """q, k, v by one matmul, [B, T, 3, H, D] without biases, and the
+    biases (three [H, D], or None)."""
     B, T, d = x_BxTxd.shape
     ws, biases = zip(*(ProjectionParams((H, D), self.use_bias, name=name)(d)
                        for name in ("query", "key", "value")))
@@ -159,9 +150,8 @@ class SelfAttention(nn.Module):
 
 
 class PostLN(nn.Module):
-  """LayerNorm(x + dropout(u)) with `nn.LayerNorm`'s parameters (`scale`
-  ones, `bias` zeros, [d]) as one kernel (`qkspec.kernels.post_ln`);
-  `mask` the dropout mask `nn.Dropout` draws."""
+  """LayerNorm(x + dropout(u)) as one kernel (`qkspec.kernels.post_ln`),
+  with `nn.LayerNorm`'s parameters; `mask`: `nn.Dropout`'s mask."""
   epsilon: float = 1e-5
   dtype: Any = jnp.float32
 
@@ -180,11 +170,9 @@ class Block(nn.Module):
 
   .. math:: Z = U(X) + X,\qquad X' = W_{F_2}\sigma(W_{F_1} Z) + Z
 
-  (Post-LN normalises Z and X'; Pre-LN normalises the inputs of U and of the
-  FFN.) Dropout follows the attention and the FFN, as in fairseq. With
-  `kernels="pallas"` each Post-LN residual sum, its dropout and its
-  LayerNorm are one kernel (`PostLN`), with the same parameters and the
-  same dropout masks. Sows the block output `out` [B, T, d].
+  Post-LN normalises Z and X', Pre-LN the inputs of U and of the FFN.
+  Dropout after the attention and the FFN (fairseq); `kernels="pallas"`
+  fuses each Post-LN residual (`PostLN`). Sows `out` [B, T, d].
   """
   attention: dict
   ffn_dim: int
@@ -245,10 +233,8 @@ class Decoder(nn.Module):
 
 
 class TheoryModel(nn.Module):
-  r"""The model of paper Sec. 2: no embedding, :math:`F(X) = X^L` [B, T, d].
-
-  The prediction of :math:`x_{T+1}` is the last row :math:`F(X)_T`.
-  """
+  r"""Sec. 2's model: no embedding, :math:`F(X) = X^L` [B, T, d]; its last
+  row :math:`F(X)_T` predicts :math:`x_{T+1}`."""
   num_layers: int
   block: dict
   dtype: Any = jnp.float32
@@ -260,10 +246,8 @@ class TheoryModel(nn.Module):
 
 
 def sinusoidal_positions(seq_len: int, d: int, offset: int = 2) -> np.ndarray:
-  """fairseq's SinusoidalPositionalEmbedding [T, d]: [sin | cos] halves.
-
-  Positions start at padding_idx + 1 = 2, as fairseq numbers them.
-  """
+  """fairseq's SinusoidalPositionalEmbedding [T, d], [sin | cos], from
+  position padding_idx + 1 = 2."""
   half = d // 2
   freq = np.exp(np.arange(half) * -(math.log(10000.0) / max(half - 1, 1)))
   pos = np.arange(offset, offset + seq_len)[:, None] * freq[None, :]
@@ -274,13 +258,9 @@ def sinusoidal_positions(seq_len: int, d: int, offset: int = 2) -> np.ndarray:
 
 
 class OutputHead(nn.Module):
-  r"""Untied output projection (no bias, as fairseq), or its fused loss.
-
-  Called with targets it returns the weighted sum of token cross-entropies
-  and the total weight through `qkspec.kernels.output_xent`, so the
-  [B, T, V] logits are never materialised (same parameter as
-  `nn.Dense(V, use_bias=False)`); without targets, the logits.
-  """
+  """Untied output projection (no bias, as fairseq): the logits, or with
+  targets (weighted loss sum, weight) by `qkspec.kernels.output_xent`,
+  which never materialises the [B, T, V] logits."""
   vocab_size: int
   kernels: str = "xla"
   dtype: Any = jnp.float32
@@ -306,12 +286,9 @@ class OutputHead(nn.Module):
 
 
 class LanguageModel(nn.Module):
-  r"""fairseq `transformer_lm` (Sec. 7, App. D): tokens [B, T] -> logits.
-
-  Embedding scaled by :math:`\sqrt d`, sinusoidal positions, dropout, L
-  causal decoder blocks, untied output projection (no bias); with targets,
-  the fused (loss sum, weight) instead of the logits.
-  """
+  r"""fairseq `transformer_lm` (Sec. 7, App. D): embedding times
+  :math:`\sqrt d`, sinusoidal positions, dropout, L causal blocks and
+  `OutputHead`, tokens [B, T] -> logits."""
   vocab_size: int
   d_model: int
   num_layers: int
@@ -338,9 +315,8 @@ class LanguageModel(nn.Module):
 
 
 def attention_temperature(model_config) -> float:
-  r"""The :math:`\lambda` of every attention layer of `config.model`:
-  `model.temperature`, None meaning :math:`\sqrt{d/H}`, the square root of
-  the head width (`qkspec.theory.softmax.temperature`)."""
+  r"""Every attention layer's :math:`\lambda`: `model_config.temperature`,
+  None meaning :math:`\sqrt{d/H}`."""
   m = model_config
   return float(softmax.temperature(m.temperature, m.d_model // m.num_heads))
 
@@ -376,18 +352,9 @@ def attention_params(params) -> list[dict]:
 def qk_from_kernels(wq_kernel: jax.Array, wk_kernel: jax.Array) -> jax.Array:
   r""":math:`W_{QK} = W_Q^\top W_K` from Flax `Dense`/`DenseGeneral` kernels.
 
-  A Flax kernel maps rows, `q = x @ kernel`, so the paper's
-  :math:`W_Q` (:math:`D \times d`) is `wq_kernel.T` and
-
-  .. math:: W_{QK} = \texttt{wq\_kernel} \cdot \texttt{wk\_kernel}^\top,\qquad
-            q_t^\top k_j = x_t^\top W_{QK} x_j.
-
-  Args:
-    wq_kernel: [d, D], or [d, H, D] (`DenseGeneral` with heads).
-    wk_kernel: same shape.
-
-  Returns:
-    W_QK [d, d], or [H, d, d] per head.
+  A Flax kernel maps rows (`q = x @ kernel`), so :math:`W_Q` is
+  `wq_kernel.T` and :math:`W_{QK}` = `wq_kernel @ wk_kernel.T`: [d, d] of
+  [d, D] kernels, [H, d, d] of [d, H, D] ones.
   """
   wq_kernel, wk_kernel = jnp.asarray(wq_kernel), jnp.asarray(wk_kernel)
   if jnp.shape(wq_kernel) != jnp.shape(wk_kernel):
@@ -404,11 +371,8 @@ def qk_from_kernels(wq_kernel: jax.Array, wk_kernel: jax.Array) -> jax.Array:
 def qk_matrices(params) -> jax.Array:
   r""":math:`W_{QK} = W_Q^\top W_K` of every layer and head, [L, H, d, d].
 
-  Unscaled (the logits divide by :math:`\lambda` separately), as LocATER and
-  Fig. 6B use them. Works on a params tree with leading (e.g. sweep) axes
-  only under `jax.vmap`. From Q/K kernels, the layers' kernels are stacked
-  and multiplied in one batched matmul (one GPU kernel each way, not one a
-  layer).
+  Unscaled (the logits divide by :math:`\lambda`), as LocATER and Fig. 6B
+  use them; a params tree with leading (sweep) axes needs `jax.vmap`.
   """
   attns = attention_params(params)
   if any("w_qk" in attn for attn in attns):

@@ -2,40 +2,18 @@ r"""k training steps, or a whole eval split, per call of the compiled program.
 
 Shapes: k=steps per call, m=eval batches per call, N=sweep members.
 
-A step dispatched from Python costs the host a launch, a batch built with
-numpy and a copy to the device; on a GPU that is a large part of a small
-model's step. Here the batches are built on the device from the task's
-`device_feed` (`qkspec.training.device_feed`) and
+The batches are gathered on the device from the task's `device_feed`,
+which saves the host a launch and a batch copy per step:
 
-* `scan_train(step_fn, feed)` returns `train_many(state, consts, xs, keys)`:
-  a `jax.lax.scan` of `step_fn` over the k host inputs `xs` (block ids, or
-  step numbers for the theory task), the batch of each step gathered inside
-  the scan. The metrics come back stacked [k, ...] and stay on the device
-  until a log or checkpoint reads them (written into one [k, metrics, ...]
-  array by one kernel a step, where a stacked output each took a kernel of
-  its own on a GPU, and split after the scan). Each step is `step_fn`
-  itself, the same arithmetic in the same order, so k steps in one call
-  equal k calls of `step_fn` bit for bit on a CPU (tests/multi_step_test.py);
-* `scan_eval(eval_fn, feed)` returns `eval_many(params, tokens, indices)`:
-  the summed loss and weight over the eval batches `indices`, accumulated
-  in batch order as the per-batch path does.
+* `scan_train` scans `step_fn` over k steps. Each step is `step_fn` itself,
+  so k steps in one call equal k calls bit for bit on a CPU
+  (tests/multi_step_test.py); the metrics come back stacked [k, ...].
+* `scan_eval` sums the loss and weight over eval batches in batch order.
 
-Under a half-precision compute dtype every matmul of the decoder casts its
-float32 weight (the master copy AdamW updates) to bfloat16, and on a GPU
-each cast is a kernel of its own. Inside `scan_train` the state carries
-those casts instead (`TrainState.copies`): step t's update writes them (a
-cast that XLA fuses into the AdamW kernels that already read and write the
-weights) and step t + 1's forward reads them (`use_copies`). Same casts of
-the same weights, so the arithmetic is unchanged; the copies never leave
-the scan, so checkpoints and the other programs see the state as before.
-
-`steps_per_call(config)` chooses k: `config.steps_per_call` if >= 1, else
-(auto) 1 on a CPU, where a step takes far longer than its dispatch, and
-elsewhere the largest divisor of gcd(log_every, eval_every,
-checkpoint_every) up to `MAX_AUTO_STEPS`, so every log, eval and
-checkpoint falls on a call boundary. `qkspec.training.loop` runs chunks of
-k steps between the steps where an action is due, and single steps only
-where a chunk does not fit (an odd resume step, the tail of a run).
+Under a half-precision compute dtype the scan carries the decoder's
+weights cast (`TrainState.copies`): each update writes them (fused into
+AdamW), the next forward reads them (`use_copies`); the same values, and
+the copies never leave the scan.
 """
 import math
 
@@ -46,7 +24,9 @@ MAX_AUTO_STEPS = 250
 
 
 def steps_per_call(config) -> int:
-  """k: steps per compiled call (module docstring)."""
+  """k: `config.steps_per_call` if >= 1, else 1 on a CPU and elsewhere the
+  largest divisor <= `MAX_AUTO_STEPS` of gcd(log_every, eval_every,
+  checkpoint_every), so every action falls on a call boundary."""
   k = int(config.get("steps_per_call", -1))
   if k >= 1:
     return k
@@ -58,19 +38,10 @@ def steps_per_call(config) -> int:
 
 
 def scan_train(step_fn, feed, batch_sharding=None, copies_dtype=None):
-  """`train_many(state, consts, xs, keys) -> (state, metrics [k, ...])`.
-
-  Args:
-    step_fn: `(state, batch, keys) -> (state, metrics)` (a sweep's vmapped
-      step, or one run's).
-    feed: an `LMFeed` or `TheoryFeed`: `feed.train_batch(consts, x)` builds
-      the batch of one step from its host input x.
-    batch_sharding: where each gathered batch is laid out (its leading axis
-      on the mesh's data axis), or None.
-    copies_dtype: the model's compute dtype: other than float32, the scan
-      carries the decoder's weights cast to it (`copies`: cast once before
-      the first step, then by each update), none of which leaves it.
-  """
+  """`train_many(state, consts, xs, keys) -> (state, metrics [k, ...])`:
+  `step_fn(state, batch, keys)` on `feed.train_batch(consts, x)` for each
+  host input x of `xs`; a `copies_dtype` other than float32 makes the scan
+  carry the cast weights."""
   cast = copies_dtype is not None and jnp.dtype(copies_dtype) != jnp.float32
 
   def train_many(state, consts, xs, keys):
@@ -89,8 +60,7 @@ def scan_train(step_fn, feed, batch_sharding=None, copies_dtype=None):
                                metrics))       # no tracer leaves the scan
       return state, packed
     if cast:
-      state = state.replace(copies=copies(state.params,
-                                                        copies_dtype))
+      state = state.replace(copies=copies(state.params, copies_dtype))
     state, metrics = jax.lax.scan(body, state, xs)
     if like:
       metrics = unpack_metrics(metrics, like[0])
@@ -118,12 +88,9 @@ def unpack_metrics(packed_kxMx, like):
 
 
 def scan_eval(eval_fn, feed, batch_sharding=None):
-  """`eval_many(params, tokens, indices) -> {"loss_sum", "weight"}`.
-
-  `eval_fn(params, batch)` is the per-batch eval step; the sums are
-  accumulated over `indices` in order (indices past the split give empty,
-  zero-weight batches, so a last call may be padded).
-  """
+  """`eval_many(params, tokens, indices) -> {"loss_sum", "weight"}`: the
+  sums of `eval_fn(params, batch)` over `indices` in order (indices past
+  the split give zero-weight batches)."""
   def eval_many(params, tokens, indices):
     def one(index):
       batch = feed.eval_batch(tokens, index)

@@ -1,25 +1,14 @@
 """Stopping a run at a step boundary on Ctrl-C (SIGINT) or SIGTERM.
 
-The compiled step donates its input state, so a stop raised while a step
-runs would leave nothing to save: inside `deferred_stop()` a signal only
-marks the yielded `StopFlag`, which the loop asks at every step boundary
-(`StopFlag.at_boundary`); where it says stop, the loop saves a checkpoint
-and raises `Interrupted`.
-
-* One process: the first SIGINT, or a SIGTERM (what a cluster sends before
-  it preempts a job), marks the flag; the next boundary stops. A second
-  SIGINT raises KeyboardInterrupt at once.
-* Several processes (`jax.distributed`): a process that stopped alone would
-  leave the others waiting in a collective. `jax.distributed.initialize`
-  installs JAX's preemption notifier, which catches SIGTERM and tells the
-  coordination service; every process then stops at the same boundary,
-  where `jax.experimental.multihost_utils.reached_preemption_sync_point`
-  first returns True. A Python SIGTERM handler would replace JAX's, so none
-  is installed; the first SIGINT is sent on to this process as SIGTERM.
-
-`Interrupted.signum` is the signal: SIGINT where this process got Ctrl-C,
-else SIGTERM (also where another process's signal started the stop). The
-command line exits with 128 + it: 130 or 143 (`qkspec.experiments.cli`).
+The compiled step donates its input state, so inside `deferred_stop()` the
+first SIGINT or a SIGTERM only marks the `StopFlag` the loop asks at every
+step boundary, where it saves a checkpoint and raises `Interrupted`; a
+second SIGINT raises at once. With several processes JAX's preemption
+notifier (installed by `jax.distributed.initialize`) takes SIGTERM (no
+Python handler replaces it), the first SIGINT is sent on as SIGTERM, and
+every process stops at the boundary where
+`multihost_utils.reached_preemption_sync_point` first says so. The
+command line exits with 128 + `Interrupted.signum` (`qkspec.experiments.cli`).
 """
 import contextlib
 import itertools
@@ -39,14 +28,8 @@ _calls = itertools.count()
 
 class Interrupted(KeyboardInterrupt):
   """Training stopped by a signal (a KeyboardInterrupt, which `except
-  Exception` lets through).
-
-  Attributes:
-    what: where it stopped and what it saved ("interrupted at step 12:
-      checkpoint .../ckpt/12 saved").
-    workdir: the run's directory (absolute).
-    signum: signal.SIGINT (Ctrl-C to this process) or signal.SIGTERM.
-  """
+  Exception` lets through): `what` happened, the absolute `workdir`, and
+  `signum`, SIGINT (Ctrl-C to this process) or SIGTERM."""
 
   def __init__(self, what: str, workdir: str, signum: int):
     super().__init__(f"{what}; to resume, rerun the same command with "
@@ -55,13 +38,9 @@ class Interrupted(KeyboardInterrupt):
 
 
 class StopFlag:
-  """Whether the loop stops at a step boundary, and why.
-
-  Attributes:
-    signum: the signal this process got first (None: none).
-    coordinated: JAX's preemption sync point decides (several processes).
-    stopping: `at_boundary` said stop (all processes stop at this boundary).
-  """
+  """Whether the loop stops at a step boundary: `signum`, the first signal
+  (or None); `coordinated`, JAX's sync point decides; `stopping`,
+  `at_boundary` said stop."""
 
   def __init__(self, coordinated: bool = False):
     self.signum: int | None = None
@@ -108,12 +87,8 @@ def _coordinated() -> bool:
 
 @contextlib.contextmanager
 def deferred_stop() -> Iterator[StopFlag]:
-  """Within: the signals mark the yielded flag (module docstring).
-
-  Outside the main thread (where signal handlers cannot be set) only a
-  coordinated stop (SIGTERM to any process of several) takes effect, and
-  Ctrl-C raises KeyboardInterrupt as usual.
-  """
+  """Within, the signals mark the yielded flag; off the main thread only a
+  coordinated stop takes effect (Ctrl-C raises as usual)."""
   flag = StopFlag(_coordinated())
   if threading.current_thread() is not threading.main_thread():
     yield flag

@@ -1,18 +1,8 @@
-"""Progress lines of a long run, and where a finished run's outputs are.
+"""Progress lines of a long run, where its outputs are, where its time went.
 
-* `ProgressAction` (a loop action): a notice while the first step compiles,
-  then steps/s and ETA every `config.progress_every_s` seconds between the
-  log steps (which print their own line);
-* `EvalMeter`: batches done / total, elapsed and ETA of one eval split at the
-  same interval;
-* `by_member`: a value per sweep member, labelled with the member's name;
-* `outputs_summary`: the files a run wrote and how to plot them;
-* `PhaseClock`: where an invocation's wall time went (setup, compilation,
-  steps, evaluation, logs, checkpoints, the final wait), which the loop
-  writes to run_info.jsonl ("phases_s") and logs at the end. The loop
-  waits for the state before the actions due at a step, so an action's
-  phase holds its own work; the first call of a compiled step is
-  "compile"; whatever no phase holds is "other".
+`ProgressAction` and `EvalMeter` print steps/s and ETA every
+`config.progress_every_s` seconds; `PhaseClock` splits an invocation's wall
+time by phase ("other": what no phase holds) for run_info.jsonl.
 """
 import contextlib
 import json
@@ -39,15 +29,8 @@ def by_member(values, names: Sequence[str], precision: int = 4) -> str:
 
 
 class ProgressAction:
-  """Compilation notice, then steps/s and ETA every `every_s` seconds.
-
-  Args:
-    every_s: seconds between lines (0: at every step).
-    start: the step the run starts (or resumes) at.
-    num_steps: the last step.
-    quiet_at: steps at which another line already reports (log steps).
-    clock: seconds (tests may pass a fake).
-  """
+  """Compilation notice, then steps/s and ETA every `every_s` seconds (0:
+  every step), except at steps `quiet_at` (log steps print their own)."""
 
   phase = "log"          # its wall time, for `PhaseClock`
 
@@ -73,10 +56,7 @@ class ProgressAction:
     return self._clock() - self._last >= self.every_s
 
   def begin(self, step: int, state) -> None:
-    """The loop's call (`actions.PeriodicAction.begin`): all of it now."""
-    self(step, state)
-
-  def __call__(self, step: int, state) -> None:
+    """Runs all of it now (the loop's `actions.PeriodicAction.begin`)."""
     jax.block_until_ready(state.step)
     now = self._last = self._clock()
     if step == self.start:
@@ -96,13 +76,8 @@ class ProgressAction:
 
 
 class EvalMeter:
-  """Progress of one eval split: a line every `every_s` seconds.
-
-  Args:
-    split: its name.
-    total: its batches (None: unknown).
-    every_s: seconds between lines (0: every batch).
-  """
+  """Progress of one eval split of `total` batches (None: unknown): a line
+  every `every_s` seconds (0: every batch)."""
 
   def __init__(self, split: str, total: int | None, every_s: float,
                clock: Callable[[], float] = time.monotonic):
@@ -112,11 +87,8 @@ class EvalMeter:
     self._printed = False
 
   def update(self, done: int, pending) -> None:
-    """Waits for `pending`, the sum of the first `done` batches; maybe a line.
-
-    Waiting keeps the host at most one batch ahead of the device, so the
-    lines come at the interval and their counts are computed batches.
-    """
+    """Waits for `pending`, the sum of the first `done` batches (so a line
+    counts computed batches); maybe a line."""
     if not done:
       return
     jax.block_until_ready(pending)
@@ -209,15 +181,9 @@ RUN_INFO = "run_info.jsonl"
 
 def record_invocation(run, start: int, end: int, clock: PhaseClock,
                       interrupted: bool = False) -> None:
-  """Appends one line to `<workdir>/run_info.jsonl`: what ran where, how long.
-
-  Steps `start`..`end`, wall seconds (setup, compilation and evaluation
-  included; "phases_s": how they split, `PhaseClock.summary`), the
-  device kind and count, precision and steps per call; a run resumed n
-  times has n + 1 lines (launch/report.py sums them). A run stopped by
-  Ctrl-C or SIGTERM says so (`interrupted`, `end_step` its checkpoint);
-  an error writes none.
-  """
+  """Appends a line to `<workdir>/run_info.jsonl`: steps `start`..`end`,
+  wall seconds by phase, device, precision, steps per call, `interrupted`
+  (a resumed run has one per invocation; launch/report.py sums them)."""
   line = {"start_step": start, "end_step": end,
           "wall_s": round(clock.elapsed(), 1),
           "phases_s": clock.summary(),

@@ -6,19 +6,13 @@ V = vocabulary (= classes), L = layers.
 .. math:: X^0 = E[x] + P,\qquad X^L = \mathrm{SAN}(X^0),\qquad
           \mathrm{logits} = X^L W_{out} + b_{out},
 
-with a learned token embedding E [V, d], learned positions P [T, d] and the
-layers of `qkspec.theory.san.layer` (joint :math:`W_{QK,h}`, value with the
-output projection folded in, optional skip and ReLU MLP, no LayerNorm:
-`model.skip`, `model.mlp`). The module only wires parameters to the pure
-core; `san_params`, `embed` and `readout` read the same parameters back so
-that `qkspec.theory.path_eval` and `qkspec.theory.san` evaluate the trained
-network outside Flax (tests/dong_trained_test.py checks they agree).
-
-Parameter layout (what `qkspec.training.model.qk_matrices` and
-`qkspec.training.layer_stats.measure` read): `decoder/block_<l>/attn/w_qk`
-[H, d, d], `.../attn/w_v` [H, d, d], `decoder/block_<l>/mlp/{w1, b1, w2,
-b2}`; each block sows `attn/logits`, `attn/probs` [B, H, T, T] and `out`
-[B, T, d].
+with learned embedding E [V, d] and positions P [T, d], and the layers of
+`qkspec.theory.san.layer` (joint :math:`W_{QK,h}`, value with the output
+projection folded in, optional skip and MLP, no LayerNorm). `san_params`,
+`embed` and `readout` read the parameters back for `qkspec.theory`
+(tests/dong_trained_test.py). Each `decoder/block_<l>` holds
+`attn/{w_qk, w_v}` [H, d, d] and `mlp/{w1, b1, w2, b2}`, and sows
+`attn/logits`, `attn/probs` [B, H, T, T] and `out` [B, T, d].
 """
 # pylint: disable=invalid-name
 import math
@@ -53,11 +47,8 @@ class SANAttention(nn.Module):
 
 
 def _gaussian_product(inner: int, fan_left: int, fan_right: int):
-  r"""Init of :math:`A^\top B` per head, A, B [inner, d] ~ N(0, 1/fan).
-
-  `san.init_params`' "gaussian" W_QK (fan_left = fan_right = d) and value
-  :math:`W_V W_O` (fan_left = d, fan_right = H D).
-  """
+  r"""Init of :math:`A^\top B` per head, A, B [inner, d] ~ N(0, 1/fan), as
+  `san.init_params`' "gaussian" W_QK and value :math:`W_V W_O`."""
   def init(key, shape, dtype=jnp.float32):
     H, d, _ = shape
     k_a, k_b = jax.random.split(key)
@@ -70,11 +61,9 @@ def _gaussian_product(inner: int, fan_left: int, fan_right: int):
 class SANMLP(nn.Module):
   r""":math:`\mathrm{relu}(X W_1 + b_1) W_2 + b_2` (`san.mlp`).
 
-  :math:`W_1` He-initialised, N(0, 2/d); :math:`W_2` ~ N(0, g^2/F) with
-  g = `out_gain`. `make_classifier` passes :math:`g = 1/\sqrt{2L}` (GPT-2's
-  scaling of residual branches): without LayerNorm, g = 1 doubles the token
-  variance per layer, and after a few layers the attention logits (quadratic
-  in the tokens) saturate the softmax and training stalls.
+  :math:`W_1` ~ N(0, 2/d), :math:`W_2` ~ N(0, g^2/F), g = `out_gain`:
+  `make_classifier` passes GPT-2's :math:`1/\sqrt{2L}`, without which the
+  token variance doubles per layer and the softmax saturates.
   """
   mlp_dim: int
   out_gain: float = 1.0
@@ -160,11 +149,8 @@ def architecture(model_config) -> san.Architecture:
 
 
 def san_params(params, mlp_dim: int | None = None) -> dict[str, jax.Array]:
-  """`params["decoder"]` as `san.init_params`' stacked dict.
-
-  Blocks without an MLP get zero MLP weights of width `mlp_dim` (default 1),
-  which `san.layer` ignores when the architecture has no MLP.
-  """
+  """`params["decoder"]` as `san.init_params`' stacked dict (without an
+  MLP, zero MLP weights of width `mlp_dim`, which `san.layer` ignores)."""
   decoder = params["decoder"]
   L = len(decoder)
   blocks = [decoder[f"block_{l}"] for l in range(L)]

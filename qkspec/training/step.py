@@ -2,42 +2,23 @@ r"""One training step with LocATER (paper Secs. 6-7), compiled for a mesh.
 
 Shapes: B=batch, T=tokens, L=layers, H=heads, d=width, N=sweep members.
 
-The objective is the task loss plus the LocATER penalty summed over every
-layer and head,
+The objective is the mean loss over the n targets of a batch plus the
+LocATER penalty of every layer and head (`qkspec.theory.locater`, the
+hyperparameters held in the state), times a static factor :math:`s`:
 
-.. math:: J(\Theta) + \sum_{\ell, h} \kappa_1\,\mathrm{tr}(W_{QK}^\top W_{QK})
+.. math:: \frac1n \sum_{i=1}^n \ell_i + s \sum_{\ell, h}
+          \kappa_1\,\mathrm{tr}(W_{QK}^\top W_{QK})
           + \kappa_2\,(\mathrm{tr}\,W_{QK} - \tau)^2,
 
-with :math:`W_{QK}` from `qkspec.training.model.qk_matrices`, the penalty
-from `qkspec.theory.locater.locater_penalty` and
-:math:`(\kappa_1, \kappa_2, \tau)` a `qkspec.theory.locater.LocaterHParams`
-held in the state; Adam(0.9, 0.999, 1e-8) with decoupled weight decay 0.01,
-constant learning rate and no clipping, as the paper's fairseq setup.
+:math:`s = 1` as printed ("mean_loss"), :math:`s = 1/n` as fairseq
+("summed_loss": penalty added to the summed loss, gradients divided by n);
+a sweep may train both readings side by side. AdamW, constant learning
+rate, no clipping, as the paper's fairseq setup.
 
-Two readings of :math:`\kappa` (`config.locater.penalty_added_to`) differ
-by one static factor :math:`s` on the penalty (`penalty_scale_of`); with
-:math:`N` targets per batch and :math:`P` the penalty above,
-
-.. math:: \frac1N \sum_{i=1}^N \ell_i + s\,P,\qquad
-          s = 1 \text{ (mean\_loss)},\quad s = \frac1N \text{ (summed\_loss)}.
-
-"mean_loss" is the paper's formula as printed. "summed_loss" is fairseq:
-its criterion sums the loss (the penalty added to the sum) and its trainer
-divides every gradient by the N targets per batch (B T = 4096 in the
-paper). A sweep may list the reading per member (`sweep.penalty_added_to`):
-then :math:`s` is a per-member constant mapped with the states, so both
-readings train in one program on the same batches.
-
-`train_step(state, batch, key) -> (state, metrics)` is pure and compiled
-once with `jax.jit` over a ("data",) mesh of all devices: the batch sharded
-on its leading axis, the state replicated and donated; the step's dropout
-key is `fold_in(key, state.step)`. A sweep (`qkspec.training.sweep`) stacks
-its members' states and maps `train_step` over them in the same jit; with
-members sharded (`config.sweep.shard_members`, auto on several devices)
-the mesh is ("members", "data"): the stacked state split over the
-"members" axis, padded to a multiple of its size (`sweep.Layout`), each
-batch split over "data" within every group of devices.
-`build_steps` builds them all; `qkspec.training.loop` runs them.
+`build_steps` jit-compiles `train_step(state, batch, key)` over a ("data",)
+mesh: batch sharded, state replicated and donated, dropout key
+`fold_in(key, state.step)`; a sweep maps it over the stacked members, on a
+("members", "data") mesh where the members are sharded (`sweep.Layout`).
 """
 # pylint: disable=invalid-name
 from concurrent import futures
@@ -92,11 +73,8 @@ def member_keys(seed) -> tuple[jax.Array, jax.Array]:
 
 def member_inputs(members: list[dict], stacked: bool
                   ) -> tuple[jax.Array, jax.Array, locater.LocaterHParams]:
-  """(init keys, dropout keys, hparams) of `sweep.members(config)`.
-
-  Stacked on a leading member axis for a vmapped sweep (`stacked`), else
-  those of the one member.
-  """
+  """(init keys, dropout keys, hparams) of `sweep.members(config)`, on a
+  leading member axis if `stacked`, else the one member's."""
   per_member = [(*member_keys(m["seed"]), sweep_lib.hparams(m))
                 for m in members]
   return sweep_lib.stack(per_member) if stacked else per_member[0]
@@ -118,29 +96,16 @@ def locater_term(params, hparams: locater.LocaterHParams) -> jax.Array:
 
 
 def targets_per_batch(config) -> int:
-  """N, the targets of one train batch (fairseq's `sample_size`).
-
-  LM: `batch_size * seq_len` tokens (train weights are all 1); theory task:
-  `batch_size` sequences, each with one target x_{T+1} (squared loss).
-  """
+  """n, the targets of one train batch (fairseq's `sample_size`): B T
+  tokens for the LM, else B sequences (one target x_{T+1} each)."""
   n = config.data.batch_size
   return n * config.data.seq_len if config.task == "lm" else n
 
 
 def penalty_scale_of(config, added_to: str | None = None) -> float:
-  """The static factor on the LocATER penalty: the reading of kappa.
-
-  Args:
-    config: a training config; `config.locater.penalty_added_to` is
-      "mean_loss" (1: mean loss + kappa * penalty, as printed) or
-      "summed_loss" (1 / `targets_per_batch`: fairseq adds the penalty to
-      the summed loss and divides the gradients by the target count).
-    added_to: that reading for one member of a sweep over readings
-      (`sweep.members`' "penalty_added_to"); None: the config's.
-
-  Returns:
-    The factor `objective` multiplies the penalty by.
-  """
+  """The static factor on the LocATER penalty, the reading of kappa: 1 for
+  "mean_loss", 1 / `targets_per_batch` for "summed_loss". `added_to`: one
+  sweep member's reading (None: `config.locater.penalty_added_to`)."""
   added_to = added_to or config.locater.penalty_added_to
   if added_to == "mean_loss":
     return 1.0
@@ -151,8 +116,7 @@ def penalty_scale_of(config, added_to: str | None = None) -> float:
 
 
 def penalty_scales(config) -> list[float]:
-  """`penalty_scale_of` each member of `sweep.members(config)`: one value
-  unless the sweep swept the reading (`sweep.penalty_added_to`)."""
+  """`penalty_scale_of` each member of `sweep.members(config)`."""
   return [penalty_scale_of(config, m["penalty_added_to"])
           for m in sweep_lib.members(config)]
 
@@ -160,14 +124,9 @@ def penalty_scales(config) -> list[float]:
 def objective(params, hparams: locater.LocaterHParams, batch, dropout_key, *,
               task: tasks.Task, deterministic: bool = False,
               penalty_scale: float = 1.0, copies=None):
-  """(loss + penalty, (loss, penalty)); loss = mean over weighted items.
-
-  `penalty` is `penalty_scale * locater_term(params, hparams)`, what enters
-  the objective (and what is logged as train/penalty): with the fairseq
-  reading already divided by the targets per batch. `copies`: the
-  decoder's weights already cast (`multi_step.copies`), which the loss uses in
-  place of casting them.
-  """
+  """(loss + penalty, (loss, penalty)): the mean loss over weighted items
+  and `penalty_scale * locater_term` (as logged). `copies`: the decoder's
+  weights already cast (`multi_step.copies`)."""
   model_params = (params if copies is None
                   else multi_step.use_copies(params, copies))
   loss_sum, weight = task.summed_loss(model_params, batch,
@@ -184,18 +143,11 @@ FLAT_NORM_MAX = 2**18
 
 
 def update_checks(total: jax.Array, grads) -> tuple[jax.Array, jax.Array]:
-  """(finite, grad_norm) of an update: the gradients' global norm, and
-  whether the objective and every gradient are finite, read from that
-  norm: a NaN or Inf anywhere makes the sum of squares NaN or Inf (and so
-  does a norm past float32's range, ~1.8e19: as good as a blow-up).
-
-  The squares of the small gradients (the layers') are summed as one flat
-  vector, the large ones' (embedding, output) each by itself: on a GPU one
-  fusion reads the small ones (XLA does not write the concatenation), where
-  a reduction per parameter kept XLA from fusing the optimizer's kernels
-  (15% fewer kernels in Fig. 12's step). Same value as `optax.tree.norm`
-  up to the order of the float32 sum.
-  """
+  """(finite, grad_norm): the gradients' global norm, and whether it and
+  the objective are finite (a NaN or Inf anywhere, or a norm past
+  float32's range, makes it not). The small gradients' squares are summed
+  as one vector, which lets XLA fuse the optimizer on a GPU; the value is
+  `optax.tree.norm`'s up to the order of the float32 sum."""
   leaves = jax.tree.leaves(grads)
   squares = lambda g: jnp.square(g.astype(jnp.float32))  # noqa: E731
   small = [squares(g).reshape(-1) for g in leaves if g.size < FLAT_NORM_MAX]
@@ -208,11 +160,8 @@ def update_checks(total: jax.Array, grads) -> tuple[jax.Array, jax.Array]:
 
 def train_step(state: TrainState, batch, key: jax.Array, *, task: tasks.Task,
                tx: optax.GradientTransformation, penalty_scale: float = 1.0):
-  """One AdamW update on loss + LocATER. Returns (state, metrics).
-
-  `penalty_scale` (static, from `penalty_scale_of(config)`) multiplies the
-  penalty; metrics["penalty"] is the scaled penalty, as in the objective.
-  """
+  """One AdamW update on loss + LocATER: (state, metrics); the static
+  `penalty_scale` (`penalty_scale_of`) is in metrics["penalty"] too."""
   step_key = jax.random.fold_in(key, state.step)
   grad_fn = jax.value_and_grad(
       functools.partial(objective, task=task, penalty_scale=penalty_scale),
@@ -238,14 +187,10 @@ def eval_step(params, batch, *, task: tasks.Task) -> dict[str, jax.Array]:
 
 
 class Steps(struct.PyTreeNode):
-  """The compiled functions of a run (vmapped over members for a sweep).
-
-  Keys, hparams, metrics and measurements are the N real members'; the
-  state those functions carry has `layout.padded` members on
-  `state_sharding`. `saved` gives (a copy of) its real members, the form
-  a checkpoint holds (on `saved_sharding`); `unsaved` takes it back;
-  `real` is `saved` where members pad the state, else the identity.
-  """
+  """The compiled functions of a run (over the members for a sweep): keys,
+  hparams, metrics and measurements of the N real members, a state of
+  `layout.padded`; `saved` copies its real members for a checkpoint,
+  `unsaved` pads them back, `real` is `saved` where members pad."""
   mesh: Any = struct.field(pytree_node=False)
   task: Any = struct.field(pytree_node=False)
   init: Any = struct.field(pytree_node=False)      # (init_keys, hparams)
@@ -259,9 +204,9 @@ class Steps(struct.PyTreeNode):
   saved_sharding: Any = struct.field(pytree_node=False)
   unsaved: Any = struct.field(pytree_node=False)   # (saved) -> state
   real: Any = struct.field(pytree_node=False)      # (state) -> real members
-  # k steps per call on batches built on the device (multi_step):
-  # (state, feed.consts, feed.train_inputs(step, k), keys), and a split's
-  # eval batches (params, feed.eval_tokens[split], indices); None: no feed.
+  # k steps, and a split's eval, per call on batches built on the device
+  # (multi_step; None without a feed): (state, feed.consts,
+  # feed.train_inputs(step, k), keys), (params, feed.eval_tokens[s], indices)
   train_many: Any = struct.field(pytree_node=False, default=None)
   eval_many: Any = struct.field(pytree_node=False, default=None)
   steps_per_call: int = struct.field(pytree_node=False, default=1)
@@ -278,12 +223,8 @@ def make_mesh(layout: sweep_lib.Layout | None = None) -> jax.sharding.Mesh:
 
 
 def member_batch(config) -> int:
-  """Sweep members batched together (`config.sweep.member_batch`; -1: auto).
-
-  Auto is every member at once (0, a plain vmap) on a GPU or TPU and one at
-  a time (1, a loop inside the compiled step) on a CPU, where the batched
-  logits blocks fall out of cache.
-  """
+  """Sweep members batched per step (`config.sweep.member_batch`); -1 is
+  0 (all, a vmap) on a GPU or TPU, 1 (a loop) on a CPU."""
   batch = config.sweep.get("member_batch", -1)
   if batch >= 0:
     return batch
@@ -291,11 +232,8 @@ def member_batch(config) -> int:
 
 
 def build_steps(config, mesh=None) -> Steps:
-  """Builds the task and the jit-compiled (vmapped if sweeping) functions.
-
-  `mesh`: by default that of `config`'s `sweep.config_layout` on all
-  devices; a given one (("data",), or ("members", "data")) sets it.
-  """
+  """The task and the jit-compiled (member-mapped for a sweep) functions;
+  `mesh` by default that of `sweep.config_layout` on all devices."""
   vmapped = sweep_lib.is_sweep(config)
   n = len(sweep_lib.members(config)) if vmapped else 1
   mesh = mesh or make_mesh(sweep_lib.config_layout(
@@ -351,10 +289,8 @@ def build_steps(config, mesh=None) -> Steps:
 
 
 class Warm:
-  """A jitted function whose first call waits for its background compiles.
-
-  Attributes other than the call (`lower`, `trace`, ...) are the function's.
-  """
+  """A jitted function whose first call waits for its background compiles
+  (its other attributes are the function's)."""
 
   def __init__(self, fn: Callable, pending: list[futures.Future]):
     self._fn, self._pending = fn, list(pending)
@@ -377,18 +313,8 @@ def _compile(fn, *args) -> None:
 
 
 def compile_ahead(steps, abstract_state, dropout_keys: jax.Array, batch):
-  """`steps` with its train, measure and eval programs compiling on threads.
-
-  A run would compile its programs one after another as each is first
-  called, although none needs another's result. Here they lower and
-  compile on worker threads from the arguments' shapes and shardings
-  (`abstract_state`; `batch`, a train batch, for the batch's) while the
-  main thread initialises or restores the state: XLA releases the GIL while
-  it compiles, and `lower(...).compile()` fills the cache that `jit`
-  dispatch reads. Each program is wrapped in `Warm`, so its first call
-  waits for its worker instead of compiling it again; a worker's error is
-  raised by that call. Nothing that is computed changes.
-  """
+  """`steps` with its train, measure and eval programs compiling on threads
+  from `abstract_state` and `batch` (a train batch), each in a `Warm`."""
   pool = futures.ThreadPoolExecutor(max_workers=3,
                                     thread_name_prefix="precompile")
   feed, k = steps.task.feed, steps.steps_per_call

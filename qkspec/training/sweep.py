@@ -1,39 +1,19 @@
 """Vmapped sweeps: members differing in seed, LocATER strengths or reading.
 
-`config.sweep` lists values for any of `seed`, the fields of
-`qkspec.theory.locater.LocaterHParams` (`kappa1`, `kappa2`, `target`) and
-`penalty_added_to`, the reading of kappa (`qkspec.config.schema.SWEEPABLE`;
-an empty tuple means not swept);
-`mode="zip"` pairs them entry by entry (length-1 entries broadcast),
-`mode="product"` takes all combinations.
-All members share the model, optimizer and data; in `qkspec.training.loop`
-their states are stacked on a leading member axis and one `jax.vmap`-ed,
-jit-compiled step (`qkspec.training.step`) trains them side by side. The
-swept strengths live in `TrainState.hparams` (a `LocaterHParams` of arrays,
-not closure constants) and the seeds in the stacked PRNG keys, so one
-compiled step serves every member. A swept reading becomes a per-member
-factor on the penalty (`qkspec.training.step.penalty_scales`), so both
-readings train side by side on the same batches.
-`config.sweep.member_batch` chooses how that step runs them: all at once
-(0, `jax.vmap`), or k at a time in a loop inside the compiled step (k >= 1,
-`jax.lax.map`); -1 picks 1 on a CPU and 0 elsewhere (`over_members`).
+`config.sweep` lists values for the fields of `schema.SWEEPABLE` (an empty
+tuple: not swept); `mode="zip"` pairs them entry by entry (length-1 entries
+broadcast), `mode="product"` takes all combinations. The members share the
+model, optimizer and data; their states are stacked on a leading axis and
+one compiled step trains them all (strengths in `TrainState.hparams`,
+seeds in the stacked keys, a swept reading as a per-member penalty
+factor). A member equals the same config trained alone (`member_config`)
+up to float reassociation (tests/sweep_test.py).
 
-A member equals the same config trained alone (`member_config`), up to
-float reassociation in the batched matmuls (tests/sweep_test.py).
-
-Where the members run (`Layout`, `config.sweep.shard_members`): with
-members sharded (auto on more than one device) the mesh is
-("members", "data") of m x D/m devices, m the smallest divisor of the D
-devices that is >= N (all D if N >= D). Each group of D/m devices holds
-ceil(N/m) members' states, and no other group holds them; it trains them
-on the whole batch, split over its D/m devices, so a group's work is its
-own members'. N pads up to a multiple of m with copies of the last
-member (its keys, strengths and reading): the same computation on the
-same inputs as that member. The compiled functions take and return the
-N real members' keys, metrics and measurements, and checkpoints hold the
-N real members only, so a run resumes on another device count.
-Unsharded (one device, one run, or `shard_members=False`) the mesh is
-("data",) and every device holds every member, as a single run's state.
+With members sharded (`layout`), each group of devices trains its own
+members on the whole batch, N padded with copies of the last member; the
+compiled functions take and return the N real members' keys, metrics and
+measurements, and checkpoints hold only those, so a run resumes on
+another device count.
 """
 import functools
 import itertools
@@ -127,16 +107,10 @@ def stacked_hparams(ms: list[dict]) -> locater.LocaterHParams:
 
 
 def over_members(fn, in_axes: tuple, member_batch: int = 0, mesh=None):
-  """`fn` over the leading member axis of the args whose `in_axes` is 0.
-
-  `member_batch` = 0 is `jax.vmap(fn, in_axes)`: all members in one batched
-  computation. Otherwise `jax.lax.map`: members run one after another inside
-  the same compiled program, `member_batch` at a time (vmapped within a
-  group; 1 = no batch axis at all, the single run's code). Same results;
-  on a CPU the batched [M, C, V] logits blocks fall out of cache and
-  member_batch = 1 is the fastest. On a `mesh` with a "members" axis each
-  device group maps over its own members (`on_groups`).
-  """
+  """`fn` over the leading member axis of the args whose `in_axes` is 0:
+  `jax.vmap` if `member_batch` is 0, else `jax.lax.map`, `member_batch` at
+  a time (1: no batch axis, the single run's code). On a `mesh` with a
+  "members" axis each device group maps its own members (`on_groups`)."""
   if not member_batch:
     return on_groups(jax.vmap(fn, in_axes=in_axes), in_axes, mesh)
 
@@ -154,7 +128,7 @@ def over_members(fn, in_axes: tuple, member_batch: int = 0, mesh=None):
 # ------------------------------------------------ members on the devices ----
 
 class Layout(NamedTuple):
-  """N members on D = groups x data devices (the module docstring)."""
+  """N members on D = groups x data devices (`layout`)."""
   members: int     # N, the real members (1: a single run)
   groups: int      # m, the mesh's "members" axis (1: members replicated)
   data: int        # devices per group, the "data" axis
@@ -171,13 +145,9 @@ class Layout(NamedTuple):
 
 
 def layout(members: int, devices: int, shard: bool = True) -> Layout:
-  """Where `members` members train on `devices` devices.
-
-  With `shard`, m = the smallest divisor of `devices` that is >= `members`
-  (all of them if none is): each member on a group of its own where the
-  devices allow, and the rest of the devices splitting each member's
-  batch. Without, or for one member, m = 1 (every device holds all).
-  """
+  """Where `members` members train on `devices` devices: with `shard`,
+  m = the smallest divisor of `devices` that is >= `members` (else all);
+  without, or for one member, m = 1."""
   if not shard or members <= 1:
     return Layout(members, 1, devices)
   groups = min((g for g in range(members, devices + 1) if devices % g == 0),
@@ -186,13 +156,9 @@ def layout(members: int, devices: int, shard: bool = True) -> Layout:
 
 
 def shards_members(config, devices: int, processes: int = 1) -> bool:
-  """`config.sweep.shard_members` (None: auto, on with several devices).
-
-  Raises:
-    ValueError: members sharded over several processes (each host builds
-      its rows of every batch, `qkspec.data.pipeline.host_rows`, which a
-      group of members spanning hosts would not hold).
-  """
+  """`config.sweep.shard_members` (None: on with several devices of one
+  process). Raises ValueError if True with several processes: each host
+  builds only its rows of a batch (`qkspec.data.pipeline.host_rows`)."""
   shard = config.get("sweep", {}).get("shard_members", None)
   if shard is None:
     return devices > 1 and processes == 1
@@ -209,8 +175,7 @@ def config_layout(config, devices: int, processes: int = 1) -> Layout:
 
 
 def mesh_layout(mesh: jax.sharding.Mesh, num_members: int) -> Layout:
-  """The `Layout` of `num_members` members on `mesh` (a ("data",) mesh, or
-  ("members", "data"))."""
+  """The `Layout` of `num_members` members on `mesh`."""
   groups = dict(mesh.shape).get("members", 1)
   return Layout(num_members, groups, mesh.shape["data"])
 
@@ -232,16 +197,10 @@ def real(tree, lay: Layout):
 
 
 def on_groups(fn, in_axes: tuple, mesh: jax.sharding.Mesh | None):
-  """`fn` (over members) run by each device group on its own members.
-
-  `jax.shard_map` manual over the mesh's "members" axis only: the args
-  whose `in_axes` is 0 and every output arrive split over the groups,
-  the other args whole; inside a group the "data" axis stays automatic
-  (the batch split over its devices). `fn` itself without that axis.
-  The varying-axes check is off: every member's computation stays within
-  its group, and the check would have each scan of the model that starts
-  from a constant carry mark it varying over "members".
-  """
+  """`fn` (over members) run by each device group on its own members:
+  `jax.shard_map` manual over "members" only ("data" automatic within),
+  `check_vma` off, as no member's computation leaves its group and the
+  check would flag the model's scans from a constant carry."""
   if mesh is None or "members" not in mesh.axis_names:
     return fn
   spec = jax.P("members")
@@ -258,13 +217,9 @@ def padded_init(init, lay: Layout):
 
 def member_step(step, scales: list[float], member_batch: int, mesh,
                 lay: Layout):
-  """`step(state, batch, key, *, penalty_scale)` over the members.
-
-  Returns `(state [padded], batch, keys [N]) -> (state [padded],
-  metrics [N])`. One penalty factor in `scales` (per member,
-  `qkspec.training.step.penalty_scales`) is a constant; several (readings
-  side by side) a [padded] array mapped with the state.
-  """
+  """`step(state, batch, key, *, penalty_scale)` over the members:
+  `(state [padded], batch, keys [N]) -> (state [padded], metrics [N])`;
+  distinct `scales` (one per member) are mapped with the state."""
   if len(set(scales)) > 1:
     def one(state, batch, key, scale):
       return step(state, batch, key, penalty_scale=scale)
@@ -291,14 +246,9 @@ def real_outputs(fn, member_batch: int, mesh, lay: Layout):
 
 
 def saving(lay: Layout, copy, state_sharding, replicated) -> dict:
-  """The fields saved, saved_sharding, unsaved and real of
-  `qkspec.training.step.Steps`.
-
-  Without padding: `copy` (a jitted copy of the state, as it is laid out),
-  the identity twice. With it: the N real members, replicated (N need not
-  divide over the groups), and the jitted padding back onto
-  `state_sharding`.
-  """
+  """The saved, saved_sharding, unsaved and real fields of `step.Steps`:
+  without padding `copy` (a jitted copy of the state) and the identity;
+  with it, the N real members replicated and the jitted padding back."""
   if lay.padded == lay.members:
     same = lambda state: state  # noqa: E731
     return dict(saved=copy, saved_sharding=state_sharding, unsaved=same,

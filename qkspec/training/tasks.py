@@ -2,19 +2,15 @@ r"""What is learned: Sec. 2's random-walk regression, Sec. 7's LM, Dong's tasks.
 
 Shapes: B=batch, T=tokens, d=width, V=vocab.
 
-A `Task` bundles the model, a deterministic batch source (`train_batch(step)`
-depends only on the data seed and the step, so a resumed run sees the same
-data as an uninterrupted one) and a loss returning `(sum, weight)` so that
-means over sharded batches and padded eval batches are exact.
+A `Task` bundles the model, batches that are pure functions of (data seed,
+step), so a resumed run sees the same data, and a loss as (sum, weight), so
+that means over sharded and padded batches are exact:
 
 * theory: :math:`J = \tfrac12 E\|x_{T+1} - F(X)_T\|^2` on Gaussian random
-  walks (Assumption 1, `qkspec.theory.randomwalk`), generated on device.
-* lm: mean token cross-entropy (nats) on int32 token streams, from
-  `qkspec.data` (WikiText-2) or a synthetic bigram stream (`data.name`).
-* synthetic: Dong et al.'s sorting or memorisation (`qkspec.data.synthetic`,
-  `data.name`), a `san_model.SANClassifier` trained with the mean token
-  cross-entropy. The "valid" split is `data.eval_sequences` fresh sorting
-  sequences (a fixed key), or the memorised bank itself.
+  walks (Assumption 1), sampled on the device;
+* lm: token cross-entropy on WikiText-2 or a synthetic bigram stream;
+* synthetic: Dong et al.'s sorting or memorisation, a
+  `san_model.SANClassifier` (valid: fresh sorting sequences, or the bank).
 """
 # pylint: disable=invalid-name
 import dataclasses
@@ -53,13 +49,9 @@ class Task:
 
   def summed_loss(self, params, batch: Batch, *, deterministic: bool,
                   rngs=None, mutable=False):
-    """(weighted loss sum, weight) of `batch` under `params`.
-
-    The LM's loss runs inside the model (`OutputHead`: the [B, T, V]
-    logits are never materialised). With `mutable` (e.g.
-    ["intermediates"]) returns `((sum, weight), state)` with the sown
-    collections.
-    """
+    """(weighted loss sum, weight) of `batch`, or with `mutable` (e.g.
+    ["intermediates"]) `((sum, weight), state)`; the LM's runs inside the
+    model (`OutputHead`)."""
     variables = {"params": params}
     if self.kind == "lm":
       return self.model.apply(variables, batch["inputs"], deterministic,
@@ -127,11 +119,8 @@ def _theory_task(config, batch_sharding, dtype) -> Task:
 
 def synthetic_stream(seed: int, num_tokens: int, vocab_size: int,
                      fanout: int = 3) -> np.ndarray:
-  """A random bigram chain: each token has `fanout` likely successors.
-
-  Learnable structure (entropy about log(fanout) nats) for smoke tests while
-  no corpus is at hand.
-  """
+  """A random bigram chain for smoke tests: each token has `fanout` likely
+  successors (entropy about log(fanout) nats)."""
   rng = np.random.default_rng(seed)
   succ = rng.integers(0, vocab_size, size=(vocab_size, fanout))
   choice = rng.integers(0, fanout, size=num_tokens)
@@ -146,12 +135,9 @@ def synthetic_stream(seed: int, num_tokens: int, vocab_size: int,
 
 
 def load_lm_data(config):
-  """`qkspec.data.LMData` for `config.data`.
-
-  `data.name == "synthetic"` gives bigram streams over `data.vocab_size`
-  tokens (the last is `<eos>`); `data.verify_checksums = False` (tests with
-  small fixtures only) skips the source files' sha256 check.
-  """
+  """`qkspec.data.LMData` for `config.data`: bigram streams over
+  `vocab_size` tokens (the last `<eos>`) if `name` is "synthetic";
+  `verify_checksums=False` (test fixtures) skips the sha256 check."""
   from qkspec.data import pipeline as data_lib  # pylint: disable=g-import-not-at-top
   dc = config.data
   if dc.name != "synthetic":
@@ -225,12 +211,9 @@ def _refuse_unsupported(m) -> None:
 
 
 def data_functions(data_config):
-  """(train sampler key -> batch, eval batches [list]) of `data_config`.
-
-  The train sampler draws B sequences (sorting) or B bank rows
-  (memorisation); the eval batches cover `eval_sequences` fresh sorting
-  sequences, or the whole bank.
-  """
+  """(train sampler key -> batch, eval batches [list]) of `data_config`:
+  B sorting sequences or bank rows; `eval_sequences` fresh sorting
+  sequences, or the whole bank."""
   dc = data_config
   T, B, V = dc.seq_len, dc.batch_size, dc.vocab_size
   if dc.name not in synthetic.TASKS:
@@ -256,11 +239,8 @@ def _synthetic_task(config, batch_sharding, dtype) -> Task:
   _refuse_unsupported(config.model)
   dc = config.data
   sample, evals = data_functions(dc)
-  sample_jit = jax.jit(sample, out_shardings=batch_sharding)
+  train_batch = jax.jit(sample, out_shardings=batch_sharding)
   evals = [jax.device_put(b) for b in evals]
-
-  def train_batch(step):
-    return sample_jit(step)
 
   def valid():
     yield from evals
@@ -284,4 +264,3 @@ def make_task(config, batch_sharding) -> Task:
   if config.task == "synthetic":   # Dong et al.'s sorting / memorisation
     return _synthetic_task(config, batch_sharding, dtype)
   return _lm_task(config, batch_sharding, dtype)
-
