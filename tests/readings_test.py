@@ -20,6 +20,7 @@ from qkspec.config import defaults
 from qkspec.config import schema
 from qkspec.training import step as step_lib
 from qkspec.training import sweep
+from qkspec.training import tasks
 import testutil
 
 
@@ -65,6 +66,14 @@ class PenaltyScaleTest(absltest.TestCase):
     t.locater.penalty_added_to = "summed_loss"
     schema.validate(t)
     self.assertEqual(step_lib.penalty_scale_of(t), 1.0 / t.data.batch_size)
+    # Sorting / memorisation: a target per token, [B, T] of them.
+    s = defaults.synthetic_config()
+    s.locater.penalty_added_to = "summed_loss"
+    schema.validate(s)
+    batch = tasks.data_functions(s.data)[0](0)
+    self.assertEqual(batch["targets"].shape,
+                     (s.data.batch_size, s.data.seq_len))
+    self.assertEqual(step_lib.targets_per_batch(s), batch["targets"].size)
 
 
 class GradientTest(absltest.TestCase):

@@ -97,9 +97,10 @@ def locater_term(params, hparams: locater.LocaterHParams) -> jax.Array:
 
 def targets_per_batch(config) -> int:
   """n, the targets of one train batch (fairseq's `sample_size`): B T
-  tokens for the LM, else B sequences (one target x_{T+1} each)."""
+  tokens for the LM and Dong et al.'s sorting / memorisation tasks, B
+  sequences for the theory task (one target x_{T+1} each)."""
   n = config.data.batch_size
-  return n * config.data.seq_len if config.task == "lm" else n
+  return n * config.data.seq_len if config.task in ("lm", "synthetic") else n
 
 
 def penalty_scale_of(config, added_to: str | None = None) -> float:
