@@ -101,7 +101,7 @@ class ScanTest(parameterized.TestCase):
       ("lm_sweep_bfloat16_pallas", "lm_bf16_pallas", (0.0, 1.0)),
       ("theory_single", "theory", ()))
   def test_scan_equals_single_steps(self, task, kappa2):
-    if task == "lm_sweep":
+    if task == "lm":
       testutil.skip_unless_slow(self, "the LM scan in float32; the bfloat16 "
                                 "case runs the same scan with weight copies")
     if task.startswith("lm"):

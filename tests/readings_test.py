@@ -131,6 +131,9 @@ class GradientTest(absltest.TestCase):
                                                          atol=1e-7),
                  p_f, p_l)
 
+  @testutil.slow("three train steps; a zero penalty times either reading's "
+                 "factor is zero, and step_reference_test checks both "
+                 "readings' updates against NumPy")
   def test_no_locater_member_is_the_same_under_both_readings(self):
     # kappa1 = kappa2 = 0: the factor multiplies a zero penalty, so both
     # readings train the same member bit for bit (qkspec.experiments.report
