@@ -12,6 +12,8 @@ for the whole session, so that no test module sets global state.
 """
 import os
 
+import pytest
+
 _FLAG = "--xla_backend_optimization_level=0"
 if _FLAG not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = " ".join(
@@ -29,3 +31,19 @@ def pytest_terminal_summary(terminalreporter, config):
     terminalreporter.write_line(
         f"test order: pytest-randomly seed {seed} (repeat it with "
         f"--randomly-seed={seed})")
+
+
+# The longest quick tests, started first: pytest-xdist hands the workers the
+# tests in collection order, so one of these drawn last by the random order
+# would leave the other worker idle at the end.
+_LONGEST = ("multidevice_test.py::RunInOwnProcess",
+            "sweep_test.py::VmappedSweepTest",
+            "reliability_test.py::InterruptTest",
+            "precision_test.py::", "report_test.py::WriteReportTest",
+            "run_records_test.py::RunRecordsTest")
+
+
+@pytest.hookimpl(trylast=True)     # after pytest-randomly's shuffle
+def pytest_collection_modifyitems(items):
+  """Moves the `_LONGEST` tests to the front, in their (random) order."""
+  items.sort(key=lambda item: not any(s in item.nodeid for s in _LONGEST))
