@@ -141,7 +141,7 @@ class RunRecordsTest(absltest.TestCase):
     run_records.write(os.path.relpath(self.run_dir), records, keys)
     run_records.write(path, records, keys)
     run_records.write(other, records, keys, role="replicate")
-    # a GPU slice's report: its runs extend the records of their names
+    # a later report on more runs: they extend the records of their names
     path = run_records.write(other, records, keys, replace=True)
     self.assertEqual(run_records.origin(path), other)
 
