@@ -166,13 +166,15 @@ class RunInOwnProcess(absltest.TestCase):
     # train_and_evaluate on 4 devices: a 3-member sweep to step 4, its
     # members sharded (padded to 4); its checkpoint holds the 3 real
     # members and restores on 1 device; a batch that does not split over
-    # the devices fails before training.
+    # the devices that share it fails before training.
     self.assertEqual(res["train_and_evaluate_steps"], [4, 4, 4])
     self.assertEqual(res["train_and_evaluate_layout"],
                      [[3, 4, 1], "('members',)"])
     self.assertEqual(res["restored_steps"], [4, 4, 4])
     self.assertEqual(res["restored_params"], res["trained_params"])
     self.assertRegex(res["bad_batch_error"], r"data.batch_size=6 .* 4 devices")
+    # Members sharded, each batch is split over its group's devices only.
+    self.assertEqual(res["sharded_batch_6_layout"], [3, 4, 1])
     # Sweep members sharded over the devices (padded with copies of the
     # last member) train as on 1 device, by single steps and in a scan.
     cases = [("lm", [[0, 2], [2, 4], [4, 6], [6, 8]])]
@@ -224,14 +226,18 @@ class MultiDeviceTest(absltest.TestCase):
       restored = _restore_on_one_device(config, tmp)
     bad = testutil.get_config("theory_task", "smoke")
     bad.data.batch_size = 6
+    bad.sweep.shard_members = False
     with self.assertRaises(ValueError) as caught:
       loop.train_and_evaluate(bad, "/nonexistent/never/written")
+    bad.sweep.shard_members = None   # sharded: a group of 1 device per batch
+    split = loop._setup(bad, "/nonexistent/never/written").steps.layout
     _record(train_and_evaluate_steps=np.asarray(state.step).tolist(),
             train_and_evaluate_layout=[list(steps.layout),
                                        str(tuple(steps.state_sharding.spec))],
             restored_steps=np.asarray(restored.step).tolist(),
             restored_params=_params(restored), trained_params=_params(state),
-            bad_batch_error=str(caught.exception))
+            bad_batch_error=str(caught.exception),
+            sharded_batch_6_layout=list(split))
 
   def test_sharded_members_equal_one_device(self):
     # 5 LM members on 4 devices (2 a device, padded to 8) against 1 device.

@@ -182,7 +182,8 @@ def flatten(config, prefix: str = "") -> dict:
 
 def validate(config, num_devices: int | None = None) -> None:
   """Raises ValueError naming the key of the first problem in `config`;
-  with `num_devices`, the batch must split evenly over them."""
+  with `num_devices` (those that split each batch: all of them, or a
+  member group's), the batch must split evenly over them."""
   flat = flatten(config)
   task = flat.get("task")
   schema = {**_COMMON, **{"theory": _THEORY_DATA,
@@ -220,7 +221,8 @@ def validate(config, num_devices: int | None = None) -> None:
     raise ValueError("config.opt.warmup_steps exceeds config.num_steps.")
   if num_devices is not None and config.data.batch_size % num_devices:
     raise ValueError(f"config.data.batch_size={config.data.batch_size} is not "
-                     f"divisible by the {num_devices} devices.")
+                     f"divisible by the {num_devices} devices that split "
+                     f"each batch.")
   sweep = {k: flat[f"sweep.{k}"] for k in SWEEPABLE if flat.get(f"sweep.{k}")}
   if flat.get("sweep.mode", "zip") == "zip" and sweep:
     lengths = {len(v) for v in sweep.values()} - {1}

@@ -67,7 +67,9 @@ def _setup(config, workdir: str) -> Run:
   if config.multihost and not jax.distributed.is_initialized():
     # A command line may already have initialised it (--coordinator_address).
     jax.distributed.initialize()
-  schema.validate(config, num_devices=jax.device_count())
+  layout = sweep_lib.config_layout(config, jax.device_count(),
+                                   jax.process_count())
+  schema.validate(config, num_devices=layout.data)   # those splitting a batch
   logging.info("devices: %s (process %d of %d)", jax.devices(),
                jax.process_index(), jax.process_count())
   steps = step_lib.build_steps(config)
