@@ -34,7 +34,6 @@ from qkspec.config import schema
 _NOT_EXPERIMENTS = ("chunked", "cli", "demo", "inputs", "measures", "outputs",
                     "training_plots")
 EXIT_INTERRUPTED = 130       # 128 + SIGINT, what shells report for Ctrl-C
-EXIT_PREEMPTED = 143         # 128 + SIGTERM, a cluster's preemption notice
 
 
 @contextlib.contextmanager

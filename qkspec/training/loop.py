@@ -72,7 +72,7 @@ def _setup(config, workdir: str) -> Run:
   schema.validate(config, num_devices=layout.data)   # those splitting a batch
   logging.info("devices: %s (process %d of %d)", jax.devices(),
                jax.process_index(), jax.process_count())
-  steps = step_lib.build_steps(config)
+  steps = step_lib.build_steps(config, step_lib.make_mesh(layout))
   members = sweep_lib.members(config)
   swept = sweep_lib.swept_keys(config)
   vmapped = bool(swept)
