@@ -11,7 +11,6 @@ which curves coincide.
 import json
 import os
 
-from absl import logging
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -24,7 +23,6 @@ from qkspec.training import metric_writer  # pylint: disable=g-import-not-at-top
 # what members.json varies (qkspec.config.schema.SWEEPABLE), and defaults
 _DEFAULTS = {"seed": 0, "kappa1": 0.0, "kappa2": 0.0, "target": 1.0,
              "penalty_added_to": "mean_loss"}
-FIELDS = tuple(_DEFAULTS)
 _SYMBOL = {"seed": "seed", "kappa1": r"$\kappa_1$", "kappa2": r"$\kappa_2$",
            "target": "target", "penalty_added_to": "reading"}
 # the readings of kappa (qkspec.config.schema.PENALTY_ADDED_TO), short
@@ -57,8 +55,8 @@ def final_value(metrics: dict, key: str) -> float:
 
 
 def varying_fields(members) -> list[str]:
-  """The `FIELDS` whose values differ between members, in `FIELDS` order."""
-  return [f for f in FIELDS
+  """The `_DEFAULTS` fields whose values differ between members, in order."""
+  return [f for f in _DEFAULTS
           if len({m.get(f, _DEFAULTS[f]) for m in members}) > 1]
 
 
@@ -84,26 +82,25 @@ def member_names(members) -> list[str]:
   return names
 
 
-def coinciding(curves, rtol: float = 1e-6, span_frac: float = 0.0,
+def coinciding(curves, span_frac: float = 0.0,
                log: bool = False) -> list[list[int]]:
   """Groups (2+ indices) of curves that agree on their common last values:
-  within `rtol` relative or `span_frac` of all values' span (log10 on a
-  `log` axis); None never matches."""
-  vals = [None if c is None else np.asarray(c, float) for c in curves]
-  present = [v for v in vals if v is not None and v.size]
+  within 1e-6 relative or `span_frac` of all values' span (log10 on a
+  `log` axis); None or empty never matches."""
+  vals = [None if c is None or not np.size(c) else np.asarray(c, float)
+          for c in curves]
+  present = [v for v in vals if v is not None]
   if not present:
     return []
   pooled = np.concatenate(present)
-  if log:
-    pooled = np.log10(pooled[pooled > 0]) if np.any(pooled > 0) else pooled
-  span = float(np.ptp(pooled)) if pooled.size else 0.0
+  if log and np.any(pooled > 0):
+    pooled = np.log10(pooled[pooled > 0])
+  span = float(np.ptp(pooled))
 
   def close(a, b):
     n = min(a.size, b.size)
     a, b = a[a.size - n:], b[b.size - n:]
-    if n == 0:
-      return False
-    if np.allclose(a, b, rtol=rtol, atol=0.0):
+    if np.allclose(a, b, rtol=1e-6, atol=0.0):
       return True
     if log and np.all(a > 0) and np.all(b > 0):
       a, b = np.log10(a), np.log10(b)
@@ -111,11 +108,10 @@ def coinciding(curves, rtol: float = 1e-6, span_frac: float = 0.0,
 
   groups, used = [], set()
   for i, a in enumerate(vals):
-    if i in used or a is None or not a.size:
+    if i in used or a is None:
       continue
     group = [i] + [j for j in range(i + 1, len(vals)) if j not in used
-                   and vals[j] is not None and vals[j].size
-                   and close(a, vals[j])]
+                   and vals[j] is not None and close(a, vals[j])]
     if len(group) > 1:
       groups.append(group)
       used.update(group)
@@ -138,21 +134,6 @@ def _styles(members):
                marker=_MARKERS[i % len(_MARKERS)], lw=float(widths[i]),
                ms=float(widths[i]) + 4.5, mfc="none", zorder=2 + i)
           for i in range(n)]
-
-
-def _plot_members(ax, members, key, styles, names):
-  """One line per member of `key`; returns the curves' values (or None)."""
-  curves = []
-  for i, (m, style, name) in enumerate(zip(members, styles, names)):
-    if key not in m["metrics"]:
-      curves.append(None)
-      continue
-    steps, vals = m["metrics"][key]
-    every = max(1, len(steps) // 8)
-    ax.plot(steps, vals, label=name,
-            markevery=(i * every // len(members), every), **style)
-    curves.append(vals)
-  return curves
 
 
 def set_yscale(ax, curves):
@@ -200,7 +181,14 @@ def _member_panels(fig, axes, members, panels):
   """Draws `panels` ([(key, title, ylabel)]) on `axes`, legend below."""
   styles, names = _styles(members), member_names(members)
   for ax, (key, title, ylabel) in zip(axes, panels):
-    curves = _plot_members(ax, members, key, styles, names)
+    curves = []          # one line per member that logged `key`
+    for i, (m, style, name) in enumerate(zip(members, styles, names)):
+      steps, vals = m["metrics"].get(key, ((), None))
+      curves.append(vals)
+      if vals is not None:
+        every = max(1, len(steps) // 8)
+        ax.plot(steps, vals, label=name,
+                markevery=(i * every // len(members), every), **style)
     log = set_yscale(ax, curves)
     _title(ax, title, coincide_note(curves, log))
     ax.set(xlabel="step", ylabel=ylabel)
@@ -298,17 +286,16 @@ def vs_kappa2_figure(members):
   return fig
 
 
-def rho_keys(layer: int = 0, head: int | None = None) -> tuple[str, ...]:
-  """Names of layer `layer`'s rho_i to try, the head's then head 0's."""
-  first = f"l{layer}/rho" if head is None else f"l{layer}/h{head}/rho"
-  return (first, f"l{layer}/h0/rho")
+def rho_keys(layer: int = 0) -> tuple[str, str]:
+  """Names of layer `layer`'s rho_i to try: one head's, else head 0's."""
+  return f"l{layer}/rho", f"l{layer}/h0/rho"
 
 
-def rho_heatmap_figure(members, layer=0, head=None):
+def rho_heatmap_figure(members, layer=0):
   """Fig. 7: rho_i (colour) per key position i and step, one panel each."""
-  names_tried = rho_keys(layer, head)
-  name = next((k for k in names_tried
-               if any(k in m["metrics"] for m in members)), names_tried[-1])
+  one_head, head0 = rho_keys(layer)
+  name = (one_head if any(one_head in m["metrics"] for m in members)
+          else head0)
   shown = [i for i, m in enumerate(members) if name in m["metrics"]]
   names = member_names(members)
   with plt.rc_context(_FONT):
@@ -326,8 +313,7 @@ def rho_heatmap_figure(members, layer=0, head=None):
                     if ax is axes[0][0] else "key position i")
     fig.colorbar(im, ax=axes[0].tolist(), label=r"empirical $\rho_i$",
                  pad=0.01)
-    fig.suptitle(f"Fig. 7: signal propagation probability, layer {layer}"
-                 + (f", head {head}" if head is not None else ""))
+    fig.suptitle(f"Fig. 7: signal propagation probability, layer {layer}")
   return fig
 
 
@@ -373,14 +359,8 @@ def figures(members, layer: int = 0) -> dict:
   out = dict(fig6_curves=fig6_figure(members),
              rho_heatmap=rho_heatmap_figure(members, layer),
              training_curves=curves_figure(members))
-  vs = vs_kappa2_figure(members)
-  if vs is None:
-    logging.info("fig6_vs_kappa2 skipped: the members do not differ.")
-  else:
-    if final_values_axis(members) == "member":
-      logging.info("fig6_vs_kappa2: members differ in %s, not only kappa2; "
-                   "drawn per member on a categorical axis.",
-                   ", ".join(varying_fields(members)))
+  vs = vs_kappa2_figure(members)      # None: the members do not differ
+  if vs is not None:
     out["fig6_vs_kappa2"] = vs
   return out
 
