@@ -131,11 +131,9 @@ def verdict_table(vs) -> list[str]:
                                       key=report_runs.cell_order):
     def cell(kind, claim, over=False, row=row):
       v = row.get((kind, claim))
-      if v is None:
-        return "-"
-      if over:
-        return rv.short(v["training"]) if v.get("training") else "-"
-      return rv.short(v)
+      if over and v:
+        v = v.get("training")      # C, D over training
+      return rv.short(v) if v else "-"
     seeds = max(v["n"] for v in row.values())
     lines.append("| " + " | ".join(
         [label, report_runs.reading_name(reading), str(seeds)]

@@ -14,26 +14,20 @@ PLAN = {"6": 3, "7": 1, "8": 1, "9": 1, "10": 1, "11": 1, "12": 1}
 CONTRAST_FIGS = ("6", "8", "9", "10", "11", "12")   # need a no-LocATER group
 
 
-def _shortened(steps: int) -> str:
-  """"; shortened: N of 50,000 steps" for a verdict on a shorter run."""
-  return ("" if steps >= report_runs.PAPER_STEPS else
-          f"; shortened: {steps:,} of {report_runs.PAPER_STEPS:,} steps")
-
-
-def _stripe_result(member, layer: int = 0):
-  """`stripes.stripe_test` of the member's rho map, else the result its
-  record kept (layer 0), or None."""
-  key = next((k for k in training_plots.rho_keys(layer)
+def _stripe_result(member):
+  """`stripes.stripe_test` of the member's layer-0 rho map, else the
+  result its record kept, or None."""
+  key = next((k for k in training_plots.rho_keys(0)
               if k in member["metrics"]), None)
   if key is None or len(member["metrics"][key][0]) < 2:
-    return member.get("stripes") if layer == 0 else None
+    return member.get("stripes")
   return stripes.stripe_test(member["metrics"][key][1])
 
 
-def rho_stripes(members, layer: int = 0) -> list[tuple[str, dict]]:
-  """(member name, `stripes.stripe_test` of its layer-`layer` rho map)."""
+def rho_stripes(members) -> list[tuple[str, dict]]:
+  """(member name, `stripes.stripe_test` of its layer-0 rho map)."""
   names = training_plots.member_names(members)
-  results = [(n, _stripe_result(m, layer)) for n, m in zip(names, members)]
+  results = [(n, _stripe_result(m)) for n, m in zip(names, members)]
   return [(n, r) for n, r in results if r is not None]
 
 
@@ -58,6 +52,7 @@ def stripe_verdicts(runs) -> list[dict]:
     earlier = any(r is not None and stripes.earlier(r) for _, r in results)
     (n1, s1), (n0, s0) = [(len(found[k]), sum(found[k]))
                           for k in (True, False)]
+    steps = max(m["last_step"] for m in counted)
     verdict = ("reproduced" if s1 == n1 and s0 == 0 else
                "reversed" if s1 == 0 and s0 == n0 else "not reproduced")
     text = (f"{label}, {report_runs.reading_name(reading)}, claim stripes "
@@ -65,7 +60,9 @@ def stripe_verdicts(runs) -> list[dict]:
             f"stripes in {s1} of {n1} LocATER map{'s' * (n1 > 1)} and "
             f"{s0} of {n0} without LocATER ("
             + (stripes.EARLIER_RULE if earlier else stripes.RULE)
-            + f"{_shortened(max(m['last_step'] for m in counted))})")
+            + ("" if steps >= report_runs.PAPER_STEPS else
+               f"; shortened: {steps:,} of {report_runs.PAPER_STEPS:,} "
+               "steps") + ")")
     kept = any(not any(k in m["metrics"] for k in training_plots.rho_keys(0))
                for m in counted)       # a record kept results, not maps
     summary = (f"{report_runs.reading_name(reading)}: stripes in {s1} of "

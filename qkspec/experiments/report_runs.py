@@ -7,6 +7,7 @@ and std over seeds of the final `QUANTITIES`. `figure_of` names the paper
 figure from the config: configs/rho_training.py's sweep is Fig. 7, else
 (num_layers, d) picks Figs. 6, 8-12 (smoke runs: d / 8).
 """
+import collections
 import json
 import math
 import pathlib
@@ -131,14 +132,6 @@ def _flag_value(v):
   return repr(v) if isinstance(v, str) and not v else str(v)
 
 
-def _mean_std(vals):
-  vals = np.asarray([v for v in vals if np.isfinite(v)], float)
-  if not vals.size:
-    return math.nan, math.nan
-  return float(vals.mean()), (float(vals.std(ddof=1)) if vals.size > 1
-                              else math.nan)
-
-
 def seed_groups(members) -> dict:
   """(kappa1, kappa2, target) -> the members that differ only in seed."""
   groups = {}
@@ -246,7 +239,11 @@ def summarize_runs(runs) -> list[dict]:
                                if r["run_dir"] in run_dirs))
       for name, key, _ in QUANTITIES:
         vals = [training_plots.final_value(m["metrics"], key) for m in ms]
-        row[f"{name}_mean"], row[f"{name}_std"] = _mean_std(vals)
+        finite = np.asarray([v for v in vals if np.isfinite(v)], float)
+        row[f"{name}_mean"] = (float(finite.mean()) if finite.size
+                               else math.nan)
+        row[f"{name}_std"] = (float(finite.std(ddof=1)) if finite.size > 1
+                              else math.nan)
         row[f"{name}_values"] = vals
       rows.append(row)
   return rows
@@ -288,10 +285,9 @@ def run_info(run_dir) -> str:
   n = sum(x.get("invocations", 1) for x in lines)
   phases = "setup, compilation and evaluation included"   # before phases_s
   if all("phases_s" in x for x in lines):
-    total = {}
+    total = collections.Counter()
     for x in lines:
-      for k, v in x["phases_s"].items():
-        total[k] = total.get(k, 0.0) + v
+      total.update(x["phases_s"])
     phases = ", ".join(f"{k} {v:.0f} s" for k, v in total.items())
   return (f"{', '.join(devices)}; compute {'/'.join(dtypes)}; wall "
           f"{wall / 60:.1f} min in {n} invocation"

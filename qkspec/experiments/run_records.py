@@ -54,17 +54,6 @@ def compact(steps, values_SxT) -> tuple[np.ndarray, np.ndarray]:
   return np.asarray(steps)[kept], values.astype(np.float64)
 
 
-def _write_maps(maps: dict, dest: pathlib.Path) -> None:
-  """{name: (steps, values_SxT)} -> `dest`, compacted."""
-  arrays = {}
-  for name, (steps, values) in maps.items():
-    steps, values = compact(steps, values)
-    arrays[f"{name}@steps"] = steps.astype(np.int64)
-    arrays[f"{name}@values"] = values.astype(np.float16)
-  with open(dest, "wb") as f:
-    np.savez_compressed(f, **arrays)
-
-
 def read_maps(member_dir) -> dict:
   """{name: (steps, values_SxT float64)} of a member's `maps.npz`."""
   path = pathlib.Path(member_dir) / MAPS
@@ -78,7 +67,7 @@ def read_maps(member_dir) -> dict:
 
 def _filter_metrics(src: pathlib.Path, dest: pathlib.Path, keys) -> None:
   """`src`'s metrics reduced to `keys` in `dest`: scalars in metrics.jsonl,
-  arrays (and a record's maps) in `MAPS`."""
+  arrays (and a record's maps) in `MAPS`, compacted."""
   recs = [json.loads(x) for x in
           (src / _METRICS).read_text(encoding="utf-8").splitlines()
           if x.strip()]
@@ -97,8 +86,15 @@ def _filter_metrics(src: pathlib.Path, dest: pathlib.Path, keys) -> None:
   for k, by_step in arrays.items():
     steps = sorted(by_step)
     maps[k] = (steps, [by_step[s] for s in steps])
-  if maps:
-    _write_maps(maps, dest / MAPS)
+  if not maps:
+    return
+  saved = {}
+  for name, (steps, values) in maps.items():
+    steps, values = compact(steps, values)
+    saved[f"{name}@steps"] = steps.astype(np.int64)
+    saved[f"{name}@values"] = values.astype(np.float16)
+  with open(dest / MAPS, "wb") as f:
+    np.savez_compressed(f, **saved)
 
 
 def write(run_dir, records_dir, keys, role: str = "run",

@@ -31,11 +31,6 @@ def departures(rho_SxT: np.ndarray) -> np.ndarray:
   return rho_SxT[:, 1:-1] - 0.5 * (rho_SxT[:, :-2] + rho_SxT[:, 2:])
 
 
-def _largest(d_xSxN: np.ndarray) -> np.ndarray:
-  """max_i |mean_s d_{s,i}| over the last two axes."""
-  return np.max(np.abs(np.mean(d_xSxN, axis=-2)), axis=-1)
-
-
 def stripe_test(rho_SxT, num_shifts: int = 200, seed: int = 0
                 ) -> dict:
   """{"departure": D, "position" (1-based), "p_value", "stripes"} of one
@@ -52,7 +47,7 @@ def stripe_test(rho_SxT, num_shifts: int = 200, seed: int = 0
                                                     (num_shifts, S))
   shifted = np.take_along_axis(
       d_SxN[None], (np.arange(N) + shifts_BxS[..., None]) % N, axis=-1)
-  null = _largest(shifted)
+  null = np.max(np.abs(np.mean(shifted, axis=-2)), axis=-1)     # D of each
   p_value = (1 + np.sum(null >= observed - 1e-12)) / (1 + num_shifts)
   position = int(np.argmax(profile_N)) + 2       # 1-based, inner positions
   return {"departure": observed, "position": position,
