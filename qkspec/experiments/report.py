@@ -1,7 +1,7 @@
 """REPRODUCTION.md from training run directories (paper Sec. 7, Figs. 6-12).
 
 `write_report(run_dirs, out_path)` reads the runs (`report_runs`), judges
-the claims (`report_verdicts`, `report_claims`, `report_kappa2`), opens
+the claims (`report_verdicts`, `report_claims`), opens
 with the answer (`report_answer`) and writes the report with
 `summary.csv`, `summary.json` and the figures. With `records_dir` it
 records each run first (`run_records`) and reports on every record there,
@@ -21,7 +21,6 @@ from qkspec.experiments import locater_minimum  # pylint: disable=g-import-not-a
 from qkspec.experiments import replicates  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import report_answer  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import report_gaps  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec.experiments import report_kappa2  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import report_claims  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import report_runs  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import report_verdicts  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -285,7 +284,7 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
   vs = locater_minimum.annotate(report_verdicts.verdicts(rows, members),
                                 rows)
   stripe_vs = report_claims.stripe_verdicts(runs)
-  trends = report_kappa2.trends(rows)
+  trends = report_verdicts.trends(rows)
   paths = write_summary(rows, figures_dir, vs + stripe_vs + trends, spread)
   rel = os.path.relpath(figures_dir, out_path.parent)
   records = ("" if records_dir is None else

@@ -100,7 +100,7 @@ def _curve_note(trends, claim) -> str:
 
 
 def answer(vs, stripe_vs, trends=()) -> list[str]:
-  """The paper's claims in words (with `report_kappa2`'s `trends`), then
+  """The paper's claims in words (with `report_verdicts.trends`), then
   LocATER vs none."""
   paper = [_claim_line(vs, c, w, "kappa2") + _curve_note(trends, c)
            for c, _, _, w in rv.CLAIMS]
@@ -211,7 +211,7 @@ def _num(x) -> str:
 
 
 def kappa2_table(trends) -> list[str]:
-  """`report_kappa2.trends` as one table: a row per figure, reading, claim."""
+  """`report_verdicts.trends` as one table: a row per figure, reading, claim."""
   lines = ["| figure | reading | claim | slope per decade of kappa2, 95% CI "
            "| best kappa2 > 0 | best - kappa2 = 0, CI or floor | verdict |",
            "|" + "---|" * 7]

@@ -5,6 +5,12 @@ at kappa1 = 100, the paper's claim (scale shrinks (B), entropy higher (C),
 perplexity lower (D)); and "none", no LocATER -> the strongest LocATER
 group, beyond the paper. Each is read at the final step (`report_stats`)
 and, for C and D, over the evaluations after warm-up (`over_training`).
+
+C and D are also read as curves over kappa2 (`trends`, Fig. 6C-D): over
+the LocATER groups (kappa1 = 100), the slope of the metric against log10
+kappa2 over kappa2 > 0 (paired over seeds, or from one seed's scatter
+about the line), and the best kappa2 > 0 against kappa2 = 0 at the
+Bonferroni level for the groups it was chosen from.
 """
 import math
 
@@ -18,6 +24,7 @@ CLAIMS = (("B", "scale", -1, "scale shrinks"),
           ("C", "entropy", +1, "entropy higher"),
           ("D", "valid_ppl", -1, "valid perplexity lower"))
 OVER_TRAINING = {"C": "mean/entropy", "D": "valid/ppl"}
+TREND_CLAIMS = (("D", "valid_ppl", -1), ("C", "entropy", +1))
 PAPER = report_runs.PAPER_STEPS
 
 
@@ -36,11 +43,16 @@ def contrast_pairs(rows) -> list[tuple[str, dict, dict]]:
   return out
 
 
-def _by_cell(rows) -> dict:
+def _cells(rows) -> dict:
+  """(label, reading) -> its rows, in the order of `rows`."""
   out = {}
   for r in rows:
     out.setdefault((r["label"], r["reading"]), []).append(r)
-  return dict(sorted(out.items(), key=report_runs.cell_order))
+  return out
+
+
+def _by_cell(rows) -> dict:
+  return dict(sorted(_cells(rows).items(), key=report_runs.cell_order))
 
 
 def seed_values(row, quantity) -> dict:
@@ -203,3 +215,58 @@ def evidence(v) -> str:
   if v["floor"] is not None:
     return f"{v['diff']:+.3g} vs floor {v['floor']:.2g}, 1 seed"
   return f"{v['diff']:+.3g}, 1 seed, no seed spread to hold it to"
+
+
+def trend(rows, quantity, sign, ref=None) -> dict | None:
+  """Slope per decade of kappa2 and the best kappa2 > 0 against 0 of
+  `quantity` over one figure and reading's LocATER `rows`."""
+  locater = sorted((r for r in rows if r["kappa1"] > 0),
+                   key=lambda r: r["kappa2"])
+  base = next((r for r in locater if r["kappa2"] == 0), None)
+  swept = [r for r in locater if r["kappa2"] > 0]
+  if base is None or len(swept) < 2:
+    return None
+  values = [seed_values(r, quantity) for r in [base] + swept]
+  seeds = sorted(set.intersection(*(set(v) for v in values)))
+  if not seeds:
+    return None
+  x = np.log10([r["kappa2"] for r in swept])
+  per_seed = [rs.slope(x, [v[s] for v in values[1:]]) for s in seeds]
+  if len(seeds) >= 2:
+    test = rs.paired_test([p["slope"] for p in per_seed])
+    fit = dict(slope=test["mean"], ci=test["ci"])
+  else:
+    fit = per_seed[0]
+  best = (min if sign < 0 else max)(swept, key=lambda r: r[f"{quantity}_mean"])
+  best_values = seed_values(best, quantity)
+  d = np.array([best_values[s] - values[0][s] for s in seeds])
+  m0, m1 = base[f"{quantity}_mean"], best[f"{quantity}_mean"]
+  level = rs.bonferroni(len(swept))
+  minimal = rs.min_effect(quantity, m0, m1)
+  if len(d) >= 2:
+    mean, std = float(d.mean()), float(d.std(ddof=1))
+    half = rs.t_critical(len(d) - 1, level) * std / math.sqrt(len(d))
+    ci, floor, significant = (mean - half, mean + half), None, abs(mean) > half
+  else:
+    mean, ci = float(d[0]), None
+    floor = (rs.t_critical(ref["n"] - 1, level) * ref["rel"]
+             * max(abs(m0), abs(m1))) if ref else None
+    significant = floor is None or abs(mean) > floor
+  verdict = rs.decide(mean, sign, minimal, significant, len(d) < 2)
+  return dict(slope=fit["slope"], slope_ci=fit["ci"], n=len(seeds),
+              best_kappa2=best["kappa2"], diff=mean, ci=ci, floor=floor,
+              level=level, verdict=verdict,
+              direction=rs.direction(mean, sign))
+
+
+def trends(rows) -> list[dict]:
+  """`trend` of each of `TREND_CLAIMS` per figure and reading."""
+  ref = seed_reference(rows)
+  out = []
+  for (label, reading), rs_ in _cells(rows).items():
+    for claim, quantity, sign in TREND_CLAIMS:
+      t = trend(rs_, quantity, sign, ref.get((reading, "kappa2", quantity)))
+      if t:
+        out.append(dict(t, label=label, reading=reading, claim=claim,
+                        quantity=quantity))
+  return out
