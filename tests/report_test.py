@@ -1,4 +1,5 @@
-"""Tests for qkspec.experiments.report (REPRODUCTION.md from run dirs)."""
+"""Tests for qkspec.experiments.report (REPRODUCTION.md from run dirs, its
+figures of differences over training)."""
 import csv
 import json
 import math
@@ -20,6 +21,7 @@ from qkspec.config import schema
 from qkspec.experiments import report
 from qkspec.experiments import report_claims
 from qkspec.experiments import report_runs
+from qkspec.experiments import report_stats
 from qkspec.experiments import report_verdicts
 from qkspec.experiments import training_plots
 from qkspec.training import loop
@@ -619,6 +621,39 @@ class Fig7StripesTest(absltest.TestCase):
         f"training, none -> LocATER): **{verdict}**: stripes in "
         f"{int(found[True])} of 1 LocATER map and {int(found[False])} of 1 ",
         md)
+
+
+def _gap_member(kappa1, kappa2, ppl, entropy=2.8, steps=(0, 10, 20)):
+  return dict(kappa1=kappa1, kappa2=kappa2, target=1.0, seed=0,
+              metrics={"valid/ppl": (list(steps), list(ppl)),
+                       "mean/entropy": (list(steps), [entropy] * len(steps))})
+
+
+class GapTest(absltest.TestCase):
+
+  def test_differences_at_common_steps(self):
+    steps, d = report_stats.step_differences(
+        _gap_member(100.0, 0.0, [300.0, 250.0, 240.0])["metrics"]["valid/ppl"],
+        _gap_member(100.0, 1.0, [301.0, 245.0], steps=(10, 30))["metrics"][
+            "valid/ppl"])
+    np.testing.assert_array_equal(steps, [10])
+    np.testing.assert_allclose(d, [51.0])
+
+  def test_one_line_per_member_on_a_band_of_the_minimal_effect(self):
+    fig = report.gap_figure(
+        [_gap_member(100.0, 0.0, [300.0, 250.0, 240.0]),
+         _gap_member(100.0, 1.0, [300.0, 250.2, 240.1]),
+         _gap_member(0.0, 0.0, [290.0, 235.0, 230.0], entropy=2.5)], "t")
+    for ax, band in zip(fig.axes[:2], (0.01, 0.24)):
+      self.assertEqual(ax.get_yscale(), "symlog")
+      self.assertLen(ax.get_lines(), 3)            # zero line + 2 members
+      self.assertAlmostEqual(ax.patches[0].get_y() + 0, -band)
+    np.testing.assert_allclose(fig.axes[1].get_lines()[2].get_ydata(),
+                               [-10.0, -15.0, -10.0])
+
+  def test_no_figure_without_the_kappa2_zero_member(self):
+    self.assertIsNone(report.gap_figure(
+        [_gap_member(100.0, 1.0, [1.0, 1.0, 1.0])], "t"))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """REPRODUCTION.md from training run directories (paper Sec. 7, Figs. 6-12).
 
 `write_report(run_dirs, out_path)` reads the runs (`report_runs`), judges
-the claims (`report_verdicts`, `report_claims`), opens
-with the answer (`report_answer`) and writes the report with
+the claims (`report_verdicts`, `report_claims`), opens with the answer
+(`report_answer`) and writes the report with
 `summary.csv`, `summary.json` and the figures. With `records_dir` it
 records each run first (`run_records`) and reports on every record there,
 so it regenerates without the runs.
@@ -20,9 +20,9 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import locater_minimum  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import replicates  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import report_answer  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec.experiments import report_gaps  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import report_claims  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import report_runs  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec.experiments import report_stats  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import report_verdicts  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import run_records  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import stripes  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -158,6 +158,51 @@ def write_summary(rows, directory, verdicts, spread) -> list[str]:
   return [csv_path, json_path]
 
 
+_GAP_PANELS = (("mean/entropy", "entropy",
+                "attention entropy - kappa2 = 0 (nats)", "C"),
+               ("valid/ppl", "valid_ppl", "valid perplexity - kappa2 = 0",
+                "D"))
+
+
+def gap_figure(members, title: str):
+  """C and D minus the kappa2 = 0 member's over training; None without
+  that member's curves.
+
+  Fig. 6C-D's claims rest on gaps far smaller than the curves' range: each
+  member's seed-averaged curve minus the kappa2 = 0 member's, on a
+  symmetric-log axis whose linear band is the minimal effect
+  (`report_stats.MIN_EFFECT`).
+  """
+  groups = report_runs.seed_mean(members)
+  base = next((m for m in groups if m["kappa1"] > 0 and m["kappa2"] == 0),
+              None)
+  if base is None or not all(k in base["metrics"] for k, *_ in _GAP_PANELS):
+    return None
+  others = [m for m in groups if m is not base]
+  names = training_plots.member_names([base] + others)[1:]
+  fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
+  for ax, (key, quantity, ylabel, claim) in zip(axes, _GAP_PANELS):
+    level = float(base["metrics"][key][1][-1])   # as the verdicts: final
+    band = report_stats.min_effect(quantity, level, level)
+    ax.axhspan(-band, band, color="0.85", zorder=0,
+               label=f"below the minimal effect (±{band:.2g})")
+    ax.axhline(0.0, color="0.3", lw=0.8)
+    for i, (m, name) in enumerate(zip(others, names)):
+      if key in m["metrics"]:
+        steps, d = report_stats.step_differences(base["metrics"][key],
+                                                 m["metrics"][key])
+        ax.plot(steps, d, color=f"C{i}", lw=1.3, label=name)
+    ax.set_yscale("symlog", linthresh=band)
+    ax.set(xlabel="step", ylabel=ylabel,
+           title=f"{ylabel.split(' - ')[0]} ({claim}), difference")
+    ax.grid(alpha=0.3)
+  handles, labels = axes[1].get_legend_handles_labels()
+  fig.legend(handles, labels, loc="outside lower center", ncol=3,
+             fontsize=8)
+  fig.suptitle(title)
+  return fig
+
+
 def _has_curves(member) -> bool:
   """Does `member` keep a curve (>= 2 steps) of a `fig6_figure` panel?"""
   return any(len(member["metrics"].get(k, ((),))[0]) > 1 for k in (
@@ -183,7 +228,7 @@ def _curves(cell, counted, title, png, rel, paths) -> list[str]:
   fig.suptitle(f"{title}: over training, {_seed_words(drawn)}")
   _save(fig, png, 90, paths)
   gaps = ""
-  fig = report_gaps.gap_figure(drawn, f"{title}: against kappa2 = 0 over "
+  fig = gap_figure(drawn, f"{title}: against kappa2 = 0 over "
                                f"training, {_seed_words(drawn)}")
   if fig is not None:
     gap_png = png.with_name(png.name.replace("_curves_", "_gaps_"))
