@@ -76,15 +76,15 @@ def figure(rows, label):
   panels = [("scale", "scale tr$(W_{QK}^\\top W_{QK})$", "B"),
             ("entropy", "attention entropy (nats)", "C"),
             ("valid_ppl", "valid perplexity", "D")]
-  readings = sorted({r["reading"] for r in rows if r["label"] == label})
+  mine = [r for r in rows if r["label"] == label]
+  readings = sorted({r["reading"] for r in mine})
   styles = [dict(ls="-", marker="o", lw=2.6, ms=7.1, mfc="none", zorder=2),
             dict(ls="--", marker="s", lw=1.3, ms=5.8, mfc="none", zorder=3)]
   fig, axes = plt.subplots(1, 3, figsize=(12, 3.8), layout="constrained")
   curves = {q: [] for q, _, _ in panels}
   for i, reading in enumerate(readings):
-    rs = sorted((r for r in rows if r["label"] == label
-                 and r["reading"] == reading and r["kappa1"] > 0),
-                key=lambda r: r["kappa2"])
+    rs = sorted((r for r in mine if r["reading"] == reading
+                 and r["kappa1"] > 0), key=lambda r: r["kappa2"])
     if not rs:               # its no-LocATER member alone: nothing to draw
       continue
     for ax, (q, ylabel, _) in zip(axes, panels):
@@ -96,18 +96,16 @@ def figure(rows, label):
                   label=f"{i + 1}: {report_runs.reading_name(reading)}",
                   **styles[i % len(styles)])
       ax.set(xlabel=r"$\kappa_2$", ylabel=ylabel)
-  none = next((r for r in rows if r["label"] == label and r["kappa1"] == 0),
+  none = next((r for r in mine if r["kappa1"] == 0),
               None)                  # trains the same under both readings
-  span = sorted({r["kappa2"] for r in rows
-                 if r["label"] == label and r["kappa1"] > 0})
+  span = sorted({r["kappa2"] for r in mine if r["kappa1"] > 0})
   for ax, (q, _, _) in zip(axes[1:], panels[1:]):   # B: decades above
     if none is not None and span:
       value = none[f"{q}_mean"]
       ax.plot([span[0], span[-1]], [value, value], color="0.3", ls=":",
               lw=1.5, label=f"no LocATER ({value:.4g})")
       ax.legend(fontsize=8, loc="best")
-  kappa2s, star = locater_minimum.star_curve(
-      [r for r in rows if r["label"] == label])
+  kappa2s, star = locater_minimum.star_curve(mine)
   if kappa2s:                  # the same W* under both readings
     axes[0].plot(kappa2s, star, ":", color="0.4", lw=1.5, zorder=1,
                  label="LocATER alone (W* = cI)")
@@ -121,7 +119,7 @@ def figure(rows, label):
                  fontsize=10)
   axes[0].legend(loc="lower right")  # W* rises with kappa2: that corner's free
   seeds = {report_runs.reading_name(reading): sorted(
-      {s for r in rows if r["label"] == label and r["reading"] == reading
+      {s for r in mine if r["reading"] == reading
        for s in r.get("seeds", ())}) for reading in readings}
   every = sorted({s for ss in seeds.values() for s in ss})
   if len(every) == 1:
