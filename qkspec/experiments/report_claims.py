@@ -74,23 +74,15 @@ def stripe_verdicts(runs) -> list[dict]:
   return out
 
 
-def _seeds_done(rows, wanted):
-  """(seeds of range(wanted) every row has at full length, steps)."""
-  steps = min((r["final_step"] for r in rows), default=0)
-  done = (set.intersection(*(set(r["seeds"]) for r in rows))
-          if rows and steps >= report_runs.PAPER_STEPS else set())
-  return done & set(range(wanted)), steps
-
-
-def _gaps(rows) -> dict:
-  """(figure, reading) -> [(kind, its rows, seeds done, steps)] per PLAN
-  cell, kind "sweep" (the LocATER groups) and "none" (no LocATER)."""
+def _plan_cells(rows) -> dict:
+  """(figure, reading) -> {kind: its rows} per PLAN cell, kind "sweep"
+  (the LocATER groups) and "none" (no LocATER)."""
   have = {}                    # (figure, reading) -> its rows
   for r in rows:
     if not r["smoke"]:
       have.setdefault((r["figure"], r["reading"]), []).append(r)
   out = {}
-  for fig, wanted in PLAN.items():
+  for fig in PLAN:
     for reading in report_runs.READINGS:
       rs = have.get((fig, reading), [])
       kinds = {"sweep": [r for r in rs if r["kappa1"] > 0 or fig == "7"]}
@@ -99,8 +91,7 @@ def _gaps(rows) -> dict:
       if fig in CONTRAST_FIGS:
         kinds["none"] = [r for r in rs
                          if r["kappa1"] == 0 and r["kappa2"] == 0]
-      out[fig, reading] = [(kind, krs, *_seeds_done(krs, wanted))
-                           for kind, krs in kinds.items()]
+      out[fig, reading] = kinds
   return out
 
 
@@ -109,10 +100,15 @@ def still_to_run(rows) -> list[str]:
   with the command that trains what is missing (one line for both
   readings where they lack the same)."""
   gaps = {}                     # figure -> {reading: (states, seeds, kinds)}
-  for (fig, reading), kinds in _gaps(rows).items():
+  for (fig, reading), kinds in _plan_cells(rows).items():
     wanted = PLAN[fig]
     states, missing, runs = [], set(), []
-    for kind, krs, done, steps in kinds:
+    for kind, krs in kinds.items():
+      steps = min((r["final_step"] for r in krs), default=0)
+      done = set()              # the seeds every row has at full length
+      if krs and steps >= report_runs.PAPER_STEPS:
+        done = set.intersection(*(set(r["seeds"]) for r in krs))
+      done &= set(range(wanted))
       if len(done) == wanted:
         continue
       runs.append(kind)
