@@ -71,11 +71,8 @@ def merge(*spreads: dict) -> dict:
   out = {}
   for s in spreads:
     for name, x in s.items():
-      if name not in out:
-        out[name] = dict(x)
-        continue
-      n = out[name]["n"] + x["n"]
-      if x["rel"] > out[name]["rel"]:
+      n = x["n"] + out.get(name, {}).get("n", 0)
+      if name not in out or x["rel"] > out[name]["rel"]:
         out[name] = dict(x)
       out[name]["n"] = n
   return out
