@@ -20,9 +20,6 @@ def _training(c):
       b1=0.9, b2=0.999,      # Adam betas (paper: fairseq defaults)
       eps=1e-8,              # Adam epsilon
       weight_decay=0.01,     # decoupled (AdamW), as fairseq's Adam
-      schedule="constant",   # constant | warmup_constant | warmup_cosine
-      warmup_steps=0,        # steps of linear warm-up (non-constant schedules)
-      min_lr_fraction=0.0,   # cosine floor as a fraction of lr
   ))
   # kappa1, kappa2, target: the fields of qkspec.theory.locater.LocaterHParams
   # (tests/sweep_test.py checks names and defaults agree).

@@ -119,9 +119,6 @@ _COMMON: dict[str, Callable[[Any], str | None]] = {
     "opt.b2": _real(0.0, 1.0),
     "opt.eps": _real(0.0),
     "opt.weight_decay": _real(0.0),
-    "opt.schedule": _choice("constant", "warmup_constant", "warmup_cosine"),
-    "opt.warmup_steps": _int(0),
-    "opt.min_lr_fraction": _real(0.0, 1.0),
     **{f"locater.{k}": check for k, check in LOCATER_CHECKS.items()},
     "locater.penalty_added_to": _penalty_added_to,
     "sweep.mode": _choice("zip", "product"),
@@ -216,9 +213,6 @@ def validate(config, num_devices: int | None = None) -> None:
     for key in ("vocab_size", "train_tokens", "eval_tokens"):
       if f"data.{key}" not in flat:
         raise ValueError(f"config.data.{key} is missing (synthetic data).")
-  if config.opt.schedule != "constant" and (
-      config.opt.warmup_steps > config.num_steps):
-    raise ValueError("config.opt.warmup_steps exceeds config.num_steps.")
   if num_devices is not None and config.data.batch_size % num_devices:
     raise ValueError(f"config.data.batch_size={config.data.batch_size} is not "
                      f"divisible by the {num_devices} devices that split "
