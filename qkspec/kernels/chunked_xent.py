@@ -21,8 +21,6 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from qkspec.theory import _checks
-
 CHUNK = 128    # rows per chunk
 
 
@@ -43,7 +41,6 @@ def round_up(n: int, block: int) -> int:
 
 def check_inputs(h, kernel, targets, weights) -> None:
   """ValueError unless h [N, d], kernel [d, V], targets and weights [N]."""
-  _checks.min_ndim("h", h, 2, "[N, d]")
   if h.ndim != 2 or kernel.ndim != 2 or h.shape[1] != kernel.shape[0]:
     raise ValueError(f"h [N, d] and kernel [d, V] do not match: {h.shape}, "
                      f"{kernel.shape}.")

@@ -208,42 +208,40 @@ FORWARD = FlashConfig(64, 128, 2, 4)
 WEIGHT_GRAD = FlashConfig(64, 128, 2, 2)
 
 
-def _attention(interpret: bool | None):
-  """The kernel, or its stand-in where the kernels are interpreted."""
-  interpret = _pallas.interpret_mode(interpret, "the loss kernels")
-  return reference_attention if interpret else None
+def _cpu_stand_in():
+  """None (the kernel), or `reference_attention` where Pallas interprets."""
+  return reference_attention if _pallas.interpret() else None
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+@jax.custom_vjp
 def cross_entropy_sum(h: jax.Array, kernel: jax.Array, targets: jax.Array,
-                      weights: jax.Array, interpret: bool | None = None
-                      ) -> jax.Array:
+                      weights: jax.Array) -> jax.Array:
   r"""Float32 :math:`\sum_n w_n \mathrm{CE}(h_n W, y_n)` (module doc).
 
   h [N, d], `kernel` [d, V] (no bias), `targets` int [N], `weights` float
-  [N] (0 for padding; not differentiated). `interpret`: the reference in
-  place of the kernel; None: on a CPU.
+  [N] (0 for padding; not differentiated). On a CPU `reference_attention`
+  stands in for the kernel.
   """
-  return _loss(h, kernel, targets, weights, interpret)[0]
+  return _loss(h, kernel, targets, weights)[0]
 
 
-def _loss(h, kernel, targets, weights, interpret):
+def _loss(h, kernel, targets, weights):
   chunked_xent.check_inputs(h, kernel, targets, weights)
   vocab_blocks = -(-kernel.shape[1] // FORWARD.block_kv)   # small V: fewer
   config = FORWARD._replace(splits=min(FORWARD.splits, vocab_blocks))
   lse, z_y, mean_w = forward(h, kernel, targets, config,
-                             attention=_attention(interpret))
+                             attention=_cpu_stand_in())
   loss = jnp.sum(weights.astype(jnp.float32) * (lse - z_y))
   return loss, (h, kernel, targets, weights, lse, mean_w)
 
 
-def _backward(interpret, residuals, cotangent):
+def _backward(residuals, cotangent):
   h, kernel, targets, weights, lse, mean_w = residuals
   g = cotangent * weights.astype(jnp.float32)
   w_y = jnp.take(kernel.astype(jnp.float16), targets, axis=1).T
   d_h = g[:, None] * (mean_w - w_y.astype(jnp.float32))
   d_kernel = weight_grad(h, kernel, targets, lse, g, WEIGHT_GRAD,
-                         attention=_attention(interpret))
+                         attention=_cpu_stand_in())
   return (d_h.astype(h.dtype), d_kernel.astype(kernel.dtype),
           *chunked_xent.no_cotangents(targets, weights))
 
