@@ -56,7 +56,7 @@ def load_splits(config: ml_collections.ConfigDict, *,
   `manual_dir` is no directory or lacks the files.
   """
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  from qkspec.data.wikitext2 import tokens  # pylint: disable=g-import-not-at-top
+  from qkspec.data.wikitext2 import wikitext2  # pylint: disable=g-import-not-at-top
 
   data_dir = os.path.expanduser(config.data_dir) if config.data_dir else None
   manual_dir = os.path.expanduser(config.manual_dir) or None
@@ -65,7 +65,7 @@ def load_splits(config: ml_collections.ConfigDict, *,
         f"config.data.manual_dir={config.manual_dir!r} is no directory (to "
         "use a data set already built in config.data.data_dir, leave "
         "manual_dir empty).\n"
-        + tokens.expected_files_message(manual_dir, "no such directory"))
+        + wikitext2.expected_files_message(manual_dir, "no such directory"))
   tfds.disable_progress_bar()
   builder = tfds.builder(config.name, data_dir=data_dir,
                          file_format="array_record",
