@@ -41,7 +41,7 @@ _T, _B = 4, 2  # 55 train tokens -> 13 blocks -> 6 steps per epoch
 
 
 def _config(data_dir, manual_dir):
-  c = defaults.data_config()
+  c = defaults.lm_config().data
   c.data_dir, c.manual_dir = str(data_dir), str(manual_dir)
   return c
 
@@ -246,7 +246,7 @@ class TokenizeTest(absltest.TestCase):
     self.assertEqual(sum((g for _, g in arts), []), lines)
 
   def test_default_config_fields(self):
-    c = defaults.data_config()
+    c = defaults.lm_config().data
     self.assertEqual((c.name, c.seq_len, c.batch_size, c.seed),
                      ("wikitext2", 64, 64, 0))
     self.assertEqual((c.data_dir, c.manual_dir), ("", ""))
