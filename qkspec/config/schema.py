@@ -33,17 +33,16 @@ def _real(minimum=None, maximum=None, strict=False):
   return check
 
 
-def _bool(v):
-  return None if isinstance(v, bool) else "must be True or False"
+def _instance(kind, what):
+  def check(v):
+    if not isinstance(v, kind):
+      return f"must be {what}"
+  return check
 
 
-def _bool_or_auto(v):
-  if v is not None and not isinstance(v, bool):
-    return "must be True, False or None (auto)"
-
-
-def _str(v):
-  return None if isinstance(v, str) else "must be a string"
+_bool = _instance(bool, "True or False")
+_bool_or_auto = _instance((bool, type(None)), "True, False or None (auto)")
+_str = _instance(str, "a string")
 
 
 def _choice(*options):
@@ -167,9 +166,8 @@ _LM_DATA = {
 
 def flatten(config, prefix: str = "") -> dict:
   """{"model.d_model": 16, ...}: the dotted keys of a (nested) config."""
-  items = config.items() if hasattr(config, "items") else []
   out = {}
-  for k, v in items:
+  for k, v in config.items():
     if hasattr(v, "items"):
       out.update(flatten(v, f"{prefix}{k}."))
     else:
