@@ -1,24 +1,16 @@
 """qkspec: when self-attention localizes (Bao, Hataya, Karakida, ICML 2024).
 
-The package is grouped by layer; each layer imports only the ones above it
-in this list (tests/layering_test.py checks it):
-
-* `qkspec.theory`: the paper's maths as pure functions of arrays (jax and
-  numpy only): softmax, randomwalk, spectrum, propagation, locater,
-  diagnostics, entropy_bounds, san, san_paths, grid_estimator;
-* `qkspec.config`: config defaults, the `:arg` grammar and validation
-  (ml_collections only);
-* `qkspec.data`: WikiText-2 (tfds builder) and token batches;
-* `qkspec.training`: the Flax model, losses, train step, loop, sweeps,
-  checkpoints and metrics (flax lives here and in `for_flax`, optax and
-  orbax only here);
-* `qkspec.for_flax`: W_QK, LocATER and the diagnostics on any Flax
-  attention model (linen or nnx);
-* `qkspec.experiments`: one module per figure family, `run(config, workdir)`,
-  the demo, the training plots and the command-line runner.
+The package is grouped by layer, each importing only those before it
+(tests/layering_test.py): `theory`, the paper's maths as pure functions of
+arrays (jax and numpy only); `config`, the defaults, the `:arg` grammar and
+validation (ml_collections only); `data`, WikiText-2 and token batches;
+`kernels`, the model's optional fast paths; `training`, the Flax model,
+step, loop, sweeps, checkpoints and metrics; `for_flax`, W_QK, LocATER and
+the diagnostics on any Flax attention model; `experiments`, one module per
+figure family, `run(config, workdir)`.
 
 The maths modules are the public face: `from qkspec import propagation` is
-`qkspec.theory.propagation`. They load on first use, so `import
+`qkspec.theory.propagation`, loaded on first use, so that `import
 qkspec.config` (what a config file does) does not import jax.
 """
 import importlib

@@ -48,7 +48,7 @@ class ChunkedXentTest(parameterized.TestCase):
     np.testing.assert_allclose(v1, v2, rtol=1e-5)
     for a, b in zip(g1, g2):
       np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(chunked_xent.cross_entropy_sum(
+    np.testing.assert_allclose(chunked_xent.fused_cross_entropy(
         h, kernel, targets, weights, chunk), v2, rtol=1e-5)
 
   def test_cotangent_scales_the_gradients(self):

@@ -20,8 +20,7 @@ import tensorflow_datasets as tfds
 
 from qkspec.config import defaults
 from qkspec.data import pipeline as qdata
-from qkspec.data.wikitext2 import tokens
-from qkspec.data.wikitext2 import Wikitext2
+from qkspec.data.wikitext2 import wikitext2
 import testutil
 
 
@@ -42,7 +41,7 @@ _T, _B = 4, 2  # 55 train tokens -> 13 blocks -> 6 steps per epoch
 
 
 def _config(data_dir, manual_dir):
-  c = defaults.data_config()
+  c = defaults.lm_config().data
   c.data_dir, c.manual_dir = str(data_dir), str(manual_dir)
   return c
 
@@ -70,8 +69,9 @@ class FixtureTest(parameterized.TestCase):
     np.testing.assert_array_equal(d.valid, _VALID_IDS)
     np.testing.assert_array_equal(d.test, _TEST_IDS)
     # Train ids re-tokenised directly from the file agree with the builder.
-    lines = tokens.read_lines(_FIXTURE / "wiki.train.tokens")
-    np.testing.assert_array_equal(d.train, tokens.encode_lines(lines, _VOCAB))
+    lines = wikitext2.read_lines(_FIXTURE / "wiki.train.tokens")
+    np.testing.assert_array_equal(d.train,
+                                  wikitext2.encode_lines(lines, _VOCAB))
 
   def test_articles_and_vocab_metadata_via_tfds_data_source(self):
     src = tfds.data_source("wikitext2", data_dir=self._tmp)
@@ -98,15 +98,16 @@ class FixtureTest(parameterized.TestCase):
       with self.assertRaises(FileNotFoundError) as cm:
         qdata.load_splits(_config(tmp, pathlib.Path(tmp) / "nowhere"))
     msg = str(cm.exception)
-    for split, names in tokens.FILE_NAMES.items():
+    for split, names in wikitext2.FILE_NAMES.items():
       for name in names:
         self.assertIn(name, msg)
-      self.assertIn(tokens.SHA256[split], msg)
+      self.assertIn(wikitext2.SHA256[split], msg)
 
   def test_download_branch_without_network(self):
     """No manual_dir: the zip is "downloaded" (mocked, never fetched)."""
-    infos = Wikitext2.url_infos  # checksums.tsv found next to the builder
-    self.assertEqual({i.checksum for i in infos.values()}, {tokens.ZIP_SHA256})
+    infos = wikitext2.Wikitext2.url_infos  # checksums.tsv beside the builder
+    self.assertEqual({i.checksum for i in infos.values()},
+                     {wikitext2.ZIP_SHA256})
     with tempfile.TemporaryDirectory() as tmp:
       extracted = pathlib.Path(tmp) / "extracted"
       shutil.copytree(_FIXTURE, extracted / "wikitext-2")
@@ -115,7 +116,7 @@ class FixtureTest(parameterized.TestCase):
                              return_value=extracted) as dl:
         d = qdata.load_splits(_config(pathlib.Path(tmp) / "a", ""),
                               verify_checksums=False)
-      dl.assert_called_once_with(tokens.URLS[0])
+      dl.assert_called_once_with(wikitext2.URLS[0])
       np.testing.assert_array_equal(d.valid, _VALID_IDS)
       with mock.patch.object(tfds.download.DownloadManager,
                              "download_and_extract",
@@ -147,7 +148,7 @@ class FixtureTest(parameterized.TestCase):
   def test_wrong_files_fail_checksum_verification(self):
     with self.assertRaisesRegex(ValueError,
                                 "wrong file contents(.|\n)*sha256 9e9fa1ad"):
-      tokens.find_token_files(_FIXTURE, verify_checksums=True)
+      wikitext2.find_token_files(_FIXTURE, verify_checksums=True)
 
   def test_train_blocks_are_contiguous_and_targets_shift_inputs(self):
     d = self.data
@@ -230,22 +231,22 @@ class FixtureTest(parameterized.TestCase):
 class TokenizeTest(absltest.TestCase):
 
   def test_lines_like_pytorch_examples(self):
-    self.assertEqual(tokens.tokenize_line(" \n"), ["<eos>"])
-    self.assertEqual(tokens.tokenize_line(" a  b\tc \n"),
+    self.assertEqual(wikitext2.tokenize_line(" \n"), ["<eos>"])
+    self.assertEqual(wikitext2.tokenize_line(" a  b\tc \n"),
                      ["a", "b", "c", "<eos>"])
-    self.assertEqual(tokens.build_vocab([" b a \n", " \n", " a c \n"]),
+    self.assertEqual(wikitext2.build_vocab([" b a \n", " \n", " a c \n"]),
                      ["b", "a", "<eos>", "c"])
     with self.assertRaisesRegex(KeyError, "zebra"):
-      tokens.encode_lines([" zebra \n"], ["<eos>"])
+      wikitext2.encode_lines([" zebra \n"], ["<eos>"])
 
   def test_articles_concatenate_back_to_the_file(self):
-    lines = tokens.read_lines(_FIXTURE / "wiki.train.tokens")
-    arts = list(tokens.split_articles(lines))
+    lines = wikitext2.read_lines(_FIXTURE / "wiki.train.tokens")
+    arts = list(wikitext2.split_articles(lines))
     self.assertEqual([t for t, _ in arts], ["Alpha Beta", "Gamma"])
     self.assertEqual(sum((g for _, g in arts), []), lines)
 
   def test_default_config_fields(self):
-    c = defaults.data_config()
+    c = defaults.lm_config().data
     self.assertEqual((c.name, c.seq_len, c.batch_size, c.seed),
                      ("wikitext2", 64, 64, 0))
     self.assertEqual((c.data_dir, c.manual_dir), ("", ""))
@@ -256,7 +257,7 @@ class RealWikiText2Test(absltest.TestCase):
   """Builds the real data set from the offline copy, where there is one."""
 
   def test_published_counts(self):
-    if not all((_REAL / f"{s}.txt").is_file() for s in tokens.FILE_NAMES):
+    if not all((_REAL / f"{s}.txt").is_file() for s in wikitext2.FILE_NAMES):
       self.skipTest(f"no WikiText-2 copy at {_REAL}")
     with tempfile.TemporaryDirectory() as tmp:
       t0 = time.perf_counter()

@@ -9,7 +9,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from qkspec import kernels
-from qkspec.kernels import fused_attention
 
 
 
@@ -110,7 +109,7 @@ class AttentionTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, "multiple of 64"):
       kernels.attention(qkv, 1.0)
     with self.assertRaisesRegex(ValueError, r"\[B, T, 3, H, D\]"):
-      fused_attention.packed_attention(qkv[:, :, :2], 1.0)
+      kernels.attention(qkv[:, :, :2], 1.0)
 
 
 if __name__ == "__main__":

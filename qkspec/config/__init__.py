@@ -1,6 +1,5 @@
-"""Config helpers for `configs/*.py`; imports only ml_collections, not jax.
-
-`args`: the `--config file.py:smoke,L=3` grammar; `defaults`: the training
-configs; `schema.validate`, which names the bad key; `resume`: the changes
-a resumed run may not make.
+"""Config helpers for `configs/*.py`, importing ml_collections, not jax:
+`args` the `--config file.py:smoke,L=3` grammar, `defaults` the training
+configs, `schema.validate` naming the bad key, `resume` what a resumed run
+may change.
 """

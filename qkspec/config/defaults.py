@@ -20,9 +20,6 @@ def _training(c):
       b1=0.9, b2=0.999,      # Adam betas (paper: fairseq defaults)
       eps=1e-8,              # Adam epsilon
       weight_decay=0.01,     # decoupled (AdamW), as fairseq's Adam
-      schedule="constant",   # constant | warmup_constant | warmup_cosine
-      warmup_steps=0,        # steps of linear warm-up (non-constant schedules)
-      min_lr_fraction=0.0,   # cosine floor as a fraction of lr
   ))
   # kappa1, kappa2, target: the fields of qkspec.theory.locater.LocaterHParams
   # (tests/sweep_test.py checks names and defaults agree).
@@ -117,18 +114,6 @@ def synthetic_config(name: str = "sorting") -> ml_collections.ConfigDict:
   return c
 
 
-def data_config() -> ml_collections.ConfigDict:
-  """The `data` section of an lm config (read by `qkspec.data.pipeline`)."""
-  c = ml_collections.ConfigDict()
-  c.name = "wikitext2"  # tfds builder name (qkspec/data/wikitext2)
-  c.data_dir = ""  # tfds data dir; "" = $TFDS_DATA_DIR or ~/tensorflow_datasets
-  c.manual_dir = ""  # dir with the 3 token files; "" = download the zip
-  c.seq_len = 64  # T, tokens per sample (paper App. D)
-  c.batch_size = 64  # B, sequences per step over all hosts (paper App. D)
-  c.seed = 0  # shuffling seed (int >= 0); batch k depends on (seed, k) only
-  return c
-
-
 def lm_config() -> ml_collections.ConfigDict:
   """fairseq transformer_lm on WikiText-2 as in Sec. 7 and App. D."""
   c = ml_collections.ConfigDict()
@@ -152,7 +137,15 @@ def lm_config() -> ml_collections.ConfigDict:
       kernels="xla",         # xla | pallas: fused kernels for attention,
                              # Post-LN and loss (Hopper; qkspec.kernels)
   ))
-  c.data = data_config()     # WikiText-2, T = B = 64 (paper)
+  c.data = ml_collections.ConfigDict(dict(   # read by qkspec.data.pipeline
+      name="wikitext2",      # tfds builder name (qkspec/data/wikitext2)
+      data_dir="",           # tfds data dir; "" = $TFDS_DATA_DIR or
+                             # ~/tensorflow_datasets
+      manual_dir="",         # dir with the 3 token files; "" = download
+      seq_len=64,            # T, tokens per sample (paper App. D)
+      batch_size=64,         # B, sequences per step over all hosts (App. D)
+      seed=0,                # shuffling seed: batch k depends on (seed, k)
+  ))
   return _training(c)
 
 
@@ -184,15 +177,10 @@ def set_seed(c, seed: int, seeds: int) -> None:
   """`config.seed = seed`, checked against `seeds` (a figure config's args)."""
   if seeds < 1:
     raise ValueError(f"seeds must be >= 1, got {seeds}.")
-  if seed < 0:
-    raise ValueError(f"seed must be >= 0, got {seed}.")
   if seed and seeds > 1:
     raise ValueError(f"seed={seed} runs one seed and seeds={seeds} runs "
                      f"seeds 0..{seeds - 1} in one program: give one.")
   c.seed = seed
-
-
-READINGS = tuple(schema.PENALTY_ADDED_TO)    # mean_loss, summed_loss
 
 
 def readings_of(c, *, fairseq: bool, both_readings: bool) -> tuple[str, ...]:
@@ -202,18 +190,18 @@ def readings_of(c, *, fairseq: bool, both_readings: bool) -> tuple[str, ...]:
                      "both readings side by side: give one.")
   if fairseq:
     c.locater.penalty_added_to = "summed_loss"
-  return READINGS if both_readings else (c.locater.penalty_added_to,)
+  return (tuple(schema.PENALTY_ADDED_TO) if both_readings   # mean, summed
+          else (c.locater.penalty_added_to,))
 
 
 def zip_members(c, members: list[tuple], seeds: int,
                 readings: tuple[str, ...]) -> None:
   """`c.sweep` zips (kappa1, kappa2, reading) `members` for each seed."""
+  kappa1, kappa2, reading = zip(*(members * seeds))
   c.sweep.mode = "zip"
-  c.sweep.kappa1 = tuple(m[0] for _ in range(seeds) for m in members)
-  c.sweep.kappa2 = tuple(m[1] for _ in range(seeds) for m in members)
+  c.sweep.kappa1, c.sweep.kappa2 = kappa1, kappa2
   if len(readings) > 1:
-    c.sweep.penalty_added_to = tuple(m[2] for _ in range(seeds)
-                                     for m in members)
+    c.sweep.penalty_added_to = reading
   if seeds > 1:
     c.sweep.seed = tuple(s for s in range(seeds) for _ in members)
 

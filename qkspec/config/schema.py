@@ -33,17 +33,16 @@ def _real(minimum=None, maximum=None, strict=False):
   return check
 
 
-def _bool(v):
-  return None if isinstance(v, bool) else "must be True or False"
+def _instance(kind, what):
+  def check(v):
+    if not isinstance(v, kind):
+      return f"must be {what}"
+  return check
 
 
-def _bool_or_auto(v):
-  if v is not None and not isinstance(v, bool):
-    return "must be True, False or None (auto)"
-
-
-def _str(v):
-  return None if isinstance(v, str) else "must be a string"
+_bool = _instance(bool, "True or False")
+_bool_or_auto = _instance((bool, type(None)), "True, False or None (auto)")
+_str = _instance(str, "a string")
 
 
 def _choice(*options):
@@ -119,9 +118,6 @@ _COMMON: dict[str, Callable[[Any], str | None]] = {
     "opt.b2": _real(0.0, 1.0),
     "opt.eps": _real(0.0),
     "opt.weight_decay": _real(0.0),
-    "opt.schedule": _choice("constant", "warmup_constant", "warmup_cosine"),
-    "opt.warmup_steps": _int(0),
-    "opt.min_lr_fraction": _real(0.0, 1.0),
     **{f"locater.{k}": check for k, check in LOCATER_CHECKS.items()},
     "locater.penalty_added_to": _penalty_added_to,
     "sweep.mode": _choice("zip", "product"),
@@ -170,9 +166,8 @@ _LM_DATA = {
 
 def flatten(config, prefix: str = "") -> dict:
   """{"model.d_model": 16, ...}: the dotted keys of a (nested) config."""
-  items = config.items() if hasattr(config, "items") else []
   out = {}
-  for k, v in items:
+  for k, v in config.items():
     if hasattr(v, "items"):
       out.update(flatten(v, f"{prefix}{k}."))
     else:
@@ -216,9 +211,6 @@ def validate(config, num_devices: int | None = None) -> None:
     for key in ("vocab_size", "train_tokens", "eval_tokens"):
       if f"data.{key}" not in flat:
         raise ValueError(f"config.data.{key} is missing (synthetic data).")
-  if config.opt.schedule != "constant" and (
-      config.opt.warmup_steps > config.num_steps):
-    raise ValueError("config.opt.warmup_steps exceeds config.num_steps.")
   if num_devices is not None and config.data.batch_size % num_devices:
     raise ValueError(f"config.data.batch_size={config.data.batch_size} is not "
                      f"divisible by the {num_devices} devices that split "

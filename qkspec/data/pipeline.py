@@ -41,8 +41,8 @@ class LMData:
     return self.vocab.index("<eos>")
 
   def split(self, name: str) -> np.ndarray:
-    """The int32[N] stream of "train", "valid" (or "validation"), "test"."""
-    return getattr(self, {"validation": "valid"}.get(name, name))
+    """The int32[N] stream of "train", "valid" or "test"."""
+    return getattr(self, name)
 
 
 def load_splits(config: ml_collections.ConfigDict, *,
@@ -56,16 +56,16 @@ def load_splits(config: ml_collections.ConfigDict, *,
   `manual_dir` is no directory or lacks the files.
   """
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  from qkspec.data.wikitext2 import tokens  # pylint: disable=g-import-not-at-top
+  from qkspec.data.wikitext2 import wikitext2  # pylint: disable=g-import-not-at-top
 
-  data_dir = os.path.expanduser(config.data_dir) if config.data_dir else None
+  data_dir = os.path.expanduser(config.data_dir) or None
   manual_dir = os.path.expanduser(config.manual_dir) or None
   if manual_dir and not os.path.isdir(manual_dir):
     raise FileNotFoundError(
         f"config.data.manual_dir={config.manual_dir!r} is no directory (to "
         "use a data set already built in config.data.data_dir, leave "
         "manual_dir empty).\n"
-        + tokens.expected_files_message(manual_dir, "no such directory"))
+        + wikitext2.expected_files_message(manual_dir, "no such directory"))
   tfds.disable_progress_bar()
   builder = tfds.builder(config.name, data_dir=data_dir,
                          file_format="array_record",
@@ -76,9 +76,8 @@ def load_splits(config: ml_collections.ConfigDict, *,
 
   def stream(split: str) -> np.ndarray:
     src = sources[split]
-    ids = [ex["ids"] for ex in src.__getitems__(range(len(src)))]
-    return np.concatenate(ids).astype(np.int32) if ids else np.zeros(
-        0, np.int32)
+    return np.concatenate([ex["ids"] for ex in src.__getitems__(
+        range(len(src)))]).astype(np.int32)
 
   return LMData(vocab=tuple(builder.info.metadata["vocab"]),
                 train=stream("train"), valid=stream("validation"),
@@ -90,8 +89,7 @@ def num_batches(num_tokens: int, seq_len: int, batch_size: int, *,
   """Steps per epoch (train=True) or batches to cover a split (train=False)."""
   if train:
     return (num_tokens // seq_len) // batch_size
-  ceil_div = lambda a, b: -(-a // b)  # noqa: E731
-  return ceil_div(ceil_div(num_tokens, seq_len), batch_size)
+  return -(-num_tokens // (seq_len * batch_size))    # ceil(ceil(N / T) / B)
 
 
 def host_rows(batch_size: int, process_index: int | None = None,
@@ -117,8 +115,6 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
 @functools.lru_cache(maxsize=8)
 def epoch_permutation(seed: int, epoch: int, num_blocks: int) -> np.ndarray:
   """int64[num_blocks]: the order of the train blocks in `epoch`."""
-  if seed < 0 or epoch < 0:
-    raise ValueError(f"seed and epoch must be >= 0, got {seed}, {epoch}")
   base = _splitmix64(_splitmix64(np.array([seed], np.uint64))
                      ^ np.array([epoch], np.uint64))
   keys = _splitmix64(base ^ np.arange(num_blocks, dtype=np.uint64))
@@ -145,9 +141,6 @@ def train_block_ids(num_tokens: int, step: int, seq_len: int,
   """int64[B]: the train blocks of global batch `step`."""
   num_blocks = num_tokens // seq_len
   steps = num_batches(num_tokens, seq_len, batch_size, train=True)
-  if steps == 0:
-    raise ValueError(f"{num_tokens} tokens make no batch of {batch_size} x "
-                     f"{seq_len}")
   epoch, k = divmod(int(step), steps)
   perm = epoch_permutation(int(seed), epoch, num_blocks)
   return perm[k * batch_size:(k + 1) * batch_size]

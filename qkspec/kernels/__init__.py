@@ -3,9 +3,9 @@ r"""Optional fast paths of the model, behind one switch: `model.kernels`.
 Shapes: B = batch, T = tokens, H = heads, D = head width, d = model width,
 N = tokens as rows, V = vocabulary.
 
-The model calls these three functions and names no kernel; each equals the
-XLA reference beside it in value and gradient (tests/kernels_test.py and
-one test file per kernel module, Pallas in its interpreter on a CPU):
+The model calls these three functions and names no kernel; each equals its
+XLA reference in value and gradient (tests/kernels_test.py and one test
+file per kernel module, Pallas in its interpreter on a CPU):
 
 * `attention`: softmax(mask(Q K^T / lambda)) V per head from the packed QKV
   projections (`attention_reference`);
@@ -23,57 +23,13 @@ way for `attention` and `post_ln`, the loss through FlashAttention-3
 import jax
 import jax.numpy as jnp
 
-from qkspec.kernels import fused_attention
 from qkspec.kernels import chunked_xent
 from qkspec.kernels import flash_xent
-from qkspec.kernels import fused_layer_norm
+from qkspec.kernels.fused_attention import attention, attention_reference
+from qkspec.kernels.fused_layer_norm import post_ln, post_ln_reference
 
-IMPLS = ("xla", "pallas")
-
-
-def attention(qkv_BxTx3xHxD: jax.Array, temperature: float, *,
-              biases=None, causal: bool = True) -> jax.Array:
-  r""":math:`U = \mathrm{softmax}(\mathrm{mask}(QK^\top/\lambda))V` per head,
-  [B, T, H, D], in Pallas (`fused_attention`), from the q, k, v
-  projections side by side without biases; `temperature` a Python number,
-  `biases` (b_q, b_k, b_v) each [H, D] or None.
-  """
-  return fused_attention.packed_attention(qkv_BxTx3xHxD, temperature,
-                                        biases=biases, causal=causal)
-
-
-def attention_reference(qkv_BxTx3xHxD, temperature, *, biases=None,
-                        causal: bool = True) -> jax.Array:
-  """`attention` in float32 jnp."""
-  qkv = qkv_BxTx3xHxD.astype(jnp.float32)
-  q, k, v = (qkv[:, :, i] + (0.0 if biases is None else biases[i][None, None])
-             for i in range(3))
-  logits_BxHxTxT = jnp.einsum("bqhd,bkhd->bhqk", q, k) / temperature
-  if causal:
-    T = logits_BxHxTxT.shape[-1]
-    logits_BxHxTxT = jnp.where(jnp.tril(jnp.ones((T, T), bool)),
-                               logits_BxHxTxT, jnp.finfo(jnp.float32).min)
-  return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(logits_BxHxTxT, -1), v)
-
-
-def post_ln(x: jax.Array, u: jax.Array, mask: jax.Array, scale: jax.Array,
-            bias: jax.Array, *, eps: float = 1e-5) -> jax.Array:
-  r""":math:`\mathrm{LayerNorm}(x + m \odot u)` over the last axis, in x's
-  dtype, in Pallas (`fused_layer_norm`): x, u [..., d] a sublayer's input
-  and output, `mask` [..., d] the dropout mask scaled by 1/keep (no
-  gradient), `scale`, `bias` [d] the LayerNorm's :math:`\gamma, \beta`.
-  """
-  return fused_layer_norm.add_dropout_norm(x, u, mask, scale, bias, eps=eps)
-
-
-def post_ln_reference(x, u, mask, scale, bias, *, eps: float = 1e-5
-                      ) -> jax.Array:
-  """`post_ln` in float32 jnp (the variance in two passes)."""
-  z = x.astype(jnp.float32) + u.astype(jnp.float32) * mask
-  zc = z - jnp.mean(z, axis=-1, keepdims=True)
-  var = jnp.mean(zc * zc, axis=-1, keepdims=True)
-  row = lambda v: v.reshape((1,) * (x.ndim - 1) + (-1,))  # noqa: E731
-  return zc * jax.lax.rsqrt(var + eps) * row(scale) + row(bias)
+__all__ = ["attention", "attention_reference", "post_ln", "post_ln_reference",
+           "output_xent", "output_xent_reference"]
 
 
 def output_xent(h_Nxd: jax.Array, kernel_dxV: jax.Array,
@@ -91,7 +47,7 @@ def output_xent(h_Nxd: jax.Array, kernel_dxV: jax.Array,
   if impl == "pallas":
     return flash_xent.cross_entropy_sum(h_Nxd, kernel_dxV, targets_N,
                                         weights_N)
-  raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}.")
+  raise ValueError(f"impl must be one of ('xla', 'pallas'), got {impl!r}.")
 
 
 def output_xent_reference(h_Nxd, kernel_dxV, targets_N, weights_N

@@ -13,15 +13,13 @@ z_c`, then :math:`\partial h_c = g_c W^\top` and accumulates
 :math:`\partial W^\top \mathrel{+}= g_c^\top h_c`; the custom VJP's backward
 scales them by the cotangent. Only a [C, V] block of logits is live at a
 time (the [N, V] logits are 545 MB at the paper's size), and the three
-matmuls run once each. `cross_entropy_sum` (forward only) serves
-evaluation.
+matmuls run once each; without a gradient (evaluation) XLA drops the two
+backward matmuls.
 """
 import functools
 
 import jax
 import jax.numpy as jnp
-
-from qkspec.theory import _checks
 
 CHUNK = 128    # rows per chunk
 
@@ -43,7 +41,6 @@ def round_up(n: int, block: int) -> int:
 
 def check_inputs(h, kernel, targets, weights) -> None:
   """ValueError unless h [N, d], kernel [d, V], targets and weights [N]."""
-  _checks.min_ndim("h", h, 2, "[N, d]")
   if h.ndim != 2 or kernel.ndim != 2 or h.shape[1] != kernel.shape[0]:
     raise ValueError(f"h [N, d] and kernel [d, V] do not match: {h.shape}, "
                      f"{kernel.shape}.")
@@ -60,18 +57,6 @@ def no_cotangents(targets, weights):
   return zero_targets, jnp.zeros_like(weights)
 
 
-def _chunks(h, targets, weights, chunk):
-  """Pads to a multiple of C and reshapes to [num_chunks, C, ...]."""
-  if chunk < 1:
-    raise ValueError(f"chunk must be >= 1, got {chunk}.")
-  n = h.shape[0]
-  c = min(chunk, n)
-  rows = round_up(n, c)
-  split = lambda x: pad_to(x, 0, rows).reshape(  # noqa: E731
-      (rows // c, c) + x.shape[1:])
-  return split(h), split(targets), split(weights), n
-
-
 def _chunk_loss_and_grad(h_c, kernel, y, w, compute_dtype):
   """(sum_n w_n CE(z_n, y_n), dL/dz) of one chunk, z in float32."""
   z = jnp.dot(h_c.astype(compute_dtype), kernel.astype(compute_dtype),
@@ -86,22 +71,6 @@ def _chunk_loss_and_grad(h_c, kernel, y, w, compute_dtype):
   return loss, g
 
 
-def cross_entropy_sum(h: jax.Array, kernel: jax.Array, targets: jax.Array,
-                      weights: jax.Array, chunk: int = CHUNK,
-                      compute_dtype=jnp.float32) -> jax.Array:
-  """Weighted sum of token cross-entropies, chunked, forward only."""
-  check_inputs(h, kernel, targets, weights)
-  h_k, y_k, w_k, _ = _chunks(h, targets, weights, chunk)
-
-  def body(total, part):
-    h_c, y_c, w_c = part
-    loss, _ = _chunk_loss_and_grad(h_c, kernel, y_c, w_c, compute_dtype)
-    return total + loss, None      # XLA drops the unused gradient
-
-  total, _ = jax.lax.scan(body, jnp.float32(0.0), (h_k, y_k, w_k))
-  return total
-
-
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
 def fused_cross_entropy(h: jax.Array, kernel: jax.Array, targets: jax.Array,
                         weights: jax.Array, chunk: int = CHUNK,
@@ -113,12 +82,18 @@ def fused_cross_entropy(h: jax.Array, kernel: jax.Array, targets: jax.Array,
   rows per chunk (memory ~ C x V floats); `compute_dtype` the matmul
   inputs' (accumulation in float32).
   """
-  return cross_entropy_sum(h, kernel, targets, weights, chunk, compute_dtype)
+  return _fused_forward(h, kernel, targets, weights, chunk, compute_dtype)[0]
 
 
 def _fused_forward(h, kernel, targets, weights, chunk, compute_dtype):
   check_inputs(h, kernel, targets, weights)
-  h_k, y_k, w_k, n = _chunks(h, targets, weights, chunk)
+  if chunk < 1:
+    raise ValueError(f"chunk must be >= 1, got {chunk}.")
+  n = h.shape[0]
+  c = min(chunk, n)
+  rows = round_up(n, c)     # zero-padded to [rows / C, C, ...]
+  split = lambda x: pad_to(x, 0, rows).reshape(  # noqa: E731
+      (rows // c, c) + x.shape[1:])
   kernel_c = kernel.astype(compute_dtype)
 
   def body(carry, part):
@@ -132,7 +107,8 @@ def _fused_forward(h, kernel, targets, weights, chunk, compute_dtype):
     return (total + loss, d_kernel_t), d_h
 
   init = (jnp.float32(0.0), jnp.zeros(kernel.shape[::-1], jnp.float32))
-  (total, d_kernel_t), d_h = jax.lax.scan(body, init, (h_k, y_k, w_k))
+  (total, d_kernel_t), d_h = jax.lax.scan(
+      body, init, (split(h), split(targets), split(weights)))
   d_h = d_h.reshape(-1, h.shape[1])[:n]
   grads = (d_h.astype(h.dtype), d_kernel_t.T.astype(kernel.dtype))
   return total, (grads, targets, weights)

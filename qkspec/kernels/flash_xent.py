@@ -16,7 +16,6 @@ log-sum-exp; under `jax.vmap` the members fold into that batch
 (`custom_vmap`). The kernel reads float16 and computes the softmax in
 float32; on a CPU `reference_attention` stands in (tests).
 """
-import functools
 import math
 from typing import NamedTuple
 
@@ -43,18 +42,17 @@ def check_config(config) -> FlashConfig:
   """`FlashConfig(*config)`, or ValueError naming the field the kernel
   refuses."""
   config = FlashConfig(*config)
-  for name in ("block_q", "block_kv"):
-    v = getattr(config, name)
-    if v < 64 or v % 64:
-      raise ValueError(f"FlashAttention-3 settings: {name} must be a "
-                       f"multiple of 64, got {v}.")
-  if config.stages < 2:
-    raise ValueError("FlashAttention-3 settings: STAGES (its "
-                     f"max_concurrent_steps) must be >= 2, got "
-                     f"{config.stages}.")
-  if config.splits < 1:
-    raise ValueError(f"FlashAttention-3 settings: SPLITS must be >= 1, got "
-                     f"{config.splits}.")
+  block_q, block_kv, stages, splits = config
+  for name, value, ok, must in (
+      ("block_q", block_q, block_q >= 64 and not block_q % 64,
+       "a multiple of 64"),
+      ("block_kv", block_kv, block_kv >= 64 and not block_kv % 64,
+       "a multiple of 64"),
+      ("STAGES (its max_concurrent_steps)", stages, stages >= 2, ">= 2"),
+      ("SPLITS", splits, splits >= 1, ">= 1")):
+    if not ok:
+      raise ValueError(f"FlashAttention-3 settings: {name} must be {must}, "
+                       f"got {value}.")
   return config
 
 
@@ -82,11 +80,17 @@ def library_attention(q, k, v, config):
   return out, lse
 
 
-def _batched(attention):
-  """`attention` whose vmapped axis joins its batch axis (one launch)."""
+def _batched(attention, config):
+  """`attention` with `config`, whose vmapped axis joins its batch axis (one
+  launch); None: `library_attention`, or `reference_attention` where the
+  Pallas kernels are interpreted (a CPU)."""
+  if attention is None:
+    attention = (reference_attention if _pallas.interpret()
+                 else library_attention)
+
   @jax.custom_batching.custom_vmap
   def call(q, k, v):
-    return attention(q, k, v)
+    return attention(q, k, v, config)
 
   @call.def_vmap
   def _rule(axis_size, in_batched, q, k, v):
@@ -104,8 +108,8 @@ def forward(h, w, targets, config: FlashConfig, attention=None,
             dtype=jnp.float16):
   r"""(lse, z_y [N], :math:`\bar w` [N, d]) float32 of h [N, d], W [d, V]:
   the log-sum-exp of z = hW, the target logits, the softmax mean of W's
-  columns. `config`: a `FlashConfig` or tuple; `attention`:
-  `library_attention` (None) or another of its contract; `dtype`: what the
+  columns. `config`: a `FlashConfig` or tuple; `attention`: one of
+  `library_attention`'s contract (None: `_batched`'s); `dtype`: what the
   kernel reads."""
   config = check_config(config)
   block_q, block_kv, _, splits = config
@@ -127,9 +131,7 @@ def forward(h, w, targets, config: FlashConfig, attention=None,
   keys = jnp.where(jnp.arange(columns) < vocab, values, wk[:, -1:])
   split = lambda x: x.T.reshape(splits, part, 1, width)    # noqa: E731
   q = jnp.broadcast_to(hq[None, :, None], (splits, hq.shape[0], 1, width))
-  call = _batched(functools.partial(attention or library_attention,
-                                    config=config))
-  out, lse2 = call(q, split(keys), split(values))
+  out, lse2 = _batched(attention, config)(q, split(keys), split(values))
   lse_k = lse2[:, 0, :n].astype(jnp.float32) * LN2          # [S, N]
   mean_k = out[:, :n, 0, :d].astype(jnp.float32)            # [S, N, d]
   h32, w32 = hq[:n, :d].astype(jnp.float32), wk[:d].astype(jnp.float32)
@@ -189,9 +191,8 @@ def weight_grad(h, w, targets, lse, g, config: FlashConfig, attention=None,
               round_up(vocab, 2 * block_q))                 # [width, Vq]
   q = jnp.broadcast_to(wq.T[None, :, None], (groups,) + wq.T.shape[:1]
                        + (1, width))
-  call = _batched(functools.partial(attention or library_attention,
-                                    config=config))
-  out, lse2 = call(q, keys[:, :, None], values[:, :, None])
+  out, lse2 = _batched(attention, config)(q, keys[:, :, None],
+                                          values[:, :, None])
   ell = lse2[:, 0, :vocab].astype(jnp.float32) * LN2 + c[:, None]  # [G, V]
   factor = jnp.where(jnp.isfinite(top)[:, None], jnp.exp(ell), 0.0)
   dw = jnp.einsum("gv,gvd->vd", factor,
@@ -208,42 +209,32 @@ FORWARD = FlashConfig(64, 128, 2, 4)
 WEIGHT_GRAD = FlashConfig(64, 128, 2, 2)
 
 
-def _attention(interpret: bool | None):
-  """The kernel, or its stand-in where the kernels are interpreted."""
-  interpret = _pallas.interpret_mode(interpret, "the loss kernels")
-  return reference_attention if interpret else None
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+@jax.custom_vjp
 def cross_entropy_sum(h: jax.Array, kernel: jax.Array, targets: jax.Array,
-                      weights: jax.Array, interpret: bool | None = None
-                      ) -> jax.Array:
+                      weights: jax.Array) -> jax.Array:
   r"""Float32 :math:`\sum_n w_n \mathrm{CE}(h_n W, y_n)` (module doc).
 
   h [N, d], `kernel` [d, V] (no bias), `targets` int [N], `weights` float
-  [N] (0 for padding; not differentiated). `interpret`: the reference in
-  place of the kernel; None: on a CPU.
+  [N] (0 for padding; not differentiated).
   """
-  return _loss(h, kernel, targets, weights, interpret)[0]
+  return _loss(h, kernel, targets, weights)[0]
 
 
-def _loss(h, kernel, targets, weights, interpret):
+def _loss(h, kernel, targets, weights):
   chunked_xent.check_inputs(h, kernel, targets, weights)
   vocab_blocks = -(-kernel.shape[1] // FORWARD.block_kv)   # small V: fewer
   config = FORWARD._replace(splits=min(FORWARD.splits, vocab_blocks))
-  lse, z_y, mean_w = forward(h, kernel, targets, config,
-                             attention=_attention(interpret))
+  lse, z_y, mean_w = forward(h, kernel, targets, config)
   loss = jnp.sum(weights.astype(jnp.float32) * (lse - z_y))
   return loss, (h, kernel, targets, weights, lse, mean_w)
 
 
-def _backward(interpret, residuals, cotangent):
+def _backward(residuals, cotangent):
   h, kernel, targets, weights, lse, mean_w = residuals
   g = cotangent * weights.astype(jnp.float32)
   w_y = jnp.take(kernel.astype(jnp.float16), targets, axis=1).T
   d_h = g[:, None] * (mean_w - w_y.astype(jnp.float32))
-  d_kernel = weight_grad(h, kernel, targets, lse, g, WEIGHT_GRAD,
-                         attention=_attention(interpret))
+  d_kernel = weight_grad(h, kernel, targets, lse, g, WEIGHT_GRAD)
   return (d_h.astype(h.dtype), d_kernel.astype(kernel.dtype),
           *chunked_xent.no_cotangents(targets, weights))
 

@@ -9,7 +9,7 @@ and its biases:
           \qquad U = A V.
 
 XLA launches a dozen small kernels for this each way at the paper's T =
-64. For T <= `BLOCK` `packed_attention` computes a (sequence, head) in one
+64. For T <= `BLOCK` `attention` computes a (sequence, head) in one
 program, softmax in float32, keeping its log-sum-exp; the backward
 recomputes the probabilities and writes dQ, dK, dV in the packed layout
 with the biases' sums:
@@ -19,7 +19,8 @@ with the biases' sums:
 
 Longer sequences go to jax's Pallas FlashAttention example. No logits or
 probabilities come out to be sown: the model measures through its XLA
-path. On a CPU the kernels run in Pallas' interpreter (tests).
+path. On a CPU the kernels run in Pallas' interpreter (tests);
+`attention_reference` is the same maths in float32 jnp.
 """
 # pylint: disable=invalid-name
 import functools
@@ -35,8 +36,24 @@ from qkspec.kernels import _pallas
 BLOCK = 64     # query and key block: T = 64 (the paper's) is one of each
 
 
-def _interpret(interpret):
-  return _pallas.interpret_mode(interpret, "the attention kernels")
+def attention_reference(qkv_BxTx3xHxD, temperature, *, biases=None,
+                        causal: bool = True) -> jax.Array:
+  """`attention` in float32 jnp."""
+  qkv = qkv_BxTx3xHxD.astype(jnp.float32)
+  q, k, v = (qkv[:, :, i] + (0.0 if biases is None else biases[i][None, None])
+             for i in range(3))
+  logits_BxHxTxT = jnp.einsum("bqhd,bkhd->bhqk", q, k) / temperature
+  if causal:
+    T = logits_BxHxTxT.shape[-1]
+    logits_BxHxTxT = jnp.where(jnp.tril(jnp.ones((T, T), bool)),
+                               logits_BxHxTxT, jnp.finfo(jnp.float32).min)
+  return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(logits_BxHxTxT, -1), v)
+
+
+def _compiler_params(width: int):
+  """Triton's launch for tiles `width` wide: 8 warps past 64."""
+  return plgpu.CompilerParams(num_warps=4 if width <= 64 else 8,
+                              num_stages=1)
 
 
 def _logits(q, k, scale, causal):
@@ -51,10 +68,14 @@ def _logits(q, k, scale, causal):
 
 
 def _tiles(qkv_ref, bias_refs, dtype):
-  """q, k, v [T, D] of a (sequence, head), biases added, in `dtype`."""
-  return [_pallas.with_bias(qkv_ref[:, i, :],
-                            bias_refs[i] if bias_refs else None, dtype)
-          for i in range(3)]
+  """q, k, v [T, D] of a (sequence, head); with biases, each plus its bias
+  (rounded to `dtype` first, as XLA adds it) in `dtype`."""
+  tiles = [qkv_ref[:, i, :] for i in range(3)]
+  if not bias_refs:
+    return tiles
+  return [(t.astype(jnp.float32)
+           + b[...].astype(dtype).astype(jnp.float32)[None, :]).astype(dtype)
+          for t, b in zip(tiles, bias_refs)]
 
 
 def _forward_kernel(qkv_ref, *refs, scale, causal):
@@ -101,7 +122,7 @@ def _specs(qkv_shape, biased: bool):
   return (B, H), packed, bias, tile, lse
 
 
-def _forward(qkv, biases, scale, causal, interpret):
+def _forward(qkv, biases, scale, causal):
   B, T, _, H, D = qkv.shape
   grid, packed, bias, tile, lse = _specs(qkv.shape, bool(biases))
   return pl.pallas_call(
@@ -109,22 +130,22 @@ def _forward(qkv, biases, scale, causal, interpret):
       grid=grid, in_specs=[packed] + bias, out_specs=[tile, lse],
       out_shape=[jax.ShapeDtypeStruct((B, T, H, D), qkv.dtype),
                  jax.ShapeDtypeStruct((B, H, T), jnp.float32)],
-      compiler_params=_pallas.layer_params(D),
-      interpret=interpret, name="packed_attention",
+      compiler_params=_compiler_params(D),
+      interpret=_pallas.interpret(), name="packed_attention",
   )(qkv, *biases)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
-def _packed(qkv, biases, scale, causal, interpret):
-  return _forward(qkv, biases, scale, causal, interpret)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _packed(qkv, biases, scale, causal):
+  return _forward(qkv, biases, scale, causal)[0]
 
 
-def _packed_forward(qkv, biases, scale, causal, interpret):
-  u, lse = _forward(qkv, biases, scale, causal, interpret)
+def _packed_forward(qkv, biases, scale, causal):
+  u, lse = _forward(qkv, biases, scale, causal)
   return u, (qkv, biases, lse)
 
 
-def _packed_backward(scale, causal, interpret, residuals, du):
+def _packed_backward(scale, causal, residuals, du):
   qkv, biases, lse = residuals
   B, _, _, H, D = qkv.shape
   grid, packed, bias, tile, lse_spec = _specs(qkv.shape, bool(biases))
@@ -135,8 +156,8 @@ def _packed_backward(scale, causal, interpret, residuals, du):
       out_specs=[packed] + sums * bool(biases),
       out_shape=[jax.ShapeDtypeStruct(qkv.shape, qkv.dtype)]
       + [jax.ShapeDtypeStruct((B, 3, H, D), jnp.float32)] * bool(biases),
-      compiler_params=_pallas.layer_params(D),
-      interpret=interpret, name="packed_attention_backward",
+      compiler_params=_compiler_params(D),
+      interpret=_pallas.interpret(), name="packed_attention_backward",
   )(qkv, *biases, lse, du.astype(qkv.dtype))
   if not biases:
     return out[0], ()
@@ -158,7 +179,7 @@ def _mha():
   return attention
 
 
-def _long(qkv, biases, temperature, causal, interpret):
+def _long(qkv, biases, temperature, causal):
   """T > BLOCK: the biases added in XLA, then jax's FlashAttention example
   over blocks of `BLOCK` tokens (T a multiple of it)."""
   b = _pallas.fitting_block(qkv.shape[1], BLOCK, "model.kernels='pallas' "
@@ -169,22 +190,21 @@ def _long(qkv, biases, temperature, causal, interpret):
   blocks = mha.BlockSizes(block_q=b, block_k=b, block_q_dkv=b,
                           block_kv_dkv=b, block_q_dq=b, block_kv_dq=b)
   return mha.mha(q, k, v, None, sm_scale=1.0 / temperature, causal=causal,
-                 block_sizes=blocks, interpret=interpret)
+                 block_sizes=blocks, interpret=_pallas.interpret())
 
 
-def packed_attention(qkv_BxTx3xHxD: jax.Array, temperature: float, *,
-                     biases: tuple[jax.Array, ...] | None = None,
-                     causal: bool = True, interpret: bool | None = None
-                     ) -> jax.Array:
+def attention(qkv_BxTx3xHxD: jax.Array, temperature: float, *,
+              biases: tuple[jax.Array, ...] | None = None,
+              causal: bool = True) -> jax.Array:
   r""":math:`U = \mathrm{softmax}(\mathrm{mask}(QK^\top/\lambda))V` per head,
-  [B, T, H, D] in the projections' dtype (module doc); arguments as
-  `qkspec.kernels.attention`'s, `interpret`: Pallas' interpreter (None: on
-  a CPU only)."""
+  [B, T, H, D] in the projections' dtype (module doc), from the q, k, v
+  projections side by side without biases; `temperature` a Python number,
+  `biases` (b_q, b_k, b_v) each [H, D] or None.
+  """
   if qkv_BxTx3xHxD.ndim != 5 or qkv_BxTx3xHxD.shape[2] != 3:
-    raise ValueError(f"packed_attention takes [B, T, 3, H, D], got "
+    raise ValueError(f"attention takes [B, T, 3, H, D], got "
                      f"{qkv_BxTx3xHxD.shape}.")
-  interpret = _interpret(interpret)
   biases = tuple(biases or ())
   if qkv_BxTx3xHxD.shape[1] > BLOCK:
-    return _long(qkv_BxTx3xHxD, biases, temperature, causal, interpret)
-  return _packed(qkv_BxTx3xHxD, biases, 1.0 / temperature, causal, interpret)
+    return _long(qkv_BxTx3xHxD, biases, temperature, causal)
+  return _packed(qkv_BxTx3xHxD, biases, 1.0 / temperature, causal)

@@ -16,8 +16,8 @@ backward uses the saved mean and reciprocal deviation,
           dx = dz,\quad du = m \odot dz.
 
 Same maths as `flax.linen.LayerNorm` after `nn.Dropout`, with the variance
-in two passes (as PyTorch). On a CPU the kernels run in Pallas'
-interpreter (tests).
+in two passes (as PyTorch), which `post_ln_reference` computes in float32
+jnp. On a CPU the kernels run in Pallas' interpreter (tests).
 """
 import functools
 
@@ -28,6 +28,16 @@ from jax.experimental import pallas as pl
 from qkspec.kernels import _pallas
 
 ROWS = 64      # rows a program normalises
+
+
+def post_ln_reference(x, u, mask, scale, bias, *, eps: float = 1e-5
+                      ) -> jax.Array:
+  """`post_ln` in float32 jnp."""
+  z = x.astype(jnp.float32) + u.astype(jnp.float32) * mask
+  zc = z - jnp.mean(z, axis=-1, keepdims=True)
+  var = jnp.mean(zc * zc, axis=-1, keepdims=True)
+  row = lambda v: v.reshape((1,) * (x.ndim - 1) + (-1,))  # noqa: E731
+  return zc * jax.lax.rsqrt(var + eps) * row(scale) + row(bias)
 
 
 def _stats(x_ref, u_ref, m_ref):
@@ -73,7 +83,7 @@ def _blocks(n: int, d: int):
           pl.BlockSpec((rows,), lambda i: (i,)))
 
 
-def _forward(x, u, m, scale, bias, eps, interpret):
+def _forward(x, u, m, scale, bias, eps):
   n, d = x.shape
   blocks, tile, vector, per_row = _blocks(n, d)
   stats = jax.ShapeDtypeStruct((n,), jnp.float32)
@@ -82,21 +92,21 @@ def _forward(x, u, m, scale, bias, eps, interpret):
       in_specs=[tile, tile, tile, vector, vector],
       out_specs=[tile, per_row, per_row],
       out_shape=[jax.ShapeDtypeStruct((n, d), x.dtype), stats, stats],
-      interpret=interpret, name="add_dropout_norm",
+      interpret=_pallas.interpret(), name="add_dropout_norm",
   )(x, u, m, scale, bias)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
-def _add_dropout_norm(x, u, m, scale, bias, eps, interpret):
-  return _forward(x, u, m, scale, bias, eps, interpret)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def _add_dropout_norm(x, u, m, scale, bias, eps):
+  return _forward(x, u, m, scale, bias, eps)[0]
 
 
-def _vjp_forward(x, u, m, scale, bias, eps, interpret):
-  y, mean, rstd = _forward(x, u, m, scale, bias, eps, interpret)
+def _vjp_forward(x, u, m, scale, bias, eps):
+  y, mean, rstd = _forward(x, u, m, scale, bias, eps)
   return y, (x, u, m, scale, mean, rstd)
 
 
-def _vjp_backward(eps, interpret, residuals, dy):
+def _vjp_backward(eps, residuals, dy):
   del eps
   x, u, m, scale, mean, rstd = residuals
   n, d = x.shape
@@ -109,7 +119,7 @@ def _vjp_backward(eps, interpret, residuals, dy):
       out_shape=[jax.ShapeDtypeStruct((n, d), x.dtype),
                  jax.ShapeDtypeStruct((n, d), u.dtype),
                  jax.ShapeDtypeStruct((blocks, 2, d), jnp.float32)],
-      interpret=interpret, name="add_dropout_norm_backward",
+      interpret=_pallas.interpret(), name="add_dropout_norm_backward",
   )(x, u, m, scale, mean, rstd, dy)
   dgb_2xd = jnp.sum(dgb_Px2xd, axis=0).astype(scale.dtype)
   return dx, du, None, dgb_2xd[0], dgb_2xd[1]
@@ -118,15 +128,14 @@ def _vjp_backward(eps, interpret, residuals, dy):
 _add_dropout_norm.defvjp(_vjp_forward, _vjp_backward)
 
 
-def add_dropout_norm(x: jax.Array, u: jax.Array, mask: jax.Array,
-                     scale: jax.Array, bias: jax.Array, *, eps: float = 1e-5,
-                     interpret: bool | None = None) -> jax.Array:
-  r"""LayerNorm(x + mask * u) over the last axis, in x's dtype (module doc);
-  arguments as `qkspec.kernels.post_ln`'s, `interpret`: Pallas'
-  interpreter (None: on a CPU only)."""
+def post_ln(x: jax.Array, u: jax.Array, mask: jax.Array, scale: jax.Array,
+            bias: jax.Array, *, eps: float = 1e-5) -> jax.Array:
+  r""":math:`\mathrm{LayerNorm}(x + m \odot u)` over the last axis, in x's
+  dtype (module doc): x, u [..., d] a sublayer's input and output, `mask`
+  [..., d] the dropout mask scaled by 1/keep (no gradient), `scale`,
+  `bias` [d] the LayerNorm's :math:`\gamma, \beta`.
+  """
   d = x.shape[-1]
   flat = lambda a: a.reshape(-1, d)  # noqa: E731
-  interpret = _pallas.interpret_mode(interpret, "the LayerNorm kernels")
-  y = _add_dropout_norm(flat(x), flat(u), flat(mask), scale, bias, eps,
-                        interpret)
+  y = _add_dropout_norm(flat(x), flat(u), flat(mask), scale, bias, eps)
   return y.reshape(x.shape)
