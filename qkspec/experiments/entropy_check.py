@@ -189,16 +189,11 @@ def plot(out, config, workdir):
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Sweeps the settings, writes per-setting rows, a summary and a figure."""
   workdir, paths = outputs.start_run(config, workdir, validate)
-  logging.info("entropy_check: %d settings x %d inputs x %d draws x %d seqs, "
-               "lambda=%g", len(settings(config)), len(config.inputs),
-               config.num_draws, config.num_sequences,
-               softmax.temperature(config.temperature, config.dim))
   with outputs.heartbeat("entropy_check (compiling and sweeping)"):
     out = sweep_from_config(config)
   set_rows, summary = tables(out, config)
-  outputs.show(outputs.format_table(summary), "rows below each curve:",
-               "entropy_check: fraction of attention rows below each curve "
-               "(Eq. (9), Zhai's bound)")
+  outputs.show("entropy_check: fraction of attention rows below each curve "
+               "(Eq. (9), Zhai's bound)", outputs.format_table(summary))
   paths += outputs.write_tables(dict(entropy_check=set_rows,
                                      entropy_check_summary=summary), workdir)
   paths.append(plot(out, config, workdir))
