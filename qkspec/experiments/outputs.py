@@ -173,13 +173,6 @@ def require_subset(config: ml_collections.ConfigDict, field: str,
           f"must be a non-empty subset of {choices}", value)
 
 
-def require_experiment(config: ml_collections.ConfigDict, name: str) -> None:
-  """Raises ValueError if `config.experiment` is set and is not `name`."""
-  value = config.get("experiment", name)
-  require(value == name, "experiment", f"must be {name!r} to run "
-          f"qkspec.experiments.{name}", value)
-
-
 def require_temperature(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError unless `config.temperature` is None or > 0."""
   value = config.temperature
