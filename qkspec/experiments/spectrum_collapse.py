@@ -36,7 +36,6 @@ _STATIC = ("dim", "seq_len", "num_layers", "num_heads", "num_sequences",
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field of the config."""
-  outputs.require_experiment(config, "spectrum_collapse")
   outputs.require_ints(config, {
       "dim": 1, "seq_len": 2, "num_layers": 1, "num_heads": 1, "num_draws": 1,
       "num_sequences": 1, "points_per_batch": 1})
@@ -190,15 +189,6 @@ def tables(out, config):
 _TREND_RTOL = 0.03   # steps smaller than 3% of the larger value are ties
 
 
-def _trend(values):
-  """(# increasing, # decreasing) steps along a sequence, steps within
-  `_TREND_RTOL` of the larger magnitude counting as ties."""
-  v = np.asarray(values, np.float64)
-  d = np.diff(v)
-  big = np.abs(d) > _TREND_RTOL * np.maximum(np.abs(v[1:]), np.abs(v[:-1]))
-  return int(np.sum((d > 0) & big)), int(np.sum((d < 0) & big))
-
-
 def claims(grid_rows, config) -> list[dict]:
   """The two A2 claims, checked step by step along the grid."""
   by = {(r["eigen_mean"], r["eigen_std"]): r for r in grid_rows}
@@ -207,7 +197,11 @@ def claims(grid_rows, config) -> list[dict]:
   rows = []
 
   def claim(text, fixed, along, values, trend_of):
-    up, down = _trend(trend_of)
+    """Counts the steps along `trend_of` down (supporting) and up."""
+    v = np.asarray(trend_of, np.float64)
+    d = np.diff(v)
+    big = np.abs(d) > _TREND_RTOL * np.maximum(np.abs(v[1:]), np.abs(v[:-1]))
+    up, down = int(np.sum((d > 0) & big)), int(np.sum((d < 0) & big))
     rows.append(dict(claim=text, fixed=fixed, along=along, values=values,
                      steps_supporting=down, steps_against=up,
                      holds=bool(down > 0 and up == 0)))

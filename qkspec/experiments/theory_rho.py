@@ -26,7 +26,6 @@ from qkspec.experiments import outputs
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field of a theory_rho config."""
-  outputs.require_experiment(config, "theory_rho")
   outputs.require_ints(config, {"num_theta": 2, "num_xi": 2})
   outputs.require_positive(config, "xi_max", "lemma2.xi", "lemma2.tol",
                            "lemma2.slope_tol", "lemma2.vanish_eta")
@@ -40,11 +39,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
   outputs.require(all(len(p) == 2 and p[1] > 0 for p in config.localized),
                   "localized", "must hold (xi, eta) pairs with eta > 0",
                   config.localized)
-  lem = config.lemma2
-  outputs.require(all(r != 0 for r in lem.r_values), "lemma2.r_values",
-                  "must be non-zero (Lemma 2 needs r != 0)", lem.r_values)
-  outputs.require(0 < lem.exclude < 0.5, "lemma2.exclude",
-                  "must be in (0, 0.5)", lem.exclude)
+  exclude = config.lemma2.exclude
+  outputs.require(0 < exclude < 0.5, "lemma2.exclude", "must be in (0, 0.5)",
+                  exclude)
 
 
 def rho_theta_map(theta_Th, xi_X, eta_E, variant):
