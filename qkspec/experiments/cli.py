@@ -37,11 +37,10 @@ _NOT_EXPERIMENTS = ("chunked", "cli", "demo", "inputs", "measures", "outputs",
 @contextlib.contextmanager
 def exit_on_interrupt(verbose: bool = False,
                       command: str | None = None) -> Iterator[None]:
-  """KeyboardInterrupt -> one line, exit 130 (143 after SIGTERM).
+  """KeyboardInterrupt -> one line, exit 128 + the signal (130, 143).
 
-  The loop's `preemption.Interrupted` prints "qkspec: interrupted at step
-  12: checkpoint <dir> saved; to resume, rerun: `command`"; any other
-  prints "qkspec: interrupted". `verbose` prints the traceback first.
+  The loop's `preemption.Interrupted` names its checkpoint and, given one,
+  the `command` that resumes; any other prints "qkspec: interrupted".
   """
   try:
     yield
@@ -315,9 +314,8 @@ def main(run: Callable[..., Any], what: str = "config") -> None:
       "workdir", None, "Directory for figures, tables, metrics, checkpoints "
       "and config.json.")
   verbose = flags.DEFINE_bool(
-      "verbose_errors", False, "Print the Python traceback of a usage error "
-      "(bad flag, config key, path or value: one line and exit status 2 "
-      "without it) and of Ctrl-C (exit status 130) or SIGTERM (143).")
+      "verbose_errors", False, "Print the traceback of a usage error (else "
+      "one line, exit status 2) and of Ctrl-C or SIGTERM.")
   coordinator = flags.DEFINE_string(
       "coordinator_address", None, "Multi-host: HOST:PORT of process 0 (the "
       "same on every host). With --num_processes and --process_id; absent: "
