@@ -297,7 +297,6 @@ class ConfigTest(parameterized.TestCase):
   @parameterized.named_parameters(
       ("negative_eigen_std", "simulate_rho", "pairs", ((0.0, -1.0),)),
       ("negative_temperature", "simulate_rho", "temperature", -1.0),
-      ("other_experiment", "simulate_rho", "experiment", "theory_rho"),
       ("bad_std_range", "simulate_grid", "eigen_std_range", (0.0, 1.0)),
       ("no_eigen_stds", "simulate_grid", "num_eigen_stds", 0),
       ("negative_stds", "spectrum_collapse", "eigen_stds", (-0.1,)),

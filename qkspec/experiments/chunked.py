@@ -17,9 +17,6 @@ def pad_points(points: Sequence[np.ndarray], chunk: int
                ) -> tuple[list[np.ndarray], int]:
   """Pads [P, ...] arrays to a multiple of `chunk` rows; (arrays, chunks)."""
   num_p = len(points[0])
-  if num_p == 0 or chunk < 1:
-    raise ValueError(f"need >= 1 point and chunk >= 1, got {num_p} points "
-                     f"and chunk {chunk}.")
   if any(len(a) != num_p for a in points):
     raise ValueError(f"every point array needs {num_p} rows, got "
                      f"{[len(a) for a in points]}.")

@@ -4,11 +4,10 @@
 or trains and plots a training config (`config.task`); `launch/train.py`
 trains. A usage error (bad flag, config key or file, a config that
 `schema.validate` or an experiment rejects) prints one line `qkspec: error:
-...` and exits 2 (`--verbose_errors` adds the traceback). Training stopped
-by Ctrl-C or SIGTERM (`qkspec.training.preemption`) prints one line naming
-the checkpoint it saved and the command that resumes, and exits 128 + the
-signal: 130 for Ctrl-C, 143 for SIGTERM (also on each process of a
-multi-host run stopped because another got it). `--coordinator_address`,
+...` and exits 2 (`--verbose_errors` adds the traceback). Ctrl-C or SIGTERM
+prints one line (for training, the checkpoint it saved and the command that
+resumes) and exits 128 + the signal: 130 or 143, also on each process of a
+multi-host run that another stopped. `--coordinator_address`,
 `--num_processes`, `--process_id` start one process of a multi-host run.
 """
 import contextlib
@@ -33,17 +32,15 @@ from qkspec.config import schema
 # Modules of qkspec.experiments that are not experiments (helpers).
 _NOT_EXPERIMENTS = ("chunked", "cli", "demo", "inputs", "measures", "outputs",
                     "training_plots")
-EXIT_INTERRUPTED = 130       # 128 + SIGINT, what shells report for Ctrl-C
 
 
 @contextlib.contextmanager
 def exit_on_interrupt(verbose: bool = False,
                       command: str | None = None) -> Iterator[None]:
-  """KeyboardInterrupt -> one line, exit 130 (143 after SIGTERM).
+  """KeyboardInterrupt -> one line, exit 128 + the signal (130, 143).
 
-  The loop's `preemption.Interrupted` prints "qkspec: interrupted at step
-  12: checkpoint <dir> saved; to resume, rerun: `command`"; any other
-  prints "qkspec: interrupted". `verbose` prints the traceback first.
+  The loop's `preemption.Interrupted` names its checkpoint and, given one,
+  the `command` that resumes; any other prints "qkspec: interrupted".
   """
   try:
     yield
@@ -57,7 +54,7 @@ def exit_on_interrupt(verbose: bool = False,
       print(f"qkspec: {line}", file=sys.stderr, flush=True)
       sys.exit(128 + e.signum)
     print("qkspec: interrupted", file=sys.stderr, flush=True)
-    sys.exit(EXIT_INTERRUPTED)
+    sys.exit(130)           # 128 + SIGINT, what shells report for Ctrl-C
 
 
 def _is_experiment(name) -> bool:
@@ -165,12 +162,6 @@ def _raised_in(error: BaseException, *parts: str) -> bool:
   return all(p in path for p in parts)
 
 
-def _overrides(argv: list[str], name: str) -> list[str]:
-  """The `--name.x.y` paths (`x.y`) given on the command line."""
-  matches = (re.match(rf"^--?(?:no)?{name}\.([^=]+)", a) for a in argv[1:])
-  return [m.group(1) for m in matches if m]
-
-
 def _unknown_key_message(error: BaseException, argv: list[str]) -> str | None:
   """One line for ml_collections' KeyError on a misspelled key."""
   for e in _chain(error):
@@ -180,7 +171,8 @@ def _unknown_key_message(error: BaseException, argv: list[str]) -> str | None:
     first, _, rest = e.args[0].partition("\n")
     key = first.strip("'\"")
     hint = re.search(r'Did you mean "([^"]+)"', rest)
-    for path in _overrides(argv, "config"):
+    overrides = (re.match(r"^--?(?:no)?config\.([^=]+)", a) for a in argv[1:])
+    for path in (m.group(1) for m in overrides if m):   # --config.x.y: x.y
       parts = path.split(".")
       if key in parts:
         line = f"--config.{path}: the config has no field {path!r}"
@@ -280,11 +272,23 @@ def start_processes(coordinator_address: str | None,
   Raises:
     ValueError: incomplete flags, or `multihost` and no cluster found.
   """
+  import jax  # pylint: disable=g-import-not-at-top
   given = {"--coordinator_address": coordinator_address,
            "--num_processes": num_processes, "--process_id": process_id}
-  if all(v is None for v in given.values()):
-    return multihost and _find_processes()
   missing = [k for k, v in given.items() if v is None]
+  if len(missing) == len(given):
+    if not multihost:
+      return False
+    try:
+      jax.distributed.initialize()      # from the cluster's environment
+    except (ValueError, RuntimeError) as e:
+      reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+      raise ValueError(
+          f"--config.multihost=True: jax found no cluster to join ({reason}); "
+          "on a TPU pod slice, SLURM or Open MPI it finds the processes "
+          "itself, elsewhere pass --coordinator_address, --num_processes "
+          "and --process_id.") from e
+    return jax.process_count() > 1
   if missing:
     raise ValueError(f"a multi-host run needs --coordinator_address, "
                      f"--num_processes and --process_id; {', '.join(missing)} "
@@ -292,28 +296,12 @@ def start_processes(coordinator_address: str | None,
   if not 0 <= process_id < num_processes:
     raise ValueError(f"--process_id={process_id} must be in [0, "
                      f"--num_processes={num_processes}).")
-  import jax  # pylint: disable=g-import-not-at-top
   logging.info("process %d of %d: coordinator %s", process_id, num_processes,
                coordinator_address)
   jax.distributed.initialize(coordinator_address=coordinator_address,
                              num_processes=num_processes,
                              process_id=process_id)
   return True
-
-
-def _find_processes() -> bool:
-  """`jax.distributed.initialize()` from the cluster's environment."""
-  import jax  # pylint: disable=g-import-not-at-top
-  try:
-    jax.distributed.initialize()
-  except (ValueError, RuntimeError) as e:
-    reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-    raise ValueError(
-        f"--config.multihost=True: jax found no cluster to join ({reason}); "
-        "on a TPU pod slice, SLURM or Open MPI it finds the processes "
-        "itself, elsewhere pass --coordinator_address, --num_processes and "
-        "--process_id.") from e
-  return jax.process_count() > 1
 
 
 def main(run: Callable[..., Any], what: str = "config") -> None:
@@ -326,9 +314,8 @@ def main(run: Callable[..., Any], what: str = "config") -> None:
       "workdir", None, "Directory for figures, tables, metrics, checkpoints "
       "and config.json.")
   verbose = flags.DEFINE_bool(
-      "verbose_errors", False, "Print the Python traceback of a usage error "
-      "(bad flag, config key, path or value: one line and exit status 2 "
-      "without it) and of Ctrl-C (exit status 130) or SIGTERM (143).")
+      "verbose_errors", False, "Print the traceback of a usage error (else "
+      "one line, exit status 2) and of Ctrl-C or SIGTERM.")
   coordinator = flags.DEFINE_string(
       "coordinator_address", None, "Multi-host: HOST:PORT of process 0 (the "
       "same on every host). With --num_processes and --process_id; absent: "

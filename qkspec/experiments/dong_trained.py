@@ -34,11 +34,9 @@ INT_FIELDS = {"num_seeds": 1, "num_layers": 1, "num_heads": 1, "d_model": 1,
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field of a dong_trained config."""
-  outputs.require_experiment(config, "dong_trained")
   outputs.require_ints(config, INT_FIELDS)
-  outputs.require_subset(config, "tasks", synthetic.TASKS, "a subset")
-  outputs.require_subset(config, "variants", dong_measure.VARIANTS,
-                         "a subset")
+  outputs.require_subset(config, "tasks", synthetic.TASKS)
+  outputs.require_subset(config, "variants", dong_measure.VARIANTS)
   outputs.require(config.d_model % config.num_heads == 0, "num_heads",
                   "must divide d_model", config.num_heads)
   outputs.require_positive(config, "lr")
@@ -84,15 +82,13 @@ def tables(results: dict, config) -> dict[str, list[dict]]:
     drop_SxL = m["full_acc"][:, None] - m["knockout_acc"]
     spec = {k: m[f"spectrum/trained/{k}"].mean(axis=(0, 2))
             for k in ("trace", "scale", "xi", "eta")}
-    init_spec = {k: m[f"spectrum/init/{k}"].mean(axis=(0, 2))
-                 for k in ("xi", "eta")}
+    spec.update({f"{k}_init": m[f"spectrum/init/{k}"].mean(axis=(0, 2))
+                 for k in ("xi", "eta")})
     for l in range(L):
       layers.append(dict(**key, layer=l,
                          knockout_drop=float(drop_SxL[:, l].mean()),
                          knockout_drop_std=float(drop_SxL[:, l].std()),
-                         **{k: float(v[l]) for k, v in spec.items()},
-                         xi_init=float(init_spec["xi"][l]),
-                         eta_init=float(init_spec["eta"][l])))
+                         **{k: float(v[l]) for k, v in spec.items()}))
     acc_K = m["acc_k"].mean(0)
     gain = acc_K[-1] - acc_K[0]
     summary.append(dict(

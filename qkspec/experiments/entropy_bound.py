@@ -19,7 +19,6 @@ from qkspec.experiments import outputs
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field of an entropy_bound config."""
-  outputs.require_experiment(config, "entropy_bound")
   outputs.require_positive(config, "nu_max")
   outputs.require_ints(config, {"num_nu": 2})
   seq_lens = config.seq_lens
@@ -28,27 +27,16 @@ def validate(config: ml_collections.ConfigDict) -> None:
                   "seq_lens", "must be non-empty integers >= 2", seq_lens)
 
 
-def bound_curves(nu_V: jnp.ndarray, seq_lens) -> np.ndarray:
-  """Eq. (9) for each T, [K, V]."""
-  return np.stack([np.asarray(diagnostics.eq9_entropy(nu_V, t))
-                   for t in seq_lens])
-
-
 def exceed_intervals(nu_V: np.ndarray, above_V: np.ndarray
                      ) -> list[tuple[float, float]]:
   """Closed nu intervals (grid resolution) where `above_V` holds."""
-  intervals, start = [], None
-  for k, flag in enumerate(above_V):
-    if flag and start is None:
-      start = nu_V[k]
-    if start is not None and (not flag or k == len(above_V) - 1):
-      intervals.append((float(start), float(nu_V[k - 1] if not flag
-                                               else nu_V[k])))
-      start = None
-  return intervals
+  step_V = np.diff(np.concatenate(([False], above_V, [False])).astype(int))
+  starts, stops = np.flatnonzero(step_V == 1), np.flatnonzero(step_V == -1)
+  return [(float(nu_V[a]), float(nu_V[b - 1])) for a, b in zip(starts, stops)]
 
 
 def summary_rows(nu_V, bound_KxV, seq_lens) -> list[dict]:
+  """Per T: Eq. (9) at nu = 0, its peak and where it exceeds ln T."""
   rows = []
   for t, bound_V in zip(seq_lens, bound_KxV):
     log_t = float(np.log(t))
@@ -92,9 +80,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   workdir, paths = outputs.start_run(config, workdir, validate)
   nu_V = np.linspace(0.0, config.nu_max, config.num_nu)
   seq_lens = list(config.seq_lens)
-  logging.info("Eq. (9) on %d nu points in [0, %g] for T = %s", len(nu_V),
-               config.nu_max, seq_lens)
-  bound_KxV = bound_curves(jnp.asarray(nu_V), seq_lens)
+  bound_KxV = np.stack([diagnostics.eq9_entropy(jnp.asarray(nu_V), t)
+                        for t in seq_lens])                      # [K, V]
   rows = summary_rows(nu_V, bound_KxV, seq_lens)
   logging.info("Eq. (9) vs ln T:\n%s", outputs.format_table(rows))
   paths += plot(nu_V, bound_KxV, seq_lens, workdir)

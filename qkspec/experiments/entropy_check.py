@@ -30,7 +30,6 @@ BOUNDS = ("eq9", "eq9_raw", "zhai", "zhai_raw", "zhai_row")
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field of an entropy_check config."""
-  outputs.require_experiment(config, "entropy_check")
   outputs.require_ints(config, {"dim": 1, "seq_len": 2, "num_sequences": 1,
                                 "num_draws": 1})
   outputs.require_temperature(config)
@@ -52,14 +51,6 @@ def settings(config) -> list[dict]:
   rows += [dict(kind="spectrum", qk_norm=nan, eigen_mean=float(m),
                 eigen_std=float(s)) for m, s in config.pairs]
   return rows
-
-
-def _draw_qk(key, is_gauss, norm, eigen_mean, eigen_std, dim):
-  """Gaussian W_QK with ||W||_2 = norm, or sample_qk(eigen_mean, eigen_std)."""
-  g = jax.random.normal(key, (dim, dim))
-  g = norm * g / jnp.linalg.norm(g, ord=2)
-  s = spectrum.sample_qk(key, dim, eigen_mean, eigen_std)
-  return jnp.where(is_gauss, g, s)
 
 
 def row_stats(x_NxTxd, w_qk, lam, seq_len):
@@ -90,8 +81,11 @@ def sweep_setting(key, p, is_gauss, norm, eigen_mean, eigen_std, *, kind, dim,
 
   def one(draw):
     k_x, k_w = jax.random.split(jax.random.fold_in(key, draw))
-    w_qk = _draw_qk(jax.random.fold_in(k_w, p), is_gauss, norm, eigen_mean,
-                    eigen_std, dim)
+    k_w = jax.random.fold_in(k_w, p)
+    # Gaussian W_QK with ||W||_2 = norm, or sample_qk(eigen_mean, eigen_std).
+    g = jax.random.normal(k_w, (dim, dim))
+    w_qk = jnp.where(is_gauss, norm * g / jnp.linalg.norm(g, ord=2),
+                     spectrum.sample_qk(k_w, dim, eigen_mean, eigen_std))
     x_NxTxd = san.sample_inputs(k_x, kind, num_sequences, seq_len, dim)
     return row_stats(x_NxTxd, w_qk, temperature, seq_len)
 
@@ -189,16 +183,11 @@ def plot(out, config, workdir):
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Sweeps the settings, writes per-setting rows, a summary and a figure."""
   workdir, paths = outputs.start_run(config, workdir, validate)
-  logging.info("entropy_check: %d settings x %d inputs x %d draws x %d seqs, "
-               "lambda=%g", len(settings(config)), len(config.inputs),
-               config.num_draws, config.num_sequences,
-               softmax.temperature(config.temperature, config.dim))
   with outputs.heartbeat("entropy_check (compiling and sweeping)"):
     out = sweep_from_config(config)
   set_rows, summary = tables(out, config)
-  outputs.show(outputs.format_table(summary), "rows below each curve:",
-               "entropy_check: fraction of attention rows below each curve "
-               "(Eq. (9), Zhai's bound)")
+  outputs.show("entropy_check: fraction of attention rows below each curve "
+               "(Eq. (9), Zhai's bound)", outputs.format_table(summary))
   paths += outputs.write_tables(dict(entropy_check=set_rows,
                                      entropy_check_summary=summary), workdir)
   paths.append(plot(out, config, workdir))

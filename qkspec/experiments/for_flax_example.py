@@ -9,8 +9,6 @@ strengths (`loss_fn`). The `for_flax` spectrum and attention tables are
 measured at "init", "plain" and "locater".
 """
 # pylint: disable=invalid-name
-import time
-
 from absl import logging
 import flax.linen as nn
 import jax
@@ -24,16 +22,15 @@ from qkspec.data import synthetic
 from qkspec.experiments import outputs
 from qkspec.theory import locater
 
-INT_FIELDS = {"seed": 0, "num_layers": 1, "num_heads": 1, "d_model": 1,
-              "mlp_dim": 1, "seq_len": 2, "vocab_size": 2, "batch_size": 1,
-              "num_steps": 1, "eval_batch_size": 1}
 STAGES = ("init", "plain", "locater")
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field of the config."""
-  outputs.require_experiment(config, "for_flax_example")
-  outputs.require_ints(config, INT_FIELDS)
+  outputs.require_ints(config, {
+      "seed": 0, "num_layers": 1, "num_heads": 1, "d_model": 1, "mlp_dim": 1,
+      "seq_len": 2, "vocab_size": 2, "batch_size": 1, "num_steps": 1,
+      "eval_batch_size": 1})
   outputs.require(config.d_model % config.num_heads == 0, "num_heads",
                   "must divide d_model", config.num_heads)
   outputs.require_positive(config, "lr")
@@ -74,12 +71,6 @@ class Transformer(nn.Module):
     for l in range(self.num_layers):
       x_BxTxd = Block(self.num_heads, self.mlp_dim, name=f"block_{l}")(x_BxTxd)
     return nn.Dense(self.vocab_size)(nn.LayerNorm()(x_BxTxd))
-
-
-def make_model(config) -> Transformer:
-  """The `Transformer` of `config`."""
-  return Transformer(config.vocab_size, config.d_model, config.num_layers,
-                     config.num_heads, config.mlp_dim)
 
 
 def task_loss(model, params, batch):
@@ -155,8 +146,8 @@ def plot(tables, config, workdir):
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains without and with LocATER, prints and writes the tables."""
   workdir, paths = outputs.start_run(config, workdir, validate)
-  start = time.perf_counter()
-  model = make_model(config)
+  model = Transformer(config.vocab_size, config.d_model, config.num_layers,
+                      config.num_heads, config.mlp_dim)
   init_key, eval_key = jax.random.split(jax.random.key(config.seed))
   batch = synthetic.sorting(eval_key, config.eval_batch_size,
                             config.seq_len, config.vocab_size)
@@ -174,16 +165,14 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     for name, rows in measure(config, model, trained[stage], stage,
                               batch).items():
       tables[name] += rows
-  outputs.show(outputs.format_table(tables["spectrum"]), "spectrum table:",
-               "for_flax.spectrum_table per stage:")
-  outputs.show(outputs.format_table(tables["attention"], (
-      "stage", "path", "head", "entropy", "rank_residual")),
-               "attention table:", "for_flax.attention_table per stage:")
-  outputs.show(outputs.format_table(tables["summary"]), "summary:",
-               "for_flax_example summary (eval batch):")
+  outputs.show("for_flax.spectrum_table per stage:",
+               outputs.format_table(tables["spectrum"]))
+  outputs.show("for_flax.attention_table per stage:", outputs.format_table(
+      tables["attention"], ("stage", "path", "head", "entropy",
+                            "rank_residual")))
+  outputs.show("for_flax_example summary (eval batch):",
+               outputs.format_table(tables["summary"]))
   paths += outputs.write_tables(tables, workdir)
   paths.append(plot(tables, config, workdir))
-  logging.info("for_flax_example: done in %.1f s",
-               time.perf_counter() - start)
   outputs.log_outputs("for_flax_example", paths)
   return dict(tables, paths=paths)

@@ -122,10 +122,10 @@ def format_table(rows: Sequence[dict[str, Any]],
   return "\n".join(lines)
 
 
-def show(text: str, logged: str, printed: str) -> None:
-  """Logs "`logged`\n`text`" and prints "`printed`\n`text`"."""
-  logging.info("%s\n%s", logged, text)
-  print(f"{printed}\n{text}", flush=True)
+def show(header: str, text: str) -> None:
+  """Logs and prints "`header`\n`text`"."""
+  logging.info("%s\n%s", header, text)
+  print(f"{header}\n{text}", flush=True)
 
 
 def log_outputs(name: str, paths: Sequence[pathlib.Path]) -> None:
@@ -159,26 +159,18 @@ def require_positive(config: ml_collections.ConfigDict, *fields: str) -> None:
 
 
 def require_in(config: ml_collections.ConfigDict, field: str,
-               choices: Sequence[str], what: str = "in") -> None:
+               choices: Sequence[str]) -> None:
   """Raises ValueError unless `config[field]` is one of `choices`."""
-  require(config[field] in choices, field, f"must be {what} {choices}",
+  require(config[field] in choices, field, f"must be one of {choices}",
           config[field])
 
 
 def require_subset(config: ml_collections.ConfigDict, field: str,
-                   choices: Iterable[str],
-                   what: str = "a non-empty subset") -> None:
+                   choices: Iterable[str]) -> None:
   """Raises ValueError unless `config[field]` is a non-empty subset."""
   value, choices = config[field], tuple(choices)
   require(len(value) > 0 and set(value) <= set(choices), field,
-          f"must be {what} of {choices}", value)
-
-
-def require_experiment(config: ml_collections.ConfigDict, name: str) -> None:
-  """Raises ValueError if `config.experiment` is set and is not `name`."""
-  value = config.get("experiment", name)
-  require(value == name, "experiment", f"must be {name!r} to run "
-          f"qkspec.experiments.{name}", value)
+          f"must be a non-empty subset of {choices}", value)
 
 
 def require_temperature(config: ml_collections.ConfigDict) -> None:

@@ -30,15 +30,12 @@ from qkspec.experiments import outputs
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field of a rank_collapse config."""
-  outputs.require_experiment(config, "rank_collapse")
   outputs.require_ints(config, {
       "num_seeds": 1, "num_sequences": 1, "num_layers": 1, "num_heads": 1,
       "dim": 1, "head_dim": 1, "mlp_dim": 1, "seq_len": 2,
       "composite_steps": 1})
-  outputs.require_subset(config, "architectures", san.ARCHITECTURES,
-                         "a subset")
-  outputs.require_subset(config, "methods", diagnostics.RESIDUAL_METHODS,
-                         "a subset")
+  outputs.require_subset(config, "architectures", san.ARCHITECTURES)
+  outputs.require_subset(config, "methods", diagnostics.RESIDUAL_METHODS)
   outputs.require_in(config, "inputs", san.INPUTS)
   outputs.require_in(config, "value_init", san.VALUE_INITS)
   outputs.require_temperature(config)
@@ -114,8 +111,7 @@ def convergence_order(r_K: np.ndarray, floor: float, max_r: float
   ok = (r_K[:-1] > floor) & (r_K[:-1] <= max_r) & (r_K[1:] > floor)
   if ok.sum() < 2:
     return float("nan"), float("nan"), int(ok.sum())
-  x, y = np.log(r_K[:-1][ok]), np.log(r_K[1:][ok])
-  order, a = np.polyfit(x, y, 1)
+  order, a = np.polyfit(np.log(r_K[:-1][ok]), np.log(r_K[1:][ok]), 1)
   return float(order), float(a), int(ok.sum())
 
 
@@ -185,19 +181,16 @@ def tables(out: dict, config) -> dict[str, list[dict]]:
   if "abs_res_san" in out:
     res_SxNxK = out["abs_res_san"]
     c_SxL = out["cubic_c"]
-    for s in range(res_SxNxK.shape[0]):
-      for n in range(res_SxNxK.shape[1]):
-        for l in range(c_SxL.shape[1]):
-          r_now, r_next = res_SxNxK[s, n, l], res_SxNxK[s, n, l + 1]
-          one_step = c_SxL[s, l] * r_now**3
-          # Below the float floor the residual is rounding noise, not maths.
-          at_floor = r_next <= config.floor * out["norm_san"][s, n, l + 1]
-          bound.append(dict(seed=s, sequence=n, layer=l + 1,
-                            residual=float(r_next), one_step_bound=one_step,
-                            at_float_floor=bool(at_floor),
-                            holds=bool(r_next <= one_step * (1 + 1e-9)
-                                       or at_floor),
-                            contraction=float(c_SxL[s, l] * r_now**2)))
+    for s, n, l in np.ndindex(*res_SxNxK.shape[:2], c_SxL.shape[1]):
+      r_now, r_next = res_SxNxK[s, n, l], res_SxNxK[s, n, l + 1]
+      one_step = c_SxL[s, l] * r_now**3
+      # Below the float floor the residual is rounding noise, not maths.
+      at_floor = r_next <= config.floor * out["norm_san"][s, n, l + 1]
+      bound.append(dict(seed=s, sequence=n, layer=l + 1,
+                        residual=float(r_next), one_step_bound=one_step,
+                        at_float_floor=bool(at_floor),
+                        holds=bool(r_next <= one_step * (1 + 1e-9) or at_floor),
+                        contraction=float(c_SxL[s, l] * r_now**2)))
   lengths = []
   if "path_share" in out:
     frac_K = san_paths.path_length_fractions(config.num_layers,
@@ -261,19 +254,15 @@ def plot_paths(rows, config, workdir):
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Measures, fits, writes tables and figures into `workdir`."""
   workdir, written = outputs.start_run(config, workdir, validate)
-  logging.info("rank_collapse: %d archs x %d seeds x %d sequences, L=%d, "
-               "lambda=%g", len(config.architectures), config.num_seeds,
-               config.num_sequences, config.num_layers,
-               softmax.temperature(config.temperature, config.head_dim))
   with outputs.heartbeat("rank_collapse (compiling and measuring)"):
     out = run_measure(config)
   rows = tables(out, config)
   fit_cols = ["architecture", "method", "order", "order_seed_mean",
               "order_seed_std", "order_pairs", "dong_r2", "exp_r2",
               "exp_rate", "collapse_depth_1e_6", "rel_res_last"]
-  outputs.show(outputs.format_table(rows["collapse_fits"], fit_cols),
-               "collapse fits:", "rank_collapse fits (order: of convergence, "
-               "3 = Dong's cubic, 1 = exponential):")
+  outputs.show("rank_collapse fits (order: of convergence, 3 = Dong's "
+               "cubic, 1 = exponential):",
+               outputs.format_table(rows["collapse_fits"], fit_cols))
   if rows["cubic_bound"]:
     holds = np.mean([r["holds"] for r in rows["cubic_bound"]])
     floor_steps = sum(r["at_float_floor"] for r in rows["cubic_bound"])

@@ -30,7 +30,6 @@ from qkspec.experiments import outputs
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field of a simulate_grid config."""
-  outputs.require_experiment(config, "simulate_grid")
   outputs.require_ints(config, {
       "dim": 1, "seq_len": 2, "num_sequences": 2, "entropy_sequences": 2,
       "num_draws": 2, "num_eigen_means": 1, "num_eigen_stds": 1,
@@ -165,70 +164,52 @@ def _heatmap(fig, ax, out, values, title, r_lines, **kwargs):
   fig.colorbar(image, ax=ax)
 
 
-def _r_lines(config):
-  """Per covariance, the eigen_means at Lemma 2's boundaries E r =
-  tr(Sigma) eigen_mean / lambda = +-2."""
-  lines = []
-  lam = softmax.temperature(config.temperature, config.dim)
-  for cov in np.asarray(inputs.covariances(config)):
-    mean = 2 * lam / np.trace(cov)                     # Lemma 2 regimes
-    lo, hi = config.eigen_mean_range
-    lines.append([m for m in (-mean, mean) if lo <= m <= hi])
-  return lines
-
-
 def plot(out, summary, config, workdir):
   """Two figures: localization summaries and rho_i at chosen positions."""
-  num_c = len(config.covariances)
   t = config.seq_len
-  r_lines = _r_lines(config)
-  r_lam = softmax.temperature(config.temperature, config.dim)
-  panels = [("width", f"#positions with rho_i > 1/2 (of {t})",
-             dict(cmap="viridis", vmin=0, vmax=t)),
-            ("focus", "argmax_i rho_i", dict(cmap="plasma", vmin=1, vmax=t)),
-            ("peak", "max_i rho_i", dict(cmap="magma", vmin=0, vmax=1)),
-            ("entropy", f"attention entropy [nats] (ln T = {np.log(t):.2f})",
-             dict(cmap="cividis", vmin=0, vmax=np.log(t)))]
-  fig, axes = outputs.subplots(num_c, len(panels),
-                               (4.2 * len(panels), 3.4 * num_c), layout=None)
-  for c, cov in enumerate(config.covariances):
-    for ax, (name, title, kwargs) in zip(axes[c], panels):
-      values = out["entropy"][c] if name == "entropy" else summary[name][c]
-      _heatmap(fig, ax, out, values, f"{cov}: {title}", r_lines[c],
-               **kwargs)
-  fig.suptitle(f"Localization over the (eigen_mean, eigen_std) grid: "
-               f"{config.num_draws} W_QK draws x {config.num_sequences} "
-               f"walks (entropy: {config.entropy_sequences} walks), T={t}, "
-               f"d={config.dim}, lambda={r_lam:g}; dashed: E r = +-2 "
-               "(Lemma 2)")
-  fig.subplots_adjust(wspace=0.5, hspace=0.45)
-  paths = [outputs.save_figure(fig, workdir, "fig_grid_localization")]
-  pos = list(config.positions)
-  fig, axes = outputs.subplots(num_c, len(pos), (3.6 * len(pos), 3.2 * num_c),
-                               layout=None)
-  for c, cov in enumerate(config.covariances):
-    for ax, i in zip(axes[c], pos):
-      _heatmap(fig, ax, out, out["rho"][c, ..., i - 1],
-               f"{cov}: rho_{i} (i/T = {i / t:.2f})", r_lines[c],
-               cmap="magma", vmin=0, vmax=1)
-  fig.suptitle("Signal propagation probability rho_i (Definition 1) per "
-               "token position")
-  fig.subplots_adjust(wspace=0.5, hspace=0.45)
-  paths.append(outputs.save_figure(fig, workdir, "fig_grid_rho"))
+  lam = softmax.temperature(config.temperature, config.dim)
+  lo, hi = config.eigen_mean_range
+  r_lines = []              # per covariance, the eigen_means where E r = +-2
+  for cov in np.asarray(inputs.covariances(config)):
+    mean = 2 * lam / np.trace(cov)    # E r = tr(Sigma) eigen_mean / lambda
+    r_lines.append([m for m in (-mean, mean) if lo <= m <= hi])
+  localization = [
+      (summary["width"], f"#positions with rho_i > 1/2 (of {t})",
+       dict(cmap="viridis", vmin=0, vmax=t)),
+      (summary["focus"], "argmax_i rho_i", dict(cmap="plasma", vmin=1,
+                                                vmax=t)),
+      (summary["peak"], "max_i rho_i", dict(cmap="magma", vmin=0, vmax=1)),
+      (out["entropy"], f"attention entropy [nats] (ln T = {np.log(t):.2f})",
+       dict(cmap="cividis", vmin=0, vmax=np.log(t)))]
+  positions = [(out["rho"][..., i - 1], f"rho_{i} (i/T = {i / t:.2f})",
+                dict(cmap="magma", vmin=0, vmax=1)) for i in config.positions]
+  figures = {
+      "fig_grid_localization": (
+          localization, 4.2, 3.4,
+          f"Localization over the (eigen_mean, eigen_std) grid: "
+          f"{config.num_draws} W_QK draws x {config.num_sequences} walks "
+          f"(entropy: {config.entropy_sequences} walks), T={t}, "
+          f"d={config.dim}, lambda={lam:g}; dashed: E r = +-2 (Lemma 2)"),
+      "fig_grid_rho": (positions, 3.6, 3.2, "Signal propagation probability "
+                       "rho_i (Definition 1) per token position")}
+  num_c, paths = len(config.covariances), []
+  for name, (panels, width, height, title) in figures.items():
+    fig, axes = outputs.subplots(num_c, len(panels), (
+        width * len(panels), height * num_c), layout=None)
+    for c, cov in enumerate(config.covariances):
+      for ax, (values, label, kwargs) in zip(axes[c], panels):
+        _heatmap(fig, ax, out, values[c], f"{cov}: {label}", r_lines[c],
+                 **kwargs)
+    fig.suptitle(title)
+    fig.subplots_adjust(wspace=0.5, hspace=0.45)
+    paths.append(outputs.save_figure(fig, workdir, name))
   return paths
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Runs the grid, writes figures, `simulate_grid` table, arrays and config."""
   workdir, paths = outputs.start_run(config, workdir, validate)
-  logging.info("simulate_grid: %d covariances x %d eigen_means x %d "
-               "eigen_stds x %d draws, N=%d walks (entropy: %d), T=%d, d=%d",
-               len(config.covariances), config.num_eigen_means,
-               config.num_eigen_stds, config.num_draws, config.num_sequences,
-               config.entropy_sequences, config.seq_len, config.dim)
   out = compute(config)
-  logging.info("simulate_grid: compile %.1f s, run %.1f s", out["compile_s"],
-               out["run_s"])
   summary = summaries(out, config)
   rows = table(out, summary, config)
   for c, cov in enumerate(config.covariances):

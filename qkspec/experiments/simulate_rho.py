@@ -14,7 +14,6 @@ configs/simulate_rho.py lists the regimes its pairs probe.
 """
 # pylint: disable=invalid-name
 import functools
-import time
 
 from absl import logging
 import jax
@@ -35,26 +34,22 @@ from qkspec.experiments import outputs
 # name -> (exact, variant) of propagation.rho_gaussian.
 GAUSSIAN = {"paper": (False, "paper"), "corrected": (False, "corrected"),
             "exact": (True, "corrected")}
-DESIGNS = ("shared", "fresh")
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field of a simulate_rho config."""
-  outputs.require_experiment(config, "simulate_rho")
   outputs.require_ints(config, {"dim": 1, "seq_len": 2, "num_sequences": 1,
                                 "num_draws": 1, "cells_per_batch": 1})
   outputs.require_temperature(config)
   outputs.require(len(config.pairs) > 0
-                  and all(len(p) == 2 for p in config.pairs), "pairs",
-                  "must be a non-empty sequence of (eigen_mean, eigen_std)",
-                  config.pairs)
-  outputs.require(all(p[1] >= 0 for p in config.pairs), "pairs",
-                  "eigen_std (second entry) must be >= 0", config.pairs)
+                  and all(len(p) == 2 and p[1] >= 0 for p in config.pairs),
+                  "pairs", "must be a non-empty sequence of (eigen_mean, "
+                  "eigen_std >= 0)", config.pairs)
   outputs.require(len(config.regimes) == len(config.pairs), "regimes",
                   f"must have one label per pair ({len(config.pairs)})",
                   config.regimes)
   inputs.require_covariances(config)
-  outputs.require_in(config, "design", DESIGNS, "one of")
+  outputs.require_in(config, "design", ("shared", "fresh"))
   outputs.require(isinstance(config.entropy_sequences, int)
                   and 0 <= config.entropy_sequences <= config.num_sequences,
                   "entropy_sequences", "must be an integer in [0, "
@@ -271,15 +266,8 @@ def plot_gaussian(out, config, workdir):
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Runs the Fig. 5 sweep and writes figures, tables and config.json."""
   workdir, paths = outputs.start_run(config, workdir, validate)
-  logging.info("Fig. 5 sweep (%s design): %d covariances x %d pairs x %d "
-               "draws, N=%d walks, T=%d, d=%d, lambda=%g", config.design,
-               len(config.covariances), len(config.pairs), config.num_draws,
-               config.num_sequences, config.seq_len, config.dim,
-               softmax.temperature(config.temperature, config.dim))
-  start = time.perf_counter()
   with outputs.heartbeat("simulate_rho (compiling and sweeping)"):
     out = sweep_from_config(config)
-  logging.info("sweep (compile + run) took %.1f s", time.perf_counter() - start)
   positions, pairs, errors = tables(out, config)
   logging.info("Per pair:\n%s", outputs.format_table(pairs, (
       "covariance", "eigen_mean", "eigen_std", "regime", "r", "xi", "eta",

@@ -13,9 +13,7 @@ bound (`measures`).
 """
 # pylint: disable=invalid-name
 import functools
-import time
 
-from absl import logging
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -38,7 +36,6 @@ _STATIC = ("dim", "seq_len", "num_layers", "num_heads", "num_sequences",
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field of the config."""
-  outputs.require_experiment(config, "spectrum_collapse")
   outputs.require_ints(config, {
       "dim": 1, "seq_len": 2, "num_layers": 1, "num_heads": 1, "num_draws": 1,
       "num_sequences": 1, "points_per_batch": 1})
@@ -192,15 +189,6 @@ def tables(out, config):
 _TREND_RTOL = 0.03   # steps smaller than 3% of the larger value are ties
 
 
-def _trend(values):
-  """(# increasing, # decreasing) steps along a sequence, steps within
-  `_TREND_RTOL` of the larger magnitude counting as ties."""
-  v = np.asarray(values, np.float64)
-  d = np.diff(v)
-  big = np.abs(d) > _TREND_RTOL * np.maximum(np.abs(v[1:]), np.abs(v[:-1]))
-  return int(np.sum((d > 0) & big)), int(np.sum((d < 0) & big))
-
-
 def claims(grid_rows, config) -> list[dict]:
   """The two A2 claims, checked step by step along the grid."""
   by = {(r["eigen_mean"], r["eigen_std"]): r for r in grid_rows}
@@ -209,7 +197,11 @@ def claims(grid_rows, config) -> list[dict]:
   rows = []
 
   def claim(text, fixed, along, values, trend_of):
-    up, down = _trend(trend_of)
+    """Counts the steps along `trend_of` down (supporting) and up."""
+    v = np.asarray(trend_of, np.float64)
+    d = np.diff(v)
+    big = np.abs(d) > _TREND_RTOL * np.maximum(np.abs(v[1:]), np.abs(v[:-1]))
+    up, down = int(np.sum((d > 0) & big)), int(np.sum((d < 0) & big))
     rows.append(dict(claim=text, fixed=fixed, along=along, values=values,
                      steps_supporting=down, steps_against=up,
                      holds=bool(down > 0 and up == 0)))
@@ -244,13 +236,12 @@ def plot_grid(grid_rows, config, workdir):
             ("eq9_violation_all", "rows below the Eq. (9) curve"))
   fig, axes = outputs.subplots(2, 3, (15, 8))
   for ax, (key, title) in zip(axes.ravel(), panels):
-    v = np.array([r[key] for r in grid_rows], np.float64)
-    v = v.reshape(num_m, num_s)
+    v = np.array([r[key] for r in grid_rows], np.float64).reshape(num_m,
+                                                                  num_s)
     im = ax.imshow(v, origin="lower", aspect="auto", cmap="viridis")
-    for a in range(num_m):
-      for b in range(num_s):
-        ax.text(b, a, f"{v[a, b]:.3g}", ha="center", va="center",
-                fontsize=7, color="w")
+    for (a, b), value in np.ndenumerate(v):
+      ax.text(b, a, f"{value:.3g}", ha="center", va="center", fontsize=7,
+              color="w")
     ax.set_xticks(range(num_s), [f"{s:g}" for s in config.eigen_stds])
     ax.set_yticks(range(num_m), [f"{m:g}" for m in config.eigen_means])
     ax.set(xlabel="eigen_std", ylabel="eigen_mean", title=title)
@@ -262,18 +253,13 @@ def plot_grid(grid_rows, config, workdir):
   return outputs.save_figure(fig, workdir, "fig_spectrum_collapse")
 
 
-def _mean_colors(config):
-  """One colour per eigen_mean."""
-  return outputs.colors("plasma",
-                        np.linspace(0, 0.9, len(config.eigen_means)))
-
-
 def plot_layers(out, config, workdir):
   """Per-layer r_l and entropy: a line per eigen_mean, a panel per eigen_std."""
   stds = list(config.eigen_stds)
   fig, axes = outputs.subplots(2, len(stds), (3.4 * len(stds), 6.5),
                                sharey="row")
-  colors = _mean_colors(config)
+  colors = outputs.colors("plasma",
+                          np.linspace(0, 0.9, len(config.eigen_means)))
   l_K = np.arange(config.num_layers + 1)
   for j, s in enumerate(stds):
     for i, (m, color) in enumerate(zip(config.eigen_means, colors)):
@@ -297,7 +283,8 @@ def plot_rho(out, config, workdir):
   """rho_i of the last query at layer 1 and layer L, per grid point."""
   num_s = len(config.eigen_stds)
   fig, axes = outputs.subplots(2, num_s, (3.4 * num_s, 6), sharey=True)
-  colors = _mean_colors(config)
+  colors = outputs.colors("plasma",
+                          np.linspace(0, 0.9, len(config.eigen_means)))
   i_T = np.arange(1, config.seq_len + 1)
   for j, s in enumerate(config.eigen_stds):
     for i, (m, color) in enumerate(zip(config.eigen_means, colors)):
@@ -306,8 +293,8 @@ def plot_rho(out, config, workdir):
                           label=f"{m:g}")
     axes[0, j].set(title=f"eigen_std = {s:g}, layer 1")
     axes[1, j].set(title=f"layer {config.num_layers}", xlabel="position i")
-  axes[0, 0].set_ylabel("rho_i (last query)")
-  axes[1, 0].set_ylabel("rho_i (last query)")
+  for ax in axes[:, 0]:
+    ax.set_ylabel("rho_i (last query)")
   axes[0, 0].legend(title="eigen_mean", fontsize=7)
   return outputs.save_figure(fig, workdir, "fig_spectrum_rho")
 
@@ -315,24 +302,17 @@ def plot_rho(out, config, workdir):
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Sweeps the grid, checks the Sec. 5 claims, writes tables and figures."""
   workdir, paths = outputs.start_run(config, workdir, validate)
-  logging.info("spectrum_collapse: %d x %d grid, %d draws x %d sequences, "
-               "L=%d, lambda=%g", len(config.eigen_means),
-               len(config.eigen_stds), config.num_draws, config.num_sequences,
-               config.num_layers,
-               softmax.temperature(config.temperature, config.dim))
-  start = time.time()
   out = sweep_from_config(config)
-  logging.info("swept in %.1f s", time.time() - start)
   grid_rows, layer_rows, rho_rows = tables(out, config)
   claim_rows = claims(grid_rows, config)
   cols = ["eigen_mean", "eigen_std", "r_trace", "collapse_depth",
           "log10_decay_per_layer", "entropy_l1", "entropy_mean",
           "rho_mean_l1", "eq9_violation_all", "zhai_violation_all"]
-  outputs.show(outputs.format_table(grid_rows, cols), "grid:",
-               "spectrum_collapse grid:")
-  outputs.show(outputs.format_table(claim_rows, [
+  outputs.show("spectrum_collapse grid:", outputs.format_table(grid_rows,
+                                                              cols))
+  outputs.show("Sec. 5 claims:", outputs.format_table(claim_rows, [
       "claim", "fixed", "values", "steps_supporting", "steps_against",
-      "holds"]), "claims:", "Sec. 5 claims:")
+      "holds"]))
   paths += outputs.write_tables(dict(
       spectrum_grid=grid_rows, spectrum_layers=layer_rows,
       spectrum_rho=rho_rows, spectrum_claims=claim_rows), workdir)

@@ -23,37 +23,25 @@ import numpy as np
 from qkspec.theory import propagation
 from qkspec.experiments import outputs
 
-VARIANTS = propagation.VARIANTS
-
-
-def _require_positive_lists(config, *fields):
-  for field in fields:
-    outputs.require(len(config[field]) > 0 and min(config[field]) > 0,
-                    field, "must be non-empty and all > 0", config[field])
-
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field of a theory_rho config."""
-  outputs.require_experiment(config, "theory_rho")
   outputs.require_ints(config, {"num_theta": 2, "num_xi": 2})
-  outputs.require_positive(config, "xi_max")
-  _require_positive_lists(config, "eta_values")
+  outputs.require_positive(config, "xi_max", "lemma2.xi", "lemma2.tol",
+                           "lemma2.slope_tol", "lemma2.vanish_eta")
+  for field in ("eta_values", "lemma2.uniform_etas", "lemma2.zero_xi_etas",
+                "lemma2.uniform_xis"):
+    outputs.require(len(config[field]) > 0 and min(config[field]) > 0,
+                    field, "must be non-empty and all > 0", config[field])
   outputs.require(len(config.xi_values) > 0, "xi_values", "must be non-empty",
                   config.xi_values)
-  outputs.require_subset(config, "variants", VARIANTS)
+  outputs.require_subset(config, "variants", propagation.VARIANTS)
   outputs.require(all(len(p) == 2 and p[1] > 0 for p in config.localized),
                   "localized", "must hold (xi, eta) pairs with eta > 0",
                   config.localized)
-  lem = config.lemma2
-  outputs.require_positive(config, "lemma2.xi")
-  outputs.require(all(r != 0 for r in lem.r_values), "lemma2.r_values",
-                  "must be non-zero (Lemma 2 needs r != 0)", lem.r_values)
-  outputs.require(0 < lem.exclude < 0.5, "lemma2.exclude",
-                  "must be in (0, 0.5)", lem.exclude)
-  outputs.require_positive(config, "lemma2.tol", "lemma2.slope_tol",
-                           "lemma2.vanish_eta")
-  _require_positive_lists(config, "lemma2.uniform_etas",
-                          "lemma2.zero_xi_etas", "lemma2.uniform_xis")
+  exclude = config.lemma2.exclude
+  outputs.require(0 < exclude < 0.5, "lemma2.exclude", "must be in (0, 0.5)",
+                  exclude)
 
 
 def rho_theta_map(theta_Th, xi_X, eta_E, variant):
@@ -165,10 +153,10 @@ def fig2_figures(maps, config) -> dict:
     fig.suptitle(f"Eq. (6), variant={variant!r} (cf. paper Fig. 2; "
                  f"{_XI} = tr$W$/$\\sqrt{{\\mathrm{{tr}}W^2}}$)")
     figs[f"fig2_{variant}"] = fig
-  if set(maps) == set(VARIANTS):
+  if set(maps) == set(propagation.VARIANTS):
     fig, axes = outputs.subplots(3, num_eta, (2.6 * num_eta + 1.0, 8.0),
                                  sharex=True, sharey=True)
-    for row, variant in zip(axes[:2], VARIANTS[::-1]):      # paper first
+    for row, variant in zip(axes[:2], ("paper", "corrected")):
       image = _heatmaps(row, maps[variant], config, "viridis", 0.0, 1.0,
                         xlabel=False)
       row[0].set_ylabel(f"{variant}\n{_THETA}")
@@ -210,8 +198,6 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   eta = jnp.asarray(config.eta_values, jnp.float32)
   xi_table = jnp.asarray(config.xi_values, jnp.float32)
 
-  logging.info("Fig. 2: Eq. (6) on %d eta x %d xi x %d theta, variants %s",
-               len(eta), config.num_xi, config.num_theta, config.variants)
   maps = {v: np.asarray(rho_theta_map(theta, xi_dense, eta, v))
           for v in config.variants}
   paths += [outputs.save_figure(fig, workdir, stem)
@@ -225,7 +211,6 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                   for (e, x, t), rho in np.ndenumerate(table_ExXxTh)]
   paths += outputs.write_table(fig2_rows, workdir, "fig2_rho")
 
-  logging.info("Fig. 3: localized cases %s", list(config.localized))
   curves, fig3_rows = {}, []
   for v in config.variants:
     for xi, eta_k in config.localized:
