@@ -95,16 +95,15 @@ class Checkpointer:
             meta=ocp.args.JsonRestore()))
     return out["state"], dict(out["meta"])
 
-  def restore_newest(self, abstract_state: Any
-                     ) -> tuple[int, Any, dict] | None:
-    """(step, state, meta) of the newest checkpoint that restores, or None;
+  def restore_newest(self, abstract_state: Any) -> tuple[int, Any] | None:
+    """(step, state) of the newest checkpoint that restores, or None;
     newer ones are named and moved to `ckpt_damaged/` (so a later save at
     their step is not skipped); RuntimeError if none restores."""
     failed = []
     for step in sorted(self.all_steps(), reverse=True):
       try:
         with _quiet_closed_event_loop():
-          state, meta = self.restore(step, abstract_state)
+          state, _ = self.restore(step, abstract_state)
       except Exception as e:  # pylint: disable=broad-except
         reason = first_line(e)
         absl_logging.warning(
@@ -113,7 +112,7 @@ class Checkpointer:
         failed.append((step, reason))
         continue
       self._set_aside([s for s, _ in failed])
-      return step, state, meta
+      return step, state
     if failed:
       raise RuntimeError(
           f"none of the checkpoints in {self.directory} restores ("
@@ -156,7 +155,6 @@ class Checkpointer:
     self._manager.wait_until_finished()
 
   def close(self):
-    self._manager.wait_until_finished()
     self._manager.close()
 
 

@@ -153,25 +153,13 @@ def _start_compiling(run: Run) -> None:
 
 
 def _restore_or_init(run: Run, ckpt: ckpt_lib.Checkpointer):
-  """The state at the newest checkpoint that restores, or a fresh one;
-  ValueError if it has other LocATER hyperparameters or its data position
-  is not its step."""
-  if ckpt.latest_step() is None:
-    return run.steps.init(run.init_keys, run.hparams)
-  found = ckpt.restore_newest(_abstract_state(run, saved=True))
-  if found is None:          # every checkpoint was set aside
-    return run.steps.init(run.init_keys, run.hparams)
-  latest, state, meta = found
-  if meta["data_position"] != _host_step(state):
-    raise ValueError(f"checkpoint {latest}: data position "
-                     f"{meta['data_position']} != step {_host_step(state)}.")
-  saved = jax.device_get(state.hparams)
-  for name, have, want in zip(saved._fields, saved, run.hparams):
-    if not np.array_equal(np.asarray(have), np.asarray(want)):
-      raise ValueError(f"{run.workdir} holds a run with other {name} values "
-                       f"({have}); use a fresh workdir.")
-  logging.info("resumed from step %d", latest)
-  return run.steps.unsaved(state)
+  """The state at the newest checkpoint that restores, or a fresh one."""
+  if ckpt.latest_step() is not None:
+    found = ckpt.restore_newest(_abstract_state(run, saved=True))
+    if found is not None:         # else every checkpoint was set aside
+      logging.info("resumed from step %d", found[0])
+      return run.steps.unsaved(found[1])
+  return run.steps.init(run.init_keys, run.hparams)
 
 
 def _next_stop(step: int, actions, num_steps: int) -> int:
