@@ -20,7 +20,7 @@ class Pending:
   """Train metrics of the steps since the last log, still on the device:
   one step's, or k steps' stacked on a leading axis (`count=k`)."""
 
-  def __init__(self, names: list[str], describe_ckpt=lambda: ""):
+  def __init__(self, names: list[str], describe_ckpt):
     self._names, self._describe_ckpt = names, describe_ckpt
     self.items: list[tuple[int, dict, int | None]] = []
 
@@ -163,8 +163,7 @@ def _evaluate(steps, state, every_s: float) -> dict[str, np.ndarray]:
   """`{split}/loss` (and `/ppl` for an LM) over every eval split."""
   out = {}
   for split, batches in steps.task.eval_splits.items():
-    meter = progress.EvalMeter(split, steps.task.eval_sizes.get(split),
-                               every_s)
+    meter = progress.EvalMeter(split, steps.task.eval_sizes[split], every_s)
     total, count = None, 0
     for done, r in _eval_calls(steps, state, split, batches):
       meter.update(count, total)     # while this call computes

@@ -76,10 +76,10 @@ class ProgressAction:
 
 
 class EvalMeter:
-  """Progress of one eval split of `total` batches (None: unknown): a line
-  every `every_s` seconds (0: every batch)."""
+  """Progress of one eval split of `total` batches: a line every `every_s`
+  seconds (0: every batch)."""
 
-  def __init__(self, split: str, total: int | None, every_s: float,
+  def __init__(self, split: str, total: int, every_s: float,
                clock: Callable[[], float] = time.monotonic):
     self.split, self.total, self.every_s = split, total, every_s
     self._clock = clock
@@ -97,13 +97,9 @@ class EvalMeter:
       return
     self._last = now
     elapsed = now - self._t0
-    if self.total:
-      eta = elapsed / done * (self.total - done)
-      logging.info("eval %s: %d/%d batches, %s elapsed, ETA %s", self.split,
-                   done, self.total, fmt_time(elapsed), fmt_time(eta))
-    else:
-      logging.info("eval %s: %d batches, %s elapsed", self.split, done,
-                   fmt_time(elapsed))
+    logging.info("eval %s: %d/%d batches, %s elapsed, ETA %s", self.split,
+                 done, self.total, fmt_time(elapsed),
+                 fmt_time(elapsed / done * (self.total - done)))
     self._printed = True
 
   def done(self, count: int) -> None:
@@ -137,11 +133,11 @@ PHASES = ("setup", "compile", "steps", "eval", "log", "checkpoint",
 
 
 class PhaseClock:
-  """Wall seconds per named phase of one invocation, from `t0`."""
+  """Wall seconds per named phase of one invocation, from its creation."""
 
-  def __init__(self, t0: float | None = None, clock=time.time):
+  def __init__(self, clock=time.time):
     self._clock = clock
-    self.t0 = clock() if t0 is None else t0
+    self.t0 = clock()
     self.seconds: dict[str, float] = {}
 
   def elapsed(self) -> float:
@@ -190,7 +186,7 @@ def record_invocation(run, start: int, end: int, clock: PhaseClock,
           "device_kind": jax.devices()[0].device_kind,
           "device_count": jax.device_count(),
           "process_count": jax.process_count(),
-          "compute_dtype": run.config.get("compute_dtype", "float32"),
+          "compute_dtype": run.config.compute_dtype,
           "steps_per_call": run.steps.steps_per_call,
           "members": len(run.members), "jax": jax.__version__,
           "interrupted": interrupted,
