@@ -224,7 +224,8 @@ def build_steps(config, mesh=None) -> Steps:
   n = len(sweep_lib.members(config)) if vmapped else 1
   mesh = mesh or make_mesh(sweep_lib.config_layout(
       config, jax.device_count(), jax.process_count()))
-  lay = sweep_lib.mesh_layout(mesh, n)
+  lay = sweep_lib.Layout(n, dict(mesh.shape).get("members", 1),
+                         mesh.shape["data"])
   replicated = jax.NamedSharding(mesh, jax.P())
   state_sharding = jax.NamedSharding(
       mesh, jax.P("members") if lay.groups > 1 else jax.P())
