@@ -184,9 +184,17 @@ def _lm_task(config, batch_sharding, dtype) -> Task:
 
   eval_sizes = {s: eval_size(s) for s in ("valid", "test")}
   mesh = batch_sharding.mesh
-  feed = device_feed.lm_feed(
-      data, seq_len=T, batch_size=B, seed=dc.seed, eval_counts=eval_sizes,
-      mesh_sharding=jax.NamedSharding(mesh, jax.P()),
+  replicated = jax.NamedSharding(mesh, jax.P())
+
+  def on_device(tokens):
+    return jax.make_array_from_process_local_data(
+        replicated, np.asarray(tokens, np.int32))
+
+  feed = device_feed.LMFeed(
+      consts=on_device(data.train),
+      eval_tokens={s: on_device(data.split(s)) for s in eval_sizes},
+      eval_counts=eval_sizes, seq_len=T, batch_size=B, seed=dc.seed,
+      eos_id=data.eos_id,
       ids_sharding=jax.NamedSharding(mesh, jax.P(None, *batch_sharding.spec)))
   return Task("lm", model_lib.make_model(config.model, "lm", data.vocab_size,
                                          dtype),
