@@ -76,12 +76,8 @@ def member_config(config, member: dict) -> ml_collections.ConfigDict:
   """`config` with one member's values and no sweep (to train it alone)."""
   c = ml_collections.ConfigDict(config.to_dict())
   c.seed = member["seed"]
-  for k in HPARAMS:
-    c.locater[k] = member[k]
-  c.locater.penalty_added_to = member["penalty_added_to"]
-  for k in schema.SWEEPABLE:
-    if k in c.sweep:
-      c.sweep[k] = ()
+  c.locater.update({k: member[k] for k in (*HPARAMS, "penalty_added_to")})
+  c.sweep.update({k: () for k in schema.SWEEPABLE if k in c.sweep})
   return c
 
 
