@@ -229,7 +229,7 @@ def _save_interrupted(run: Run, state, step: int, boundary: int | None,
                             if isinstance(x, jax.Array))
   if whole and _host_step(state) == step:
     pending.check_finite()
-    ckpt.save(step, run.steps.real(state), force=True)
+    ckpt.save(step, run.steps.real(state))
     ckpt.wait_until_finished()
     what = (f"{stop.describe(step)}: checkpoint {ckpt.step_dir(step)} "
             f"saved")
@@ -260,8 +260,7 @@ def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
         run.steps.task.train_batch(0))
   with contextlib.ExitStack() as stack:
     ckpt = stack.enter_context(contextlib.closing(ckpt_lib.Checkpointer(
-        workdir, max_to_keep=config.max_to_keep,
-        save_interval_steps=config.checkpoint_every)))
+        workdir, max_to_keep=config.max_to_keep)))
     state = _restore_or_init(run, ckpt)
     start, fresh = _host_step(state), ckpt.latest_step() is None
     writers = [stack.enter_context(w) for w in metric_writer.open_writers(
