@@ -295,6 +295,5 @@ def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
     if run.lead:
       progress.record_invocation(run, start, _host_step(state), clock)
       logging.info("%s", clock.describe())
-      logging.info("%s", progress.outputs_summary(
-          workdir, run.dirs, run.names, ckpt.directory, ckpt.all_steps()))
+      logging.info("%s", progress.outputs_summary(run, ckpt))
   return run.steps.real(state)
