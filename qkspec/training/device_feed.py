@@ -91,8 +91,7 @@ class TheoryFeed:
   """The random-walk task: batch `step` is `sample(fold_in(key, step))`."""
   consts: jax.Array                       # the train key
   sample: Callable[[jax.Array], Batch]    # key -> batch (traceable)
-  eval_tokens: dict = dataclasses.field(default_factory=dict)  # none
-  eval_counts: dict = dataclasses.field(default_factory=dict)
+  eval_counts: dict = dataclasses.field(default_factory=dict)  # none
 
   def train_inputs(self, start: int, k: int) -> jax.Array:
     return jnp.arange(start, start + k, dtype=jnp.int32)

@@ -57,8 +57,7 @@ def make_optimizer(opt) -> optax.GradientTransformation:
 
 def member_keys(seed) -> tuple[jax.Array, jax.Array]:
   """(init key, dropout key) of a run with `seed`."""
-  init_key, dropout_key = jax.random.split(jax.random.key(seed))
-  return init_key, dropout_key
+  return tuple(jax.random.split(jax.random.key(seed)))
 
 
 def member_inputs(members: list[dict], stacked: bool
@@ -177,7 +176,6 @@ class Steps(struct.PyTreeNode):
   hparams, metrics and measurements of the N real members, a state of
   `layout.padded`; `saved` copies its real members for a checkpoint,
   `unsaved` pads them back, `real` is `saved` where members pad."""
-  mesh: Any = struct.field(pytree_node=False)
   task: Any = struct.field(pytree_node=False)
   init: Any = struct.field(pytree_node=False)      # (init_keys, hparams)
   train: Any = struct.field(pytree_node=False)     # (state, batch, keys)
@@ -260,7 +258,7 @@ def build_steps(config, mesh=None) -> Steps:
         in_shardings=(state_sharding, replicated, replicated),
         out_shardings=replicated)
   return Steps(
-      mesh=mesh, task=task, replicated=replicated, layout=lay,
+      task=task, replicated=replicated, layout=lay,
       state_sharding=state_sharding, **sweep_lib.saving(
           lay, actions.device_copy, state_sharding, replicated),
       init=jax.jit(init, out_shardings=state_sharding),
