@@ -37,10 +37,10 @@ class CheckpointerTest(absltest.TestCase):
       ckpt = checkpoint.Checkpointer(tmp, max_to_keep=2)
       self.assertIsNone(ckpt.latest_step())
       for s in (1, 2, 3):
-        ckpt.save(s, state, force=True)
+        ckpt.save(s, state)
       ckpt.wait_until_finished()
       self.assertEqual(ckpt.all_steps(), [2, 3])          # max_to_keep
-      self.assertFalse(ckpt.save(3, state, force=True))   # already there
+      self.assertFalse(ckpt.save(3, state))   # already there
       sharding = jax.NamedSharding(step_lib.make_mesh(), jax.P())
       abstract = checkpoint.abstract_like(jax.eval_shape(lambda: state),
                                           sharding)
@@ -101,7 +101,7 @@ class ResumeTest(absltest.TestCase):
       self.assertEqual(sorted(old.hparams), ["kappa1", "kappa2", "target"])
       shutil.rmtree(os.path.join(wd, "ckpt"))
       ckpt = checkpoint.Checkpointer(wd)
-      ckpt.save(2, old, force=True)
+      ckpt.save(2, old)
       ckpt.close()
       resumed = loop.train_and_evaluate(cfg, wd)
     self.assertIsInstance(resumed.hparams, locater.LocaterHParams)

@@ -1,4 +1,4 @@
-r"""qkspec.training.step against an AdamW, its schedules and LocATER written
+r"""qkspec.training.step against an AdamW and LocATER written
 here in NumPy: the compiled step must equal an independent reference, not
 only itself.
 
@@ -6,20 +6,20 @@ The reference takes the data loss's gradient from the code's `objective`
 with the penalty off (kappa1 = kappa2 = 0) and computes everything else
 itself: the LocATER penalty and its gradient
 :math:`s(2\kappa_1 W + 2\kappa_2(\mathrm{tr}\,W - \tau) I)` under both
-readings of kappa, the learning rate of each schedule, and AdamW (Adam
+readings of kappa, and AdamW at a constant learning rate (Adam
 with bias correction, then the decoupled decay of every parameter,
 :math:`p \leftarrow p - \eta_t(\hat m/(\sqrt{\hat v} + \epsilon)
 + w p)`, as fairseq's Adam and `optax.adamw` without a mask).
 """
 import dataclasses
 import functools
-import math
 
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from qkspec.theory import locater
 from qkspec.training import step as step_lib
@@ -29,39 +29,16 @@ STEPS = 3
 KAPPA1, KAPPA2, TARGET = 0.5, 0.3, 2.0
 
 
-# warm-up steps and run length of each schedule: over 3 updates the rates
-# are 0, lr/2, lr (warm-up) and 0, lr, 0.55 lr (cosine to 0.1 lr)
-SCHEDULES = {"constant": (0, 3), "warmup_constant": (2, 3),
-             "warmup_cosine": (1, 3)}
-
-
-def _config(schedule="constant", weight_decay=0.1, added_to="mean_loss",
+def _config(weight_decay=0.1, added_to="mean_loss",
             kappas=(KAPPA1, KAPPA2, TARGET), lr=1e-2):
   """The theory task's smoke model (d = 8) as one run, not a sweep."""
   c = testutil.get_config("theory_task", "smoke")
   c.sweep.kappa1 = c.sweep.kappa2 = c.sweep.target = ()
   c.locater.kappa1, c.locater.kappa2, c.locater.target = kappas
   c.locater.penalty_added_to = added_to
-  c.opt.update(dict(lr=lr, weight_decay=weight_decay, schedule=schedule,
-                    min_lr_fraction=0.1))
-  c.opt.warmup_steps, c.num_steps = SCHEDULES[schedule]
+  c.opt.update(dict(lr=lr, weight_decay=weight_decay))
+  c.num_steps = STEPS
   return c
-
-
-def reference_lr(opt, num_steps: int, t: int) -> float:
-  """The learning rate of update t (0-based) under `opt.schedule`: linear
-  warm-up from 0 over `warmup_steps`, then constant, or a half cosine from
-  lr to `min_lr_fraction * lr` at `num_steps`."""
-  if opt.schedule == "constant":
-    return opt.lr
-  if t < opt.warmup_steps:
-    return opt.lr * t / opt.warmup_steps
-  if opt.schedule == "warmup_constant":
-    return opt.lr
-  floor = opt.lr * opt.min_lr_fraction
-  span = max(num_steps - opt.warmup_steps, 1)
-  done = min(t - opt.warmup_steps, span) / span
-  return floor + (opt.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * done))
 
 
 def reference_penalty(w_qk_Hxdxd: np.ndarray, kappa1, kappa2, target, scale
@@ -132,8 +109,7 @@ def reference_run(config, shared, steps=STEPS):
     penalty, penalty_grad = reference_penalty(
         params[W_QK], lc.kappa1, lc.kappa2, lc.target, scale)
     grads[W_QK] = grads[W_QK] + penalty_grad
-    params = adam.update(params, grads,
-                         reference_lr(config.opt, config.num_steps, t))
+    params = adam.update(params, grads, config.opt.lr)
     out.append((params, float(loss), penalty))
   return out
 
@@ -182,11 +158,9 @@ class _Shared:
     """(jitted `train_step`, its optimizer) of `config`'s optimizer and
     reading, compiled once per distinct setting."""
     o = config.opt
-    setting = (o.lr, o.weight_decay, o.schedule, o.warmup_steps,
-               o.min_lr_fraction, config.num_steps,
-               config.locater.penalty_added_to)
+    setting = (o.lr, o.weight_decay, config.locater.penalty_added_to)
     if setting not in self._steps:
-      tx = step_lib.make_optimizer(o, config.num_steps)
+      tx = step_lib.make_optimizer(o)
       self._steps[setting] = jax.jit(functools.partial(
           step_lib.train_step, task=self.task, tx=tx,
           penalty_scale=step_lib.penalty_scale_of(config))), tx
@@ -206,16 +180,13 @@ class TrainStepAgainstReferenceTest(parameterized.TestCase):
     cls.shared = _shared()
 
   @parameterized.named_parameters(
-      # each schedule, decay on and off, both readings (a compile each)
-      ("constant_decay_off_mean_loss", "constant", 0.0, "mean_loss"),
-      ("warmup_constant_decay_on_mean_loss", "warmup_constant", 0.1,
-       "mean_loss"),
-      ("warmup_cosine_decay_on_summed_loss", "warmup_cosine", 0.1,
-       "summed_loss"),
+      # decay on and off, both readings (a compile each)
+      ("decay_off_mean_loss", 0.0, "mean_loss"),
+      ("decay_on_summed_loss", 0.1, "summed_loss"),
   )
-  def test_three_steps_equal_numpy_adamw_schedule_and_locater(
-      self, schedule, weight_decay, added_to):
-    config = _config(schedule, weight_decay, added_to)
+  def test_three_steps_equal_numpy_adamw_and_locater(
+      self, weight_decay, added_to):
+    config = _config(weight_decay, added_to)
     want = reference_run(config, self.shared)
     got, state = compiled_run(config, self.shared)
     self.assertEqual(int(state.step), STEPS)
@@ -236,14 +207,14 @@ class TrainStepAgainstReferenceTest(parameterized.TestCase):
                                    atol=1e-6, err_msg=msg)
 
   def test_reference_settings_matter_beyond_the_tolerance(self):
-    """The comparison above can fail: doubling the decay, the schedule
-    after its warm-up, or the reading moves the reference's parameters
-    past its tolerance."""
-    base = reference_run(_config("warmup_cosine"), self.shared)[-1][0]
-    variants = {"opt.weight_decay": 0.2, "opt.schedule": "warmup_constant",
+    """The comparison above can fail: doubling the decay or the rate, or
+    the other reading moves the reference's parameters past its
+    tolerance."""
+    base = reference_run(_config(), self.shared)[-1][0]
+    variants = {"opt.weight_decay": 0.2, "opt.lr": 2e-2,
                 "locater.penalty_added_to": "summed_loss"}
     for field, value in variants.items():
-      other = _config("warmup_cosine")
+      other = _config()
       other.update_from_flattened_dict({field: value})
       moved = reference_run(other, self.shared)[-1][0]
       self.assertFalse(all(np.allclose(moved[k], base[k], rtol=1e-3,
@@ -262,7 +233,7 @@ class TrainingTest(absltest.TestCase):
     """50 steps of Adam (lr 1e-2, no LocATER) take the squared loss on 4
     held-out batches from ~24 to within 1.75x its optimum 0.5 d (the next
     step's noise, x_{T+1} - x_T ~ N(0, I))."""
-    config = _config("constant", 0.0)
+    config = _config(0.0)
     off = locater.LocaterHParams(0.0, 0.0, 1.0)
     held_out = [self.shared.batch(10_000 + i) for i in range(4)]
 
@@ -279,16 +250,17 @@ class TrainingTest(absltest.TestCase):
     self.assertLess(after, 1.75 * optimum)
 
   def test_locater_alone_drives_w_qk_to_the_penalty_minimum(self):
-    """With the data loss off, 200 steps (cosine to lr 0) put W_QK at
-    c I, c = kappa2 tau / (kappa1 + kappa2 d) (`locater.penalty_minimum`),
-    and leave every other parameter where it was."""
+    """With the data loss off, 200 steps of AdamW (a cosine from lr 0.05
+    to 0 after one warm-up step) put W_QK at c I, c = kappa2 tau /
+    (kappa1 + kappa2 d) (`locater.penalty_minimum`), and leave every other
+    parameter where it was."""
     kappa1, kappa2, target, steps = 100.0, 1.0, 12.0, 200
-    config = _config("warmup_cosine", 0.0, lr=0.05)
-    config.opt.warmup_steps, config.opt.min_lr_fraction = 1, 0.0
-    config.num_steps = steps
+    config = _config(0.0)
     zero = lambda out, batch: (0.0 * jnp.sum(out), jnp.float32(1.0))  # noqa: E731
     task = dataclasses.replace(self.shared.task, loss=zero)
-    tx = step_lib.make_optimizer(config.opt, config.num_steps)
+    o = config.opt
+    tx = optax.adamw(optax.warmup_cosine_decay_schedule(0.0, 0.05, 1, steps),
+                     b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=0.0)
     step = functools.partial(step_lib.train_step, task=task, tx=tx)
     batch, key = self.shared.batch(0), self.shared.dropout_key
     run = jax.jit(lambda s: jax.lax.fori_loop(

@@ -63,7 +63,7 @@ class HParamsTest(absltest.TestCase):
     one = sweep.hparams(ms[2])
     self.assertIsInstance(one, locater.LocaterHParams)
     self.assertEqual(tuple(float(x) for x in one), (100.0, 100.0, 12.0))
-    stacked = sweep.stacked_hparams(ms)
+    stacked = sweep.stack([sweep.hparams(m) for m in ms])
     self.assertIsInstance(stacked, locater.LocaterHParams)
     np.testing.assert_array_equal(stacked.kappa1, [0.0, 100.0, 100.0])
     np.testing.assert_array_equal(stacked.target, [1.0, 1.0, 12.0])

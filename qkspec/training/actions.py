@@ -20,7 +20,7 @@ class Pending:
   """Train metrics of the steps since the last log, still on the device:
   one step's, or k steps' stacked on a leading axis (`count=k`)."""
 
-  def __init__(self, names: list[str], describe_ckpt=lambda: ""):
+  def __init__(self, names: list[str], describe_ckpt):
     self._names, self._describe_ckpt = names, describe_ckpt
     self.items: list[tuple[int, dict, int | None]] = []
 
@@ -79,8 +79,8 @@ class PeriodicAction:
 
   def begin(self, step: int, state):
     """Runs the action at `step`; returns what is left of it (a callable
-    that needs no more of `state`), for the loop to run once it has
-    dispatched the next call, or None."""
+    that needs no more of `state`, which the loop runs once it has
+    dispatched the next call), or None."""
     raise NotImplementedError
 
 
@@ -115,18 +115,17 @@ class LogAction(PeriodicAction):
   def _write(self, step: int, items, rate: float, meas) -> None:
     """Fetches the train metrics of `items` and the measurements `meas`
     and writes them (and a line) for `step`."""
-    train = {}
-    if items:
-      train = {f"train/{k}": np.mean(Pending.per_step(items, k)[1], axis=0)
-               for k in ("loss", "penalty", "grad_norm")}
+    train = {} if not items else {
+        f"train/{k}": np.mean(Pending.per_step(items, k)[1], axis=0)
+        for k in ("loss", "penalty", "grad_norm")}
     meas = jax.device_get(meas)
     for i, w in enumerate(self.writers):
       scalars, arrays = layer_stats.flatten(self.run.member_view(meas, i))
-      scalars.update({k: self.run.member_view(v, i)
-                      for k, v in train.items()})
-      if "train/loss" in scalars and self.run.steps.task.kind == "lm":
-        scalars["train/ppl"] = np.exp(scalars["train/loss"])
       if items:
+        scalars.update({k: self.run.member_view(v, i)
+                        for k, v in train.items()})
+        if self.run.steps.task.kind == "lm":
+          scalars["train/ppl"] = np.exp(scalars["train/loss"])
         scalars["steps_per_sec"] = rate
       w.write_scalars(step, scalars)
       w.write_arrays(step, arrays)
@@ -163,8 +162,7 @@ def _evaluate(steps, state, every_s: float) -> dict[str, np.ndarray]:
   """`{split}/loss` (and `/ppl` for an LM) over every eval split."""
   out = {}
   for split, batches in steps.task.eval_splits.items():
-    meter = progress.EvalMeter(split, steps.task.eval_sizes.get(split),
-                               every_s)
+    meter = progress.EvalMeter(split, steps.task.eval_sizes[split], every_s)
     total, count = None, 0
     for done, r in _eval_calls(steps, state, split, batches):
       meter.update(count, total)     # while this call computes
@@ -220,9 +218,9 @@ class CheckpointAction(PeriodicAction):
   def begin(self, step: int, state):
     self.pending.check_finite()
     copy = self.run.steps.saved(state)     # the real members (sweep.Layout)
-    return lambda: self._save(step, copy)
 
-  def _save(self, step: int, state) -> None:
-    self.ckpt.save(step, state, force=True)
-    for w in self.writers:
-      w.flush()
+    def save():
+      self.ckpt.save(step, copy)
+      for w in self.writers:
+        w.flush()
+    return save

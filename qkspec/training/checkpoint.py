@@ -57,18 +57,17 @@ class _Manager(ocp.CheckpointManager):
 
 
 class Checkpointer:
-  """`ocp.CheckpointManager` over `<workdir>/ckpt`; `save` is a no-op at
-  steps off `save_interval_steps` unless forced."""
+  """`ocp.CheckpointManager` over `<workdir>/ckpt`, keeping the newest
+  `max_to_keep` checkpoints."""
 
-  def __init__(self, workdir: str, *, max_to_keep: int = 3,
-               save_interval_steps: int = 1):
+  def __init__(self, workdir: str, *, max_to_keep: int = 3):
     self.directory = os.path.join(os.path.abspath(workdir), "ckpt")
     self.damaged_directory = self.directory + "_damaged"
     self._manager = _Manager(
         self.directory,
         options=ocp.CheckpointManagerOptions(
-            max_to_keep=max_to_keep, save_interval_steps=save_interval_steps,
-            create=True, cleanup_tmp_directories=True))
+            max_to_keep=max_to_keep, create=True,
+            cleanup_tmp_directories=True))
 
   def latest_step(self) -> int | None:
     return self._manager.latest_step()
@@ -76,8 +75,9 @@ class Checkpointer:
   def all_steps(self) -> list[int]:
     return list(self._manager.all_steps())
 
-  def save(self, step: int, state: Any, *, force: bool = False) -> bool:
-    """Saves (asynchronously) if `step` is a save step or `force`."""
+  def save(self, step: int, state: Any) -> bool:
+    """Saves `state` at `step` (asynchronously) unless it has a checkpoint;
+    whether it saved."""
     if step in self._manager.all_steps():
       return False
     return self._manager.save(
@@ -85,7 +85,7 @@ class Checkpointer:
             state=ocp.args.StandardSave(state),
             meta=ocp.args.JsonSave({"step": int(step),
                                     "data_position": int(step)})),
-        force=force)
+        force=True)
 
   def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
     """(state, meta) at `step`; `abstract_state` gives shapes and shardings."""
@@ -95,16 +95,15 @@ class Checkpointer:
             meta=ocp.args.JsonRestore()))
     return out["state"], dict(out["meta"])
 
-  def restore_newest(self, abstract_state: Any
-                     ) -> tuple[int, Any, dict] | None:
-    """(step, state, meta) of the newest checkpoint that restores, or None;
+  def restore_newest(self, abstract_state: Any) -> tuple[int, Any] | None:
+    """(step, state) of the newest checkpoint that restores, or None;
     newer ones are named and moved to `ckpt_damaged/` (so a later save at
     their step is not skipped); RuntimeError if none restores."""
     failed = []
     for step in sorted(self.all_steps(), reverse=True):
       try:
         with _quiet_closed_event_loop():
-          state, meta = self.restore(step, abstract_state)
+          state, _ = self.restore(step, abstract_state)
       except Exception as e:  # pylint: disable=broad-except
         reason = first_line(e)
         absl_logging.warning(
@@ -113,7 +112,7 @@ class Checkpointer:
         failed.append((step, reason))
         continue
       self._set_aside([s for s, _ in failed])
-      return step, state, meta
+      return step, state
     if failed:
       raise RuntimeError(
           f"none of the checkpoints in {self.directory} restores ("
@@ -156,7 +155,6 @@ class Checkpointer:
     self._manager.wait_until_finished()
 
   def close(self):
-    self._manager.wait_until_finished()
     self._manager.close()
 
 

@@ -91,8 +91,7 @@ class TheoryFeed:
   """The random-walk task: batch `step` is `sample(fold_in(key, step))`."""
   consts: jax.Array                       # the train key
   sample: Callable[[jax.Array], Batch]    # key -> batch (traceable)
-  eval_tokens: dict = dataclasses.field(default_factory=dict)  # none
-  eval_counts: dict = dataclasses.field(default_factory=dict)
+  eval_counts: dict = dataclasses.field(default_factory=dict)  # none
 
   def train_inputs(self, start: int, k: int) -> jax.Array:
     return jnp.arange(start, start + k, dtype=jnp.int32)
@@ -100,16 +99,3 @@ class TheoryFeed:
   def train_batch(self, key: jax.Array, step: jax.Array) -> Batch:
     return self.sample(jax.random.fold_in(key, step))
 
-
-def lm_feed(data, *, seq_len: int, batch_size: int, seed: int,
-            eval_counts: dict[str, int], mesh_sharding,
-            ids_sharding) -> LMFeed:
-  """`LMFeed` of a `pipeline.LMData`: its streams on the replicated
-  `mesh_sharding`, the [k, B] block ids on `ids_sharding`."""
-  put = lambda x: jax.make_array_from_process_local_data(  # noqa: E731
-      mesh_sharding, np.asarray(x, np.int32))
-  return LMFeed(consts=put(data.train),
-                eval_tokens={s: put(data.split(s)) for s in eval_counts},
-                eval_counts=dict(eval_counts), seq_len=seq_len,
-                batch_size=batch_size, seed=seed, eos_id=data.eos_id,
-                ids_sharding=ids_sharding)

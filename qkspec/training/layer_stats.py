@@ -28,26 +28,17 @@ SCALARS = ("qk_scale", "qk_trace", "eigen_variance", "xi", "eta", "r",
            "entropy")
 
 
-def _stack_sown(decoder_inter, *path):
-  names = sorted((n for n in decoder_inter if n.startswith("block_")),
-                 key=lambda n: int(n.split("_")[1]))
-  out = []
-  for n in names:
-    node = decoder_inter[n]
-    for p in path:
-      node = node[p]
-    out.append(node[0])                  # sow stores a tuple
-  return jnp.stack(out)
-
-
 def measure(params, batch, *, task) -> dict[str, jax.Array]:
   """Per-layer measurements on `batch` (dropout off). See the module doc."""
   (loss_sum, weight), state = task.summed_loss(
       params, batch, deterministic=True, mutable=["intermediates"])
   inter = state["intermediates"]["decoder"]
-  logits_LxBxHxTxT = _stack_sown(inter, "attn", "logits")
-  probs_LxBxHxTxT = _stack_sown(inter, "attn", "probs")
-  out_LxBxTxd = _stack_sown(inter, "out")
+  blocks = [inter[f"block_{l}"]
+            for l in range(sum(n.startswith("block_") for n in inter))]
+  # sow stores a tuple
+  logits_LxBxHxTxT = jnp.stack([b["attn"]["logits"][0] for b in blocks])
+  probs_LxBxHxTxT = jnp.stack([b["attn"]["probs"][0] for b in blocks])
+  out_LxBxTxd = jnp.stack([b["out"][0] for b in blocks])
   T = logits_LxBxHxTxT.shape[-1]
 
   stats = spectrum.spectrum_stats(model_lib.qk_matrices(params),

@@ -97,31 +97,26 @@ def _replicate(x: jax.Array, sharding) -> jax.Array:
   return jax.make_array_from_process_local_data(sharding, np.asarray(x))
 
 
-def _check_resumable(run: Run) -> None:
-  """Raises ValueError if the workdir holds checkpoints of a config (its
-  config.json) that differs beyond `qkspec.config.resume.SAFE`."""
+def _prepare_workdir(run: Run) -> None:
+  """Writes `config.json` and `members.json`; raises ValueError first if
+  the workdir holds checkpoints of a config (its config.json) that differs
+  beyond `qkspec.config.resume.SAFE`."""
   path = os.path.join(run.workdir, "config.json")
   ckpt_dir = os.path.join(run.workdir, "ckpt")
-  if not (os.path.isfile(path) and os.path.isdir(ckpt_dir) and any(
-      name.isdigit() for name in os.listdir(ckpt_dir))):
-    return
-  with open(path) as f:
-    old = json.load(f)
-  changes = resume.changed_fields(old, json.loads(run.config.to_json()))
-  if changes:
-    raise ValueError(
-        f"{run.workdir} holds checkpoints of another config "
-        f"({resume.describe(changes)}); use a fresh --workdir (a resumed run "
-        f"may change only {', '.join(resume.SAFE)}).")
-
-
-def _prepare_workdir(run: Run) -> None:
-  """`_check_resumable`, then writes `config.json` and `members.json`."""
-  _check_resumable(run)
+  if os.path.isfile(path) and os.path.isdir(ckpt_dir) and any(
+      name.isdigit() for name in os.listdir(ckpt_dir)):
+    with open(path) as f:
+      old = json.load(f)
+    changes = resume.changed_fields(old, json.loads(run.config.to_json()))
+    if changes:
+      raise ValueError(
+          f"{run.workdir} holds checkpoints of another config "
+          f"({resume.describe(changes)}); use a fresh --workdir (a resumed "
+          f"run may change only {', '.join(resume.SAFE)}).")
   if not run.lead:
     return
   os.makedirs(run.workdir, exist_ok=True)
-  with open(os.path.join(run.workdir, "config.json"), "w") as f:
+  with open(path, "w") as f:
     f.write(run.config.to_json(indent=1))
   with open(os.path.join(run.workdir, "members.json"), "w") as f:
     json.dump([{"name": n, "dir": os.path.relpath(d, run.workdir), **m}
@@ -131,7 +126,7 @@ def _prepare_workdir(run: Run) -> None:
 
 def _host_step(state) -> int:
   """state.step as an int (the same for every sweep member)."""
-  return int(np.asarray(jax.device_get(state.step)).reshape(-1)[0])
+  return int(np.ravel(jax.device_get(state.step))[0])
 
 
 def _abstract_state(run: Run, saved: bool = False):
@@ -144,47 +139,23 @@ def _abstract_state(run: Run, saved: bool = False):
   return ckpt_lib.abstract_like(shapes, run.steps.state_sharding)
 
 
-def _start_compiling(run: Run) -> None:
-  """With `config.precompile`, the programs compile on threads from here."""
-  if run.config.precompile:
-    run.steps = step_lib.compile_ahead(
-        run.steps, _abstract_state(run), run.dropout_keys,
-        run.steps.task.train_batch(0))
-
-
 def _restore_or_init(run: Run, ckpt: ckpt_lib.Checkpointer):
-  """The state at the newest checkpoint that restores, or a fresh one;
-  ValueError if it has other LocATER hyperparameters or its data position
-  is not its step."""
-  if ckpt.latest_step() is None:
-    return run.steps.init(run.init_keys, run.hparams)
-  found = ckpt.restore_newest(_abstract_state(run, saved=True))
-  if found is None:          # every checkpoint was set aside
-    return run.steps.init(run.init_keys, run.hparams)
-  latest, state, meta = found
-  if meta["data_position"] != _host_step(state):
-    raise ValueError(f"checkpoint {latest}: data position "
-                     f"{meta['data_position']} != step {_host_step(state)}.")
-  saved = jax.device_get(state.hparams)
-  for name, have, want in zip(saved._fields, saved, run.hparams):
-    if not np.array_equal(np.asarray(have), np.asarray(want)):
-      raise ValueError(f"{run.workdir} holds a run with other {name} values "
-                       f"({have}); use a fresh workdir.")
-  logging.info("resumed from step %d", latest)
-  return run.steps.unsaved(state)
+  """The state at the newest checkpoint that restores, or a fresh one."""
+  if ckpt.latest_step() is not None:
+    found = ckpt.restore_newest(_abstract_state(run, saved=True))
+    if found is not None:         # else every checkpoint was set aside
+      logging.info("resumed from step %d", found[0])
+      return run.steps.unsaved(found[1])
+  return run.steps.init(run.init_keys, run.hparams)
 
 
-def _next_stop(step: int, actions, num_steps: int) -> int:
-  """The first step after `step` at which a step-counted action is due."""
-  return min([num_steps] + [a.next_due(step) for a in actions
-                            if hasattr(a, "next_due")])
-
-
-def _chunk_at(steps: step_lib.Steps, step: int, stop: int) -> int:
-  """Steps the next call runs: k = `steps.steps_per_call` if `step` is a
-  multiple of k and they end by `stop`, else 1."""
-  k = steps.steps_per_call
-  if k > 1 and steps.train_many is not None and step % k == 0 and (
+def _chunk_at(run: Run, step: int, actions) -> int:
+  """Steps the next call runs: k = `steps_per_call` if `step` is a
+  multiple of k and they end by the next step-counted action, else 1."""
+  k = run.steps.steps_per_call
+  stop = min([run.config.num_steps] + [a.next_due(step) for a in actions
+                                       if hasattr(a, "next_due")])
+  if k > 1 and run.steps.train_many is not None and step % k == 0 and (
       step + k <= stop):
     return k
   return 1
@@ -226,8 +197,7 @@ def _run(run: Run, state, start: int, actions: list[actions_lib.PeriodicAction],
         if step >= run.config.num_steps:
           return state
         raise KeyboardInterrupt
-      k = _chunk_at(run.steps, step, _next_stop(step, actions,
-                                                run.config.num_steps))
+      k = _chunk_at(run, step, actions)
       with clock.phase("steps" if k in compiled else "compile"):
         if k > 1:
           feed = run.steps.task.feed
@@ -259,7 +229,7 @@ def _save_interrupted(run: Run, state, step: int, boundary: int | None,
                             if isinstance(x, jax.Array))
   if whole and _host_step(state) == step:
     pending.check_finite()
-    ckpt.save(step, run.steps.real(state), force=True)
+    ckpt.save(step, run.steps.real(state))
     ckpt.wait_until_finished()
     what = (f"{stop.describe(step)}: checkpoint {ckpt.step_dir(step)} "
             f"saved")
@@ -284,11 +254,13 @@ def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
   clock = progress.PhaseClock()
   run = _setup(config, workdir)
   _prepare_workdir(run)
-  _start_compiling(run)
+  if config.precompile:   # the programs compile on threads from here
+    run.steps = step_lib.compile_ahead(
+        run.steps, _abstract_state(run), run.dropout_keys,
+        run.steps.task.train_batch(0))
   with contextlib.ExitStack() as stack:
     ckpt = stack.enter_context(contextlib.closing(ckpt_lib.Checkpointer(
-        workdir, max_to_keep=config.max_to_keep,
-        save_interval_steps=config.checkpoint_every)))
+        workdir, max_to_keep=config.max_to_keep)))
     state = _restore_or_init(run, ckpt)
     start, fresh = _host_step(state), ckpt.latest_step() is None
     writers = [stack.enter_context(w) for w in metric_writer.open_writers(
@@ -323,6 +295,5 @@ def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
     if run.lead:
       progress.record_invocation(run, start, _host_step(state), clock)
       logging.info("%s", clock.describe())
-      logging.info("%s", progress.outputs_summary(
-          workdir, run.dirs, run.names, ckpt.directory, ckpt.all_steps()))
+      logging.info("%s", progress.outputs_summary(run, ckpt))
   return run.steps.real(state)

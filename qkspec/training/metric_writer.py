@@ -1,4 +1,4 @@
-"""A small metric writer: JSONL + console (+ TensorBoard if installed).
+"""A small metric writer: JSONL (+ TensorBoard if installed).
 
 clu's MetricWriter method names without clu (which imports TensorFlow).
 Writes `<logdir>/metrics.jsonl` (a JSON object per write, `{"step": s,
@@ -43,7 +43,7 @@ def _tensorboard_writer(logdir, purge_step=None):
 
 
 def _plain(v: Any) -> Any:
-  if isinstance(v, (np.ndarray, np.generic)) or hasattr(v, "__array__"):
+  if hasattr(v, "__array__"):
     v = np.asarray(v).tolist()
   if isinstance(v, float) and not math.isfinite(v):
     return str(v)                          # JSON has no NaN/Inf
@@ -51,68 +51,46 @@ def _plain(v: Any) -> Any:
 
 
 class MetricWriter:
-  """Writes scalars/arrays to JSONL, the console and TensorBoard (None:
-  if importable); `just_logging`: the console only (processes other than
-  0); `purge_step`: a resumed run's first new step."""
+  """Writes scalars and arrays to `<logdir>/metrics.jsonl` and scalars to
+  TensorBoard if it is importable; `purge_step`: a resumed run's first new
+  step."""
 
-  def __init__(self, logdir: str, *, just_logging: bool = False,
-               console: bool = True, tensorboard: bool | None = None,
-               purge_step: int | None = None):
+  def __init__(self, logdir: str, *, purge_step: int | None = None):
     self.logdir = logdir
-    self._console = console
-    self._file = None
-    self._tb = None
-    if just_logging:
-      return
     os.makedirs(logdir, exist_ok=True)
     # Line-buffered: every record reaches the disk as it is written, so an
     # interrupted or killed run loses no metrics.
     self._file = open(os.path.join(logdir, JSONL), "a", encoding="utf-8",
                       buffering=1)
-    if tensorboard is not False:
-      self._tb = _tensorboard_writer(logdir, purge_step)
-
-  def _append(self, record):
-    if self._file is not None:
-      self._file.write(json.dumps(record) + "\n")
+    self._tb = _tensorboard_writer(logdir, purge_step)
 
   def write_scalars(self, step: int, scalars: Mapping[str, Any]):
     scalars = {k: float(v) for k, v in scalars.items()}
-    self._append({"step": int(step), **{k: _plain(v)
-                                        for k, v in scalars.items()}})
+    self.write_arrays(step, scalars)
     if self._tb is not None:
       self._tb[1](step, scalars)
-    if self._console:
-      logging.info("[%d] %s", step, ", ".join(
-          f"{k}={v:.6g}" for k, v in scalars.items()))
 
   def write_arrays(self, step: int, arrays: Mapping[str, Any]):
     """Vector-valued metrics (JSONL only)."""
-    self._append({"step": int(step), **{k: _plain(v)
-                                        for k, v in arrays.items()}})
+    self._file.write(json.dumps(
+        {"step": int(step), **{k: _plain(v) for k, v in arrays.items()}})
+                     + "\n")
 
   def write_hparams(self, hparams: Mapping[str, Any]):
-    if self._file is None:
-      return
     with open(os.path.join(self.logdir, "hparams.json"), "w",
               encoding="utf-8") as f:
       json.dump({k: _plain(v) for k, v in hparams.items()}, f, indent=1,
                 default=str)
 
   def flush(self):
-    if self._file is not None:
-      self._file.flush()
+    self._file.flush()
     if self._tb is not None:
       self._tb[0].flush()
 
   def close(self):
-    self.flush()
-    if self._file is not None:
-      self._file.close()
-      self._file = None
+    self._file.close()
     if self._tb is not None:
       self._tb[0].close()
-      self._tb = None
 
   def __enter__(self):
     return self
@@ -148,16 +126,15 @@ def drop_records_after(logdir: str, step: int) -> int:
 def open_writers(dirs: list[str], keep_to: int, lead: bool
                  ) -> list[MetricWriter]:
   """A writer per member directory for a run resuming after step `keep_to`
-  (-1: fresh), the records past it dropped (those steps run again); only
-  the `lead` process writes files."""
-  if lead:
-    dropped = sum(drop_records_after(d, keep_to) for d in dirs)
-    if dropped:
-      logging.info("dropped %d metric records past step %d (written after "
-                   "the checkpoint; those steps run again)", dropped,
-                   keep_to)
-  return [MetricWriter(d, just_logging=not lead, console=False,
-                       purge_step=keep_to + 1) for d in dirs]
+  (-1: fresh), the records past it dropped (those steps run again); none
+  but on the `lead` process, which writes the files."""
+  if not lead:
+    return []
+  dropped = sum(drop_records_after(d, keep_to) for d in dirs)
+  if dropped:
+    logging.info("dropped %d metric records past step %d (written after the "
+                 "checkpoint; those steps run again)", dropped, keep_to)
+  return [MetricWriter(d, purge_step=keep_to + 1) for d in dirs]
 
 
 def read_metrics(logdir: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -11,7 +11,6 @@ uses the XLA layers).
 """
 # pylint: disable=invalid-name
 import math
-import re
 from typing import Any
 
 import flax.linen as nn
@@ -110,11 +109,9 @@ class SelfAttention(nn.Module):
     v_BxTxHxD = dense("value")(x_BxTxd)
     logits_BxHxTxT = logits_BxHxTxT.astype(jnp.float32) / lam
     self.sow("intermediates", "logits", logits_BxHxTxT)
-    if self.causal:
-      masked = jnp.where(causal_mask(T), logits_BxHxTxT,
-                         jnp.finfo(jnp.float32).min)
-    else:
-      masked = logits_BxHxTxT
+    masked = (jnp.where(causal_mask(T), logits_BxHxTxT,
+                        jnp.finfo(jnp.float32).min) if self.causal
+              else logits_BxHxTxT)
     probs_BxHxTxT = jax.nn.softmax(masked, axis=-1)
     self.sow("intermediates", "probs", probs_BxHxTxT)
     probs_BxHxTxT = nn.Dropout(self.attn_dropout)(
@@ -137,16 +134,13 @@ class SelfAttention(nn.Module):
             biases if self.use_bias else None)
 
   def _output(self, u_BxTxHxD: jax.Array, d: int) -> jax.Array:
-    """U [B, T, d]: the output projection, or the heads side by side."""
-    B, T, H, D = u_BxTxHxD.shape
+    """U [B, T, d]: the output projection, or the heads side by side (H D =
+    d, as the schema requires)."""
     if self.out_proj:
       return nn.DenseGeneral(d, axis=(-2, -1), use_bias=self.use_bias,
                              dtype=self.dtype, kernel_init=_xavier,
                              name="out")(u_BxTxHxD)
-    if H * D != d:
-      raise ValueError(f"out_proj=False needs heads*head_dim == d, got {H}*{D}"
-                       f" != {d}.")
-    return u_BxTxHxD.reshape(B, T, d)
+    return u_BxTxHxD.reshape(*u_BxTxHxD.shape[:2], d)
 
 
 class PostLN(nn.Module):
@@ -335,8 +329,6 @@ def make_model(model_config, task: str, vocab_size: int | None = None,
                kernels=m.kernels)
   if task == "theory":
     return TheoryModel(m.num_layers, block, dtype)
-  if vocab_size is None:
-    raise ValueError("the lm task needs vocab_size.")
   return LanguageModel(vocab_size, m.d_model, m.num_layers, block, m.dropout,
                        dtype)
 
@@ -344,9 +336,8 @@ def make_model(model_config, task: str, vocab_size: int | None = None,
 def attention_params(params) -> list[dict]:
   """The `attn` parameter dicts of every block, ordered by layer."""
   decoder = params["decoder"]
-  layer = lambda name: int(re.fullmatch(r"block_(\d+)", name).group(1))  # noqa: E731
-  return [decoder[n]["attn"] for n in sorted(
-      (n for n in decoder if n.startswith("block_")), key=layer)]
+  num_layers = sum(name.startswith("block_") for name in decoder)
+  return [decoder[f"block_{l}"]["attn"] for l in range(num_layers)]
 
 
 def qk_from_kernels(wq_kernel: jax.Array, wk_kernel: jax.Array) -> jax.Array:
@@ -375,10 +366,7 @@ def qk_matrices(params) -> jax.Array:
   use them; a params tree with leading (sweep) axes needs `jax.vmap`.
   """
   attns = attention_params(params)
-  if any("w_qk" in attn for attn in attns):
-    return jnp.stack([attn["w_qk"] if "w_qk" in attn else
-                      qk_from_kernels(attn["query"]["kernel"],
-                                      attn["key"]["kernel"])
-                      for attn in attns])
+  if "w_qk" in attns[0]:        # qk_param="joint"
+    return jnp.stack([attn["w_qk"] for attn in attns])
   stacked = lambda name: jnp.stack([a[name]["kernel"] for a in attns])  # noqa: E731
   return jax.vmap(qk_from_kernels)(stacked("query"), stacked("key"))

@@ -32,51 +32,40 @@ def steps_per_call(config) -> int:
     return k
   if jax.default_backend() == "cpu":
     return 1
-  g = math.gcd(math.gcd(config.log_every, config.eval_every),
-               config.checkpoint_every)
+  g = math.gcd(config.log_every, config.eval_every, config.checkpoint_every)
   return max(d for d in range(1, min(g, MAX_AUTO_STEPS) + 1) if g % d == 0)
 
 
-def scan_train(step_fn, feed, batch_sharding=None, copies_dtype=None):
+def scan_train(step_fn, feed, batch_sharding, copies_dtype):
   """`train_many(state, consts, xs, keys) -> (state, metrics [k, ...])`:
   `step_fn(state, batch, keys)` on `feed.train_batch(consts, x)` for each
   host input x of `xs`; a `copies_dtype` other than float32 makes the scan
   carry the cast weights."""
-  cast = copies_dtype is not None and jnp.dtype(copies_dtype) != jnp.float32
+  cast = jnp.dtype(copies_dtype) != jnp.float32
 
   def train_many(state, consts, xs, keys):
-    like = []          # the step's metrics' structure and dtypes, if packed
+    like = []          # the step's metrics' structure and dtypes
 
     def body(state, x):
-      batch = feed.train_batch(consts, x)
-      if batch_sharding is not None:
-        batch = jax.lax.with_sharding_constraint(batch, batch_sharding)
+      batch = jax.lax.with_sharding_constraint(
+          feed.train_batch(consts, x), batch_sharding)
       state, metrics = step_fn(state, batch, keys)
-      packed = pack_metrics(metrics)
-      if packed is None:
-        return state, metrics
       like.append(jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape,
                                                               x.dtype),
                                metrics))       # no tracer leaves the scan
-      return state, packed
+      return state, pack_metrics(metrics)
     if cast:
       state = state.replace(copies=copies(state.params, copies_dtype))
-    state, metrics = jax.lax.scan(body, state, xs)
-    if like:
-      metrics = unpack_metrics(metrics, like[0])
-    return (state.replace(copies=None) if cast else state), metrics
+    state, packed = jax.lax.scan(body, state, xs)
+    return ((state.replace(copies=None) if cast else state),
+            unpack_metrics(packed, like[0]))
   return train_many
 
 
-def pack_metrics(metrics):
-  """A step's metrics as one float32 array [metrics, ...] (leaves in tree
-  order), or None unless every leaf has the same shape and is float32 or
-  bool (which float32 holds exactly)."""
-  leaves = jax.tree.leaves(metrics)
-  if (not leaves or len({x.shape for x in leaves}) != 1
-      or any(x.dtype not in (jnp.float32, jnp.bool_) for x in leaves)):
-    return None
-  return jnp.stack([x.astype(jnp.float32) for x in leaves])
+def pack_metrics(metrics) -> jax.Array:
+  """A step's metrics, leaves of one shape, float32 or bool (which float32
+  holds exactly), as one float32 array [metrics, ...] in tree order."""
+  return jnp.stack([x.astype(jnp.float32) for x in jax.tree.leaves(metrics)])
 
 
 def unpack_metrics(packed_kxMx, like):
@@ -87,16 +76,14 @@ def unpack_metrics(packed_kxMx, like):
                                    for i, x in enumerate(leaves)])
 
 
-def scan_eval(eval_fn, feed, batch_sharding=None):
+def scan_eval(eval_fn, feed, batch_sharding):
   """`eval_many(params, tokens, indices) -> {"loss_sum", "weight"}`: the
   sums of `eval_fn(params, batch)` over `indices` in order (indices past
   the split give zero-weight batches)."""
   def eval_many(params, tokens, indices):
     def one(index):
-      batch = feed.eval_batch(tokens, index)
-      if batch_sharding is not None:
-        batch = jax.lax.with_sharding_constraint(batch, batch_sharding)
-      return eval_fn(params, batch)
+      return eval_fn(params, jax.lax.with_sharding_constraint(
+          feed.eval_batch(tokens, index), batch_sharding))
 
     zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
                          jax.eval_shape(one, indices[0]))
@@ -150,6 +137,4 @@ def use_copies(params, cast) -> dict:
   leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
   cast = iter(cast)
   out = [_use(x, next(cast)) if _cast(path) else x for path, x in leaves]
-  if next(cast, None) is not None:
-    raise ValueError("more weight copies than cast weights in params")
   return jax.tree_util.tree_unflatten(treedef, out)

@@ -42,7 +42,7 @@ class StopFlag:
   (or None); `coordinated`, JAX's sync point decides; `stopping`,
   `at_boundary` said stop."""
 
-  def __init__(self, coordinated: bool = False):
+  def __init__(self, coordinated: bool):
     self.signum: int | None = None
     self.coordinated = coordinated
     self.stopping = False
@@ -73,23 +73,11 @@ class StopFlag:
     return f"stopped by SIGTERM at step {step}"
 
 
-def _coordinated() -> bool:
-  """Whether JAX's preemption service decides (several processes, with it
-  on; it is by default)."""
-  if jax.process_count() == 1:
-    return False
-  if getattr(jax.config, "jax_enable_preemption_service", True):
-    return True
-  logging.warning("jax_enable_preemption_service is off: SIGTERM and Ctrl-C "
-                  "stop this process only, and the others wait for it.")
-  return False
-
-
 @contextlib.contextmanager
 def deferred_stop() -> Iterator[StopFlag]:
   """Within, the signals mark the yielded flag; off the main thread only a
   coordinated stop takes effect (Ctrl-C raises as usual)."""
-  flag = StopFlag(_coordinated())
+  flag = StopFlag(coordinated=jax.process_count() > 1)
   if threading.current_thread() is not threading.main_thread():
     yield flag
     return

@@ -20,12 +20,12 @@ def fmt_time(seconds: float) -> str:
   return f"{seconds // 3600}h{seconds // 60 % 60:02d}m{seconds % 60:02d}s"
 
 
-def by_member(values, names: Sequence[str], precision: int = 4) -> str:
+def by_member(values, names: Sequence[str]) -> str:
   """"kappa2=0: 5.123; kappa2=1: 5.12" for a sweep, "5.123" for one run."""
-  values = np.atleast_1d(np.asarray(values)).reshape(-1)
+  values = np.ravel(values)
   if len(values) == 1 and len(names) == 1:
-    return f"{values[0]:.{precision}g}"
-  return "; ".join(f"{n}: {v:.{precision}g}" for n, v in zip(names, values))
+    return f"{values[0]:.4g}"
+  return "; ".join(f"{n}: {v:.4g}" for n, v in zip(names, values))
 
 
 class ProgressAction:
@@ -35,12 +35,11 @@ class ProgressAction:
   phase = "log"          # its wall time, for `PhaseClock`
 
   def __init__(self, every_s: float, start: int, num_steps: int,
-               quiet_at: Callable[[int], bool],
-               clock: Callable[[], float] = time.monotonic):
+               quiet_at: Callable[[int], bool]):
     self.every_s, self.start, self.num_steps = every_s, start, num_steps
-    self._quiet_at, self._clock = quiet_at, clock
+    self._quiet_at = quiet_at
     self._first = None             # (time, step) once the first step is done
-    self._last = clock()
+    self._last = time.monotonic()
 
   def due(self, step: int) -> bool:
     # The start, and the first call's end (step start+1, or start+k when
@@ -51,14 +50,14 @@ class ProgressAction:
     if step >= self.num_steps:
       return False
     if self._quiet_at(step):
-      self._last = self._clock()
+      self._last = time.monotonic()
       return False
-    return self._clock() - self._last >= self.every_s
+    return time.monotonic() - self._last >= self.every_s
 
   def begin(self, step: int, state) -> None:
     """Runs all of it now (the loop's `actions.PeriodicAction.begin`)."""
     jax.block_until_ready(state.step)
-    now = self._last = self._clock()
+    now = self._last = time.monotonic()
     if step == self.start:
       logging.info("step %d/%d: compiling the train step (the first step "
                    "can take a minute)...", step, self.num_steps)
@@ -76,14 +75,12 @@ class ProgressAction:
 
 
 class EvalMeter:
-  """Progress of one eval split of `total` batches (None: unknown): a line
-  every `every_s` seconds (0: every batch)."""
+  """Progress of one eval split of `total` batches: a line every `every_s`
+  seconds (0: every batch)."""
 
-  def __init__(self, split: str, total: int | None, every_s: float,
-               clock: Callable[[], float] = time.monotonic):
+  def __init__(self, split: str, total: int, every_s: float):
     self.split, self.total, self.every_s = split, total, every_s
-    self._clock = clock
-    self._t0 = self._last = clock()
+    self._t0 = self._last = time.monotonic()
     self._printed = False
 
   def update(self, done: int, pending) -> None:
@@ -92,41 +89,37 @@ class EvalMeter:
     if not done:
       return
     jax.block_until_ready(pending)
-    now = self._clock()
+    now = time.monotonic()
     if now - self._last < self.every_s:
       return
     self._last = now
     elapsed = now - self._t0
-    if self.total:
-      eta = elapsed / done * (self.total - done)
-      logging.info("eval %s: %d/%d batches, %s elapsed, ETA %s", self.split,
-                   done, self.total, fmt_time(elapsed), fmt_time(eta))
-    else:
-      logging.info("eval %s: %d batches, %s elapsed", self.split, done,
-                   fmt_time(elapsed))
+    logging.info("eval %s: %d/%d batches, %s elapsed, ETA %s", self.split,
+                 done, self.total, fmt_time(elapsed),
+                 fmt_time(elapsed / done * (self.total - done)))
     self._printed = True
 
   def done(self, count: int) -> None:
     if self._printed:
       logging.info("eval %s: %d batches done in %s", self.split, count,
-                   fmt_time(self._clock() - self._t0))
+                   fmt_time(time.monotonic() - self._t0))
 
 
-def outputs_summary(workdir: str, dirs: Sequence[str], names: Sequence[str],
-                    ckpt_dir: str, ckpt_steps: Sequence[int]) -> str:
-  """Where a run's outputs are and the command that plots them."""
-  workdir = os.path.abspath(workdir)
-  if len(dirs) == 1:
-    metrics = os.path.join(os.path.abspath(dirs[0]), "metrics.jsonl")
+def outputs_summary(run, ckpt) -> str:
+  """Where the outputs of the loop's `run` are and the command that plots
+  them; `ckpt`: its `checkpoint.Checkpointer`."""
+  workdir = os.path.abspath(run.workdir)
+  if len(run.dirs) == 1:
+    metrics = os.path.join(os.path.abspath(run.dirs[0]), "metrics.jsonl")
   else:
     metrics = (os.path.join(workdir, "<member>", "metrics.jsonl")
-               + f" for the {len(dirs)} members " + " ".join(names))
-  steps = ", ".join(map(str, ckpt_steps)) or "none"
+               + f" for the {len(run.dirs)} members " + " ".join(run.names))
+  steps = ", ".join(map(str, ckpt.all_steps())) or "none"
   return "\n".join((
       f"outputs in {workdir}:",
       "  config.json, members.json (the config and the sweep members)",
       f"  metrics: {metrics}",
-      f"  checkpoints: {ckpt_dir} (steps {steps})",
+      f"  checkpoints: {ckpt.directory} (steps {steps})",
       f"  plot: python launch/plot_training.py --workdir {workdir}",
       f"  resume or extend: rerun with --workdir {workdir} (and a larger "
       "--config.num_steps to train on)"))
@@ -137,11 +130,11 @@ PHASES = ("setup", "compile", "steps", "eval", "log", "checkpoint",
 
 
 class PhaseClock:
-  """Wall seconds per named phase of one invocation, from `t0`."""
+  """Wall seconds per named phase of one invocation, from its creation."""
 
-  def __init__(self, t0: float | None = None, clock=time.time):
+  def __init__(self, clock=time.time):
     self._clock = clock
-    self.t0 = clock() if t0 is None else t0
+    self.t0 = clock()
     self.seconds: dict[str, float] = {}
 
   def elapsed(self) -> float:
@@ -190,7 +183,7 @@ def record_invocation(run, start: int, end: int, clock: PhaseClock,
           "device_kind": jax.devices()[0].device_kind,
           "device_count": jax.device_count(),
           "process_count": jax.process_count(),
-          "compute_dtype": run.config.get("compute_dtype", "float32"),
+          "compute_dtype": run.config.compute_dtype,
           "steps_per_call": run.steps.steps_per_call,
           "members": len(run.members), "jax": jax.__version__,
           "interrupted": interrupted,

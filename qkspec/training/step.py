@@ -49,26 +49,15 @@ class TrainState(struct.PyTreeNode):
   copies: Any = None
 
 
-def make_optimizer(opt, num_steps: int) -> optax.GradientTransformation:
-  """AdamW (decoupled weight decay) with a constant or warm-up schedule."""
-  lr = opt.lr
-  if opt.schedule == "warmup_constant":
-    lr = optax.join_schedules([optax.linear_schedule(0.0, opt.lr,
-                                                     opt.warmup_steps),
-                               optax.constant_schedule(opt.lr)],
-                              [opt.warmup_steps])
-  elif opt.schedule == "warmup_cosine":
-    lr = optax.warmup_cosine_decay_schedule(
-        0.0, opt.lr, opt.warmup_steps, max(num_steps, opt.warmup_steps + 1),
-        end_value=opt.lr * opt.min_lr_fraction)
-  return optax.adamw(lr, b1=opt.b1, b2=opt.b2, eps=opt.eps,
+def make_optimizer(opt) -> optax.GradientTransformation:
+  """AdamW (decoupled weight decay) at the constant rate `opt.lr`."""
+  return optax.adamw(opt.lr, b1=opt.b1, b2=opt.b2, eps=opt.eps,
                      weight_decay=opt.weight_decay)
 
 
 def member_keys(seed) -> tuple[jax.Array, jax.Array]:
   """(init key, dropout key) of a run with `seed`."""
-  init_key, dropout_key = jax.random.split(jax.random.key(seed))
-  return init_key, dropout_key
+  return tuple(jax.random.split(jax.random.key(seed)))
 
 
 def member_inputs(members: list[dict], stacked: bool
@@ -108,12 +97,7 @@ def penalty_scale_of(config, added_to: str | None = None) -> float:
   "mean_loss", 1 / `targets_per_batch` for "summed_loss". `added_to`: one
   sweep member's reading (None: `config.locater.penalty_added_to`)."""
   added_to = added_to or config.locater.penalty_added_to
-  if added_to == "mean_loss":
-    return 1.0
-  if added_to == "summed_loss":
-    return 1.0 / targets_per_batch(config)
-  raise ValueError(f"config.locater.penalty_added_to must be 'mean_loss' or "
-                   f"'summed_loss', got {added_to!r}.")
+  return 1.0 if added_to == "mean_loss" else 1.0 / targets_per_batch(config)
 
 
 def penalty_scales(config) -> list[float]:
@@ -192,7 +176,6 @@ class Steps(struct.PyTreeNode):
   hparams, metrics and measurements of the N real members, a state of
   `layout.padded`; `saved` copies its real members for a checkpoint,
   `unsaved` pads them back, `real` is `saved` where members pad."""
-  mesh: Any = struct.field(pytree_node=False)
   task: Any = struct.field(pytree_node=False)
   init: Any = struct.field(pytree_node=False)      # (init_keys, hparams)
   train: Any = struct.field(pytree_node=False)     # (state, batch, keys)
@@ -239,13 +222,14 @@ def build_steps(config, mesh=None) -> Steps:
   n = len(sweep_lib.members(config)) if vmapped else 1
   mesh = mesh or make_mesh(sweep_lib.config_layout(
       config, jax.device_count(), jax.process_count()))
-  lay = sweep_lib.mesh_layout(mesh, n)
+  lay = sweep_lib.Layout(n, dict(mesh.shape).get("members", 1),
+                         mesh.shape["data"])
   replicated = jax.NamedSharding(mesh, jax.P())
   state_sharding = jax.NamedSharding(
       mesh, jax.P("members") if lay.groups > 1 else jax.P())
   batch_sharding = jax.NamedSharding(mesh, jax.P("data"))
   task = tasks.make_task(config, batch_sharding)
-  tx = make_optimizer(config.opt, config.num_steps)
+  tx = make_optimizer(config.opt)
   init = functools.partial(init_state, task=task, tx=tx)
   scales = penalty_scales(config)
   step = functools.partial(train_step, task=task, tx=tx,
@@ -274,7 +258,7 @@ def build_steps(config, mesh=None) -> Steps:
         in_shardings=(state_sharding, replicated, replicated),
         out_shardings=replicated)
   return Steps(
-      mesh=mesh, task=task, replicated=replicated, layout=lay,
+      task=task, replicated=replicated, layout=lay,
       state_sharding=state_sharding, **sweep_lib.saving(
           lay, actions.device_copy, state_sharding, replicated),
       init=jax.jit(init, out_shardings=state_sharding),

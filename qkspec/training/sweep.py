@@ -41,12 +41,6 @@ def is_sweep(config) -> bool:
   return bool(swept_keys(config))
 
 
-def _cast(key: str, value):
-  if key == "penalty_added_to":
-    return str(value)
-  return int(value) if key == "seed" else float(value)
-
-
 def members(config) -> list[dict]:
   """[{seed, kappa1, kappa2, target, penalty_added_to}] per member (one if
   no sweep)."""
@@ -64,7 +58,8 @@ def members(config) -> list[dict]:
     n = max(len(v) for v in values.values())
     combos = [tuple(v[i] if len(v) > 1 else v[0] for v in values.values())
               for i in range(n)]
-  return [{**base, **{k: _cast(k, c) for k, c in zip(keys, combo)}}
+  # each swept value of the type of the base one: int, float or str
+  return [{**base, **{k: type(base[k])(c) for k, c in zip(keys, combo)}}
           for combo in combos]
 
 
@@ -81,12 +76,8 @@ def member_config(config, member: dict) -> ml_collections.ConfigDict:
   """`config` with one member's values and no sweep (to train it alone)."""
   c = ml_collections.ConfigDict(config.to_dict())
   c.seed = member["seed"]
-  for k in HPARAMS:
-    c.locater[k] = member[k]
-  c.locater.penalty_added_to = member["penalty_added_to"]
-  for k in schema.SWEEPABLE:
-    if k in c.sweep:
-      c.sweep[k] = ()
+  c.locater.update({k: member[k] for k in (*HPARAMS, "penalty_added_to")})
+  c.sweep.update({k: () for k in schema.SWEEPABLE if k in c.sweep})
   return c
 
 
@@ -99,11 +90,6 @@ def hparams(member: dict) -> locater.LocaterHParams:
 def stack(trees: list):
   """Per-member pytrees stacked on a new leading member axis."""
   return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
-
-
-def stacked_hparams(ms: list[dict]) -> locater.LocaterHParams:
-  """`hparams` of every member, [N] arrays."""
-  return stack([hparams(m) for m in ms])
 
 
 def over_members(fn, in_axes: tuple, member_batch: int = 0, mesh=None):
@@ -172,12 +158,6 @@ def config_layout(config, devices: int, processes: int = 1) -> Layout:
   """`layout` of `config`'s members (one for a single run)."""
   n = len(members(config)) if is_sweep(config) else 1
   return layout(n, devices, shards_members(config, devices, processes))
-
-
-def mesh_layout(mesh: jax.sharding.Mesh, num_members: int) -> Layout:
-  """The `Layout` of `num_members` members on `mesh`."""
-  groups = dict(mesh.shape).get("members", 1)
-  return Layout(num_members, groups, mesh.shape["data"])
 
 
 def pad(tree, lay: Layout):

@@ -14,6 +14,7 @@ that means over sharded and padded batches are exact:
 """
 # pylint: disable=invalid-name
 import dataclasses
+import itertools
 from typing import Callable, Iterator
 
 import flax.linen as nn
@@ -178,17 +179,22 @@ def _lm_task(config, batch_sharding, dtype) -> Task:
   def make_eval(split):
     def it():
       batches = data_lib.eval_batches(data, split, seq_len=T, batch_size=B)
-      for i, b in enumerate(batches):
-        if config.eval_max_batches and i >= config.eval_max_batches:
-          break
-        yield put(b)
+      return map(put, itertools.islice(batches, eval_sizes[split]))
     return it
 
   eval_sizes = {s: eval_size(s) for s in ("valid", "test")}
   mesh = batch_sharding.mesh
-  feed = device_feed.lm_feed(
-      data, seq_len=T, batch_size=B, seed=dc.seed, eval_counts=eval_sizes,
-      mesh_sharding=jax.NamedSharding(mesh, jax.P()),
+  replicated = jax.NamedSharding(mesh, jax.P())
+
+  def on_device(tokens):
+    return jax.make_array_from_process_local_data(
+        replicated, np.asarray(tokens, np.int32))
+
+  feed = device_feed.LMFeed(
+      consts=on_device(data.train),
+      eval_tokens={s: on_device(data.split(s)) for s in eval_sizes},
+      eval_counts=eval_sizes, seq_len=T, batch_size=B, seed=dc.seed,
+      eos_id=data.eos_id,
       ids_sharding=jax.NamedSharding(mesh, jax.P(None, *batch_sharding.spec)))
   return Task("lm", model_lib.make_model(config.model, "lm", data.vocab_size,
                                          dtype),
@@ -201,30 +207,16 @@ def _lm_task(config, batch_sharding, dtype) -> Task:
 
 # ------------------------------------------------------------- synthetic ----
 
-def _refuse_unsupported(m) -> None:
-  """The SANClassifier has no LayerNorm, dropout, biases or causal mask."""
-  if m.norm != "none" or m.dropout or m.attn_dropout or m.causal:
-    raise ValueError("config.task='synthetic' trains a SAN without "
-                     "LayerNorm, dropout or causal mask: set model.norm="
-                     "'none', model.dropout=model.attn_dropout=0, "
-                     "model.causal=False.")
-
-
 def data_functions(data_config):
   """(train sampler key -> batch, eval batches [list]) of `data_config`:
   B sorting sequences or bank rows; `eval_sequences` fresh sorting
   sequences, or the whole bank."""
   dc = data_config
   T, B, V = dc.seq_len, dc.batch_size, dc.vocab_size
-  if dc.name not in synthetic.TASKS:
-    raise ValueError(f"config.data.name must be one of {synthetic.TASKS}, "
-                     f"got {dc.name!r}.")
-  data_key = jax.random.key(dc.seed)
-  train_key, eval_key, bank_key = jax.random.split(data_key, 3)
+  train_key, eval_key, bank_key = jax.random.split(jax.random.key(dc.seed), 3)
   if dc.name == "sorting":
     sample = lambda key: synthetic.sorting(key, B, T, V)  # noqa: E731
-    n = dc.eval_sequences
-    full = synthetic.sorting(eval_key, n, T, V)
+    full = synthetic.sorting(eval_key, dc.eval_sequences, T, V)
   else:
     bank = synthetic.memorization_bank(bank_key, dc.num_memorized, T, V)
     sample = lambda key: synthetic.memorization(key, bank, B)  # noqa: E731
@@ -236,31 +228,28 @@ def data_functions(data_config):
 
 def _synthetic_task(config, batch_sharding, dtype) -> Task:
   del dtype   # float32 throughout: the models are tiny
-  _refuse_unsupported(config.model)
-  dc = config.data
+  m, dc = config.model, config.data
+  if m.norm != "none" or m.dropout or m.attn_dropout or m.causal:
+    raise ValueError("config.task='synthetic' trains a SAN without "
+                     "LayerNorm, dropout or causal mask: set model.norm="
+                     "'none', model.dropout=model.attn_dropout=0, "
+                     "model.causal=False.")
   sample, evals = data_functions(dc)
   train_batch = jax.jit(sample, out_shardings=batch_sharding)
   evals = [jax.device_put(b) for b in evals]
-
-  def valid():
-    yield from evals
-
   temperature = model_lib.attention_temperature(config.model)
   return Task(
       "synthetic",
       san_model.make_classifier(config.model, dc.vocab_size, dc.seq_len,
                                 temperature),
-      jnp.zeros((1, dc.seq_len), jnp.int32), train_batch, {"valid": valid},
+      jnp.zeros((1, dc.seq_len), jnp.int32), train_batch,
+      {"valid": lambda: iter(evals)},
       token_loss, False, temperature, dc.vocab_size,
       eval_sizes={"valid": len(evals)})
 
 
 def make_task(config, batch_sharding) -> Task:
   """The task of `config.task`, its batches laid out with `batch_sharding`."""
-  dtype = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[
-      config.compute_dtype]
-  if config.task == "theory":
-    return _theory_task(config, batch_sharding, dtype)
-  if config.task == "synthetic":   # Dong et al.'s sorting / memorisation
-    return _synthetic_task(config, batch_sharding, dtype)
-  return _lm_task(config, batch_sharding, dtype)
+  make = {"theory": _theory_task, "lm": _lm_task,
+          "synthetic": _synthetic_task}[config.task]
+  return make(config, batch_sharding, jnp.dtype(config.compute_dtype))
