@@ -21,12 +21,13 @@ setuptools.setup(
         "ml-collections>=1.0",
         "matplotlib>=3.9",
         "numpy>=2.0",
+        "scipy>=1.13",  # the report's t quantiles
     ],
     extras_require={
         # pytest-randomly: every run in a new order (its seed printed)
         # tensorboard: so that the suite checks the event files too
         "test": ["pytest>=8", "pytest-xdist>=3", "pytest-randomly>=3.15",
-                 "scipy>=1.13", "chex>=0.1.87", "ruff>=0.6",
+                 "chex>=0.1.87", "ruff>=0.6",
                  "tensorboard>=2.18"],
         "cuda": ["jax[cuda13]"],   # NVIDIA GPUs (jax[cuda12] works too)
         "tpu": ["jax[tpu]"],

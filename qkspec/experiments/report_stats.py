@@ -12,6 +12,7 @@ a metric as a curve over kappa2.
 import math
 
 import numpy as np
+from scipy import stats
 
 LEVEL = 0.95
 # quantity -> (kind, size): |diff| below it is "no practical effect";
@@ -26,35 +27,9 @@ NOT_SIGNIFICANT, NO_EFFECT = "not significant", "no practical effect"
 INDICATIVE = "indicative (one seed)"
 
 
-def t_cdf_two_sided(t: float, dof: int) -> float:
-  r"""P(|T| <= t) for Student's T with integer `dof`: the finite series of
-  Abramowitz & Stegun 26.7.3-4 in :math:`\theta = \arctan(t/\sqrt\nu)`."""
-  if dof < 1 or int(dof) != dof:
-    raise ValueError(f"dof must be a positive integer, got {dof}.")
-  theta = math.atan(abs(t) / math.sqrt(dof))
-  s, c = math.sin(theta), math.cos(theta)
-  if dof % 2:
-    term, total = c, 0.0
-    for k in range(1, (dof - 1) // 2 + 1):
-      total += term
-      term *= c * c * (2 * k) / (2 * k + 1)
-    return (2 / math.pi) * (theta + s * total)
-  term, total = 1.0, 0.0
-  for k in range(dof // 2):
-    total += term
-    term *= c * c * (2 * k + 1) / (2 * k + 2)
-  return s * total
-
-
 def t_critical(dof: int, level: float = LEVEL) -> float:
-  """The two-sided critical value: P(|T| <= t) = `level` (bisection)."""
-  lo, hi = 0.0, 1.0
-  while t_cdf_two_sided(hi, dof) < level:
-    hi *= 2
-  for _ in range(200):
-    mid = (lo + hi) / 2
-    lo, hi = (mid, hi) if t_cdf_two_sided(mid, dof) < level else (lo, mid)
-  return (lo + hi) / 2
+  """The two-sided critical value of Student's T: P(|T| <= t) = `level`."""
+  return float(stats.t.ppf((1 + level) / 2, dof))
 
 
 def paired_test(d) -> dict:
