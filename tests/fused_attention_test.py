@@ -47,11 +47,8 @@ class AttentionTest(parameterized.TestCase):
           _naive(qkv, biases, 1.7, causal), rtol=1e-5, atol=1e-6)
 
   @parameterized.parameters((16, True, True), (64, True, True),
-                            (16, False, True), (16, True, False),
-                            (128, True, True))
+                            (16, False, True), (16, True, False))
   def test_equals_the_reference_and_its_gradients(self, T, causal, biased):
-    # T = 128: past one block, jax's FlashAttention example with the
-    # biases added in XLA.
     qkv, biases = _packed(jax.random.key(10), B=1, T=T, D=8)
     biases = biases if biased else None
     lam = 3.0
@@ -106,7 +103,7 @@ class AttentionTest(parameterized.TestCase):
 
   def test_bad_shapes_are_refused(self):
     qkv, _ = _packed(jax.random.key(15), T=96)
-    with self.assertRaisesRegex(ValueError, "multiple of 64"):
+    with self.assertRaisesRegex(ValueError, "T <= 64 tokens, got 96"):
       kernels.attention(qkv, 1.0)
     with self.assertRaisesRegex(ValueError, r"\[B, T, 3, H, D\]"):
       kernels.attention(qkv[:, :, :2], 1.0)

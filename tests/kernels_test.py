@@ -118,6 +118,11 @@ class ModelTest(absltest.TestCase):
       with self.assertRaisesRegex(ValueError, "kernels='pallas'"):
         schema.validate(c)
     c = common.lm_config()
+    c.model.kernels = "pallas"
+    c.data.seq_len = 128
+    with self.assertRaisesRegex(ValueError, "seq_len <= 64; .*seq_len=128"):
+      schema.validate(c)
+    c = common.lm_config()
     c.model.kernels = "triton"
     with self.assertRaisesRegex(ValueError, "model.kernels"):
       schema.validate(c)

@@ -202,11 +202,13 @@ def validate(config, num_devices: int | None = None) -> None:
     raise ValueError("config.model.out_proj must be True with num_heads > 1 "
                      "unless heads are concatenated (head_dim = d / H).")
   if m.kernels == "pallas" and (task != "lm" or m.qk_param != "factored"
-                                or m.attn_dropout):
+                                or m.attn_dropout
+                                or config.data.seq_len > 64):
     raise ValueError("config.model.kernels='pallas' (fused GPU kernels) is "
-                     "for the LM task with qk_param='factored' and "
-                     f"attn_dropout=0; got task={task!r}, qk_param="
-                     f"{m.qk_param!r}, attn_dropout={m.attn_dropout}.")
+                     "for the LM task with qk_param='factored', "
+                     "attn_dropout=0 and data.seq_len <= 64; got "
+                     f"task={task!r}, qk_param={m.qk_param!r}, attn_dropout="
+                     f"{m.attn_dropout}, seq_len={config.data.seq_len}.")
   if task == "lm" and config.data.name == "synthetic":
     for key in ("vocab_size", "train_tokens", "eval_tokens"):
       if f"data.{key}" not in flat:

@@ -17,14 +17,13 @@ with the biases' sums:
 .. math:: dV = P^\top dU,\quad dS = P\odot(dP - \mathrm{rowsum}(P\odot dP))
           /\lambda,\quad dQ = dS\,K,\quad dK = dS^\top Q,\qquad dP = dU V^\top.
 
-Longer sequences go to jax's Pallas FlashAttention example. No logits or
+T > `BLOCK` is refused (`config.schema` says so first). No logits or
 probabilities come out to be sown: the model measures through its XLA
 path. On a CPU the kernels run in Pallas' interpreter (tests);
 `attention_reference` is the same maths in float32 jnp.
 """
 # pylint: disable=invalid-name
 import functools
-import warnings
 
 import jax
 from jax.experimental import pallas as pl
@@ -169,30 +168,6 @@ def _packed_backward(scale, causal, residuals, du):
 _packed.defvjp(_packed_forward, _packed_backward)
 
 
-@functools.cache
-def _mha():
-  """jax's Pallas attention example, imported once (its deprecation
-  warning silenced)."""
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)
-    from jax.experimental.pallas.ops.gpu import attention  # pylint: disable=g-import-not-at-top
-  return attention
-
-
-def _long(qkv, biases, temperature, causal):
-  """T > BLOCK: the biases added in XLA, then jax's FlashAttention example
-  over blocks of `BLOCK` tokens (T a multiple of it)."""
-  b = _pallas.fitting_block(qkv.shape[1], BLOCK, "model.kernels='pallas' "
-                            "needs the sequence length")
-  q, k, v = (qkv[:, :, i] + (biases[i].astype(qkv.dtype)[None, None]
-                             if biases else 0) for i in range(3))
-  mha = _mha()
-  blocks = mha.BlockSizes(block_q=b, block_k=b, block_q_dkv=b,
-                          block_kv_dkv=b, block_q_dq=b, block_kv_dq=b)
-  return mha.mha(q, k, v, None, sm_scale=1.0 / temperature, causal=causal,
-                 block_sizes=blocks, interpret=_pallas.interpret())
-
-
 def attention(qkv_BxTx3xHxD: jax.Array, temperature: float, *,
               biases: tuple[jax.Array, ...] | None = None,
               causal: bool = True) -> jax.Array:
@@ -204,7 +179,8 @@ def attention(qkv_BxTx3xHxD: jax.Array, temperature: float, *,
   if qkv_BxTx3xHxD.ndim != 5 or qkv_BxTx3xHxD.shape[2] != 3:
     raise ValueError(f"attention takes [B, T, 3, H, D], got "
                      f"{qkv_BxTx3xHxD.shape}.")
-  biases = tuple(biases or ())
   if qkv_BxTx3xHxD.shape[1] > BLOCK:
-    return _long(qkv_BxTx3xHxD, biases, temperature, causal)
-  return _packed(qkv_BxTx3xHxD, biases, 1.0 / temperature, causal)
+    raise ValueError(f"attention takes T <= {BLOCK} tokens, got "
+                     f"{qkv_BxTx3xHxD.shape[1]}.")
+  return _packed(qkv_BxTx3xHxD, tuple(biases or ()), 1.0 / temperature,
+                 causal)
