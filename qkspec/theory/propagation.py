@@ -62,13 +62,9 @@ def rho_monte_carlo(key: jax.Array, w_qk: jax.Array, *, num_sequences: int,
   :math:`\sqrt{\rho_i(1-\rho_i)/N}`.
   """
   w_qk = jnp.asarray(w_qk)
-  _checks.square_matrix("w_qk", w_qk)
-  n = _checks.positive_int("num_sequences", num_sequences)
   t = _checks.positive_int("seq_len", seq_len, minimum=2)
-  d = w_qk.shape[-1]
-  x_NxTxd = randomwalk.random_walk(key, n, t, d, cov)
-  omega_NxT = query_logits(x_NxTxd, w_qk, temperature)
-  return empirical_rho(omega_NxT)
+  x_NxTxd = randomwalk.random_walk(key, num_sequences, t, w_qk.shape[-1], cov)
+  return empirical_rho(query_logits(x_NxTxd, w_qk, temperature))
 
 
 def empirical_rho(logits: jax.Array, axis: int = -1) -> jax.Array:
@@ -158,11 +154,10 @@ def exact_moments(w_qk: jax.Array, seq_len: int, cov: jax.Array | None = None,
                      f"got shape {w_qk.shape}.")
   d = w_qk.shape[-1]
   lam = softmax.temperature(temperature, d)
+  m_sigma, mt_sigma = w_qk, w_qk.T
   if cov is not None:
     _checks.square_matrix("cov", cov, d)
-    cov = jnp.asarray(cov)
-  m_sigma = w_qk if cov is None else w_qk @ cov
-  mt_sigma = w_qk.T if cov is None else w_qk.T @ cov
+    m_sigma, mt_sigma = w_qk @ jnp.asarray(cov), w_qk.T @ jnp.asarray(cov)
   tr1 = jnp.trace(m_sigma) / lam
   tr2 = jnp.einsum("ij,ji->", m_sigma, m_sigma) / lam**2
   tr_cross = jnp.einsum("ij,ji->", m_sigma, mt_sigma) / lam**2
