@@ -114,22 +114,16 @@ def init_params(key: jax.Array, *, num_layers: int, num_heads: int, dim: int,
   )
 
 
-def attention_logits(x_Txd: jax.Array, w_qk_Hxdxd: jax.Array,
-                     temperature: float | None = None) -> jax.Array:
-  r"""Per-head logits :math:`\omega_{h,tj} = x_t^\top W_{QK,h} x_j/\lambda`,
-  [H, T, T] (query t, key j)."""
-  lam = softmax.temperature(temperature, x_Txd.shape[-1])
-  return jnp.einsum("td,hde,je->htj", x_Txd, w_qk_Hxdxd, x_Txd) / lam
-
-
 def self_attention(x_Txd: jax.Array, w_qk_Hxdxd: jax.Array,
                    w_v_Hxdxd: jax.Array, temperature: float | None = None
                    ) -> tuple[jax.Array, jax.Array, jax.Array]:
   r""":math:`\mathrm{SA}(X) = \sum_h P_h X W_h` (Dong et al., Sec. 2.1).
 
-  Returns (out [T, d], logits [H, T, T], probs [H, T, T]).
+  Returns (out [T, d], logits [H, T, T], probs [H, T, T]), the logits
+  :math:`\omega_{h,tj} = x_t^\top W_{QK,h} x_j/\lambda` (query t, key j).
   """
-  logits_HxTxT = attention_logits(x_Txd, w_qk_Hxdxd, temperature)
+  lam = softmax.temperature(temperature, x_Txd.shape[-1])
+  logits_HxTxT = jnp.einsum("td,hde,je->htj", x_Txd, w_qk_Hxdxd, x_Txd) / lam
   probs_HxTxT = jax.nn.softmax(logits_HxTxT, axis=-1)
   out_Txd = jnp.einsum("htj,jd,hde->te", probs_HxTxT, x_Txd, w_v_Hxdxd)
   return out_Txd, logits_HxTxT, probs_HxTxT
