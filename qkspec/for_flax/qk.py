@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 from flax import nnx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from qkspec.theory import locater
 from qkspec.theory import softmax
@@ -89,19 +90,15 @@ def _from_kernels(wq_kernel, wk_kernel) -> QKLayer:
   return QKLayer(w_qk, jnp.shape(wq_kernel)[-1])
 
 
-def _ndim(x: Any) -> int:
-  return getattr(x, "ndim", 0)
-
-
 def _kernel(node: Any) -> jax.Array | None:
   kernel = node.get("kernel") if isinstance(node, Mapping) else None
-  return kernel if _ndim(kernel) in (2, 3) else None
+  return kernel if np.ndim(kernel) in (2, 3) else None
 
 
 def _match(node: Mapping) -> QKLayer | None:
   """The attention layer whose parameters `node` holds, or None."""
   w_qk = node.get("w_qk")
-  if _ndim(w_qk) == 3 and w_qk.shape[-1] == w_qk.shape[-2]:
+  if np.ndim(w_qk) == 3 and w_qk.shape[-1] == w_qk.shape[-2]:
     num_heads, d = w_qk.shape[:2]
     # qkspec's models scale the joint W_QK's logits by sqrt(d / H)
     return QKLayer(w_qk, max(d // num_heads, 1))
@@ -112,16 +109,14 @@ def _match(node: Mapping) -> QKLayer | None:
 
 
 def _search(tree: Mapping, prefix: tuple = ()) -> dict[str, QKLayer]:
+  """The attention layers at and below `tree` (at `prefix`) by path."""
+  attention = _match(tree)
+  if attention is not None:
+    return {join_path(prefix): attention}
   found = {}
   for name, node in tree.items():
-    if not isinstance(node, Mapping):
-      continue
-    path = prefix + (name,)
-    attention = _match(node)
-    if attention is not None:
-      found[join_path(path)] = attention
-    else:
-      found.update(_search(node, path))
+    if isinstance(node, Mapping):
+      found.update(_search(node, prefix + (name,)))
   return found
 
 
@@ -152,8 +147,7 @@ def attention_layers(params_or_module: Any, qk_spec: QKSpec | None = None
   if qk_spec is not None:
     return {name: _from_kernels(_lookup(tree, q, name), _lookup(tree, k, name))
             for name, (q, k) in qk_spec.items()}
-  root = _match(tree)          # the model is one attention layer
-  found = {"": root} if root is not None else _search(tree)
+  found = _search(tree)        # "" if the model is one attention layer
   if not found:
     raise ValueError(f"no attention layer found: looked for {LOOKED_FOR}. "
                      "Pass qk_spec={name: (query kernel path, key kernel "
