@@ -186,17 +186,17 @@ _spectrum_stats = jax.jit(spectrum.spectrum_stats,
                           static_argnames="temperature")
 
 
-def spectrum_table(params_or_module: Any, temperature: float | None = None,
-                   qk_spec: QKSpec | None = None) -> list[dict]:
+def spectrum_table(params_or_module: Any, qk_spec: QKSpec | None = None
+                   ) -> list[dict]:
   r"""Eigenspectrum statistics of every layer and head (Eqs. 5-8).
 
   One row per (path, head): `scale`, `trace`, `xi`, `eta` and `r` of
-  `spectrum.spectrum_stats` (:math:`\Sigma = I`); `temperature` None means
-  :math:`\sqrt D`, as Flax's `dot_product_attention` scales the logits.
+  `spectrum.spectrum_stats` (:math:`\Sigma = I`) at :math:`\lambda =
+  \sqrt D`, as Flax's `dot_product_attention` scales the logits.
   """
   rows = []
   for path, a in attention_layers(params_or_module, qk_spec).items():
-    lam = float(softmax.temperature(temperature, a.head_dim))
+    lam = float(softmax.temperature(None, a.head_dim))
     # with Sigma = I, spectrum_stats' trace tr(sym(W_QK)) is tr W_QK
     stats = jax.device_get(_spectrum_stats(a.w_qk, temperature=lam))
     rows += [dict(path=path, head=h, **{c: float(stats[c][h])

@@ -98,12 +98,11 @@ def covariance(name: str, cov: Any, tol: float = 1e-5) -> None:
                      f"its smallest eigenvalue is {evals.min():.3g}.")
 
 
-def probabilities(name: str, probs: Any, mask: Any, axis: int,
-                  rtol: float = 1e-3) -> None:
-  """Raises ValueError unless concrete `probs` are rows of probabilities.
-
-  Over the keys where `mask` is True (all if None): no negative entry, and
-  every row with a visible key sums to 1 within `rtol`. NaN passes.
+def probabilities(name: str, probs: Any, mask: Any) -> None:
+  """Raises ValueError unless concrete `probs` [..., keys] are rows of
+  probabilities over the keys where `mask` is True (all if None): no
+  negative entry, and every row with a visible key sums to 1 within 1e-3.
+  NaN passes.
   """
   if not (is_concrete(probs) and is_concrete(mask)):
     return
@@ -113,9 +112,9 @@ def probabilities(name: str, probs: Any, mask: Any, axis: int,
   if np.any(visible & (arr < 0)):
     raise ValueError(f"{name} must be non-negative (probabilities), got a "
                      f"minimum of {arr[visible].min():.3g}.")
-  sums = np.sum(np.where(visible, arr, 0.0), axis=axis)
-  bad = np.any(visible, axis=axis) & (np.abs(sums - 1.0) > rtol)
+  sums = np.sum(np.where(visible, arr, 0.0), axis=-1)
+  bad = np.any(visible, axis=-1) & (np.abs(sums - 1.0) > 1e-3)
   if np.any(bad):
     raise ValueError(f"{name} rows must sum to 1 over the visible keys "
-                     f"(axis {axis}, tolerance {rtol}), got a row sum of "
+                     f"(within 1e-3), got a row sum of "
                      f"{sums[bad].flat[0]:.6g}.")
