@@ -41,8 +41,7 @@ def query_logits(x: jax.Array, w_qk: jax.Array,
                  temperature: float | None = None) -> jax.Array:
   r"""Last-token logits :math:`\omega_j = x_T^\top W_{QK} x_j/\lambda` (Def. 1).
 
-  x [..., T, d], `w_qk` [d, d] (or [..., d, d] with x's batch axes);
-  returns omega [..., T].
+  x [..., T, d], `w_qk` [d, d] or [..., d, d]; returns omega [..., T].
   """
   x, w_qk = jnp.asarray(x), jnp.asarray(w_qk)
   _checks.min_ndim("x", x, 2, "[..., T, d]")
@@ -80,8 +79,7 @@ def empirical_rho(logits: jax.Array, axis: int = -1) -> jax.Array:
 
 def _positions(seq_len):
   t = _checks.positive_int("seq_len", seq_len, minimum=2)
-  i = jnp.arange(1, t + 1, dtype=jnp.float32)
-  return t, i
+  return t, jnp.arange(1, t + 1, dtype=jnp.float32)
 
 
 def _exact_coefficients(seq_len):
@@ -118,7 +116,6 @@ def lemma1_moments(seq_len: int, trace: jax.Array, trace_sq: jax.Array,
   `trace_sq` tr(W^2) are scalars or [...]; `temperature` is required.
   Returns (mu [..., T], v [..., T]).
   """
-  _checks.choice("variant", variant, VARIANTS)
   _checks.nonnegative("trace_sq", trace_sq)
   temperature = softmax.temperature(temperature, None)
   trace = jnp.asarray(trace / temperature)[..., None]
@@ -128,8 +125,7 @@ def lemma1_moments(seq_len: int, trace: jax.Array, trace_sq: jax.Array,
     return c_T.reshape((1,) * (trace.ndim - 1) + c_T.shape)
   if exact:
     if variant != "corrected":
-      raise ValueError("exact=True gives the exact moments; variant='paper' "
-                       "only exists for the asymptotic formula.")
+      raise ValueError(f"exact=True has no variant {variant!r}.")
     inv_t, a_g, t_a_g_a = _exact_coefficients(seq_len)
     return (inv_t + lead(a_g) * trace,
             lead(a_g**2 + t_a_g_a) * trace_sq)
@@ -142,11 +138,8 @@ def lemma1_moments(seq_len: int, trace: jax.Array, trace_sq: jax.Array,
 def exact_moments(w_qk: jax.Array, seq_len: int, cov: jax.Array | None = None,
                   temperature: float | None = None
                   ) -> tuple[jax.Array, jax.Array]:
-  r"""Exact mean and variance of :math:`u_i`, (mu [T], v [T]) (module doc).
-
-  For one [d, d] `w_qk`, symmetric or not, and step covariance `cov`
-  (None = I).
-  """
+  r"""Exact mean and variance of :math:`u_i`, (mu [T], v [T]) (module doc),
+  for one [d, d] `w_qk`, symmetric or not, and step covariance `cov`."""
   w_qk = jnp.asarray(w_qk)
   _checks.square_matrix("w_qk", w_qk)
   if w_qk.ndim != 2:
@@ -174,8 +167,7 @@ def rho_from_moments(mu: jax.Array, v: jax.Array) -> jax.Array:
   (Sec. 4), broadcasting `mu` and `v` >= 0; v = 0 gives the indicator of
   :math:`\mu \in [0, 1]`.
   """
-  safe_v = jnp.where(v > 0, v, 1.0)
-  root = jnp.sqrt(2 * safe_v)
+  root = jnp.sqrt(2 * jnp.where(v > 0, v, 1.0))
   gauss = 0.5 * (erf((1 - mu) / root) + erf(mu / root))
   point = ((mu >= 0) & (mu <= 1)).astype(gauss.dtype)
   return jnp.where(v > 0, gauss, point)
@@ -227,14 +219,11 @@ def rho_trace_limit(theta: jax.Array, r: float) -> jax.Array:
   `r` = :math:`\mathrm{tr}(W)/\lambda`, a nonzero Python float; float32,
   the shape of `theta`.
   """
-  theta = jnp.asarray(theta, dtype=jnp.float32)
   if r == 0:
     raise ValueError("r = 0 has no sharp limit (Lemma 2 needs r != 0).")
-  if r > 0:
-    inside = (theta >= 0.5) & (theta <= 0.5 + 1.0 / r)
-  else:
-    inside = (theta <= 0.5) & (theta >= 0.5 + 1.0 / r)
-  return inside.astype(jnp.float32)
+  low, high = sorted((0.5, 0.5 + 1.0 / r))
+  theta = jnp.asarray(theta, dtype=jnp.float32)
+  return ((theta >= low) & (theta <= high)).astype(jnp.float32)
 
 
 def rho_from_spectrum(w_qk: jax.Array, seq_len: int,
