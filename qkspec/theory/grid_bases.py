@@ -37,12 +37,11 @@ def draw_spectra(key: jax.Array, num_draws: int,
   `spectrum.sample_qk(fold_in(key, k), dim, eigen_mean, eigen_std)`.
   """
   num_draws = _checks.positive_int("num_draws", num_draws)
-  d = _checks.positive_int("dim", dim)
 
   def one(k):
     key_b, key_w = jax.random.split(jax.random.fold_in(key, k))
-    return (spectrum.haar_orthogonal(key_b, d),
-            jax.random.normal(key_w, (d,)))
+    return (spectrum.haar_orthogonal(key_b, dim),
+            jax.random.normal(key_w, (dim,)))
 
   return jax.vmap(one)(jnp.arange(num_draws))
 
@@ -102,7 +101,6 @@ def query_bases(x_NxTxd: jax.Array,
   of walks divided by :math:`\sqrt\lambda` and `zlast_NxKxd` =
   `times_z(x[:, -1], ...)`. Returns a_TxN, b_KxTxN.
   """
-  _checks.min_ndim("x", x_NxTxd, 3, "[N, T, d]")
   return (jnp.einsum("nd,ntd->tn", x_NxTxd[:, -1, :], x_NxTxd),
           jnp.einsum("nkd,ntd->ktn", zlast_NxKxd, x_NxTxd))
 

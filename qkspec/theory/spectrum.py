@@ -58,11 +58,11 @@ def sample_qk(key: jax.Array, dim: int, eigen_mean: float | jax.Array,
   B Haar-orthogonal. Both may be traced; a concrete negative `eigen_std`
   raises ValueError.
   """
-  d = _checks.positive_int("dim", dim)
   _checks.nonnegative("eigen_std", eigen_std)
   key_b, key_w = jax.random.split(key)
-  w_d = eigen_mean + eigen_std * jax.random.normal(key_w, (d,))
-  return compose_qk(haar_orthogonal(key_b, d), w_d)
+  basis_dxd = haar_orthogonal(key_b, dim)
+  w_d = eigen_mean + eigen_std * jax.random.normal(key_w, (dim,))
+  return compose_qk(basis_dxd, w_d)
 
 
 def scale_floor(qk_trace, dim: int) -> jax.Array:
