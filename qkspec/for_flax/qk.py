@@ -9,10 +9,10 @@ A Flax attention layer projects rows with a query kernel :math:`K_q`
           \qquad q_t^\top k_j = x_t^\top W_{QK}^{(h)} x_j
 
 (without the temperature and biases). Layers are found by their parameters
-alone (`LOOKED_FOR`); `qk_spec` names the kernels of any other layout.
+(`LOOKED_FOR`); `qk_spec` names the kernels of any other layout.
 """
 # pylint: disable=invalid-name
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 from flax import nnx
 import jax
@@ -63,15 +63,13 @@ def join_path(path: tuple) -> str:
   return "/".join(str(p) for p in path)
 
 
-def _leaves(tree: Mapping, prefix: tuple = ()) -> list[tuple[str, Any]]:
+def _leaves(tree: Mapping, prefix: tuple = ()) -> Iterator[tuple[str, Any]]:
   """(path, leaf) of every leaf, paths joined by "/"."""
-  out = []
   for name, value in tree.items():
     if isinstance(value, Mapping):
-      out += _leaves(value, prefix + (name,))
+      yield from _leaves(value, prefix + (name,))
     else:
-      out.append((join_path(prefix + (name,)), value))
-  return out
+      yield join_path(prefix + (name,)), value
 
 
 def _seen(tree: Mapping) -> str:
@@ -85,9 +83,7 @@ def _seen(tree: Mapping) -> str:
 def _from_kernels(wq_kernel, wk_kernel) -> QKLayer:
   """W_QK [H, d, d] from Flax kernels [d, H, D] (or [d, D]: one head)."""
   w_qk = model_lib.qk_from_kernels(wq_kernel, wk_kernel)
-  if w_qk.ndim == 2:
-    w_qk = w_qk[None]
-  return QKLayer(w_qk, jnp.shape(wq_kernel)[-1])
+  return QKLayer(w_qk.reshape(-1, *w_qk.shape[-2:]), jnp.shape(wq_kernel)[-1])
 
 
 def _kernel(node: Any) -> jax.Array | None:
