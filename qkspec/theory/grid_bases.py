@@ -162,7 +162,7 @@ def sample_bases(key: jax.Array, covs_Cxdxd: jax.Array, *, num_draws: int,
   s_NxTxd = random_walks(jax.random.fold_in(key, _WALK_STREAM), n, seq_len,
                          d)                                  # Sigma = I
 
-  a, b, x, zcat, isotropic, coef = [], [], [], [], [], []
+  per_cov = []
   for cov_dxd in covs_Cxdxd:
     iso = jnp.all(cov_dxd == cov_dxd[0, 0] * jnp.eye(d))
     zcat_dxKd = draw_operators(basis_Kxdxd, z_Kxd, iso)
@@ -174,15 +174,11 @@ def sample_bases(key: jax.Array, covs_Cxdxd: jax.Array, *, num_draws: int,
             s_NxTxd, randomwalk.covariance_sqrt(c) / lam**0.5))
     a_TxN, b_KxTxN = query_bases(
         x_NxTxd, times_z(x_NxTxd[:, -1, :], zcat_dxKd, iso))
-    a.append(a_TxN)
-    b.append(b_KxTxN)
-    x.append(x_NxTxd[:e])
-    zcat.append(zcat_dxKd)
-    isotropic.append(iso)
-    coef.append(jax.vmap(trace_coefficients, in_axes=(0, 0, None))(
-        basis_Kxdxd, z_Kxd, cov_dxd))
-  coef = {k: jnp.stack([c[k] for c in coef], axis=-1) for k in coef[0]}
-  return dict(a=jnp.stack(a), b=jnp.stack(b, axis=1), x=jnp.stack(x),
-              zcat=jnp.stack(zcat), isotropic=jnp.stack(isotropic),
-              cov=coef["cov"][0], cov2=coef["cov2"][0], zc=coef["zc"],
-              zc2=coef["zc2"], zczc=coef["zczc"])
+    coef_K = jax.vmap(trace_coefficients, in_axes=(0, 0, None))(
+        basis_Kxdxd, z_Kxd, cov_dxd)
+    per_cov.append(dict(a=a_TxN, b=b_KxTxN, x=x_NxTxd[:e], zcat=zcat_dxKd,
+                        isotropic=iso, **coef_K))
+  out = {k: jnp.stack([c[k] for c in per_cov]) for k in per_cov[0]}  # [C..]
+  return dict(out, b=jnp.swapaxes(out["b"], 0, 1), cov=out["cov"][:, 0],
+              cov2=out["cov2"][:, 0], zc=out["zc"].T, zc2=out["zc2"].T,
+              zczc=out["zczc"].T)

@@ -118,21 +118,17 @@ def lemma1_moments(seq_len: int, trace: jax.Array, trace_sq: jax.Array,
   """
   _checks.nonnegative("trace_sq", trace_sq)
   temperature = softmax.temperature(temperature, None)
-  trace = jnp.asarray(trace / temperature)[..., None]
-  trace_sq = jnp.asarray(trace_sq / temperature**2)[..., None]
-
-  def lead(c_T):
-    return c_T.reshape((1,) * (trace.ndim - 1) + c_T.shape)
+  outer = jnp.multiply.outer      # [...] x [T] -> [..., T]
+  trace, trace_sq = trace / temperature, trace_sq / temperature**2
   if exact:
     if variant != "corrected":
       raise ValueError(f"exact=True has no variant {variant!r}.")
     inv_t, a_g, t_a_g_a = _exact_coefficients(seq_len)
-    return (inv_t + lead(a_g) * trace,
-            lead(a_g**2 + t_a_g_a) * trace_sq)
+    return inv_t + outer(trace, a_g), outer(trace_sq, a_g**2 + t_a_g_a)
   t, i = _positions(seq_len)
   theta = i / t
-  mu = lead(theta - 0.5) * trace
-  return mu, lead(_asymptotic_variance_coefficient(theta, variant)) * trace_sq
+  return (outer(trace, theta - 0.5),
+          outer(trace_sq, _asymptotic_variance_coefficient(theta, variant)))
 
 
 def exact_moments(w_qk: jax.Array, seq_len: int, cov: jax.Array | None = None,
