@@ -11,9 +11,8 @@ models, qkspec's own, or any layer whose query/key kernels `qk_spec` names;
 * `attention_table(apply_fn, variables, *args)`: entropy, :math:`\rho_i`
   and rank collapse per head from one run of the unmodified model.
 """
-from qkspec.for_flax.attention import attention_stats, attention_table
-from qkspec.for_flax.qk import (attention_layers, locater_penalty,
-                                qk_matrices, spectrum_table)
+from qkspec.for_flax.attention import attention_table
+from qkspec.for_flax.qk import locater_penalty, qk_matrices, spectrum_table
 
-__all__ = ("attention_layers", "attention_stats", "attention_table",
-           "locater_penalty", "qk_matrices", "spectrum_table")
+__all__ = ("attention_table", "locater_penalty", "qk_matrices",
+           "spectrum_table")
