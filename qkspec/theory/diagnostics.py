@@ -76,15 +76,13 @@ def _composite_argmin(x_Txd, num_steps):
   a0 = 0.5 * jnp.mean(jnp.abs(x_Txd - c0[None, :])) + 1e-30
 
   def body(k, carry):
-    c, best_c, best_f = carry
+    c, best_f = carry
     g = grad(c)
     c = c - a0 / jnp.sqrt(k + 1.0) * g / (jnp.linalg.norm(g) + 1e-30)
     f = objective(c)
-    better = f < best_f
-    return c, jnp.where(better, c, best_c), jnp.where(better, f, best_f)
+    return c, jnp.where(f < best_f, f, best_f)
 
-  _, _, best_f = jax.lax.fori_loop(0, num_steps, body,
-                                   (c0, c0, objective(c0)))
+  _, best_f = jax.lax.fori_loop(0, num_steps, body, (c0, objective(c0)))
   return best_f
 
 
