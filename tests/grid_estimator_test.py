@@ -269,18 +269,6 @@ class GridStatsTest(parameterized.TestCase):
     for name in ("rho", "rho_se", "entropy", "entropy_se"):
       np.testing.assert_allclose(half[name], self.stats[name][2:], atol=1e-6)
 
-  def test_entropy_batches_do_not_matter(self):
-    args = (self.bases["x"], self.bases["zcat"], self.bases["isotropic"],
-            jnp.asarray(MEANS), jnp.asarray(STDS))
-    whole = jax.jit(functools.partial(
-        grid_estimator.entropy_grid, walks_per_batch=E,
-        points_per_batch=len(MEANS)))(*args)
-    ragged = jax.jit(functools.partial(      # with remainders
-        grid_estimator.entropy_grid, walks_per_batch=3,
-        points_per_batch=3))(*args)
-    for a, b in zip(whole, ragged):
-      np.testing.assert_allclose(a, b, rtol=1e-5)
-
   def test_shared_design_matches_fresh_design(self):
     """Mean over seeds of the shared estimate == the paper's rho (MC error)."""
     rho_S = np.moveaxis(_over_seeds()["rho_mean"], 2, 1)   # [S, P, C, T]

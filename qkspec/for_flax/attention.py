@@ -3,15 +3,12 @@ r"""Attention entropy, rho_i and rank collapse of any Flax attention model.
 Shapes: B = batch, T = queries, S = keys, H = heads, D = head width,
 d = width.
 
-`attention_table` runs the user's model once, unmodified, recording each
-attention layer's query and key projections, mask and output: for linen
-under `nn.intercept_methods` (`nn.MultiHeadDotProductAttention` and its
-subclasses), for nnx on a clone whose `nnx.MultiHeadAttention` layers have
-a recording `attention_fn`. The logits :math:`\omega = q k^\top/\sqrt D`
-and weights are recomputed as Flax's `dot_product_attention` does. Not
-seen: a custom `attention_fn`, a decoding cache, lifted transforms
-(`nn.scan`, `nn.remat`) or a jitted `apply_fn`; a layer called twice is
-measured on its last call.
+`attention_table` runs the model once, unmodified, recording each attention
+layer's query, key, mask and output (linen: `nn.intercept_methods`; nnx: a
+clone with a recording `attention_fn`), and recomputes the logits
+:math:`\omega = q k^\top/\sqrt D` as Flax's `dot_product_attention` does.
+Not seen: a custom `attention_fn`, a decoding cache, lifted transforms or a
+jitted `apply_fn`; a layer called twice is measured on its last call.
 """
 # pylint: disable=invalid-name
 import functools
@@ -37,14 +34,12 @@ def attention_stats(query: jax.Array, key: jax.Array, mask: jax.Array | None,
                     ) -> dict[str, jax.Array]:
   r"""Per-head entropy and :math:`\rho_i`, and the output's rank collapse.
 
-  With :math:`\omega_{tj} = q_t^\top k_j/\sqrt D` and A its softmax over the
-  visible keys (`mask` True and, if `causal`, j <= t): `entropy` [H]
-  (`diagnostics.attention_entropy`, mean over batch and queries), `rho`
-  [H, S] (Definition 1 on the last query's logits over the batch, as
-  `qkspec.training.layer_stats`) and `rank_residual` [] (Dong's "mean"
-  relative residual of `output`, batch mean). query [..., T, H, D], key
-  [..., S, H, D], mask None or broadcastable to [..., H, T, S], output
-  [..., T, d].
+  Of query [..., T, H, D], key [..., S, H, D], mask None or [..., H, T, S]
+  (broadcast; with `causal`, also j <= t) and output [..., T, d]: `entropy`
+  [H] of :math:`\mathrm{softmax}(q_t^\top k_j/\sqrt D)` over the visible
+  keys (mean over batch and queries), `rho` [H, S] (Definition 1 on the last
+  query) and `rank_residual` [] (Dong's "mean" relative residual, batch
+  mean), as `qkspec.training.layer_stats`.
   """
   batch = query.shape[:-3]
   (T, H, D), S = query.shape[-3:], key.shape[-3]
@@ -52,9 +47,8 @@ def attention_stats(query: jax.Array, key: jax.Array, mask: jax.Array | None,
   k_BxSxHxD = key.reshape(-1, S, H, D).astype(jnp.float32)
   logits_BxHxTxS = jnp.einsum("bthd,bshd->bhts", q_BxTxHxD,
                               k_BxSxHxD) / jnp.sqrt(jnp.float32(D))
-  visible = jnp.ones((*batch, H, T, S), bool)
-  if mask is not None:
-    visible = visible & jnp.broadcast_to(mask.astype(bool), visible.shape)
+  visible = jnp.broadcast_to(True if mask is None else mask.astype(bool),
+                             (*batch, H, T, S))
   if causal:
     visible = visible & jnp.broadcast_to(jnp.tril(jnp.ones((T, S), bool)),
                                          visible.shape)

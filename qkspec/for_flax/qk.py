@@ -9,14 +9,15 @@ A Flax attention layer projects rows with a query kernel :math:`K_q`
           \qquad q_t^\top k_j = x_t^\top W_{QK}^{(h)} x_j
 
 (without the temperature and biases). Layers are found by their parameters
-alone (`LOOKED_FOR`); `qk_spec` names the kernels of any other layout.
+(`LOOKED_FOR`); `qk_spec` names the kernels of any other layout.
 """
 # pylint: disable=invalid-name
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 from flax import nnx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from qkspec.theory import locater
 from qkspec.theory import softmax
@@ -62,15 +63,13 @@ def join_path(path: tuple) -> str:
   return "/".join(str(p) for p in path)
 
 
-def _leaves(tree: Mapping, prefix: tuple = ()) -> list[tuple[str, Any]]:
+def _leaves(tree: Mapping, prefix: tuple = ()) -> Iterator[tuple[str, Any]]:
   """(path, leaf) of every leaf, paths joined by "/"."""
-  out = []
   for name, value in tree.items():
     if isinstance(value, Mapping):
-      out += _leaves(value, prefix + (name,))
+      yield from _leaves(value, prefix + (name,))
     else:
-      out.append((join_path(prefix + (name,)), value))
-  return out
+      yield join_path(prefix + (name,)), value
 
 
 def _seen(tree: Mapping) -> str:
@@ -84,24 +83,18 @@ def _seen(tree: Mapping) -> str:
 def _from_kernels(wq_kernel, wk_kernel) -> QKLayer:
   """W_QK [H, d, d] from Flax kernels [d, H, D] (or [d, D]: one head)."""
   w_qk = model_lib.qk_from_kernels(wq_kernel, wk_kernel)
-  if w_qk.ndim == 2:
-    w_qk = w_qk[None]
-  return QKLayer(w_qk, jnp.shape(wq_kernel)[-1])
-
-
-def _ndim(x: Any) -> int:
-  return getattr(x, "ndim", 0)
+  return QKLayer(w_qk.reshape(-1, *w_qk.shape[-2:]), jnp.shape(wq_kernel)[-1])
 
 
 def _kernel(node: Any) -> jax.Array | None:
   kernel = node.get("kernel") if isinstance(node, Mapping) else None
-  return kernel if _ndim(kernel) in (2, 3) else None
+  return kernel if np.ndim(kernel) in (2, 3) else None
 
 
 def _match(node: Mapping) -> QKLayer | None:
   """The attention layer whose parameters `node` holds, or None."""
   w_qk = node.get("w_qk")
-  if _ndim(w_qk) == 3 and w_qk.shape[-1] == w_qk.shape[-2]:
+  if np.ndim(w_qk) == 3 and w_qk.shape[-1] == w_qk.shape[-2]:
     num_heads, d = w_qk.shape[:2]
     # qkspec's models scale the joint W_QK's logits by sqrt(d / H)
     return QKLayer(w_qk, max(d // num_heads, 1))
@@ -112,16 +105,14 @@ def _match(node: Mapping) -> QKLayer | None:
 
 
 def _search(tree: Mapping, prefix: tuple = ()) -> dict[str, QKLayer]:
+  """The attention layers at and below `tree` (at `prefix`) by path."""
+  attention = _match(tree)
+  if attention is not None:
+    return {join_path(prefix): attention}
   found = {}
   for name, node in tree.items():
-    if not isinstance(node, Mapping):
-      continue
-    path = prefix + (name,)
-    attention = _match(node)
-    if attention is not None:
-      found[join_path(path)] = attention
-    else:
-      found.update(_search(node, path))
+    if isinstance(node, Mapping):
+      found.update(_search(node, prefix + (name,)))
   return found
 
 
@@ -152,8 +143,7 @@ def attention_layers(params_or_module: Any, qk_spec: QKSpec | None = None
   if qk_spec is not None:
     return {name: _from_kernels(_lookup(tree, q, name), _lookup(tree, k, name))
             for name, (q, k) in qk_spec.items()}
-  root = _match(tree)          # the model is one attention layer
-  found = {"": root} if root is not None else _search(tree)
+  found = _search(tree)        # "" if the model is one attention layer
   if not found:
     raise ValueError(f"no attention layer found: looked for {LOOKED_FOR}. "
                      "Pass qk_spec={name: (query kernel path, key kernel "
@@ -192,17 +182,17 @@ _spectrum_stats = jax.jit(spectrum.spectrum_stats,
                           static_argnames="temperature")
 
 
-def spectrum_table(params_or_module: Any, temperature: float | None = None,
-                   qk_spec: QKSpec | None = None) -> list[dict]:
+def spectrum_table(params_or_module: Any, qk_spec: QKSpec | None = None
+                   ) -> list[dict]:
   r"""Eigenspectrum statistics of every layer and head (Eqs. 5-8).
 
   One row per (path, head): `scale`, `trace`, `xi`, `eta` and `r` of
-  `spectrum.spectrum_stats` (:math:`\Sigma = I`); `temperature` None means
-  :math:`\sqrt D`, as Flax's `dot_product_attention` scales the logits.
+  `spectrum.spectrum_stats` (:math:`\Sigma = I`) at :math:`\lambda =
+  \sqrt D`, as Flax's `dot_product_attention` scales the logits.
   """
   rows = []
   for path, a in attention_layers(params_or_module, qk_spec).items():
-    lam = float(softmax.temperature(temperature, a.head_dim))
+    lam = float(softmax.temperature(None, a.head_dim))
     # with Sigma = I, spectrum_stats' trace tr(sym(W_QK)) is tr W_QK
     stats = jax.device_get(_spectrum_stats(a.w_qk, temperature=lam))
     rows += [dict(path=path, head=h, **{c: float(stats[c][h])

@@ -3,10 +3,11 @@
 Shape checks always run (shapes are static under `jit`); value checks run
 only on concrete values, as a traced one cannot be inspected.
 """
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import numpy as np
+from numpy.lib.array_utils import normalize_axis_index
 
 
 def is_concrete(x: Any) -> bool:
@@ -23,21 +24,26 @@ def positive_int(name: str, value: Any, minimum: int = 1) -> int:
   return int(value)
 
 
-def _below(name: str, value: Any, strict: bool, what: str) -> None:
-  """Raises if a concrete `value` has an entry < 0 (<= 0 if strict) or NaN."""
+def _entries(name: str, value: Any, ok: Callable[[np.ndarray], Any],
+             what: str) -> None:
+  """Raises ValueError if a concrete `value` has an entry failing `ok` (NaN
+  fails every comparison)."""
   if value is None or not is_concrete(value):
     return
-  arr = np.asarray(value)
-  if np.any(np.isnan(arr)) or np.any(arr <= 0 if strict else arr < 0):
-    raise ValueError(f"{name} must be {what}, got {value!r}.")
+  if not np.all(ok(np.asarray(value, dtype=np.float64))):
+    raise ValueError(f"{name} must {what}, got {value!r}.")
 
 
 def nonnegative(name: str, value: Any) -> None:
-  _below(name, value, False, "non-negative")
+  _entries(name, value, lambda a: a >= 0, "be non-negative")
 
 
 def positive(name: str, value: Any) -> None:
-  _below(name, value, True, "positive")
+  _entries(name, value, lambda a: a > 0, "be positive")
+
+
+def unit_interval(name: str, value: Any) -> None:
+  _entries(name, value, lambda a: (a >= 0) & (a <= 1), "lie in [0, 1]")
 
 
 def square_matrix(name: str, x: Any, dim: int | None = None) -> None:
@@ -59,14 +65,7 @@ def min_ndim(name: str, x: Any, ndim: int, legend: str) -> None:
 
 def seq_axis_length(name: str, x: Any, axis: int, minimum: int = 2) -> int:
   """Length of `axis` of `x`; raises ValueError if it is below `minimum`."""
-  shape = np.shape(x)
-  if not shape:
-    raise ValueError(f"{name} must have at least one axis, got a scalar.")
-  try:
-    n = shape[axis]
-  except IndexError:
-    raise ValueError(f"axis {axis} is out of range for {name} of shape "
-                     f"{tuple(shape)}.") from None
+  n = np.shape(x)[normalize_axis_index(axis, np.ndim(x), msg_prefix=name)]
   if n < minimum:
     raise ValueError(f"{name} needs at least {minimum} entries along axis "
                      f"{axis} (the sequence), got {n}.")
@@ -79,14 +78,6 @@ def choice(name: str, value: Any, options: tuple[str, ...]) -> str:
   return value
 
 
-def unit_interval(name: str, value: Any) -> None:
-  if not is_concrete(value):
-    return
-  arr = np.asarray(value, dtype=np.float64)
-  if np.any(np.isnan(arr)) or np.any((arr < 0) | (arr > 1)):
-    raise ValueError(f"{name} must lie in [0, 1], got {value!r}.")
-
-
 def covariance(name: str, cov: Any, tol: float = 1e-5) -> None:
   """Raises ValueError unless a concrete `cov` is symmetric PSD [..., d, d].
 
@@ -96,9 +87,9 @@ def covariance(name: str, cov: Any, tol: float = 1e-5) -> None:
   if not is_concrete(cov):
     return
   arr = np.asarray(cov, dtype=np.float64)
-  size = np.max(np.abs(arr), initial=0.0)
   if not np.all(np.isfinite(arr)):
     raise ValueError(f"{name} must be finite, got {cov!r}.")
+  size = np.max(np.abs(arr), initial=0.0)
   if np.any(np.abs(arr - np.swapaxes(arr, -1, -2)) > tol * size):
     raise ValueError(f"{name} must be symmetric (a covariance), got {cov!r}.")
   evals = np.linalg.eigvalsh(arr)
@@ -107,24 +98,23 @@ def covariance(name: str, cov: Any, tol: float = 1e-5) -> None:
                      f"its smallest eigenvalue is {evals.min():.3g}.")
 
 
-def probabilities(name: str, probs: Any, mask: Any, axis: int,
-                  rtol: float = 1e-3) -> None:
-  """Raises ValueError unless concrete `probs` are rows of probabilities.
-
-  Over the keys where `mask` is True (all if None): no negative entry, and
-  every row with a visible key sums to 1 within `rtol`. NaN passes.
+def probabilities(name: str, probs: Any, mask: Any) -> None:
+  """Raises ValueError unless concrete `probs` [..., keys] are rows of
+  probabilities over the keys where `mask` is True (all if None): no
+  negative entry, and every row with a visible key sums to 1 within 1e-3.
+  NaN passes.
   """
   if not (is_concrete(probs) and is_concrete(mask)):
     return
   arr = np.asarray(probs, dtype=np.float64)
-  visible = (np.ones(arr.shape, bool) if mask is None
-             else np.broadcast_to(np.asarray(mask, bool), arr.shape))
+  visible = np.broadcast_to(np.asarray(True if mask is None else mask, bool),
+                            arr.shape)
   if np.any(visible & (arr < 0)):
     raise ValueError(f"{name} must be non-negative (probabilities), got a "
                      f"minimum of {arr[visible].min():.3g}.")
-  sums = np.sum(np.where(visible, arr, 0.0), axis=axis)
-  bad = np.any(visible, axis=axis) & (np.abs(sums - 1.0) > rtol)
+  sums = np.sum(np.where(visible, arr, 0.0), axis=-1)
+  bad = np.any(visible, axis=-1) & (np.abs(sums - 1.0) > 1e-3)
   if np.any(bad):
     raise ValueError(f"{name} rows must sum to 1 over the visible keys "
-                     f"(axis {axis}, tolerance {rtol}), got a row sum of "
+                     f"(within 1e-3), got a row sum of "
                      f"{sums[bad].flat[0]:.6g}.")

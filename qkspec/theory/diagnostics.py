@@ -11,7 +11,7 @@ RESIDUAL_METHODS = ("mean", "svd", "composite")
 
 
 def attention_entropy(probs: jax.Array, mask: jax.Array | None = None,
-                      axis: int = -1, reduce: bool = True) -> jax.Array:
+                      reduce: bool = True) -> jax.Array:
   r"""Shannon entropy of attention rows (Zhai et al. 2023, Sec. 3).
 
   .. math:: \mathrm{Ent}(A_t) = -\sum_{j \in \mathcal V(t)} A_{tj}\log A_{tj}
@@ -23,17 +23,17 @@ def attention_entropy(probs: jax.Array, mask: jax.Array | None = None,
   in nats, else per row (0 for rows left out).
   """
   probs = jnp.asarray(probs)
-  _checks.seq_axis_length("probs", probs, axis, minimum=1)
-  _checks.probabilities("probs", probs, mask, axis)
+  _checks.seq_axis_length("probs", probs, -1, minimum=1)
+  _checks.probabilities("probs", probs, mask)
   terms = -jax.scipy.special.xlogy(probs, probs)
   if mask is None:
-    per_row = jnp.sum(terms, axis=axis)
+    per_row = jnp.sum(terms, axis=-1)
     return jnp.mean(per_row) if reduce else per_row
   mask = jnp.broadcast_to(mask, probs.shape)
-  per_row = jnp.sum(jnp.where(mask, terms, 0.0), axis=axis)
+  per_row = jnp.sum(jnp.where(mask, terms, 0.0), axis=-1)
   if not reduce:
     return per_row
-  valid = jnp.any(mask, axis=axis)
+  valid = jnp.any(mask, axis=-1)
   return jnp.sum(jnp.where(valid, per_row, 0.0)) / jnp.maximum(
       jnp.sum(valid), 1)
 
@@ -76,15 +76,13 @@ def _composite_argmin(x_Txd, num_steps):
   a0 = 0.5 * jnp.mean(jnp.abs(x_Txd - c0[None, :])) + 1e-30
 
   def body(k, carry):
-    c, best_c, best_f = carry
+    c, best_f = carry
     g = grad(c)
     c = c - a0 / jnp.sqrt(k + 1.0) * g / (jnp.linalg.norm(g) + 1e-30)
     f = objective(c)
-    better = f < best_f
-    return c, jnp.where(better, c, best_c), jnp.where(better, f, best_f)
+    return c, jnp.where(f < best_f, f, best_f)
 
-  _, _, best_f = jax.lax.fori_loop(0, num_steps, body,
-                                   (c0, c0, objective(c0)))
+  _, best_f = jax.lax.fori_loop(0, num_steps, body, (c0, objective(c0)))
   return best_f
 
 

@@ -37,12 +37,11 @@ def draw_spectra(key: jax.Array, num_draws: int,
   `spectrum.sample_qk(fold_in(key, k), dim, eigen_mean, eigen_std)`.
   """
   num_draws = _checks.positive_int("num_draws", num_draws)
-  d = _checks.positive_int("dim", dim)
 
   def one(k):
     key_b, key_w = jax.random.split(jax.random.fold_in(key, k))
-    return (spectrum.haar_orthogonal(key_b, d),
-            jax.random.normal(key_w, (d,)))
+    return (spectrum.haar_orthogonal(key_b, dim),
+            jax.random.normal(key_w, (dim,)))
 
   return jax.vmap(one)(jnp.arange(num_draws))
 
@@ -102,7 +101,6 @@ def query_bases(x_NxTxd: jax.Array,
   of walks divided by :math:`\sqrt\lambda` and `zlast_NxKxd` =
   `times_z(x[:, -1], ...)`. Returns a_TxN, b_KxTxN.
   """
-  _checks.min_ndim("x", x_NxTxd, 3, "[N, T, d]")
   return (jnp.einsum("nd,ntd->tn", x_NxTxd[:, -1, :], x_NxTxd),
           jnp.einsum("nkd,ntd->ktn", zlast_NxKxd, x_NxTxd))
 
@@ -164,7 +162,7 @@ def sample_bases(key: jax.Array, covs_Cxdxd: jax.Array, *, num_draws: int,
   s_NxTxd = random_walks(jax.random.fold_in(key, _WALK_STREAM), n, seq_len,
                          d)                                  # Sigma = I
 
-  a, b, x, zcat, isotropic, coef = [], [], [], [], [], []
+  per_cov = []
   for cov_dxd in covs_Cxdxd:
     iso = jnp.all(cov_dxd == cov_dxd[0, 0] * jnp.eye(d))
     zcat_dxKd = draw_operators(basis_Kxdxd, z_Kxd, iso)
@@ -176,15 +174,11 @@ def sample_bases(key: jax.Array, covs_Cxdxd: jax.Array, *, num_draws: int,
             s_NxTxd, randomwalk.covariance_sqrt(c) / lam**0.5))
     a_TxN, b_KxTxN = query_bases(
         x_NxTxd, times_z(x_NxTxd[:, -1, :], zcat_dxKd, iso))
-    a.append(a_TxN)
-    b.append(b_KxTxN)
-    x.append(x_NxTxd[:e])
-    zcat.append(zcat_dxKd)
-    isotropic.append(iso)
-    coef.append(jax.vmap(trace_coefficients, in_axes=(0, 0, None))(
-        basis_Kxdxd, z_Kxd, cov_dxd))
-  coef = {k: jnp.stack([c[k] for c in coef], axis=-1) for k in coef[0]}
-  return dict(a=jnp.stack(a), b=jnp.stack(b, axis=1), x=jnp.stack(x),
-              zcat=jnp.stack(zcat), isotropic=jnp.stack(isotropic),
-              cov=coef["cov"][0], cov2=coef["cov2"][0], zc=coef["zc"],
-              zc2=coef["zc2"], zczc=coef["zczc"])
+    coef_K = jax.vmap(trace_coefficients, in_axes=(0, 0, None))(
+        basis_Kxdxd, z_Kxd, cov_dxd)
+    per_cov.append(dict(a=a_TxN, b=b_KxTxN, x=x_NxTxd[:e], zcat=zcat_dxKd,
+                        isotropic=iso, **coef_K))
+  out = {k: jnp.stack([c[k] for c in per_cov]) for k in per_cov[0]}  # [C..]
+  return dict(out, b=jnp.swapaxes(out["b"], 0, 1), cov=out["cov"][:, 0],
+              cov2=out["cov2"][:, 0], zc=out["zc"].T, zc2=out["zc2"].T,
+              zczc=out["zczc"].T)

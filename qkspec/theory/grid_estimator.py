@@ -78,16 +78,13 @@ def row_entropy(logits: jax.Array, axis: int = -1) -> jax.Array:
 
 def entropy_grid(x_CxExTxd: jax.Array, zcat_CxdxKd: jax.Array,
                  isotropic_C: jax.Array, means_P: jax.Array,
-                 stds_P: jax.Array, *,
-                 walks_per_batch: int = _WALKS_PER_BATCH,
-                 points_per_batch: int = _POINTS_PER_BATCH,
-                 ) -> tuple[jax.Array, jax.Array]:
+                 stds_P: jax.Array) -> tuple[jax.Array, jax.Array]:
   r"""Per-draw attention entropy at each grid point (all T queries, Eq. (1)).
 
   Logits :math:`\mu_w g + \sigma_w h^{(k)}` (`grid_bases.attention_bases`),
-  row entropies averaged over queries and walks. `walks_per_batch` walks'
-  bases are formed and used for every point (`points_per_batch` at a time)
-  before the next, so each fused softmax stays in the L2 cache.
+  row entropies averaged over queries and walks. A batch of walks' bases is
+  formed and used for every point (a few at a time) before the next, so
+  each fused softmax stays in the L2 cache.
 
   Returns:
     entropy_PxKxC and sq_PxC (:math:`\sum_n (\sum_k f_{kn})^2` with
@@ -109,11 +106,11 @@ def entropy_grid(x_CxExTxd: jax.Array, zcat_CxdxKd: jax.Array,
         return jnp.mean(row_entropy(logits, axis=0), axis=-1)   # [K]
 
       per_cov.append(jax.lax.map(point, (means_P, stds_P),
-                                 batch_size=points_per_batch))
+                                 batch_size=_POINTS_PER_BATCH))
     return jnp.stack(per_cov, axis=-1)                   # [P, K, C]
 
   per_walk_ExPxKxC = jax.lax.map(walk, tuple(x_CxExTxd),
-                                 batch_size=walks_per_batch)
+                                 batch_size=_WALKS_PER_BATCH)
   return (jnp.mean(per_walk_ExPxKxC, axis=0),
           jnp.sum(jnp.sum(per_walk_ExPxKxC, axis=2)**2, axis=0))
 

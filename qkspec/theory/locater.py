@@ -72,13 +72,12 @@ def penalty_minimum(kappa1, kappa2, dim: int,
   of least scale, :math:`\tau I/d`; both zero: nan. The arguments
   broadcast; `dim` is d.
   """
-  d = _checks.positive_int("dim", dim)
   _checks.nonnegative("kappa1", kappa1)
   _checks.nonnegative("kappa2", kappa2)
   kappa1, kappa2, target = (jnp.asarray(x, float)
                             for x in (kappa1, kappa2, target))
-  denominator = kappa1 + kappa2 * d
-  trace = jnp.where(denominator > 0, kappa2 * d * target
+  denominator = kappa1 + kappa2 * dim
+  trace = jnp.where(denominator > 0, kappa2 * dim * target
                     / jnp.where(denominator > 0, denominator, 1.0), jnp.nan)
-  return PenaltyMinimum(trace=trace, scale=spectrum.scale_floor(trace, d))
+  return PenaltyMinimum(trace=trace, scale=spectrum.scale_floor(trace, dim))
 

@@ -26,23 +26,12 @@ from qkspec.theory import san
 from qkspec.theory import san_paths
 
 
-def check_decomposable(arch: san.Architecture) -> None:
-  """Raises ValueError unless `arch` has skips and no LayerNorm."""
-  if not arch.skip or arch.layernorm:
-    raise ValueError(f"path decomposition needs skip connections and no "
-                     f"LayerNorm, got {arch}.")
-
-
-def layer_components(params_l: dict[str, jax.Array], x_Txd: jax.Array,
-                     z_KxTxd: jax.Array, arch: san.Architecture,
-                     temperature: float | None = None
-                     ) -> tuple[jax.Array, jax.Array]:
+def _layer_components(params_l, x_Txd, z_KxTxd, arch, temperature):
   r"""One skip layer on the full input `x_Txd` and its length components.
 
   P and G come from `x_Txd`, which `z_KxTxd` sums to (module docstring).
   Returns (x_next [T, d], z_next [K, T, d]), z_next summing to x_next.
   """
-  check_decomposable(arch)
   h_Txd, _, probs_HxTxT = san.self_attention(x_Txd, params_l["w_qk"],
                                              params_l["w_v"], temperature)
   x_Txd = x_Txd + h_Txd
@@ -67,13 +56,15 @@ def length_components(params: dict[str, jax.Array], x_Txd: jax.Array,
                       temperature: float | None = None) -> jax.Array:
   r""":math:`Z^L_k`, k = 0..L, [K, T, d]: the output of one sequence split by
   path length; `z.sum(0)` is `san.forward(...)["outputs"][-1]`."""
-  check_decomposable(arch)
+  if not arch.skip or arch.layernorm:
+    raise ValueError(f"path decomposition needs skip connections and no "
+                     f"LayerNorm, got {arch}.")
   _checks.min_ndim("x", x_Txd, 2, "[T, d]")
   L = params["w_qk"].shape[0]
   z = jnp.zeros((L + 1,) + x_Txd.shape, x_Txd.dtype).at[0].set(x_Txd)
 
   def body(carry, params_l):
-    return layer_components(params_l, *carry, arch, temperature), None
+    return _layer_components(params_l, *carry, arch, temperature), None
 
   (_, z), _ = jax.lax.scan(body, (x_Txd, z), params)
   return z

@@ -41,8 +41,7 @@ def query_logits(x: jax.Array, w_qk: jax.Array,
                  temperature: float | None = None) -> jax.Array:
   r"""Last-token logits :math:`\omega_j = x_T^\top W_{QK} x_j/\lambda` (Def. 1).
 
-  x [..., T, d], `w_qk` [d, d] (or [..., d, d] with x's batch axes);
-  returns omega [..., T].
+  x [..., T, d], `w_qk` [d, d] or [..., d, d]; returns omega [..., T].
   """
   x, w_qk = jnp.asarray(x), jnp.asarray(w_qk)
   _checks.min_ndim("x", x, 2, "[..., T, d]")
@@ -62,13 +61,9 @@ def rho_monte_carlo(key: jax.Array, w_qk: jax.Array, *, num_sequences: int,
   :math:`\sqrt{\rho_i(1-\rho_i)/N}`.
   """
   w_qk = jnp.asarray(w_qk)
-  _checks.square_matrix("w_qk", w_qk)
-  n = _checks.positive_int("num_sequences", num_sequences)
   t = _checks.positive_int("seq_len", seq_len, minimum=2)
-  d = w_qk.shape[-1]
-  x_NxTxd = randomwalk.random_walk(key, n, t, d, cov)
-  omega_NxT = query_logits(x_NxTxd, w_qk, temperature)
-  return empirical_rho(omega_NxT)
+  x_NxTxd = randomwalk.random_walk(key, num_sequences, t, w_qk.shape[-1], cov)
+  return empirical_rho(query_logits(x_NxTxd, w_qk, temperature))
 
 
 def empirical_rho(logits: jax.Array, axis: int = -1) -> jax.Array:
@@ -84,8 +79,7 @@ def empirical_rho(logits: jax.Array, axis: int = -1) -> jax.Array:
 
 def _positions(seq_len):
   t = _checks.positive_int("seq_len", seq_len, minimum=2)
-  i = jnp.arange(1, t + 1, dtype=jnp.float32)
-  return t, i
+  return t, jnp.arange(1, t + 1, dtype=jnp.float32)
 
 
 def _exact_coefficients(seq_len):
@@ -122,35 +116,26 @@ def lemma1_moments(seq_len: int, trace: jax.Array, trace_sq: jax.Array,
   `trace_sq` tr(W^2) are scalars or [...]; `temperature` is required.
   Returns (mu [..., T], v [..., T]).
   """
-  _checks.choice("variant", variant, VARIANTS)
   _checks.nonnegative("trace_sq", trace_sq)
   temperature = softmax.temperature(temperature, None)
-  trace = jnp.asarray(trace / temperature)[..., None]
-  trace_sq = jnp.asarray(trace_sq / temperature**2)[..., None]
-
-  def lead(c_T):
-    return c_T.reshape((1,) * (trace.ndim - 1) + c_T.shape)
+  outer = jnp.multiply.outer      # [...] x [T] -> [..., T]
+  trace, trace_sq = trace / temperature, trace_sq / temperature**2
   if exact:
     if variant != "corrected":
-      raise ValueError("exact=True gives the exact moments; variant='paper' "
-                       "only exists for the asymptotic formula.")
+      raise ValueError(f"exact=True has no variant {variant!r}.")
     inv_t, a_g, t_a_g_a = _exact_coefficients(seq_len)
-    return (inv_t + lead(a_g) * trace,
-            lead(a_g**2 + t_a_g_a) * trace_sq)
+    return inv_t + outer(trace, a_g), outer(trace_sq, a_g**2 + t_a_g_a)
   t, i = _positions(seq_len)
   theta = i / t
-  mu = lead(theta - 0.5) * trace
-  return mu, lead(_asymptotic_variance_coefficient(theta, variant)) * trace_sq
+  return (outer(trace, theta - 0.5),
+          outer(trace_sq, _asymptotic_variance_coefficient(theta, variant)))
 
 
 def exact_moments(w_qk: jax.Array, seq_len: int, cov: jax.Array | None = None,
                   temperature: float | None = None
                   ) -> tuple[jax.Array, jax.Array]:
-  r"""Exact mean and variance of :math:`u_i`, (mu [T], v [T]) (module doc).
-
-  For one [d, d] `w_qk`, symmetric or not, and step covariance `cov`
-  (None = I).
-  """
+  r"""Exact mean and variance of :math:`u_i`, (mu [T], v [T]) (module doc),
+  for one [d, d] `w_qk`, symmetric or not, and step covariance `cov`."""
   w_qk = jnp.asarray(w_qk)
   _checks.square_matrix("w_qk", w_qk)
   if w_qk.ndim != 2:
@@ -158,11 +143,10 @@ def exact_moments(w_qk: jax.Array, seq_len: int, cov: jax.Array | None = None,
                      f"got shape {w_qk.shape}.")
   d = w_qk.shape[-1]
   lam = softmax.temperature(temperature, d)
+  m_sigma, mt_sigma = w_qk, w_qk.T
   if cov is not None:
     _checks.square_matrix("cov", cov, d)
-    cov = jnp.asarray(cov)
-  m_sigma = w_qk if cov is None else w_qk @ cov
-  mt_sigma = w_qk.T if cov is None else w_qk.T @ cov
+    m_sigma, mt_sigma = w_qk @ jnp.asarray(cov), w_qk.T @ jnp.asarray(cov)
   tr1 = jnp.trace(m_sigma) / lam
   tr2 = jnp.einsum("ij,ji->", m_sigma, m_sigma) / lam**2
   tr_cross = jnp.einsum("ij,ji->", m_sigma, mt_sigma) / lam**2
@@ -179,8 +163,7 @@ def rho_from_moments(mu: jax.Array, v: jax.Array) -> jax.Array:
   (Sec. 4), broadcasting `mu` and `v` >= 0; v = 0 gives the indicator of
   :math:`\mu \in [0, 1]`.
   """
-  safe_v = jnp.where(v > 0, v, 1.0)
-  root = jnp.sqrt(2 * safe_v)
+  root = jnp.sqrt(2 * jnp.where(v > 0, v, 1.0))
   gauss = 0.5 * (erf((1 - mu) / root) + erf(mu / root))
   point = ((mu >= 0) & (mu <= 1)).astype(gauss.dtype)
   return jnp.where(v > 0, gauss, point)
@@ -232,14 +215,11 @@ def rho_trace_limit(theta: jax.Array, r: float) -> jax.Array:
   `r` = :math:`\mathrm{tr}(W)/\lambda`, a nonzero Python float; float32,
   the shape of `theta`.
   """
-  theta = jnp.asarray(theta, dtype=jnp.float32)
   if r == 0:
     raise ValueError("r = 0 has no sharp limit (Lemma 2 needs r != 0).")
-  if r > 0:
-    inside = (theta >= 0.5) & (theta <= 0.5 + 1.0 / r)
-  else:
-    inside = (theta <= 0.5) & (theta >= 0.5 + 1.0 / r)
-  return inside.astype(jnp.float32)
+  low, high = sorted((0.5, 0.5 + 1.0 / r))
+  theta = jnp.asarray(theta, dtype=jnp.float32)
+  return ((theta >= low) & (theta <= high)).astype(jnp.float32)
 
 
 def rho_from_spectrum(w_qk: jax.Array, seq_len: int,

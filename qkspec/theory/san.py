@@ -73,11 +73,9 @@ def init_params(key: jax.Array, *, num_layers: int, num_heads: int, dim: int,
     dict with `w_qk` [L, H, d, d], `w_v` [L, H, d, d], `w1` [L, d, F],
     `b1` [L, F], `w2` [L, F, d], `b2` [L, d].
   """
-  L = _checks.positive_int("num_layers", num_layers)
-  H = _checks.positive_int("num_heads", num_heads)
-  d = _checks.positive_int("dim", dim)
-  D = _checks.positive_int("head_dim", head_dim if head_dim else max(d // H, 1))
-  F = _checks.positive_int("mlp_dim", mlp_dim if mlp_dim else 4 * d)
+  L, H, d = num_layers, num_heads, dim
+  D = head_dim or max(d // H, 1)
+  F = mlp_dim or 4 * d
   _checks.choice("qk_init", qk_init, QK_INITS)
   _checks.choice("value_init", value_init, VALUE_INITS)
   k_q, k_k, k_qk, k_v, k_o, k_1, k_2 = jax.random.split(key, 7)
@@ -105,8 +103,7 @@ def init_params(key: jax.Array, *, num_layers: int, num_heads: int, dim: int,
     w_v = value_gain * jnp.broadcast_to(jnp.eye(d) / H, (L, H, d, d))
 
   return dict(
-      w_qk=w_qk,
-      w_v=w_v,
+      w_qk=w_qk, w_v=w_v,
       w1=jax.random.normal(k_1, (L, d, F)) * jnp.sqrt(2.0 / d),
       b1=jnp.zeros((L, F)),
       w2=jax.random.normal(k_2, (L, F, d)) / jnp.sqrt(F),
@@ -114,22 +111,16 @@ def init_params(key: jax.Array, *, num_layers: int, num_heads: int, dim: int,
   )
 
 
-def attention_logits(x_Txd: jax.Array, w_qk_Hxdxd: jax.Array,
-                     temperature: float | None = None) -> jax.Array:
-  r"""Per-head logits :math:`\omega_{h,tj} = x_t^\top W_{QK,h} x_j/\lambda`,
-  [H, T, T] (query t, key j)."""
-  lam = softmax.temperature(temperature, x_Txd.shape[-1])
-  return jnp.einsum("td,hde,je->htj", x_Txd, w_qk_Hxdxd, x_Txd) / lam
-
-
 def self_attention(x_Txd: jax.Array, w_qk_Hxdxd: jax.Array,
                    w_v_Hxdxd: jax.Array, temperature: float | None = None
                    ) -> tuple[jax.Array, jax.Array, jax.Array]:
   r""":math:`\mathrm{SA}(X) = \sum_h P_h X W_h` (Dong et al., Sec. 2.1).
 
-  Returns (out [T, d], logits [H, T, T], probs [H, T, T]).
+  Returns (out [T, d], logits [H, T, T], probs [H, T, T]), the logits
+  :math:`\omega_{h,tj} = x_t^\top W_{QK,h} x_j/\lambda` (query t, key j).
   """
-  logits_HxTxT = attention_logits(x_Txd, w_qk_Hxdxd, temperature)
+  lam = softmax.temperature(temperature, x_Txd.shape[-1])
+  logits_HxTxT = jnp.einsum("td,hde,je->htj", x_Txd, w_qk_Hxdxd, x_Txd) / lam
   probs_HxTxT = jax.nn.softmax(logits_HxTxT, axis=-1)
   out_Txd = jnp.einsum("htj,jd,hde->te", probs_HxTxT, x_Txd, w_v_Hxdxd)
   return out_Txd, logits_HxTxT, probs_HxTxT
@@ -180,12 +171,10 @@ def forward(params: dict[str, jax.Array], x_Txd: jax.Array,
     dict with `outputs` [L+1, T, d] (X^0, ..., X^L), `logits` and `probs`
     [L, H, T, T] (layer l's attention, computed from X^l).
   """
-  _checks.min_ndim("x", x_Txd, 2, "[T, d]")
-  if x_Txd.ndim != 2:
+  if jnp.ndim(x_Txd) != 2:
     raise ValueError(f"x must be one sequence [T, d] (vmap over sequences), "
-                     f"got shape {x_Txd.shape}.")
-  d = x_Txd.shape[-1]
-  _checks.square_matrix("params['w_qk']", params["w_qk"], d)
+                     f"got shape {jnp.shape(x_Txd)}.")
+  _checks.square_matrix("params['w_qk']", params["w_qk"], x_Txd.shape[-1])
 
   def body(x, params_l):
     x_next, logits, probs = layer(params_l, x, arch, temperature)
@@ -203,7 +192,4 @@ def sample_inputs(key: jax.Array, kind: str, num_sequences: int,
   _checks.choice("kind", kind, INPUTS)
   if kind == "random_walk":
     return randomwalk.random_walk(key, num_sequences, seq_len, dim)
-  n = _checks.positive_int("num_sequences", num_sequences)
-  t = _checks.positive_int("seq_len", seq_len)
-  d = _checks.positive_int("dim", dim)
-  return jax.random.normal(key, (n, t, d))
+  return jax.random.normal(key, (num_sequences, seq_len, dim))

@@ -32,19 +32,6 @@ from qkspec.theory import softmax
 MAX_PATHS = 4096   # enumerating more paths than this is refused
 
 
-def _check_path_args(x_Txd, probs_LxHxTxT, w_v_LxHxdxd):
-  _checks.min_ndim("probs", probs_LxHxTxT, 4, "[L, H, T, T]")
-  _checks.min_ndim("w_v", w_v_LxHxdxd, 4, "[L, H, d, d]")
-  L, H, T, T2 = probs_LxHxTxT.shape
-  if T != T2 or x_Txd.shape[0] != T:
-    raise ValueError(f"probs {probs_LxHxTxT.shape} must be [L, H, T, T] with "
-                     f"T = x.shape[0] = {x_Txd.shape[0]}.")
-  if w_v_LxHxdxd.shape[:2] != (L, H):
-    raise ValueError(f"w_v {w_v_LxHxdxd.shape} must be [L, H, d, d] with "
-                     f"(L, H) = {(L, H)}.")
-  return L, H
-
-
 def enumerate_paths(x_Txd: jax.Array, probs_LxHxTxT: jax.Array,
                     w_v_LxHxdxd: jax.Array) -> tuple[jax.Array, np.ndarray]:
   r"""Every single-head path output (Dong et al., Sec. 2.2, no skip).
@@ -55,7 +42,7 @@ def enumerate_paths(x_Txd: jax.Array, probs_LxHxTxT: jax.Array,
   Returns (y_KxTxd, heads_KxL): the K = H^L path outputs, summing to the
   pure SAN's output, and each path's heads (the last layer's fastest).
   """
-  L, H = _check_path_args(x_Txd, probs_LxHxTxT, w_v_LxHxdxd)
+  L, H = probs_LxHxTxT.shape[:2]
   if H**L > MAX_PATHS:
     raise ValueError(f"H^L = {H}^{L} paths exceed MAX_PATHS = {MAX_PATHS}; "
                      "use path_length_components for sums over paths.")
@@ -90,7 +77,7 @@ def path_length_components(x_Txd: jax.Array, probs_LxHxTxT: jax.Array,
   so :math:`\sum_k Z^L_k = X^L` in O(L^2 H) products. Returns z_KxTxd,
   K = L + 1.
   """
-  L, _ = _check_path_args(x_Txd, probs_LxHxTxT, w_v_LxHxdxd)
+  L = probs_LxHxTxT.shape[0]
   z = jnp.zeros((L + 1,) + x_Txd.shape, x_Txd.dtype).at[0].set(x_Txd)
 
   def body(z_KxTxd, pw):

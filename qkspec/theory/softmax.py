@@ -26,10 +26,8 @@ def temperature(value: Any, head_dim: int | None):
   """
   if value is None:
     if head_dim is None:
-      raise ValueError("temperature is required here (this function sees "
-                       "traces, not the token dimension d): pass "
-                       "temperature=sqrt(d), the default of the functions "
-                       "that take W_QK.")
+      raise ValueError("temperature is required here (traces do not give "
+                       "the token dimension d): pass temperature=sqrt(d).")
     return np.float32(np.sqrt(head_dim))
   _checks.positive("temperature", value)
   return value

@@ -58,15 +58,11 @@ def sample_qk(key: jax.Array, dim: int, eigen_mean: float | jax.Array,
   B Haar-orthogonal. Both may be traced; a concrete negative `eigen_std`
   raises ValueError.
   """
-  d = _checks.positive_int("dim", dim)
   _checks.nonnegative("eigen_std", eigen_std)
   key_b, key_w = jax.random.split(key)
-  w_d = eigen_mean + eigen_std * jax.random.normal(key_w, (d,))
-  return compose_qk(haar_orthogonal(key_b, d), w_d)
-
-
-def _trace(x: jax.Array) -> jax.Array:
-  return jnp.trace(x, axis1=-2, axis2=-1)
+  basis_dxd = haar_orthogonal(key_b, dim)
+  w_d = eigen_mean + eigen_std * jax.random.normal(key_w, (dim,))
+  return compose_qk(basis_dxd, w_d)
 
 
 def scale_floor(qk_trace, dim: int) -> jax.Array:
@@ -104,15 +100,16 @@ def spectrum_stats(w_qk: jax.Array, cov: jax.Array | None = None,
   if cov is not None:
     _checks.square_matrix("cov", cov, d)
     w = w @ jnp.asarray(cov)
-  trace = _trace(w)
+  trace = jnp.trace(w, axis1=-2, axis2=-1)
   trace_sq = jnp.einsum("...ij,...ji->...", w, w)   # tr(W^2) without W @ W
   root = jnp.sqrt(trace_sq)
   nonzero = trace_sq > 0   # a safe denominator keeps gradients finite
   xi = jnp.where(nonzero, trace / jnp.where(nonzero, root, 1.0), 0.0)
   scale = jnp.sum(w_qk**2, axis=(-2, -1))
   return dict(
-      trace=trace, trace_sq=trace_sq, scale=scale, qk_trace=_trace(w_qk),
-      xi=xi, eta=root / lam, r=trace / lam,
+      trace=trace, trace_sq=trace_sq, scale=scale,
+      qk_trace=jnp.trace(w_qk, axis1=-2, axis2=-1), xi=xi, eta=root / lam,
+      r=trace / lam,
       variance=d * trace_sq - trace**2,                       # Eq. (8)
       norm_2=jnp.linalg.norm(w_qk, ord=2, axis=(-2, -1)),
       norm_fro=jnp.sqrt(scale),
