@@ -1,31 +1,10 @@
-"""Tests for qkspec.experiments.report_verdicts and report_answer: verdicts
-recomputed from planted seeds, each rule from both sides; planted curves
-over kappa2."""
+"""Tests for qkspec.experiments.report_verdicts: verdicts from planted seeds."""
 from absl.testing import absltest
 import numpy as np
 
-from qkspec.experiments import report_answer
 from qkspec.experiments import report_stats as rs
 from qkspec.experiments import report_verdicts as rv
-
-_LEVEL = {"scale": 0.27, "entropy": 2.8, "valid_ppl": 240.0}
-
-
-def _row(kappa2, deltas, label="Fig. 6", kappa1=100.0, reading="mean_loss",
-         seeds=None):
-  """A group whose per-seed values are `_LEVEL` + seed offset + `deltas`."""
-  deltas = {q: np.broadcast_to(deltas.get(q, 0.0), (len(seeds or [0]),))
-            for q in _LEVEL}
-  seeds = list(seeds or [0])
-  row = dict(figure=label.split()[1], label=label, reading=reading,
-             kappa1=kappa1, kappa2=kappa2, target=1.0, seeds=seeds,
-             n_seeds=len(seeds), final_step=50_000)
-  for q, level in _LEVEL.items():
-    vals = [level * (1 + 0.01 * s) + d for s, d in zip(seeds, deltas[q])]
-    row[f"{q}_values"] = vals
-    row[f"{q}_mean"] = float(np.mean(vals))
-    row[f"{q}_std"] = float(np.std(vals, ddof=1)) if len(vals) > 1 else np.nan
-  return row
+import testutil
 
 
 def _verdict(vs, claim, kind="kappa2", label="Fig. 6"):
@@ -42,8 +21,9 @@ def _d_with_t(t, n, mean):
 class PairedVerdictTest(absltest.TestCase):
 
   def _d(self, d, seeds=(0, 1, 2)):
-    return rv.verdicts([_row(0.0, {}, seeds=list(seeds)),
-                        _row(1.0, {"valid_ppl": d}, seeds=list(seeds))])
+    return rv.verdicts([testutil.seed_row(0.0, {}, seeds=list(seeds)),
+                        testutil.seed_row(1.0, {"valid_ppl": d},
+                                          seeds=list(seeds))])
 
   def test_t_of_three_seeds_is_held_to_4_30(self):
     """t = 3.0 passed 2 x SE; it is not significant at n - 1 = 2 dof."""
@@ -62,9 +42,10 @@ class PairedVerdictTest(absltest.TestCase):
     self.assertEqual(v["verdict"], rs.REVERSED)
 
   def test_significant_below_the_minimal_effect_is_no_practical_effect(self):
-    vs = rv.verdicts([_row(0.0, {}, seeds=[0, 1, 2, 3]),
-                      _row(1.0, {"entropy": [0.0017, 0.0018, 0.0016,
-                                             0.0017]}, seeds=[0, 1, 2, 3])])
+    vs = rv.verdicts([testutil.seed_row(0.0, {}, seeds=[0, 1, 2, 3]),
+                      testutil.seed_row(1.0, {"entropy": [0.0017, 0.0018,
+                                                          0.0016, 0.0017]},
+                                        seeds=[0, 1, 2, 3])])
     v = _verdict(vs, "C")
     self.assertGreater(v["ci"][0], 0.0)               # significant
     self.assertEqual(v["verdict"], rs.NO_EFFECT)
@@ -75,12 +56,12 @@ class OneSeedVerdictTest(absltest.TestCase):
   contrast and reading."""
 
   def _rows(self, d_one, reading="mean_loss"):
-    fig6 = [_row(0.0, {}, seeds=[0, 1, 2, 3]),
-            _row(1.0, {"valid_ppl": [0.5, 0.3, 0.7, 0.5]},
-                 seeds=[0, 1, 2, 3])]
-    fig8 = [_row(0.0, {}, label="Fig. 8", reading=reading),
-            _row(1.0, {"valid_ppl": d_one}, label="Fig. 8",
-                 reading=reading)]
+    fig6 = [testutil.seed_row(0.0, {}, seeds=[0, 1, 2, 3]),
+            testutil.seed_row(1.0, {"valid_ppl": [0.5, 0.3, 0.7, 0.5]},
+                              seeds=[0, 1, 2, 3])]
+    fig8 = [testutil.seed_row(0.0, {}, label="Fig. 8", reading=reading),
+            testutil.seed_row(1.0, {"valid_ppl": d_one}, label="Fig. 8",
+                              reading=reading)]
     return fig6 + fig8
 
   def test_floor_from_the_paired_seed_spread(self):
@@ -114,7 +95,8 @@ class OneSeedVerdictTest(absltest.TestCase):
     self.assertEqual(rv.short(v), "(**rev.**)")
 
   def test_none_contrast_without_paired_seeds_takes_the_group_spread(self):
-    rows = self._rows(0.0) + [_row(0.0, {}, kappa1=0.0, label="Fig. 8")]
+    rows = self._rows(0.0) + [testutil.seed_row(0.0, {}, kappa1=0.0,
+                                                label="Fig. 8")]
     ref = rv.seed_reference(rows)[("mean_loss", "none", "valid_ppl")]
     alt = rows[1]
     self.assertFalse(ref["paired"])
@@ -135,7 +117,8 @@ class OverTrainingTest(absltest.TestCase):
     steps = list(range(0, 50_001, 2_500))
     base = [240.0] * len(steps)
     alt = [200.0] + [241.0] * (len(steps) - 2) + [239.0]   # warm-up: 200
-    rows = [_row(0.0, {}), _row(1.0, {"valid_ppl": -1.0})]
+    rows = [testutil.seed_row(0.0, {}),
+            testutil.seed_row(1.0, {"valid_ppl": -1.0})]
     members = {("Fig. 6", "mean_loss"): [_member(0.0, 0, steps, base),
                                         _member(1.0, 0, steps, alt)]}
     v = _verdict(rv.verdicts(rows, members), "D")
@@ -151,28 +134,10 @@ class OverTrainingTest(absltest.TestCase):
     members = {("Fig. 6", "mean_loss"): [
         _member(0.0, 0, [50_000], [240.0]), _member(1.0, 0, [50_000],
                                                     [239.0])]}
-    vs = rv.verdicts([_row(0.0, {}), _row(1.0, {})], members)
+    vs = rv.verdicts([testutil.seed_row(0.0, {}), testutil.seed_row(1.0, {})],
+                     members)
     self.assertIsNone(_verdict(vs, "D")["training"])
     self.assertIsNone(_verdict(vs, "B")["training"])   # B: final step only
-
-
-class AnswerTest(absltest.TestCase):
-
-  def test_first_screen_has_a_line_per_claim_and_the_table(self):
-    rows = [_row(0.0, {}, seeds=[0, 1, 2]),
-            _row(1.0, {"scale": 0.1, "valid_ppl": [1.0, 1.1, 0.9]},
-                 seeds=[0, 1, 2]),
-            _row(0.0, {}, kappa1=0.0, seeds=[0, 1, 2])]
-    vs = rv.verdicts(rows)
-    lines = report_answer.answer(vs, [])
-    self.assertLen([x for x in lines if x.startswith("- **")], 6)
-    self.assertIn("- **Perplexity (D, valid perplexity lower): reversed in "
-                  "1 of 1 cells.**", "\n".join(lines))
-    self.assertIn("Beyond the paper: no LocATER -> LocATER", "\n".join(lines))
-    [row] = report_answer.verdict_table(vs)[2:]
-    self.assertEqual(row, "| Fig. 6 | literal (mean_loss) | 3 | **rev.** | "
-                     "~0 | **rev.** | - | - | **rev.** | ~0 | **rev.** |")
-    self.assertLen(report_answer.detail_table(vs), 2 + 6)
 
 
 _KAPPA2 = (0.0, 1e-3, 1e-2, 1e-1, 1.0)

@@ -130,3 +130,27 @@ def assert_grads_close(test, names, got, want, rtol=1e-4, atol=1e-4):
       continue
     np.testing.assert_allclose(g, r, rtol=rtol, atol=atol, err_msg=name)
     test.assertGreater(float(np.max(np.abs(r))), 0.1, name)
+
+
+# Planted inputs of the report's tests (report_*_test.py, stripes_test.py).
+
+
+SEED_LEVEL = {"scale": 0.27, "entropy": 2.8, "valid_ppl": 240.0}
+
+
+def seed_row(kappa2, deltas, label="Fig. 6", kappa1=100.0,
+             reading="mean_loss", seeds=None) -> dict:
+  """A group whose per-seed values are `SEED_LEVEL` + seed offset +
+  `deltas`."""
+  deltas = {q: np.broadcast_to(deltas.get(q, 0.0), (len(seeds or [0]),))
+            for q in SEED_LEVEL}
+  seeds = list(seeds or [0])
+  row = dict(figure=label.split()[1], label=label, reading=reading,
+             kappa1=kappa1, kappa2=kappa2, target=1.0, seeds=seeds,
+             n_seeds=len(seeds), final_step=50_000)
+  for q, level in SEED_LEVEL.items():
+    vals = [level * (1 + 0.01 * s) + d for s, d in zip(seeds, deltas[q])]
+    row[f"{q}_values"] = vals
+    row[f"{q}_mean"] = float(np.mean(vals))
+    row[f"{q}_std"] = float(np.std(vals, ddof=1)) if len(vals) > 1 else np.nan
+  return row
