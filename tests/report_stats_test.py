@@ -5,6 +5,7 @@ import numpy as np
 from scipy import stats
 
 from qkspec.experiments import report_stats as rs
+import testutil
 
 
 def _with_t(t, n=3, mean=1.0):
@@ -121,6 +122,18 @@ class CurveTest(absltest.TestCase):
     self.assertAlmostEqual(rs.bonferroni(4), 0.9875)
     self.assertAlmostEqual(rs.t_critical(3, rs.bonferroni(4)),
                            stats.t.ppf(1 - 0.0125 / 2, 3), places=9)
+
+
+class GapTest(absltest.TestCase):
+
+  def test_differences_at_common_steps(self):
+    steps, d = rs.step_differences(
+        testutil.gap_member(100.0, 0.0, [300.0, 250.0, 240.0])["metrics"][
+            "valid/ppl"],
+        testutil.gap_member(100.0, 1.0, [301.0, 245.0], steps=(10, 30))[
+            "metrics"]["valid/ppl"])
+    np.testing.assert_array_equal(steps, [10])
+    np.testing.assert_allclose(d, [51.0])
 
 
 if __name__ == "__main__":

@@ -18,6 +18,19 @@ def _d_with_t(t, n, mean):
   return mean + z / z.std(ddof=1) * mean * np.sqrt(n) / t
 
 
+class FigureOrderTest(absltest.TestCase):
+
+  def test_verdicts_list_fig6_before_fig10(self):
+    rows = []
+    for fig in ("10", "6"):
+      for r in (testutil.summary_row(0.0, 5.0, 1.0, 200.0),
+                testutil.summary_row(1.0, 3.0, 2.0, 150.0)):
+        rows.append(dict(r, figure=fig, label=f"Fig. {fig}"))
+    vs = rv.verdicts(rows)
+    self.assertEqual([v["label"] for v in vs],
+                     ["Fig. 6"] * 3 + ["Fig. 10"] * 3)
+
+
 class PairedVerdictTest(absltest.TestCase):
 
   def _d(self, d, seeds=(0, 1, 2)):

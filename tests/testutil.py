@@ -1,5 +1,6 @@
 """Helpers shared by the tests (not a test file)."""
 import json
+import math
 import os
 import pathlib
 import tempfile
@@ -154,3 +155,36 @@ def seed_row(kappa2, deltas, label="Fig. 6", kappa1=100.0,
     row[f"{q}_mean"] = float(np.mean(vals))
     row[f"{q}_std"] = float(np.std(vals, ddof=1)) if len(vals) > 1 else np.nan
   return row
+
+
+def summary_row(kappa2, scale, entropy, ppl, n_seeds=3, spread=0.01,
+                kappa1=100.0) -> dict:
+  """A Fig. 6 summary row (`report_runs.summarize_runs`' form) of the given
+  means and one std `spread` (NaN for one seed)."""
+  row = dict(figure="6", label="Fig. 6", reading="mean_loss",
+             kappa1=kappa1, kappa2=kappa2, n_seeds=n_seeds)
+  for name, mean in (("scale", scale), ("entropy", entropy),
+                     ("valid_ppl", ppl)):
+    row[f"{name}_mean"] = mean
+    row[f"{name}_std"] = spread if n_seeds > 1 else math.nan
+  return row
+
+
+def loaded_run(run_dir, seeds, last_step, kappa2=(0.0, 1.0),
+               label="Fig. 6") -> dict:
+  """A loaded run (`report_runs.load_runs`' form) with synthetic finals."""
+  members = [dict(seed=seed, kappa1=100.0, kappa2=k, target=1.0,
+                  last_step=last_step,
+                  metrics={"mean/entropy": (np.asarray([last_step]),
+                                            np.asarray([seed + k]))})
+             for seed in seeds for k in kappa2]
+  return dict(run_dir=run_dir, figure=label.split()[1], smoke=False,
+              label=label, reading="mean_loss", command="", members=members,
+              final_step=last_step, num_steps=50_000)
+
+
+def gap_member(kappa1, kappa2, ppl, entropy=2.8, steps=(0, 10, 20)) -> dict:
+  """A member whose valid ppl over `steps` is `ppl`, its entropy flat."""
+  return dict(kappa1=kappa1, kappa2=kappa2, target=1.0, seed=0,
+              metrics={"valid/ppl": (list(steps), list(ppl)),
+                       "mean/entropy": (list(steps), [entropy] * len(steps))})
