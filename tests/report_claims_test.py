@@ -5,8 +5,10 @@ from absl.testing import absltest
 import numpy as np
 
 from qkspec.config import args as args_lib
+from qkspec.experiments import report_answer
 from qkspec.experiments import report_claims
 from qkspec.experiments import report_runs
+from qkspec.experiments import stripes
 import testutil
 
 
@@ -173,6 +175,47 @@ class StripeVerdictTest(absltest.TestCase):
     self.assertEqual(
         report_claims.stripe_verdicts([testutil.loaded_run("s0", (0,),
                                                            50_000)]), [])
+
+
+def _fig7_run(locater, none):
+  """A Fig. 7 run: LocATER's and no LocATER's rho maps (or, where a map
+  is None, a record's kept result of the earlier test)."""
+  members = []
+  for kappa1, rho in ((100.0, locater), (0.0, none)):
+    m = dict(seed=0, kappa1=kappa1, kappa2=kappa1 / 100, target=1.0,
+             last_step=50_000, metrics={})
+    if rho is None:
+      m["stripes"] = {"contrast": 0.2, "p_value": 0.00498, "stripes": True}
+    else:
+      m["metrics"]["l0/rho"] = (np.arange(1, testutil.RHO_S + 1) * 250, rho)
+    members.append(m)
+  return dict(run_dir="rho", figure="7", smoke=False, label="Fig. 7",
+              reading="mean_loss", command="", members=members,
+              final_step=50_000, num_steps=50_000)
+
+
+class StripeVerdictWordsTest(absltest.TestCase):
+
+  def test_maps_give_the_rule_and_no_caveat(self):
+    [v] = report_claims.stripe_verdicts([_fig7_run(
+        testutil.rho_map(testutil.striped_profile()),
+        testutil.rho_map(0.1 + 0.8 * testutil.RHO_X))])
+    self.assertEqual(v["verdict"], "reproduced")
+    self.assertFalse(v["kept"] or v["earlier"])
+    self.assertIn(f"({stripes.RULE})", v["text"])
+    line = "\n".join(report_answer.answer([], [v]))
+    self.assertIn("**Stripes in rho_i (Fig. 7): reproduced.**", line)
+    self.assertNotIn("redrawn", line)
+
+  def test_results_of_the_earlier_test_say_so(self):
+    [v] = report_claims.stripe_verdicts([_fig7_run(None, None)])
+    self.assertEqual(v["verdict"], "not reproduced")
+    self.assertTrue(v["kept"] and v["earlier"])
+    self.assertIn(f"({stripes.EARLIER_RULE})", v["text"])
+    self.assertIn("cannot be redrawn from them, and the test (the spread of "
+                  "the time-averaged profile) also counts a smooth gradient "
+                  "over positions as stripes.",
+                  "\n".join(report_answer.answer([], [v])))
 
 
 if __name__ == "__main__":

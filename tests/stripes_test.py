@@ -1,26 +1,14 @@
-"""Fig. 7's stripe test: persistent departures, not noise or smooth trends."""
+"""Tests for qkspec.experiments.stripes: stripes, not noise or smooth trends."""
 from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
-from qkspec.experiments import report_answer
-from qkspec.experiments import report_claims
 from qkspec.experiments import stripes
+import testutil
 
-S, T = 40, 32
+S, T = testutil.RHO_S, testutil.RHO_T
 _I = np.arange(T)
-_X = _I / (T - 1)                                  # positions in [0, 1]
-
-
-def _map(profile, noise=0.1, seed=1):
-  """rho_SxT: `profile` (over positions, or [S, T]) + noise, clipped."""
-  rng = np.random.default_rng(seed)
-  return np.clip(profile + noise * rng.standard_normal((S, T)), 0, 1)
-
-
-def _striped():
-  """A couple of light and dark stripes on a uniform 0.4."""
-  return np.where(np.isin(_I, (5, 11)), 0.8, np.where(_I == 20, 0.1, 0.4))
+_X = testutil.RHO_X                                # positions in [0, 1]
 
 
 def _spikes(seed=2):
@@ -35,14 +23,15 @@ def _spikes(seed=2):
 class StripeTest(parameterized.TestCase):
 
   def test_light_and_dark_stripes_are_stripes(self):
-    r = stripes.stripe_test(_map(_striped()))
+    r = stripes.stripe_test(testutil.rho_map(testutil.striped_profile()))
     self.assertTrue(r["stripes"], r)
     self.assertLess(r["p_value"], stripes.P_VALUE)
     self.assertIn(r["position"] - 1, (5, 11, 20))    # 1-based
     self.assertGreater(r["departure"], 0.3)
 
   def test_stripes_on_a_gradient_are_stripes(self):
-    r = stripes.stripe_test(_map(_striped() - 0.3 + 0.5 * _X))
+    r = stripes.stripe_test(
+        testutil.rho_map(testutil.striped_profile() - 0.3 + 0.5 * _X))
     self.assertTrue(r["stripes"], r)
 
   @parameterized.named_parameters(
@@ -50,7 +39,7 @@ class StripeTest(parameterized.TestCase):
       ("rising_to_the_query", 0.1 + 0.8 * np.exp(-(T - 1 - _I) / 6)),
       ("sigmoid", 0.1 + 0.8 / (1 + np.exp(-(_X - 0.5) * 12))))
   def test_a_smooth_gradient_is_no_stripes(self, profile):
-    rho = _map(profile)
+    rho = testutil.rho_map(profile)
     # The spread of the time-averaged profile (the earlier test's C) is
     # large: that test called every such map striped.
     self.assertGreater(np.std(rho.mean(0)), 0.15)
@@ -59,7 +48,7 @@ class StripeTest(parameterized.TestCase):
     self.assertLess(r["departure"], stripes.MIN_DEPARTURE)
 
   def test_noise_and_spikes_that_move_are_no_stripes(self):
-    for rho in (_map(0.5, noise=0.2), _spikes()):
+    for rho in (testutil.rho_map(0.5, noise=0.2), _spikes()):
       r = stripes.stripe_test(rho)
       self.assertFalse(r["stripes"], r)
       self.assertGreater(r["p_value"], stripes.P_VALUE, r)
@@ -67,12 +56,12 @@ class StripeTest(parameterized.TestCase):
   def test_the_same_spikes_held_in_place_are_stripes(self):
     rho = np.full((S, T), 0.4)
     rho[:, [3, 17, 25]] = 0.9
-    r = stripes.stripe_test(_map(rho))
+    r = stripes.stripe_test(testutil.rho_map(rho))
     self.assertTrue(r["stripes"], r)
 
   def test_a_faint_but_persistent_departure_is_not_salient(self):
     profile = 0.5 + 0.02 * np.sign(np.sin(_I))
-    r = stripes.stripe_test(_map(profile, noise=0.002))
+    r = stripes.stripe_test(testutil.rho_map(profile, noise=0.002))
     self.assertLess(r["p_value"], stripes.P_VALUE)       # persistent ...
     self.assertFalse(r["stripes"], r)                    # ... but faint
 
@@ -84,7 +73,7 @@ class StripeTest(parameterized.TestCase):
       self.assertFalse(r["stripes"])
 
   def test_departures_against_a_loop(self):
-    rho = _map(_striped())
+    rho = testutil.rho_map(testutil.striped_profile())
     d = stripes.departures(rho)
     for s, i in ((0, 1), (7, 11), (S - 1, T - 2)):
       self.assertAlmostEqual(d[s, i - 1],
@@ -101,46 +90,6 @@ class StripeTest(parameterized.TestCase):
     self.assertTrue(stripes.earlier(kept))
     self.assertEqual(stripes.describe(kept),
                      "stripes (C = 0.206, permutation p = 0.00498)")
-
-
-def _fig7_run(locater, none):
-  """A Fig. 7 run: LocATER's and no LocATER's rho maps (or, where a map
-  is None, a record's kept result of the earlier test)."""
-  members = []
-  for kappa1, rho in ((100.0, locater), (0.0, none)):
-    m = dict(seed=0, kappa1=kappa1, kappa2=kappa1 / 100, target=1.0,
-             last_step=50_000, metrics={})
-    if rho is None:
-      m["stripes"] = {"contrast": 0.2, "p_value": 0.00498, "stripes": True}
-    else:
-      m["metrics"]["l0/rho"] = (np.arange(1, S + 1) * 250, rho)
-    members.append(m)
-  return dict(run_dir="rho", figure="7", smoke=False, label="Fig. 7",
-              reading="mean_loss", command="", members=members,
-              final_step=50_000, num_steps=50_000)
-
-
-class StripeVerdictWordsTest(absltest.TestCase):
-
-  def test_maps_give_the_rule_and_no_caveat(self):
-    [v] = report_claims.stripe_verdicts([_fig7_run(
-        _map(_striped()), _map(0.1 + 0.8 * _X))])
-    self.assertEqual(v["verdict"], "reproduced")
-    self.assertFalse(v["kept"] or v["earlier"])
-    self.assertIn(f"({stripes.RULE})", v["text"])
-    line = "\n".join(report_answer.answer([], [v]))
-    self.assertIn("**Stripes in rho_i (Fig. 7): reproduced.**", line)
-    self.assertNotIn("redrawn", line)
-
-  def test_results_of_the_earlier_test_say_so(self):
-    [v] = report_claims.stripe_verdicts([_fig7_run(None, None)])
-    self.assertEqual(v["verdict"], "not reproduced")
-    self.assertTrue(v["kept"] and v["earlier"])
-    self.assertIn(f"({stripes.EARLIER_RULE})", v["text"])
-    self.assertIn("cannot be redrawn from them, and the test (the spread of "
-                  "the time-averaged profile) also counts a smooth gradient "
-                  "over positions as stripes.",
-                  "\n".join(report_answer.answer([], [v])))
 
 
 if __name__ == "__main__":

@@ -188,3 +188,20 @@ def gap_member(kappa1, kappa2, ppl, entropy=2.8, steps=(0, 10, 20)) -> dict:
   return dict(kappa1=kappa1, kappa2=kappa2, target=1.0, seed=0,
               metrics={"valid/ppl": (list(steps), list(ppl)),
                        "mean/entropy": (list(steps), [entropy] * len(steps))})
+
+
+# Fig. 7's rho maps: RHO_S logged steps x RHO_T key positions.
+RHO_S, RHO_T = 40, 32
+RHO_X = np.arange(RHO_T) / (RHO_T - 1)           # positions in [0, 1]
+
+
+def rho_map(profile, noise=0.1, seed=1) -> np.ndarray:
+  """rho_SxT: `profile` (over positions, or [S, T]) + noise, clipped."""
+  rng = np.random.default_rng(seed)
+  return np.clip(profile + noise * rng.standard_normal((RHO_S, RHO_T)), 0, 1)
+
+
+def striped_profile() -> np.ndarray:
+  """A couple of light and dark stripes on a uniform 0.4."""
+  i = np.arange(RHO_T)
+  return np.where(np.isin(i, (5, 11)), 0.8, np.where(i == 20, 0.1, 0.4))
