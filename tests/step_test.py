@@ -1,5 +1,5 @@
-"""qkspec.training.step: compiling a run's programs on threads
-(`compile_ahead`)."""
+"""qkspec.training.step: the update's checks, and compiling a run's programs
+on threads (`compile_ahead`)."""
 import collections
 from concurrent import futures
 import logging
@@ -10,12 +10,34 @@ import tempfile
 from absl.testing import absltest
 import jax
 import numpy as np
+import optax
 
 from qkspec.training import loop
 from qkspec.training import step as step_lib
 import testutil
 
 PROGRAMS = ("jit(real_members)", "jit(train_many)", "jit(eval_many)")
+
+
+class UpdateChecksTest(absltest.TestCase):
+
+  def test_a_gradient_not_finite_is_flagged_with_a_finite_loss(self):
+    # "c" is large enough to be summed by itself, "a" and "b" flat.
+    big = step_lib.FLAT_NORM_MAX
+    grads = {"a": np.ones((3, 4), np.float32), "b": np.full(5, 2.0,
+                                                            np.float32),
+             "c": np.full((2, big // 2), 0.5, np.float32)}
+    finite, norm = step_lib.update_checks(np.float32(1.0), grads)
+    self.assertTrue(finite)
+    np.testing.assert_allclose(norm, np.sqrt(12 + 20 + big / 4), rtol=1e-6)
+    np.testing.assert_allclose(norm, optax.tree.norm(grads), rtol=1e-6)
+    for leaf in ("b", "c"):
+      for bad in (np.nan, np.inf, -np.inf, 1e20):   # 1e20: norm overflows
+        g = grads[leaf].copy()
+        g.reshape(-1)[3] = bad
+        self.assertFalse(step_lib.update_checks(
+            np.float32(1.0), {**grads, leaf: g})[0], (leaf, bad))
+    self.assertFalse(step_lib.update_checks(np.float32(np.nan), grads)[0])
 
 
 class WarmTest(absltest.TestCase):

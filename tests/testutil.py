@@ -133,6 +133,22 @@ def assert_grads_close(test, names, got, want, rtol=1e-4, atol=1e-4):
     test.assertGreater(float(np.max(np.abs(r))), 0.1, name)
 
 
+def assert_trees_equal(a, b) -> None:
+  """Asserts that every leaf of `a` equals `b`'s, bit for bit."""
+  jax.tree.map(lambda x, y: np.testing.assert_array_equal(
+      np.asarray(x), np.asarray(y)), a, b)
+
+
+def single_theory(**kw):
+  """theory_task smoke without the sweep (one run)."""
+  from configs import theory_task  # pylint: disable=g-import-not-at-top
+  c = theory_task.get_config("smoke")
+  c.sweep.kappa1, c.sweep.kappa2, c.sweep.target = (), (), ()
+  c.locater.kappa1, c.locater.kappa2 = 1.0, 1.0
+  c.update(kw)
+  return c
+
+
 # tests/testdata/wikitext2_tiny/ is hand-written in the official format; its
 # counts and ids below were worked out by hand.
 WIKITEXT2_TINY = ROOT / "tests" / "testdata" / "wikitext2_tiny"
