@@ -149,6 +149,14 @@ def single_theory(**kw):
   return c
 
 
+def plain_loss(task, params, batch):
+  """(loss sum, weight) from the whole [B, T, V] logits."""
+  from qkspec.training import tasks  # pylint: disable=g-import-not-at-top
+  logits = task.model.apply({"params": params}, batch["inputs"],
+                            deterministic=True)
+  return tasks.token_loss(logits, batch)
+
+
 # tests/testdata/wikitext2_tiny/ is hand-written in the official format; its
 # counts and ids below were worked out by hand.
 WIKITEXT2_TINY = ROOT / "tests" / "testdata" / "wikitext2_tiny"
