@@ -87,5 +87,14 @@ class ConfigCheckTest(parameterized.TestCase):
     self._check(c, "equal lengths")
 
 
+class StepsPerCallTest(absltest.TestCase):
+
+  def test_zero_is_refused(self):
+    c = testutil.lm_smoke()
+    c.steps_per_call = 0
+    with self.assertRaisesRegex(ValueError, "steps_per_call"):
+      schema.validate(c)
+
+
 if __name__ == "__main__":
   absltest.main()

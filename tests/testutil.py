@@ -149,6 +149,14 @@ def single_theory(**kw):
   return c
 
 
+def lm_smoke(kappa2=(0.0, 1.0)):
+  """The LM smoke config, a sweep over `kappa2` at kappa1 = 1."""
+  c = defaults.smoke(defaults.lm_config())
+  c.sweep.kappa2 = kappa2
+  c.locater.kappa1 = 1.0
+  return c
+
+
 def plain_loss(task, params, batch):
   """(loss sum, weight) from the whole [B, T, V] logits."""
   from qkspec.training import tasks  # pylint: disable=g-import-not-at-top
