@@ -157,6 +157,18 @@ def lm_smoke(kappa2=(0.0, 1.0)):
   return c
 
 
+def sorting_config(num_steps):
+  """Dong's sorting task (T = V = 4) for a 2-layer skip SAN + MLP, trained
+  `num_steps` steps and logged, evaluated and saved once at the end."""
+  c = defaults.synthetic_config("sorting")
+  c.model.update(num_layers=2, num_heads=2, d_model=16, ffn_dim=32, mlp=True)
+  c.data.update(seq_len=4, vocab_size=4, batch_size=32, eval_sequences=256)
+  c.opt.lr = 3e-3
+  c.num_steps = num_steps
+  c.log_every = c.eval_every = c.checkpoint_every = num_steps
+  return c
+
+
 def plain_loss(task, params, batch):
   """(loss sum, weight) from the whole [B, T, V] logits."""
   from qkspec.training import tasks  # pylint: disable=g-import-not-at-top
