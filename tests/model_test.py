@@ -1,4 +1,4 @@
-"""qkspec.training.model: shapes, causality, sown logits vs W_QK, LocATER."""
+"""qkspec.training.model: shapes, causality, sown logits vs W_QK."""
 # pylint: disable=invalid-name
 import math
 
@@ -14,8 +14,6 @@ from qkspec.config import defaults as common
 from qkspec.config import schema
 from qkspec.theory import locater
 from qkspec.training import model as model_lib
-from qkspec.training import step as step_lib
-from qkspec.training import tasks
 import testutil
 
 
@@ -89,13 +87,6 @@ class QkFromKernelsTest(absltest.TestCase):
       model_lib.qk_from_kernels(jnp.ones((3, 2)), jnp.ones((3, 4)))
     with self.assertRaisesRegex(ValueError, r"\[d, D\] or \[d, H, D\]"):
       model_lib.qk_from_kernels(jnp.ones((3,)), jnp.ones((3,)))
-
-
-def _plain_loss(task, params, batch):
-  """(loss sum, weight) from the whole [B, T, V] logits."""
-  logits = task.model.apply({"params": params}, batch["inputs"],
-                            deterministic=True)
-  return tasks.token_loss(logits, batch)
 
 
 class ModelTest(parameterized.TestCase):
@@ -209,51 +200,6 @@ class ModelTest(parameterized.TestCase):
     got = jax.grad(loss(model_lib.qk_matrices))(params)
     want = jax.grad(loss(per_layer))(params)
     chex.assert_trees_all_close(got, want, rtol=1e-6, atol=1e-9)
-
-  def test_locater_term_equals_locater_penalty_of_qk_matrices(self):
-    c = common.lm_config()
-    common.synthetic_data(c)
-    c.model.update(d_model=d, ffn_dim=d, num_layers=3, num_heads=2)
-    m = model_lib.make_model(c.model, "lm", V)
-    tokens = jnp.zeros((B, T), jnp.int32)
-    params = m.init(jax.random.key(6), tokens)["params"]
-    hp = locater.LocaterHParams(kappa1=jnp.float32(100.0),
-                                kappa2=jnp.float32(0.1),
-                                target=jnp.float32(1.0))
-    w = model_lib.qk_matrices(params)
-    want = 0.0
-    for l in range(3):
-      for h in range(2):
-        want += locater.locater_penalty(w[l, h], 100.0, 0.1, 1.0)
-    np.testing.assert_allclose(step_lib.locater_term(params, hp), want,
-                               rtol=1e-6)
-    # The training objective is loss + that term.
-    task = testutil.lm_task(c.model, V)
-    batch = {"inputs": tokens, "targets": tokens + 1}
-    key = jax.random.key(0)
-    total, (loss, pen) = step_lib.objective(params, hp, batch, key,
-                                            task=task, deterministic=True)
-    np.testing.assert_allclose(pen, want, rtol=1e-6)
-    np.testing.assert_allclose(total, loss + want, rtol=1e-6)
-    # The loss inside the model equals the cross-entropy of its logits.
-    np.testing.assert_allclose(
-        _plain_loss(task, params, batch)[0] / (B * T), loss, rtol=1e-5)
-
-  def test_loss_gradients_equal_those_of_the_logits(self):
-    c = common.lm_config()
-    c.model.update(d_model=d, ffn_dim=d, num_layers=2)
-    task = testutil.lm_task(c.model, V)
-    k1, k2 = jax.random.split(jax.random.key(7))
-    tokens = jax.random.randint(k1, (B, T), 0, V)
-    batch = {"inputs": tokens, "targets": jnp.roll(tokens, -1, axis=1),
-             "weights": (jax.random.uniform(k2, (B, T)) > 0.3) * 1.0}
-    params = task.model.init(jax.random.key(8), tokens)["params"]
-    grads = [jax.jit(jax.grad(lambda p: task.summed_loss(
-        p, batch, deterministic=True)[0]))(params),
-             jax.jit(jax.grad(lambda p: _plain_loss(task, p, batch)[0]))(
-                 params)]
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4,
-                                                         atol=1e-6), *grads)
 
   def test_bfloat16_compute_keeps_float32_params(self):
     m = model_lib.make_model(_lm_model_config(), "lm", V, dtype=jnp.bfloat16)

@@ -1,9 +1,9 @@
-"""Batches built on the device and k steps per call equal the host path.
+"""k steps per call equal the one-step path.
 
-qkspec.training.device_feed gathers train/eval batches from the token streams
-on the device; qkspec.training.multi_step scans k steps (or a split's eval
-batches) in one call. On a CPU both must equal the host-batch, one-step path
-bit for bit: same batches, same arithmetic in the same order.
+qkspec.training.multi_step scans k steps (or a split's eval batches) in one
+call, the batches gathered on the device (qkspec.training.device_feed,
+tests/device_feed_test.py). On a CPU it must equal the host-batch,
+one-step path bit for bit: same batches, same arithmetic in the same order.
 """
 import os
 import tempfile
@@ -14,9 +14,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from qkspec.config import defaults
-from qkspec.data import pipeline
-from qkspec.training import device_feed
 from qkspec.training import loop
 from qkspec.training import multi_step
 from qkspec.training import step as step_lib
@@ -24,72 +21,11 @@ from qkspec.training import sweep as sweep_lib
 import testutil
 
 
-
-
-def _lm_smoke(kappa2=(0.0, 1.0)):
-  c = defaults.smoke(defaults.lm_config())
-  c.sweep.kappa2 = kappa2
-  c.locater.kappa1 = 1.0
-  return c
-
-
 def _leaves_equal(test, a, b):
   test.assertEqual(jax.tree.structure(a), jax.tree.structure(b))
   for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
     test.assertEqual(np.asarray(x).dtype, np.asarray(y).dtype)
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-
-
-class DeviceFeedTest(parameterized.TestCase):
-  """Gathered batches equal `qkspec.data.pipeline`'s, bit for bit."""
-
-  def setUp(self):
-    super().setUp()
-    rng = np.random.default_rng(0)
-    self.data = pipeline.LMData(
-        vocab=tuple(f"w{i}" for i in range(9)) + ("<eos>",),
-        train=rng.integers(0, 10, 203).astype(np.int32),
-        valid=rng.integers(0, 10, 77).astype(np.int32),
-        test=rng.integers(0, 10, 5).astype(np.int32))
-
-  def test_train_batches_across_epochs(self):
-    T, B, seed = 7, 4, 3
-    steps_per_epoch = pipeline.num_batches(203, T, B, train=True)   # 7
-    ids = []
-    for step in range(2 * steps_per_epoch + 1):          # crosses 2 epochs
-      want = pipeline.train_batch(self.data, step, seq_len=T, batch_size=B,
-                                  seed=seed)
-      block_ids = pipeline.train_block_ids(203, step, T, B, seed)
-      got = device_feed.train_batch_at(
-          jnp.asarray(self.data.train), jnp.asarray(block_ids, jnp.int32),
-          seq_len=T, eos_id=self.data.eos_id)
-      for k in want:
-        np.testing.assert_array_equal(np.asarray(got[k]), want[k])
-      ids.append(block_ids)
-    # Block 0 (the one that starts with <eos>) is drawn in every epoch.
-    first = np.concatenate(ids[:steps_per_epoch])
-    self.assertIn(0, first)
-
-  @parameterized.parameters("valid", "test")
-  def test_eval_batches_with_padding(self, split):
-    T, B = 8, 3
-    n = pipeline.num_batches(self.data.split(split).shape[0], T, B,
-                             train=False)
-    tokens = jnp.asarray(self.data.split(split))
-    for index in range(n + 1):                   # one past the end: empty
-      got = device_feed.eval_batch_at(tokens, jnp.int32(index), seq_len=T,
-                                      batch_size=B, eos_id=self.data.eos_id)
-      if index < n:
-        want = pipeline.eval_batch(self.data, split, index, seq_len=T,
-                                   batch_size=B)
-        for k in want:
-          np.testing.assert_array_equal(np.asarray(got[k]), want[k])
-      else:
-        self.assertEqual(float(got["weights"].sum()), 0.0)
-    total = sum(float(device_feed.eval_batch_at(
-        tokens, jnp.int32(i), seq_len=T, batch_size=B,
-        eos_id=self.data.eos_id)["weights"].sum()) for i in range(n))
-    self.assertEqual(total, self.data.split(split).shape[0])
 
 
 class ScanTest(parameterized.TestCase):
@@ -105,7 +41,7 @@ class ScanTest(parameterized.TestCase):
       testutil.skip_unless_slow(self, "the LM scan in float32; the bfloat16 "
                                 "case runs the same scan with weight copies")
     if task.startswith("lm"):
-      c = _lm_smoke(kappa2)
+      c = testutil.lm_smoke(kappa2)
       if task.startswith("lm_bf16"):  # the scan carries bf16 weight copies
         c.compute_dtype = "bfloat16"
       if task == "lm_bf16_pallas":   # the GPU path's kernels
@@ -149,7 +85,7 @@ class ScanTest(parameterized.TestCase):
         lambda x: jnp.stack([x, (2 * x).astype(x.dtype)]), m))
 
   def test_eval_program_equals_per_batch_eval(self):
-    c = _lm_smoke()
+    c = testutil.lm_smoke()
     c.eval_max_batches = 3
     steps = step_lib.build_steps(c)
     ik, _, hp = step_lib.member_inputs(sweep_lib.members(c), True)
@@ -173,7 +109,7 @@ class ScanTest(parameterized.TestCase):
 class StepsPerCallTest(absltest.TestCase):
 
   def test_auto_is_one_on_cpu_and_divides_the_periods_elsewhere(self):
-    c = _lm_smoke()
+    c = testutil.lm_smoke()
     c.log_every, c.eval_every, c.checkpoint_every = 250, 2500, 5000
     self.assertEqual(multi_step.steps_per_call(c), 1)      # this CPU
     backend = jax.default_backend
@@ -190,13 +126,6 @@ class StepsPerCallTest(absltest.TestCase):
       jax.default_backend = backend
     c.steps_per_call = 5
     self.assertEqual(multi_step.steps_per_call(c), 5)
-
-  def test_zero_is_refused(self):
-    c = _lm_smoke()
-    c.steps_per_call = 0
-    with self.assertRaisesRegex(ValueError, "steps_per_call"):
-      from qkspec.config import schema  # pylint: disable=g-import-not-at-top
-      schema.validate(c)
 
 
 class LoopTest(absltest.TestCase):

@@ -1,5 +1,6 @@
-"""qkspec.training.step: compiling a run's programs on threads
-(`compile_ahead`)."""
+"""qkspec.training.step: the update's checks, the objective, and compiling
+a run's programs on threads (`compile_ahead`)."""
+# pylint: disable=invalid-name
 import collections
 from concurrent import futures
 import logging
@@ -9,13 +10,72 @@ import tempfile
 
 from absl.testing import absltest
 import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 
+from qkspec.config import defaults as common
+from qkspec.theory import locater
 from qkspec.training import loop
+from qkspec.training import model as model_lib
 from qkspec.training import step as step_lib
 import testutil
 
 PROGRAMS = ("jit(real_members)", "jit(train_many)", "jit(eval_many)")
+B, T, d, V = 2, 8, 16, 50
+
+
+class UpdateChecksTest(absltest.TestCase):
+
+  def test_a_gradient_not_finite_is_flagged_with_a_finite_loss(self):
+    # "c" is large enough to be summed by itself, "a" and "b" flat.
+    big = step_lib.FLAT_NORM_MAX
+    grads = {"a": np.ones((3, 4), np.float32), "b": np.full(5, 2.0,
+                                                            np.float32),
+             "c": np.full((2, big // 2), 0.5, np.float32)}
+    finite, norm = step_lib.update_checks(np.float32(1.0), grads)
+    self.assertTrue(finite)
+    np.testing.assert_allclose(norm, np.sqrt(12 + 20 + big / 4), rtol=1e-6)
+    np.testing.assert_allclose(norm, optax.tree.norm(grads), rtol=1e-6)
+    for leaf in ("b", "c"):
+      for bad in (np.nan, np.inf, -np.inf, 1e20):   # 1e20: norm overflows
+        g = grads[leaf].copy()
+        g.reshape(-1)[3] = bad
+        self.assertFalse(step_lib.update_checks(
+            np.float32(1.0), {**grads, leaf: g})[0], (leaf, bad))
+    self.assertFalse(step_lib.update_checks(np.float32(np.nan), grads)[0])
+
+
+class ObjectiveTest(absltest.TestCase):
+
+  def test_locater_term_equals_locater_penalty_of_qk_matrices(self):
+    c = common.lm_config()
+    common.synthetic_data(c)
+    c.model.update(d_model=d, ffn_dim=d, num_layers=3, num_heads=2)
+    m = model_lib.make_model(c.model, "lm", V)
+    tokens = jnp.zeros((B, T), jnp.int32)
+    params = m.init(jax.random.key(6), tokens)["params"]
+    hp = locater.LocaterHParams(kappa1=jnp.float32(100.0),
+                                kappa2=jnp.float32(0.1),
+                                target=jnp.float32(1.0))
+    w = model_lib.qk_matrices(params)
+    want = 0.0
+    for l in range(3):
+      for h in range(2):
+        want += locater.locater_penalty(w[l, h], 100.0, 0.1, 1.0)
+    np.testing.assert_allclose(step_lib.locater_term(params, hp), want,
+                               rtol=1e-6)
+    # The training objective is loss + that term.
+    task = testutil.lm_task(c.model, V)
+    batch = {"inputs": tokens, "targets": tokens + 1}
+    key = jax.random.key(0)
+    total, (loss, pen) = step_lib.objective(params, hp, batch, key,
+                                            task=task, deterministic=True)
+    np.testing.assert_allclose(pen, want, rtol=1e-6)
+    np.testing.assert_allclose(total, loss + want, rtol=1e-6)
+    # The loss inside the model equals the cross-entropy of its logits.
+    np.testing.assert_allclose(
+        testutil.plain_loss(task, params, batch)[0] / (B * T), loss, rtol=1e-5)
 
 
 class WarmTest(absltest.TestCase):

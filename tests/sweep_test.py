@@ -10,8 +10,6 @@ import numpy as np
 
 from configs import locater_wt2
 from configs import theory_task
-from qkspec.config import defaults
-from qkspec.config import schema
 from qkspec.theory import locater
 from qkspec.training import loop
 from qkspec.training import metric_writer
@@ -41,22 +39,6 @@ class MembersTest(absltest.TestCase):
 
 
 class HParamsTest(absltest.TestCase):
-
-  def test_config_fields_are_the_locater_hparams(self):
-    # The config layer loads without jax, so it names LocaterHParams'
-    # fields itself (schema.LOCATER_FIELDS); names and defaults must agree.
-    fields = locater.LocaterHParams._fields
-    self.assertEqual(schema.LOCATER_FIELDS, fields)
-    self.assertEqual(schema.SWEEPABLE,
-                     ("seed",) + fields + ("penalty_added_to",))
-    for c in (defaults.theory_config(), defaults.lm_config()):
-      self.assertEqual({k: c.locater[k] for k in fields},
-                       locater.LocaterHParams()._asdict())
-      # The one other locater field is the reading of kappa, applied in
-      # qkspec.training.step (not a LocaterHParams field; swept as a
-      # per-member factor, tests/both_readings_test.py).
-      self.assertEqual(set(c.locater) - set(fields), {"penalty_added_to"})
-      self.assertContainsSubset(schema.SWEEPABLE, set(c.sweep))
 
   def test_hparams_of_members(self):
     ms = sweep.members(theory_task.get_config("smoke"))

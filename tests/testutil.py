@@ -3,6 +3,7 @@ import json
 import math
 import os
 import pathlib
+import shutil
 import tempfile
 import unittest
 
@@ -205,3 +206,90 @@ def striped_profile() -> np.ndarray:
   """A couple of light and dark stripes on a uniform 0.4."""
   i = np.arange(RHO_T)
   return np.where(np.isin(i, (5, 11)), 0.8, np.where(i == 20, 0.1, 0.4))
+
+
+def assert_trees_equal(a, b) -> None:
+  """Asserts that every leaf of `a` equals `b`'s, bit for bit."""
+  jax.tree.map(lambda x, y: np.testing.assert_array_equal(
+      np.asarray(x), np.asarray(y)), a, b)
+
+
+def single_theory(**kw):
+  """theory_task smoke without the sweep (one run)."""
+  from configs import theory_task  # pylint: disable=g-import-not-at-top
+  c = theory_task.get_config("smoke")
+  c.sweep.kappa1, c.sweep.kappa2, c.sweep.target = (), (), ()
+  c.locater.kappa1, c.locater.kappa2 = 1.0, 1.0
+  c.update(kw)
+  return c
+
+
+def lm_smoke(kappa2=(0.0, 1.0)):
+  """The LM smoke config, a sweep over `kappa2` at kappa1 = 1."""
+  c = defaults.smoke(defaults.lm_config())
+  c.sweep.kappa2 = kappa2
+  c.locater.kappa1 = 1.0
+  return c
+
+
+def sorting_config(num_steps):
+  """Dong's sorting task (T = V = 4) for a 2-layer skip SAN + MLP, trained
+  `num_steps` steps and logged, evaluated and saved once at the end."""
+  c = defaults.synthetic_config("sorting")
+  c.model.update(num_layers=2, num_heads=2, d_model=16, ffn_dim=32, mlp=True)
+  c.data.update(seq_len=4, vocab_size=4, batch_size=32, eval_sequences=256)
+  c.opt.lr = 3e-3
+  c.num_steps = num_steps
+  c.log_every = c.eval_every = c.checkpoint_every = num_steps
+  return c
+
+
+def plain_loss(task, params, batch):
+  """(loss sum, weight) from the whole [B, T, V] logits."""
+  from qkspec.training import tasks  # pylint: disable=g-import-not-at-top
+  logits = task.model.apply({"params": params}, batch["inputs"],
+                            deterministic=True)
+  return tasks.token_loss(logits, batch)
+
+
+# tests/testdata/wikitext2_tiny/ is hand-written in the official format; its
+# counts and ids below were worked out by hand.
+WIKITEXT2_TINY = ROOT / "tests" / "testdata" / "wikitext2_tiny"
+# Train vocabulary in order of first appearance (by hand).
+WIKITEXT2_TINY_VOCAB = (
+    "<eos> = Alpha Beta The cat sat on the mat . dog <unk> History A "
+    "and a Gamma of is 1 @,@ 000").split()
+# valid: " \n", " = Beta = \n", " \n", " The cat and the dog sat . \n",
+# " A mat is on the cat . \n", " \n".
+WIKITEXT2_TINY_VALID_IDS = [0, 1, 3, 1, 0, 0, 4, 5, 15, 8, 11, 6, 10, 0,
+                            14, 9, 19, 7, 8, 5, 10, 0, 0]
+# test: "zebra" and "mats" are not in train and become <unk> (12).
+WIKITEXT2_TINY_TEST_IDS = [0, 1, 2, 1, 0, 0, 4, 12, 6, 7, 20, 21, 22, 12, 10,
+                           0, 0]
+
+
+def wikitext2_data_config(data_dir, manual_dir):
+  """`lm_config().data` building WikiText-2 from `manual_dir` into
+  `data_dir`."""
+  c = defaults.lm_config().data
+  c.data_dir, c.manual_dir = str(data_dir), str(manual_dir)
+  return c
+
+
+class BuiltWikitext2Tiny:
+  """Mixin for a TestCase class: `setUpClass` builds wikitext2_tiny into a
+  temporary data_dir (`cls._tmp`) and reads its splits (`cls.data`)."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    from qkspec.data import pipeline  # pylint: disable=g-import-not-at-top
+    cls._tmp = tempfile.mkdtemp()
+    cls.data = pipeline.load_splits(
+        wikitext2_data_config(cls._tmp, WIKITEXT2_TINY),
+        verify_checksums=False)
+
+  @classmethod
+  def tearDownClass(cls):
+    shutil.rmtree(cls._tmp, ignore_errors=True)
+    super().tearDownClass()

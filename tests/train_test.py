@@ -1,41 +1,28 @@
-"""qkspec.training.loop: end-to-end smoke runs, NaN stop, config checks."""
+"""qkspec.training.loop end to end: smoke runs, NaN stop, a run refused
+before training, resuming."""
 import json
 import os
-import pathlib
+import shutil
 import tempfile
 from unittest import mock
 
 from absl.testing import absltest
-from absl.testing import parameterized
 import chex
-import ml_collections
+import jax
 import numpy as np
-import optax
 
 from qkspec.config import defaults as common
-from configs import depth_width
 from configs import locater_wt2
 from configs import theory_task
+from qkspec.theory import locater
 from qkspec.training import checkpoint
-from qkspec.config import schema
 from qkspec.training import metric_writer
 from qkspec.experiments import training_plots
 from qkspec.training import loop
-from qkspec.training import model as model_lib
 from qkspec.training import step as step_lib
-
-_REPO = pathlib.Path(__file__).resolve().parents[1]
-
-_FIXTURE = _REPO / "tests" / "testdata" / "wikitext2_tiny"
-
-
-def _single_theory(**kw):
-  """theory_task smoke without the sweep (one run)."""
-  c = theory_task.get_config("smoke")
-  c.sweep.kappa1, c.sweep.kappa2, c.sweep.target = (), (), ()
-  c.locater.kappa1, c.locater.kappa2 = 1.0, 1.0
-  c.update(kw)
-  return c
+from qkspec.training import sweep
+from qkspec.training import tasks
+import testutil
 
 
 class EndToEndTest(absltest.TestCase):
@@ -68,7 +55,7 @@ class EndToEndTest(absltest.TestCase):
     c = common.lm_config()
     c.model.update(d_model=8, ffn_dim=8)
     c.data.seq_len, c.data.batch_size = 4, 2
-    c.data.manual_dir = str(_FIXTURE)
+    c.data.manual_dir = str(testutil.WIKITEXT2_TINY)
     c.data.verify_checksums = False
     c.num_steps, c.log_every, c.eval_every, c.checkpoint_every = 3, 1, 3, 3
     c.opt.lr = 1e-2
@@ -88,59 +75,13 @@ class EndToEndTest(absltest.TestCase):
                          np.mean(np.log(np.arange(1, 5))) + 1e-5)
 
 
-class MeasurementTest(absltest.TestCase):
-
-  def test_logged_eta_and_r_use_the_head_temperature(self):
-    # H = 2 heads of width D = d / 2: lambda = sqrt(D), not sqrt(d). The
-    # logged xi, eta and r of each head equal Lemma 1's statistics of the
-    # final W_QK with that lambda.
-    c = _single_theory(num_steps=2, log_every=2, eval_every=2,
-                       checkpoint_every=2)
-    c.model.num_heads, c.model.out_proj = 2, True
-    d = c.model.d_model
-    with tempfile.TemporaryDirectory() as tmp:
-      state = loop.train_and_evaluate(c, tmp)
-      m = metric_writer.read_metrics(tmp)
-    w = np.asarray(model_lib.qk_matrices(state.params), np.float64)[0]
-    sym = (w + np.swapaxes(w, -1, -2)) / 2
-    trace = np.trace(sym, axis1=-2, axis2=-1)
-    root = np.sqrt(np.einsum("hij,hji->h", sym, sym))
-    lam = np.sqrt(d / 2)
-    for h in range(2):
-      np.testing.assert_array_equal(m[f"l0/h{h}/eta"][0], [0, 2])
-      got = {k: m[f"l0/h{h}/{k}"][1][-1] for k in ("xi", "eta", "r")}
-      np.testing.assert_allclose(got["xi"], trace[h] / root[h], rtol=1e-4)
-      np.testing.assert_allclose(got["eta"], root[h] / lam, rtol=1e-4)
-      np.testing.assert_allclose(got["r"], trace[h] / lam, rtol=1e-4,
-                                 atol=1e-6)
-      self.assertGreater(abs(got["eta"] - root[h] / np.sqrt(d)), 1e-3)
-
-
 class NaNTest(absltest.TestCase):
-
-  def test_a_gradient_not_finite_is_flagged_with_a_finite_loss(self):
-    # "c" is large enough to be summed by itself, "a" and "b" flat.
-    big = step_lib.FLAT_NORM_MAX
-    grads = {"a": np.ones((3, 4), np.float32), "b": np.full(5, 2.0,
-                                                            np.float32),
-             "c": np.full((2, big // 2), 0.5, np.float32)}
-    finite, norm = step_lib.update_checks(np.float32(1.0), grads)
-    self.assertTrue(finite)
-    np.testing.assert_allclose(norm, np.sqrt(12 + 20 + big / 4), rtol=1e-6)
-    np.testing.assert_allclose(norm, optax.tree.norm(grads), rtol=1e-6)
-    for leaf in ("b", "c"):
-      for bad in (np.nan, np.inf, -np.inf, 1e20):   # 1e20: norm overflows
-        g = grads[leaf].copy()
-        g.reshape(-1)[3] = bad
-        self.assertFalse(step_lib.update_checks(
-            np.float32(1.0), {**grads, leaf: g})[0], (leaf, bad))
-    self.assertFalse(step_lib.update_checks(np.float32(np.nan), grads)[0])
 
   def test_nonfinite_loss_stops_with_the_step_and_keeps_last_checkpoint(self):
     # lr = 1e30: the update at step 0 is finite but blows the weights up, so
     # the loss at step 1 overflows.
-    c = _single_theory(num_steps=6, log_every=3, checkpoint_every=1,
-                       eval_every=100)
+    c = testutil.single_theory(num_steps=6, log_every=3, checkpoint_every=1,
+                               eval_every=100)
     c.opt.lr = 1e30
     with tempfile.TemporaryDirectory() as tmp:
       with self.assertRaisesRegex(FloatingPointError, r"at step 1\b") as cm:
@@ -149,8 +90,8 @@ class NaNTest(absltest.TestCase):
     self.assertIn("the newest checkpoint is step 1 (", str(cm.exception))
 
   def test_nonfinite_before_any_checkpoint_says_there_is_none(self):
-    c = _single_theory(num_steps=6, log_every=3, checkpoint_every=100,
-                       eval_every=100)
+    c = testutil.single_theory(num_steps=6, log_every=3, checkpoint_every=100,
+                               eval_every=100)
     c.opt.lr = 1e30
     with tempfile.TemporaryDirectory() as tmp:
       with self.assertRaisesRegex(FloatingPointError,
@@ -197,8 +138,8 @@ class LogOverlapTest(absltest.TestCase):
       events.append(("save", step))
       return save(ckpt, step, state, **kw)
 
-    c = _single_theory(num_steps=6, log_every=2, eval_every=100,
-                       checkpoint_every=4)
+    c = testutil.single_theory(num_steps=6, log_every=2, eval_every=100,
+                               checkpoint_every=4)
     with mock.patch.object(step_lib, "build_steps", recording_build), \
         mock.patch.object(metric_writer.MetricWriter, "write_scalars",
                           recording_write), \
@@ -219,81 +160,7 @@ class LogOverlapTest(absltest.TestCase):
     self.assertEqual(writes[-2:], [len(events) - 2, len(events) - 1])
 
 
-class ConfigCheckTest(parameterized.TestCase):
-
-  def _check(self, config, pattern, num_devices=None):
-    with self.assertRaisesRegex(ValueError, pattern):
-      schema.validate(config, num_devices)
-
-  def test_shipped_configs_are_valid(self):
-    for c in (theory_task.get_config(), theory_task.get_config("smoke"),
-              locater_wt2.get_config(), locater_wt2.get_config("smoke"),
-              depth_width.get_config("L=6,d=32"),
-              depth_width.get_config("L=3,d=128,smoke"),
-              locater_wt2.get_config("fairseq"),
-              depth_width.get_config("L=3,d=32,fairseq")):
-      schema.validate(c, num_devices=1)
-    self.assertEqual(depth_width.get_config("L=1,d=32").opt.lr, 1e-4)
-    self.assertLen(locater_wt2.get_sweep(), 5)
-    with self.assertRaisesRegex(ValueError, "unknown config argument 'X'"):
-      depth_width.get_config("X=3")
-
-  def test_unknown_key(self):
-    c = ml_collections.ConfigDict(_single_theory().to_dict())
-    c.locater.kapa2 = 1.0
-    self._check(c, r"'locater.kapa2'")
-
-  @parameterized.parameters(
-      ("locater.kappa1", -1.0, r"locater.kappa1 must be >= 0"),
-      ("locater.kappa2", -0.5, r"locater.kappa2 must be >= 0"),
-      ("model.num_heads", 3, r"model.num_heads=3 does not divide"),
-      ("opt.lr", 0.0, r"opt.lr must be > 0"),
-      ("model.norm", "mid", r"model.norm must be one of"),
-      ("sweep.kappa2", (1.0, -1.0), r"sweep.kappa2 entries must be >= 0"),
-      ("data.seq_len", 1, r"data.seq_len must be an integer >= 2"),
-      ("sweep.member_batch", -2, r"sweep.member_batch must be an integer"),
-      ("model.temperature", -1.0, r"model.temperature must be > 0"),
-      ("num_steps", 0, r"config.num_steps must be an integer >= 1, got 0"),
-      ("progress_every_s", -1.0, r"progress_every_s must be >= 0"),
-      ("locater.penalty_added_to", "fairseq",
-       r"locater.penalty_added_to must be one of \('mean_loss', "
-       r"'summed_loss'\)"),
-  )
-  def test_impossible_values(self, key, value, pattern):
-    c = _single_theory()
-    section, _, name = key.rpartition(".")
-    (c[section] if section else c)[name] = value
-    self._check(c, pattern)
-
-  def test_shard_members_is_true_false_or_auto(self):
-    c = _single_theory()
-    self.assertIsNone(c.sweep.shard_members)          # auto
-    for value in (True, False, None):
-      c.sweep.shard_members = value
-      schema.validate(c)
-    c = ml_collections.ConfigDict(c.to_dict())       # untyped, as from JSON
-    c.sweep.shard_members = 1
-    self._check(c, r"sweep.shard_members must be True, False or None")
-
-  def test_temperature_is_none_or_positive(self):
-    c = _single_theory()
-    self.assertIsNone(c.model.temperature)            # sqrt(head width)
-    schema.validate(c)
-    c.model.temperature = 2.0
-    schema.validate(c)
-    for value in (0.0, -1.0):
-      c.model.temperature = value
-      with self.assertRaisesRegex(ValueError, "temperature must be > 0"):
-        schema.validate(c)
-
-  def test_batch_not_divisible_by_devices(self):
-    self._check(_single_theory(), r"data.batch_size=8 .* 3 devices",
-                num_devices=3)
-
-  def test_zip_sweep_lengths(self):
-    c = _single_theory()
-    c.sweep.kappa1, c.sweep.kappa2 = (1.0, 2.0), (1.0, 2.0, 3.0)
-    self._check(c, "equal lengths")
+class ConfigCheckTest(absltest.TestCase):
 
   def test_seq_len_longer_than_the_data_fails_before_training(self):
     c = locater_wt2.get_config("smoke")
@@ -304,67 +171,88 @@ class ConfigCheckTest(parameterized.TestCase):
       self.assertFalse(os.path.exists(os.path.join(tmp, "ckpt")))
 
 
-class MetricWriterTest(absltest.TestCase):
+# Reruns of the same steps (straight vs resumed) hit the compilation cache.
+class ResumeTest(absltest.TestCase):
 
-  def test_jsonl_round_trip(self):
+  def test_resumed_sweep_is_bit_identical_to_uninterrupted(self):
+    # An LM sweep (two members, dropout 0.1): 2N steps straight vs N, stop,
+    # restart in the same workdir, continue to 2N.
+    cfg = testutil.get_config("rho_training", "smoke")
+    cfg.num_steps = 4
+    cfg.checkpoint_every = 2
+    cfg.eval_every = 4
     with tempfile.TemporaryDirectory() as tmp:
-      with metric_writer.MetricWriter(tmp) as w:
-        w.write_hparams({"lr": 0.1})
-        w.write_scalars(0, {"a": 1.0})
-        w.write_arrays(0, {"rho": np.array([0.5, 1.0])})
-        w.write_scalars(2, {"a": float("nan")})
-        w.write_scalars(2, {"a": 3.0})         # rewritten step: last wins
-      m = metric_writer.read_metrics(tmp)
-    np.testing.assert_array_equal(m["a"][0], [0, 2])
-    np.testing.assert_array_equal(m["a"][1], [1.0, 3.0])
-    np.testing.assert_array_equal(m["rho"][1], [[0.5, 1.0]])
+      straight = loop.train_and_evaluate(cfg, os.path.join(tmp, "a"))
+      half = testutil.get_config("rho_training", "smoke")
+      half.num_steps = 2
+      half.checkpoint_every = 2
+      half.eval_every = 4
+      wd = os.path.join(tmp, "b")
+      loop.train_and_evaluate(half, wd)
+      self.assertEqual(checkpoint.Checkpointer(wd).all_steps(), [2])
+      resumed = loop.train_and_evaluate(cfg, wd)
+      self.assertEqual(checkpoint.Checkpointer(wd).latest_step(), 4)
+      m = metric_writer.read_metrics(os.path.join(wd, "kappa1=100,kappa2=1"))
+      np.testing.assert_array_equal(m["train/loss"][0], [2, 4])
+    self.assertEqual(int(resumed.step[0]), 4)
+    testutil.assert_trees_equal(resumed.params, straight.params)
+    testutil.assert_trees_equal(resumed.opt_state, straight.opt_state)
 
-  def test_drop_records_after_a_step_rewrites_atomically(self):
+  @testutil.slow("a run trained and its checkpoint rewritten in the older "
+                 "layout")
+  def test_resumes_a_checkpoint_with_the_old_dict_hparams(self):
+    # Checkpoints written before TrainState.hparams became a LocaterHParams
+    # held a {"kappa1", "kappa2", "target"} dict. Rewrite a checkpoint in
+    # that layout, resume from it: bit-identical to an uninterrupted run.
+    cfg = testutil.get_config("theory_task", "smoke")      # 3-member sweep
+    half = testutil.get_config("theory_task", "smoke")
+    half.num_steps = 2
     with tempfile.TemporaryDirectory() as tmp:
-      with metric_writer.MetricWriter(tmp) as w:
-        for s in (0, 1, 2, 3):
-          w.write_scalars(s, {"a": float(s)})
-      with open(os.path.join(tmp, metric_writer.JSONL), "a") as f:
-        f.write('{"step": 4, "a"')                # cut short by a kill
-      self.assertEqual(metric_writer.drop_records_after(tmp, 1), 3)
-      self.assertEqual(metric_writer.drop_records_after(tmp, 1), 0)
-      self.assertFalse([f for f in os.listdir(tmp) if ".tmp" in f])
-      with metric_writer.MetricWriter(tmp) as w:
-        w.write_scalars(2, {"a": 20.0})
-      m = metric_writer.read_metrics(tmp)
-    np.testing.assert_array_equal(m["a"][0], [0, 1, 2])
-    np.testing.assert_array_equal(m["a"][1], [0.0, 1.0, 20.0])
+      straight = loop.train_and_evaluate(cfg, os.path.join(tmp, "a"))
+      wd = os.path.join(tmp, "b")
+      loop.train_and_evaluate(half, wd)
+      steps = step_lib.build_steps(half)
+      init_keys, _, hparams = step_lib.member_inputs(sweep.members(half),
+                                                     True)
+      abstract = checkpoint.abstract_like(
+          jax.eval_shape(steps.init, init_keys, hparams), steps.replicated)
+      ckpt = checkpoint.Checkpointer(wd)
+      state, _ = ckpt.restore(2, abstract)
+      ckpt.close()
+      old = state.replace(hparams=dict(state.hparams._asdict()))
+      self.assertEqual(sorted(old.hparams), ["kappa1", "kappa2", "target"])
+      shutil.rmtree(os.path.join(wd, "ckpt"))
+      ckpt = checkpoint.Checkpointer(wd)
+      ckpt.save(2, old)
+      ckpt.close()
+      resumed = loop.train_and_evaluate(cfg, wd)
+    self.assertIsInstance(resumed.hparams, locater.LocaterHParams)
+    np.testing.assert_array_equal(resumed.hparams.target, [1.0, 1.0, 12.0])
+    self.assertEqual(int(resumed.step[0]), 4)
+    testutil.assert_trees_equal(resumed.params, straight.params)
+    testutil.assert_trees_equal(resumed.opt_state, straight.opt_state)
 
-  def test_records_reach_disk_before_close(self):
-    with tempfile.TemporaryDirectory() as tmp:
-      w = metric_writer.MetricWriter(tmp)
-      w.write_scalars(5, {"a": 2.0})
-      m = metric_writer.read_metrics(tmp)      # a killed run keeps this
-      w.close()
-    np.testing.assert_array_equal(m["a"][0], [5])
+  def test_keyboard_interrupt_saves_a_checkpoint(self):
+    cfg = testutil.get_config("theory_task", "smoke")
+    cfg.num_steps = 8
+    cfg.checkpoint_every = 100
+    real = tasks.make_task
 
-  def test_tensorboard_events_when_installed(self):
-    try:
-      import tensorboard  # noqa: F401  # pylint: disable=g-import-not-at-top,unused-import
-    except ImportError:
-      self.skipTest("tensorboard is not installed (JSONL only)")
-    # pylint: disable-next=g-import-not-at-top
-    from tensorboard.backend.event_processing import event_accumulator
+    def interrupting(config, sharding):
+      task = real(config, sharding)
+      def batch(step):
+        if step == 3:
+          raise KeyboardInterrupt
+        return task.train_batch(step)
+      return tasks.Task(**{**task.__dict__, "train_batch": batch})
+
     with tempfile.TemporaryDirectory() as tmp:
-      with metric_writer.MetricWriter(tmp) as w:
-        for s in (1, 2, 3):
-          w.write_scalars(s, {"train/loss": float(s)})
-      self.assertTrue(any(f.startswith("events.out.tfevents")
-                          for f in os.listdir(tmp)))
-      # (event file names hold the second, then a per-process counter: a
-      # second writer within the same second still sorts after the first)
-      # A run resumed from step 1 drops TensorBoard's steps >= 2.
-      with metric_writer.MetricWriter(tmp, purge_step=2) as w:
-        w.write_scalars(2, {"train/loss": 20.0})
-      acc = event_accumulator.EventAccumulator(tmp)
-      acc.Reload()
-    got = [(e.step, e.value) for e in acc.Scalars("train/loss")]
-    self.assertEqual(got, [(1, 1.0), (2, 20.0)])
+      with mock.patch.object(tasks, "make_task", interrupting):
+        with self.assertRaises(KeyboardInterrupt):
+          loop.train_and_evaluate(cfg, tmp)
+      self.assertEqual(checkpoint.Checkpointer(tmp).all_steps(), [3])
+      resumed = loop.train_and_evaluate(cfg, tmp)        # resumes at 3
+      self.assertEqual(int(resumed.step[0]), 8)
 
 
 if __name__ == "__main__":

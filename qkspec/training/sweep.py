@@ -28,7 +28,7 @@ from qkspec.config import schema
 from qkspec.theory import locater
 
 # kappa1, kappa2, target; the config's copy (schema.LOCATER_FIELDS, which
-# loads without jax) must match: tests/sweep_test.py checks it.
+# loads without jax) must match: tests/schema_test.py checks it.
 HPARAMS = locater.LocaterHParams._fields
 
 
