@@ -1,6 +1,7 @@
 """Tests for qkspec.training.metric_writer: JSONL records, TensorBoard files."""
 import os
 import tempfile
+import time
 
 from absl.testing import absltest
 import numpy as np
@@ -60,9 +61,13 @@ class MetricWriterTest(absltest.TestCase):
           w.write_scalars(s, {"train/loss": float(s)})
       self.assertTrue(any(f.startswith("events.out.tfevents")
                           for f in os.listdir(tmp)))
-      # (event file names hold the second, then a per-process counter: a
-      # second writer within the same second still sorts after the first)
-      # A run resumed from step 1 drops TensorBoard's steps >= 2.
+      # A run resumed from step 1 drops TensorBoard's steps >= 2. Event
+      # files are read in name order: the second, then a per-process
+      # counter that sorts "10" before "9", so the resumed writer starts
+      # in a later second, as a resumed run does.
+      second = int(time.time())
+      while int(time.time()) == second:
+        time.sleep(0.02)
       with metric_writer.MetricWriter(tmp, purge_step=2) as w:
         w.write_scalars(2, {"train/loss": 20.0})
       acc = event_accumulator.EventAccumulator(tmp)
