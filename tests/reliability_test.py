@@ -16,8 +16,6 @@ import time
 
 from absl.testing import absltest
 from absl.testing import parameterized
-import jax
-import numpy as np
 
 from qkspec.training import checkpoint
 from qkspec.training import loop
@@ -52,11 +50,6 @@ def _tempdir(test):
   path = tempfile.mkdtemp()
   test.addCleanup(shutil.rmtree, path, ignore_errors=True)
   return path
-
-
-def _assert_trees_equal(a, b):
-  jax.tree.map(lambda x, y: np.testing.assert_array_equal(
-      np.asarray(x), np.asarray(y)), a, b)
 
 
 def _damage(step_dir, how):
@@ -123,7 +116,7 @@ class DamagedCheckpointTest(parameterized.TestCase):
       self.assertTrue(os.path.isdir(os.path.join(wd, "ckpt_damaged", "4")))
     self.assertIn("resumed from step 2", text)
     self.assertEqual(checkpoint.Checkpointer(wd).all_steps(), [4, 6])
-    _assert_trees_equal(resumed, self.straight)
+    testutil.assert_trees_equal(resumed, self.straight)
     records = testutil.metric_records(wd)
     self.assertEqual(_steps_once(self, records), list(range(7)))
     self.assertEqual(records, self.straight_records)
@@ -207,7 +200,7 @@ class InterruptTest(parameterized.TestCase):
     with self.assertLogs(level="INFO") as logs:
       resumed = loop.train_and_evaluate(_config(steps), wd)
     self.assertIn(f"resumed from step {stopped}", "\n".join(logs.output))
-    _assert_trees_equal(resumed, straight)
+    testutil.assert_trees_equal(resumed, straight)
     self.assertEqual(testutil.metric_records(wd), testutil.metric_records(
         os.path.join(tmp, "straight")))
 
