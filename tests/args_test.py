@@ -1,0 +1,63 @@
+"""Tests for qkspec.config.args: the `--config file.py:ARG` grammar."""
+import os
+import tempfile
+
+from absl.testing import absltest
+from absl.testing import parameterized
+
+from qkspec.config import args
+import testutil
+
+
+class ParseArgTest(parameterized.TestCase):
+
+  def test_bare_names_set_bools_and_values_take_the_defaults_type(self):
+    got = args.parse_arg(" smoke , L=3,d=32,lr=0.5,fairseq=false ",
+                         smoke=False, L=1, d=128, lr=1.0, fairseq=True,
+                         seeds=1)
+    self.assertEqual(got.to_dict(), dict(smoke=True, L=3, d=32, lr=0.5,
+                                         fairseq=False, seeds=1))
+    self.assertIsInstance(got.L, int)
+    self.assertIsInstance(got.lr, float)
+
+  @parameterized.parameters(None, "", ",")
+  def test_no_argument_gives_the_defaults(self, arg):
+    self.assertEqual(args.parse_arg(arg, smoke=False, L=1).to_dict(),
+                     dict(smoke=False, L=1))
+
+  @parameterized.parameters(
+      ("smok", "unknown config argument 'smok'; known: \\['L', 'smoke'\\]"),
+      ("L", "'L' needs a value \\(L=...\\)"))
+  def test_bad_arguments_are_named(self, arg, message):
+    with self.assertRaisesRegex(ValueError, message):
+      args.parse_arg(arg, smoke=False, L=1)
+
+  def test_a_value_of_the_wrong_type_is_refused(self):
+    with self.assertRaises(ValueError):
+      args.parse_arg("L=three", L=1)
+
+
+class LoadConfigFileTest(absltest.TestCase):
+
+  def test_loads_a_config_with_its_argument(self):
+    config = args.load_config_file(
+        testutil.ROOT / "configs" / "theory_task.py", "smoke")
+    self.assertEqual(config.task, "theory")
+    self.assertEqual(config.num_steps, 4)         # defaults.smoke
+
+  def test_get_config_receives_the_argument(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      path = os.path.join(tmp, "echo.py")
+      with open(path, "w") as f:
+        f.write("def get_config(arg):\n  return {'arg': arg}\n")
+      self.assertEqual(args.load_config_file(path, "a,b=1"),
+                       {"arg": "a,b=1"})
+      self.assertEqual(args.load_config_file(path), {"arg": None})
+
+  def test_a_missing_file_is_named(self):
+    with self.assertRaisesRegex(ValueError, "no config file at .*nope.py"):
+      args.load_config_file("/nonexistent/nope.py")
+
+
+if __name__ == "__main__":
+  absltest.main()
