@@ -1,58 +1,25 @@
-"""Smoke and correctness tests of the paper experiments (Figs. 2-5)."""
+"""Tests for qkspec.experiments.theory_rho: Lemma 2's table, Figs. 2-3."""
+import itertools
 import json
-import math
-import os
 import pathlib
 import shutil
-import subprocess
-import sys
 import tempfile
 
-from absl import flags
 from absl.testing import absltest
 from absl.testing import parameterized
 import chex
 import jax
 import jax.numpy as jnp
-from ml_collections import config_flags
-import numpy as np
-from scipy import special
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
+import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
+from scipy import special  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from qkspec.theory import diagnostics
-from qkspec.theory import propagation
-from qkspec.theory import randomwalk
-from qkspec.theory import spectrum
-from qkspec.experiments import chunked
-from qkspec.experiments import entropy_bound
-from qkspec.experiments import entropy_check
-from qkspec.experiments import for_flax_example
-from qkspec.experiments import inputs
-from qkspec.experiments import outputs
-from qkspec.experiments import rank_collapse
-from qkspec.experiments import simulate_grid
-from qkspec.experiments import simulate_rho
-from qkspec.experiments import spectrum_collapse
-from qkspec.experiments import theory_rho
-import testutil
-
-
-EXPERIMENTS = {m.__name__.rsplit(".", 1)[-1]: m for m in (
-    theory_rho, entropy_bound, simulate_rho, simulate_grid, rank_collapse,
-    spectrum_collapse, entropy_check, for_flax_example)}
-
-
-def _workdir(test):
-  """A fresh, not yet existing workdir under a temp dir removed after `test`."""
-  parent = tempfile.mkdtemp()
-  test.addCleanup(shutil.rmtree, parent, ignore_errors=True)
-  return pathlib.Path(parent) / "run"
-
-
-def _assert_files(test, workdir, names):
-  for name in names:
-    path = workdir / name
-    test.assertTrue(path.is_file(), f"missing {path}")
-    test.assertGreater(path.stat().st_size, 0, f"empty {path}")
+from qkspec.theory import propagation  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec.experiments import outputs  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec.experiments import theory_rho  # pylint: disable=g-import-not-at-top,wrong-import-position
+import testutil  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def _eq6_rho(theta, xi, eta, variant):
@@ -103,6 +70,23 @@ def _lemma2_deviations(config) -> list[tuple[str, str, float, float]]:
   return [(case, variant, float(dev), tol) for case, variant, dev, tol in out]
 
 
+def _overlapping_tick_labels(fig, gap_px=3.0):
+  """Pairs of visible tick labels closer than `gap_px` after drawing."""
+  fig.canvas.draw()
+  renderer = fig.canvas.get_renderer()
+  boxes = []
+  for ax in fig.axes:
+    for axis, index in ((ax.xaxis, 0), (ax.yaxis, 1)):
+      low, high = sorted(axis.get_view_interval())
+      for label in axis.get_ticklabels():
+        inside = low - 1e-9 <= label.get_position()[index] <= high + 1e-9
+        if inside and label.get_visible() and label.get_text():
+          box = label.get_window_extent(renderer).expanded(1.0, 1.0)
+          boxes.append((label.get_text(), box.padded(gap_px / 2)))
+  return [(a, b) for (a, ba), (b, bb) in itertools.combinations(boxes, 2)
+          if ba.overlaps(bb) and ba.width > 0 and bb.width > 0]
+
+
 class TheoryTest(parameterized.TestCase):
 
   @classmethod
@@ -114,7 +98,7 @@ class TheoryTest(parameterized.TestCase):
                             cls.workdir)
 
   def test_writes_figures_tables_and_config(self):
-    _assert_files(self, self.workdir, [
+    testutil.assert_files(self, self.workdir, [
         "config.json", "fig2_paper.png", "fig2_corrected.png",
         "fig2_compare.png", "fig3_localized.png", "fig2_rho.csv",
         "fig3_rho.json", "lemma2.csv", "lemma2.json"])
@@ -179,235 +163,50 @@ class TheoryTest(parameterized.TestCase):
                                           "paper"), atol=1e-5)
 
 
-class EntropyBoundTest(absltest.TestCase):
-
-  def test_smoke_run_and_bound_exceeds_ln_t_at_zero(self):
-    workdir = _workdir(self)
-    result = entropy_bound.run(
-        testutil.get_config("entropy_bound", "smoke"), workdir)
-    _assert_files(self, workdir, [
-        "config.json", "fig4_entropy_bound.png", "entropy_bound.csv",
-        "entropy_bound_summary.json"])
-    for row in result["summary"]:
-      t = row["seq_len"]
-      np.testing.assert_allclose(row["bound_at_nu0"], math.log1p(t),
-                                 rtol=1e-6)
-      self.assertGreater(row["bound_at_nu0"], math.log(t))
-      self.assertTrue(row["bound_exceeds_ln_T_on"].startswith("[0,"), row)
-    bound = result["bound"]
-    np.testing.assert_allclose(
-        bound[1], diagnostics.eq9_entropy(result["nu"], 256),
-        rtol=1e-6)
-
-  def test_exceed_intervals(self):
-    nu = np.arange(6.0)
-    self.assertEqual(entropy_bound.exceed_intervals(
-        nu, np.array([1, 1, 0, 0, 1, 1], bool)), [(0.0, 1.0), (4.0, 5.0)])
-    self.assertEqual(entropy_bound.exceed_intervals(nu, nu < 0), [])
-
-
-class SimulationTest(parameterized.TestCase):
+class TheoryFiguresTest(absltest.TestCase):
 
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls.config = testutil.get_config("simulate_rho", "smoke")
-    # The draw-by-draw identities below are those of the fresh design; the
-    # shared (default) design is tested in grid_estimator_test.py.
-    cls.config.design = "fresh"
-    cls.workdir = pathlib.Path(tempfile.mkdtemp()) / "simulate"
-    cls.addClassCleanup(shutil.rmtree, cls.workdir.parent, ignore_errors=True)
-    cls.result = simulate_rho.run(cls.config, cls.workdir)
+    cls.config = testutil.get_config("theory_rho")
+    theta = jnp.linspace(0.0, 1.0, 21)
+    xi = jnp.linspace(-cls.config.xi_max, cls.config.xi_max, 11)
+    eta = jnp.asarray(cls.config.eta_values, jnp.float32)
+    cls.maps = {v: np.asarray(theory_rho.rho_theta_map(theta, xi, eta, v))
+                for v in cls.config.variants}
 
-  def test_writes_figures_tables_and_config(self):
-    _assert_files(self, self.workdir, [
-        "config.json", "fig5_simulation.png", "fig5_gaussian_vs_mc.png",
-        "simulate_rho.csv", "simulate_rho.json", "simulate_pairs.csv",
-        "simulate_errors.json"])
-    c = self.config
-    num_c, num_p = len(c.covariances), len(c.pairs)
-    self.assertLen(outputs.read_csv(self.workdir / "simulate_rho.csv"),
-                   num_c * num_p * c.seq_len)
-    out = self.result["out"]
-    chex.assert_shape(out["rho"], (num_c, num_p, c.num_draws, c.seq_len))
-    chex.assert_shape(out["entropy"], (num_c, num_p, c.num_draws))
-    chex.assert_tree_all_finite(out)
-    self.assertTrue(np.all((out["rho"] >= 0) & (out["rho"] <= 1)))
-    self.assertTrue(np.all(out["entropy"] <= math.log(c.seq_len) + 1e-5))
+  def tearDown(self):
+    plt.close("all")
+    super().tearDown()
 
-  @parameterized.parameters((0, 0, 0), (1, 1, 1), (1, 2, 0))
-  def test_sweep_equals_naive_functions_on_one_draw(self, c, p, k):
-    """The vmapped sweep vs rho_monte_carlo & friends for the same key and W."""
-    cfg = self.config
-    out = self.result["out"]
-    mean, scale = cfg.pairs[p]
-    cov = inputs.covariances(cfg)[c]
-    key = simulate_rho.draw_key(jax.random.key(cfg.seed), c, p, k)
-    key_w, key_x = jax.random.split(key)
-    w = spectrum.sample_qk(key_w, cfg.dim, mean, scale)
-    rho = propagation.rho_monte_carlo(
-        key_x, w, num_sequences=cfg.num_sequences, seq_len=cfg.seq_len,
-        cov=cov)
-    # Same walks and W; only float rounding of batched vs unbatched matmuls
-    # could flip one sequence's event, so allow at most 1/N.
-    np.testing.assert_allclose(out["rho"][c, p, k], rho,
-                               atol=1.0 / cfg.num_sequences + 1e-7)
-    x = np.asarray(randomwalk.random_walk(
-        key_x, cfg.num_sequences, cfg.seq_len, cfg.dim, cov), np.float64)
-    logits = x @ np.asarray(w, np.float64) @ x.transpose(0, 2, 1)
-    logits /= np.sqrt(cfg.dim)
-    probs = np.exp(logits - logits.max(-1, keepdims=True))
-    probs /= probs.sum(-1, keepdims=True)
-    entropy = -np.sum(probs * np.log(np.maximum(probs, 1e-300)), -1).mean()
-    np.testing.assert_allclose(out["entropy"][c, p, k], entropy, rtol=2e-3,
-                               atol=2e-3)
-    for name, (exact, variant) in simulate_rho.GAUSSIAN.items():
-      np.testing.assert_allclose(
-          out[f"rho_{name}"][c, p, k],
-          propagation.rho_from_spectrum(w, cfg.seq_len, cov, exact=exact,
-                                        variant=variant), atol=1e-5)
+  def test_fig2_uses_symbols_and_tick_labels_do_not_collide(self):
+    figs = theory_rho.fig2_figures(self.maps, self.config)
+    self.assertEqual(set(figs), {"fig2_paper", "fig2_corrected",
+                                 "fig2_compare"})
+    for stem, fig in figs.items():
+      with self.subTest(stem):
+        self.assertEqual(_overlapping_tick_labels(fig), [])
+        texts = [ax.get_title() + ax.get_xlabel() + ax.get_ylabel()
+                 for ax in fig.axes]
+        self.assertTrue(any(r"$\eta$" in t for t in texts))
+        self.assertTrue(any(r"$\xi$" in t for t in texts))
+        self.assertTrue(any(r"$\theta" in t for t in texts))
+        self.assertFalse([t for t in texts if "eta =" in t
+                          and r"$\eta$" not in t])
+        for ax in fig.axes:
+          if ax.get_label() != "<colorbar>" and ax.get_subplotspec() and (
+              ax.get_subplotspec().is_last_row()):
+            self.assertEqual(ax.get_xlabel(), r"$\xi$")
 
-  def test_default_temperature_is_explicit_sqrt_dim(self):
-    config = self.config.copy_and_resolve_references()
-    self.assertIsNone(config.temperature)
-    config.temperature = math.sqrt(config.dim)
-    out = simulate_rho.sweep_from_config(config)
-    chex.assert_trees_all_equal(out, self.result["out"])
-
-  def test_tables_name_the_eigenvalue_distribution(self):
-    row = self.result["pairs"][0]
-    self.assertContainsSubset({"eigen_mean", "eigen_std"}, row)
-    self.assertNotIn("scale", row)
-    self.assertEqual((row["eigen_mean"], row["eigen_std"]),
-                     tuple(self.config.pairs[0]))
-
-  def test_error_table_matches_positions(self):
-    errors = self.result["errors"]
-    self.assertLen(errors, len(self.config.covariances))
-    for row, cov in zip(errors, self.config.covariances):
-      rows = [r for r in self.result["positions"] if r["covariance"] == cov]
-      for name in simulate_rho.GAUSSIAN:
-        worst = max(abs(r[f"rho_{name}"] - r["rho_mc"]) for r in rows)
-        np.testing.assert_allclose(row[f"max_abs_err_{name}"], worst,
-                                   rtol=1e-6)
-
-
-class ConfigTest(parameterized.TestCase):
-
-  @parameterized.named_parameters(
-      ("negative_eigen_std", "simulate_rho", "pairs", ((0.0, -1.0),)),
-      ("negative_temperature", "simulate_rho", "temperature", -1.0),
-      ("bad_std_range", "simulate_grid", "eigen_std_range", (0.0, 1.0)),
-      ("no_eigen_stds", "simulate_grid", "num_eigen_stds", 0),
-      ("negative_stds", "spectrum_collapse", "eigen_stds", (-0.1,)),
-      ("zero_temperature", "spectrum_collapse", "temperature", 0.0),
-      ("bad_pairs", "entropy_check", "pairs", ((0.0, -1.0),)),
-      ("negative_rc_temperature", "rank_collapse", "temperature", -2.0),
-      ("zero_rc_temperature", "rank_collapse", "temperature", 0.0),
-      ("no_sequences", "simulate_rho", "num_sequences", 0),
-      ("short_sequence", "simulate_rho", "seq_len", 1),
-      ("no_draws", "simulate_rho", "num_draws", 0),
-      ("regimes_mismatch", "simulate_rho", "regimes", ("a",)),
-      ("unknown_covariance", "simulate_rho", "covariances", ("diag",)),
-      ("negative_eta", "theory_rho", "eta_values", (-0.1, 1.0)),
-      ("one_theta", "theory_rho", "num_theta", 1),
-      ("bad_variant", "theory_rho", "variants", ("printed",)),
-      ("short_rows", "entropy_bound", "seq_lens", (1, 16)),
-      ("negative_nu_max", "entropy_bound", "nu_max", -1.0),
-      ("heads_not_dividing_d", "for_flax_example", "num_heads", 3),
-  )
-  def test_bad_config_raises_naming_the_field(self, name, field, value):
-    config = testutil.get_config(name, "smoke")
-    config[field] = value
-    workdir = _workdir(self)
-    with self.assertRaisesRegex(ValueError, f"config.{field}"):
-      EXPERIMENTS[name].run(config, workdir)
-    self.assertFalse(workdir.exists(), "failed before writing anything")
-
-  def test_unknown_config_arg_raises(self):
-    with self.assertRaisesRegex(ValueError, "smoke"):
-      testutil.get_config("simulate_rho", "smok")
-
-  @parameterized.parameters(*EXPERIMENTS)
-  def test_config_names_its_experiment_and_validates(self, name):
-    for arg in (None, "smoke"):
-      config = testutil.get_config(name, arg)
-      self.assertEqual(config.experiment, name)
-      EXPERIMENTS[name].validate(config)
-      if "temperature" in config:
-        self.assertIsNone(config.temperature, f"{name}: default lambda")
-
-  def test_grid_fields_parse_on_the_command_line(self):
-    argv = ["prog", "--config",
-            str(testutil.ROOT / "configs" / "simulate_grid.py:smoke"),
-            "--config.eigen_std_range=(0.1, 1.0)", "--config.num_eigen_stds=3",
-            "--config.temperature=2.0"]
-    flag_values = flags.FlagValues()
-    config_flags.DEFINE_config_file("config", flag_values=flag_values,
-                                    lock_config=True, sys_argv=argv)
-    flag_values(argv)
-    config = flag_values.config
-    self.assertEqual(config.temperature, 2.0)
-    self.assertEqual(tuple(config.eigen_std_range), (0.1, 1.0))
-    simulate_grid.validate(config)
-    _, stds = simulate_grid.grid_axes(config)
-    np.testing.assert_allclose(stds, [0.1, math.sqrt(0.1), 1.0], rtol=1e-6)
-
-
-class HelpersTest(parameterized.TestCase):
-
-  def test_require_ints(self):
-    config = testutil.get_config("simulate_rho", "smoke")
-    outputs.require_ints(config, {"dim": 1, "seq_len": 2})
-    config.seq_len = 1
-    with self.assertRaisesRegex(ValueError, "config.seq_len must be an "
-                                "integer >= 2"):
-      outputs.require_ints(config, {"dim": 1, "seq_len": 2})
-
-  @parameterized.parameters(1, 3, 7, 8)
-  def test_map_chunks_equals_one_unchunked_call(self, chunk):
-    calls = []
-
-    @jax.jit
-    def fn(a_P, b_Px2):
-      return dict(x=2 * a_P + b_Px2[:, 0],
-                  y=jnp.stack([a_P, b_Px2[:, 1] ** 2], axis=-1))
-
-    def counted(*args):
-      calls.append(args[0].shape)
-      return fn(*args)
-
-    a = np.arange(7, dtype=np.float32)                  # odd: padded
-    b = np.arange(14, dtype=np.float32).reshape(7, 2)
-    out = chunked.map_chunks(counted, (a, b), chunk, "test")
-    chex.assert_trees_all_equal(out, jax.tree.map(np.asarray, fn(a, b)))
-    self.assertEqual(calls, [(chunk,)] * -(-7 // chunk))
-
-  def test_pad_points_repeats_the_last_point(self):
-    (a, b), num_chunks = chunked.pad_points(
-        (np.arange(5), np.arange(10).reshape(5, 2)), 3)
-    self.assertEqual(num_chunks, 2)
-    np.testing.assert_array_equal(a, [0, 1, 2, 3, 4, 4])
-    np.testing.assert_array_equal(b[-2:], [[8, 9], [8, 9]])
-    with self.assertRaisesRegex(ValueError, "rows"):
-      chunked.pad_points((np.arange(5), np.arange(4)), 3)
-
-
-class LaunchTest(absltest.TestCase):
-
-  def test_launch_script_with_override(self):
-    workdir = _workdir(self)
-    cmd = [sys.executable, "launch/run.py",
-           "--config", "configs/entropy_bound.py:smoke",
-           "--config.nu_max=12.0", "--workdir", str(workdir)]
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    proc = subprocess.run(cmd, cwd=testutil.ROOT, capture_output=True,
-                          text=True,
-                          env=env, timeout=120, check=False)
-    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
-    self.assertIn("fig4_entropy_bound.png", proc.stdout)
-    saved = json.loads((workdir / "config.json").read_text())
-    self.assertEqual(saved["nu_max"], 12.0)
+  def test_fig3_labels(self):
+    theta = np.linspace(0.0, 1.0, 11)
+    curves = {(v, xi, eta): theta for v in self.config.variants
+              for xi, eta in self.config.localized}
+    fig = theory_rho.fig3_figure(theta, curves, self.config)
+    for ax in fig.axes:
+      self.assertEqual(ax.get_xlabel(), r"$\theta = i/T$")
+      self.assertEqual(ax.get_ylabel(), r"$\rho(\theta)$")
+    self.assertEqual(_overlapping_tick_labels(fig), [])
 
 
 if __name__ == "__main__":
