@@ -213,5 +213,26 @@ class RankCollapseTest(parameterized.TestCase):
       dg.relative_residual(jnp.ones((3,)))
 
 
+class RelativeResidualTest(parameterized.TestCase):
+
+  @parameterized.parameters(*dg.RESIDUAL_METHODS)
+  def test_relative_residual_invariances(self, method):
+    x = jax.random.normal(jax.random.key(0), (6, 5))
+    r = dg.relative_residual(x, method, num_steps=100)
+    np.testing.assert_allclose(
+        dg.relative_residual(3.7 * x, method, num_steps=100), r,
+        rtol=1e-4)
+    perm = np.array([2, 0, 5, 1, 3, 4])
+    np.testing.assert_allclose(
+        dg.relative_residual(x[perm], method, num_steps=100), r,
+        rtol=1e-3)
+    if method != "svd":   # res(X) ignores 1 c^T (svd does not, documented)
+      c = jax.random.normal(jax.random.key(1), (1, 5))
+      np.testing.assert_allclose(
+          dg.rank_collapse_residual(x + c, method, num_steps=100),
+          dg.rank_collapse_residual(x, method, num_steps=100),
+          rtol=2e-3)
+
+
 if __name__ == "__main__":
   absltest.main()

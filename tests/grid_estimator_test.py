@@ -1,10 +1,7 @@
-"""Tests of qkspec.theory.grid_estimator (common random numbers on a grid)."""
+"""Tests for qkspec.theory.grid_estimator: the crossed design, calibrated."""
 # pylint: disable=invalid-name
 import functools
 import math
-import pathlib
-import shutil
-import tempfile
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -12,7 +9,6 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy import special
 
 from qkspec.theory import diagnostics
 from qkspec.theory import propagation
@@ -22,7 +18,6 @@ from qkspec.theory import grid_bases
 from qkspec.theory import grid_estimator
 from qkspec.theory import spectrum
 from qkspec.experiments import inputs
-from qkspec.experiments import simulate_rho
 from qkspec.experiments import simulate_grid
 import testutil
 
@@ -32,8 +27,7 @@ GRID = testutil.get_config("simulate_grid", "smoke")
 K, N, E = GRID.num_draws, GRID.num_sequences, GRID.entropy_sequences
 T, DIM = GRID.seq_len, GRID.dim
 LAM = math.sqrt(DIM)
-MEANS = (0.0, 0.5, -0.3, 0.2)     # eigen_mean of each grid point
-STDS = (1.0, 0.05, 0.2, 3.0)      # eigen_std
+MEANS, STDS = testutil.GRID_MEANS, testutil.GRID_STDS
 _grid_stats = jax.jit(grid_estimator.grid_stats)
 
 
@@ -67,116 +61,7 @@ def _numpy_fresh_rho(covs, means, stds, num_draws, num_walks, seed):
   return out
 
 
-def _numpy_exact_rho(w_dxd, cov_dxd, seq_len, lam):
-  r"""Gaussian rho_i on the exact moments of u_i for one symmetric W_QK [T].
-
-  u_i - 1/T = x_T^T M y_i, M = W_QK / lam, y_i = sum_j c_ij x_j with
-  c_ij = (delta_ij - 1/T) / T; the walk has Cov(x_j, x_k) = min(j, k) Sigma,
-  so (Isserlis, M symmetric) E = g_i tr(M Sigma) and
-  V = (T b_i + g_i^2) tr((M Sigma)^2), b_i = c_i^T G c_i, g_i = (c G)_iT.
-  """
-  t = np.arange(1, seq_len + 1)
-  walk_cov = np.minimum.outer(t, t).astype(float)           # G [T, T]
-  c = (np.eye(seq_len) - 1.0 / seq_len) / seq_len
-  b = np.einsum("ij,jk,ik->i", c, walk_cov, c)
-  g = c @ walk_cov[:, -1]
-  m_sigma = np.asarray(w_dxd, float) @ np.asarray(cov_dxd, float) / lam
-  mean = 1.0 / seq_len + g * np.trace(m_sigma)
-  var = (seq_len * b + g**2) * np.trace(m_sigma @ m_sigma)
-  root = np.sqrt(2 * var)
-  return 0.5 * (special.erf((1 - mean) / root) + special.erf(mean / root))
-
-
-class BasesTest(parameterized.TestCase):
-
-  @classmethod
-  def setUpClass(cls):
-    super().setUpClass()
-    rng = np.random.default_rng(0)      # NumPy: no PRNG kernels to compile
-    cls.x = jnp.asarray(np.cumsum(rng.standard_normal((5, T, DIM)), axis=1)
-                        @ np.asarray(randomwalk.covariance_sqrt(
-                            _covariances()[1])), jnp.float32)
-    q, r = np.linalg.qr(rng.standard_normal((DIM, DIM)))
-    cls.basis = jnp.asarray(q * np.sign(np.diag(r)), jnp.float32)
-    cls.z = jnp.asarray(rng.standard_normal(DIM), jnp.float32)
-    q, r = np.linalg.qr(rng.standard_normal((DIM, DIM)))   # a second draw
-    cls.bases_Kxdxd = jnp.stack([cls.basis, jnp.asarray(
-        q * np.sign(np.diag(r)), jnp.float32)])
-    cls.z_Kxd = jnp.stack([cls.z, jnp.asarray(rng.standard_normal(DIM),
-                                              jnp.float32)])
-
-  def _direct_w(self, k, mean, std):
-    return spectrum.compose_qk(self.bases_Kxdxd[k],
-                               mean + std * self.z_Kxd[k])
-
-  @parameterized.parameters(zip(MEANS, STDS))
-  def test_query_bases_equal_direct_logits(self, mean, std):
-    x = self.x / math.sqrt(LAM)          # the bases take x / sqrt(lambda)
-    zcat = grid_bases.draw_operators(self.bases_Kxdxd, self.z_Kxd, False)
-    a, b = grid_bases.query_bases(
-        x, grid_bases.times_z(x[:, -1], zcat, False))
-    for k in range(2):
-      direct = propagation.query_logits(self.x, self._direct_w(k, mean, std),
-                                        LAM)
-      tol = 1e-5 * float(jnp.abs(direct).max())
-      np.testing.assert_allclose((mean * a + std * b[k]).T, direct, atol=tol)
-
-  @parameterized.parameters(zip(MEANS, STDS))
-  def test_attention_bases_equal_direct_logits(self, mean, std):
-    x = self.x / math.sqrt(LAM)
-    zcat = grid_bases.draw_operators(self.bases_Kxdxd, self.z_Kxd, False)
-    g, h = grid_bases.attention_bases(
-        x, grid_bases.times_z(x, zcat, False))
-    for k in range(2):
-      w = self._direct_w(k, mean, std)
-      direct = jnp.einsum("nte,nse->nts", self.x @ w, self.x) / LAM
-      tol = 1e-5 * float(jnp.abs(direct).max())
-      np.testing.assert_allclose(mean * g + std * h[:, :, k], direct,
-                                 atol=tol)
-
-  def test_times_z_diagonal_shortcut_equals_product(self):
-    # Isotropic Sigma: Z_k = diag(z_k), applied elementwise instead of by GEMM.
-    zcat = grid_bases.draw_operators(self.bases_Kxdxd, self.z_Kxd, True)
-    np.testing.assert_allclose(
-        grid_bases.times_z(self.x, zcat, True),
-        self.x[..., None, :] * self.z_Kxd[None, None], rtol=1e-6)
-    np.testing.assert_allclose(
-        grid_bases.times_z(self.x, zcat, True),
-        grid_bases.times_z(self.x, zcat, False),
-        atol=1e-5 * float(jnp.abs(self.x).max()))
-
-  def test_random_walks_equal_random_walk(self):
-    key = jax.random.key(2)
-    np.testing.assert_allclose(grid_bases.random_walks(key, 3, T, DIM),
-                               randomwalk.random_walk(key, 3, T, DIM),
-                               rtol=1e-5, atol=1e-5)
-
-  def test_draw_spectra_give_sample_qk(self):
-    key, means, stds = jax.random.key(3), jnp.asarray(MEANS), jnp.asarray(
-        STDS)
-
-    @jax.jit
-    def both():
-      basis_Kxdxd, z_Kxd = grid_bases.draw_spectra(key, 4, DIM)
-      eig_KxPxd = means[None, :, None] + stds[None, :, None] * z_Kxd[:, None]
-      fast = spectrum.compose_qk(basis_Kxdxd[:, None], eig_KxPxd)
-      keys = jax.vmap(lambda k: jax.random.fold_in(key, k))(jnp.arange(4))
-      direct = jax.vmap(jax.vmap(lambda k, m, s: spectrum.sample_qk(
-          k, DIM, m, s), (None, 0, 0)), (0, None, None))(keys, means, stds)
-      return fast, direct
-
-    fast, direct = both()
-    np.testing.assert_allclose(fast, direct, atol=1e-5)
-
-  def test_spectrum_traces_equal_spectrum_stats(self):
-    cov = _covariances()[1]
-    coef = grid_bases.trace_coefficients(self.basis, self.z, cov)
-    for mean, std in zip(MEANS, STDS):
-      stats = spectrum.spectrum_stats(
-          spectrum.compose_qk(self.basis, mean + std * self.z), cov)
-      trace, trace_sq = grid_estimator.spectrum_traces(coef, mean, std)
-      np.testing.assert_allclose(trace, stats["trace"], rtol=1e-4, atol=1e-4)
-      np.testing.assert_allclose(trace_sq, stats["trace_sq"], rtol=1e-4)
+class EstimatorTest(absltest.TestCase):
 
   def test_row_entropy_equals_attention_entropy(self):
     rng = np.random.default_rng(1)
@@ -294,73 +179,6 @@ class GridStatsTest(parameterized.TestCase):
     informative = se > informative_se
     self.assertGreaterEqual(int(informative.sum()), min_informative)
     self.assertBetween(float(np.median(ratio[informative])), 0.75, 1.15)
-
-
-class ExperimentsTest(absltest.TestCase):
-
-  def _workdir(self):
-    parent = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, parent, ignore_errors=True)
-    return pathlib.Path(parent) / "run"
-
-  def test_smoke_grid_run(self):
-    config = testutil.get_config("simulate_grid", "smoke")
-    workdir = self._workdir()
-    result = simulate_grid.run(config, workdir)
-    for name in ("config.json", "fig_grid_localization.png", "fig_grid_rho.png",
-                 "simulate_grid.csv", "simulate_grid.npz"):
-      self.assertGreater((workdir / name).stat().st_size, 0, name)
-    out = result["out"]
-    shape = (len(config.covariances), config.num_eigen_means,
-             config.num_eigen_stds)
-    chex.assert_shape(out["rho"], shape + (config.seq_len,))
-    chex.assert_shape(out["entropy"], shape)
-    self.assertLen(result["rows"], math.prod(shape))
-    self.assertTrue(np.all((out["rho"] >= 0) & (out["rho"] <= 1)))
-    self.assertTrue(np.all(out["rho_se"] >= 0))
-    self.assertTrue(np.all(out["entropy"] <= math.log(config.seq_len) + 1e-5))
-    # Axis order [C, M, S]: with Sigma = I, E_k tr(W)/lambda is affine in
-    # (eigen_mean, eigen_std) with slope d/lambda in eigen_mean.
-    means, _ = simulate_grid.grid_axes(config)
-    slope = ((out["r"][0, 1:] - out["r"][0, :1])
-             / (means[1:] - means[0])[:, None])
-    np.testing.assert_allclose(slope, math.sqrt(config.dim), rtol=1e-4)
-    # rho_exact: at each point the mean over the K draws of the Gaussian
-    # rho on each draw's exact moments, recomputed from its W_QK
-    key = jax.random.fold_in(inputs.shared_key(jax.random.key(config.seed)),
-                             0)                          # the spectra
-    basis, z = jax.jit(grid_bases.draw_spectra, static_argnums=(1, 2))(
-        key, config.num_draws, config.dim)
-    basis, z = np.asarray(basis, float), np.asarray(z, float)
-    covs, (_, stds) = np.asarray(inputs.covariances(config)), (
-        simulate_grid.grid_axes(config))
-    lam = math.sqrt(config.dim)
-    for c, cov in enumerate(covs):
-      for m, mean in enumerate(means):
-        for s, std in enumerate(stds):
-          want = np.mean([_numpy_exact_rho(
-              (b * (mean + std * zk)) @ b.T, cov, config.seq_len, lam)
-                          for b, zk in zip(basis, z)], axis=0)
-          np.testing.assert_allclose(out["rho_exact"][c, m, s], want,
-                                     rtol=1e-4, atol=1e-5,
-                                     err_msg=f"cov {c}, ({mean}, {std})")
-
-  def test_simulate_rho_shared_design(self):
-    config = testutil.get_config("simulate_rho", "smoke")
-    self.assertEqual(config.design, "shared")
-    simulate_rho.validate(config)
-    out = simulate_rho.sweep_from_config(config)
-    num_c, num_p = len(config.covariances), len(config.pairs)
-    chex.assert_shape(out["rho"], (num_c, num_p, config.num_draws,
-                                   config.seq_len))
-    chex.assert_shape(out["rho_exact"], out["rho"].shape)
-    chex.assert_shape(out["rho_se"], (num_c, num_p, config.seq_len))
-    chex.assert_shape(out["entropy_se"], (num_c, num_p))
-    chex.assert_tree_all_finite(out)
-    positions, pairs, _ = simulate_rho.tables(out, config)
-    self.assertLen(positions, num_c * num_p * config.seq_len)
-    for row in pairs:
-      self.assertGreaterEqual(row["entropy_se"], 0.0)
 
 
 if __name__ == "__main__":

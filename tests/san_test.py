@@ -173,5 +173,19 @@ class SanTest(parameterized.TestCase):
       forward(_params(), _x(n=2))          # one sequence at a time
 
 
+class SkipTest(absltest.TestCase):
+
+  def test_skip_connections_prevent_collapse(self):
+    with jax.enable_x64(True):
+      p = init_params(jax.random.key(0), num_layers=8, num_heads=2, dim=8)
+      x = jax.random.normal(jax.random.key(1), (8, 8))
+      pure = forward(p, x, san.ARCHITECTURES["san"])["outputs"]
+      skip = forward(p, x, san.ARCHITECTURES["san_skip"])["outputs"]
+      r_pure = diagnostics.relative_residual(pure, "mean")
+      r_skip = diagnostics.relative_residual(skip, "mean")
+      self.assertLess(float(r_pure[-1]), 1e-10)
+      self.assertGreater(float(r_skip[-1]), 1e-2)
+
+
 if __name__ == "__main__":
   absltest.main()

@@ -1,17 +1,12 @@
-"""Figures say what varies, label every axis, and show coinciding members."""
-import itertools
-
+"""Tests for qkspec.experiments.training_plots: labels, axes, coinciding."""
 from absl.testing import absltest
 from absl.testing import parameterized
-import jax.numpy as jnp
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from qkspec.experiments import theory_rho  # pylint: disable=g-import-not-at-top,wrong-import-position
 from qkspec.experiments import training_plots  # pylint: disable=g-import-not-at-top,wrong-import-position
-import testutil  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _STEPS = np.arange(0, 101, 10)
 
@@ -63,23 +58,6 @@ def _assert_labelled(test, fig):
       continue
     test.assertTrue(ax.get_xlabel().strip(), f"x label of {ax.get_title()}")
     test.assertTrue(ax.get_ylabel().strip(), f"y label of {ax.get_title()}")
-
-
-def _overlapping_tick_labels(fig, gap_px=3.0):
-  """Pairs of visible tick labels closer than `gap_px` after drawing."""
-  fig.canvas.draw()
-  renderer = fig.canvas.get_renderer()
-  boxes = []
-  for ax in fig.axes:
-    for axis, index in ((ax.xaxis, 0), (ax.yaxis, 1)):
-      low, high = sorted(axis.get_view_interval())
-      for label in axis.get_ticklabels():
-        inside = low - 1e-9 <= label.get_position()[index] <= high + 1e-9
-        if inside and label.get_visible() and label.get_text():
-          box = label.get_window_extent(renderer).expanded(1.0, 1.0)
-          boxes.append((label.get_text(), box.padded(gap_px / 2)))
-  return [(a, b) for (a, ba), (b, bb) in itertools.combinations(boxes, 2)
-          if ba.overlaps(bb) and ba.width > 0 and bb.width > 0]
 
 
 class DecisionTest(parameterized.TestCase):
@@ -265,52 +243,6 @@ class TrainingFiguresTest(parameterized.TestCase):
     right = max(ax.get_position().x1 for ax in panels)
     self.assertLess(bar.get_position().x0 - right, 0.05)   # no empty strip
     self.assertGreater(right - panels[0].get_position().x0, 0.75)
-
-
-class TheoryFiguresTest(absltest.TestCase):
-
-  @classmethod
-  def setUpClass(cls):
-    super().setUpClass()
-    cls.config = testutil.get_config("theory_rho")
-    theta = jnp.linspace(0.0, 1.0, 21)
-    xi = jnp.linspace(-cls.config.xi_max, cls.config.xi_max, 11)
-    eta = jnp.asarray(cls.config.eta_values, jnp.float32)
-    cls.maps = {v: np.asarray(theory_rho.rho_theta_map(theta, xi, eta, v))
-                for v in cls.config.variants}
-
-  def tearDown(self):
-    plt.close("all")
-    super().tearDown()
-
-  def test_fig2_uses_symbols_and_tick_labels_do_not_collide(self):
-    figs = theory_rho.fig2_figures(self.maps, self.config)
-    self.assertEqual(set(figs), {"fig2_paper", "fig2_corrected",
-                                 "fig2_compare"})
-    for stem, fig in figs.items():
-      with self.subTest(stem):
-        self.assertEqual(_overlapping_tick_labels(fig), [])
-        texts = [ax.get_title() + ax.get_xlabel() + ax.get_ylabel()
-                 for ax in fig.axes]
-        self.assertTrue(any(r"$\eta$" in t for t in texts))
-        self.assertTrue(any(r"$\xi$" in t for t in texts))
-        self.assertTrue(any(r"$\theta" in t for t in texts))
-        self.assertFalse([t for t in texts if "eta =" in t
-                          and r"$\eta$" not in t])
-        for ax in fig.axes:
-          if ax.get_label() != "<colorbar>" and ax.get_subplotspec() and (
-              ax.get_subplotspec().is_last_row()):
-            self.assertEqual(ax.get_xlabel(), r"$\xi$")
-
-  def test_fig3_labels(self):
-    theta = np.linspace(0.0, 1.0, 11)
-    curves = {(v, xi, eta): theta for v in self.config.variants
-              for xi, eta in self.config.localized}
-    fig = theory_rho.fig3_figure(theta, curves, self.config)
-    for ax in fig.axes:
-      self.assertEqual(ax.get_xlabel(), r"$\theta = i/T$")
-      self.assertEqual(ax.get_ylabel(), r"$\rho(\theta)$")
-    self.assertEqual(_overlapping_tick_labels(fig), [])
 
 
 if __name__ == "__main__":

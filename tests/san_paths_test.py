@@ -11,6 +11,7 @@ import numpy as np
 from qkspec.theory import diagnostics
 from qkspec.theory import san_paths
 from qkspec.theory import san
+from qkspec.experiments import rank_collapse
 import testutil
 
 
@@ -107,6 +108,40 @@ class PathsTest(parameterized.TestCase):
     l = np.arange(5)
     np.testing.assert_allclose(b, 2.0**((3.0**l - 1) / 2) * 0.5**(3.0**l),
                                rtol=1e-5)
+
+
+class CollapseBoundTest(absltest.TestCase):
+
+  def test_doubly_exponential_collapse_below_the_bound(self):
+    """1-head SAN with small weights: c r_0^2 < 1, so Dong's bound applies.
+
+    The measured residual stays below B_l = c^((3^l-1)/2) r_0^(3^l), and
+    its order of convergence is ~3 (doubly exponential).
+    """
+    with jax.enable_x64(True):
+      d, t, num_layers = 8, 8, 5
+      p = init_params(jax.random.key(0), num_layers=num_layers, num_heads=1,
+                      dim=d, qk_gain=0.5)
+      x = jax.random.normal(jax.random.key(1), (t, d))
+      lam = float(np.sqrt(d))
+      c_L = san_paths.cubic_residual_coefficient(p["w_qk"], p["w_v"], lam)
+      res = diagnostics.rank_collapse_residual(
+          forward(p, x, temperature=lam)["outputs"], "mean")
+      # Rescale the input so that c * r_0^2 = 1/4: the bound then contracts.
+      x = x * float(0.5 / (jnp.sqrt(c_L.max()) * res[0]))
+      out = forward(p, x, temperature=lam)["outputs"]
+      res = diagnostics.rank_collapse_residual(out, "mean")
+      bound = san_paths.cubic_residual_bound(res[0], jnp.full((num_layers,),
+                                                          c_L.max()))
+      self.assertLess(float(c_L.max() * res[0]**2), 0.26)
+      ok = res > 1e-15 * jnp.sqrt(jnp.sum(out**2, axis=(-2, -1)))
+      np.testing.assert_array_less(np.asarray(res)[ok][1:],
+                                   np.asarray(bound)[ok][1:])
+      rel = diagnostics.relative_residual(out, "mean")
+      order, _, pairs = rank_collapse.convergence_order(np.asarray(rel),
+                                                        1e-14, 1.0)
+      self.assertGreaterEqual(pairs, 2)
+      self.assertGreater(order, 2.5)
 
 
 if __name__ == "__main__":
