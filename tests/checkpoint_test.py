@@ -1,5 +1,5 @@
 """qkspec.training.checkpoint: saving and restoring (resuming whole runs:
-tests/train_test.py)."""
+tests/loop_test.py)."""
 import tempfile
 
 from absl.testing import absltest
