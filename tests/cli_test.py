@@ -7,7 +7,9 @@ probe note dropped.
 import ast
 import contextlib
 import io
+import json
 import logging
+import os
 import pathlib
 import signal
 import subprocess
@@ -91,6 +93,20 @@ class LaunchTest(absltest.TestCase):
         self.assertEqual(
             (pathlib.Path(tmp) / "launched" / name).read_text(),
             (pathlib.Path(tmp) / "called" / name).read_text())
+
+  def test_launch_script_with_override(self):
+    workdir = testutil.workdir(self)
+    cmd = [sys.executable, "launch/run.py",
+           "--config", "configs/entropy_bound.py:smoke",
+           "--config.nu_max=12.0", "--workdir", str(workdir)]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run(cmd, cwd=testutil.ROOT, capture_output=True,
+                          text=True,
+                          env=env, timeout=120, check=False)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+    self.assertIn("fig4_entropy_bound.png", proc.stdout)
+    saved = json.loads((workdir / "config.json").read_text())
+    self.assertEqual(saved["nu_max"], 12.0)
 
   def test_launch_holds_only_the_commands_a_user_runs(self):
     scripts = sorted(p.stem for p in (testutil.ROOT / "launch").glob("*.py")
