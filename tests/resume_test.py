@@ -128,6 +128,17 @@ class ResumeRefusalTest(absltest.TestCase):
                                     workdir)
     self.assertEqual(int(state.step[0]), 4)
 
+  def test_checkpoints_of_other_strengths_are_refused_without_config(self):
+    workdir = os.path.join(self.tmp, "no_config")
+    shutil.copytree(self.workdir, workdir)
+    os.remove(os.path.join(workdir, "config.json"))    # nothing to compare
+    other = self._config(num_steps=4)
+    other.sweep.kappa2 = (0.0, 2.0, 100.0)
+    with self.assertRaisesRegex(
+        ValueError, r"holds a run with other kappa2 values \(\[  0\.   1\. "
+        r"100\.\]\); use a fresh --workdir"):
+      loop.train_and_evaluate(other, workdir)
+
   def test_the_command_line_says_it_in_one_line(self):
     r = subprocess.run(
         [sys.executable, str(testutil.ROOT / "launch" / "train.py"),

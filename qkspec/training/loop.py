@@ -140,12 +140,20 @@ def _abstract_state(run: Run, saved: bool = False):
 
 
 def _restore_or_init(run: Run, ckpt: ckpt_lib.Checkpointer):
-  """The state at the newest checkpoint that restores, or a fresh one."""
+  """The state at the newest checkpoint that restores, or a fresh one;
+  ValueError if it trained other LocATER hyperparameters (checkpoints that
+  `_prepare_workdir` could not check: their config.json is gone)."""
   if ckpt.latest_step() is not None:
     found = ckpt.restore_newest(_abstract_state(run, saved=True))
     if found is not None:         # else every checkpoint was set aside
-      logging.info("resumed from step %d", found[0])
-      return run.steps.unsaved(found[1])
+      step, state = found
+      saved = jax.device_get(state.hparams)
+      for name, have, want in zip(saved._fields, saved, run.hparams):
+        if not np.array_equal(np.asarray(have), np.asarray(want)):
+          raise ValueError(f"{run.workdir} holds a run with other {name} "
+                           f"values ({have}); use a fresh --workdir.")
+      logging.info("resumed from step %d", step)
+      return run.steps.unsaved(state)
   return run.steps.init(run.init_keys, run.hparams)
 
 
