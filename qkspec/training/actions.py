@@ -14,6 +14,7 @@ import numpy as np
 from qkspec.training import checkpoint as ckpt_lib
 from qkspec.training import layer_stats
 from qkspec.training import progress
+from qkspec.training import step as step_lib
 
 
 class Pending:
@@ -136,19 +137,13 @@ class LogAction(PeriodicAction):
                    rate, progress.fmt_time((self.num_steps - step) / rate))
 
 
-def eval_call_size(num_batches: int) -> int:
-  """Batches per compiled eval call: the whole split, or one on a CPU so
-  that the progress meter can report."""
-  return num_batches if jax.default_backend() != "cpu" else 1
-
-
 def _eval_calls(steps, state, split: str, batches):
   """(batches done, {"loss_sum", "weight"}) per compiled call: of
-  `eval_call_size` device-fed batches, else of one batch of `batches()`."""
+  `step.eval_call_size` device-fed batches, else of one batch of `batches()`."""
   feed = steps.task.feed
   if steps.eval_many is not None and split in feed.eval_counts:
     n = feed.eval_counts[split]
-    per_call = eval_call_size(n)
+    per_call = step_lib.eval_call_size(n)
     for start in range(0, n, per_call):
       indices = jnp.arange(start, start + per_call, dtype=jnp.int32)
       yield min(start + per_call, n), steps.eval_many(
@@ -194,13 +189,6 @@ class EvalAction(PeriodicAction):
     for i, w in enumerate(self.writers):
       w.write_scalars(step, {k: self.run.member_view(v, i)
                              for k, v in res.items()})
-
-
-@jax.jit
-def device_copy(tree):
-  """A copy of `tree` on its devices: `Steps.saved` where no member pads
-  the state."""
-  return jax.tree.map(jnp.copy, tree)
 
 
 class CheckpointAction(PeriodicAction):

@@ -31,7 +31,6 @@ import jax.numpy as jnp
 import optax
 
 from qkspec.theory import locater
-from qkspec.training import actions
 from qkspec.training import layer_stats
 from qkspec.training import model as model_lib
 from qkspec.training import multi_step
@@ -171,6 +170,19 @@ def eval_step(params, batch, *, task: tasks.Task) -> dict[str, jax.Array]:
   return {"loss_sum": loss_sum, "weight": weight}
 
 
+def eval_call_size(num_batches: int) -> int:
+  """Batches per compiled eval call: the whole split, or one on a CPU so
+  that the progress meter can report."""
+  return num_batches if jax.default_backend() != "cpu" else 1
+
+
+@jax.jit
+def device_copy(tree):
+  """A copy of `tree` on its devices: `Steps.saved` where no member pads
+  the state."""
+  return jax.tree.map(jnp.copy, tree)
+
+
 class Steps(struct.PyTreeNode):
   """The compiled functions of a run (over the members for a sweep): keys,
   hparams, metrics and measurements of the N real members, a state of
@@ -260,7 +272,7 @@ def build_steps(config, mesh=None) -> Steps:
   return Steps(
       task=task, replicated=replicated, layout=lay,
       state_sharding=state_sharding, **sweep_lib.saving(
-          lay, actions.device_copy, state_sharding, replicated),
+          lay, device_copy, state_sharding, replicated),
       init=jax.jit(init, out_shardings=state_sharding),
       train=jax.jit(step, in_shardings=(state_sharding, batch_sharding,
                                         replicated),
@@ -316,7 +328,7 @@ def compile_ahead(steps, abstract_state, dropout_keys: jax.Array, batch):
     jobs["eval_many"] = [
         pool.submit(_compile, steps.eval_many, abstract_state.params,
                     feed.eval_tokens[split],
-                    jnp.zeros(actions.eval_call_size(n), jnp.int32))
+                    jnp.zeros(eval_call_size(n), jnp.int32))
         for split, n in feed.eval_counts.items()]
   # last: the first checkpoint comes long after the first call and eval
   pool.submit(_compile, steps.saved, abstract_state)
