@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from qkspec import kernels
+from qkspec.kernels import fused_attention
 from qkspec.config import defaults as common
 from qkspec.config import schema
 from qkspec.training import layer_stats
@@ -122,6 +123,7 @@ class ModelTest(absltest.TestCase):
     c.data.seq_len = 128
     with self.assertRaisesRegex(ValueError, "seq_len <= 64; .*seq_len=128"):
       schema.validate(c)
+    self.assertEqual(schema.PALLAS_MAX_SEQ_LEN, fused_attention.BLOCK)
     c = common.lm_config()
     c.model.kernels = "triton"
     with self.assertRaisesRegex(ValueError, "model.kernels"):

@@ -11,6 +11,7 @@ QK_PARAMS = ("factored", "joint")      # W_Q, W_K kernels | one joint W_QK
 NORMS = ("post", "pre", "none")        # LayerNorm placement
 ACTIVATIONS = ("relu", "identity", "gelu")
 KERNELS = ("xla", "pallas")            # qkspec.kernels: XLA | Pallas (GPU)
+PALLAS_MAX_SEQ_LEN = 64  # T of one attention block (kernels.fused_attention)
 
 
 def _int(minimum, nonzero=False):
@@ -203,10 +204,11 @@ def validate(config, num_devices: int | None = None) -> None:
                      "unless heads are concatenated (head_dim = d / H).")
   if m.kernels == "pallas" and (task != "lm" or m.qk_param != "factored"
                                 or m.attn_dropout
-                                or config.data.seq_len > 64):
+                                or config.data.seq_len > PALLAS_MAX_SEQ_LEN):
     raise ValueError("config.model.kernels='pallas' (fused GPU kernels) is "
                      "for the LM task with qk_param='factored', "
-                     "attn_dropout=0 and data.seq_len <= 64; got "
+                     f"attn_dropout=0 and data.seq_len <= {PALLAS_MAX_SEQ_LEN}"
+                     "; got "
                      f"task={task!r}, qk_param={m.qk_param!r}, attn_dropout="
                      f"{m.attn_dropout}, seq_len={config.data.seq_len}.")
   if task == "lm" and config.data.name == "synthetic":
