@@ -32,15 +32,15 @@ def t_critical(dof: int, level: float = LEVEL) -> float:
   return float(stats.t.ppf((1 + level) / 2, dof))
 
 
-def paired_test(d) -> dict:
+def paired_test(d, level: float = LEVEL) -> dict:
   """Paired t-test of per-seed differences `d` (n >= 2): mean, std, t,
-  t_crit, the 95% interval and whether it excludes 0."""
+  t_crit, the `level` interval and whether it excludes 0."""
   d = np.asarray(d, np.float64)
   n = len(d)
   if n < 2:
     raise ValueError(f"a paired test needs two seeds or more, got {n}.")
   mean, std = float(d.mean()), float(d.std(ddof=1))
-  crit = t_critical(n - 1)
+  crit = t_critical(n - 1, level)
   se = std / math.sqrt(n)
   if se > 0:
     t = mean / se
@@ -59,11 +59,11 @@ def min_effect(quantity: str, m0: float, m1: float) -> float:
   return size * (max(abs(m0), abs(m1)) if kind == "relative" else 1.0)
 
 
-def one_seed_floor(rel_std: float, n_ref: int, m0: float, m1: float
-                   ) -> float:
-  """t_{n_ref - 1} x `rel_std` (the relative seed spread of the contrast
-  on a figure of `n_ref` seeds) x the larger of `m0`, `m1`."""
-  return t_critical(n_ref - 1) * rel_std * max(abs(m0), abs(m1))
+def one_seed_floor(rel_std: float, n_ref: int, m0: float, m1: float,
+                   level: float = LEVEL) -> float:
+  """t_{n_ref - 1} (at `level`) x `rel_std` (the relative seed spread of
+  the contrast on a figure of `n_ref` seeds) x the larger of `m0`, `m1`."""
+  return t_critical(n_ref - 1, level) * rel_std * max(abs(m0), abs(m1))
 
 
 def decide(diff: float, sign: int, minimal: float, significant: bool,

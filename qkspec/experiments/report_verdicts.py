@@ -106,13 +106,14 @@ def seed_reference(rows) -> dict:
   return out
 
 
-def judge(quantity, sign, d, m0, m1, ref) -> dict:
+def judge(quantity, sign, d, m0, m1, ref, level: float = rs.LEVEL) -> dict:
   """The verdict, with its numbers, on per-seed differences `d` between
-  group means `m0` -> `m1`: paired with two seeds, else `ref`'s floor."""
+  group means `m0` -> `m1`: paired with two seeds, else `ref`'s floor
+  (both at `level`)."""
   minimal = rs.min_effect(quantity, m0, m1)
   out = dict(n=len(d), minimal=minimal, ci=None, floor=None)
   if len(d) >= 2:
-    test = rs.paired_test(d)
+    test = rs.paired_test(d, level)
     out.update(diff=test["mean"], ci=test["ci"], t=test["t"],
                t_crit=test["t_crit"])
     significant, one_seed = test["significant"], False
@@ -120,7 +121,7 @@ def judge(quantity, sign, d, m0, m1, ref) -> dict:
     out["diff"] = float(d[0]) if len(d) else m1 - m0
     one_seed = True
     if ref:
-      out["floor"] = rs.one_seed_floor(ref["rel"], ref["n"], m0, m1)
+      out["floor"] = rs.one_seed_floor(ref["rel"], ref["n"], m0, m1, level)
       significant = abs(out["diff"]) > out["floor"]
     else:
       significant = True         # nothing to hold it to: indicative only
@@ -242,21 +243,11 @@ def trend(rows, quantity, sign, ref=None) -> dict | None:
   d = np.array([best_values[s] - values[0][s] for s in seeds])
   m0, m1 = base[f"{quantity}_mean"], best[f"{quantity}_mean"]
   level = rs.bonferroni(len(swept))
-  minimal = rs.min_effect(quantity, m0, m1)
-  if len(d) >= 2:
-    mean, std = float(d.mean()), float(d.std(ddof=1))
-    half = rs.t_critical(len(d) - 1, level) * std / math.sqrt(len(d))
-    ci, floor, significant = (mean - half, mean + half), None, abs(mean) > half
-  else:
-    mean, ci = float(d[0]), None
-    floor = (rs.t_critical(ref["n"] - 1, level) * ref["rel"]
-             * max(abs(m0), abs(m1))) if ref else None
-    significant = floor is None or abs(mean) > floor
-  verdict = rs.decide(mean, sign, minimal, significant, len(d) < 2)
+  j = judge(quantity, sign, d, m0, m1, ref, level)
   return dict(slope=fit["slope"], slope_ci=fit["ci"], n=len(seeds),
-              best_kappa2=best["kappa2"], diff=mean, ci=ci, floor=floor,
-              level=level, verdict=verdict,
-              direction=rs.direction(mean, sign))
+              best_kappa2=best["kappa2"], diff=j["diff"], ci=j["ci"],
+              floor=j["floor"], level=level, verdict=j["verdict"],
+              direction=j["direction"])
 
 
 def trends(rows) -> list[dict]:
