@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from qkspec.for_flax import qk
 from qkspec.theory import diagnostics
 from qkspec.theory import propagation
+from qkspec.theory import softmax
 
 # linen children of an attention layer whose outputs are its query and key
 _PROJECTIONS = {"query": "query", "query_ln": "query", "key": "key",
@@ -46,7 +47,7 @@ def attention_stats(query: jax.Array, key: jax.Array, mask: jax.Array | None,
   q_BxTxHxD = query.reshape(-1, T, H, D).astype(jnp.float32)
   k_BxSxHxD = key.reshape(-1, S, H, D).astype(jnp.float32)
   logits_BxHxTxS = jnp.einsum("bthd,bshd->bhts", q_BxTxHxD,
-                              k_BxSxHxD) / jnp.sqrt(jnp.float32(D))
+                              k_BxSxHxD) / softmax.temperature(None, D)
   visible = jnp.broadcast_to(True if mask is None else mask.astype(bool),
                              (*batch, H, T, S))
   if causal:
