@@ -253,13 +253,18 @@ def plot_grid(grid_rows, config, workdir):
   return outputs.save_figure(fig, workdir, "fig_spectrum_collapse")
 
 
+def _mean_colors(config) -> np.ndarray:
+  """One colour per eigen_mean, the same in every figure."""
+  return outputs.colors("plasma", np.linspace(0, 0.9,
+                                              len(config.eigen_means)))
+
+
 def plot_layers(out, config, workdir):
   """Per-layer r_l and entropy: a line per eigen_mean, a panel per eigen_std."""
   stds = list(config.eigen_stds)
   fig, axes = outputs.subplots(2, len(stds), (3.4 * len(stds), 6.5),
                                sharey="row")
-  colors = outputs.colors("plasma",
-                          np.linspace(0, 0.9, len(config.eigen_means)))
+  colors = _mean_colors(config)
   l_K = np.arange(config.num_layers + 1)
   for j, s in enumerate(stds):
     for i, (m, color) in enumerate(zip(config.eigen_means, colors)):
@@ -283,8 +288,7 @@ def plot_rho(out, config, workdir):
   """rho_i of the last query at layer 1 and layer L, per grid point."""
   num_s = len(config.eigen_stds)
   fig, axes = outputs.subplots(2, num_s, (3.4 * num_s, 6), sharey=True)
-  colors = outputs.colors("plasma",
-                          np.linspace(0, 0.9, len(config.eigen_means)))
+  colors = _mean_colors(config)
   i_T = np.arange(1, config.seq_len + 1)
   for j, s in enumerate(config.eigen_stds):
     for i, (m, color) in enumerate(zip(config.eigen_means, colors)):
