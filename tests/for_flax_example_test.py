@@ -1,7 +1,4 @@
 """Tests for qkspec.experiments.for_flax_example: the smoke run's tables."""
-import pathlib
-import shutil
-import tempfile
 
 from absl.testing import absltest
 import numpy as np
@@ -15,13 +12,12 @@ import testutil
 class ExampleTest(absltest.TestCase):
 
   def test_smoke_run_writes_tables_and_locater_lowers_the_scale(self):
-    workdir = pathlib.Path(tempfile.mkdtemp())
-    self.addCleanup(shutil.rmtree, workdir, ignore_errors=True)
+    workdir = testutil.workdir(self)
     config = testutil.get_config("for_flax_example", "smoke")
-    out = for_flax_example.run(config, workdir / "run")
-    for name in ("spectrum.csv", "attention.json", "summary.csv",
-                 "fig_for_flax_example.png"):
-      self.assertTrue((workdir / "run" / name).is_file(), name)
+    out = for_flax_example.run(config, workdir)
+    testutil.assert_files(self, workdir, (
+        "spectrum.csv", "attention.json", "summary.csv",
+        "fig_for_flax_example.png"))
     scale = {}
     for r in out["spectrum"]:
       scale.setdefault(r["stage"], []).append(r["scale"])
