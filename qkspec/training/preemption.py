@@ -3,7 +3,11 @@
 The compiled step donates its input state, so inside `deferred_stop()` the
 first SIGINT or a SIGTERM only marks the `StopFlag` the loop asks at every
 step boundary, where it saves a checkpoint and raises `Interrupted`; a
-second SIGINT raises at once. With several processes JAX's preemption
+second SIGINT raises KeyboardInterrupt at once, whatever handler SIGINT had
+before: Python's own, `SIG_IGN` (a process started in the background by a
+shell without job control inherits SIGINT ignored), `SIG_DFL`, a handler
+that does not raise, or the handler of an enclosing `deferred_stop`. The
+previous handlers are put back when the block ends. With several processes JAX's preemption
 notifier (installed by `jax.distributed.initialize`) takes SIGTERM (no
 Python handler replaces it), the first SIGINT is sent on as SIGTERM, and
 every process stops at the boundary where
@@ -40,10 +44,11 @@ class Interrupted(KeyboardInterrupt):
 class StopFlag:
   """Whether the loop stops at a step boundary: `signum`, the first signal
   (or None); `coordinated`, JAX's sync point decides; `stopping`,
-  `at_boundary` said stop."""
+  `at_boundary` said stop; `ctrl_c`, a SIGINT came (the next one raises)."""
 
   def __init__(self, coordinated: bool):
     self.signum: int | None = None
+    self.ctrl_c = False
     self.coordinated = coordinated
     self.stopping = False
 
@@ -85,7 +90,9 @@ def deferred_stop() -> Iterator[StopFlag]:
 
   def on_sigint(signum, frame):
     del signum, frame
-    signal.signal(signal.SIGINT, previous[signal.SIGINT])
+    if flag.ctrl_c:
+      raise KeyboardInterrupt   # the second Ctrl-C: at once
+    flag.ctrl_c = True
     flag.signum = flag.signum or signal.SIGINT
     if flag.coordinated:
       os.kill(os.getpid(), signal.SIGTERM)   # to JAX's preemption notifier
