@@ -4,13 +4,13 @@ r"""Turns a training workdir into the paper's panels (Figs. 6-7, 8-12).
 
 Writes fig6_curves.png, fig6_vs_kappa2.png (kappa2 sweeps), rho_heatmap.png
 (Fig. 7) and training_curves.png into the workdir; see
-qkspec/experiments/training_plots.py.
+qkspec/plots/training_figures.py.
 """
 from absl import app
 from absl import flags
 from absl import logging
 
-from qkspec.experiments import training_plots
+from qkspec.plots import training_figures
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A launch/train.py workdir.")
 _LAYER = flags.DEFINE_integer("layer", 0, "Layer of the rho heat map.")
@@ -20,7 +20,7 @@ flags.mark_flags_as_required(["workdir"])
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  for path in training_plots.plot_workdir(_WORKDIR.value, _LAYER.value):
+  for path in training_figures.plot_workdir(_WORKDIR.value, _LAYER.value):
     logging.info("wrote %s", path)
 
 

@@ -10,7 +10,7 @@ verdict with its paired t-test or one-seed floor, kappa2 as a curve, and
 the commands and steps of every run; summary.csv, summary.json and
 the figures go to --figures_dir. Each run of --runs is first recorded in
 --records_dir (its config, members, run_info and the few metrics the
-report reads: qkspec/experiments/run_records.py) and the report covers
+report reads: qkspec/records/store.py) and the report covers
 every record there, so runs on machines that are gone still count and the
 command without --runs regenerates it. A run recorded again replaces its
 record; another run whose directory has the same basename is refused.
@@ -26,7 +26,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from qkspec.experiments import report
+from qkspec.report import writer
 
 _RUNS = flags.DEFINE_list("runs", [], "launch/train.py workdirs, "
                           "comma-separated, recorded before the report.")
@@ -63,7 +63,7 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   records_dir = None
   if _RECORDS.value:
-    records_dir = _RECORDS_DIR.value or report.default_records_dir(
+    records_dir = _RECORDS_DIR.value or writer.default_records_dir(
         _OUT.value, _FIGURES_DIR.value)
     args = _without_runs(sys.argv[1:])     # regenerates from the records
   elif not _RUNS.value:
@@ -71,7 +71,7 @@ def main(argv):
   else:
     args = sys.argv[1:]
   command = " ".join(["python launch/report.py"] + args)
-  for path in report.write_report(_RUNS.value, _OUT.value,
+  for path in writer.write_report(_RUNS.value, _OUT.value,
                                   _FIGURES_DIR.value, command=command,
                                   replicate_dirs=_REPLICATES.value,
                                   records_dir=records_dir):

@@ -9,7 +9,7 @@ path for a seconds-long run and `--config.x=y` to override a field; each
 config's docstring has its command, what it writes and what the paper
 shows. Training configs also work here (launch/train.py's trainer).
 """
-from qkspec.experiments import cli
+from qkspec import cli
 
 if __name__ == "__main__":
   cli.main(cli.run_experiment, "experiment config")

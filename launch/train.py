@@ -8,8 +8,8 @@ Add `:smoke` to the config path for a tiny run and `--config.x=y` to
 override a field. Rerunning with the same workdir resumes from the latest
 checkpoint. Plot with launch/plot_training.py. See each config's docstring.
 """
+from qkspec import cli
 from qkspec.training import loop
-from qkspec.experiments import cli
 
 if __name__ == "__main__":
   cli.main(loop.train_and_evaluate, "training config")

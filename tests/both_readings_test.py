@@ -20,8 +20,8 @@ from configs import locater_wt2
 from configs import rho_training
 from qkspec.config import defaults
 from qkspec.config import schema
-from qkspec.experiments import report
-from qkspec.experiments import report_runs
+from qkspec.report import run_cells
+from qkspec.report import writer
 from qkspec.training import loop
 from qkspec.training import step as step_lib
 from qkspec.training import sweep
@@ -175,8 +175,8 @@ class ReportTest(absltest.TestCase):
       loop.train_and_evaluate(c, cls.dirs[arg])
 
   def test_one_program_reports_as_the_two_runs(self):
-    packed = report_runs.summarize([self.dirs["seeds=2,both_readings"]])
-    apart = report_runs.summarize([self.dirs["seeds=2"],
+    packed = run_cells.summarize([self.dirs["seeds=2,both_readings"]])
+    apart = run_cells.summarize([self.dirs["seeds=2"],
                               self.dirs["seeds=2,fairseq"]])
     key = lambda r: (r["reading"], r["kappa1"], r["kappa2"])  # noqa: E731
     self.assertEqual([key(r) for r in sorted(packed, key=key)],
@@ -184,18 +184,18 @@ class ReportTest(absltest.TestCase):
     self.assertEqual({r["reading"] for r in packed}, set(BOTH))
     for a, b in zip(sorted(packed, key=key), sorted(apart, key=key)):
       self.assertEqual((a["n_seeds"], a["final_step"]), (2, 2))
-      for name, _, _ in report_runs.QUANTITIES:
+      for name, _, _ in run_cells.QUANTITIES:
         np.testing.assert_allclose(a[f"{name}_values"], b[f"{name}_values"],
                                    rtol=1e-5, err_msg=f"{key(a)} {name}")
 
   def test_command_rebuilds_and_the_run_is_listed_once(self):
     run_dir = self.dirs["seeds=2,both_readings"]
     with open(os.path.join(run_dir, "config.json")) as f:
-      command = report_runs.config_command(json.load(f), run_dir)
+      command = run_cells.config_command(json.load(f), run_dir)
     self.assertIn("configs/locater_wt2.py:seeds=2,both_readings,smoke "
                   "--config.sweep.kappa2=", command)
     out = os.path.join(self.tmp, "REPRODUCTION.md")
-    report.write_report([run_dir], out)
+    writer.write_report([run_dir], out)
     with open(out) as f:
       md = f.read()
     runs = md.split("## Runs")[1].split("##")[0]

@@ -6,6 +6,7 @@ probe note dropped.
 """
 import ast
 import contextlib
+import importlib
 import io
 import json
 import logging
@@ -21,19 +22,23 @@ from absl.testing import absltest
 import ml_collections
 import numpy as np
 
-from qkspec.experiments import cli
+from qkspec import cli
+from qkspec.experiments import EXPERIMENTS
 import testutil
 
-EXPERIMENTS = ("dong_trained", "entropy_bound", "entropy_check",
-               "for_flax_example", "rank_collapse", "simulate_grid",
-               "simulate_rho", "spectrum_collapse", "theory_rho")
 TRAINING = ("theory_task", "locater_wt2", "rho_training", "depth_width")
 
 
 class RunnerTest(absltest.TestCase):
 
-  def test_experiments_are_the_modules_with_run(self):
-    self.assertEqual(cli.experiments(), EXPERIMENTS)
+  def test_experiments_are_the_configs_experiments_and_each_has_run(self):
+    named = {testutil.get_config(p.stem, "smoke").get("experiment")
+             for p in (testutil.ROOT / "configs").glob("*.py")
+             if p.stem != "__init__"} - {None}
+    self.assertCountEqual(EXPERIMENTS, named)
+    for name in EXPERIMENTS:
+      module = importlib.import_module(f"qkspec.experiments.{name}")
+      self.assertTrue(callable(module.run), name)
 
   def test_every_config_names_its_own_experiment_or_is_a_training_config(self):
     stems = sorted(p.stem for p in (testutil.ROOT / "configs").glob("*.py")
@@ -215,7 +220,7 @@ class InterruptTest(absltest.TestCase):
     script = textwrap.dedent("""
         import signal, sys, time
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        from qkspec.experiments import cli
+        from qkspec import cli
         def run(config, workdir):
           print("running", flush=True)
           for _ in range(1200):

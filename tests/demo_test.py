@@ -4,7 +4,7 @@ import tempfile
 
 from absl.testing import absltest
 
-from qkspec.experiments import demo
+from qkspec import cli
 import testutil
 
 
@@ -14,7 +14,7 @@ class DemoTest(absltest.TestCase):
     with tempfile.TemporaryDirectory() as tmp:
       # One experiment config and the training config, as the demo runs
       # them (both through cli.run_experiment).
-      figures = demo.run(tmp, testutil.ROOT / "configs", smoke=True,
+      figures = cli.demo(tmp, testutil.ROOT / "configs", smoke=True,
                          only=("entropy_bound", "theory_task"))
       self.assertEqual(list(figures), ["entropy_bound", "theory_task"])
       for name in figures:
@@ -28,7 +28,7 @@ class DemoTest(absltest.TestCase):
 
   def test_unknown_experiment(self):
     with self.assertRaisesRegex(ValueError, "unknown experiments"):
-      demo.run("/tmp/unused", testutil.ROOT / "configs", only=("fig99",))
+      cli.demo("/tmp/unused", testutil.ROOT / "configs", only=("fig99",))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """The package's layers, checked: what each layer may import.
 
 qkspec/theory (the maths) imports only jax and numpy; qkspec/config only
-ml_collections; qkspec/kernels only jax (and the maths' checks); and no
-layer imports one below it in
-theory -> config -> data -> kernels -> training -> for_flax -> experiments.
+ml_collections; qkspec/kernels only jax (and the maths' checks);
+qkspec/records neither jax nor matplotlib; and no layer imports one below
+it in theory -> config -> data -> kernels -> training -> for_flax -> records
+-> plots -> {experiments, report} -> cli, where experiments and report
+are siblings that never import each other.
 """
 import ast
 import json
@@ -16,8 +18,14 @@ from absl.testing import parameterized
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "qkspec"
-LAYERS = ("theory", "config", "data", "kernels", "training", "for_flax",
-          "experiments")
+BELOW = ("theory", "config", "data", "kernels", "training", "for_flax",
+         "records", "plots")
+# Each layer and the layers it may import.
+ALLOWED = {**{layer: BELOW[:i + 1] for i, layer in enumerate(BELOW)},
+           "experiments": BELOW + ("experiments",),
+           "report": BELOW + ("report",),
+           "cli": tuple(BELOW) + ("experiments", "report", "cli")}
+LAYERS = tuple(ALLOWED)
 HEAVY = ("flax", "optax", "orbax", "grain", "tensorflow_datasets",
          "tensorflow", "ml_collections", "matplotlib", "clu", "torch")
 
@@ -88,20 +96,34 @@ class LayeringTest(parameterized.TestCase):
                      msg="configs must load without jax, flax or the data "
                      "pipeline")
 
+  def test_records_import_neither_jax_nor_matplotlib(self):
+    loaded = _loaded_after("from qkspec.records import rundir, store")
+    self.assertIn("numpy", loaded)
+    self.assertEmpty([m for m in ("jax", "matplotlib") + HEAVY
+                      if m in loaded])
+
   @parameterized.parameters(*LAYERS)
   def test_no_layer_imports_a_later_one(self, layer):
-    allowed = set(LAYERS[:LAYERS.index(layer) + 1])
+    allowed = set(ALLOWED[layer])
     bad = []
-    for path in sorted((PACKAGE / layer).rglob("*.py")):
+    files = ([PACKAGE / "cli.py"] if layer == "cli"
+             else sorted((PACKAGE / layer).rglob("*.py")))
+    self.assertNotEmpty(files)
+    for path in files:
       for module in _qkspec_imports(path):
         target = _layer(module)
         if target is not None and target not in allowed:
           bad.append(f"{path.relative_to(ROOT)} imports {module}")
     self.assertEmpty(bad)
 
-  def test_flat_package_holds_no_code_modules(self):
+  def test_experiments_and_report_never_import_each_other(self):
+    for a, b in (("experiments", "report"), ("report", "experiments")):
+      self.assertNotIn(b, ALLOWED[a])
+    self.assertIn("report", ALLOWED["cli"])     # the check is not vacuous
+
+  def test_flat_package_holds_only_the_command_line(self):
     flat = sorted(p.name for p in PACKAGE.glob("*.py"))
-    self.assertEqual(flat, ["__init__.py"])
+    self.assertEqual(flat, ["__init__.py", "cli.py"])
 
   def test_maths_modules_are_the_public_face(self):
     code = """

@@ -1,7 +1,7 @@
-"""Tests for qkspec.experiments.locater_minimum (trained W_QK vs W*)."""
+"""Tests for qkspec.report.locater_minimum (trained W_QK vs W*)."""
 from absl.testing import absltest
 
-from qkspec.experiments import locater_minimum
+from qkspec.report import locater_minimum
 from qkspec.theory import locater
 
 

@@ -14,11 +14,11 @@ import numpy as np
 from qkspec.config import defaults as common
 from configs import locater_wt2
 from configs import theory_task
+from qkspec.plots import training_figures
 from qkspec.theory import locater
 from qkspec.training import checkpoint
-from qkspec.training import metric_writer
-from qkspec.experiments import training_plots
 from qkspec.training import loop
+from qkspec.training import metric_writer
 from qkspec.training import step as step_lib
 from qkspec.training import sweep
 from qkspec.training import tasks
@@ -48,7 +48,7 @@ class EndToEndTest(absltest.TestCase):
       hp = json.load(open(os.path.join(tmp, members[2]["dir"],
                                        "hparams.json")))
       self.assertEqual(hp["target"], 12.0)
-      for path in training_plots.plot_workdir(tmp):
+      for path in training_figures.plot_workdir(tmp):
         self.assertGreater(os.path.getsize(path), 1000)
 
   def test_lm_on_the_wikitext2_fixture(self):

@@ -136,7 +136,7 @@ class GradientTest(absltest.TestCase):
                  "readings' updates against NumPy")
   def test_no_locater_member_is_the_same_under_both_readings(self):
     # kappa1 = kappa2 = 0: the factor multiplies a zero penalty, so both
-    # readings train the same member bit for bit (qkspec.experiments.report
+    # readings train the same member bit for bit (qkspec.report.writer
     # shares such members between the readings' cells).
     p_l, m_l = _one_step(_smoke_lm("mean_loss", 0.0, 0.0))
     p_f, m_f = _one_step(_smoke_lm("summed_loss", 0.0, 0.0))

@@ -136,7 +136,7 @@ import sys, time
 sys.path.insert(0, {tests!r})
 import testutil
 testutil.configure_jax()
-from qkspec.experiments import cli
+from qkspec import cli
 from qkspec.training import loop, tasks
 import reliability_test
 

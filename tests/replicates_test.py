@@ -1,14 +1,14 @@
-"""Tests for qkspec.experiments.replicates (the same-seed rerun spread)."""
+"""Tests for qkspec.report.replicates (the same-seed rerun spread)."""
 from absl.testing import absltest
 import numpy as np
 
-from qkspec.experiments import replicates
+from qkspec.report import replicates
 
 QUANTITIES = [("valid_ppl", "valid/ppl"), ("entropy", "mean/entropy")]
 
 
 def _run(run_dir, finals, seed=0, last_step=50_000, reading="mean_loss"):
-  """A loaded run (`report_runs.load_runs`' form): kappa2 -> (ppl, entropy)."""
+  """A loaded run (`run_cells.load_runs`' form): kappa2 -> (ppl, entropy)."""
   members = [dict(kappa1=100.0, kappa2=k, target=1.0, seed=seed,
                   last_step=last_step,
                   metrics={"valid/ppl": (np.asarray([0, last_step]),

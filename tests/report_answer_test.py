@@ -1,8 +1,8 @@
-"""Tests for qkspec.experiments.report_answer: the first screen, its tables."""
+"""Tests for qkspec.report.answer: the first screen, its tables."""
 from absl.testing import absltest
 
-from qkspec.experiments import report_answer
-from qkspec.experiments import report_verdicts as rv
+from qkspec.report import answer
+from qkspec.report import verdicts as rv
 import testutil
 
 
@@ -15,15 +15,15 @@ class AnswerTest(absltest.TestCase):
                               seeds=[0, 1, 2]),
             testutil.seed_row(0.0, {}, kappa1=0.0, seeds=[0, 1, 2])]
     vs = rv.verdicts(rows)
-    lines = report_answer.answer(vs, [])
+    lines = answer.answer(vs, [])
     self.assertLen([x for x in lines if x.startswith("- **")], 6)
     self.assertIn("- **Perplexity (D, valid perplexity lower): reversed in "
                   "1 of 1 cells.**", "\n".join(lines))
     self.assertIn("Beyond the paper: no LocATER -> LocATER", "\n".join(lines))
-    [row] = report_answer.verdict_table(vs)[2:]
+    [row] = answer.verdict_table(vs)[2:]
     self.assertEqual(row, "| Fig. 6 | literal (mean_loss) | 3 | **rev.** | "
                      "~0 | **rev.** | - | - | **rev.** | ~0 | **rev.** |")
-    self.assertLen(report_answer.detail_table(vs), 2 + 6)
+    self.assertLen(answer.detail_table(vs), 2 + 6)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,14 @@
-"""Tests for qkspec.experiments.report_claims: stripe verdicts, still to run."""
+"""Tests for qkspec.report.claims: stripe verdicts, still to run."""
 import re
 
 from absl.testing import absltest
 import numpy as np
 
 from qkspec.config import args as args_lib
-from qkspec.experiments import report_answer
-from qkspec.experiments import report_claims
-from qkspec.experiments import report_runs
-from qkspec.experiments import stripes
+from qkspec.report import answer
+from qkspec.report import claims
+from qkspec.report import run_cells
+from qkspec.report import stripes
 import testutil
 
 
@@ -17,7 +17,7 @@ def _run_rows(figure, reading, n_seeds, final_step, smoke=False,
   """Summary rows of a kappa2 = 0, 1 sweep; `none` adds a no-LocATER group
   (default: for the figures that need one)."""
   pairs = [(100.0, 0.0), (100.0, 1.0)]
-  if none or (none is None and figure in report_claims.CONTRAST_FIGS):
+  if none or (none is None and figure in claims.CONTRAST_FIGS):
     pairs.append((0.0, 0.0))
   return [dict(figure=figure, reading=reading, seeds=list(range(n_seeds)),
                n_seeds=n_seeds, final_step=final_step, smoke=smoke,
@@ -31,10 +31,10 @@ class StillToRunTest(absltest.TestCase):
             + _run_rows("6", "summed_loss", 3, 11_000)    # shortened
             + _run_rows("8", "mean_loss", 1, 50_000)      # covered
             + _run_rows("9", "mean_loss", 1, 50_000, smoke=True))
-    lines = report_claims.still_to_run(rows)
+    lines = claims.still_to_run(rows)
     # one line per reading where the readings lack different runs (Figs. 6
     # and 8), one for both where they lack the same (Figs. 7, 9-12)
-    self.assertLen(lines, len(report_claims.PLAN) + 1)
+    self.assertLen(lines, len(claims.PLAN) + 1)
     text = "\n".join(lines)
     self.assertIn("Fig. 6, literal (mean_loss): 1 of 3 seeds (seed 0 done)",
                   text)
@@ -60,7 +60,7 @@ class StillToRunTest(absltest.TestCase):
     self.assertNotIn("bench/", text)
 
   def test_every_command_loads_its_config(self):
-    lines = report_claims.still_to_run(
+    lines = claims.still_to_run(
         _run_rows("6", "mean_loss", 1, 50_000)
         + _run_rows("9", "mean_loss", 1, 50_000, none=False)
         + [dict(r, seeds=[0, 2]) for r in
@@ -75,24 +75,24 @@ class StillToRunTest(absltest.TestCase):
       args_lib.load_config_file(testutil.ROOT / path, arg or None)
 
   def test_a_complete_plan_leaves_nothing(self):
-    rows = [r for fig, seeds in report_claims.PLAN.items()
-            for reading in report_runs.READINGS
+    rows = [r for fig, seeds in claims.PLAN.items()
+            for reading in run_cells.READINGS
             for r in _run_rows(fig, reading, seeds, 50_000)]
-    self.assertEqual(report_claims.still_to_run(rows), [])
+    self.assertEqual(claims.still_to_run(rows), [])
     rows[0]["seeds"] = [0, 2]                    # one group lacks seed 1
-    [line] = report_claims.still_to_run(rows)
+    [line] = claims.still_to_run(rows)
     self.assertIn("--config configs/locater_wt2.py:seed=1 --workdir "
                   "runs/fig6_seed1`", line)
 
   def test_figs_8_to_12_need_a_no_locater_member(self):
     rows = _run_rows("9", "mean_loss", 1, 50_000, none=False)
-    [line] = [l for l in report_claims.still_to_run(rows)
+    [line] = [l for l in claims.still_to_run(rows)
               if l.startswith("- Fig. 9, literal")]
     self.assertIn("no-LocATER member: not run", line)
     self.assertIn("--config configs/depth_width.py:L=3,d=32,none --workdir "
                   "runs/fig9_none`", line)
     rows += [dict(rows[0], kappa1=0.0, kappa2=0.0)]        # a none run
-    self.assertFalse([l for l in report_claims.still_to_run(rows)
+    self.assertFalse([l for l in claims.still_to_run(rows)
                       if l.startswith("- Fig. 9, literal")])
 
   def test_fig7_shared_no_locater_member_alone_leaves_the_run_to_do(self):
@@ -102,10 +102,10 @@ class StillToRunTest(absltest.TestCase):
                                 kappa2=(0.0, 1.0), label="Fig. 7")]
     runs[0]["reading"] = "summed_loss"
     runs[0]["members"][0]["kappa1"] = 0.0            # the none member
-    rows = report_runs.summarize_runs(runs)
+    rows = run_cells.summarize_runs(runs)
     self.assertIn(("mean_loss", 0.0), [(r["reading"], r["kappa1"])
                                        for r in rows])
-    lines = [l for l in report_claims.still_to_run(rows) if "Fig. 7" in l]
+    lines = [l for l in claims.still_to_run(rows) if "Fig. 7" in l]
     self.assertLen(lines, 1)
     self.assertStartsWith(lines[0], "- Fig. 7, literal (mean_loss): not run")
     self.assertIn("--config configs/rho_training.py --workdir runs/fig7`",
@@ -117,7 +117,7 @@ class StillToRunTest(absltest.TestCase):
     # literal reading) in one program, which load_runs splits into one run
     # per reading
     runs = []
-    for reading in report_runs.READINGS:
+    for reading in run_cells.READINGS:
       run = testutil.loaded_run("fig9_both_c_seeds3", (0, 1, 2), 50_000,
                                 kappa2=(0.0, 1e-3, 1e-2, 1e-1, 1.0),
                                 label="Fig. 9")
@@ -126,12 +126,12 @@ class StillToRunTest(absltest.TestCase):
                            testutil.loaded_run("", (0, 1, 2), 50_000,
                                                kappa2=(0.0,))["members"]]
       runs.append(dict(run, reading=reading, both_readings=True))
-    rows = report_runs.summarize_runs(runs)
+    rows = run_cells.summarize_runs(runs)
     self.assertEqual({(r["reading"], r["kappa1"], r["n_seeds"])
                       for r in rows if r["kappa2"] == 0},
-                     {(reading, k1, 3) for reading in report_runs.READINGS
+                     {(reading, k1, 3) for reading in run_cells.READINGS
                       for k1 in (0.0, 100.0)})
-    self.assertFalse([l for l in report_claims.still_to_run(rows)
+    self.assertFalse([l for l in claims.still_to_run(rows)
                       if l.startswith("- Fig. 9")])
 
 
@@ -159,7 +159,7 @@ class StripeVerdictTest(absltest.TestCase):
     cases = {(True, False): "reproduced", (False, True): "reversed",
              (True, True): "not reproduced", (False, False): "not reproduced"}
     for (with_, without), want in cases.items():
-      [v] = report_claims.stripe_verdicts(
+      [v] = claims.stripe_verdicts(
           [_rho_run(with_, without, seeds=(0, 1))])
       self.assertEqual(v["verdict"], want, (with_, without))
       self.assertIn(f"stripes in {2 * with_} of 2 LocATER maps and "
@@ -168,12 +168,12 @@ class StripeVerdictTest(absltest.TestCase):
     run = _rho_run(True, False)
     for m in run["members"]:
       m["last_step"] = 5_000
-    [v] = report_claims.stripe_verdicts([run])
+    [v] = claims.stripe_verdicts([run])
     self.assertIn("shortened: 5,000 of 50,000 steps", v["text"])
 
   def test_no_fig7_run_no_line(self):
     self.assertEqual(
-        report_claims.stripe_verdicts([testutil.loaded_run("s0", (0,),
+        claims.stripe_verdicts([testutil.loaded_run("s0", (0,),
                                                            50_000)]), [])
 
 
@@ -197,25 +197,25 @@ def _fig7_run(locater, none):
 class StripeVerdictWordsTest(absltest.TestCase):
 
   def test_maps_give_the_rule_and_no_caveat(self):
-    [v] = report_claims.stripe_verdicts([_fig7_run(
+    [v] = claims.stripe_verdicts([_fig7_run(
         testutil.rho_map(testutil.striped_profile()),
         testutil.rho_map(0.1 + 0.8 * testutil.RHO_X))])
     self.assertEqual(v["verdict"], "reproduced")
     self.assertFalse(v["kept"] or v["earlier"])
     self.assertIn(f"({stripes.RULE})", v["text"])
-    line = "\n".join(report_answer.answer([], [v]))
+    line = "\n".join(answer.answer([], [v]))
     self.assertIn("**Stripes in rho_i (Fig. 7): reproduced.**", line)
     self.assertNotIn("redrawn", line)
 
   def test_results_of_the_earlier_test_say_so(self):
-    [v] = report_claims.stripe_verdicts([_fig7_run(None, None)])
+    [v] = claims.stripe_verdicts([_fig7_run(None, None)])
     self.assertEqual(v["verdict"], "not reproduced")
     self.assertTrue(v["kept"] and v["earlier"])
     self.assertIn(f"({stripes.EARLIER_RULE})", v["text"])
     self.assertIn("cannot be redrawn from them, and the test (the spread of "
                   "the time-averaged profile) also counts a smooth gradient "
                   "over positions as stripes.",
-                  "\n".join(report_answer.answer([], [v])))
+                  "\n".join(answer.answer([], [v])))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Tests for qkspec.experiments.report_runs: runs read, merged and rebuilt."""
+"""Tests for qkspec.report.run_cells: runs read, merged and rebuilt."""
 import json
 
 from absl.testing import absltest
@@ -9,10 +9,10 @@ from configs import locater_wt2
 from configs import rho_training
 from qkspec.config import defaults
 from qkspec.config import schema
-from qkspec.experiments import report_claims
-from qkspec.experiments import report_runs
-from qkspec.experiments import report_verdicts
-from qkspec.experiments import training_plots
+from qkspec.records import rundir
+from qkspec.report import claims
+from qkspec.report import run_cells
+from qkspec.report import verdicts
 from qkspec.training import sweep
 import testutil
 
@@ -22,7 +22,7 @@ class FigureOrderTest(absltest.TestCase):
   def test_figures_in_numeric_order(self):
     self.assertEqual(
         sorted(["Fig. 10", "Fig. 6 (smoke)", "Fig. 9", "Fig. 6", "Fig. 12"],
-               key=report_runs.label_order),
+               key=run_cells.label_order),
         ["Fig. 6", "Fig. 6 (smoke)", "Fig. 9", "Fig. 10", "Fig. 12"])
 
 
@@ -37,7 +37,7 @@ class SeedMeanTest(absltest.TestCase):
     members = [_member(0, 0.0, [0, 10, 20], [1.0, 2.0, 3.0]),
                _member(1, 0.0, [0, 10], [3.0, 4.0]),       # stopped early
                _member(0, 1.0, [0, 10], [5.0, 6.0])]
-    merged = {m["kappa2"]: m for m in report_runs.seed_mean(members)}
+    merged = {m["kappa2"]: m for m in run_cells.seed_mean(members)}
     self.assertEqual(sorted(merged), [0.0, 1.0])
     steps, vals = merged[0.0]["metrics"]["mean/entropy"]
     np.testing.assert_array_equal(steps, [0, 10])
@@ -49,29 +49,29 @@ class SeedMeanTest(absltest.TestCase):
   def test_misaligned_steps_are_not_averaged(self):
     members = [_member(0, 0.0, [0, 10], [1.0, 2.0]),
                _member(1, 0.0, [0, 20], [3.0, 4.0])]
-    self.assertEqual(report_runs.seed_mean(members)[0]["metrics"], {})
+    self.assertEqual(run_cells.seed_mean(members)[0]["metrics"], {})
 
 
 class FigureOfTest(absltest.TestCase):
 
   def test_paper_figures_from_depth_and_width(self):
-    for (layers, d), fig in report_runs.FIGURES.items():
+    for (layers, d), fig in run_cells.FIGURES.items():
       config = dict(model=dict(num_layers=layers, d_model=d),
                     data=dict(name="wikitext2"), sweep=dict(kappa1=[]))
-      self.assertEqual(report_runs.figure_of(config), (fig, False))
+      self.assertEqual(run_cells.figure_of(config), (fig, False))
 
   def test_rho_training_members_are_fig7(self):
     config = dict(model=dict(num_layers=1, d_model=16),
                   data=dict(name="synthetic"),
                   sweep=dict(kappa1=[100, 0], kappa2=[1, 0]))
-    self.assertEqual(report_runs.figure_of(config), ("7", True))
+    self.assertEqual(run_cells.figure_of(config), ("7", True))
 
   def test_a_kappa2_sweep_with_a_none_member_keeps_its_figure(self):
     config = dict(model=dict(num_layers=3, d_model=32),
                   data=dict(name="wikitext2"),
                   sweep=dict(kappa1=[100] * 5 + [0],
                              kappa2=[0, 1e-3, 1e-2, 1e-1, 1, 0]))
-    self.assertEqual(report_runs.figure_of(config), ("9", False))
+    self.assertEqual(run_cells.figure_of(config), ("9", False))
 
 
 class SeedArgumentTest(absltest.TestCase):
@@ -83,7 +83,7 @@ class SeedArgumentTest(absltest.TestCase):
       c = module.get_config(arg)
       schema.validate(c)
       self.assertEqual({m["seed"] for m in sweep.members(c)}, {2}, arg)
-      command = report_runs.config_command(json.loads(c.to_json()), "/tmp/w")
+      command = run_cells.config_command(json.loads(c.to_json()), "/tmp/w")
       self.assertIn(f":{arg} --workdir", command)       # no overrides
       with self.assertRaisesRegex(ValueError, "give one"):
         module.get_config(arg.replace("seed=2", "seed=2,seeds=3"))
@@ -99,7 +99,7 @@ class MergedRunsTest(absltest.TestCase):
             testutil.loaded_run("s1", (1,), 50_000),
             testutil.loaded_run("s2", (2,), 50_000),
             testutil.loaded_run("other", (0,), 50_000, label="Fig. 8")]
-    rows = [r for r in report_runs.summarize_runs(runs)
+    rows = [r for r in run_cells.summarize_runs(runs)
             if r["label"] == "Fig. 6"]
     self.assertLen(rows, 2)                       # kappa2 = 0 and 1
     for r in rows:
@@ -109,9 +109,9 @@ class MergedRunsTest(absltest.TestCase):
                                              (0, 1, 2)])
       self.assertAlmostEqual(r["entropy_mean"], r["kappa2"] + 1.0)
       self.assertAlmostEqual(r["entropy_std"], 1.0)
-    rows = report_runs.summarize_runs(runs)
+    rows = run_cells.summarize_runs(runs)
     self.assertIn("- Fig. 6, fairseq (summed_loss): not run", [
-        line[:40] for line in report_claims.still_to_run(rows)])
+        line[:40] for line in claims.still_to_run(rows)])
 
   def test_a_no_locater_member_counts_for_both_readings(self):
     sweep = testutil.loaded_run("fig9_fairseq", (0,), 50_000,
@@ -120,7 +120,7 @@ class MergedRunsTest(absltest.TestCase):
     none = testutil.loaded_run("fig9_none", (0,), 50_000, kappa2=(0.0,),
                                label="Fig. 9")
     none["members"][0]["kappa1"] = 0.0
-    by_cell = report_runs.cells([sweep, none])
+    by_cell = run_cells.cells([sweep, none])
     self.assertEqual([r["run_dir"] for r in by_cell["Fig. 9", "summed_loss"]],
                      ["fig9_fairseq", "fig9_none"])
     view = by_cell["Fig. 9", "summed_loss"][1]
@@ -131,37 +131,37 @@ class MergedRunsTest(absltest.TestCase):
     none["members"][0]["penalty_added_to"] = "mean_loss"  # as members.json
     for m in sweep["members"]:
       m["penalty_added_to"] = "summed_loss"
-    by_cell = report_runs.cells([sweep, none])
+    by_cell = run_cells.cells([sweep, none])
     view = by_cell["Fig. 9", "summed_loss"][1]
     self.assertEqual(view["members"][0]["penalty_added_to"], "summed_loss")
     self.assertEqual(none["members"][0]["penalty_added_to"], "mean_loss")
-    self.assertEqual(training_plots.varying_fields(
+    self.assertEqual(rundir.varying_fields(
         sweep["members"] + view["members"]), ["kappa1", "kappa2"])
     self.assertNotIn("Fig. 9", "".join(
-        l for l in report_claims.still_to_run(
-            report_runs.summarize_runs([sweep, none]))
+        l for l in claims.still_to_run(
+            run_cells.summarize_runs([sweep, none]))
         if "fairseq" in l))         # the fairseq cell is complete
-    fairseq = [r for r in report_runs.summarize_runs([sweep, none])
+    fairseq = [r for r in run_cells.summarize_runs([sweep, none])
                if r["reading"] == "summed_loss"]
     self.assertEqual(sorted((r["kappa1"], r["kappa2"]) for r in fairseq),
                      [(0.0, 0.0), (100.0, 0.0), (100.0, 1.0)])
-    vs = report_verdicts.verdicts(fairseq)
+    vs = verdicts.verdicts(fairseq)
     self.assertTrue(any(v["kind"] == "none" for v in vs))
     # a LocATER member is never shared: the readings differ there
     self.assertNotIn(("Fig. 6", "summed_loss"),
-                     report_runs.cells([testutil.loaded_run("fig6", (0,),
+                     run_cells.cells([testutil.loaded_run("fig6", (0,),
                                                             50_000)]))
 
   def test_a_seed_stopped_early_is_left_out_not_averaged(self):
     runs = [testutil.loaded_run("s0", (0,), 50_000),
             testutil.loaded_run("s1", (1,), 20_000)]
-    counted, left_out = report_runs.cell_members(runs)
+    counted, left_out = run_cells.cell_members(runs)
     self.assertEqual({m["seed"] for m in counted}, {0})
     self.assertEqual({(m["seed"], m["last_step"]) for m in left_out},
                      {(1, 20_000)})
-    rows = report_runs.summarize_runs(runs)
+    rows = run_cells.summarize_runs(runs)
     self.assertEqual([r["n_seeds"] for r in rows], [1, 1])
-    [line] = [l for l in report_claims.still_to_run(rows) if "literal" in l and
+    [line] = [l for l in claims.still_to_run(rows) if "literal" in l and
               "Fig. 6" in l]
     self.assertIn("1 of 3 seeds (seed 0 done); no-LocATER member: not run",
                   line)
@@ -179,9 +179,9 @@ class NoneArgumentTest(absltest.TestCase):
       [member] = sweep.members(c)
       self.assertEqual((member["kappa1"], member["kappa2"]), (0.0, 0.0))
       config = json.loads(c.to_json())
-      self.assertEqual(report_runs.figure_of(config), (fig, False))
+      self.assertEqual(run_cells.figure_of(config), (fig, False))
       self.assertIn(f":{arg.replace('none,seed=1', 'seed=1,none')} "
-                    "--workdir", report_runs.config_command(config, "/tmp/w"))
+                    "--workdir", run_cells.config_command(config, "/tmp/w"))
     two = depth_width.get_config("L=3,d=32,none,seeds=2")
     self.assertEqual([(m["seed"], m["kappa1"]) for m in sweep.members(two)],
                      [(0, 0.0), (1, 0.0)])
@@ -193,7 +193,7 @@ class NoneArgumentTest(absltest.TestCase):
     for kappa2, flag in (([0.5], '"(0.5,)"'), ([0.5, 1.0], '"(0.5, 1.0)"')):
       config["sweep"]["kappa2"] = kappa2
       self.assertIn(f" --config.sweep.kappa2={flag} ",
-                    report_runs.config_command(config, "/tmp/w"))
+                    run_cells.config_command(config, "/tmp/w"))
 
 
 class ContrastArgumentTest(absltest.TestCase):
@@ -209,14 +209,14 @@ class ContrastArgumentTest(absltest.TestCase):
       self.assertEqual(pairs, [(100.0, k) for k in defaults.KAPPA2_SWEEP]
                        + [(0.0, 0.0)])
     config = json.loads(c.to_json())
-    self.assertEqual(report_runs.figure_of(config), ("9", False))
-    command = report_runs.config_command(config, "/tmp/w")
+    self.assertEqual(run_cells.figure_of(config), ("9", False))
+    command = run_cells.config_command(config, "/tmp/w")
     self.assertIn("--config configs/depth_width.py:L=3,d=32,seeds=2,"
                   "contrast --workdir", command)       # no overrides
     one = json.loads(depth_width.get_config("L=1,d=32,contrast").to_json())
     self.assertLen(one["sweep"]["kappa1"], 6)
     self.assertIn("configs/depth_width.py:L=1,d=32,contrast --workdir",
-                  report_runs.config_command(one, "/tmp/w"))
+                  run_cells.config_command(one, "/tmp/w"))
 
 
 if __name__ == "__main__":

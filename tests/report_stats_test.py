@@ -1,10 +1,10 @@
-"""Tests for qkspec.experiments.report_stats: each rule from both sides."""
+"""Tests for qkspec.report.stats: each rule from both sides."""
 from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 from scipy import stats
 
-from qkspec.experiments import report_stats as rs
+from qkspec.report import stats as rs
 import testutil
 
 

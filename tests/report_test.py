@@ -1,4 +1,4 @@
-"""Tests for qkspec.experiments.report: REPRODUCTION.md and its figures."""
+"""Tests for qkspec.report.writer: REPRODUCTION.md and its figures."""
 import csv
 import json
 import math
@@ -12,10 +12,11 @@ import numpy as np
 
 from configs import locater_wt2
 from configs import rho_training
-from qkspec.experiments import report
-from qkspec.experiments import report_claims
-from qkspec.experiments import report_runs
-from qkspec.experiments import training_plots
+from qkspec.plots import training_figures
+from qkspec.records import rundir
+from qkspec.report import claims
+from qkspec.report import run_cells
+from qkspec.report import writer
 from qkspec.training import loop
 import testutil
 
@@ -38,13 +39,13 @@ class WriteReportTest(absltest.TestCase):
     cls.replicate = os.path.join(cls.tmp, "rerun")
     shutil.copytree(cls.runs[0], cls.replicate)
     cls.out = os.path.join(cls.tmp, "REPRODUCTION.md")
-    cls.paths = report.write_report(cls.runs, cls.out,
+    cls.paths = writer.write_report(cls.runs, cls.out,
                                     replicate_dirs=[cls.replicate])
     with open(cls.out) as f:
       cls.md = f.read()
 
   def test_summary_rows_per_reading_and_kappa2(self):
-    rows = report_runs.summarize(self.runs)
+    rows = run_cells.summarize(self.runs)
     self.assertLen(rows, 4)
     for r in rows:
       self.assertEqual((r["label"], r["n_seeds"], r["final_step"],
@@ -90,7 +91,7 @@ class WriteReportTest(absltest.TestCase):
 
   def test_runs_list_device_precision_and_wall_time(self):
     # The loop wrote one run_info.jsonl line per run (this CPU, float32).
-    info = report_runs.run_info(self.runs[0])
+    info = run_cells.run_info(self.runs[0])
     self.assertRegex(info, r"^1 x .+; compute float32; wall \d+\.\d min "
                      r"in 1 invocation \(setup \d+ s, compile \d+ s, steps "
                      r"\d+ s, .*other \d+ s\)$")
@@ -101,7 +102,7 @@ class WriteReportTest(absltest.TestCase):
       for wall, dtype in ((60.0, "bfloat16"), (30.0, "bfloat16")):
         f.write(json.dumps({"wall_s": wall, "device_kind": "H100",
                             "device_count": 1, "compute_dtype": dtype}) + "\n")
-    self.assertEqual(report_runs.run_info(d),
+    self.assertEqual(run_cells.run_info(d),
                      "1 x H100; compute bfloat16; wall 1.5 min in 2 "
                      "invocations (setup, compilation and evaluation "
                      "included)")
@@ -112,10 +113,10 @@ class WriteReportTest(absltest.TestCase):
             "wall_s": steps + 10, "device_kind": "H100", "device_count": 1,
             "phases_s": {"setup": 4.0, "compile": 6.0, "steps": steps}}
                            ) + "\n")
-    self.assertEqual(report_runs.run_info(d),
+    self.assertEqual(run_cells.run_info(d),
                      "1 x H100; compute float32; wall 1.5 min in 2 "
                      "invocations (setup 8 s, compile 12 s, steps 70 s)")
-    self.assertEqual(report_runs.run_info(tempfile.mkdtemp()), "")
+    self.assertEqual(run_cells.run_info(tempfile.mkdtemp()), "")
 
   def test_artefacts_exist(self):
     figures_dir = os.path.join(self.tmp, "reproduction")
@@ -136,7 +137,7 @@ class WriteReportTest(absltest.TestCase):
     self.assertEqual(set(summary), {"rows", "verdicts", "rerun_spread"})
 
   def test_rebuilt_command_names_the_overrides(self):
-    command = report_runs.load_runs(self.runs[:1])[0]["command"]
+    command = run_cells.load_runs(self.runs[:1])[0]["command"]
     self.assertIn("--config.sweep.kappa2=", command)
     self.assertIn("--config.num_steps=2", command)
     self.assertNotIn("--config.locater", command)
@@ -155,7 +156,7 @@ class NoneOnlyReportTest(absltest.TestCase):
     workdir = os.path.join(tmp, "fig6_none")
     loop.train_and_evaluate(c, workdir)
     out = os.path.join(tmp, "REPRODUCTION.md")
-    paths = [os.path.basename(p) for p in report.write_report([workdir], out)]
+    paths = [os.path.basename(p) for p in writer.write_report([workdir], out)]
     self.assertNotIn("fig6_smoke.png", paths)
     self.assertIn("fig6_smoke_curves_mean_loss.png", paths)
     with open(out) as f:
@@ -171,9 +172,9 @@ class ReadingLinesTest(absltest.TestCase):
     rows = [testutil.summary_row(0.0, 43.0, 2.35, 201.7, n_seeds=1, kappa1=0.0),
             fairseq(0.0, 0.054, 2.784, 213.6, n_seeds=1),
             fairseq(1.0, 0.057, 2.788, 213.6, n_seeds=1)]
-    with mock.patch.object(report.locater_minimum, "star_curve",
+    with mock.patch.object(writer.locater_minimum, "star_curve",
                            return_value=([], [])):
-      fig = report.figure(rows, "Fig. 6")
+      fig = writer.figure(rows, "Fig. 6")
     labels = [ax.get_legend_handles_labels()[1] for ax in fig.axes]
     self.assertEqual(labels[0], ["2: fairseq (summed_loss)"])
     # C and D: the no-LocATER member as a line (B: decades above)
@@ -191,15 +192,15 @@ class Fig7StripesTest(absltest.TestCase):
     workdir = os.path.join(tmp, "rho")
     loop.train_and_evaluate(rho_training.get_config("smoke"), workdir)
     out = os.path.join(tmp, "REPRODUCTION.md")
-    with mock.patch.object(training_plots, "fig6_figure",
-                           wraps=training_plots.fig6_figure) as curves:
-      report.write_report([workdir], out)
+    with mock.patch.object(training_figures, "fig6_figure",
+                           wraps=training_figures.fig6_figure) as curves:
+      writer.write_report([workdir], out)
     # Fig. 7 has only rho maps: its curves are titled as Fig. 7's runs.
     self.assertEqual(curves.call_args.args[1], "7")
     with open(out) as f:
       md = f.read()
-    loaded = training_plots.load_members(workdir)
-    members = report_claims.rho_stripes(loaded)
+    loaded = rundir.load_members(workdir)
+    members = claims.rho_stripes(loaded)
     self.assertLen(members, 2)                 # LocATER and none
     for name, result in members:
       self.assertIn(f"  - {name}: ", md)
@@ -222,7 +223,7 @@ class Fig7StripesTest(absltest.TestCase):
 class GapTest(absltest.TestCase):
 
   def test_one_line_per_member_on_a_band_of_the_minimal_effect(self):
-    fig = report.gap_figure(
+    fig = writer.gap_figure(
         [testutil.gap_member(100.0, 0.0, [300.0, 250.0, 240.0]),
          testutil.gap_member(100.0, 1.0, [300.0, 250.2, 240.1]),
          testutil.gap_member(0.0, 0.0, [290.0, 235.0, 230.0],
@@ -235,7 +236,7 @@ class GapTest(absltest.TestCase):
                                [-10.0, -15.0, -10.0])
 
   def test_no_figure_without_the_kappa2_zero_member(self):
-    self.assertIsNone(report.gap_figure(
+    self.assertIsNone(writer.gap_figure(
         [testutil.gap_member(100.0, 1.0, [1.0, 1.0, 1.0])], "t"))
 
 

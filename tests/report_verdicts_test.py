@@ -1,9 +1,9 @@
-"""Tests for qkspec.experiments.report_verdicts: verdicts from planted seeds."""
+"""Tests for qkspec.report.verdicts: verdicts from planted seeds."""
 from absl.testing import absltest
 import numpy as np
 
-from qkspec.experiments import report_stats as rs
-from qkspec.experiments import report_verdicts as rv
+from qkspec.report import stats as rs
+from qkspec.report import verdicts as rv
 import testutil
 
 

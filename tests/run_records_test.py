@@ -1,4 +1,4 @@
-"""Tests for qkspec.experiments.run_records (the report's inputs, kept)."""
+"""Tests for qkspec.records.store (the report's inputs, kept)."""
 import json
 import os
 import pathlib
@@ -11,11 +11,11 @@ from absl.testing import absltest
 import numpy as np
 
 from configs import rho_training
-from qkspec.experiments import report
-from qkspec.experiments import report_claims
-from qkspec.experiments import report_runs
-from qkspec.experiments import run_records
-from qkspec.experiments import training_plots
+from qkspec.records import rundir
+from qkspec.records import store
+from qkspec.report import claims
+from qkspec.report import run_cells
+from qkspec.report import writer
 from qkspec.training import loop
 from qkspec.training import metric_writer
 
@@ -31,16 +31,16 @@ def _final_values_only(record, dest):
   """`record` as one rebuilt from an earlier report: each member's
   quantities at its last step, its stripe test in members.json."""
   shutil.copytree(record, dest)
-  members = training_plots.load_members(record)
+  members = rundir.load_members(record)
   entries = json.loads(_read(os.path.join(record, "members.json")))
   for entry, m, (_, result) in zip(entries, members,
-                                   report_claims.rho_stripes(members)):
-    step = report_runs.last_step(m)
-    finals = {k: training_plots.final_value(m["metrics"], k)
-              for _, k, _ in report_runs.QUANTITIES}
+                                   claims.rho_stripes(members)):
+    step = run_cells.last_step(m)
+    finals = {k: rundir.final_value(m["metrics"], k)
+              for _, k, _ in run_cells.QUANTITIES}
     pathlib.Path(dest, m["dir"], "metrics.jsonl").write_text(
         json.dumps({"step": step, **finals}) + "\n")
-    pathlib.Path(dest, m["dir"], run_records.MAPS).unlink()
+    pathlib.Path(dest, m["dir"], store.MAPS).unlink()
     entry["stripes"] = result
   pathlib.Path(dest, "members.json").write_text(json.dumps(entries))
   return dest
@@ -56,7 +56,7 @@ class RunRecordsTest(absltest.TestCase):
     loop.train_and_evaluate(rho_training.get_config("smoke"), cls.run_dir)
     cls.records = os.path.join(cls.tmp, "records")
     cls.out = os.path.join(cls.tmp, "report", "REPRODUCTION.md")
-    report.write_report([cls.run_dir], cls.out, records_dir=cls.records)
+    writer.write_report([cls.run_dir], cls.out, records_dir=cls.records)
     cls.md = _read(cls.out)
     cls.summary = _read(os.path.join(cls.tmp, "report", "reproduction",
                                      "summary.json"))
@@ -64,13 +64,13 @@ class RunRecordsTest(absltest.TestCase):
 
   def test_the_record_keeps_what_the_report_reads_and_names_its_run(self):
     config = json.loads(_read(os.path.join(self.run_dir, "config.json")))
-    keys = set(report_runs.record_keys(config))
+    keys = set(run_cells.record_keys(config))
     self.assertIn("l0/rho", keys)                 # Fig. 7's maps
-    self.assertEqual(run_records.origin(self.record), self.run_dir)
-    self.assertEqual(run_records.origin(self.run_dir), self.run_dir)
+    self.assertEqual(store.origin(self.record), self.run_dir)
+    self.assertEqual(store.origin(self.run_dir), self.run_dir)
     self.assertTrue(os.path.isdir(os.path.join(self.run_dir, "ckpt")))
     self.assertFalse(os.path.exists(os.path.join(self.record, "ckpt")))
-    for m in training_plots.load_members(self.record):
+    for m in rundir.load_members(self.record):
       kept = set(m["metrics"])
       self.assertContainsSubset({"valid/ppl", "train/loss", "l0/rho",
                                  "mean/qk_scale"}, kept)
@@ -78,7 +78,7 @@ class RunRecordsTest(absltest.TestCase):
       full = metric_writer.read_metrics(os.path.join(self.run_dir, m["dir"]))
       self.assertGreater(len(full), len(kept))    # e.g. l0/xi left behind
       for k in kept:
-        want = (run_records.compact(*full[k]) if full[k][1].ndim == 2
+        want = (store.compact(*full[k]) if full[k][1].ndim == 2
                 else full[k])                     # maps: float16
         self.assertEqual(want[0].tolist(), m["metrics"][k][0].tolist())
         self.assertEqual(want[1].tolist(), m["metrics"][k][1].tolist())
@@ -86,7 +86,7 @@ class RunRecordsTest(absltest.TestCase):
                                                  "metrics.jsonl")))
 
   def test_the_records_alone_give_the_same_report(self):
-    report.write_report([], self.out, records_dir=self.records)
+    writer.write_report([], self.out, records_dir=self.records)
     self.assertEqual(_read(self.out), self.md)
     self.assertEqual(_read(os.path.join(self.tmp, "report", "reproduction",
                                         "summary.json")), self.summary)
@@ -94,7 +94,7 @@ class RunRecordsTest(absltest.TestCase):
                   f"from the run records in `{self.records}`", self.md)
     # ... and the run's own report, but for the line that says how.
     out = os.path.join(self.tmp, "plain", "REPRODUCTION.md")
-    report.write_report([self.run_dir], out)
+    writer.write_report([self.run_dir], out)
     plain = _read(out).replace(str(pathlib.Path(out).parent),
                                str(pathlib.Path(self.out).parent))
     self.assertEqual(plain.splitlines()[3:], self.md.splitlines()[3:])
@@ -104,8 +104,8 @@ class RunRecordsTest(absltest.TestCase):
     # when the run is recorded, and read back as it was from then on: a
     # field the code later drops does not change an old run's command.
     config = json.loads(_read(os.path.join(self.run_dir, "config.json")))
-    command = run_records.read(self.record)["command"]
-    self.assertEqual(command, report_runs.config_command(config,
+    command = store.read(self.record)["command"]
+    self.assertEqual(command, run_cells.config_command(config,
                                                          self.run_dir))
     self.assertIn(f"`{command}`", self.md)
     old = os.path.join(self.tmp, "old_record")
@@ -113,37 +113,37 @@ class RunRecordsTest(absltest.TestCase):
     record = json.loads(_read(os.path.join(old, "record.json")))
     record["command"] = "python launch/train.py --config.model.retired=1"
     pathlib.Path(old, "record.json").write_text(json.dumps(record))
-    [run] = [r for r in report_runs.load_runs([old])]
+    [run] = [r for r in run_cells.load_runs([old])]
     self.assertEqual(run["command"], record["command"])
 
   def test_recording_again_replaces_the_record(self):
     records = os.path.join(self.tmp, "again")
-    run_records.write(self.run_dir, records, report_runs.record_keys(
+    store.write(self.run_dir, records, run_cells.record_keys(
         json.loads(_read(os.path.join(self.run_dir, "config.json")))))
-    path = run_records.write(self.run_dir, records, ["valid/ppl"])
-    self.assertEqual(run_records.listed(records), [path])
+    path = store.write(self.run_dir, records, ["valid/ppl"])
+    self.assertEqual(store.listed(records), [path])
     self.assertEqual(os.listdir(os.path.join(records, "runs")), ["fig7"])
-    for m in training_plots.load_members(path):
+    for m in rundir.load_members(path):
       self.assertEqual(set(m["metrics"]), {"valid/ppl"})
-    self.assertEqual(run_records.read(path)["keys"], ["valid/ppl"])
+    self.assertEqual(store.read(path)["keys"], ["valid/ppl"])
 
   def test_another_run_of_the_same_name_does_not_replace_the_record(self):
     records = os.path.join(self.tmp, "named")
     keys = ["valid/ppl"]
-    path = run_records.write(self.run_dir, records, keys)
+    path = store.write(self.run_dir, records, keys)
     other = os.path.join(self.tmp, "section_lane2", "fig7")
     shutil.copytree(self.run_dir, other, ignore=shutil.ignore_patterns("ckpt"))
     with self.assertRaisesRegex(ValueError, f"records {self.run_dir}; "
                                 f"{other} has the same name"):
-      run_records.write(other, records, keys)
-    self.assertEqual(run_records.origin(path), self.run_dir)
+      store.write(other, records, keys)
+    self.assertEqual(store.origin(path), self.run_dir)
     # the same run, by another spelling of its path, or its record: fine
-    run_records.write(os.path.relpath(self.run_dir), records, keys)
-    run_records.write(path, records, keys)
-    run_records.write(other, records, keys, role="replicate")
+    store.write(os.path.relpath(self.run_dir), records, keys)
+    store.write(path, records, keys)
+    store.write(other, records, keys, role="replicate")
     # a later report on more runs: they extend the records of their names
-    path = run_records.write(other, records, keys, replace=True)
-    self.assertEqual(run_records.origin(path), other)
+    path = store.write(other, records, keys, replace=True)
+    self.assertEqual(store.origin(path), other)
 
   def test_a_final_values_only_record_keeps_the_verdicts(self):
     """A record rebuilt from an earlier report (final values, stored stripe
@@ -154,7 +154,7 @@ class RunRecordsTest(absltest.TestCase):
     _final_values_only(self.record,
                        os.path.join(records, "runs", "fig7"))
     out = os.path.join(tmp, "REPRODUCTION.md")
-    report.write_report([], out, records_dir=records)
+    writer.write_report([], out, records_dir=records)
     md = _read(out)
     self.assertIn("- literal (mean_loss), curves over training: not drawn "
                   "(the records of 2 members hold final values only)", md)
@@ -183,7 +183,7 @@ class RunRecordsTest(absltest.TestCase):
     steps, i = np.arange(250, 50_001, 250), np.arange(64)
     profiles = {100.0: np.where(np.isin(i, (9, 40)), 0.7, 0.3),   # stripes
                 0.0: 0.1 + 0.8 * i / 63}                          # gradient
-    for m in training_plots.load_members(run_dir):
+    for m in rundir.load_members(run_dir):
       rho = np.clip(profiles[m["kappa1"]]
                     + rng.normal(0, 0.05, (len(steps), 64)), 0, 1)
       pathlib.Path(run_dir, m["dir"], "metrics.jsonl").write_text("".join(
@@ -191,10 +191,10 @@ class RunRecordsTest(absltest.TestCase):
           + "\n" for s, r in zip(steps, rho.round(4).tolist())))
     records = os.path.join(tmp, "records")
     out = os.path.join(tmp, "REPRODUCTION.md")
-    report.write_report([str(run_dir)], out, records_dir=records)
+    writer.write_report([str(run_dir)], out, records_dir=records)
     md = _read(out)
     shutil.rmtree(run_dir)
-    report.write_report([], out, records_dir=records)
+    writer.write_report([], out, records_dir=records)
     self.assertEqual(_read(out).splitlines()[3:], md.splitlines()[3:])
     self.assertIn("claim stripes (rho_i over training, none -> LocATER): "
                   "**reproduced**: stripes in 1 of 1 LocATER map and 0 of 1 "
@@ -207,9 +207,9 @@ class RunRecordsTest(absltest.TestCase):
     self.assertNotIn("cannot be redrawn", md)
     self.assertLen(list(pathlib.Path(tmp, "reproduction").glob(
         "*_rho_*.png")), 1)
-    for m in training_plots.load_members(os.path.join(records, "runs",
+    for m in rundir.load_members(os.path.join(records, "runs",
                                                       "fig7")):
-      path = pathlib.Path(records, "runs", "fig7", m["dir"], run_records.MAPS)
+      path = pathlib.Path(records, "runs", "fig7", m["dir"], store.MAPS)
       self.assertLess(path.stat().st_size, 15_000)      # 100 x 64 float16
       kept_steps, rho = m["metrics"]["l0/rho"]
       self.assertEqual(rho.shape, (100, 64))
@@ -228,7 +228,7 @@ class RunRecordsTest(absltest.TestCase):
       e["seed"] = 1
     pathlib.Path(old, "members.json").write_text(json.dumps(entries))
     out = os.path.join(tmp, "REPRODUCTION.md")
-    report.write_report([], out, records_dir=records)
+    writer.write_report([], out, records_dir=records)
     md = _read(out)
     self.assertIn("- literal (mean_loss), curves over training of the "
                   "members that kept them: ![curves](reproduction/"
@@ -248,7 +248,7 @@ class RunRecordsTest(absltest.TestCase):
         run_dir="fig7_again", role="replicate",
         spread={"valid_ppl": dict(rel=0.012, where=where, n=2)})))
     out = os.path.join(tmp, "REPRODUCTION.md")
-    report.write_report([], out, records_dir=records)
+    writer.write_report([], out, records_dir=records)
     self.assertIn("- literal (mean_loss): valid ppl 0.012 (largest relative "
                   "difference of 2 pairs)", _read(out))
     with open(os.path.join(tmp, "reproduction", "summary.json")) as f:
@@ -257,15 +257,15 @@ class RunRecordsTest(absltest.TestCase):
 
   def test_bad_inputs_say_what_to_give(self):
     with self.assertRaisesRegex(ValueError, "no members.json"):
-      run_records.write(self.tmp, self.tmp, ["valid/ppl"])
+      store.write(self.tmp, self.tmp, ["valid/ppl"])
     twin = os.path.join(self.tmp, "elsewhere", "fig7")
     shutil.copytree(self.record, twin, dirs_exist_ok=True)
     with self.assertRaisesRegex(ValueError, "share a name"):
-      report.keep_records([self.run_dir, twin], os.path.join(self.tmp, "x"))
+      writer.keep_records([self.run_dir, twin], os.path.join(self.tmp, "x"))
     with self.assertRaisesRegex(ValueError, "no run records in"):
-      report.write_report([], self.out, records_dir=tempfile.mkdtemp())
+      writer.write_report([], self.out, records_dir=tempfile.mkdtemp())
     with self.assertRaisesRegex(ValueError, "role"):
-      run_records.write(self.run_dir, self.tmp, ["valid/ppl"], role="runs")
+      store.write(self.run_dir, self.tmp, ["valid/ppl"], role="runs")
 
   def test_launch_records_then_regenerates_without_runs(self):
     tmp = tempfile.mkdtemp()
@@ -277,7 +277,7 @@ class RunRecordsTest(absltest.TestCase):
     md = _read(out)
     self.assertIn(f"Generated by `python launch/report.py --out {out}` from "
                   f"the run records in `{tmp}/reproduction/records`", md)
-    self.assertEqual(run_records.listed(os.path.join(
+    self.assertEqual(store.listed(os.path.join(
         tmp, "reproduction", "records")),
                      [os.path.join(tmp, "reproduction", "records", "runs",
                                    "fig7")])

@@ -1,9 +1,9 @@
-"""Tests for qkspec.experiments.stripes: stripes, not noise or smooth trends."""
+"""Tests for qkspec.report.stripes: stripes, not noise or smooth trends."""
 from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
-from qkspec.experiments import stripes
+from qkspec.report import stripes
 import testutil
 
 S, T = testutil.RHO_S, testutil.RHO_T

@@ -234,7 +234,7 @@ def seed_row(kappa2, deltas, label="Fig. 6", kappa1=100.0,
 
 def summary_row(kappa2, scale, entropy, ppl, n_seeds=3, spread=0.01,
                 kappa1=100.0) -> dict:
-  """A Fig. 6 summary row (`report_runs.summarize_runs`' form) of the given
+  """A Fig. 6 summary row (`run_cells.summarize_runs`' form) of the given
   means and one std `spread` (NaN for one seed)."""
   row = dict(figure="6", label="Fig. 6", reading="mean_loss",
              kappa1=kappa1, kappa2=kappa2, n_seeds=n_seeds)
@@ -247,7 +247,7 @@ def summary_row(kappa2, scale, entropy, ppl, n_seeds=3, spread=0.01,
 
 def loaded_run(run_dir, seeds, last_step, kappa2=(0.0, 1.0),
                label="Fig. 6") -> dict:
-  """A loaded run (`report_runs.load_runs`' form) with synthetic finals."""
+  """A loaded run (`run_cells.load_runs`' form) with synthetic finals."""
   members = [dict(seed=seed, kappa1=100.0, kappa2=k, target=1.0,
                   last_step=last_step,
                   metrics={"mean/entropy": (np.asarray([last_step]),

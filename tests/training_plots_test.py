@@ -1,4 +1,4 @@
-"""Tests for qkspec.experiments.training_plots: labels, axes, coinciding."""
+"""Tests for qkspec.plots.training_figures: labels, axes, coinciding."""
 from absl.testing import absltest
 from absl.testing import parameterized
 import matplotlib
@@ -6,7 +6,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from qkspec.experiments import training_plots  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec.plots import training_figures  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec.records import rundir  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _STEPS = np.arange(0, 101, 10)
 
@@ -84,35 +85,35 @@ class DecisionTest(parameterized.TestCase):
       ("identical", [dict(kappa2=1), dict(kappa2=1)], None),
   )
   def test_final_values_axis(self, members, expected):
-    self.assertEqual(training_plots.final_values_axis(members), expected)
+    self.assertEqual(training_figures.final_values_axis(members), expected)
 
   def test_member_names_name_only_what_varies(self):
-    names = training_plots.member_names(_sweep_members())
+    names = rundir.member_names(_sweep_members())
     self.assertEqual(names[1], r"2: $\kappa_2$=0.001")
-    names = training_plots.member_names(_theory_members())
+    names = rundir.member_names(_theory_members())
     self.assertEqual(names[2], r"3: $\kappa_1$=100, $\kappa_2$=100, target=12")
-    names = training_plots.member_names(
+    names = rundir.member_names(
         [dict(kappa2=1, penalty_added_to=r)
          for r in ("mean_loss", "summed_loss")])
     self.assertEqual(names, ["1: reading=literal", "2: reading=fairseq"])
 
   def test_coinciding(self):
     a = np.array([1.0, 2.0, 3.0])
-    groups = training_plots.coinciding(
+    groups = training_figures.coinciding(
         [a, a * (1 + 1e-8), a + 1.0, None, a + 1.0])
     self.assertEqual(groups, [[0, 1], [2, 4]])
-    self.assertEqual(training_plots.coinciding([a, a + 1e-3]), [])
+    self.assertEqual(training_figures.coinciding([a, a + 1e-3]), [])
     # Indistinguishable on an axis spanning [1, 4]: 1e-3 < 2e-3 * 3.
-    self.assertEqual(training_plots.coinciding(
+    self.assertEqual(training_figures.coinciding(
         [a, a + 1e-3, a + 1.0], span_frac=2e-3), [[0, 1]])
 
   def test_coincide_note(self):
     a = np.array([1.0, 2.0])
-    self.assertEqual(training_plots.coincide_note([a, a, a + 1]),
+    self.assertEqual(training_figures.coincide_note([a, a, a + 1]),
                      "curves 1=2 coincide (to 1e-6 rel.)")
-    self.assertEqual(training_plots.coincide_note([a, a + 1e-4, a + 1]),
+    self.assertEqual(training_figures.coincide_note([a, a + 1e-4, a + 1]),
                      "curves 1=2 coincide at this scale")
-    self.assertEqual(training_plots.coincide_note([a, a + 1]), "")
+    self.assertEqual(training_figures.coincide_note([a, a + 1]), "")
 
 
 class TrainingFiguresTest(parameterized.TestCase):
@@ -127,7 +128,7 @@ class TrainingFiguresTest(parameterized.TestCase):
                                  for k in (0.0, 1.0)]),
       ("two_heads", lambda: [_member(1, k, heads=2) for k in (0.0, 1.0)]))
   def test_every_axis_is_labelled(self, make_members):
-    figs = training_plots.figures(make_members())
+    figs = training_figures.figures(make_members())
     self.assertEqual(set(figs), {"fig6_curves", "rho_heatmap",
                                  "training_curves", "fig6_vs_kappa2"})
     for stem, fig in figs.items():
@@ -135,20 +136,20 @@ class TrainingFiguresTest(parameterized.TestCase):
         _assert_labelled(self, fig)
 
   def test_fig6_names_its_quantities(self):
-    fig = training_plots.fig6_figure(_theory_members())
+    fig = training_figures.fig6_figure(_theory_members())
     labels = [ax.get_ylabel() for ax in fig.axes]
     self.assertEqual(labels, [r"tr$(W_{QK}^\top W_{QK})$",
                               "attention entropy (nats)", "valid loss"])
-    fig = training_plots.fig6_figure([_member(lm=True)])
+    fig = training_figures.fig6_figure([_member(lm=True)])
     self.assertEqual(fig.axes[2].get_ylabel(), "valid perplexity")
     self.assertStartsWith(fig.axes[0].get_title(),
                           "eigenspectrum scale (Fig. 6B)")
-    fig = training_plots.fig6_figure([_member(lm=True)], figure="9")
+    fig = training_figures.fig6_figure([_member(lm=True)], figure="9")
     self.assertStartsWith(fig.axes[0].get_title(),         # App. D figure
                           "eigenspectrum scale (Fig. 9B)")
 
   def test_log_axes_have_labelled_ticks(self):
-    fig = training_plots.fig6_figure(_theory_members())
+    fig = training_figures.fig6_figure(_theory_members())
     scale, entropy = fig.axes[0], fig.axes[1]
     self.assertEqual(scale.get_yscale(), "log")          # 3 decades
     self.assertEqual(entropy.get_yscale(), "linear")     # < 1 decade
@@ -158,23 +159,23 @@ class TrainingFiguresTest(parameterized.TestCase):
     labelled = [t for t in scale.get_yticklabels() if t.get_text()]
     self.assertGreaterEqual(len(shown), 3)
     self.assertGreaterEqual(len(labelled), 3)
-    curves = training_plots.curves_figure(_theory_members())
+    curves = training_figures.curves_figure(_theory_members())
     self.assertEqual(curves.axes[0].get_yscale(), "log")  # train loss
 
   def test_one_layer_one_head_has_no_duplicate_mean_panel(self):
-    keys = [k for k, _, _ in training_plots.curve_panels(
+    keys = [k for k, _, _ in training_figures.curve_panels(
         _member()["metrics"])]
     self.assertEqual([k for k in keys if k.endswith("qk_trace")],
                      ["mean/qk_trace"])
     self.assertLen(keys, len(set(keys)))
-    fig = training_plots.curves_figure([_member()])
+    fig = training_figures.curves_figure([_member()])
     titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]
     self.assertFalse([t for t in titles if t.startswith("mean")], titles)
 
   @parameterized.named_parameters(("two_layers", 2, 1, "l0"),
                                   ("two_heads", 1, 2, "l0/h0"))
   def test_several_units_keep_first_and_mean(self, layers, heads, first):
-    keys = [k for k, _, _ in training_plots.curve_panels(
+    keys = [k for k, _, _ in training_figures.curve_panels(
         _member(layers=layers, heads=heads)["metrics"])]
     self.assertEqual([k for k in keys if k.endswith("qk_trace")],
                      [f"{first}/qk_trace", "mean/qk_trace"])
@@ -182,7 +183,7 @@ class TrainingFiguresTest(parameterized.TestCase):
 
   def test_theory_task_gets_a_categorical_axis(self):
     members = _theory_members()
-    fig = training_plots.vs_kappa2_figure(members)
+    fig = training_figures.vs_kappa2_figure(members)
     for ax in fig.axes:
       self.assertEqual(ax.get_xscale(), "linear")
       self.assertNotIn("kappa_2$", ax.get_xlabel().split("(")[0])
@@ -192,7 +193,7 @@ class TrainingFiguresTest(parameterized.TestCase):
     self.assertIn("differ in", fig.get_suptitle())
 
   def test_kappa2_sweep_gets_a_kappa2_axis(self):
-    fig = training_plots.vs_kappa2_figure(_sweep_members())
+    fig = training_figures.vs_kappa2_figure(_sweep_members())
     for ax in fig.axes:
       self.assertEqual(ax.get_xscale(), "symlog")
       self.assertIn(r"$\kappa_2$", ax.get_xlabel())
@@ -202,7 +203,7 @@ class TrainingFiguresTest(parameterized.TestCase):
                     penalty_added_to=r)
                for i, k in enumerate((0.0, 0.1, 1.0))
                for j, r in enumerate(("mean_loss", "summed_loss"))]
-    fig = training_plots.vs_kappa2_figure(members)
+    fig = training_figures.vs_kappa2_figure(members)
     for ax in fig.axes:
       self.assertEqual(ax.get_xscale(), "symlog")
       lines = {l.get_label(): l for l in ax.get_lines()
@@ -213,18 +214,18 @@ class TrainingFiguresTest(parameterized.TestCase):
     # the literal line joins the literal members' values, in kappa2 order
     lit = {l.get_label(): l for l in fig.axes[1].get_lines()}[
         "literal reading"].get_ydata()
-    np.testing.assert_allclose(lit, [training_plots.final_value(
+    np.testing.assert_allclose(lit, [rundir.final_value(
         m["metrics"], "mean/entropy") for m in members[::2]])
     plt.close(fig)
 
   def test_identical_members_get_no_vs_kappa2_figure(self):
     members = [_member(1, 1), _member(1, 1)]
-    self.assertIsNone(training_plots.vs_kappa2_figure(members))
-    self.assertNotIn("fig6_vs_kappa2", training_plots.figures(members))
+    self.assertIsNone(training_figures.vs_kappa2_figure(members))
+    self.assertNotIn("fig6_vs_kappa2", training_figures.figures(members))
 
   def test_coinciding_members_are_distinct_and_noted(self):
     members = [_member(1, k) for k in (0.0, 0.1, 1.0)]      # all identical
-    fig = training_plots.fig6_figure(members)
+    fig = training_figures.fig6_figure(members)
     ax = fig.axes[0]
     styles = {(line.get_linestyle(), line.get_marker(), line.get_linewidth())
               for line in ax.get_lines()}
@@ -232,11 +233,11 @@ class TrainingFiguresTest(parameterized.TestCase):
     widths = [line.get_linewidth() for line in ax.get_lines()]
     self.assertEqual(widths, sorted(widths, reverse=True))  # later thinner
     self.assertIn("curves 1=2=3 coincide", ax.get_title())
-    other = training_plots.fig6_figure(_theory_members())
+    other = training_figures.fig6_figure(_theory_members())
     self.assertNotIn("coincide", other.axes[0].get_title())
 
   def test_heatmap_colorbar_is_beside_the_panels(self):
-    fig = training_plots.rho_heatmap_figure(_theory_members())
+    fig = training_figures.rho_heatmap_figure(_theory_members())
     fig.canvas.draw()
     panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
     (bar,) = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]

@@ -1,7 +1,12 @@
-"""Paper experiments: one module per figure family, each with `run`.
+"""The paper's experiments: one module per figure family, each with
+`run(config, workdir)`, which writes figures and tables into `workdir`.
 
-`run(config, workdir)` writes figures and tables into `workdir`;
-`configs/<id>.py` sets `config.experiment = "<id>"` (`cli.run_experiment`).
-`training_plots` and `report` draw training runs (Figs. 6-12), `demo` is
-the main job; `outputs`, `inputs`, `chunked` and `measures` are shared.
+`configs/<id>.py` sets `config.experiment = "<id>"`; `EXPERIMENTS` lists
+them. `outputs`, `inputs`, `chunked`, `measures` and `dong_measure` are the
+helpers they share. Training runs (Figs. 6-12) are drawn by
+`qkspec.plots` and judged by `qkspec.report`.
 """
+
+EXPERIMENTS = ("dong_trained", "entropy_bound", "entropy_check",
+               "for_flax_example", "rank_collapse", "simulate_grid",
+               "simulate_rho", "spectrum_collapse", "theory_rho")

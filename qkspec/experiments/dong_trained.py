@@ -23,7 +23,8 @@ import numpy as np
 from qkspec.data import synthetic
 from qkspec.experiments import dong_measure
 from qkspec.experiments import outputs
-from qkspec.experiments import training_plots
+from qkspec.plots import style
+from qkspec.plots import training_figures
 from qkspec.theory import san_paths
 
 INT_FIELDS = {"num_seeds": 1, "num_layers": 1, "num_heads": 1, "d_model": 1,
@@ -111,7 +112,7 @@ def tables(results: dict, config) -> dict[str, list[dict]]:
 def plot_paths(rows, config, workdir):
   """Accuracy vs max path length k per task, path fractions as bars."""
   tasks = list(config.tasks)
-  fig, axes = outputs.subplots(1, len(tasks), (5.5 * len(tasks), 4))
+  fig, axes = style.subplots(1, len(tasks), (5.5 * len(tasks), 4))
   for ax, task in zip(axes[0], tasks):
     k_K = np.arange(config.num_layers + 1)
     frac = [r["path_fraction"] for r in rows
@@ -137,7 +138,7 @@ def plot_paths(rows, config, workdir):
                f"{config.num_layers}, H={config.num_heads}, d="
                f"{config.d_model}, T={config.seq_len}; mean ± std over "
                f"{config.num_seeds} seeds)", fontsize=10)
-  return outputs.save_figure(fig, workdir, "fig_paths_trained")
+  return style.save_figure(fig, workdir, "fig_paths_trained")
 
 
 FLOOR = 1e-8   # relative residuals below this (exact 0 included) are drawn here
@@ -146,10 +147,10 @@ FLOOR = 1e-8   # relative residuals below this (exact 0 included) are drawn here
 def plot_rank(rows, config, workdir):
   """Relative residual by layer: trained (solid) and init (dashed)."""
   combos = [(t, v) for t in config.tasks for v in config.variants]
-  fig, axes = outputs.subplots(1, len(combos), (4.5 * len(combos), 3.8),
-                               sharey=True)
+  fig, axes = style.subplots(1, len(combos), (4.5 * len(combos), 3.8),
+                             sharey=True)
   archs = list(dong_measure.EVAL_ARCHS)
-  colors = outputs.colors("tab10", np.arange(len(archs)))
+  colors = style.colors("tab10", np.arange(len(archs)))
   for ax, (task, variant) in zip(axes[0], combos):
     curves = []                       # in legend order, numbered from 1
     for color, arch in zip(colors, archs):
@@ -160,7 +161,7 @@ def plot_rank(rows, config, workdir):
         ax.semilogy([r["layer"] for r in sel], curves[-1], ls, color=color,
                     label=f"{len(curves)}: {arch} ({when})"
                     if ax is axes[0, 0] else None)
-    note = training_plots.coincide_note(curves, log=True)
+    note = training_figures.coincide_note(curves, log=True)
     ax.set(xlabel="layer l", ylim=(FLOOR, 2))
     ax.set_title(f"{task}, {variant}" + (f"\n{note}" if note else ""),
                  fontsize=9 if note else None)
@@ -169,7 +170,7 @@ def plot_rank(rows, config, workdir):
   fig.legend(fontsize=7, loc="outside right upper")
   fig.suptitle("Rank collapse of trained SANs with skips / MLPs removed at "
                "evaluation (solid: trained, dashed: init)", fontsize=10)
-  return outputs.save_figure(fig, workdir, "fig_rank_trained")
+  return style.save_figure(fig, workdir, "fig_rank_trained")
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:

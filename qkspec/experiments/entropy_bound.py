@@ -15,6 +15,7 @@ import numpy as np
 
 from qkspec.theory import diagnostics
 from qkspec.experiments import outputs
+from qkspec.plots import style
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
@@ -55,7 +56,7 @@ def summary_rows(nu_V, bound_KxV, seq_lens) -> list[dict]:
 
 def plot(nu_V, bound_KxV, seq_lens, workdir):
   """Fig. 4: the Eq. (9) curve vs nu with ln T dashed, and curve / ln T."""
-  fig, ((ax, ax_ratio),) = outputs.subplots(1, 2, (10, 3.8))
+  fig, ((ax, ax_ratio),) = style.subplots(1, 2, (10, 3.8))
   for t, bound_V in zip(seq_lens, bound_KxV):
     line, = ax.plot(nu_V, bound_V, label=f"T = {t}")
     ax.axhline(np.log(t), ls="--", lw=1, color=line.get_color())
@@ -72,7 +73,7 @@ def plot(nu_V, bound_KxV, seq_lens, workdir):
                      fontsize=9)
   fig.suptitle("The Eq. (9) curve, printed as an entropy lower bound (cf. "
                "paper Fig. 4)")
-  return [outputs.save_figure(fig, workdir, "fig4_entropy_bound")]
+  return [style.save_figure(fig, workdir, "fig4_entropy_bound")]
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:

@@ -24,6 +24,7 @@ from qkspec.theory import softmax
 from qkspec.theory import spectrum
 from qkspec.experiments import measures
 from qkspec.experiments import outputs
+from qkspec.plots import style
 
 BOUNDS = ("eq9", "eq9_raw", "zhai", "zhai_raw", "zhai_row")
 
@@ -152,7 +153,7 @@ def tables(out, config):
 def plot(out, config, workdir):
   """Entropy vs nu per input kind with the Eq. (9) and Zhai curves."""
   kinds = list(config.inputs)
-  fig, axes = outputs.subplots(1, len(kinds), (6.5 * len(kinds), 4.5))
+  fig, axes = style.subplots(1, len(kinds), (6.5 * len(kinds), 4.5))
   t = config.seq_len
   for ax, kind in zip(axes[0], kinds):
     o = out[kind]
@@ -177,7 +178,7 @@ def plot(out, config, workdir):
            ylabel="entropy [nats]", title=f"{kind} inputs, T = {t}, "
            f"d = {config.dim}", ylim=(-0.1, max(np.log(t) * 1.6, 1)))
     ax.legend(fontsize=7)
-  return outputs.save_figure(fig, workdir, "fig_entropy_check")
+  return style.save_figure(fig, workdir, "fig_entropy_check")
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:

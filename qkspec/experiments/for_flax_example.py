@@ -20,6 +20,7 @@ import optax
 from qkspec import for_flax
 from qkspec.data import synthetic
 from qkspec.experiments import outputs
+from qkspec.plots import style
 from qkspec.theory import locater
 
 STAGES = ("init", "plain", "locater")
@@ -124,7 +125,7 @@ def measure(config, model, params, stage: str, batch) -> dict[str, list]:
 
 def plot(tables, config, workdir):
   """Scale and entropy per head, one bar per stage; ln T the most entropy."""
-  fig, axes = outputs.subplots(1, 2, (11.0, 3.8))
+  fig, axes = style.subplots(1, 2, (11.0, 3.8))
   heads = [f"{r['path']} h{r['head']}" for r in tables["spectrum"]
            if r["stage"] == STAGES[0]]
   x = np.arange(len(heads))
@@ -140,7 +141,7 @@ def plot(tables, config, workdir):
     ax.set(xticks=x, ylabel=label)
     ax.set_xticklabels(heads, rotation=30, ha="right", fontsize=8)
     ax.legend(fontsize=8)
-  return outputs.save_figure(fig, workdir, "fig_for_flax_example")
+  return style.save_figure(fig, workdir, "fig_for_flax_example")
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:

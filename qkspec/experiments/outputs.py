@@ -2,7 +2,7 @@
 
 An experiment writes into one flat workdir: `config.json` (the resolved
 config), `<table>.csv` with `<table>.json` (one row per dict) and
-`<figure>.png` (matplotlib, Agg backend). The config checks raise
+`<figure>.png` (`qkspec.plots.style`). The config checks raise
 ValueError naming the field; nothing here knows about the maths.
 """
 import contextlib
@@ -77,36 +77,6 @@ def read_csv(path: str | pathlib.Path) -> list[dict[str, str]]:
   """Reads a table written by `write_table` (values come back as strings)."""
   with pathlib.Path(path).open(newline="") as f:
     return list(csv.DictReader(f))
-
-
-def pyplot():
-  """matplotlib.pyplot on the non-interactive Agg backend."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  return plt
-
-
-def subplots(nrows: int, ncols: int, figsize: tuple[float, float],
-             **kwargs):
-  """`plt.subplots` with 2-D axes and, by default, the constrained layout."""
-  kwargs.setdefault("layout", "constrained")
-  return pyplot().subplots(nrows, ncols, figsize=figsize, squeeze=False,
-                           **kwargs)
-
-
-def colors(cmap: str, values: np.ndarray) -> np.ndarray:
-  """RGBA colours of `values` under the matplotlib colormap `cmap`."""
-  return pyplot().get_cmap(cmap)(values)
-
-
-def save_figure(fig, workdir: pathlib.Path, name: str,
-                dpi: int = 120) -> pathlib.Path:
-  """Saves `fig` as `workdir/name.png` and closes it."""
-  path = pathlib.Path(workdir) / f"{name}.png"
-  fig.savefig(path, dpi=dpi, bbox_inches="tight")
-  pyplot().close(fig)
-  return path
 
 
 def format_table(rows: Sequence[dict[str, Any]],

@@ -26,6 +26,7 @@ from qkspec.theory import san_paths
 from qkspec.theory import softmax
 from qkspec.experiments import measures
 from qkspec.experiments import outputs
+from qkspec.plots import style
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
@@ -209,9 +210,9 @@ def plot_collapse(out, config, workdir):
   """Dong Fig. 1 style: r_l per architecture, one panel per residual method."""
   methods = list(config.methods)
   plot_floor = config.floor * 1e-2
-  fig, axes = outputs.subplots(1, len(methods), (5 * len(methods), 4),
-                               sharey=True)
-  colors = outputs.colors("tab10", np.arange(len(config.architectures)))
+  fig, axes = style.subplots(1, len(methods), (5 * len(methods), 4),
+                             sharey=True)
+  colors = style.colors("tab10", np.arange(len(config.architectures)))
   l_K = np.arange(config.num_layers + 1)
   for ax, method in zip(axes[0], methods):
     for color, name in zip(colors, config.architectures):
@@ -229,13 +230,13 @@ def plot_collapse(out, config, workdir):
                f"{config.inputs} inputs; line: geo-mean over "
                f"{config.num_seeds} seeds, band: min-max; dotted: floor)",
                fontsize=10)
-  return outputs.save_figure(fig, workdir, "fig_rank_collapse")
+  return style.save_figure(fig, workdir, "fig_rank_collapse")
 
 
 def plot_paths(rows, config, workdir):
   """The skip SAN's path-length distribution vs the norm each length carries."""
   k = np.array([r["length"] for r in rows])
-  fig, ((ax, ax_res),) = outputs.subplots(1, 2, (10, 3.8))
+  fig, ((ax, ax_res),) = style.subplots(1, 2, (10, 3.8))
   ax.bar(k - 0.2, [r["path_fraction"] for r in rows], width=0.4,
          label="fraction of paths C(L,k)H^k/(H+1)^L")
   ax.bar(k + 0.2, [r["norm_share"] for r in rows], width=0.4,
@@ -248,7 +249,7 @@ def plot_paths(rows, config, workdir):
              title="sum of paths of length k", ylim=(config.floor * 1e-2, 2))
   fig.suptitle(f"Skip SAN as an ensemble of paths (L={config.num_layers}, "
                f"H={config.num_heads})", fontsize=10)
-  return outputs.save_figure(fig, workdir, "fig_paths")
+  return style.save_figure(fig, workdir, "fig_paths")
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:

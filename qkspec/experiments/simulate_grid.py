@@ -26,6 +26,7 @@ from qkspec.theory import softmax
 from qkspec.experiments import chunked
 from qkspec.experiments import inputs
 from qkspec.experiments import outputs
+from qkspec.plots import style
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
@@ -194,7 +195,7 @@ def plot(out, summary, config, workdir):
                        "rho_i (Definition 1) per token position")}
   num_c, paths = len(config.covariances), []
   for name, (panels, width, height, title) in figures.items():
-    fig, axes = outputs.subplots(num_c, len(panels), (
+    fig, axes = style.subplots(num_c, len(panels), (
         width * len(panels), height * num_c), layout=None)
     for c, cov in enumerate(config.covariances):
       for ax, (values, label, kwargs) in zip(axes[c], panels):
@@ -202,7 +203,7 @@ def plot(out, summary, config, workdir):
                  **kwargs)
     fig.suptitle(title)
     fig.subplots_adjust(wspace=0.5, hspace=0.45)
-    paths.append(outputs.save_figure(fig, workdir, name))
+    paths.append(style.save_figure(fig, workdir, name))
   return paths
 
 

@@ -30,6 +30,7 @@ from qkspec.theory import softmax
 from qkspec.theory import spectrum
 from qkspec.experiments import inputs
 from qkspec.experiments import outputs
+from qkspec.plots import style
 
 # name -> (exact, variant) of propagation.rho_gaussian.
 GAUSSIAN = {"paper": (False, "paper"), "corrected": (False, "corrected"),
@@ -198,10 +199,10 @@ def tables(out: dict, config: ml_collections.ConfigDict):
 def plot_fig5(out, config, workdir):
   """Fig. 5: rho_i per pair (thin: draws, bold: mean) and entropy per pair."""
   num_c, num_p = out["rho"].shape[:2]
-  colors = outputs.colors("tab10", np.arange(num_p) % 10)
+  colors = style.colors("tab10", np.arange(num_p) % 10)
   i_T = np.arange(1, config.seq_len + 1)
-  fig, axes = outputs.subplots(num_c, 2, (13, 3.8 * num_c),
-                               gridspec_kw=dict(width_ratios=(1.6, 1)))
+  fig, axes = style.subplots(num_c, 2, (13, 3.8 * num_c),
+                             gridspec_kw=dict(width_ratios=(1.6, 1)))
   for c, cov in enumerate(config.covariances):
     ax, ax_ent = axes[c]
     for p, ((m, s), regime) in enumerate(zip(config.pairs, config.regimes)):
@@ -227,15 +228,15 @@ def plot_fig5(out, config, workdir):
   handles, labels = axes[0][0].get_legend_handles_labels()
   fig.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=8)
   fig.suptitle("Simulated signal propagation probability (cf. paper Fig. 5)")
-  return [outputs.save_figure(fig, workdir, "fig5_simulation")]
+  return [style.save_figure(fig, workdir, "fig5_simulation")]
 
 
 def plot_gaussian(out, config, workdir):
   """MC rho_i (mean +- std over draws) vs the three Gaussian approximations."""
   num_c, num_p = out["rho"].shape[:2]
   i_T = np.arange(1, config.seq_len + 1)
-  fig, axes = outputs.subplots(num_c, num_p, (2.6 * num_p, 2.7 * num_c + 0.6),
-                               sharex=True, sharey=True)
+  fig, axes = style.subplots(num_c, num_p, (2.6 * num_p, 2.7 * num_c + 0.6),
+                             sharex=True, sharey=True)
   styles = {"paper": ("tab:red", "--"), "corrected": ("tab:blue", "-"),
             "exact": ("tab:green", ":")}
   for c, cov in enumerate(config.covariances):
@@ -260,7 +261,7 @@ def plot_gaussian(out, config, workdir):
   fig.suptitle(r"Monte Carlo $\rho_i$ (mean $\pm$ std over draws) vs "
                "Lemma 1 Gaussian approximation "
                "(printed / corrected / exact finite-T moments)")
-  return [outputs.save_figure(fig, workdir, "fig5_gaussian_vs_mc")]
+  return [style.save_figure(fig, workdir, "fig5_gaussian_vs_mc")]
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:

@@ -27,6 +27,7 @@ from qkspec.theory import softmax
 from qkspec.experiments import chunked
 from qkspec.experiments import measures
 from qkspec.experiments import outputs
+from qkspec.plots import style
 
 _LOG_FLOOR = 1e-30
 # The config fields that set `measure_draw`'s shapes and options.
@@ -234,7 +235,7 @@ def plot_grid(grid_rows, config, workdir):
             ("entropy_mean", "entropy, mean over layers"),
             ("rho_mean_l1", "mean rho_i, layer 1"),
             ("eq9_violation_all", "rows below the Eq. (9) curve"))
-  fig, axes = outputs.subplots(2, 3, (15, 8))
+  fig, axes = style.subplots(2, 3, (15, 8))
   for ax, (key, title) in zip(axes.ravel(), panels):
     v = np.array([r[key] for r in grid_rows], np.float64).reshape(num_m,
                                                                   num_s)
@@ -250,20 +251,20 @@ def plot_grid(grid_rows, config, workdir):
                f"layer (L={config.num_layers}, d={config.dim}, "
                f"T={config.seq_len}, {config.inputs} inputs, "
                f"ln T = {np.log(config.seq_len):.2f})")
-  return outputs.save_figure(fig, workdir, "fig_spectrum_collapse")
+  return style.save_figure(fig, workdir, "fig_spectrum_collapse")
 
 
 def _mean_colors(config) -> np.ndarray:
   """One colour per eigen_mean, the same in every figure."""
-  return outputs.colors("plasma", np.linspace(0, 0.9,
+  return style.colors("plasma", np.linspace(0, 0.9,
                                               len(config.eigen_means)))
 
 
 def plot_layers(out, config, workdir):
   """Per-layer r_l and entropy: a line per eigen_mean, a panel per eigen_std."""
   stds = list(config.eigen_stds)
-  fig, axes = outputs.subplots(2, len(stds), (3.4 * len(stds), 6.5),
-                               sharey="row")
+  fig, axes = style.subplots(2, len(stds), (3.4 * len(stds), 6.5),
+                             sharey="row")
   colors = _mean_colors(config)
   l_K = np.arange(config.num_layers + 1)
   for j, s in enumerate(stds):
@@ -281,13 +282,13 @@ def plot_layers(out, config, workdir):
   axes[0, 0].legend(title="eigen_mean", fontsize=7)
   fig.suptitle("Rank collapse and entropy per layer (geo-mean over draws, "
                "band: min-max; dashed: ln T)")
-  return outputs.save_figure(fig, workdir, "fig_spectrum_layers")
+  return style.save_figure(fig, workdir, "fig_spectrum_layers")
 
 
 def plot_rho(out, config, workdir):
   """rho_i of the last query at layer 1 and layer L, per grid point."""
   num_s = len(config.eigen_stds)
-  fig, axes = outputs.subplots(2, num_s, (3.4 * num_s, 6), sharey=True)
+  fig, axes = style.subplots(2, num_s, (3.4 * num_s, 6), sharey=True)
   colors = _mean_colors(config)
   i_T = np.arange(1, config.seq_len + 1)
   for j, s in enumerate(config.eigen_stds):
@@ -300,7 +301,7 @@ def plot_rho(out, config, workdir):
   for ax in axes[:, 0]:
     ax.set_ylabel("rho_i (last query)")
   axes[0, 0].legend(title="eigen_mean", fontsize=7)
-  return outputs.save_figure(fig, workdir, "fig_spectrum_rho")
+  return style.save_figure(fig, workdir, "fig_spectrum_rho")
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:

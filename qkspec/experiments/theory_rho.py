@@ -22,6 +22,7 @@ import numpy as np
 
 from qkspec.theory import propagation
 from qkspec.experiments import outputs
+from qkspec.plots import style
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
@@ -146,16 +147,16 @@ def fig2_figures(maps, config) -> dict:
   num_eta = len(config.eta_values)
   figs = {}
   for variant, maps_ExXxTh in maps.items():
-    fig, axes = outputs.subplots(1, num_eta, (2.6 * num_eta + 1.0, 3.0),
-                                 sharey=True)
+    fig, axes = style.subplots(1, num_eta, (2.6 * num_eta + 1.0, 3.0),
+                               sharey=True)
     image = _heatmaps(axes[0], maps_ExXxTh, config, "viridis", 0.0, 1.0)
     fig.colorbar(image, ax=axes[0].tolist(), label=_RHO)
     fig.suptitle(f"Eq. (6), variant={variant!r} (cf. paper Fig. 2; "
                  f"{_XI} = tr$W$/$\\sqrt{{\\mathrm{{tr}}W^2}}$)")
     figs[f"fig2_{variant}"] = fig
   if set(maps) == set(propagation.VARIANTS):
-    fig, axes = outputs.subplots(3, num_eta, (2.6 * num_eta + 1.0, 8.0),
-                                 sharex=True, sharey=True)
+    fig, axes = style.subplots(3, num_eta, (2.6 * num_eta + 1.0, 8.0),
+                               sharex=True, sharey=True)
     for row, variant in zip(axes[:2], ("paper", "corrected")):
       image = _heatmaps(row, maps[variant], config, "viridis", 0.0, 1.0,
                         xlabel=False)
@@ -174,11 +175,11 @@ def fig2_figures(maps, config) -> dict:
 def fig3_figure(theta, curves, config):
   """Fig. 3: the localized cases, both variants and the Lemma 2 limit."""
   cases = list(config.localized)
-  fig, axes = outputs.subplots(1, len(cases), (4.4 * len(cases), 3.6),
-                               sharey=True)
+  fig, axes = style.subplots(1, len(cases), (4.4 * len(cases), 3.6),
+                             sharey=True)
   for ax, (xi, eta) in zip(axes[0], cases):
-    for variant, style in zip(config.variants, ("-", "--")):
-      ax.plot(theta, curves[(variant, xi, eta)], style, label=variant)
+    for variant, line in zip(config.variants, ("-", "--")):
+      ax.plot(theta, curves[(variant, xi, eta)], line, label=variant)
     limit = propagation.rho_trace_limit(theta, xi * eta)
     ax.plot(theta, limit, ":", color="gray", label="Lemma 2 limit")
     ax.set_title(f"{_XI} = {xi:g}, {_ETA} = {eta:g}, "
@@ -200,7 +201,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   maps = {v: np.asarray(rho_theta_map(theta, xi_dense, eta, v))
           for v in config.variants}
-  paths += [outputs.save_figure(fig, workdir, stem)
+  paths += [style.save_figure(fig, workdir, stem)
             for stem, fig in fig2_figures(maps, config).items()]
   fig2_rows = []
   eta_np, xi_np, theta_np = (np.asarray(a) for a in (eta, xi_table, theta))
@@ -219,8 +220,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
       fig3_rows += [dict(variant=v, xi=xi, eta=eta_k, r=xi * eta_k,
                          theta=float(t), rho=float(p))
                     for t, p in zip(theta_np, rho)]
-  paths.append(outputs.save_figure(fig3_figure(theta_np, curves, config),
-                                   workdir, "fig3_localized"))
+  paths.append(style.save_figure(fig3_figure(theta_np, curves, config),
+                                 workdir, "fig3_localized"))
   paths += outputs.write_table(fig3_rows, workdir, "fig3_rho")
 
   rows = lemma2_table(config)

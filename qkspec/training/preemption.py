@@ -7,12 +7,14 @@ second SIGINT raises KeyboardInterrupt at once, whatever handler SIGINT had
 before: Python's own, `SIG_IGN` (a process started in the background by a
 shell without job control inherits SIGINT ignored), `SIG_DFL`, a handler
 that does not raise, or the handler of an enclosing `deferred_stop`. The
-previous handlers are put back when the block ends. With several processes JAX's preemption
-notifier (installed by `jax.distributed.initialize`) takes SIGTERM (no
-Python handler replaces it), the first SIGINT is sent on as SIGTERM, and
-every process stops at the boundary where
-`multihost_utils.reached_preemption_sync_point` first says so. The
-command line exits with 128 + `Interrupted.signum` (`qkspec.experiments.cli`).
+previous handlers are put back when the block ends.
+
+With several processes JAX's preemption notifier (installed by
+`jax.distributed.initialize`) takes SIGTERM (no Python handler replaces
+it), the first SIGINT is sent on as SIGTERM, and every process stops at the
+boundary where `multihost_utils.reached_preemption_sync_point` first says
+so. The
+command line exits with 128 + `Interrupted.signum` (`qkspec.cli`).
 """
 import contextlib
 import itertools

@@ -9,16 +9,17 @@ prints one line (for training, the checkpoint it saved and the command that
 resumes) and exits 128 + the signal: 130 or 143, also on each process of a
 multi-host run that another stopped. `--coordinator_address`,
 `--num_processes`, `--process_id` start one process of a multi-host run.
+`demo` is README's main job (`launch/demo.py`).
 """
 import contextlib
 import importlib
-import importlib.util
 import logging as py_logging
 import os
-import pkgutil
+import pathlib
 import re
 import shlex
 import sys
+import time
 import traceback
 from typing import Any, Callable, Iterator, NoReturn
 
@@ -27,11 +28,14 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
+from qkspec import experiments
+from qkspec.config import args
 from qkspec.config import schema
 
-# Modules of qkspec.experiments that are not experiments (helpers).
-_NOT_EXPERIMENTS = ("chunked", "cli", "demo", "inputs", "measures", "outputs",
-                    "training_plots")
+# The main job: every figure that needs no data set, on a CPU: theory_rho
+# (Figs. 2-3, Lemma 2), entropy_bound (Fig. 4), simulate_rho (Fig. 5) and
+# theory_task (the Sec. 2 model with and without LocATER).
+DEMO = ("theory_rho", "entropy_bound", "simulate_rho", "theory_task")
 
 
 @contextlib.contextmanager
@@ -57,22 +61,6 @@ def exit_on_interrupt(verbose: bool = False,
     sys.exit(130)           # 128 + SIGINT, what shells report for Ctrl-C
 
 
-def _is_experiment(name) -> bool:
-  """Whether `name` is a module of `qkspec.experiments` with a `run`."""
-  return (isinstance(name, str) and name.isidentifier()
-          and not name.startswith("_") and name not in _NOT_EXPERIMENTS
-          and importlib.util.find_spec(f"qkspec.experiments.{name}") is not None
-          and hasattr(importlib.import_module(f"qkspec.experiments.{name}"),
-                      "run"))
-
-
-def experiments() -> tuple[str, ...]:
-  """The experiment ids: modules of `qkspec.experiments` with a `run`."""
-  package = importlib.import_module("qkspec.experiments")
-  return tuple(sorted(info.name for info in pkgutil.iter_modules(
-      package.__path__) if _is_experiment(info.name)))
-
-
 def run_experiment(config, workdir: str) -> Any:
   """Runs `config.experiment`'s `run(config, workdir)`, or trains `config`."""
   name = config.get("experiment", None)
@@ -80,8 +68,8 @@ def run_experiment(config, workdir: str) -> Any:
     return train_and_plot(config, workdir)
   if name is None:
     raise ValueError("the config names no experiment: set config.experiment "
-                     f"to one of {experiments()} (or pass a training config, "
-                     "which has config.task).")
+                     f"to one of {experiments.EXPERIMENTS} (or pass a "
+                     "training config, which has config.task).")
   _check_experiment(name)
   return importlib.import_module(f"qkspec.experiments.{name}").run(config,
                                                                    workdir)
@@ -96,24 +84,50 @@ def check_config(config) -> None:
 
 
 def _check_experiment(name) -> None:
-  """Raises ValueError unless `name` is an experiment id (imports only it)."""
-  if not _is_experiment(name):
-    raise ValueError(f"config.experiment must be one of {experiments()}, "
-                     f"got {name!r}.")
+  """Raises ValueError unless `name` is an experiment id."""
+  if name not in experiments.EXPERIMENTS:
+    raise ValueError(f"config.experiment must be one of "
+                     f"{experiments.EXPERIMENTS}, got {name!r}.")
 
 
 def train_and_plot(config, workdir: str) -> Any:
   """Trains a training config (`config.task`); process 0 draws the figures."""
   # pylint: disable=g-import-not-at-top
   import jax
-  from qkspec.experiments import training_plots
+  from qkspec.plots import training_figures
   from qkspec.training import loop
   # pylint: enable=g-import-not-at-top
   logging.info("a training config (task=%s): training it", config.task)
   state = loop.train_and_evaluate(config, workdir)
   if jax.process_index() == 0:
-    training_plots.plot_workdir(workdir)
+    training_figures.plot_workdir(workdir)
   return state
+
+def demo(workdir: str, configs_dir: str, smoke: bool = False,
+         only: tuple[str, ...] = DEMO) -> dict[str, list[str]]:
+  """Runs the `DEMO` experiments `only`, each with `configs_dir/<id>.py`
+  into `workdir/<id>/`, logging each one's time; {experiment: [its PNG
+  paths]}."""
+  unknown = set(only) - set(DEMO)
+  if unknown:
+    raise ValueError(f"unknown experiments {sorted(unknown)}; choose from "
+                     f"{DEMO}.")
+  root = pathlib.Path(workdir)
+  figures = {}
+  for i, name in enumerate(only, 1):
+    start = time.time()
+    logging.info("[%d/%d] %s ...", i, len(only), name)
+    config = args.load_config_file(
+        pathlib.Path(configs_dir) / f"{name}.py", "smoke" if smoke else None)
+    run_experiment(config, str(root / name))
+    figures[name] = sorted(str(p) for p in (root / name).glob("*.png"))
+    logging.info("[%d/%d] %s done in %.0f s", i, len(only), name,
+                 time.time() - start)
+  lines = [f"{name}:\n" + "\n".join(f"  {f}" for f in figs)
+           for name, figs in figures.items()]
+  print(f"qkspec demo finished; figures and tables (CSV/JSON) are in "
+        f"{root.resolve()}:\n" + "\n".join(lines), flush=True)
+  return figures
 
 
 class _NoTpuFilter(py_logging.Filter):

@@ -1,6 +1,6 @@
 """The report's runs: what of each run it reads, merged per figure and reading.
 
-`load_runs` reads each training workdir (or its `run_records` record) into
+`load_runs` reads each training workdir (or its `records.store` record) into
 one dict per run and reading of kappa; `summarize_runs` makes one row per
 figure, reading and member group (members that differ only in seed): mean
 and std over seeds of the final `QUANTITIES`. `figure_of` names the paper
@@ -14,8 +14,8 @@ import pathlib
 
 import numpy as np
 
-from qkspec.experiments import run_records
-from qkspec.experiments import training_plots
+from qkspec.records import rundir
+from qkspec.records import store
 
 PAPER_STEPS = 50_000
 FIGURES = {(1, 128): "6", (1, 32): "8", (3, 32): "9", (6, 32): "10",
@@ -26,7 +26,7 @@ QUANTITIES = (("valid_ppl", "valid/ppl", "valid ppl"),
               ("trace", "mean/qk_trace", "trace tr(W)"),
               ("entropy", "mean/entropy", "entropy (nats)"))
 READINGS = {k: f"{name} ({k})"       # "literal (mean_loss)", ...
-            for k, name in training_plots.READING_NAMES.items()}
+            for k, name in rundir.READING_NAMES.items()}
 
 
 def reading_name(reading: str) -> str:
@@ -161,17 +161,17 @@ def load_runs(run_dirs) -> list[dict]:
     config = load_config(path)
     fig, smoke = figure_of(config)
     reading = config["locater"].get("penalty_added_to", "mean_loss")
-    run_dir = run_records.origin(path)
+    run_dir = store.origin(path)
     by_reading = {}
-    for m in training_plots.load_members(path):
-      m["metrics"] = {k: run_records.compact(*v) if np.ndim(v[1]) == 2
+    for m in rundir.load_members(path):
+      m["metrics"] = {k: store.compact(*v) if np.ndim(v[1]) == 2
                       else v for k, v in m["metrics"].items()}
       m["last_step"] = last_step(m)
       by_reading.setdefault(m.get("penalty_added_to", reading), []).append(m)
     run = dict(run_dir=run_dir, path=str(path), figure=fig, smoke=smoke,
                label=f"Fig. {fig}" + (" (smoke)" if smoke else ""),
                both_readings=len(by_reading) > 1,
-               command=(run_records.read(path).get("command")
+               command=(store.read(path).get("command")
                         or config_command(config, run_dir)),
                d_model=int(config["model"]["d_model"]),
                num_steps=int(config["num_steps"]))
@@ -238,7 +238,7 @@ def summarize_runs(runs) -> list[dict]:
                  num_steps=max(r["num_steps"] for r in rs
                                if r["run_dir"] in run_dirs))
       for name, key, _ in QUANTITIES:
-        vals = [training_plots.final_value(m["metrics"], key) for m in ms]
+        vals = [rundir.final_value(m["metrics"], key) for m in ms]
         finite = np.asarray([v for v in vals if np.isfinite(v)], float)
         row[f"{name}_mean"] = (float(finite.mean()) if finite.size
                                else math.nan)
@@ -299,5 +299,5 @@ def record_keys(config: dict) -> list[str]:
   and Fig. 7's layer-0 rho_i."""
   keys = [k for _, k, _ in QUANTITIES] + ["valid/loss", "train/loss"]
   if figure_of(config)[0] == "7":
-    keys += list(training_plots.rho_keys(0))
+    keys += list(rundir.rho_keys(0))
   return keys

@@ -2,7 +2,7 @@
 
 Of a `launch/train.py` workdir the report reads only `config.json`,
 `members.json`, `run_info.jsonl` and a few metrics
-(`report_runs.record_keys`); `write` copies just that into
+(`run_cells.record_keys`); `write` copies just that into
 `records_dir/<role>s/<run directory's basename>/` with `record.json` (the
 run directory and its command). Array metrics (Fig. 7's `l0/rho` maps) go
 into each member's `maps.npz` as float16, thinned to `MAX_STEPS` steps

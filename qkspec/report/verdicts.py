@@ -3,7 +3,7 @@
 Per figure and reading of kappa, two contrasts: "kappa2", kappa2 = 0 -> 1
 at kappa1 = 100, the paper's claim (scale shrinks (B), entropy higher (C),
 perplexity lower (D)); and "none", no LocATER -> the strongest LocATER
-group, beyond the paper. Each is read at the final step (`report_stats`)
+group, beyond the paper. Each is read at the final step (`stats`)
 and, for C and D, over the evaluations after warm-up (`over_training`).
 
 C and D are also read as curves over kappa2 (`trends`, Fig. 6C-D): over
@@ -16,8 +16,8 @@ import math
 
 import numpy as np
 
-from qkspec.experiments import report_runs
-from qkspec.experiments import report_stats as rs
+from qkspec.report import run_cells
+from qkspec.report import stats as rs
 
 # claim: (quantity, sign the paper expects for LocATER-stronger minus weaker)
 CLAIMS = (("B", "scale", -1, "scale shrinks"),
@@ -25,7 +25,7 @@ CLAIMS = (("B", "scale", -1, "scale shrinks"),
           ("D", "valid_ppl", -1, "valid perplexity lower"))
 OVER_TRAINING = {"C": "mean/entropy", "D": "valid/ppl"}
 TREND_CLAIMS = (("D", "valid_ppl", -1), ("C", "entropy", +1))
-PAPER = report_runs.PAPER_STEPS
+PAPER = run_cells.PAPER_STEPS
 
 
 def contrast_pairs(rows) -> list[tuple[str, dict, dict]]:
@@ -52,7 +52,7 @@ def _cells(rows) -> dict:
 
 
 def _by_cell(rows) -> dict:
-  return dict(sorted(_cells(rows).items(), key=report_runs.cell_order))
+  return dict(sorted(_cells(rows).items(), key=run_cells.cell_order))
 
 
 def seed_values(row, quantity) -> dict:

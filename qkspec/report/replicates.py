@@ -8,7 +8,7 @@ apart, so one's spread is no floor for the other.
 """
 import numpy as np
 
-from qkspec.experiments import training_plots
+from qkspec.records import rundir
 
 
 def _key(run, member):
@@ -37,8 +37,8 @@ def spread(runs, replicates, quantities) -> dict:
   for name, key in quantities:
     found = []                       # (relative difference, where)
     for run, m, rep, r in twins:
-      a = training_plots.final_value(m["metrics"], key)
-      b = training_plots.final_value(r["metrics"], key)
+      a = rundir.final_value(m["metrics"], key)
+      b = rundir.final_value(r["metrics"], key)
       if not (np.isfinite(a) and np.isfinite(b)):
         continue
       scale = (abs(a) + abs(b)) / 2

@@ -8,78 +8,18 @@ tr(W_QK), eigen-variance (Eq. 8) and Dong's residual per layer). Each
 member has its own colour, line style, marker and width; a panel says
 which curves coincide.
 """
-import json
 import os
 
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
-from matplotlib import ticker  # pylint: disable=g-import-not-at-top,wrong-import-position
-import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
+from matplotlib import ticker
+import numpy as np
 
-from qkspec.experiments import run_records  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec.training import metric_writer  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec.plots import style
+from qkspec.records import rundir
 
-# what members.json varies (qkspec.config.schema.SWEEPABLE), and defaults
-_DEFAULTS = {"seed": 0, "kappa1": 0.0, "kappa2": 0.0, "target": 1.0,
-             "penalty_added_to": "mean_loss"}
-_SYMBOL = {"seed": "seed", "kappa1": r"$\kappa_1$", "kappa2": r"$\kappa_2$",
-           "target": "target", "penalty_added_to": "reading"}
-# the readings of kappa (qkspec.config.schema.PENALTY_ADDED_TO), short
-READING_NAMES = {"mean_loss": "literal", "summed_loss": "fairseq"}
 _LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)))
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 _SCALE_LABEL = r"tr$(W_{QK}^\top W_{QK})$"
 _TRACE_LABEL = r"tr$(W_{QK})$"
-_FONT = {"font.size": 10, "axes.titlesize": 10, "axes.labelsize": 10,
-         "legend.fontsize": 9}
-
-
-def load_members(workdir: str) -> list[dict]:
-  """members.json entries, each with its `metrics` {name: (steps, values)}."""
-  with open(os.path.join(workdir, "members.json")) as f:
-    members = json.load(f)
-  for m in members:
-    member_dir = os.path.join(workdir, m["dir"])
-    m["metrics"] = {**metric_writer.read_metrics(member_dir),
-                    **run_records.read_maps(member_dir)}
-  return members
-
-
-def final_value(metrics: dict, key: str) -> float:
-  """The last logged value of `key` (an array's first entry); NaN if none."""
-  values = metrics.get(key)
-  if values is None or not len(values[0]):
-    return np.nan
-  return float(np.asarray(values[1][-1]).reshape(-1)[0])
-
-
-def varying_fields(members) -> list[str]:
-  """The `_DEFAULTS` fields whose values differ between members, in order."""
-  return [f for f in _DEFAULTS
-          if len({m.get(f, _DEFAULTS[f]) for m in members}) > 1]
-
-
-def final_values_axis(members) -> str | None:
-  """x axis of `fig6_vs_kappa2`: "kappa2" when only kappa2 (and the
-  reading) varies, "member" when more does, else None."""
-  varying = varying_fields(members)
-  if len(members) < 2 or not varying:
-    return None
-  return ("kappa2" if varying in (["kappa2"], ["kappa2", "penalty_added_to"])
-          else "member")
-
-
-def member_names(members) -> list[str]:
-  """Short labels naming only what varies ("1: $\\kappa_2$=0.1", ...)."""
-  fields = varying_fields(members) or ["kappa1", "kappa2"]
-  names = []
-  for i, m in enumerate(members, 1):
-    values = [m.get(f, _DEFAULTS[f]) for f in fields]
-    names.append(f"{i}: " + ", ".join(
-        f"{_SYMBOL[f]}=" + (READING_NAMES.get(v, v) if isinstance(v, str)
-                            else f"{v:g}") for f, v in zip(fields, values)))
-  return names
 
 
 def coinciding(curves, span_frac: float = 0.0,
@@ -118,17 +58,27 @@ def coinciding(curves, span_frac: float = 0.0,
   return groups
 
 
+def final_values_axis(members) -> str | None:
+  """x axis of `fig6_vs_kappa2`: "kappa2" when only kappa2 (and the
+  reading) varies, "member" when more does, else None."""
+  varying = rundir.varying_fields(members)
+  if len(members) < 2 or not varying:
+    return None
+  return ("kappa2" if varying in (["kappa2"], ["kappa2", "penalty_added_to"])
+          else "member")
+
+
 def _styles(members):
   """Per member: colour, line style, marker and width (earlier = wider)."""
   n = len(members)
   if final_values_axis(members) == "kappa2":     # colour follows kappa2
-    cmap = plt.get_cmap("viridis")
+    cmap = style.plt.get_cmap("viridis")
     order = np.argsort([m["kappa2"] for m in members], kind="stable")
     colors = [None] * n
     for rank, i in enumerate(order):
       colors[i] = cmap(0.85 * rank / max(n - 1, 1))   # no pale yellow
   else:
-    colors = [plt.get_cmap("tab10")(i % 10) for i in range(n)]
+    colors = [style.plt.get_cmap("tab10")(i % 10) for i in range(n)]
   widths = np.linspace(2.6, 1.1, n) if n > 1 else [1.8]
   return [dict(color=colors[i], ls=_LINESTYLES[i % len(_LINESTYLES)],
                marker=_MARKERS[i % len(_MARKERS)], lw=float(widths[i]),
@@ -179,16 +129,16 @@ def _valid_key(metrics):
 
 def _member_panels(fig, axes, members, panels):
   """Draws `panels` ([(key, title, ylabel)]) on `axes`, legend below."""
-  styles, names = _styles(members), member_names(members)
+  styles, names = _styles(members), rundir.member_names(members)
   for ax, (key, title, ylabel) in zip(axes, panels):
     curves = []          # one line per member that logged `key`
-    for i, (m, style, name) in enumerate(zip(members, styles, names)):
+    for i, (m, look, name) in enumerate(zip(members, styles, names)):
       steps, vals = m["metrics"].get(key, ((), None))
       curves.append(vals)
       if vals is not None:
         every = max(1, len(steps) // 8)
         ax.plot(steps, vals, label=name,
-                markevery=(i * every // len(members), every), **style)
+                markevery=(i * every // len(members), every), **look)
     log = set_yscale(ax, curves)
     _title(ax, title, coincide_note(curves, log))
     ax.set(xlabel="step", ylabel=ylabel)
@@ -214,9 +164,9 @@ def fig6_figure(members, figure: str = "6"):
             ("mean/entropy", f"attention entropy ({cite('C')})",
              "attention entropy (nats)"),
             (valid, f"{valid_label} ({cite('D')})", valid_label)]
-  with plt.rc_context(_FONT):
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.4), layout="constrained")
-    _member_panels(fig, list(axes), members, panels)
+  with style.plt.rc_context(style.FONT):
+    fig, axes = style.subplots(1, 3, (13, 4.4))
+    _member_panels(fig, list(axes[0]), members, panels)
   return fig
 
 
@@ -241,25 +191,25 @@ def vs_kappa2_figure(members):
   keys = [("mean/qk_scale", "final " + _SCALE_LABEL),
           ("mean/entropy", "final attention entropy (nats)"),
           (valid, "final " + valid_label)]
-  styles, names = _styles(members), member_names(members)
-  with plt.rc_context(_FONT):
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), layout="constrained")
-    for ax, (key, ylabel) in zip(axes, keys):
-      vals = [final_value(m["metrics"], key) for m in members]
+  styles, names = _styles(members), rundir.member_names(members)
+  with style.plt.rc_context(style.FONT):
+    fig, axes = style.subplots(1, 3, (13, 4.2))
+    for ax, (key, ylabel) in zip(axes[0], keys):
+      vals = [rundir.final_value(m["metrics"], key) for m in members]
       xs = ([m["kappa2"] for m in members] if axis == "kappa2"
             else np.arange(len(members)))
-      for x, y, style in zip(xs, vals, styles):
-        ax.plot([x], [y], ls="none", color=style["color"],
-                marker=style["marker"], ms=style["ms"] + 2, mfc="none",
-                mew=2, zorder=style["zorder"])
+      for x, y, look in zip(xs, vals, styles):
+        ax.plot([x], [y], ls="none", color=look["color"],
+                marker=look["marker"], ms=look["ms"] + 2, mfc="none",
+                mew=2, zorder=look["zorder"])
       if axis == "kappa2":
-        of = [m.get("penalty_added_to", _DEFAULTS["penalty_added_to"])
+        of = [m.get("penalty_added_to", rundir.DEFAULTS["penalty_added_to"])
               for m in members]
         readings = sorted(set(of))
         for reading, ls in zip(readings, ("-", "--")):
           line = [(x, y) for x, y, r in zip(xs, vals, of) if r == reading]
           ax.plot(*zip(*line), color="0.6", lw=1, ls=ls, zorder=1,
-                  label=(f"{READING_NAMES[reading]} reading"
+                  label=(f"{rundir.READING_NAMES[reading]} reading"
                          if len(readings) > 1 else None))
         if len(readings) > 1:
           ax.legend(loc="best", fontsize=8)
@@ -279,29 +229,24 @@ def vs_kappa2_figure(members):
                                               "values"))
       ax.set_ylabel(ylabel)
       ax.grid(alpha=0.3)
-    varying = ", ".join(_SYMBOL[f] for f in varying_fields(members))
+    varying = ", ".join(rundir.SYMBOLS[f]
+                        for f in rundir.varying_fields(members))
     fig.suptitle("Fig. 6 quantities at the last step"
                  + f" (members differ in {varying}"
                  + (")" if axis == "member" else " only)"))
   return fig
 
 
-def rho_keys(layer: int = 0) -> tuple[str, str]:
-  """Names of layer `layer`'s rho_i to try: one head's, else head 0's."""
-  return f"l{layer}/rho", f"l{layer}/h0/rho"
-
-
 def rho_heatmap_figure(members, layer=0):
   """Fig. 7: rho_i (colour) per key position i and step, one panel each."""
-  one_head, head0 = rho_keys(layer)
+  one_head, head0 = rundir.rho_keys(layer)
   name = (one_head if any(one_head in m["metrics"] for m in members)
           else head0)
   shown = [i for i, m in enumerate(members) if name in m["metrics"]]
-  names = member_names(members)
-  with plt.rc_context(_FONT):
-    fig, axes = plt.subplots(1, len(shown), figsize=(3.6 * len(shown) + 1.2,
-                                                     3.8),
-                             squeeze=False, sharey=True, layout="constrained")
+  names = rundir.member_names(members)
+  with style.plt.rc_context(style.FONT):
+    fig, axes = style.subplots(1, len(shown), (3.6 * len(shown) + 1.2, 3.8),
+                               sharey=True)
     for ax, i in zip(axes[0], shown):
       steps, rho_SxT = members[i]["metrics"][name]
       T = rho_SxT.shape[1]
@@ -346,10 +291,8 @@ def curves_figure(members):
   panels = curve_panels(members[0]["metrics"])
   ncols = min(3, len(panels))
   nrows = -(-len(panels) // ncols)
-  with plt.rc_context(_FONT):
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.4 * ncols,
-                                                    3.3 * nrows + 0.6),
-                             squeeze=False, layout="constrained")
+  with style.plt.rc_context(style.FONT):
+    fig, axes = style.subplots(nrows, ncols, (4.4 * ncols, 3.3 * nrows + 0.6))
     _member_panels(fig, list(axes.ravel()), members, panels)
   return fig
 
@@ -368,9 +311,6 @@ def figures(members, layer: int = 0) -> dict:
 def plot_workdir(workdir: str, layer: int = 0) -> list[str]:
   """Writes every figure of `workdir`; returns their paths."""
   paths = []
-  for stem, fig in figures(load_members(workdir), layer).items():
-    path = os.path.join(workdir, stem + ".png")
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    paths.append(path)
+  for stem, fig in figures(rundir.load_members(workdir), layer).items():
+    paths.append(style.save(fig, os.path.join(workdir, stem + ".png")))
   return paths

@@ -1,32 +1,30 @@
 """REPRODUCTION.md from training run directories (paper Sec. 7, Figs. 6-12).
 
-`write_report(run_dirs, out_path)` reads the runs (`report_runs`), judges
-the claims (`report_verdicts`, `report_claims`), opens with the answer
-(`report_answer`) and writes the report with
-`summary.csv`, `summary.json` and the figures. With `records_dir` it
-records each run first (`run_records`) and reports on every record there,
-so it regenerates without the runs.
+`write_report(run_dirs, out_path)` reads the runs (`run_cells`), judges
+the claims (`verdicts`, `claims`), opens with the answer (`answer`) and
+writes the report with `summary.csv`, `summary.json` and the figures. With
+`records_dir` it records each run first (`qkspec.records.store`) and
+reports on every record there, so it regenerates without the runs.
 """
 import csv
 import json
 import os
 import pathlib
 
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
-import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
+import numpy as np
 
-from qkspec.experiments import locater_minimum  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec.experiments import replicates  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec.experiments import report_answer  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec.experiments import report_claims  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec.experiments import report_runs  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec.experiments import report_stats  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec.experiments import report_verdicts  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec.experiments import run_records  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec.experiments import stripes  # pylint: disable=g-import-not-at-top,wrong-import-position
-from qkspec.experiments import training_plots  # pylint: disable=g-import-not-at-top,wrong-import-position
+from qkspec.plots import training_figures
+from qkspec.plots import style
+from qkspec.records import rundir
+from qkspec.records import store
+from qkspec.report import answer
+from qkspec.report import claims
+from qkspec.report import locater_minimum
+from qkspec.report import replicates
+from qkspec.report import run_cells
+from qkspec.report import stats
+from qkspec.report import stripes
+from qkspec.report import verdicts
 
 DEVIATIONS = (
     "Perplexity: the valid split's, as Fig. 6D (test perplexity: "
@@ -55,8 +53,8 @@ DEVIATIONS = (
 def _steps_line(r):
   k, planned = r["final_step"], r["num_steps"]
   line = f"{k:,} steps run of {planned:,} planned"
-  if k < report_runs.PAPER_STEPS:
-    line = f"**SHORTENED: {k:,} of {report_runs.PAPER_STEPS:,} steps** ({line})"
+  if k < run_cells.PAPER_STEPS:
+    line = f"**SHORTENED: {k:,} of {run_cells.PAPER_STEPS:,} steps** ({line})"
   elif k < planned:
     line = f"**stopped early**: {line}"
   return line
@@ -80,7 +78,7 @@ def figure(rows, label):
   readings = sorted({r["reading"] for r in mine})
   styles = [dict(ls="-", marker="o", lw=2.6, ms=7.1, mfc="none", zorder=2),
             dict(ls="--", marker="s", lw=1.3, ms=5.8, mfc="none", zorder=3)]
-  fig, axes = plt.subplots(1, 3, figsize=(12, 3.8), layout="constrained")
+  fig, axes = style.plt.subplots(1, 3, figsize=(12, 3.8), layout="constrained")
   curves = {q: [] for q, _, _ in panels}
   for i, reading in enumerate(readings):
     rs = sorted((r for r in mine if r["reading"] == reading
@@ -93,7 +91,7 @@ def figure(rows, label):
       ax.errorbar([r["kappa2"] for r in rs], means,
                   yerr=[np.nan_to_num(r[f"{q}_std"]) for r in rs],
                   capsize=3, color=f"C{i}",   # a reading's colour in all
-                  label=f"{i + 1}: {report_runs.reading_name(reading)}",
+                  label=f"{i + 1}: {run_cells.reading_name(reading)}",
                   **styles[i % len(styles)])
       ax.set(xlabel=r"$\kappa_2$", ylabel=ylabel)
   none = next((r for r in mine if r["kappa1"] == 0),
@@ -113,12 +111,12 @@ def figure(rows, label):
   for ax, (q, ylabel, claim) in zip(axes, panels):
     ax.set_xscale("symlog", linthresh=min(positive) if positive else 1e-3)
     ax.grid(alpha=0.3)
-    log = training_plots.set_yscale(ax, curves[q])   # readings decades apart
-    note = training_plots.coincide_note(curves[q], log, what="readings")
+    log = training_figures.set_yscale(ax, curves[q])   # readings decades apart
+    note = training_figures.coincide_note(curves[q], log, what="readings")
     ax.set_title(f"{ylabel} ({claim})" + (f"\n{note}" if note else ""),
                  fontsize=10)
   axes[0].legend(loc="lower right")  # W* rises with kappa2: that corner's free
-  seeds = {report_runs.reading_name(reading): sorted(
+  seeds = {run_cells.reading_name(reading): sorted(
       {s for r in mine if r["reading"] == reading
        for s in r.get("seeds", ())}) for reading in readings}
   every = sorted({s for ss in seeds.values() for s in ss})
@@ -169,25 +167,25 @@ def gap_figure(members, title: str):
   Fig. 6C-D's claims rest on gaps far smaller than the curves' range: each
   member's seed-averaged curve minus the kappa2 = 0 member's, on a
   symmetric-log axis whose linear band is the minimal effect
-  (`report_stats.MIN_EFFECT`).
+  (`stats.MIN_EFFECT`).
   """
-  groups = report_runs.seed_mean(members)
+  groups = run_cells.seed_mean(members)
   base = next((m for m in groups if m["kappa1"] > 0 and m["kappa2"] == 0),
               None)
   if base is None or not all(k in base["metrics"] for k, *_ in _GAP_PANELS):
     return None
   others = [m for m in groups if m is not base]
-  names = training_plots.member_names([base] + others)[1:]
-  fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
+  names = rundir.member_names([base] + others)[1:]
+  fig, axes = style.plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
   for ax, (key, quantity, ylabel, claim) in zip(axes, _GAP_PANELS):
     level = float(base["metrics"][key][1][-1])   # as the verdicts: final
-    band = report_stats.min_effect(quantity, level, level)
+    band = stats.min_effect(quantity, level, level)
     ax.axhspan(-band, band, color="0.85", zorder=0,
                label=f"below the minimal effect (±{band:.2g})")
     ax.axhline(0.0, color="0.3", lw=0.8)
     for i, (m, name) in enumerate(zip(others, names)):
       if key in m["metrics"]:
-        steps, d = report_stats.step_differences(base["metrics"][key],
+        steps, d = stats.step_differences(base["metrics"][key],
                                                  m["metrics"][key])
         ax.plot(steps, d, color=f"C{i}", lw=1.3, label=name)
     ax.set_yscale("symlog", linthresh=band)
@@ -209,9 +207,7 @@ def _has_curves(member) -> bool:
 
 def _save(fig, png, dpi: int, paths: list[str]) -> None:
   """Draws `fig` to `png` at `dpi`, closes it and adds `png` to `paths`."""
-  fig.savefig(png, dpi=dpi)
-  plt.close(fig)
-  paths.append(str(png))
+  paths.append(style.save(fig, png, dpi))
 
 
 def _curves(cell, counted, title, png, rel, paths) -> list[str]:
@@ -221,7 +217,7 @@ def _curves(cell, counted, title, png, rel, paths) -> list[str]:
     return [f"- curves over training: not drawn (the records of "
             f"{len(counted)} member{'s' * (len(counted) > 1)} hold final "
             "values only)"]
-  fig = training_plots.fig6_figure(report_runs.seed_mean(drawn),  # B-D
+  fig = training_figures.fig6_figure(run_cells.seed_mean(drawn),  # B-D
                                    cell[0]["figure"])
   fig.suptitle(f"{title}: over training, {_seed_words(drawn)}")
   _save(fig, png, 90, paths)
@@ -244,15 +240,15 @@ def _rho_maps(run, png, rel, paths) -> list[str]:
   """Fig. 7's rho_i maps of one run to `png`, and its stripe tests."""
   what = f"rho_i over training (`{run['run_dir']}`)"
   if any(k in m["metrics"] for m in run["members"]
-         for k in training_plots.rho_keys(0)):
-    fig = training_plots.rho_heatmap_figure(run["members"])
+         for k in rundir.rho_keys(0)):
+    fig = training_figures.rho_heatmap_figure(run["members"])
     _save(fig, png, 110, paths)
     md = [f"- {what}: ![rho]({rel}/{png.name})"]
   else:
     md = [f"- {what}: not drawn (the record keeps the stripe test's results, "
           "not the rho maps)"]
   return md + [f"  - {name}: {stripes.describe(result)}"
-               for name, result in report_claims.rho_stripes(run["members"])]
+               for name, result in claims.rho_stripes(run["members"])]
 
 
 def _figures_dir(out_path, figures_dir=None) -> pathlib.Path:
@@ -270,25 +266,25 @@ def keep_records(run_dirs, records_dir, replicate_dirs=()
                  ) -> tuple[list[str], list[str]]:
   """Records the runs in `records_dir`; (run, replicate) records there."""
   for role, dirs in (("run", run_dirs), ("replicate", replicate_dirs)):
-    names = [run_records.name_of(run_records.origin(d)) for d in dirs]
+    names = [store.name_of(store.origin(d)) for d in dirs]
     if len(set(names)) < len(names):
       raise ValueError(f"two {role} directories share a name ({names}): a "
                        "record is named after its run directory's basename.")
     for d in dirs:
-      config = report_runs.load_config(d)
-      command = report_runs.config_command(config, run_records.origin(d))
-      run_records.write(d, records_dir, report_runs.record_keys(config),
+      config = run_cells.load_config(d)
+      command = run_cells.config_command(config, store.origin(d))
+      store.write(d, records_dir, run_cells.record_keys(config),
                         role, command=command)
-  return (run_records.listed(records_dir, "run"),
-          run_records.listed(records_dir, "replicate"))
+  return (store.listed(records_dir, "run"),
+          store.listed(records_dir, "replicate"))
 
 
 def _spread(runs, replicate_dirs) -> dict:
   """`replicates.by_reading` of the replicates (and spreads records kept)."""
-  kept = [run_records.read(d).get("spread") for d in replicate_dirs]
-  loaded = report_runs.load_runs(
+  kept = [store.read(d).get("spread") for d in replicate_dirs]
+  loaded = run_cells.load_runs(
       [d for d, s in zip(replicate_dirs, kept) if s is None])
-  quantities = [(n, k) for n, k, _ in report_runs.QUANTITIES]
+  quantities = [(n, k) for n, k, _ in run_cells.QUANTITIES]
   return replicates.by_reading(runs, loaded, quantities,
                                {r["reading"] for r in runs},
                                [s for s in kept if s is not None])
@@ -317,17 +313,17 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
     if not run_dirs:
       raise ValueError(f"no run records in {records_dir}: give run "
                        "directories (launch/report.py --runs).")
-  runs = report_runs.load_runs(run_dirs)
-  rows = report_runs.summarize_runs(runs)
+  runs = run_cells.load_runs(run_dirs)
+  rows = run_cells.summarize_runs(runs)
   if not rows:
     raise ValueError("no members found in the run directories.")
   spread = _spread(runs, replicate_dirs)
-  by_cell = report_runs.cells(runs)
-  members = {k: report_runs.cell_members(c)[0] for k, c in by_cell.items()}
-  vs = locater_minimum.annotate(report_verdicts.verdicts(rows, members),
+  by_cell = run_cells.cells(runs)
+  members = {k: run_cells.cell_members(c)[0] for k, c in by_cell.items()}
+  vs = locater_minimum.annotate(verdicts.verdicts(rows, members),
                                 rows)
-  stripe_vs = report_claims.stripe_verdicts(runs)
-  trends = report_verdicts.trends(rows)
+  stripe_vs = claims.stripe_verdicts(runs)
+  trends = verdicts.trends(rows)
   paths = write_summary(rows, figures_dir, vs + stripe_vs + trends, spread)
   rel = os.path.relpath(figures_dir, out_path.parent)
   records = ("" if records_dir is None else
@@ -337,11 +333,11 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
         "group's values: "
         f"[{rel}/summary.csv]({rel}/summary.csv), "
         f"[{rel}/summary.json]({rel}/summary.json).", "", "## Answer", ""]
-  md += report_answer.answer(vs, stripe_vs, trends) + [""]
-  md += report_answer.verdict_table(vs) + ["", report_answer.legend()]
+  md += answer.answer(vs, stripe_vs, trends) + [""]
+  md += answer.verdict_table(vs) + ["", answer.legend()]
   md += ["", "## How a verdict is reached", ""]
-  md += report_answer.rules(report_verdicts.seed_reference(rows))
-  md += ["", "## Every verdict", ""] + report_answer.detail_table(vs)
+  md += answer.rules(verdicts.seed_reference(rows))
+  md += ["", "## Every verdict", ""] + answer.detail_table(vs)
   md += [""] + [f"- {v['text']}" for v in stripe_vs]
   if trends:
     md += ["", "## kappa2 as a curve (Fig. 6C-D)", "",
@@ -349,10 +345,10 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
            "and the best kappa2 > 0 against kappa2 = 0, its interval or "
            "floor at the Bonferroni level for the kappa2 it was chosen "
            "from (the rules above otherwise):", ""]
-    md += report_answer.kappa2_table(trends)
-  md += [""] + locater_minimum.markdown(rows, report_runs.READINGS)
+    md += answer.kappa2_table(trends)
+  md += [""] + locater_minimum.markdown(rows, run_cells.READINGS)
   md += ["", "## Figures", ""]
-  for label in sorted({r["label"] for r in rows}, key=report_runs.label_order):
+  for label in sorted({r["label"] for r in rows}, key=run_cells.label_order):
     md += [f"### {label}", ""]
     locater = any(r["label"] == label and r["kappa1"] > 0 for r in rows)
     if locater and not label.startswith("Fig. 7"):   # Fig. 7: heat maps
@@ -362,8 +358,8 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
       md += [f"![{label}]({rel}/{png.name})", ""]
     for reading in sorted({r["reading"] for r in rows if r["label"] == label}):
       cell = by_cell[(label, reading)]
-      name = report_runs.reading_name(reading)
-      counted, left_out = report_runs.cell_members(cell)
+      name = run_cells.reading_name(reading)
+      counted, left_out = run_cells.cell_members(cell)
       if left_out:
         md.append(f"- {name}: left out (stopped before step "
                   f"{max(m['last_step'] for m in counted):,}): " + ", ".join(
@@ -383,7 +379,7 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
          "downloaded; on a GPU `python bench/gpu_figures.py`); a run "
          "resumes with the same command, and `python launch/report.py "
          "--runs DIR` adds it here:", ""]
-  md += report_claims.still_to_run(rows) or [
+  md += claims.still_to_run(rows) or [
       "- nothing: every figure has both readings at full length with the "
       "planned seeds."]
   md += ["", "## Same config, same seed, run twice", "",
@@ -391,25 +387,25 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
          "(XLA's GPU scatter-adds and some reductions may sum in another "
          "order); the largest relative difference of the final values, "
          "per reading of kappa (which pairs: summary.json):", ""]
-  titles = {n: t for n, _, t in report_runs.QUANTITIES}
-  md += [replicates.markdown(s, titles, report_runs.reading_name(reading))
+  titles = {n: t for n, _, t in run_cells.QUANTITIES}
+  md += [replicates.markdown(s, titles, run_cells.reading_name(reading))
          for reading, s in spread.items()] or [replicates.markdown({}, {})]
   md += [""]
   md += ["## Runs", "",
          "Device and wall time from each run's `run_info.jsonl`.", ""]
   listed = set()
-  for run in sorted(runs, key=lambda r: report_runs.label_order(r["label"])):
+  for run in sorted(runs, key=lambda r: run_cells.label_order(r["label"])):
     if run["run_dir"] in listed:   # both readings' halves: one program
       continue
     listed.add(run["run_dir"])
     reading = ("both readings side by side" if run["both_readings"]
-               else report_runs.reading_name(run["reading"]))
-    info = (report_runs.run_info(run["path"])
+               else run_cells.reading_name(run["reading"]))
+    info = (run_cells.run_info(run["path"])
             or "device and wall time not recorded")
     md.append(f"- {run['label']}, {reading}: {_steps_line(run)}; {info}; "
               f"`{run['command']}`")
   md += ["", "## Why this may differ from the paper", ""]
-  target = locater_minimum.target_line(rows, report_runs.READINGS)
+  target = locater_minimum.target_line(rows, run_cells.READINGS)
   md += [f"- {d}" for d in ((target,) if target else ()) + DEVIATIONS]
   out_path.parent.mkdir(parents=True, exist_ok=True)
   out_path.write_text("\n".join(md) + "\n")

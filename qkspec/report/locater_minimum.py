@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from qkspec.experiments import report_runs
+from qkspec.report import run_cells
 from qkspec.theory import locater
 from qkspec.theory import spectrum
 
@@ -67,7 +67,7 @@ def markdown(rows, readings: dict) -> list[str]:
   for c in cs:
     groups.setdefault((c["label"], c["reading"]), []).append(c)
   for (label, reading), g in sorted(groups.items(),
-                                    key=report_runs.cell_order):
+                                    key=run_cells.cell_order):
     c = max(g, key=lambda c: c["kappa2"])
     at = ", ".join(f"{x['kappa2']:g}" for x in sorted(
         g, key=lambda x: x["kappa2"]) if x["at_minimum"]) or "none"

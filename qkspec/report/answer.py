@@ -6,9 +6,9 @@
 """
 import numpy as np
 
-from qkspec.experiments import report_runs
-from qkspec.experiments import report_stats as rs
-from qkspec.experiments import report_verdicts as rv
+from qkspec.report import run_cells
+from qkspec.report import stats as rs
+from qkspec.report import verdicts as rv
 
 _UNITS = {"scale": "", "entropy": " nats", "valid_ppl": " ppl"}
 _NAMES = {"B": "Scale", "C": "Entropy", "D": "Perplexity"}
@@ -100,7 +100,7 @@ def _curve_note(trends, claim) -> str:
 
 
 def answer(vs, stripe_vs, trends=()) -> list[str]:
-  """The paper's claims in words (with `report_verdicts.trends`), then
+  """The paper's claims in words (with `verdicts.trends`), then
   LocATER vs none."""
   paper = [_claim_line(vs, c, w, "kappa2") + _curve_note(trends, c)
            for c, _, _, w in rv.CLAIMS]
@@ -128,7 +128,7 @@ def verdict_table(vs) -> list[str]:
           "D over training", "none: B", "none: C", "none: D"]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for (label, reading), row in sorted(cells.items(),
-                                      key=report_runs.cell_order):
+                                      key=run_cells.cell_order):
     def cell(kind, claim, over=False, row=row):
       v = row.get((kind, claim))
       if over and v:
@@ -136,7 +136,7 @@ def verdict_table(vs) -> list[str]:
       return rv.short(v) if v else "-"
     seeds = max(v["n"] for v in row.values())
     lines.append("| " + " | ".join(
-        [label, report_runs.reading_name(reading), str(seeds)]
+        [label, run_cells.reading_name(reading), str(seeds)]
         + [cell("kappa2", c) for c in "BCD"]
         + [cell("kappa2", c, True) for c in "CD"]
         + [cell("none", c) for c in "BCD"]) + " |")
@@ -153,7 +153,7 @@ def legend() -> str:
 
 
 def rules(ref) -> list[str]:
-  """How a verdict is reached, with `report_verdicts.seed_reference`."""
+  """How a verdict is reached, with `verdicts.seed_reference`."""
   mins = ", ".join(
       f"{q} {size:.1%} of the larger mean" if kind == "relative"
       else f"{q} {size:g}{_UNITS[q]}"
@@ -180,7 +180,7 @@ def rules(ref) -> list[str]:
            if r["paired"] else
            f"{r['label']}: no no-LocATER seeds to pair; sqrt(2) x the "
            f"stronger group's spread over {r['n']} seeds")
-    out.append(f"| {report_runs.reading_name(reading)} | {kind} | "
+    out.append(f"| {run_cells.reading_name(reading)} | {kind} | "
                f"{quantity} | {r['rel']:.2g} | {how} |")
   return out
 
@@ -195,11 +195,11 @@ def detail_table(vs) -> list[str]:
     over = "-" if not t else (
         f"{rv.full(t)}: {rv.evidence(t)}; {t['same_sign']:.0%} of "
         f"{t['evaluations']} evaluations as the paper")
-    short = ("" if v["final_step"] >= report_runs.PAPER_STEPS else
+    short = ("" if v["final_step"] >= run_cells.PAPER_STEPS else
              f" (shortened: {v['final_step']:,} of "
-             f"{report_runs.PAPER_STEPS:,} steps)")
+             f"{run_cells.PAPER_STEPS:,} steps)")
     lines.append(
-        f"| {v['label']} | {report_runs.reading_name(v['reading'])} | "
+        f"| {v['label']} | {run_cells.reading_name(v['reading'])} | "
         f"{v['kind']} | {v['claim']} | {_num(v['base'])} -> "
         f"{_num(v['alt'])} | {rv.evidence(v)} | {rv.full(v)}{short} | "
         f"{over} |")
@@ -211,18 +211,18 @@ def _num(x) -> str:
 
 
 def kappa2_table(trends) -> list[str]:
-  """`report_verdicts.trends` as one table: a row per figure, reading, claim."""
+  """`verdicts.trends` as one table: a row per figure, reading, claim."""
   lines = ["| figure | reading | claim | slope per decade of kappa2, 95% CI "
            "| best kappa2 > 0 | best - kappa2 = 0, CI or floor | verdict |",
            "|" + "---|" * 7]
-  for t in sorted(trends, key=lambda t: (report_runs.label_order(t["label"]),
+  for t in sorted(trends, key=lambda t: (run_cells.label_order(t["label"]),
                                          t["reading"], t["claim"])):
     ci = ("" if t["slope_ci"] is None else
           f" [{t['slope_ci'][0]:+.3g}, {t['slope_ci'][1]:+.3g}]")
     diff = f"{t['diff']:+.3g}" + (
         f" [{t['ci'][0]:+.3g}, {t['ci'][1]:+.3g}]" if t["ci"] else
         f" vs floor {t['floor']:.2g}" if t["floor"] is not None else "")
-    lines.append(f"| {t['label']} | {report_runs.reading_name(t['reading'])}"
+    lines.append(f"| {t['label']} | {run_cells.reading_name(t['reading'])}"
                  f" | {t['claim']} | {t['slope']:+.3g}{ci}, {t['n']} "
                  f"seed{'s' * (t['n'] > 1)} | {t['best_kappa2']:g} | {diff} "
                  f"| {rv.full(t)} |")
