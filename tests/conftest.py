@@ -39,8 +39,8 @@ def pytest_terminal_summary(terminalreporter, config):
 _LONGEST = ("multidevice_test.py::RunInOwnProcess",
             "sweep_test.py::VmappedSweepTest",
             "reliability_test.py::InterruptTest",
-            "precision_test.py::", "report_test.py::WriteReportTest",
-            "run_records_test.py::RunRecordsTest")
+            "precision_test.py::", "writer_test.py::WriteReportTest",
+            "store_test.py::RunRecordsTest")
 
 
 @pytest.hookimpl(trylast=True)     # after pytest-randomly's shuffle

@@ -9,7 +9,7 @@ from configs import theory_task
 from qkspec.config import defaults
 from qkspec.config import schema
 from qkspec.theory import locater
-import testutil
+import training_fixtures
 
 
 class ConfigCheckTest(parameterized.TestCase):
@@ -32,7 +32,7 @@ class ConfigCheckTest(parameterized.TestCase):
       depth_width.get_config("X=3")
 
   def test_unknown_key(self):
-    c = ml_collections.ConfigDict(testutil.single_theory().to_dict())
+    c = ml_collections.ConfigDict(training_fixtures.single_theory().to_dict())
     c.locater.kapa2 = 1.0
     self._check(c, r"'locater.kapa2'")
 
@@ -53,13 +53,13 @@ class ConfigCheckTest(parameterized.TestCase):
        r"'summed_loss'\)"),
   )
   def test_impossible_values(self, key, value, pattern):
-    c = testutil.single_theory()
+    c = training_fixtures.single_theory()
     section, _, name = key.rpartition(".")
     (c[section] if section else c)[name] = value
     self._check(c, pattern)
 
   def test_shard_members_is_true_false_or_auto(self):
-    c = testutil.single_theory()
+    c = training_fixtures.single_theory()
     self.assertIsNone(c.sweep.shard_members)          # auto
     for value in (True, False, None):
       c.sweep.shard_members = value
@@ -69,7 +69,7 @@ class ConfigCheckTest(parameterized.TestCase):
     self._check(c, r"sweep.shard_members must be True, False or None")
 
   def test_temperature_is_none_or_positive(self):
-    c = testutil.single_theory()
+    c = training_fixtures.single_theory()
     self.assertIsNone(c.model.temperature)            # sqrt(head width)
     schema.validate(c)
     c.model.temperature = 2.0
@@ -80,11 +80,11 @@ class ConfigCheckTest(parameterized.TestCase):
         schema.validate(c)
 
   def test_batch_not_divisible_by_devices(self):
-    self._check(testutil.single_theory(), r"data.batch_size=8 .* 3 devices",
-                num_devices=3)
+    self._check(training_fixtures.single_theory(),
+                r"data.batch_size=8 .* 3 devices", num_devices=3)
 
   def test_zip_sweep_lengths(self):
-    c = testutil.single_theory()
+    c = training_fixtures.single_theory()
     c.sweep.kappa1, c.sweep.kappa2 = (1.0, 2.0), (1.0, 2.0, 3.0)
     self._check(c, "equal lengths")
 
@@ -103,7 +103,7 @@ class LocaterFieldsTest(absltest.TestCase):
                        locater.LocaterHParams()._asdict())
       # The one other locater field is the reading of kappa, applied in
       # qkspec.training.step (not a LocaterHParams field; swept as a
-      # per-member factor, tests/both_readings_test.py).
+      # per-member factor, tests/system/both_readings_test.py).
       self.assertEqual(set(c.locater) - set(fields), {"penalty_added_to"})
       self.assertContainsSubset(schema.SWEEPABLE, set(c.sweep))
 
@@ -111,7 +111,7 @@ class LocaterFieldsTest(absltest.TestCase):
 class StepsPerCallTest(absltest.TestCase):
 
   def test_zero_is_refused(self):
-    c = testutil.lm_smoke()
+    c = training_fixtures.lm_smoke()
     c.steps_per_call = 0
     with self.assertRaisesRegex(ValueError, "steps_per_call"):
       schema.validate(c)

@@ -8,15 +8,16 @@ import numpy as np
 
 from qkspec.data import pipeline as qdata
 from qkspec.data.wikitext2 import wikitext2
-import testutil
+import wikitext2_fixtures
 
 
-_VALID_IDS = testutil.WIKITEXT2_TINY_VALID_IDS
+_VALID_IDS = wikitext2_fixtures.WIKITEXT2_TINY_VALID_IDS
 _T, _B = 4, 2  # 55 train tokens -> 13 blocks -> 6 steps per epoch
-_config = testutil.wikitext2_data_config
+_config = wikitext2_fixtures.wikitext2_data_config
 
 
-class PipelineTest(testutil.BuiltWikitext2Tiny, parameterized.TestCase):
+class PipelineTest(wikitext2_fixtures.BuiltWikitext2Tiny,
+                   parameterized.TestCase):
   """The splits of the hand-written fixture (built once, in setUpClass)."""
 
   def test_missing_manual_dir_error_names_files_and_checksums(self):

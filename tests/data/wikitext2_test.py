@@ -1,7 +1,8 @@
 """Tests for qkspec.data.wikitext2: the tfds builder, tokenising; no download.
 
-The fixture tests/testdata/wikitext2_tiny/ is hand-written in the official
-format; its counts and ids (tests/testutil.py) were worked out by hand.
+The fixture tests/data/testdata/wikitext2_tiny/ is hand-written in the
+official format; its counts and ids (tests/wikitext2_fixtures.py) were
+worked out by hand.
 RealWikiText2Test builds the real WikiText-2 from ../shared/data/wikitext-2
 (relative to the repo root; about 5 s) and skips cleanly when that copy is
 absent.
@@ -21,17 +22,18 @@ import tensorflow_datasets as tfds
 from qkspec.data import pipeline as qdata
 from qkspec.data.wikitext2 import wikitext2
 import testutil
+import wikitext2_fixtures
 
 
-_FIXTURE = testutil.WIKITEXT2_TINY
+_FIXTURE = wikitext2_fixtures.WIKITEXT2_TINY
 _REAL = testutil.ROOT.parent / "shared" / "data" / "wikitext-2"
-_VOCAB = testutil.WIKITEXT2_TINY_VOCAB
-_VALID_IDS = testutil.WIKITEXT2_TINY_VALID_IDS
-_TEST_IDS = testutil.WIKITEXT2_TINY_TEST_IDS
-_config = testutil.wikitext2_data_config
+_VOCAB = wikitext2_fixtures.WIKITEXT2_TINY_VOCAB
+_VALID_IDS = wikitext2_fixtures.WIKITEXT2_TINY_VALID_IDS
+_TEST_IDS = wikitext2_fixtures.WIKITEXT2_TINY_TEST_IDS
+_config = wikitext2_fixtures.wikitext2_data_config
 
 
-class FixtureTest(testutil.BuiltWikitext2Tiny, absltest.TestCase):
+class FixtureTest(wikitext2_fixtures.BuiltWikitext2Tiny, absltest.TestCase):
   """The builder on the hand-written fixture (built once, in setUpClass)."""
 
   def test_counts_vocab_and_ids_match_hand_computation(self):

@@ -23,6 +23,7 @@ from qkspec.training import loop
 from qkspec.training import model as model_lib
 from qkspec.training import san_model
 import testutil
+import training_fixtures
 
 
 # Sorting (T = 4, V = 4, chance 0.25) with a 2-layer skip SAN + MLP after
@@ -38,7 +39,7 @@ class TrainedTest(absltest.TestCase):
 
   @testutil.slow("600 training steps of a task SAN")
   def test_training_on_sorting_reaches_the_stated_accuracy(self):
-    c = testutil.sorting_config(SORT_STEPS)
+    c = training_fixtures.sorting_config(SORT_STEPS)
     with tempfile.TemporaryDirectory() as tmp:
       state = loop.train_and_evaluate(c, tmp)
     batch = dong_measure.eval_data(c)

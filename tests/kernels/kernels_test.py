@@ -14,6 +14,7 @@ from qkspec.config import defaults as common
 from qkspec.config import schema
 from qkspec.training import layer_stats
 import testutil
+import training_fixtures
 
 V = 40
 
@@ -21,7 +22,7 @@ V = 40
 def _lm(impl, **kw):
   c = common.lm_config()
   c.model.update(d_model=16, ffn_dim=16, num_layers=1, kernels=impl, **kw)
-  return testutil.lm_task(c.model, V)
+  return training_fixtures.lm_task(c.model, V)
 
 
 def _perturbed(params, seed=7):

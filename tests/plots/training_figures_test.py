@@ -87,15 +87,6 @@ class DecisionTest(parameterized.TestCase):
   def test_final_values_axis(self, members, expected):
     self.assertEqual(training_figures.final_values_axis(members), expected)
 
-  def test_member_names_name_only_what_varies(self):
-    names = rundir.member_names(_sweep_members())
-    self.assertEqual(names[1], r"2: $\kappa_2$=0.001")
-    names = rundir.member_names(_theory_members())
-    self.assertEqual(names[2], r"3: $\kappa_1$=100, $\kappa_2$=100, target=12")
-    names = rundir.member_names(
-        [dict(kappa2=1, penalty_added_to=r)
-         for r in ("mean_loss", "summed_loss")])
-    self.assertEqual(names, ["1: reading=literal", "2: reading=fairseq"])
 
   def test_coinciding(self):
     a = np.array([1.0, 2.0, 3.0])

@@ -20,7 +20,7 @@ from qkspec.training import loop
 from qkspec.training import metric_writer
 
 
-_ROOT = pathlib.Path(__file__).resolve().parents[1]
+_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _read(path):

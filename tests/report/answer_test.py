@@ -3,17 +3,17 @@ from absl.testing import absltest
 
 from qkspec.report import answer
 from qkspec.report import verdicts as rv
-import testutil
+import report_fixtures
 
 
 class AnswerTest(absltest.TestCase):
 
   def test_first_screen_has_a_line_per_claim_and_the_table(self):
-    rows = [testutil.seed_row(0.0, {}, seeds=[0, 1, 2]),
-            testutil.seed_row(1.0, {"scale": 0.1,
+    rows = [report_fixtures.seed_row(0.0, {}, seeds=[0, 1, 2]),
+            report_fixtures.seed_row(1.0, {"scale": 0.1,
                                     "valid_ppl": [1.0, 1.1, 0.9]},
-                              seeds=[0, 1, 2]),
-            testutil.seed_row(0.0, {}, kappa1=0.0, seeds=[0, 1, 2])]
+                                     seeds=[0, 1, 2]),
+            report_fixtures.seed_row(0.0, {}, kappa1=0.0, seeds=[0, 1, 2])]
     vs = rv.verdicts(rows)
     lines = answer.answer(vs, [])
     self.assertLen([x for x in lines if x.startswith("- **")], 6)

@@ -9,6 +9,7 @@ from qkspec.report import answer
 from qkspec.report import claims
 from qkspec.report import run_cells
 from qkspec.report import stripes
+import report_fixtures
 import testutil
 
 
@@ -98,8 +99,8 @@ class StillToRunTest(absltest.TestCase):
   def test_fig7_shared_no_locater_member_alone_leaves_the_run_to_do(self):
     # Fig. 7 under fairseq's reading: both members; its none member is
     # also counted for the literal reading, whose LocATER member is missing.
-    runs = [testutil.loaded_run("fig7_fairseq", (0,), 50_000,
-                                kappa2=(0.0, 1.0), label="Fig. 7")]
+    runs = [report_fixtures.loaded_run("fig7_fairseq", (0,), 50_000,
+                                       kappa2=(0.0, 1.0), label="Fig. 7")]
     runs[0]["reading"] = "summed_loss"
     runs[0]["members"][0]["kappa1"] = 0.0            # the none member
     rows = run_cells.summarize_runs(runs)
@@ -118,13 +119,13 @@ class StillToRunTest(absltest.TestCase):
     # per reading
     runs = []
     for reading in run_cells.READINGS:
-      run = testutil.loaded_run("fig9_both_c_seeds3", (0, 1, 2), 50_000,
-                                kappa2=(0.0, 1e-3, 1e-2, 1e-1, 1.0),
-                                label="Fig. 9")
+      run = report_fixtures.loaded_run("fig9_both_c_seeds3", (0, 1, 2), 50_000,
+                                       kappa2=(0.0, 1e-3, 1e-2, 1e-1, 1.0),
+                                       label="Fig. 9")
       if reading == "mean_loss":
         run["members"] += [dict(m, kappa1=0.0) for m in
-                           testutil.loaded_run("", (0, 1, 2), 50_000,
-                                               kappa2=(0.0,))["members"]]
+                           report_fixtures.loaded_run("", (0, 1, 2), 50_000,
+                                                      kappa2=(0.0,))["members"]]
       runs.append(dict(run, reading=reading, both_readings=True))
     rows = run_cells.summarize_runs(runs)
     self.assertEqual({(r["reading"], r["kappa1"], r["n_seeds"])
@@ -144,7 +145,8 @@ def _rho_run(striped_locater: bool, striped_none: bool, seeds=(0,)):
     noise = rng.normal(0.5, 0.05, (len(steps), 16))
     profile = np.where(np.arange(16) % 4 == 0, 0.3, 0.0) if striped else 0.0
     return np.clip(noise + profile, 0.0, 1.0)
-  run = testutil.loaded_run("rho", seeds, 50_000, kappa2=(), label="Fig. 7")
+  run = report_fixtures.loaded_run("rho", seeds, 50_000, kappa2=(),
+                                   label="Fig. 7")
   for seed in seeds:
     for kappa1, striped in ((100.0, striped_locater), (0.0, striped_none)):
       run["members"].append(dict(
@@ -173,7 +175,7 @@ class StripeVerdictTest(absltest.TestCase):
 
   def test_no_fig7_run_no_line(self):
     self.assertEqual(
-        claims.stripe_verdicts([testutil.loaded_run("s0", (0,),
+        claims.stripe_verdicts([report_fixtures.loaded_run("s0", (0,),
                                                            50_000)]), [])
 
 
@@ -187,7 +189,8 @@ def _fig7_run(locater, none):
     if rho is None:
       m["stripes"] = {"contrast": 0.2, "p_value": 0.00498, "stripes": True}
     else:
-      m["metrics"]["l0/rho"] = (np.arange(1, testutil.RHO_S + 1) * 250, rho)
+      m["metrics"]["l0/rho"] = (
+          np.arange(1, report_fixtures.RHO_S + 1) * 250, rho)
     members.append(m)
   return dict(run_dir="rho", figure="7", smoke=False, label="Fig. 7",
               reading="mean_loss", command="", members=members,
@@ -198,8 +201,8 @@ class StripeVerdictWordsTest(absltest.TestCase):
 
   def test_maps_give_the_rule_and_no_caveat(self):
     [v] = claims.stripe_verdicts([_fig7_run(
-        testutil.rho_map(testutil.striped_profile()),
-        testutil.rho_map(0.1 + 0.8 * testutil.RHO_X))])
+        report_fixtures.rho_map(report_fixtures.striped_profile()),
+        report_fixtures.rho_map(0.1 + 0.8 * report_fixtures.RHO_X))])
     self.assertEqual(v["verdict"], "reproduced")
     self.assertFalse(v["kept"] or v["earlier"])
     self.assertIn(f"({stripes.RULE})", v["text"])

@@ -14,7 +14,7 @@ from qkspec.report import claims
 from qkspec.report import run_cells
 from qkspec.report import verdicts
 from qkspec.training import sweep
-import testutil
+import report_fixtures
 
 
 class FigureOrderTest(absltest.TestCase):
@@ -95,10 +95,10 @@ class MergedRunsTest(absltest.TestCase):
   def test_separate_seed_runs_merge_and_a_seed_counts_once(self):
     # s01: seeds=2 in one program; s1: seed=1 again, counted once; s2:
     # seed=2 alone
-    runs = [testutil.loaded_run("s01", (0, 1), 50_000),
-            testutil.loaded_run("s1", (1,), 50_000),
-            testutil.loaded_run("s2", (2,), 50_000),
-            testutil.loaded_run("other", (0,), 50_000, label="Fig. 8")]
+    runs = [report_fixtures.loaded_run("s01", (0, 1), 50_000),
+            report_fixtures.loaded_run("s1", (1,), 50_000),
+            report_fixtures.loaded_run("s2", (2,), 50_000),
+            report_fixtures.loaded_run("other", (0,), 50_000, label="Fig. 8")]
     rows = [r for r in run_cells.summarize_runs(runs)
             if r["label"] == "Fig. 6"]
     self.assertLen(rows, 2)                       # kappa2 = 0 and 1
@@ -114,11 +114,11 @@ class MergedRunsTest(absltest.TestCase):
         line[:40] for line in claims.still_to_run(rows)])
 
   def test_a_no_locater_member_counts_for_both_readings(self):
-    sweep = testutil.loaded_run("fig9_fairseq", (0,), 50_000,
-                                label="Fig. 9")
+    sweep = report_fixtures.loaded_run("fig9_fairseq", (0,), 50_000,
+                                       label="Fig. 9")
     sweep["reading"] = "summed_loss"
-    none = testutil.loaded_run("fig9_none", (0,), 50_000, kappa2=(0.0,),
-                               label="Fig. 9")
+    none = report_fixtures.loaded_run("fig9_none", (0,), 50_000, kappa2=(0.0,),
+                                      label="Fig. 9")
     none["members"][0]["kappa1"] = 0.0
     by_cell = run_cells.cells([sweep, none])
     self.assertEqual([r["run_dir"] for r in by_cell["Fig. 9", "summed_loss"]],
@@ -149,12 +149,12 @@ class MergedRunsTest(absltest.TestCase):
     self.assertTrue(any(v["kind"] == "none" for v in vs))
     # a LocATER member is never shared: the readings differ there
     self.assertNotIn(("Fig. 6", "summed_loss"),
-                     run_cells.cells([testutil.loaded_run("fig6", (0,),
+                     run_cells.cells([report_fixtures.loaded_run("fig6", (0,),
                                                             50_000)]))
 
   def test_a_seed_stopped_early_is_left_out_not_averaged(self):
-    runs = [testutil.loaded_run("s0", (0,), 50_000),
-            testutil.loaded_run("s1", (1,), 20_000)]
+    runs = [report_fixtures.loaded_run("s0", (0,), 50_000),
+            report_fixtures.loaded_run("s1", (1,), 20_000)]
     counted, left_out = run_cells.cell_members(runs)
     self.assertEqual({m["seed"] for m in counted}, {0})
     self.assertEqual({(m["seed"], m["last_step"]) for m in left_out},

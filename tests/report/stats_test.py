@@ -5,7 +5,7 @@ import numpy as np
 from scipy import stats
 
 from qkspec.report import stats as rs
-import testutil
+import report_fixtures
 
 
 def _with_t(t, n=3, mean=1.0):
@@ -128,9 +128,9 @@ class GapTest(absltest.TestCase):
 
   def test_differences_at_common_steps(self):
     steps, d = rs.step_differences(
-        testutil.gap_member(100.0, 0.0, [300.0, 250.0, 240.0])["metrics"][
-            "valid/ppl"],
-        testutil.gap_member(100.0, 1.0, [301.0, 245.0], steps=(10, 30))[
+        report_fixtures.gap_member(
+            100.0, 0.0, [300.0, 250.0, 240.0])["metrics"]["valid/ppl"],
+        report_fixtures.gap_member(100.0, 1.0, [301.0, 245.0], steps=(10, 30))[
             "metrics"]["valid/ppl"])
     np.testing.assert_array_equal(steps, [10])
     np.testing.assert_allclose(d, [51.0])

@@ -4,11 +4,11 @@ from absl.testing import parameterized
 import numpy as np
 
 from qkspec.report import stripes
-import testutil
+import report_fixtures
 
-S, T = testutil.RHO_S, testutil.RHO_T
+S, T = report_fixtures.RHO_S, report_fixtures.RHO_T
 _I = np.arange(T)
-_X = testutil.RHO_X                                # positions in [0, 1]
+_X = report_fixtures.RHO_X                                # positions in [0, 1]
 
 
 def _spikes(seed=2):
@@ -23,7 +23,8 @@ def _spikes(seed=2):
 class StripeTest(parameterized.TestCase):
 
   def test_light_and_dark_stripes_are_stripes(self):
-    r = stripes.stripe_test(testutil.rho_map(testutil.striped_profile()))
+    r = stripes.stripe_test(
+        report_fixtures.rho_map(report_fixtures.striped_profile()))
     self.assertTrue(r["stripes"], r)
     self.assertLess(r["p_value"], stripes.P_VALUE)
     self.assertIn(r["position"] - 1, (5, 11, 20))    # 1-based
@@ -31,7 +32,8 @@ class StripeTest(parameterized.TestCase):
 
   def test_stripes_on_a_gradient_are_stripes(self):
     r = stripes.stripe_test(
-        testutil.rho_map(testutil.striped_profile() - 0.3 + 0.5 * _X))
+        report_fixtures.rho_map(
+            report_fixtures.striped_profile() - 0.3 + 0.5 * _X))
     self.assertTrue(r["stripes"], r)
 
   @parameterized.named_parameters(
@@ -39,7 +41,7 @@ class StripeTest(parameterized.TestCase):
       ("rising_to_the_query", 0.1 + 0.8 * np.exp(-(T - 1 - _I) / 6)),
       ("sigmoid", 0.1 + 0.8 / (1 + np.exp(-(_X - 0.5) * 12))))
   def test_a_smooth_gradient_is_no_stripes(self, profile):
-    rho = testutil.rho_map(profile)
+    rho = report_fixtures.rho_map(profile)
     # The spread of the time-averaged profile (the earlier test's C) is
     # large: that test called every such map striped.
     self.assertGreater(np.std(rho.mean(0)), 0.15)
@@ -48,7 +50,7 @@ class StripeTest(parameterized.TestCase):
     self.assertLess(r["departure"], stripes.MIN_DEPARTURE)
 
   def test_noise_and_spikes_that_move_are_no_stripes(self):
-    for rho in (testutil.rho_map(0.5, noise=0.2), _spikes()):
+    for rho in (report_fixtures.rho_map(0.5, noise=0.2), _spikes()):
       r = stripes.stripe_test(rho)
       self.assertFalse(r["stripes"], r)
       self.assertGreater(r["p_value"], stripes.P_VALUE, r)
@@ -56,12 +58,12 @@ class StripeTest(parameterized.TestCase):
   def test_the_same_spikes_held_in_place_are_stripes(self):
     rho = np.full((S, T), 0.4)
     rho[:, [3, 17, 25]] = 0.9
-    r = stripes.stripe_test(testutil.rho_map(rho))
+    r = stripes.stripe_test(report_fixtures.rho_map(rho))
     self.assertTrue(r["stripes"], r)
 
   def test_a_faint_but_persistent_departure_is_not_salient(self):
     profile = 0.5 + 0.02 * np.sign(np.sin(_I))
-    r = stripes.stripe_test(testutil.rho_map(profile, noise=0.002))
+    r = stripes.stripe_test(report_fixtures.rho_map(profile, noise=0.002))
     self.assertLess(r["p_value"], stripes.P_VALUE)       # persistent ...
     self.assertFalse(r["stripes"], r)                    # ... but faint
 
@@ -73,7 +75,7 @@ class StripeTest(parameterized.TestCase):
       self.assertFalse(r["stripes"])
 
   def test_departures_against_a_loop(self):
-    rho = testutil.rho_map(testutil.striped_profile())
+    rho = report_fixtures.rho_map(report_fixtures.striped_profile())
     d = stripes.departures(rho)
     for s, i in ((0, 1), (7, 11), (S - 1, T - 2)):
       self.assertAlmostEqual(d[s, i - 1],

@@ -4,7 +4,7 @@ import numpy as np
 
 from qkspec.report import stats as rs
 from qkspec.report import verdicts as rv
-import testutil
+import report_fixtures
 
 
 def _verdict(vs, claim, kind="kappa2", label="Fig. 6"):
@@ -23,8 +23,8 @@ class FigureOrderTest(absltest.TestCase):
   def test_verdicts_list_fig6_before_fig10(self):
     rows = []
     for fig in ("10", "6"):
-      for r in (testutil.summary_row(0.0, 5.0, 1.0, 200.0),
-                testutil.summary_row(1.0, 3.0, 2.0, 150.0)):
+      for r in (report_fixtures.summary_row(0.0, 5.0, 1.0, 200.0),
+                report_fixtures.summary_row(1.0, 3.0, 2.0, 150.0)):
         rows.append(dict(r, figure=fig, label=f"Fig. {fig}"))
     vs = rv.verdicts(rows)
     self.assertEqual([v["label"] for v in vs],
@@ -34,9 +34,9 @@ class FigureOrderTest(absltest.TestCase):
 class PairedVerdictTest(absltest.TestCase):
 
   def _d(self, d, seeds=(0, 1, 2)):
-    return rv.verdicts([testutil.seed_row(0.0, {}, seeds=list(seeds)),
-                        testutil.seed_row(1.0, {"valid_ppl": d},
-                                          seeds=list(seeds))])
+    return rv.verdicts([report_fixtures.seed_row(0.0, {}, seeds=list(seeds)),
+                        report_fixtures.seed_row(1.0, {"valid_ppl": d},
+                                                 seeds=list(seeds))])
 
   def test_t_of_three_seeds_is_held_to_4_30(self):
     """t = 3.0 passed 2 x SE; it is not significant at n - 1 = 2 dof."""
@@ -55,10 +55,10 @@ class PairedVerdictTest(absltest.TestCase):
     self.assertEqual(v["verdict"], rs.REVERSED)
 
   def test_significant_below_the_minimal_effect_is_no_practical_effect(self):
-    vs = rv.verdicts([testutil.seed_row(0.0, {}, seeds=[0, 1, 2, 3]),
-                      testutil.seed_row(1.0, {"entropy": [0.0017, 0.0018,
+    vs = rv.verdicts([report_fixtures.seed_row(0.0, {}, seeds=[0, 1, 2, 3]),
+                      report_fixtures.seed_row(1.0, {"entropy": [0.0017, 0.0018,
                                                           0.0016, 0.0017]},
-                                        seeds=[0, 1, 2, 3])])
+                                               seeds=[0, 1, 2, 3])])
     v = _verdict(vs, "C")
     self.assertGreater(v["ci"][0], 0.0)               # significant
     self.assertEqual(v["verdict"], rs.NO_EFFECT)
@@ -69,12 +69,12 @@ class OneSeedVerdictTest(absltest.TestCase):
   contrast and reading."""
 
   def _rows(self, d_one, reading="mean_loss"):
-    fig6 = [testutil.seed_row(0.0, {}, seeds=[0, 1, 2, 3]),
-            testutil.seed_row(1.0, {"valid_ppl": [0.5, 0.3, 0.7, 0.5]},
-                              seeds=[0, 1, 2, 3])]
-    fig8 = [testutil.seed_row(0.0, {}, label="Fig. 8", reading=reading),
-            testutil.seed_row(1.0, {"valid_ppl": d_one}, label="Fig. 8",
-                              reading=reading)]
+    fig6 = [report_fixtures.seed_row(0.0, {}, seeds=[0, 1, 2, 3]),
+            report_fixtures.seed_row(1.0, {"valid_ppl": [0.5, 0.3, 0.7, 0.5]},
+                                     seeds=[0, 1, 2, 3])]
+    fig8 = [report_fixtures.seed_row(0.0, {}, label="Fig. 8", reading=reading),
+            report_fixtures.seed_row(1.0, {"valid_ppl": d_one}, label="Fig. 8",
+                                     reading=reading)]
     return fig6 + fig8
 
   def test_floor_from_the_paired_seed_spread(self):
@@ -108,8 +108,8 @@ class OneSeedVerdictTest(absltest.TestCase):
     self.assertEqual(rv.short(v), "(**rev.**)")
 
   def test_none_contrast_without_paired_seeds_takes_the_group_spread(self):
-    rows = self._rows(0.0) + [testutil.seed_row(0.0, {}, kappa1=0.0,
-                                                label="Fig. 8")]
+    rows = self._rows(0.0) + [report_fixtures.seed_row(0.0, {}, kappa1=0.0,
+                                                       label="Fig. 8")]
     ref = rv.seed_reference(rows)[("mean_loss", "none", "valid_ppl")]
     alt = rows[1]
     self.assertFalse(ref["paired"])
@@ -130,8 +130,8 @@ class OverTrainingTest(absltest.TestCase):
     steps = list(range(0, 50_001, 2_500))
     base = [240.0] * len(steps)
     alt = [200.0] + [241.0] * (len(steps) - 2) + [239.0]   # warm-up: 200
-    rows = [testutil.seed_row(0.0, {}),
-            testutil.seed_row(1.0, {"valid_ppl": -1.0})]
+    rows = [report_fixtures.seed_row(0.0, {}),
+            report_fixtures.seed_row(1.0, {"valid_ppl": -1.0})]
     members = {("Fig. 6", "mean_loss"): [_member(0.0, 0, steps, base),
                                         _member(1.0, 0, steps, alt)]}
     v = _verdict(rv.verdicts(rows, members), "D")
@@ -147,8 +147,8 @@ class OverTrainingTest(absltest.TestCase):
     members = {("Fig. 6", "mean_loss"): [
         _member(0.0, 0, [50_000], [240.0]), _member(1.0, 0, [50_000],
                                                     [239.0])]}
-    vs = rv.verdicts([testutil.seed_row(0.0, {}), testutil.seed_row(1.0, {})],
-                     members)
+    vs = rv.verdicts([report_fixtures.seed_row(0.0, {}),
+                      report_fixtures.seed_row(1.0, {})], members)
     self.assertIsNone(_verdict(vs, "D")["training"])
     self.assertIsNone(_verdict(vs, "B")["training"])   # B: final step only
 

@@ -15,9 +15,12 @@ from configs import rho_training
 from qkspec.plots import training_figures
 from qkspec.records import rundir
 from qkspec.report import claims
+from qkspec.report import figures
+from qkspec.report import locater_minimum
 from qkspec.report import run_cells
 from qkspec.report import writer
 from qkspec.training import loop
+import report_fixtures
 import testutil
 
 
@@ -167,14 +170,15 @@ class ReadingLinesTest(absltest.TestCase):
 
   def test_a_reading_with_its_no_locater_member_alone_draws_no_line(self):
     def fairseq(*a, **k):
-      return dict(testutil.summary_row(*a, **k), reading="summed_loss")
+      return dict(report_fixtures.summary_row(*a, **k), reading="summed_loss")
 
-    rows = [testutil.summary_row(0.0, 43.0, 2.35, 201.7, n_seeds=1, kappa1=0.0),
+    rows = [report_fixtures.summary_row(0.0, 43.0, 2.35, 201.7, n_seeds=1,
+                                        kappa1=0.0),
             fairseq(0.0, 0.054, 2.784, 213.6, n_seeds=1),
             fairseq(1.0, 0.057, 2.788, 213.6, n_seeds=1)]
-    with mock.patch.object(writer.locater_minimum, "star_curve",
+    with mock.patch.object(locater_minimum, "star_curve",
                            return_value=([], [])):
-      fig = writer.figure(rows, "Fig. 6")
+      fig = figures.kappa2_figure(rows, "Fig. 6")
     labels = [ax.get_legend_handles_labels()[1] for ax in fig.axes]
     self.assertEqual(labels[0], ["2: fairseq (summed_loss)"])
     # C and D: the no-LocATER member as a line (B: decades above)
@@ -223,11 +227,11 @@ class Fig7StripesTest(absltest.TestCase):
 class GapTest(absltest.TestCase):
 
   def test_one_line_per_member_on_a_band_of_the_minimal_effect(self):
-    fig = writer.gap_figure(
-        [testutil.gap_member(100.0, 0.0, [300.0, 250.0, 240.0]),
-         testutil.gap_member(100.0, 1.0, [300.0, 250.2, 240.1]),
-         testutil.gap_member(0.0, 0.0, [290.0, 235.0, 230.0],
-                             entropy=2.5)], "t")
+    fig = figures.gap_figure(
+        [report_fixtures.gap_member(100.0, 0.0, [300.0, 250.0, 240.0]),
+         report_fixtures.gap_member(100.0, 1.0, [300.0, 250.2, 240.1]),
+         report_fixtures.gap_member(0.0, 0.0, [290.0, 235.0, 230.0],
+                                    entropy=2.5)], "t")
     for ax, band in zip(fig.axes[:2], (0.01, 0.24)):
       self.assertEqual(ax.get_yscale(), "symlog")
       self.assertLen(ax.get_lines(), 3)            # zero line + 2 members
@@ -236,8 +240,8 @@ class GapTest(absltest.TestCase):
                                [-10.0, -15.0, -10.0])
 
   def test_no_figure_without_the_kappa2_zero_member(self):
-    self.assertIsNone(writer.gap_figure(
-        [testutil.gap_member(100.0, 1.0, [1.0, 1.0, 1.0])], "t"))
+    self.assertIsNone(figures.gap_figure(
+        [report_fixtures.gap_member(100.0, 1.0, [1.0, 1.0, 1.0])], "t"))
 
 
 if __name__ == "__main__":

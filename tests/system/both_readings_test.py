@@ -26,6 +26,7 @@ from qkspec.training import loop
 from qkspec.training import step as step_lib
 from qkspec.training import sweep
 import testutil
+import training_fixtures
 
 
 BOTH = ("mean_loss", "summed_loss")
@@ -47,7 +48,8 @@ def _steps(c, n: int = 2):
       members, stacked=sweep.is_sweep(c))
   state = steps.init(init_keys, hparams)
   for _ in range(n):
-    state, metrics = steps.train(state, testutil.lm_batch(c), dropout_keys)
+    state, metrics = steps.train(state, training_fixtures.lm_batch(c),
+                                 dropout_keys)
   return jax.device_get(state.params), jax.device_get(metrics)
 
 
@@ -59,7 +61,7 @@ def _assert_params_close(a, b):
   """Every weight to float rounding, except the key bias: its gradient is
   exactly zero (softmax is shift-invariant per query), so Adam turns its
   float noise into order-dependent updates that never change an output
-  (tests/sweep_test.py)."""
+  (tests/training/sweep_test.py)."""
   b = dict(jax.tree_util.tree_leaves_with_path(b))
   for path, x in jax.tree_util.tree_leaves_with_path(a):
     name = jax.tree_util.keystr(path)

@@ -105,7 +105,7 @@ def _params(state):
   return {jax.tree_util.keystr(path): np.ravel(a).tolist()
           for path, a in jax.tree_util.tree_leaves_with_path(state.params)
           # A zero-gradient parameter whose Adam noise depends on summation
-          # order (tests/sweep_test.py).
+          # order (tests/training/sweep_test.py).
           if "['key']['bias']" not in jax.tree_util.keystr(path)}
 
 
@@ -138,7 +138,10 @@ class RunInOwnProcess(absltest.TestCase):
       self.skipTest("this is the child process")
     with tempfile.TemporaryDirectory() as tmp:
       path = os.path.join(tmp, "result.json")
-      env = {**os.environ, "QKSPEC_MULTIDEVICE_CHILD": "1", _RESULT: path}
+      env = {**os.environ, "QKSPEC_MULTIDEVICE_CHILD": "1", _RESULT: path,
+             "PYTHONPATH": os.pathsep.join(   # testutil, above this folder
+                 [str(testutil.ROOT / "tests")]
+                 + os.environ.get("PYTHONPATH", "").split(os.pathsep))}
       r = subprocess.run([sys.executable, os.path.abspath(__file__)],
                          env=env, capture_output=True, text=True, timeout=900,
                          check=False)

@@ -37,7 +37,7 @@ _TIMEOUT_S = 420
 _FLAGS = ("--config", "configs/locater_wt2.py:smoke",
           "--config.sweep.kappa2=()", "--config.locater.kappa2=1.0")
 # Timings differ between runs; the key bias has no gradient, so its Adam
-# update is summation-order noise (tests/sweep_test.py).
+# update is summation-order noise (tests/training/sweep_test.py).
 _UNEQUAL = ("steps_per_sec",)
 _NOISE = "['key']['bias']"
 

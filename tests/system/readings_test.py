@@ -22,6 +22,7 @@ from qkspec.training import step as step_lib
 from qkspec.training import sweep
 from qkspec.training import tasks
 import testutil
+import training_fixtures
 
 
 KAPPA1, KAPPA2 = 100.0, 1.0
@@ -43,7 +44,8 @@ def _one_step(c):
   init_key, dropout_key, hparams = step_lib.member_inputs(
       sweep.members(c), stacked=False)
   state = steps.init(init_key, hparams)
-  state, metrics = steps.train(state, testutil.lm_batch(c), dropout_key)
+  state, metrics = steps.train(state, training_fixtures.lm_batch(c),
+                               dropout_key)
   return jax.device_get(state.params), jax.device_get(metrics)
 
 
@@ -87,7 +89,7 @@ class GradientTest(absltest.TestCase):
     steps = step_lib.build_steps(fairseq)
     params = steps.init(jax.random.key(0), sweep.hparams(
         sweep.members(fairseq)[0])).params
-    batch, key = testutil.lm_batch(fairseq), jax.random.key(1)
+    batch, key = training_fixtures.lm_batch(fairseq), jax.random.key(1)
 
     def grads(c, **kw):
       hp = sweep.hparams(sweep.members(c)[0])

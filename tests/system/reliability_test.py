@@ -133,7 +133,7 @@ class DamagedCheckpointTest(parameterized.TestCase):
 
 _CHILD = r"""
 import sys, time
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [{tests!r}, {here!r}]
 import testutil
 testutil.configure_jax()
 from qkspec import cli
@@ -168,9 +168,10 @@ class InterruptTest(parameterized.TestCase):
     steps = 40
     tmp = _tempdir(self)
     wd = os.path.join(tmp, "run")
-    tests = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.abspath(__file__))
+    tests = os.path.dirname(here)
     child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD.format(tests=tests,
+        [sys.executable, "-c", _CHILD.format(tests=tests, here=here,
                                              steps=steps, workdir=wd)],
         cwd=os.path.dirname(tests), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)

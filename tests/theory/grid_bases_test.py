@@ -15,13 +15,14 @@ from qkspec.theory import randomwalk
 from qkspec.theory import spectrum
 from qkspec.experiments import inputs
 import testutil
+import theory_fixtures
 
 
 # The smoke grid's sizes, so that every test shares its compiled functions.
 GRID = testutil.get_config("simulate_grid", "smoke")
 T, DIM = GRID.seq_len, GRID.dim
 LAM = math.sqrt(DIM)
-MEANS, STDS = testutil.GRID_MEANS, testutil.GRID_STDS
+MEANS, STDS = theory_fixtures.GRID_MEANS, theory_fixtures.GRID_STDS
 
 
 class BasesTest(parameterized.TestCase):

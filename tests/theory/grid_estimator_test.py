@@ -20,6 +20,7 @@ from qkspec.theory import spectrum
 from qkspec.experiments import inputs
 from qkspec.experiments import simulate_grid
 import testutil
+import theory_fixtures
 
 
 # The smoke grid's sizes, so that every test shares its compiled functions.
@@ -27,7 +28,7 @@ GRID = testutil.get_config("simulate_grid", "smoke")
 K, N, E = GRID.num_draws, GRID.num_sequences, GRID.entropy_sequences
 T, DIM = GRID.seq_len, GRID.dim
 LAM = math.sqrt(DIM)
-MEANS, STDS = testutil.GRID_MEANS, testutil.GRID_STDS
+MEANS, STDS = theory_fixtures.GRID_MEANS, theory_fixtures.GRID_STDS
 _grid_stats = jax.jit(grid_estimator.grid_stats)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 from qkspec.theory import path_eval
 from qkspec.theory import san
 from qkspec.theory import san_paths
-import testutil
+import theory_fixtures
 
 
 SKIP = san.Architecture(skip=True)
@@ -18,7 +18,7 @@ SKIP_MLP = san.Architecture(skip=True, mlp=True)
 
 def _net(key=0, L=3, H=2, d=8, T=5, F=12):
   k_p, k_x, k_b = jax.random.split(jax.random.key(key), 3)
-  init, _ = testutil.jitted_san()
+  init, _ = theory_fixtures.jitted_san()
   params = init(k_p, num_layers=L, num_heads=H, dim=d, mlp_dim=F)
   # Non-zero biases, so the MLP's constant term is exercised.
   k_b1, k_b2 = jax.random.split(k_b)

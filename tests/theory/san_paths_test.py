@@ -12,10 +12,10 @@ from qkspec.theory import diagnostics
 from qkspec.theory import san_paths
 from qkspec.theory import san
 from qkspec.experiments import rank_collapse
-import testutil
+import theory_fixtures
 
 
-init_params, forward = testutil.jitted_san()
+init_params, forward = theory_fixtures.jitted_san()
 
 L, H, D, T = 3, 2, 8, 6
 

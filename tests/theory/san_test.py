@@ -8,10 +8,10 @@ import numpy as np
 
 from qkspec.theory import diagnostics
 from qkspec.theory import san
-import testutil
+import theory_fixtures
 
 
-init_params, forward = testutil.jitted_san()
+init_params, forward = theory_fixtures.jitted_san()
 
 L, H, D, T = 3, 2, 8, 6
 

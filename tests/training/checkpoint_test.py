@@ -1,5 +1,5 @@
 """qkspec.training.checkpoint: saving and restoring (resuming whole runs:
-tests/loop_test.py)."""
+tests/training/loop_test.py)."""
 import tempfile
 
 from absl.testing import absltest

@@ -7,7 +7,7 @@ import numpy as np
 from qkspec.training import loop
 from qkspec.training import metric_writer
 from qkspec.training import model as model_lib
-import testutil
+import training_fixtures
 
 
 class MeasurementTest(absltest.TestCase):
@@ -16,8 +16,8 @@ class MeasurementTest(absltest.TestCase):
     # H = 2 heads of width D = d / 2: lambda = sqrt(D), not sqrt(d). The
     # logged xi, eta and r of each head equal Lemma 1's statistics of the
     # final W_QK with that lambda.
-    c = testutil.single_theory(num_steps=2, log_every=2, eval_every=2,
-                               checkpoint_every=2)
+    c = training_fixtures.single_theory(num_steps=2, log_every=2, eval_every=2,
+                                        checkpoint_every=2)
     c.model.num_heads, c.model.out_proj = 2, True
     d = c.model.d_model
     with tempfile.TemporaryDirectory() as tmp:

@@ -23,6 +23,8 @@ from qkspec.training import step as step_lib
 from qkspec.training import sweep
 from qkspec.training import tasks
 import testutil
+import wikitext2_fixtures
+import training_fixtures
 
 
 class EndToEndTest(absltest.TestCase):
@@ -55,7 +57,7 @@ class EndToEndTest(absltest.TestCase):
     c = common.lm_config()
     c.model.update(d_model=8, ffn_dim=8)
     c.data.seq_len, c.data.batch_size = 4, 2
-    c.data.manual_dir = str(testutil.WIKITEXT2_TINY)
+    c.data.manual_dir = str(wikitext2_fixtures.WIKITEXT2_TINY)
     c.data.verify_checksums = False
     c.num_steps, c.log_every, c.eval_every, c.checkpoint_every = 3, 1, 3, 3
     c.opt.lr = 1e-2
@@ -80,8 +82,8 @@ class NaNTest(absltest.TestCase):
   def test_nonfinite_loss_stops_with_the_step_and_keeps_last_checkpoint(self):
     # lr = 1e30: the update at step 0 is finite but blows the weights up, so
     # the loss at step 1 overflows.
-    c = testutil.single_theory(num_steps=6, log_every=3, checkpoint_every=1,
-                               eval_every=100)
+    c = training_fixtures.single_theory(num_steps=6, log_every=3,
+                                        checkpoint_every=1, eval_every=100)
     c.opt.lr = 1e30
     with tempfile.TemporaryDirectory() as tmp:
       with self.assertRaisesRegex(FloatingPointError, r"at step 1\b") as cm:
@@ -90,8 +92,8 @@ class NaNTest(absltest.TestCase):
     self.assertIn("the newest checkpoint is step 1 (", str(cm.exception))
 
   def test_nonfinite_before_any_checkpoint_says_there_is_none(self):
-    c = testutil.single_theory(num_steps=6, log_every=3, checkpoint_every=100,
-                               eval_every=100)
+    c = training_fixtures.single_theory(num_steps=6, log_every=3,
+                                        checkpoint_every=100, eval_every=100)
     c.opt.lr = 1e30
     with tempfile.TemporaryDirectory() as tmp:
       with self.assertRaisesRegex(FloatingPointError,
@@ -138,8 +140,8 @@ class LogOverlapTest(absltest.TestCase):
       events.append(("save", step))
       return save(ckpt, step, state, **kw)
 
-    c = testutil.single_theory(num_steps=6, log_every=2, eval_every=100,
-                               checkpoint_every=4)
+    c = training_fixtures.single_theory(num_steps=6, log_every=2,
+                                        eval_every=100, checkpoint_every=4)
     with mock.patch.object(step_lib, "build_steps", recording_build), \
         mock.patch.object(metric_writer.MetricWriter, "write_scalars",
                           recording_write), \

@@ -43,7 +43,7 @@ def _sown(inter, layer, name):
 
 
 class QkFromKernelsTest(absltest.TestCase):
-  """W_QK from Flax kernels (moved here from tests/locater_test.py)."""
+  """W_QK from Flax kernels (moved here from tests/theory/locater_test.py)."""
 
   def test_accepts_nested_lists(self):
     wq = [[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]]          # [d=3, D=2]

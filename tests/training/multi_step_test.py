@@ -2,7 +2,7 @@
 
 qkspec.training.multi_step scans k steps (or a split's eval batches) in one
 call, the batches gathered on the device (qkspec.training.device_feed,
-tests/device_feed_test.py). On a CPU it must equal the host-batch,
+tests/training/device_feed_test.py). On a CPU it must equal the host-batch,
 one-step path bit for bit: same batches, same arithmetic in the same order.
 """
 import os
@@ -19,6 +19,7 @@ from qkspec.training import multi_step
 from qkspec.training import step as step_lib
 from qkspec.training import sweep as sweep_lib
 import testutil
+import training_fixtures
 
 
 def _leaves_equal(test, a, b):
@@ -41,7 +42,7 @@ class ScanTest(parameterized.TestCase):
       testutil.skip_unless_slow(self, "the LM scan in float32; the bfloat16 "
                                 "case runs the same scan with weight copies")
     if task.startswith("lm"):
-      c = testutil.lm_smoke(kappa2)
+      c = training_fixtures.lm_smoke(kappa2)
       if task.startswith("lm_bf16"):  # the scan carries bf16 weight copies
         c.compute_dtype = "bfloat16"
       if task == "lm_bf16_pallas":   # the GPU path's kernels
@@ -85,7 +86,7 @@ class ScanTest(parameterized.TestCase):
         lambda x: jnp.stack([x, (2 * x).astype(x.dtype)]), m))
 
   def test_eval_program_equals_per_batch_eval(self):
-    c = testutil.lm_smoke()
+    c = training_fixtures.lm_smoke()
     c.eval_max_batches = 3
     steps = step_lib.build_steps(c)
     ik, _, hp = step_lib.member_inputs(sweep_lib.members(c), True)
@@ -109,7 +110,7 @@ class ScanTest(parameterized.TestCase):
 class StepsPerCallTest(absltest.TestCase):
 
   def test_auto_is_one_on_cpu_and_divides_the_periods_elsewhere(self):
-    c = testutil.lm_smoke()
+    c = training_fixtures.lm_smoke()
     c.log_every, c.eval_every, c.checkpoint_every = 250, 2500, 5000
     self.assertEqual(multi_step.steps_per_call(c), 1)      # this CPU
     backend = jax.default_backend

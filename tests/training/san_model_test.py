@@ -6,13 +6,13 @@ import numpy as np
 
 from qkspec.theory import san
 from qkspec.training import san_model
-import testutil
+import training_fixtures
 
 
 class FlaxSanTest(absltest.TestCase):
 
   def test_the_flax_model_is_the_pure_san(self):
-    c = testutil.sorting_config(1)
+    c = training_fixtures.sorting_config(1)
     tc = c.model
     model = san_model.make_classifier(tc, 4, 4, 3.0)
     tokens = jnp.array([[0, 3, 1, 2], [2, 2, 0, 1]], jnp.int32)

@@ -20,6 +20,7 @@ from qkspec.training import loop
 from qkspec.training import model as model_lib
 from qkspec.training import step as step_lib
 import testutil
+import training_fixtures
 
 PROGRAMS = ("jit(real_members)", "jit(train_many)", "jit(eval_many)")
 B, T, d, V = 2, 8, 16, 50
@@ -66,7 +67,7 @@ class ObjectiveTest(absltest.TestCase):
     np.testing.assert_allclose(step_lib.locater_term(params, hp), want,
                                rtol=1e-6)
     # The training objective is loss + that term.
-    task = testutil.lm_task(c.model, V)
+    task = training_fixtures.lm_task(c.model, V)
     batch = {"inputs": tokens, "targets": tokens + 1}
     key = jax.random.key(0)
     total, (loss, pen) = step_lib.objective(params, hp, batch, key,
@@ -75,7 +76,8 @@ class ObjectiveTest(absltest.TestCase):
     np.testing.assert_allclose(total, loss + want, rtol=1e-6)
     # The loss inside the model equals the cross-entropy of its logits.
     np.testing.assert_allclose(
-        testutil.plain_loss(task, params, batch)[0] / (B * T), loss, rtol=1e-5)
+        training_fixtures.plain_loss(task, params, batch)[0] / (B * T), loss,
+        rtol=1e-5)
 
 
 class WarmTest(absltest.TestCase):

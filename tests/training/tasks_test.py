@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from qkspec.config import defaults as common
-import testutil
+import training_fixtures
 
 
 B, T, d, V = 2, 8, 16, 50
@@ -17,7 +17,7 @@ class LossTest(absltest.TestCase):
   def test_loss_gradients_equal_those_of_the_logits(self):
     c = common.lm_config()
     c.model.update(d_model=d, ffn_dim=d, num_layers=2)
-    task = testutil.lm_task(c.model, V)
+    task = training_fixtures.lm_task(c.model, V)
     k1, k2 = jax.random.split(jax.random.key(7))
     tokens = jax.random.randint(k1, (B, T), 0, V)
     batch = {"inputs": tokens, "targets": jnp.roll(tokens, -1, axis=1),
@@ -26,7 +26,8 @@ class LossTest(absltest.TestCase):
     grads = [jax.jit(jax.grad(lambda p: task.summed_loss(
         p, batch, deterministic=True)[0]))(params),
              jax.jit(jax.grad(
-                 lambda p: testutil.plain_loss(task, p, batch)[0]))(params)]
+                 lambda p: training_fixtures.plain_loss(task, p, batch)[0]))(
+                     params)]
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4,
                                                          atol=1e-6), *grads)
 
