@@ -22,7 +22,7 @@ def _training(c):
       weight_decay=0.01,     # decoupled (AdamW), as fairseq's Adam
   ))
   # kappa1, kappa2, target: the fields of qkspec.theory.locater.LocaterHParams
-  # (tests/schema_test.py checks names and defaults agree).
+  # (tests/config/schema_test.py checks names and defaults agree).
   c.locater = ml_collections.ConfigDict(dict(
       kappa1=0.0,            # scale strength, tr(W_QK^T W_QK) (0 = off)
       kappa2=0.0,            # mean strength, (tr W_QK - target)^2 (0 = off)

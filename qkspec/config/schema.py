@@ -71,7 +71,7 @@ def _temperature(v):
 
 
 # The fields of `qkspec.theory.locater.LocaterHParams`, in order (named here
-# to load without jax; tests/schema_test.py checks that they agree).
+# to load without jax; tests/config/schema_test.py checks that they agree).
 LOCATER_CHECKS = {
     "kappa1": _real(0.0),                 # scale strength
     "kappa2": _real(0.0),                 # mean strength

@@ -4,7 +4,7 @@ Shapes: B = batch, T = tokens, H = heads, D = head width, d = model width,
 N = tokens as rows, V = vocabulary.
 
 The model calls these three functions and names no kernel; each equals its
-XLA reference in value and gradient (tests/kernels_test.py and one test
+XLA reference in value and gradient (tests/kernels/kernels_test.py and one test
 file per kernel module, Pallas in its interpreter on a CPU):
 
 * `attention`: softmax(mask(Q K^T / lambda)) V per head from the packed QKV

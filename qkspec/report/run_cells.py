@@ -186,7 +186,7 @@ def cells(runs) -> dict:
   """(label, reading) -> the runs of that figure and reading of kappa.
 
   A no-LocATER member trains the same under either reading
-  (tests/readings_test.py), so it also joins the other reading's cell, as
+  (tests/system/readings_test.py), so it also joins the other reading's cell, as
   a view of its run marked `shared_from`.
   """
   out = {}

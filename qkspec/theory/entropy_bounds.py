@@ -5,7 +5,7 @@ Shapes: T = tokens (keys per attention row), d = token dimension.
 Every row of :math:`\mathrm{softmax}(XMX^\top)` has at least the entropy of
 one key :math:`\boldsymbol\sigma\sqrt{T/(T-1)}` above T-1 equal others,
 :math:`\boldsymbol\sigma = \|M\|_2\|XX^\top\|_2` (tight; re-derived and
-checked in tests/entropy_bounds_test.py). qkspec's M is
+checked in tests/theory/entropy_bounds_test.py). qkspec's M is
 :math:`W_{QK}/\lambda` (`entropy_bound_nu`); the paper's Eq. (9) leaves
 :math:`\lambda` out and, as printed (`diagnostics.eq9_entropy`), has
 :math:`e^{-\nu/2}` where the large-T bound (`zhai_large_t_limit`) has

@@ -10,7 +10,7 @@ procedure). Each :math:`\hat\rho_i = (KN)^{-1}\sum_{k,n} f_{kn}` is
 unbiased, but the K x N table is a crossed design, :math:`V\hat\rho =
 \sigma_\alpha^2/K + \sigma_\beta^2/N + \sigma_\epsilon^2/(KN)`, so the
 between-draw spread alone understates the error
-(`crossed_standard_error`; tests/grid_estimator_test.py).
+(`crossed_standard_error`; tests/theory/grid_estimator_test.py).
 """
 # pylint: disable=invalid-name
 import jax

@@ -9,7 +9,7 @@ Shapes: d = model width, D = head width.
 Gradients come from autodiff. Erratum: for :math:`W_{QK} = W_Q^\top W_K`
 the paper prints :math:`\nabla_{W_Q}(\mathrm{tr}\,W_{QK} - 1)^2 =
 [\mathrm{tr}(W_{QK}) - 1]\,\mathrm{tr}(W_{QK})\,W_K`; the chain rule gives
-:math:`2(\mathrm{tr}\,W_{QK} - 1)\,W_K` (tests/locater_test.py).
+:math:`2(\mathrm{tr}\,W_{QK} - 1)\,W_K` (tests/theory/locater_test.py).
 """
 from typing import NamedTuple
 

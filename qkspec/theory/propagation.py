@@ -10,7 +10,7 @@ Erratum in Lemma 1: Appendix C's term (B2) drops a sum :math:`2\sum_{j>i}
 T i`; keeping it, with :math:`\theta = i/T`, the printed variance
 :math:`(2\theta^2 + 7/12)\,\mathrm{tr}(W^2)/\lambda^2` becomes
 :math:`(2\theta^2 - 2\theta + 7/12)\,\mathrm{tr}(W^2)/\lambda^2`
-(tests/propagation_test.py checks it against Monte Carlo).
+(tests/theory/propagation_test.py checks it against Monte Carlo).
 
 Exact finite-T moments: :math:`u_i - 1/T` is a Gaussian quadratic form;
 with :math:`a = (e_i - \mathbf 1/T)/T`, :math:`G_{jk} = \min(j, k)`,

@@ -13,7 +13,7 @@ eigenvalue law is (`eigen_mean`, `eigen_std`).
 Erratum in Eq. (7): its first and last steps fail at :math:`W_{QK} = \Sigma
 = I` (:math:`\sqrt d \le 1`). What holds, by Cauchy-Schwarz:
 :math:`|\mathrm{tr} W|/(\sqrt d\|\Sigma\|_2) \le \|W_{QK}\|_F \le
-\|W_{QK}\|_{1,\mathrm{entrywise}}` (tests/spectrum_test.py).
+\|W_{QK}\|_{1,\mathrm{entrywise}}` (tests/theory/spectrum_test.py).
 """
 import jax
 import jax.numpy as jnp

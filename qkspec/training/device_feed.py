@@ -4,8 +4,8 @@ Shapes: B=global batch, T=seq_len, N=tokens of a split, k=steps per call.
 
 Each split's int32[N] stream is copied to the device once and the batches
 of `qkspec.data.pipeline` are gathered there, bit for bit
-(tests/device_feed_test.py): block j of s = [<eos>] + tokens holds inputs
-s[jT : jT+T] and targets tokens[jT : jT+T]. For training the host sends
+(tests/training/device_feed_test.py): block j of s = [<eos>] + tokens holds
+inputs s[jT : jT+T] and targets tokens[jT : jT+T]. For training the host sends
 only the block ids, int32[k, B] for k steps (`pipeline.train_block_ids`,
 whose permutation ranks 64-bit hashes, which a device without 64-bit
 integers cannot); eval positions past N are padding (id 0, weight 0).

@@ -21,7 +21,8 @@ import numpy as np
 from qkspec import kernels as kernels_lib
 from qkspec.theory import softmax
 
-# One function per name of schema.ACTIVATIONS (tests/model_test.py checks).
+# One function per name of schema.ACTIVATIONS (tests/training/model_test.py
+# checks).
 ACTIVATIONS = {"relu": nn.relu, "identity": lambda x: x, "gelu": nn.gelu}
 
 # fairseq initialisations (fairseq/modules/multihead_attention.py,

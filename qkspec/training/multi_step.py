@@ -7,7 +7,7 @@ which saves the host a launch and a batch copy per step:
 
 * `scan_train` scans `step_fn` over k steps. Each step is `step_fn` itself,
   so k steps in one call equal k calls bit for bit on a CPU
-  (tests/multi_step_test.py); the metrics come back stacked [k, ...].
+  (tests/training/multi_step_test.py); the metrics come back stacked [k, ...].
 * `scan_eval` sums the loss and weight over eval batches in batch order.
 
 Under a half-precision compute dtype the scan carries the decoder's

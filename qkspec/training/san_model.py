@@ -10,7 +10,7 @@ with learned embedding E [V, d] and positions P [T, d], and the layers of
 `qkspec.theory.san.layer` (joint :math:`W_{QK,h}`, value with the output
 projection folded in, optional skip and MLP, no LayerNorm). `san_params`,
 `embed` and `readout` read the parameters back for `qkspec.theory`
-(tests/san_model_test.py). Each `decoder/block_<l>` holds
+(tests/training/san_model_test.py). Each `decoder/block_<l>` holds
 `attn/{w_qk, w_v}` [H, d, d] and `mlp/{w1, b1, w2, b2}`, and sows
 `attn/logits`, `attn/probs` [B, H, T, T] and `out` [B, T, d].
 """

@@ -7,7 +7,7 @@ model, optimizer and data; their states are stacked on a leading axis and
 one compiled step trains them all (strengths in `TrainState.hparams`,
 seeds in the stacked keys, a swept reading as a per-member penalty
 factor). A member equals the same config trained alone (`member_config`)
-up to float reassociation (tests/sweep_test.py).
+up to float reassociation (tests/training/sweep_test.py).
 
 With members sharded (`layout`), each group of devices trains its own
 members on the whole batch, N padded with copies of the last member; the
@@ -28,7 +28,7 @@ from qkspec.config import schema
 from qkspec.theory import locater
 
 # kappa1, kappa2, target; the config's copy (schema.LOCATER_FIELDS, which
-# loads without jax) must match: tests/schema_test.py checks it.
+# loads without jax) must match: tests/config/schema_test.py checks it.
 HPARAMS = locater.LocaterHParams._fields
 
 
