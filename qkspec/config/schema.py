@@ -1,10 +1,12 @@
 """Validation of training configs, before anything is built or trained.
 
-`validate(config)` raises ValueError naming the offending key: unknown, of
+`validate(config)` raises `ConfigError` naming the offending key: unknown, of
 the wrong type or impossible (negative kappa, heads not dividing d, ...).
 Checks that need the data run in `qkspec.training.tasks`.
 """
 from typing import Any, Callable
+
+from qkspec.config.errors import ConfigError
 
 # The model's string options (qkspec/training/model.py implements each).
 QK_PARAMS = ("factored", "joint")      # W_Q, W_K kernels | one joint W_QK
@@ -177,7 +179,7 @@ def flatten(config, prefix: str = "") -> dict:
 
 
 def validate(config, num_devices: int | None = None) -> None:
-  """Raises ValueError naming the key of the first problem in `config`;
+  """Raises ConfigError naming the key of the first problem in `config`;
   with `num_devices` (those that split each batch: all of them, or a
   member group's), the batch must split evenly over them."""
   flat = flatten(config)
@@ -186,43 +188,43 @@ def validate(config, num_devices: int | None = None) -> None:
                           "synthetic": _SYNTHETIC}.get(task, _LM_DATA)}
   for key in flat:
     if key not in schema:
-      raise ValueError(f"unknown config key {key!r}.")
+      raise ConfigError(f"unknown config key {key!r}.")
   for key, check in schema.items():
     if key in flat:
       msg = check(flat[key])
       if msg:
-        raise ValueError(f"config.{key} {msg}, got {flat[key]!r}.")
+        raise ConfigError(f"config.{key} {msg}, got {flat[key]!r}.")
     elif not (key.startswith("sweep.") or key in _LM_DATA):
-      raise ValueError(f"config.{key} is missing.")
+      raise ConfigError(f"config.{key} is missing.")
 
   m = config.model
   if m.d_model % m.num_heads:
-    raise ValueError(f"config.model.num_heads={m.num_heads} does not divide "
-                     f"config.model.d_model={m.d_model}.")
+    raise ConfigError(f"config.model.num_heads={m.num_heads} does not divide "
+                      f"config.model.d_model={m.d_model}.")
   if task == "theory" and m.num_heads != 1 and not m.out_proj:
-    raise ValueError("config.model.out_proj must be True with num_heads > 1 "
-                     "unless heads are concatenated (head_dim = d / H).")
+    raise ConfigError("config.model.out_proj must be True with num_heads > 1 "
+                      "unless heads are concatenated (head_dim = d / H).")
   if m.kernels == "pallas" and (task != "lm" or m.qk_param != "factored"
                                 or m.attn_dropout
                                 or config.data.seq_len > PALLAS_MAX_SEQ_LEN):
-    raise ValueError("config.model.kernels='pallas' (fused GPU kernels) is "
-                     "for the LM task with qk_param='factored', "
-                     f"attn_dropout=0 and data.seq_len <= {PALLAS_MAX_SEQ_LEN}"
-                     "; got "
-                     f"task={task!r}, qk_param={m.qk_param!r}, attn_dropout="
-                     f"{m.attn_dropout}, seq_len={config.data.seq_len}.")
+    raise ConfigError("config.model.kernels='pallas' (fused GPU kernels) is "
+                      "for the LM task with qk_param='factored', "
+                      f"attn_dropout=0 and data.seq_len <= {PALLAS_MAX_SEQ_LEN}"
+                      "; got "
+                      f"task={task!r}, qk_param={m.qk_param!r}, attn_dropout="
+                      f"{m.attn_dropout}, seq_len={config.data.seq_len}.")
   if task == "lm" and config.data.name == "synthetic":
     for key in ("vocab_size", "train_tokens", "eval_tokens"):
       if f"data.{key}" not in flat:
-        raise ValueError(f"config.data.{key} is missing (synthetic data).")
+        raise ConfigError(f"config.data.{key} is missing (synthetic data).")
   if num_devices is not None and config.data.batch_size % num_devices:
-    raise ValueError(f"config.data.batch_size={config.data.batch_size} is not "
-                     f"divisible by the {num_devices} devices that split "
-                     f"each batch.")
+    raise ConfigError(f"config.data.batch_size={config.data.batch_size} is not "
+                      f"divisible by the {num_devices} devices that split "
+                      f"each batch.")
   sweep = {k: flat[f"sweep.{k}"] for k in SWEEPABLE if flat.get(f"sweep.{k}")}
   if flat.get("sweep.mode", "zip") == "zip" and sweep:
     lengths = {len(v) for v in sweep.values()} - {1}
     if len(lengths) > 1:
-      raise ValueError(f"config.sweep entries must have equal lengths (or 1) "
-                       f"with mode 'zip', got "
-                       f"{ {k: len(v) for k, v in sweep.items()} }.")
+      raise ConfigError(f"config.sweep entries must have equal lengths (or 1) "
+                        f"with mode 'zip', got "
+                        f"{ {k: len(v) for k, v in sweep.items()} }.")

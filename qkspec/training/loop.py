@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from qkspec.config import ConfigError
 from qkspec.config import resume
 from qkspec.config import schema
 from qkspec.theory import locater
@@ -62,8 +63,10 @@ class Run:
 
 
 def _setup(config, workdir: str) -> Run:
-  """Checks `config` and builds the steps and members (writes nothing)."""
+  """Checks `config` (then logs it) and builds the steps and members
+  (writes nothing)."""
   schema.validate(config)
+  logging.info("config:\n%s", config)
   if config.multihost and not jax.distributed.is_initialized():
     # A command line may already have initialised it (--coordinator_address).
     jax.distributed.initialize()
@@ -98,7 +101,7 @@ def _replicate(x: jax.Array, sharding) -> jax.Array:
 
 
 def _prepare_workdir(run: Run) -> None:
-  """Writes `config.json` and `members.json`; raises ValueError first if
+  """Writes `config.json` and `members.json`; raises ConfigError first if
   the workdir holds checkpoints of a config (its config.json) that differs
   beyond `qkspec.config.resume.SAFE`."""
   path = os.path.join(run.workdir, "config.json")
@@ -106,13 +109,8 @@ def _prepare_workdir(run: Run) -> None:
   if os.path.isfile(path) and os.path.isdir(ckpt_dir) and any(
       name.isdigit() for name in os.listdir(ckpt_dir)):
     with open(path) as f:
-      old = json.load(f)
-    changes = resume.changed_fields(old, json.loads(run.config.to_json()))
-    if changes:
-      raise ValueError(
-          f"{run.workdir} holds checkpoints of another config "
-          f"({resume.describe(changes)}); use a fresh --workdir (a resumed "
-          f"run may change only {', '.join(resume.SAFE)}).")
+      resume.check(json.load(f), json.loads(run.config.to_json()),
+                   run.workdir)
   if not run.lead:
     return
   os.makedirs(run.workdir, exist_ok=True)
@@ -141,7 +139,7 @@ def _abstract_state(run: Run, saved: bool = False):
 
 def _restore_or_init(run: Run, ckpt: ckpt_lib.Checkpointer):
   """The state at the newest checkpoint that restores, or a fresh one;
-  ValueError if it trained other LocATER hyperparameters (checkpoints that
+  ConfigError if it trained other LocATER hyperparameters (checkpoints that
   `_prepare_workdir` could not check: their config.json is gone)."""
   if ckpt.latest_step() is not None:
     found = ckpt.restore_newest(_abstract_state(run, saved=True))
@@ -150,8 +148,8 @@ def _restore_or_init(run: Run, ckpt: ckpt_lib.Checkpointer):
       saved = jax.device_get(state.hparams)
       for name, have, want in zip(saved._fields, saved, run.hparams):
         if not np.array_equal(np.asarray(have), np.asarray(want)):
-          raise ValueError(f"{run.workdir} holds a run with other {name} "
-                           f"values ({have}); use a fresh --workdir.")
+          raise ConfigError(f"{run.workdir} holds a run with other {name} "
+                            f"values ({have}); use a fresh --workdir.")
       logging.info("resumed from step %d", step)
       return run.steps.unsaved(state)
   return run.steps.init(run.init_keys, run.hparams)
@@ -254,7 +252,7 @@ def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
   Writes `config.json`, `members.json`, `run_info.jsonl` (a line per
   finished invocation), each member's `metrics.jsonl` (and TensorBoard
   events if installed) and checkpoints in `ckpt/`. Returns the final
-  TrainState (leading member axis for a sweep). Raises ValueError (a bad
+  TrainState (leading member axis for a sweep). Raises ConfigError (a bad
   config, or checkpoints of another, before anything is written),
   RuntimeError (no checkpoint restores), FloatingPointError (NaN/Inf, with
   the step) or `preemption.Interrupted` (after saving a checkpoint).

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from qkspec.config import ConfigError
 from qkspec.config import schema
 from qkspec.theory import locater
 
@@ -143,14 +144,14 @@ def layout(members: int, devices: int, shard: bool = True) -> Layout:
 
 def shards_members(config, devices: int, processes: int = 1) -> bool:
   """`config.sweep.shard_members` (None: on with several devices of one
-  process). Raises ValueError if True with several processes: each host
+  process). Raises ConfigError if True with several processes: each host
   builds only its rows of a batch (`qkspec.data.pipeline.host_rows`)."""
   shard = config.get("sweep", {}).get("shard_members", None)
   if shard is None:
     return devices > 1 and processes == 1
   if shard and processes > 1:
-    raise ValueError("config.sweep.shard_members=True needs one process "
-                     f"(got {processes}); set it to False or leave it auto.")
+    raise ConfigError("config.sweep.shard_members=True needs one process "
+                      f"(got {processes}); set it to False or leave it auto.")
   return bool(shard)
 
 

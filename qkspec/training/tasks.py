@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from qkspec.config import ConfigError
 from qkspec.data import synthetic
 from qkspec.theory import randomwalk
 from qkspec.training import device_feed
@@ -158,11 +159,11 @@ def _lm_task(config, batch_sharding, dtype) -> Task:
   data = load_lm_data(config)
   T, B = dc.seq_len, dc.batch_size
   if data.train.shape[0] // T < B:
-    raise ValueError(
+    raise ConfigError(
         f"data.seq_len={T} x data.batch_size={B} is longer than the train "
         f"split ({data.train.shape[0]} tokens): not one batch fits.")
   if min(data.valid.shape[0], data.test.shape[0]) < 1:
-    raise ValueError("data: the valid/test splits are empty.")
+    raise ConfigError("data: the valid/test splits are empty.")
 
   def put(local):
     return {k: jax.make_array_from_process_local_data(batch_sharding, v)
@@ -230,10 +231,10 @@ def _synthetic_task(config, batch_sharding, dtype) -> Task:
   del dtype   # float32 throughout: the models are tiny
   m, dc = config.model, config.data
   if m.norm != "none" or m.dropout or m.attn_dropout or m.causal:
-    raise ValueError("config.task='synthetic' trains a SAN without "
-                     "LayerNorm, dropout or causal mask: set model.norm="
-                     "'none', model.dropout=model.attn_dropout=0, "
-                     "model.causal=False.")
+    raise ConfigError("config.task='synthetic' trains a SAN without "
+                      "LayerNorm, dropout or causal mask: set model.norm="
+                      "'none', model.dropout=model.attn_dropout=0, "
+                      "model.causal=False.")
   sample, evals = data_functions(dc)
   train_batch = jax.jit(sample, out_shardings=batch_sharding)
   evals = [jax.device_put(b) for b in evals]
