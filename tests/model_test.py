@@ -11,7 +11,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from qkspec.config import defaults as common
-from qkspec.config import schema
 from qkspec.theory import locater
 from qkspec.training import model as model_lib
 import testutil
@@ -222,8 +221,6 @@ class ModelTest(parameterized.TestCase):
 class OptionsTest(absltest.TestCase):
 
   def test_every_config_option_has_an_implementation(self):
-    # The config layer lists the allowed values without importing flax.
-    self.assertEqual(tuple(model_lib.ACTIVATIONS), schema.ACTIVATIONS)
     x = jnp.linspace(-2.0, 2.0, 5)
     np.testing.assert_allclose(model_lib.ACTIVATIONS["identity"](x), x)
     np.testing.assert_allclose(model_lib.ACTIVATIONS["relu"](x),

@@ -6,9 +6,10 @@ import ml_collections
 from ml_collections import config_dict
 
 from qkspec.config import schema
-from qkspec.config.errors import ConfigError
 from qkspec.config.args import load_config_file  # noqa: F401  (re-export)
 from qkspec.config.args import parse_arg  # noqa: F401  (re-export)
+from qkspec.config.errors import ConfigError
+from qkspec.theory._locater_hparams import LocaterHParams
 
 KAPPA2_SWEEP = (0.0, 1e-3, 1e-2, 1e-1, 1.0)   # paper Sec. 7, Figs. 6, 8-12
 
@@ -22,12 +23,10 @@ def _training(c):
       eps=1e-8,              # Adam epsilon
       weight_decay=0.01,     # decoupled (AdamW), as fairseq's Adam
   ))
-  # kappa1, kappa2, target: the fields of qkspec.theory.locater.LocaterHParams
-  # (tests/schema_test.py checks names and defaults agree).
   c.locater = ml_collections.ConfigDict(dict(
-      kappa1=0.0,            # scale strength, tr(W_QK^T W_QK) (0 = off)
-      kappa2=0.0,            # mean strength, (tr W_QK - target)^2 (0 = off)
-      target=1.0,            # the eigen-sum tr(W_QK) is held to (paper: 1)
+      # kappa1, kappa2, target: qkspec.theory.locater.LocaterHParams, its
+      # fields and defaults (no LocATER)
+      **LocaterHParams()._asdict(),
       # the reading of J + kappa * penalty: "mean_loss" as printed, or
       # "summed_loss" as fairseq (mean loss + kappa / (B T) * penalty);
       # schema.PENALTY_ADDED_TO

@@ -7,11 +7,12 @@ Checks that need the data run in `qkspec.training.tasks`.
 from typing import Any, Callable
 
 from qkspec.config.errors import ConfigError
+from qkspec.theory._locater_hparams import LocaterHParams
 
 # The model's string options (qkspec/training/model.py implements each).
 QK_PARAMS = ("factored", "joint")      # W_Q, W_K kernels | one joint W_QK
 NORMS = ("post", "pre", "none")        # LayerNorm placement
-ACTIVATIONS = ("relu", "identity", "gelu")
+ACTIVATIONS = ("relu", "identity", "gelu")   # sigma, model.ACTIVATIONS
 KERNELS = ("xla", "pallas")            # qkspec.kernels: XLA | Pallas (GPU)
 PALLAS_MAX_SEQ_LEN = 64  # T of one attention block (kernels.fused_attention)
 
@@ -72,16 +73,12 @@ def _temperature(v):
     return f"{msg} (or None: the square root of the head width)"
 
 
-# The fields of `qkspec.theory.locater.LocaterHParams`, in order (named here
-# to load without jax; tests/schema_test.py checks that they agree).
-LOCATER_CHECKS = {
-    "kappa1": _real(0.0),                 # scale strength
-    "kappa2": _real(0.0),                 # mean strength
-    "target": _real(),                    # tau
-}
-LOCATER_FIELDS = tuple(LOCATER_CHECKS)
+# The fields of `qkspec.theory.locater.LocaterHParams`: the strengths
+# kappa1, kappa2 >= 0, the target tau any number.
+LOCATER_CHECKS = {**dict.fromkeys(LocaterHParams._fields, _real(0.0)),
+                  "target": _real()}
 # What a sweep can vary per member.
-SWEEPABLE = ("seed",) + LOCATER_FIELDS + ("penalty_added_to",)
+SWEEPABLE = ("seed",) + LocaterHParams._fields + ("penalty_added_to",)
 
 # The readings of kappa (`locater.penalty_added_to`, step.penalty_scale_of).
 PENALTY_ADDED_TO = {

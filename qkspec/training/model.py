@@ -19,10 +19,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from qkspec import kernels as kernels_lib
+from qkspec.config import schema
 from qkspec.theory import softmax
 
-# One function per name of schema.ACTIVATIONS (tests/model_test.py checks).
-ACTIVATIONS = {"relu": nn.relu, "identity": lambda x: x, "gelu": nn.gelu}
+# sigma of each name of schema.ACTIVATIONS, in its order.
+ACTIVATIONS = dict(zip(schema.ACTIVATIONS,
+                       (nn.relu, lambda x: x, nn.gelu), strict=True))
 
 # fairseq initialisations (fairseq/modules/multihead_attention.py,
 # fairseq/models/transformer_lm.py): xavier_uniform everywhere, gain

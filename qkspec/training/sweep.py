@@ -28,10 +28,6 @@ from qkspec.config import ConfigError
 from qkspec.config import schema
 from qkspec.theory import locater
 
-# kappa1, kappa2, target; the config's copy (schema.LOCATER_FIELDS, which
-# loads without jax) must match: tests/schema_test.py checks it.
-HPARAMS = locater.LocaterHParams._fields
-
 
 def swept_keys(config) -> list[str]:
   sweep = config.get("sweep", None) or {}
@@ -46,7 +42,8 @@ def members(config) -> list[dict]:
   """[{seed, kappa1, kappa2, target, penalty_added_to}] per member (one if
   no sweep)."""
   base = {"seed": int(config.seed),
-          **{k: float(config.locater[k]) for k in HPARAMS},
+          **{k: float(config.locater[k])
+             for k in locater.LocaterHParams._fields},
           "penalty_added_to": str(config.locater.get("penalty_added_to",
                                                      "mean_loss"))}
   keys = swept_keys(config)
@@ -77,7 +74,8 @@ def member_config(config, member: dict) -> ml_collections.ConfigDict:
   """`config` with one member's values and no sweep (to train it alone)."""
   c = ml_collections.ConfigDict(config.to_dict())
   c.seed = member["seed"]
-  c.locater.update({k: member[k] for k in (*HPARAMS, "penalty_added_to")})
+  c.locater.update({k: member[k] for k in (*locater.LocaterHParams._fields,
+                                          "penalty_added_to")})
   c.sweep.update({k: () for k in schema.SWEEPABLE if k in c.sweep})
   return c
 
@@ -85,7 +83,7 @@ def member_config(config, member: dict) -> ml_collections.ConfigDict:
 def hparams(member: dict) -> locater.LocaterHParams:
   """The LocATER strengths of one member as float32 scalars."""
   return locater.LocaterHParams(
-      **{k: jnp.float32(member[k]) for k in HPARAMS})
+      **{k: jnp.float32(member[k]) for k in locater.LocaterHParams._fields})
 
 
 def stack(trees: list):
