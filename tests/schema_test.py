@@ -14,9 +14,9 @@ import testutil
 
 class ConfigCheckTest(parameterized.TestCase):
 
-  def _check(self, config, pattern, num_devices=None):
+  def _check(self, config, pattern):
     with self.assertRaisesRegex(ValueError, pattern):
-      schema.validate(config, num_devices)
+      schema.validate(config)
 
   def test_shipped_configs_are_valid(self):
     for c in (theory_task.get_config(), theory_task.get_config("smoke"),
@@ -25,7 +25,7 @@ class ConfigCheckTest(parameterized.TestCase):
               depth_width.get_config("L=3,d=128,smoke"),
               locater_wt2.get_config("fairseq"),
               depth_width.get_config("L=3,d=32,fairseq")):
-      schema.validate(c, num_devices=1)
+      schema.validate(c)
     self.assertEqual(depth_width.get_config("L=1,d=32").opt.lr, 1e-4)
     self.assertLen(locater_wt2.get_sweep(), 5)
     with self.assertRaisesRegex(ValueError, "unknown config argument 'X'"):
@@ -80,8 +80,9 @@ class ConfigCheckTest(parameterized.TestCase):
         schema.validate(c)
 
   def test_batch_not_divisible_by_devices(self):
-    self._check(testutil.single_theory(), r"data.batch_size=8 .* 3 devices",
-                num_devices=3)
+    schema.check_batch_split(testutil.single_theory(), 2)
+    with self.assertRaisesRegex(ValueError, r"data.batch_size=8 .* 3 devices"):
+      schema.check_batch_split(testutil.single_theory(), 3)
 
   def test_zip_sweep_lengths(self):
     c = testutil.single_theory()

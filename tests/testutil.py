@@ -140,11 +140,11 @@ def sweep_losses(config, steps: int) -> tuple:
   `config`, a kappa sweep, one array per step); imports the training
   stack only when used."""
   # pylint: disable=g-import-not-at-top
+  from qkspec.training import plan as plan_lib
   from qkspec.training import step as step_lib
-  from qkspec.training import sweep as sweep_lib
-  built = step_lib.build_steps(config)
-  ik, dk, hp = step_lib.member_inputs(sweep_lib.members(config),
-                                      sweep_lib.is_sweep(config))
+  plan = plan_lib.make_plan(config)
+  built = step_lib.build_steps(plan)
+  ik, dk, hp = step_lib.member_inputs(plan)
   state, losses = built.init(ik, hp), []
   for i in range(steps):
     state, metrics = built.train(state, built.task.train_batch(i), dk)

@@ -2,7 +2,8 @@
 
 `validate(config)` raises `ConfigError` naming the offending key: unknown, of
 the wrong type or impossible (negative kappa, heads not dividing d, ...).
-Checks that need the data run in `qkspec.training.tasks`.
+`check_batch_split` needs the devices (`qkspec.training.plan`), the checks
+that need the data run in `qkspec.training.tasks`.
 """
 from typing import Any, Callable
 
@@ -175,11 +176,20 @@ def flatten(config, prefix: str = "") -> dict:
   return out
 
 
-def validate(config, num_devices: int | None = None) -> None:
-  """Raises ConfigError naming the key of the first problem in `config`;
-  with `num_devices` (those that split each batch: all of them, or a
-  member group's), the batch must split evenly over them."""
+def validate(config) -> None:
+  """Raises ConfigError naming the key of the first problem in `config`."""
   flat = flatten(config)
+  _check_fields(flat)
+  _check_model(config.model, flat["task"], config.data.seq_len)
+  if flat["task"] == "lm" and config.data.name == "synthetic":
+    for key in ("vocab_size", "train_tokens", "eval_tokens"):
+      if f"data.{key}" not in flat:
+        raise ConfigError(f"config.data.{key} is missing (synthetic data).")
+  _check_sweep(flat)
+
+
+def _check_fields(flat: dict) -> None:
+  """Every field known, of its type and range; none missing."""
   task = flat.get("task")
   schema = {**_COMMON, **{"theory": _THEORY_DATA,
                           "synthetic": _SYNTHETIC}.get(task, _LM_DATA)}
@@ -194,7 +204,9 @@ def validate(config, num_devices: int | None = None) -> None:
     elif not (key.startswith("sweep.") or key in _LM_DATA):
       raise ConfigError(f"config.{key} is missing.")
 
-  m = config.model
+
+def _check_model(m, task: str, seq_len: int) -> None:
+  """The model fields that must agree with each other and the task."""
   if m.d_model % m.num_heads:
     raise ConfigError(f"config.model.num_heads={m.num_heads} does not divide "
                       f"config.model.d_model={m.d_model}.")
@@ -203,21 +215,17 @@ def validate(config, num_devices: int | None = None) -> None:
                       "unless heads are concatenated (head_dim = d / H).")
   if m.kernels == "pallas" and (task != "lm" or m.qk_param != "factored"
                                 or m.attn_dropout
-                                or config.data.seq_len > PALLAS_MAX_SEQ_LEN):
+                                or seq_len > PALLAS_MAX_SEQ_LEN):
     raise ConfigError("config.model.kernels='pallas' (fused GPU kernels) is "
                       "for the LM task with qk_param='factored', "
                       f"attn_dropout=0 and data.seq_len <= {PALLAS_MAX_SEQ_LEN}"
                       "; got "
                       f"task={task!r}, qk_param={m.qk_param!r}, attn_dropout="
-                      f"{m.attn_dropout}, seq_len={config.data.seq_len}.")
-  if task == "lm" and config.data.name == "synthetic":
-    for key in ("vocab_size", "train_tokens", "eval_tokens"):
-      if f"data.{key}" not in flat:
-        raise ConfigError(f"config.data.{key} is missing (synthetic data).")
-  if num_devices is not None and config.data.batch_size % num_devices:
-    raise ConfigError(f"config.data.batch_size={config.data.batch_size} is not "
-                      f"divisible by the {num_devices} devices that split "
-                      f"each batch.")
+                      f"{m.attn_dropout}, seq_len={seq_len}.")
+
+
+def _check_sweep(flat: dict) -> None:
+  """A zipped sweep's entries of one length (or 1)."""
   sweep = {k: flat[f"sweep.{k}"] for k in SWEEPABLE if flat.get(f"sweep.{k}")}
   if flat.get("sweep.mode", "zip") == "zip" and sweep:
     lengths = {len(v) for v in sweep.values()} - {1}
@@ -225,3 +233,13 @@ def validate(config, num_devices: int | None = None) -> None:
       raise ConfigError(f"config.sweep entries must have equal lengths (or 1) "
                         f"with mode 'zip', got "
                         f"{ {k: len(v) for k, v in sweep.items()} }.")
+
+
+def check_batch_split(config, num_devices: int) -> None:
+  """Raises ConfigError unless the batch splits evenly over the
+  `num_devices` devices that split each batch (all of them, or a member
+  group's)."""
+  if config.data.batch_size % num_devices:
+    raise ConfigError(f"config.data.batch_size={config.data.batch_size} is "
+                      f"not divisible by the {num_devices} devices that split "
+                      f"each batch.")

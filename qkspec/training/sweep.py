@@ -34,10 +34,6 @@ def swept_keys(config) -> list[str]:
   return [k for k in schema.SWEEPABLE if sweep.get(k)]
 
 
-def is_sweep(config) -> bool:
-  return bool(swept_keys(config))
-
-
 def members(config) -> list[dict]:
   """[{seed, kappa1, kappa2, target, penalty_added_to}] per member (one if
   no sweep)."""
@@ -151,12 +147,6 @@ def shards_members(config, devices: int, processes: int = 1) -> bool:
     raise ConfigError("config.sweep.shard_members=True needs one process "
                       f"(got {processes}); set it to False or leave it auto.")
   return bool(shard)
-
-
-def config_layout(config, devices: int, processes: int = 1) -> Layout:
-  """`layout` of `config`'s members (one for a single run)."""
-  n = len(members(config)) if is_sweep(config) else 1
-  return layout(n, devices, shards_members(config, devices, processes))
 
 
 def pad(tree, lay: Layout):
