@@ -110,8 +110,8 @@ class ModelTest(parameterized.TestCase):
   def test_gradient_of_past_outputs_wrt_future_inputs_is_zero(self, qk):
     if qk == "joint":
       testutil.skip_unless_slow(self, "causality again with a joint W_QK")
-    m = model_lib.Decoder(2, dict(
-        attention=dict(num_heads=2, qk_param=qk, causal=True), ffn_dim=d,
+    m = model_lib.Decoder(model_lib.ModelConfig(
+        num_layers=2, num_heads=2, qk_param=qk, causal=True, ffn_dim=d,
         norm="post"))
     x = jax.random.normal(jax.random.key(0), (1, T, d))
     params = m.init(jax.random.key(1), x)["params"]
@@ -125,9 +125,9 @@ class ModelTest(parameterized.TestCase):
                             ("joint", 2))
   def test_sown_logits_equal_x_wqk_x_over_sqrt_D(self, qk, heads):
     D = d // heads
-    m = model_lib.Decoder(2, dict(
-        attention=dict(num_heads=heads, qk_param=qk, causal=True),
-        ffn_dim=d, norm="pre"))
+    m = model_lib.Decoder(model_lib.ModelConfig(
+        num_layers=2, num_heads=heads, qk_param=qk, causal=True, ffn_dim=d,
+        norm="pre"))
     x = jax.random.normal(jax.random.key(2), (B, T, d))
     params = _zero_qk_biases(m.init(jax.random.key(3), x)["params"])
     _, state = m.apply({"params": params}, x, mutable=["intermediates"])

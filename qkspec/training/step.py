@@ -157,7 +157,7 @@ def train_step(state: TrainState, batch, key: jax.Array, *, task: tasks.Task,
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   copies = (None if state.copies is None
-            else multi_step.copies(params, task.model.dtype))
+            else multi_step.copies(params, task.model.config.dtype))
   finite, grad_norm = update_checks(total, grads)
   metrics = {"loss": loss, "penalty": penalty, "finite": finite,
              "grad_norm": grad_norm}
@@ -246,7 +246,7 @@ def _many(task: tasks.Task, step, evaluate, state_sharding, batch_sharding,
     xs_sharding = getattr(task.feed, "ids_sharding", replicated)
     many["train_many"] = jax.jit(
         multi_step.scan_train(step, task.feed, batch_sharding,
-                              copies_dtype=task.model.dtype),
+                              copies_dtype=task.model.config.dtype),
         in_shardings=(state_sharding, replicated, xs_sharding, replicated),
         out_shardings=(state_sharding, replicated), donate_argnums=0)
   if task.feed is not None and task.feed.eval_counts:
