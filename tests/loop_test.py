@@ -1,5 +1,6 @@
 """qkspec.training.loop end to end: smoke runs, NaN stop, a run refused
 before training, resuming."""
+import dataclasses
 import json
 import os
 import shutil
@@ -126,7 +127,7 @@ class LogOverlapTest(absltest.TestCase):
 
     def recording_build(plan):
       steps = build(plan)
-      return steps.replace(train=Recorded(steps.train))
+      return dataclasses.replace(steps, train=Recorded(steps.train))
 
     write = metric_writer.MetricWriter.write_scalars
 

@@ -22,6 +22,7 @@ members, sharded over "members" where the plan's layout says so.
 """
 # pylint: disable=invalid-name
 from concurrent import futures
+import dataclasses
 import functools
 from typing import Any, Callable
 
@@ -184,28 +185,29 @@ def device_copy(tree):
   return jax.tree.map(jnp.copy, tree)
 
 
-class Steps(struct.PyTreeNode):
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Steps:
   """The compiled functions of a run (over the members for a sweep): keys,
   hparams, metrics and measurements of the N real members, a state of
   `plan.layout.padded`; `saved` copies its real members for a checkpoint,
   `unsaved` pads them back, `real` is `saved` where members pad."""
-  task: Any = struct.field(pytree_node=False)
-  init: Any = struct.field(pytree_node=False)      # (init_keys, hparams)
-  train: Any = struct.field(pytree_node=False)     # (state, batch, keys)
-  eval: Any = struct.field(pytree_node=False)      # (params, batch)
-  measure: Any = struct.field(pytree_node=False)   # (params, batch)
-  replicated: Any = struct.field(pytree_node=False)
-  state_sharding: Any = struct.field(pytree_node=False)
-  saved: Any = struct.field(pytree_node=False)     # (state) -> real members
-  saved_sharding: Any = struct.field(pytree_node=False)
-  unsaved: Any = struct.field(pytree_node=False)   # (saved) -> state
-  real: Any = struct.field(pytree_node=False)      # (state) -> real members
+  task: tasks.Task
+  init: Callable                      # (init_keys, hparams) -> state
+  train: Callable                     # (state, batch, keys) -> state, metrics
+  eval: Callable                      # (params, batch)
+  measure: Callable                   # (params, batch)
+  replicated: jax.sharding.Sharding
+  state_sharding: jax.sharding.Sharding
+  saved: Callable                     # (state) -> real members
+  saved_sharding: jax.sharding.Sharding
+  unsaved: Callable                   # (saved) -> state
+  real: Callable                      # (state) -> real members
   # k steps, and a split's eval, per call on batches built on the device
   # (multi_step; None without a feed): (state, feed.consts,
   # feed.train_inputs(step, k), keys), (params, feed.eval_tokens[s], indices)
-  train_many: Any = struct.field(pytree_node=False, default=None)
-  eval_many: Any = struct.field(pytree_node=False, default=None)
-  steps_per_call: int = struct.field(pytree_node=False, default=1)
+  train_many: Callable | None = None
+  eval_many: Callable | None = None
+  steps_per_call: int = 1
 
 
 def member_batch(config) -> int:
@@ -333,5 +335,6 @@ def compile_ahead(steps, abstract_state, dropout_keys: jax.Array, batch):
   # last: the first checkpoint comes long after the first call and eval
   pool.submit(_compile, steps.saved, abstract_state)
   pool.shutdown(wait=False)          # the jobs run on; the threads then end
-  return steps.replace(**{name: Warm(getattr(steps, name), pending)
-                          for name, pending in jobs.items()})
+  return dataclasses.replace(steps, **{
+      name: Warm(getattr(steps, name), pending)
+      for name, pending in jobs.items()})

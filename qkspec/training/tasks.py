@@ -33,9 +33,9 @@ from qkspec.training import san_model
 Batch = dict[str, jax.Array]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Task:
-  kind: str                                   # "theory" or "lm"
+  kind: str                                   # "theory", "lm" or "synthetic"
   model: nn.Module
   example_inputs: jax.Array                   # for model.init
   train_batch: Callable[[int], Batch]         # step -> global, sharded batch
@@ -108,11 +108,12 @@ def _theory_task(config, batch_sharding, dtype) -> Task:
     for i in range(num_valid):
       yield sample_jit(jax.random.fold_in(eval_key, 1000 + i))
 
-  return Task("theory", model_lib.make_model(config.model, "theory",
-                                             dtype=dtype),
-              jnp.zeros((1, T, d), jnp.float32), train_batch,
-              {"valid": valid}, squared_loss, config.model.causal,
-              model_lib.attention_temperature(config.model),
+  return Task(kind="theory",
+              model=model_lib.make_model(config.model, "theory", dtype=dtype),
+              example_inputs=jnp.zeros((1, T, d), jnp.float32),
+              train_batch=train_batch, eval_splits={"valid": valid},
+              loss=squared_loss, causal=config.model.causal,
+              temperature=model_lib.attention_temperature(config.model),
               eval_sizes={"valid": num_valid},
               feed=device_feed.TheoryFeed(train_key, sample))
 
@@ -197,13 +198,16 @@ def _lm_task(config, batch_sharding, dtype) -> Task:
       eval_counts=eval_sizes, seq_len=T, batch_size=B, seed=dc.seed,
       eos_id=data.eos_id,
       ids_sharding=jax.NamedSharding(mesh, jax.P(None, *batch_sharding.spec)))
-  return Task("lm", model_lib.make_model(config.model, "lm", data.vocab_size,
+  return Task(kind="lm",
+              model=model_lib.make_model(config.model, "lm", data.vocab_size,
                                          dtype),
-              jnp.zeros((1, T), jnp.int32), train_batch,
-              {"valid": make_eval("valid"), "test": make_eval("test")},
-              token_loss, config.model.causal,
-              model_lib.attention_temperature(config.model), data.vocab_size,
-              eval_sizes=eval_sizes, feed=feed)
+              example_inputs=jnp.zeros((1, T), jnp.int32),
+              train_batch=train_batch,
+              eval_splits={"valid": make_eval("valid"),
+                           "test": make_eval("test")},
+              loss=token_loss, causal=config.model.causal,
+              temperature=model_lib.attention_temperature(config.model),
+              vocab_size=data.vocab_size, eval_sizes=eval_sizes, feed=feed)
 
 
 # ------------------------------------------------------------- synthetic ----
@@ -240,13 +244,13 @@ def _synthetic_task(config, batch_sharding, dtype) -> Task:
   evals = [jax.device_put(b) for b in evals]
   temperature = model_lib.attention_temperature(config.model)
   return Task(
-      "synthetic",
-      san_model.make_classifier(config.model, dc.vocab_size, dc.seq_len,
-                                temperature),
-      jnp.zeros((1, dc.seq_len), jnp.int32), train_batch,
-      {"valid": lambda: iter(evals)},
-      token_loss, False, temperature, dc.vocab_size,
-      eval_sizes={"valid": len(evals)})
+      kind="synthetic",
+      model=san_model.make_classifier(config.model, dc.vocab_size,
+                                      dc.seq_len, temperature),
+      example_inputs=jnp.zeros((1, dc.seq_len), jnp.int32),
+      train_batch=train_batch, eval_splits={"valid": lambda: iter(evals)},
+      loss=token_loss, causal=False, temperature=temperature,
+      vocab_size=dc.vocab_size, eval_sizes={"valid": len(evals)})
 
 
 def make_task(config, batch_sharding) -> Task:
