@@ -6,6 +6,7 @@ import ml_collections
 from configs import depth_width
 from configs import locater_wt2
 from configs import theory_task
+from qkspec.config import ConfigError
 from qkspec.config import defaults
 from qkspec.config import schema
 from qkspec.theory import locater
@@ -15,7 +16,7 @@ import testutil
 class ConfigCheckTest(parameterized.TestCase):
 
   def _check(self, config, pattern):
-    with self.assertRaisesRegex(ValueError, pattern):
+    with self.assertRaisesRegex(ConfigError, pattern):
       schema.validate(config)
 
   def test_shipped_configs_are_valid(self):
@@ -81,7 +82,8 @@ class ConfigCheckTest(parameterized.TestCase):
 
   def test_batch_not_divisible_by_devices(self):
     schema.check_batch_split(testutil.single_theory(), 2)
-    with self.assertRaisesRegex(ValueError, r"data.batch_size=8 .* 3 devices"):
+    with self.assertRaisesRegex(ConfigError,
+                                r"data.batch_size=8 .* 3 devices"):
       schema.check_batch_split(testutil.single_theory(), 3)
 
   def test_zip_sweep_lengths(self):
