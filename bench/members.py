@@ -22,8 +22,8 @@ import time
 import jax
 
 from qkspec.config import defaults
+from qkspec.training import plan as plan_lib
 from qkspec.training import step as step_lib
-from qkspec.training import sweep as sweep_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -41,9 +41,9 @@ class Sweep:
     c = defaults.load_config_file(
         os.path.join(ROOT, "configs", "locater_wt2.py"), "smoke")
     c.sweep.shard_members = shard
-    self.built = step_lib.build_steps(c)
-    init_keys, self.keys, hparams = step_lib.member_inputs(
-        sweep_lib.members(c), True)
+    self.plan = plan_lib.make_plan(c)
+    self.built = step_lib.build_steps(self.plan)
+    init_keys, self.keys, hparams = step_lib.member_inputs(self.plan)
     self.state = self.built.init(init_keys, hparams)
     self.batches = [self.built.task.train_batch(i) for i in range(steps)]
 
@@ -69,8 +69,8 @@ def child(devices: int, steps: int, repeats: int) -> dict:
       t0 = time.perf_counter()
       run()
       best[name] = min(best[name], time.perf_counter() - t0)
-  return {name: (list(run.built.layout),
-                 run.built.layout.members * steps / best[name])
+  return {name: (list(run.plan.layout),
+                 run.plan.layout.members * steps / best[name])
           for name, run in runs.items()}
 
 

@@ -29,6 +29,7 @@ The other arguments are locater_wt2's (`fairseq`, `both_readings`,
 Expected (paper): the Fig. 6 trends at every depth and width. The panels
 average the layers; per-layer values are in metrics.jsonl (l{layer}/...).
 """
+from qkspec.config import ConfigError
 from qkspec.config import defaults as common
 
 PAPER_LR = {32: 1e-4, 128: 2.5e-5}   # App. D
@@ -39,8 +40,8 @@ def get_config(arg=None):
                          seeds=1, contrast=False, seed=0,
                          none=False, both_readings=False)
   if arg.L not in (1, 3, 6) or arg.d not in PAPER_LR:
-    raise ValueError(f"depth_width: L must be 1, 3 or 6 and d 32 or 128, "
-                     f"got L={arg.L}, d={arg.d}.")
+    raise ConfigError(f"depth_width: L must be 1, 3 or 6 and d 32 or 128, "
+                      f"got L={arg.L}, d={arg.d}.")
   c = common.lm_config()
   c.model.num_layers = arg.L
   c.model.d_model = arg.d

@@ -2,16 +2,18 @@
 
 `launch/run.py` runs the experiment a config names (`config.experiment`)
 or trains and plots a training config (`config.task`); `launch/train.py`
-trains. A usage error (bad flag, config key or file, a config that
-`schema.validate` or an experiment rejects) prints one line `qkspec: error:
-...` and exits 2 (`--verbose_errors` adds the traceback). Ctrl-C or SIGTERM
-prints one line (for training, the checkpoint it saved and the command that
-resumes) and exits 128 + the signal: 130 or 143, also on each process of a
-multi-host run that another stopped. `--coordinator_address`,
+trains. A usage error (bad flag, config key or file, the `ConfigError` of
+a config that `schema.validate`, an experiment or a resume refuses) prints
+one line `qkspec: error: ...` and exits 2 (`--verbose_errors` adds the
+traceback); any other error is a bug and keeps its traceback. Ctrl-C or
+SIGTERM prints one line (for training, the checkpoint it saved and the
+command that resumes) and exits 128 + the signal: 130 or 143, also on each
+process of a multi-host run that another stopped. `--coordinator_address`,
 `--num_processes`, `--process_id` start one process of a multi-host run.
 `demo` is README's main job (`launch/demo.py`).
 """
 import contextlib
+import difflib
 import importlib
 import logging as py_logging
 import os
@@ -29,8 +31,8 @@ from absl import logging
 from ml_collections import config_flags
 
 from qkspec import experiments
+from qkspec.config import ConfigError
 from qkspec.config import args
-from qkspec.config import schema
 
 # The main job: every figure that needs no data set, on a CPU: theory_rho
 # (Figs. 2-3, Lemma 2), entropy_bound (Fig. 4), simulate_rho (Fig. 5) and
@@ -67,27 +69,27 @@ def run_experiment(config, workdir: str) -> Any:
   if name is None and "task" in config:       # a training config
     return train_and_plot(config, workdir)
   if name is None:
-    raise ValueError("the config names no experiment: set config.experiment "
-                     f"to one of {experiments.EXPERIMENTS} (or pass a "
-                     "training config, which has config.task).")
+    raise ConfigError("the config names no experiment: set "
+                      "config.experiment to one of "
+                      f"{experiments.EXPERIMENTS} (or pass a training "
+                      "config, which has config.task).")
   _check_experiment(name)
   return importlib.import_module(f"qkspec.experiments.{name}").run(config,
                                                                    workdir)
 
 
 def check_config(config) -> None:
-  """Checks that need no devices: a training config's schema, the experiment."""
-  if "task" in config:
-    schema.validate(config)
+  """The check before processes start: the experiment a config names (its
+  fields, and a training config's, are validated once, by the run)."""
   if config.get("experiment", None) is not None:
     _check_experiment(config.experiment)
 
 
 def _check_experiment(name) -> None:
-  """Raises ValueError unless `name` is an experiment id."""
+  """Raises ConfigError unless `name` is an experiment id."""
   if name not in experiments.EXPERIMENTS:
-    raise ValueError(f"config.experiment must be one of "
-                     f"{experiments.EXPERIMENTS}, got {name!r}.")
+    raise ConfigError(f"config.experiment must be one of "
+                      f"{experiments.EXPERIMENTS}, got {name!r}.")
 
 
 def train_and_plot(config, workdir: str) -> Any:
@@ -97,7 +99,6 @@ def train_and_plot(config, workdir: str) -> Any:
   from qkspec.plots import training_figures
   from qkspec.training import loop
   # pylint: enable=g-import-not-at-top
-  logging.info("a training config (task=%s): training it", config.task)
   state = loop.train_and_evaluate(config, workdir)
   if jax.process_index() == 0:
     training_figures.plot_workdir(workdir)
@@ -157,58 +158,63 @@ def _fail(message: str, error: BaseException | None,
 
 
 def _chain(error: BaseException) -> list[BaseException]:
-  """`error` and its causes/contexts, outermost first."""
+  """`error` and its causes/contexts as a traceback shows them, outermost
+  first."""
   out = []
   while error is not None and error not in out:
     out.append(error)
-    error = error.__cause__ or error.__context__
+    error = error.__cause__ or (None if error.__suppress_context__
+                                else error.__context__)
   return out
 
 
-def _raised_in(error: BaseException, *parts: str) -> bool:
-  """Whether `error`'s innermost frame is in a file under a `parts` path."""
-  tb = error.__traceback__
-  if tb is None:
-    return False
-  while tb.tb_next is not None:
-    tb = tb.tb_next
-  path = os.path.normpath(tb.tb_frame.f_code.co_filename).split(os.sep)
-  return all(p in path for p in parts)
+def _overrides(argv: list[str]) -> list[str]:
+  """The dotted fields of the --config.x.y overrides on the command line."""
+  matches = (re.match(r"^--?(?:no)?config\.([^=]+)", a) for a in argv[1:])
+  return [m.group(1) for m in matches if m]
 
 
-def _unknown_key_message(error: BaseException, argv: list[str]) -> str | None:
-  """One line for ml_collections' KeyError on a misspelled key."""
-  for e in _chain(error):
-    if not (isinstance(e, KeyError) and e.args and isinstance(e.args[0], str)
-            and _raised_in(e, "ml_collections")):
+def _unknown_field(config, field: str) -> str | None:
+  """None if the dotted `field` is one of `config`, else one line naming
+  it and the closest existing field."""
+  parts, node = field.split("."), config
+  for i, part in enumerate(parts):
+    keys = [str(k) for k in node.keys()] if hasattr(node, "keys") else []
+    if part in keys:
+      node = node[part]
       continue
-    first, _, rest = e.args[0].partition("\n")
-    key = first.strip("'\"")
-    hint = re.search(r'Did you mean "([^"]+)"', rest)
-    overrides = (re.match(r"^--?(?:no)?config\.([^=]+)", a) for a in argv[1:])
-    for path in (m.group(1) for m in overrides if m):   # --config.x.y: x.y
-      parts = path.split(".")
-      if key in parts:
-        line = f"--config.{path}: the config has no field {path!r}"
-        if hint:
-          parts[parts.index(key)] = hint.group(1)
-          line += f"; did you mean --config.{'.'.join(parts)}?"
-        return line
-    return f"the config has no field {key!r}" + (
-        f"; did you mean {hint.group(1)!r}?" if hint else "")
+    line = f"--config.{field}: the config has no field {field!r}"
+    near = difflib.get_close_matches(part, keys, 1, 0.75)
+    if near:
+      line += f"; did you mean --config.{'.'.join(parts[:i] + near)}" + (
+          "".join(f".{p}" for p in parts[i + 1:]) + "?")
+    return line
   return None
 
 
+def _unknown_field_message(argv: list[str]) -> str | None:
+  """One line for the first --config.x.y override that names no field of
+  the config (ml_collections raises a KeyError or AttributeError that says
+  so only in its text), or None if every override names a field."""
+  value = _config_arg(argv)
+  if value is None:
+    return None
+  path, _, arg = value.partition(":")
+  try:
+    config = args.load_config_file(path, arg or None)
+  except Exception:  # pylint: disable=broad-except
+    return None      # the flag error stands as it is
+  lines = (_unknown_field(config, field) for field in _overrides(argv))
+  return next((line for line in lines if line), None)
+
+
 def _flag_error_message(error: flags.Error, argv: list[str]) -> str:
-  """One line for an absl flag error (bad value, unknown flag, ...)."""
-  message = str(error)
-  if "Error whilst parsing config file" in message:
-    # config_flags pastes get_config's traceback into the message: keep the
-    # error that get_config raised.
-    root = _chain(error)[-1]
-    message = f"--config={_config_arg(argv)}: {type(root).__name__}: {root}"
-  message = re.sub(r"^flag (--\S+)", r"\1", message)
-  return "; ".join(line.strip() for line in message.splitlines()
+  """One line for an absl flag error (bad value, unknown flag, ...), or for
+  the `ConfigError` of a config's `:arg` (config_flags wraps it)."""
+  root = _chain(error)[-1]
+  if isinstance(root, ConfigError):
+    return f"--config={_config_arg(argv)}: {root}"
+  return "; ".join(line.strip() for line in str(error).splitlines()
                    if line.strip())
 
 
@@ -227,13 +233,11 @@ def _load_error_message(error: OSError, argv: list[str]) -> str:
   """One line for a config file that could not be read."""
   value = _config_arg(argv)
   path = (value or "").split(":", 1)[0]
-  root = _chain(error)[-1]
-  # config_flags collects the attempts' errors into its message.
-  text = str(root)
-  if isinstance(root, FileNotFoundError) or "[Errno 2]" in text:
+  if not os.path.exists(path):
     return (f"--config={value}: no such file {path!r} (looked for "
             f"{os.path.abspath(path)})")
-  reason = getattr(root, "strerror", None) or text.splitlines()[-1].strip()
+  reason = "; ".join(line.strip() for line in str(_chain(error)[-1])
+                     .splitlines() if line.strip())
   return f"--config={value}: cannot load {path!r}: {reason}"
 
 
@@ -256,24 +260,15 @@ def _parse_flags(argv: list[str], config) -> list[str]:
   except flags.Error as e:
     _fail(_flag_error_message(e, argv), e, verbose)
   except (KeyError, AttributeError) as e:
-    message = _unknown_key_message(e, argv)
+    message = _unknown_field_message(argv)
     if message is None:
-      raise                       # not a config key: a bug, keep its trace
+      raise                       # not a config field: a bug, keep its trace
     _fail(message, e, verbose)
   try:
     config.value.get  # pylint: disable=pointless-statement
   except OSError as e:            # config_flags defers a failed load to here
     _fail(_load_error_message(e, argv), e, verbose)
   return rest
-
-
-def _is_usage_error(error: ValueError) -> bool:
-  """A ValueError of qkspec's own checks, not one raised inside jax, numpy
-  or while tracing (a bug, which keeps its traceback)."""
-  if (type(error.__cause__).__name__ == "UnfilteredStackTrace"
-      or getattr(error, "__notes__", None)):
-    return False
-  return _raised_in(error, "qkspec") or _raised_in(error, "configs")
 
 
 def start_processes(coordinator_address: str | None,
@@ -284,7 +279,7 @@ def start_processes(coordinator_address: str | None,
   `multihost`; whether this is one process of several.
 
   Raises:
-    ValueError: incomplete flags, or `multihost` and no cluster found.
+    ConfigError: incomplete flags, or `multihost` and no cluster found.
   """
   import jax  # pylint: disable=g-import-not-at-top
   given = {"--coordinator_address": coordinator_address,
@@ -297,19 +292,19 @@ def start_processes(coordinator_address: str | None,
       jax.distributed.initialize()      # from the cluster's environment
     except (ValueError, RuntimeError) as e:
       reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-      raise ValueError(
+      raise ConfigError(
           f"--config.multihost=True: jax found no cluster to join ({reason}); "
           "on a TPU pod slice, SLURM or Open MPI it finds the processes "
           "itself, elsewhere pass --coordinator_address, --num_processes "
           "and --process_id.") from e
     return jax.process_count() > 1
   if missing:
-    raise ValueError(f"a multi-host run needs --coordinator_address, "
-                     f"--num_processes and --process_id; {', '.join(missing)} "
-                     f"missing.")
+    raise ConfigError(f"a multi-host run needs --coordinator_address, "
+                      f"--num_processes and --process_id; "
+                      f"{', '.join(missing)} missing.")
   if not 0 <= process_id < num_processes:
-    raise ValueError(f"--process_id={process_id} must be in [0, "
-                     f"--num_processes={num_processes}).")
+    raise ConfigError(f"--process_id={process_id} must be in [0, "
+                      f"--num_processes={num_processes}).")
   logging.info("process %d of %d: coordinator %s", process_id, num_processes,
                coordinator_address)
   jax.distributed.initialize(coordinator_address=coordinator_address,
@@ -355,15 +350,12 @@ def main(run: Callable[..., Any], what: str = "config") -> None:
       check_config(config.value)
       start_processes(coordinator.value, num_processes.value,
                       process_id.value, bool(config.value.get("multihost")))
-    except ValueError as e:
+    except ConfigError as e:
       _fail(str(e), e, verbose.value)
-    logging.info("config:\n%s", config.value)
     try:
       with exit_on_interrupt(verbose.value, shlex.join(sys.orig_argv)):
         run(config.value, workdir.value)
-    except ValueError as e:
-      if not _is_usage_error(e):
-        raise
+    except ConfigError as e:
       _fail(str(e), e, verbose.value)
 
   app.run(_main, flags_parser=lambda argv: _parse_flags(argv, config))

@@ -20,9 +20,9 @@ import textwrap
 
 from absl.testing import absltest
 import ml_collections
-import numpy as np
 
 from qkspec import cli
+from qkspec.config import ConfigError
 from qkspec.experiments import EXPERIMENTS
 import testutil
 
@@ -157,6 +157,13 @@ class UsageErrorTest(absltest.TestCase):
     self.assertIn(str(testutil.ROOT / "configs" / "config_config"), line)
     line = self._fails("run.py", "--config=configs/theory_task.py:smok")
     self.assertIn("unknown config argument 'smok'", line)
+    line = self._fails("train.py", "--config=configs/depth_width.py:L=2")
+    self.assertEqual(line, "qkspec: error: --config=configs/depth_width.py:"
+                     "L=2: depth_width: L must be 1, 3 or 6 and d 32 or 128, "
+                     "got L=2, d=128.")
+    line = self._fails("train.py", "--config=configs/depth_width.py:L=x")
+    self.assertEqual(line, "qkspec: error: --config=configs/depth_width.py:"
+                     "L=x: config argument 'L' takes values like 1, got 'x'.")
 
   def test_bad_values_print_the_check_that_failed(self):
     theory = "configs/theory_task.py:smoke"
@@ -188,22 +195,35 @@ class UsageErrorTest(absltest.TestCase):
                  "--coordinator_address", "--num_processes", "--process_id"):
       self.assertIn(f"  {flag}: ", r.stdout + r.stderr)
 
-  def test_a_bug_keeps_its_traceback(self):
-    # A ValueError from numpy (not a check of qkspec's) is not a usage error.
-    # try/except, not assertRaises: that drops the traceback the check reads
-    try:
-      np.reshape(np.arange(3), (2, 2))
-    except ValueError as e:
-      self.assertFalse(cli._is_usage_error(e))  # pylint: disable=protected-access
-    else:
-      self.fail("np.reshape raised no ValueError")
-    try:
+  def test_only_a_config_error_is_a_usage_error(self):
+    # A ValueError of numpy's is a bug and keeps its traceback; the
+    # ConfigError of a run is one line.
+    script = textwrap.dedent("""
+        import os
+        import numpy as np
+        from qkspec.config import ConfigError
+        from qkspec.experiments import cli
+        def run(config, workdir):
+          if os.environ["RAISE"] == "bug":
+            np.reshape(np.arange(3), (2, 2))
+          raise ConfigError("config.x is wrong.")
+        cli.main(run)
+        """)
+    for kind in ("bug", "usage"):
+      r = subprocess.run(
+          [sys.executable, "-c", script, "--config",
+           "configs/entropy_bound.py:smoke", "--workdir", "/nonexistent"],
+          capture_output=True, text=True, cwd=testutil.ROOT, timeout=120,
+          check=False, env=dict(os.environ, RAISE=kind))
+      if kind == "bug":
+        self.assertEqual(r.returncode, 1, r.stderr[-3000:])
+        self.assertIn("Traceback", r.stderr)
+        self.assertIn("cannot reshape", r.stderr)
+      else:
+        self.assertEqual(r.returncode, 2, r.stderr[-3000:])
+        self.assertEqual(r.stderr.strip(), "qkspec: error: config.x is wrong.")
+    with self.assertRaisesRegex(ConfigError, "--coordinator_address"):
       cli.start_processes(None, 2, None)
-    except ValueError as e:
-      self.assertTrue(cli._is_usage_error(e))  # pylint: disable=protected-access
-    else:
-      self.fail("start_processes without --coordinator_address and "
-                "--process_id raised no ValueError")
 
 
 class InterruptTest(absltest.TestCase):

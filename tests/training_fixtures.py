@@ -49,9 +49,12 @@ def lm_task(model_config, vocab_size: int):
   # pylint: disable=g-import-not-at-top
   from qkspec.training import model as model_lib
   from qkspec.training import tasks
-  return tasks.Task("lm", model_lib.make_model(model_config, "lm", vocab_size),
-                    None, None, {}, tasks.token_loss, model_config.causal,
-                    model_lib.attention_temperature(model_config), vocab_size)
+  return tasks.Task(
+      kind="lm", model=model_lib.make_model(model_config, "lm", vocab_size),
+      example_inputs=None, train_batch=None, eval_splits={},
+      loss=tasks.token_loss, causal=model_config.causal,
+      temperature=model_lib.attention_temperature(model_config),
+      vocab_size=vocab_size)
 
 
 def plain_loss(task, params, batch):

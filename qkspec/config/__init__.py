@@ -1,5 +1,8 @@
 """Config helpers for `configs/*.py`, importing ml_collections, not jax:
 `args` the `--config file.py:smoke,L=3` grammar, `defaults` the training
 configs, `schema.validate` naming the bad key, `resume` what a resumed run
-may change.
+may change. Each raises `ConfigError` on a config that cannot run.
 """
+from qkspec.config.errors import ConfigError
+
+__all__ = ["ConfigError"]

@@ -4,11 +4,13 @@ import pathlib
 
 import ml_collections
 
+from qkspec.config.errors import ConfigError
+
 
 def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
   """"smoke,L=3,d=32" -> ConfigDict(smoke=True, L=3, d=32) over `defaults`:
   a bare name sets a bool to True, `k=v` takes the default's type; unknown
-  names raise ValueError."""
+  names and values not of that type raise ConfigError."""
   out = ml_collections.ConfigDict(defaults)
   for part in (arg or "").split(","):
     part = part.strip()
@@ -16,17 +18,22 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
       continue
     key, sep, value = part.partition("=")
     if key not in defaults:
-      raise ValueError(f"unknown config argument {key!r}; known: "
-                       f"{sorted(defaults)}.")
+      raise ConfigError(f"unknown config argument {key!r}; known: "
+                        f"{sorted(defaults)}.")
     default = defaults[key]
     if not sep:
       if not isinstance(default, bool):
-        raise ValueError(f"config argument {key!r} needs a value ({key}=...).")
+        raise ConfigError(f"config argument {key!r} needs a value "
+                          f"({key}=...).")
       out[key] = True
     elif isinstance(default, bool):
       out[key] = value.lower() in ("1", "true", "yes")
     else:
-      out[key] = type(default)(value)
+      try:
+        out[key] = type(default)(value)
+      except ValueError:
+        raise ConfigError(f"config argument {key!r} takes values like "
+                          f"{default!r}, got {value!r}.") from None
   return out
 
 
@@ -35,7 +42,7 @@ def load_config_file(path: str | pathlib.Path,
   """`get_config(arg)` of a config file, as `--config path:arg` loads it."""
   path = pathlib.Path(path)
   if not path.is_file():
-    raise ValueError(f"no config file at {path}.")
+    raise ConfigError(f"no config file at {path}.")
   spec = importlib.util.spec_from_file_location(f"_config_{path.stem}", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)

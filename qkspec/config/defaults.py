@@ -8,6 +8,8 @@ from ml_collections import config_dict
 from qkspec.config import schema
 from qkspec.config.args import load_config_file  # noqa: F401  (re-export)
 from qkspec.config.args import parse_arg  # noqa: F401  (re-export)
+from qkspec.config.errors import ConfigError
+from qkspec.theory._locater_hparams import LocaterHParams
 
 KAPPA2_SWEEP = (0.0, 1e-3, 1e-2, 1e-1, 1.0)   # paper Sec. 7, Figs. 6, 8-12
 
@@ -21,12 +23,10 @@ def _training(c):
       eps=1e-8,              # Adam epsilon
       weight_decay=0.01,     # decoupled (AdamW), as fairseq's Adam
   ))
-  # kappa1, kappa2, target: the fields of qkspec.theory.locater.LocaterHParams
-  # (tests/config/schema_test.py checks names and defaults agree).
   c.locater = ml_collections.ConfigDict(dict(
-      kappa1=0.0,            # scale strength, tr(W_QK^T W_QK) (0 = off)
-      kappa2=0.0,            # mean strength, (tr W_QK - target)^2 (0 = off)
-      target=1.0,            # the eigen-sum tr(W_QK) is held to (paper: 1)
+      # kappa1, kappa2, target: qkspec.theory.locater.LocaterHParams, its
+      # fields and defaults (no LocATER)
+      **LocaterHParams()._asdict(),
       # the reading of J + kappa * penalty: "mean_loss" as printed, or
       # "summed_loss" as fairseq (mean loss + kappa / (B T) * penalty);
       # schema.PENALTY_ADDED_TO
@@ -176,18 +176,18 @@ def smoke(c, d_model: int = 16) -> ml_collections.ConfigDict:
 def set_seed(c, seed: int, seeds: int) -> None:
   """`config.seed = seed`, checked against `seeds` (a figure config's args)."""
   if seeds < 1:
-    raise ValueError(f"seeds must be >= 1, got {seeds}.")
+    raise ConfigError(f"seeds must be >= 1, got {seeds}.")
   if seed and seeds > 1:
-    raise ValueError(f"seed={seed} runs one seed and seeds={seeds} runs "
-                     f"seeds 0..{seeds - 1} in one program: give one.")
+    raise ConfigError(f"seed={seed} runs one seed and seeds={seeds} runs "
+                      f"seeds 0..{seeds - 1} in one program: give one.")
   c.seed = seed
 
 
 def readings_of(c, *, fairseq: bool, both_readings: bool) -> tuple[str, ...]:
   """The readings of kappa asked for; sets `locater.penalty_added_to`."""
   if fairseq and both_readings:
-    raise ValueError("fairseq trains fairseq's reading and both_readings "
-                     "both readings side by side: give one.")
+    raise ConfigError("fairseq trains fairseq's reading and both_readings "
+                      "both readings side by side: give one.")
   if fairseq:
     c.locater.penalty_added_to = "summed_loss"
   return (tuple(schema.PENALTY_ADDED_TO) if both_readings   # mean, summed
@@ -221,12 +221,12 @@ def wikitext2_variant(c, *, fairseq: bool = False, seeds: int = 1,
   readings = readings_of(c, fairseq=fairseq, both_readings=both_readings)
   set_seed(c, seed, seeds)
   if none and contrast:
-    raise ValueError("none trains the no-LocATER member alone and contrast "
-                     "adds it to the sweep: give one.")
+    raise ConfigError("none trains the no-LocATER member alone and contrast "
+                      "adds it to the sweep: give one.")
   if none and both_readings:
-    raise ValueError("none trains kappa1 = kappa2 = 0, the same under both "
-                     "readings (the factor multiplies a zero penalty): "
-                     "leave both_readings out.")
+    raise ConfigError("none trains kappa1 = kappa2 = 0, the same under both "
+                      "readings (the factor multiplies a zero penalty): "
+                      "leave both_readings out.")
   if none:
     c.locater.kappa1 = c.locater.kappa2 = 0.0
     c.sweep.kappa1 = c.sweep.kappa2 = ()

@@ -3,9 +3,10 @@
 Only those of `SAFE`: how long the run goes, its cadences, how its steps are
 compiled, batched and placed, where the data lives. Any other change (a
 field one config lacks included) would restore into other shapes, draw
-other batches or train other members, and refuses the resume.
+other batches or train other members, and `check` refuses the resume.
 """
 from qkspec.config import schema
+from qkspec.config.errors import ConfigError
 
 SAFE = (
     "num_steps",                                          # how long
@@ -40,3 +41,14 @@ def changed_fields(old: dict, new: dict) -> dict[str, tuple]:
 def describe(changes: dict[str, tuple]) -> str:
   """"model.d_model 8 -> 16, data.seed 0 -> 1" for `changed_fields`."""
   return ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items())
+
+
+def check(old: dict, new: dict, workdir: str) -> None:
+  """Raises ConfigError if `workdir`'s checkpoints, trained with the config
+  `old`, may not resume under `new` (both as JSON dicts)."""
+  changes = changed_fields(old, new)
+  if changes:
+    raise ConfigError(
+        f"{workdir} holds checkpoints of another config ({describe(changes)})"
+        f"; use a fresh --workdir (a resumed run may change only "
+        f"{', '.join(SAFE)}).")

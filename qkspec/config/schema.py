@@ -1,15 +1,19 @@
 """Validation of training configs, before anything is built or trained.
 
-`validate(config)` raises ValueError naming the offending key: unknown, of
+`validate(config)` raises `ConfigError` naming the offending key: unknown, of
 the wrong type or impossible (negative kappa, heads not dividing d, ...).
-Checks that need the data run in `qkspec.training.tasks`.
+`check_batch_split` needs the devices (`qkspec.training.plan`), the checks
+that need the data run in `qkspec.training.tasks`.
 """
 from typing import Any, Callable
+
+from qkspec.config.errors import ConfigError
+from qkspec.theory._locater_hparams import LocaterHParams
 
 # The model's string options (qkspec/training/model.py implements each).
 QK_PARAMS = ("factored", "joint")      # W_Q, W_K kernels | one joint W_QK
 NORMS = ("post", "pre", "none")        # LayerNorm placement
-ACTIVATIONS = ("relu", "identity", "gelu")
+ACTIVATIONS = ("relu", "identity", "gelu")   # sigma, model.ACTIVATIONS
 KERNELS = ("xla", "pallas")            # qkspec.kernels: XLA | Pallas (GPU)
 PALLAS_MAX_SEQ_LEN = 64  # T of one attention block (kernels.fused_attention)
 
@@ -70,16 +74,12 @@ def _temperature(v):
     return f"{msg} (or None: the square root of the head width)"
 
 
-# The fields of `qkspec.theory.locater.LocaterHParams`, in order (named here
-# to load without jax; tests/config/schema_test.py checks that they agree).
-LOCATER_CHECKS = {
-    "kappa1": _real(0.0),                 # scale strength
-    "kappa2": _real(0.0),                 # mean strength
-    "target": _real(),                    # tau
-}
-LOCATER_FIELDS = tuple(LOCATER_CHECKS)
+# The fields of `qkspec.theory.locater.LocaterHParams`: the strengths
+# kappa1, kappa2 >= 0, the target tau any number.
+LOCATER_CHECKS = {**dict.fromkeys(LocaterHParams._fields, _real(0.0)),
+                  "target": _real()}
 # What a sweep can vary per member.
-SWEEPABLE = ("seed",) + LOCATER_FIELDS + ("penalty_added_to",)
+SWEEPABLE = ("seed",) + LocaterHParams._fields + ("penalty_added_to",)
 
 # The readings of kappa (`locater.penalty_added_to`, step.penalty_scale_of).
 PENALTY_ADDED_TO = {
@@ -176,53 +176,70 @@ def flatten(config, prefix: str = "") -> dict:
   return out
 
 
-def validate(config, num_devices: int | None = None) -> None:
-  """Raises ValueError naming the key of the first problem in `config`;
-  with `num_devices` (those that split each batch: all of them, or a
-  member group's), the batch must split evenly over them."""
+def validate(config) -> None:
+  """Raises ConfigError naming the key of the first problem in `config`."""
   flat = flatten(config)
+  _check_fields(flat)
+  _check_model(config.model, flat["task"], config.data.seq_len)
+  if flat["task"] == "lm" and config.data.name == "synthetic":
+    for key in ("vocab_size", "train_tokens", "eval_tokens"):
+      if f"data.{key}" not in flat:
+        raise ConfigError(f"config.data.{key} is missing (synthetic data).")
+  _check_sweep(flat)
+
+
+def _check_fields(flat: dict) -> None:
+  """Every field known, of its type and range; none missing."""
   task = flat.get("task")
   schema = {**_COMMON, **{"theory": _THEORY_DATA,
                           "synthetic": _SYNTHETIC}.get(task, _LM_DATA)}
   for key in flat:
     if key not in schema:
-      raise ValueError(f"unknown config key {key!r}.")
+      raise ConfigError(f"unknown config key {key!r}.")
   for key, check in schema.items():
     if key in flat:
       msg = check(flat[key])
       if msg:
-        raise ValueError(f"config.{key} {msg}, got {flat[key]!r}.")
+        raise ConfigError(f"config.{key} {msg}, got {flat[key]!r}.")
     elif not (key.startswith("sweep.") or key in _LM_DATA):
-      raise ValueError(f"config.{key} is missing.")
+      raise ConfigError(f"config.{key} is missing.")
 
-  m = config.model
+
+def _check_model(m, task: str, seq_len: int) -> None:
+  """The model fields that must agree with each other and the task."""
   if m.d_model % m.num_heads:
-    raise ValueError(f"config.model.num_heads={m.num_heads} does not divide "
-                     f"config.model.d_model={m.d_model}.")
+    raise ConfigError(f"config.model.num_heads={m.num_heads} does not divide "
+                      f"config.model.d_model={m.d_model}.")
   if task == "theory" and m.num_heads != 1 and not m.out_proj:
-    raise ValueError("config.model.out_proj must be True with num_heads > 1 "
-                     "unless heads are concatenated (head_dim = d / H).")
+    raise ConfigError("config.model.out_proj must be True with num_heads > 1 "
+                      "unless heads are concatenated (head_dim = d / H).")
   if m.kernels == "pallas" and (task != "lm" or m.qk_param != "factored"
                                 or m.attn_dropout
-                                or config.data.seq_len > PALLAS_MAX_SEQ_LEN):
-    raise ValueError("config.model.kernels='pallas' (fused GPU kernels) is "
-                     "for the LM task with qk_param='factored', "
-                     f"attn_dropout=0 and data.seq_len <= {PALLAS_MAX_SEQ_LEN}"
-                     "; got "
-                     f"task={task!r}, qk_param={m.qk_param!r}, attn_dropout="
-                     f"{m.attn_dropout}, seq_len={config.data.seq_len}.")
-  if task == "lm" and config.data.name == "synthetic":
-    for key in ("vocab_size", "train_tokens", "eval_tokens"):
-      if f"data.{key}" not in flat:
-        raise ValueError(f"config.data.{key} is missing (synthetic data).")
-  if num_devices is not None and config.data.batch_size % num_devices:
-    raise ValueError(f"config.data.batch_size={config.data.batch_size} is not "
-                     f"divisible by the {num_devices} devices that split "
-                     f"each batch.")
+                                or seq_len > PALLAS_MAX_SEQ_LEN):
+    raise ConfigError("config.model.kernels='pallas' (fused GPU kernels) is "
+                      "for the LM task with qk_param='factored', "
+                      f"attn_dropout=0 and data.seq_len <= {PALLAS_MAX_SEQ_LEN}"
+                      "; got "
+                      f"task={task!r}, qk_param={m.qk_param!r}, attn_dropout="
+                      f"{m.attn_dropout}, seq_len={seq_len}.")
+
+
+def _check_sweep(flat: dict) -> None:
+  """A zipped sweep's entries of one length (or 1)."""
   sweep = {k: flat[f"sweep.{k}"] for k in SWEEPABLE if flat.get(f"sweep.{k}")}
   if flat.get("sweep.mode", "zip") == "zip" and sweep:
     lengths = {len(v) for v in sweep.values()} - {1}
     if len(lengths) > 1:
-      raise ValueError(f"config.sweep entries must have equal lengths (or 1) "
-                       f"with mode 'zip', got "
-                       f"{ {k: len(v) for k, v in sweep.items()} }.")
+      raise ConfigError(f"config.sweep entries must have equal lengths (or 1) "
+                        f"with mode 'zip', got "
+                        f"{ {k: len(v) for k, v in sweep.items()} }.")
+
+
+def check_batch_split(config, num_devices: int) -> None:
+  """Raises ConfigError unless the batch splits evenly over the
+  `num_devices` devices that split each batch (all of them, or a member
+  group's)."""
+  if config.data.batch_size % num_devices:
+    raise ConfigError(f"config.data.batch_size={config.data.batch_size} is "
+                      f"not divisible by the {num_devices} devices that split "
+                      f"each batch.")

@@ -34,7 +34,7 @@ INT_FIELDS = {"num_seeds": 1, "num_layers": 1, "num_heads": 1, "d_model": 1,
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  """Raises ValueError naming the first bad field of a dong_trained config."""
+  """Raises ConfigError naming the first bad field of a dong_trained config."""
   outputs.require_ints(config, INT_FIELDS)
   outputs.require_subset(config, "tasks", synthetic.TASKS)
   outputs.require_subset(config, "variants", dong_measure.VARIANTS)

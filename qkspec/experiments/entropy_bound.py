@@ -19,7 +19,8 @@ from qkspec.plots import style
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  """Raises ValueError naming the first bad field of an entropy_bound config."""
+  """Raises ConfigError naming the first bad field of an entropy_bound
+  config."""
   outputs.require_positive(config, "nu_max")
   outputs.require_ints(config, {"num_nu": 2})
   seq_lens = config.seq_lens

@@ -30,7 +30,8 @@ BOUNDS = ("eq9", "eq9_raw", "zhai", "zhai_raw", "zhai_row")
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  """Raises ValueError naming the first bad field of an entropy_check config."""
+  """Raises ConfigError naming the first bad field of an entropy_check
+  config."""
   outputs.require_ints(config, {"dim": 1, "seq_len": 2, "num_sequences": 1,
                                 "num_draws": 1})
   outputs.require_temperature(config)

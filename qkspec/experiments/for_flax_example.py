@@ -27,7 +27,7 @@ STAGES = ("init", "plain", "locater")
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  """Raises ValueError naming the first bad field of the config."""
+  """Raises ConfigError naming the first bad field of the config."""
   outputs.require_ints(config, {
       "seed": 0, "num_layers": 1, "num_heads": 1, "d_model": 1, "mlp_dim": 1,
       "seq_len": 2, "vocab_size": 2, "batch_size": 1, "num_steps": 1,

@@ -18,7 +18,8 @@ DRAW_STREAM, COV_STREAM, SHARED_STREAM = 0, 1, 2
 
 
 def require_covariances(config: ml_collections.ConfigDict) -> None:
-  """Raises ValueError unless `covariances` and `aniso_half_width` are valid."""
+  """Raises ConfigError unless `covariances` and `aniso_half_width` are
+  valid."""
   outputs.require_subset(config, "covariances", COVARIANCES)
   outputs.require_positive(config, "aniso_half_width")
 

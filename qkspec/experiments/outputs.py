@@ -3,7 +3,7 @@
 An experiment writes into one flat workdir: `config.json` (the resolved
 config), `<table>.csv` with `<table>.json` (one row per dict) and
 `<figure>.png` (`qkspec.plots.style`). The config checks raise
-ValueError naming the field; nothing here knows about the maths.
+`ConfigError` naming the field; nothing here knows about the maths.
 """
 import contextlib
 import csv
@@ -18,15 +18,18 @@ from absl import logging
 import ml_collections
 import numpy as np
 
+from qkspec.config import ConfigError
+
 
 def start_run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path,
               validate: Callable[[ml_collections.ConfigDict], None]
               ) -> tuple[pathlib.Path, list[pathlib.Path]]:
-  """Validates `config`, creates `workdir`, writes `config.json`; (the
-  workdir as a Path, [the config.json path])."""
+  """Validates `config` (then logs it), creates `workdir`, writes
+  `config.json`; (the workdir as a Path, [the config.json path])."""
   validate(config)
+  logging.info("config:\n%s", config)
   if not str(workdir):
-    raise ValueError("workdir must be a non-empty path.")
+    raise ConfigError("workdir must be a non-empty path.")
   workdir = pathlib.Path(workdir).expanduser()
   workdir.mkdir(parents=True, exist_ok=True)
   return workdir, [_write_json(config.to_dict(), workdir, "config")]
@@ -108,14 +111,14 @@ def log_outputs(name: str, paths: Sequence[pathlib.Path]) -> None:
 
 
 def require(ok: bool, field: str, what: str, value: Any) -> None:
-  """Raises ValueError naming the config field unless `ok` (config checks)."""
+  """Raises ConfigError naming the config field unless `ok` (config checks)."""
   if not ok:
-    raise ValueError(f"config.{field} {what}, got {value!r}.")
+    raise ConfigError(f"config.{field} {what}, got {value!r}.")
 
 
 def require_ints(config: ml_collections.ConfigDict,
                  minimums: Mapping[str, int]) -> None:
-  """Raises ValueError unless each `config[field]` is an int >= its minimum."""
+  """Raises ConfigError unless each `config[field]` is an int >= its minimum."""
   for field, low in minimums.items():
     value = config[field]
     require(isinstance(value, int) and not isinstance(value, bool)
@@ -123,28 +126,28 @@ def require_ints(config: ml_collections.ConfigDict,
 
 
 def require_positive(config: ml_collections.ConfigDict, *fields: str) -> None:
-  """Raises ValueError unless each `config[field]` ("a.b" for nested) > 0."""
+  """Raises ConfigError unless each `config[field]` ("a.b" for nested) > 0."""
   for field in fields:
     require(config[field] > 0, field, "must be > 0", config[field])
 
 
 def require_in(config: ml_collections.ConfigDict, field: str,
                choices: Sequence[str]) -> None:
-  """Raises ValueError unless `config[field]` is one of `choices`."""
+  """Raises ConfigError unless `config[field]` is one of `choices`."""
   require(config[field] in choices, field, f"must be one of {choices}",
           config[field])
 
 
 def require_subset(config: ml_collections.ConfigDict, field: str,
                    choices: Iterable[str]) -> None:
-  """Raises ValueError unless `config[field]` is a non-empty subset."""
+  """Raises ConfigError unless `config[field]` is a non-empty subset."""
   value, choices = config[field], tuple(choices)
   require(len(value) > 0 and set(value) <= set(choices), field,
           f"must be a non-empty subset of {choices}", value)
 
 
 def require_temperature(config: ml_collections.ConfigDict) -> None:
-  """Raises ValueError unless `config.temperature` is None or > 0."""
+  """Raises ConfigError unless `config.temperature` is None or > 0."""
   value = config.temperature
   require(value is None or (isinstance(value, (int, float))
                             and not isinstance(value, bool) and value > 0),

@@ -30,7 +30,7 @@ from qkspec.plots import style
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  """Raises ValueError naming the first bad field of a rank_collapse config."""
+  """Raises ConfigError naming the first bad field of a rank_collapse config."""
   outputs.require_ints(config, {
       "num_seeds": 1, "num_sequences": 1, "num_layers": 1, "num_heads": 1,
       "dim": 1, "head_dim": 1, "mlp_dim": 1, "seq_len": 2,

@@ -30,7 +30,7 @@ from qkspec.plots import style
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  """Raises ValueError naming the first bad field of a simulate_grid config."""
+  """Raises ConfigError naming the first bad field of a simulate_grid config."""
   outputs.require_ints(config, {
       "dim": 1, "seq_len": 2, "num_sequences": 2, "entropy_sequences": 2,
       "num_draws": 2, "num_eigen_means": 1, "num_eigen_stds": 1,

@@ -38,7 +38,7 @@ GAUSSIAN = {"paper": (False, "paper"), "corrected": (False, "corrected"),
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  """Raises ValueError naming the first bad field of a simulate_rho config."""
+  """Raises ConfigError naming the first bad field of a simulate_rho config."""
   outputs.require_ints(config, {"dim": 1, "seq_len": 2, "num_sequences": 1,
                                 "num_draws": 1, "cells_per_batch": 1})
   outputs.require_temperature(config)

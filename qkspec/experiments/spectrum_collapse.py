@@ -36,7 +36,7 @@ _STATIC = ("dim", "seq_len", "num_layers", "num_heads", "num_sequences",
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  """Raises ValueError naming the first bad field of the config."""
+  """Raises ConfigError naming the first bad field of the config."""
   outputs.require_ints(config, {
       "dim": 1, "seq_len": 2, "num_layers": 1, "num_heads": 1, "num_draws": 1,
       "num_sequences": 1, "points_per_batch": 1})

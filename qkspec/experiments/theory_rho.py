@@ -26,7 +26,7 @@ from qkspec.plots import style
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  """Raises ValueError naming the first bad field of a theory_rho config."""
+  """Raises ConfigError naming the first bad field of a theory_rho config."""
   outputs.require_ints(config, {"num_theta": 2, "num_xi": 2})
   outputs.require_positive(config, "xi_max", "lemma2.xi", "lemma2.tol",
                            "lemma2.slope_tol", "lemma2.vanish_eta")

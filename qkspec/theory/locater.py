@@ -18,14 +18,9 @@ import jax.numpy as jnp
 
 from qkspec.theory import _checks
 from qkspec.theory import spectrum
-
-
-class LocaterHParams(NamedTuple):
-  r""":math:`(\kappa_1, \kappa_2, \tau)`, a pytree (a sweep stacks one per
-  member); `_fields` are the config's `locater.*` fields."""
-  kappa1: float | jax.Array = 0.0      # scale strength (0 = off)
-  kappa2: float | jax.Array = 0.0      # mean strength (0 = off)
-  target: float | jax.Array = 1.0      # tau, the eigen-sum held (paper: 1)
+# (kappa1, kappa2, tau), defined where the config layer reads its fields
+# without jax
+from qkspec.theory._locater_hparams import LocaterHParams  # noqa: F401
 
 
 def locater_penalty(w_qk: jax.Array, kappa1: float, kappa2: float,

@@ -68,7 +68,7 @@ class PeriodicAction:
 
   def __init__(self, every: int, run, start: int):
     self.every, self.run, self.start = every, run, start
-    self.num_steps = run.config.num_steps
+    self.num_steps = run.plan.config.num_steps
 
   def due(self, step: int) -> bool:
     return step > self.start and (step % self.every == 0
@@ -92,7 +92,7 @@ class LogAction(PeriodicAction):
 
   def __init__(self, run, start: int, fresh: bool, pending: Pending,
                writers):
-    super().__init__(run.config.log_every, run, start)
+    super().__init__(run.plan.config.log_every, run, start)
     self.fresh, self.pending, self.writers = fresh, pending, writers
     self._since = (time.time(), start)
 
@@ -133,7 +133,7 @@ class LogAction(PeriodicAction):
     if items:
       logging.info("step %d/%d  train/loss %s  %.3g steps/s  ETA %s", step,
                    self.num_steps,
-                   progress.by_member(train["train/loss"], self.run.names),
+                   progress.by_member(train["train/loss"], self.run.plan.names),
                    rate, progress.fmt_time((self.num_steps - step) / rate))
 
 
@@ -178,13 +178,14 @@ class EvalAction(PeriodicAction):
   phase = "eval"
 
   def __init__(self, run, start: int, writers):
-    super().__init__(run.config.eval_every, run, start)
+    super().__init__(run.plan.config.eval_every, run, start)
     self.writers = writers
 
   def begin(self, step: int, state) -> None:
-    res = _evaluate(self.run.steps, state, self.run.config.progress_every_s)
+    res = _evaluate(self.run.steps, state,
+                    self.run.plan.config.progress_every_s)
     logging.info("step %d eval: %s", step, "; ".join(
-        f"{k} {progress.by_member(v, self.run.names)}"
+        f"{k} {progress.by_member(v, self.run.plan.names)}"
         for k, v in res.items()))
     for i, w in enumerate(self.writers):
       w.write_scalars(step, {k: self.run.member_view(v, i)
@@ -200,7 +201,7 @@ class CheckpointAction(PeriodicAction):
 
   def __init__(self, run, start: int, pending: Pending,
                ckpt: ckpt_lib.Checkpointer, writers):
-    super().__init__(run.config.checkpoint_every, run, start)
+    super().__init__(run.plan.config.checkpoint_every, run, start)
     self.pending, self.ckpt, self.writers = pending, ckpt, writers
 
   def begin(self, step: int, state):

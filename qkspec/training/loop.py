@@ -2,7 +2,8 @@ r"""The training loop: set up a run, restore or initialise it, train it.
 
 `train_and_evaluate(config, workdir)` runs:
 
-1. `_setup`: checks the config, builds the compiled steps and the members;
+1. `_setup`: checks the config (once), makes its `plan.Plan` and builds
+   the compiled steps;
 2. `_prepare_workdir`: refuses checkpoints of another config
    (`qkspec.config.resume`), writes `config.json` and `members.json`; the
    programs then compile on threads while the state is built
@@ -22,35 +23,32 @@ import contextlib
 import dataclasses
 import json
 import os
-from typing import Any
 
 from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from qkspec.config import ConfigError
 from qkspec.config import resume
 from qkspec.config import schema
 from qkspec.theory import locater
 from qkspec.training import actions as actions_lib
 from qkspec.training import checkpoint as ckpt_lib
 from qkspec.training import metric_writer
+from qkspec.training import plan as plan_lib
 from qkspec.training import preemption
 from qkspec.training import progress
 from qkspec.training import step as step_lib
-from qkspec.training import sweep as sweep_lib
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class Run:
   """What a run is made of, built once by `_setup`."""
-  config: Any
+  plan: plan_lib.Plan        # config, members, names, layout, mesh
   workdir: str
   steps: step_lib.Steps
-  members: list[dict]        # {seed, kappa1, kappa2, target} per member
-  names: list[str]           # "run", or the swept values ("kappa2=0.1")
   dirs: list[str]            # each member's metrics directory
-  vmapped: bool              # a sweep: the state has a leading member axis
   init_keys: jax.Array
   dropout_keys: jax.Array    # replicated on the mesh
   hparams: locater.LocaterHParams
@@ -58,29 +56,26 @@ class Run:
 
   def member_view(self, tree, i: int):
     """Member `i`'s part of `tree` (the tree itself without a sweep)."""
-    return jax.tree.map(lambda x: x[i], tree) if self.vmapped else tree
+    return jax.tree.map(lambda x: x[i], tree) if self.plan.vmapped else tree
 
 
 def _setup(config, workdir: str) -> Run:
-  """Checks `config` and builds the steps and members (writes nothing)."""
+  """Checks `config` (then logs it), makes its plan and builds the steps
+  (writes nothing)."""
   schema.validate(config)
+  logging.info("config:\n%s", config)
   if config.multihost and not jax.distributed.is_initialized():
     # A command line may already have initialised it (--coordinator_address).
     jax.distributed.initialize()
-  layout = sweep_lib.config_layout(config, jax.device_count(),
-                                   jax.process_count())
-  schema.validate(config, num_devices=layout.data)   # those splitting a batch
+  plan = plan_lib.make_plan(config)
   logging.info("devices: %s (process %d of %d)", jax.devices(),
                jax.process_index(), jax.process_count())
-  steps = step_lib.build_steps(config, step_lib.make_mesh(layout))
-  members = sweep_lib.members(config)
-  swept = sweep_lib.swept_keys(config)
-  vmapped = bool(swept)
-  names = [sweep_lib.member_name(m, swept) for m in members]
-  dirs = [os.path.join(workdir, n) if vmapped else workdir for n in names]
-  init_keys, dropout_keys, hparams = step_lib.member_inputs(members, vmapped)
-  return Run(config=config, workdir=workdir, steps=steps, members=members,
-             names=names, dirs=dirs, vmapped=vmapped, init_keys=init_keys,
+  steps = step_lib.build_steps(plan)
+  dirs = [os.path.join(workdir, n) if plan.vmapped else workdir
+          for n in plan.names]
+  init_keys, dropout_keys, hparams = step_lib.member_inputs(plan)
+  return Run(plan=plan, workdir=workdir, steps=steps, dirs=dirs,
+             init_keys=init_keys,
              dropout_keys=_replicate(dropout_keys, steps.replicated),
              hparams=hparams, lead=jax.process_index() == 0)
 
@@ -98,7 +93,7 @@ def _replicate(x: jax.Array, sharding) -> jax.Array:
 
 
 def _prepare_workdir(run: Run) -> None:
-  """Writes `config.json` and `members.json`; raises ValueError first if
+  """Writes `config.json` and `members.json`; raises ConfigError first if
   the workdir holds checkpoints of a config (its config.json) that differs
   beyond `qkspec.config.resume.SAFE`."""
   path = os.path.join(run.workdir, "config.json")
@@ -106,21 +101,17 @@ def _prepare_workdir(run: Run) -> None:
   if os.path.isfile(path) and os.path.isdir(ckpt_dir) and any(
       name.isdigit() for name in os.listdir(ckpt_dir)):
     with open(path) as f:
-      old = json.load(f)
-    changes = resume.changed_fields(old, json.loads(run.config.to_json()))
-    if changes:
-      raise ValueError(
-          f"{run.workdir} holds checkpoints of another config "
-          f"({resume.describe(changes)}); use a fresh --workdir (a resumed "
-          f"run may change only {', '.join(resume.SAFE)}).")
+      resume.check(json.load(f), json.loads(run.plan.config.to_json()),
+                   run.workdir)
   if not run.lead:
     return
   os.makedirs(run.workdir, exist_ok=True)
   with open(path, "w") as f:
-    f.write(run.config.to_json(indent=1))
+    f.write(run.plan.config.to_json(indent=1))
   with open(os.path.join(run.workdir, "members.json"), "w") as f:
     json.dump([{"name": n, "dir": os.path.relpath(d, run.workdir), **m}
-               for n, d, m in zip(run.names, run.dirs, run.members)], f,
+               for n, d, m in zip(run.plan.names, run.dirs,
+                                  run.plan.members)], f,
               indent=1)
 
 
@@ -141,7 +132,7 @@ def _abstract_state(run: Run, saved: bool = False):
 
 def _restore_or_init(run: Run, ckpt: ckpt_lib.Checkpointer):
   """The state at the newest checkpoint that restores, or a fresh one;
-  ValueError if it trained other LocATER hyperparameters (checkpoints that
+  ConfigError if it trained other LocATER hyperparameters (checkpoints that
   `_prepare_workdir` could not check: their config.json is gone)."""
   if ckpt.latest_step() is not None:
     found = ckpt.restore_newest(_abstract_state(run, saved=True))
@@ -150,8 +141,8 @@ def _restore_or_init(run: Run, ckpt: ckpt_lib.Checkpointer):
       saved = jax.device_get(state.hparams)
       for name, have, want in zip(saved._fields, saved, run.hparams):
         if not np.array_equal(np.asarray(have), np.asarray(want)):
-          raise ValueError(f"{run.workdir} holds a run with other {name} "
-                           f"values ({have}); use a fresh --workdir.")
+          raise ConfigError(f"{run.workdir} holds a run with other {name} "
+                            f"values ({have}); use a fresh --workdir.")
       logging.info("resumed from step %d", step)
       return run.steps.unsaved(state)
   return run.steps.init(run.init_keys, run.hparams)
@@ -161,8 +152,8 @@ def _chunk_at(run: Run, step: int, actions) -> int:
   """Steps the next call runs: k = `steps_per_call` if `step` is a
   multiple of k and they end by the next step-counted action, else 1."""
   k = run.steps.steps_per_call
-  stop = min([run.config.num_steps] + [a.next_due(step) for a in actions
-                                       if hasattr(a, "next_due")])
+  stop = min([run.plan.config.num_steps] + [
+      a.next_due(step) for a in actions if hasattr(a, "next_due")])
   if k > 1 and run.steps.train_many is not None and step % k == 0 and (
       step + k <= stop):
     return k
@@ -200,9 +191,9 @@ def _run(run: Run, state, start: int, actions: list[actions_lib.PeriodicAction],
           if left is not None:
             rest.append((action.phase, left))
       boundary = step          # every action due at `step` has run
-      if step >= run.config.num_steps or stop.at_boundary():
+      if step >= run.plan.config.num_steps or stop.at_boundary():
         _run_rest(rest, clock)
-        if step >= run.config.num_steps:
+        if step >= run.plan.config.num_steps:
           return state
         raise KeyboardInterrupt
       k = _chunk_at(run, step, actions)
@@ -254,7 +245,7 @@ def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
   Writes `config.json`, `members.json`, `run_info.jsonl` (a line per
   finished invocation), each member's `metrics.jsonl` (and TensorBoard
   events if installed) and checkpoints in `ckpt/`. Returns the final
-  TrainState (leading member axis for a sweep). Raises ValueError (a bad
+  TrainState (leading member axis for a sweep). Raises ConfigError (a bad
   config, or checkpoints of another, before anything is written),
   RuntimeError (no checkpoint restores), FloatingPointError (NaN/Inf, with
   the step) or `preemption.Interrupted` (after saving a checkpoint).
@@ -274,14 +265,14 @@ def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
     writers = [stack.enter_context(w) for w in metric_writer.open_writers(
         run.dirs, -1 if fresh else start, run.lead)]
     if start == 0:
-      for w, m in zip(writers, run.members):
+      for w, m in zip(writers, run.plan.members):
         w.write_hparams({**schema.flatten(config), **m})
     if start >= config.num_steps:
       logging.warning("%s is at step %d already (config.num_steps=%d): "
                       "nothing to train; raise --config.num_steps to train "
                       "on.", workdir, start, config.num_steps)
     else:
-      pending = actions_lib.Pending(run.names, ckpt.describe)
+      pending = actions_lib.Pending(run.plan.names, ckpt.describe)
       log = actions_lib.LogAction(run, start, fresh, pending, writers)
       actions = [progress.ProgressAction(config.progress_every_s, start,
                                          config.num_steps, log.due),

@@ -3,13 +3,15 @@ r"""Flax modules: the theory model (paper Sec. 2) and the LM of Sec. 7 / App. D.
 Shapes: B=batch, T=tokens, d=model width, H=heads, D=head width, F=FFN
 width, V=vocab, L=layers. Tokens are rows (the paper stores them as columns).
 
-Attention layers sow their logits and probabilities ("intermediates") for
-`layer_stats`; `qk_matrices` gives every :math:`W_{QK}`. With
-`kernels="pallas"` attention, Post-LN and the loss run as the fused kernels
-of `qkspec.kernels` on the same parameters and dropout masks (measuring
-uses the XLA layers).
+Every module takes one `ModelConfig` (`config.model` typed by
+`model_config`). Attention layers sow their logits and probabilities
+("intermediates") for `layer_stats`; `qk_matrices` gives every
+:math:`W_{QK}`. With `kernels="pallas"` attention, Post-LN and the loss run
+as the fused kernels of `qkspec.kernels` on the same parameters and dropout
+masks (measuring uses the XLA layers).
 """
 # pylint: disable=invalid-name
+import dataclasses
 import math
 from typing import Any
 
@@ -19,17 +21,41 @@ import jax.numpy as jnp
 import numpy as np
 
 from qkspec import kernels as kernels_lib
+from qkspec.config import schema
 from qkspec.theory import softmax
 
-# One function per name of schema.ACTIVATIONS (tests/training/model_test.py
-# checks).
-ACTIVATIONS = {"relu": nn.relu, "identity": lambda x: x, "gelu": nn.gelu}
+# sigma of each name of schema.ACTIVATIONS, in its order.
+ACTIVATIONS = dict(zip(schema.ACTIVATIONS,
+                       (nn.relu, lambda x: x, nn.gelu), strict=True))
 
 # fairseq initialisations (fairseq/modules/multihead_attention.py,
 # fairseq/models/transformer_lm.py): xavier_uniform everywhere, gain
 # 1/sqrt(2) for q/k/v, embeddings N(0, d^-1/2).
 _xavier = nn.initializers.xavier_uniform()
 _xavier_qkv = nn.initializers.variance_scaling(0.5, "fan_avg", "uniform")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+  """The settings of every module here, as lm1b's `TransformerConfig`."""
+  num_layers: int = 1                  # L
+  d_model: int | None = None           # d (the LM's embedding width)
+  num_heads: int = 1                   # H
+  head_dim: int | None = None          # D; None means d // H
+  qk_param: str = "factored"           # schema.QK_PARAMS
+  qkv_bias: bool = True                # q/k/v(/out) biases, as fairseq
+  out_proj: bool = True                # False: concat heads (needs H*D == d)
+  causal: bool = True
+  temperature: float | None = None     # lambda; None means sqrt(D)
+  attn_dropout: float = 0.0            # on the attention probabilities
+  ffn_dim: int                         # F
+  activation: str = "relu"             # schema.ACTIVATIONS
+  norm: str = "post"                   # schema.NORMS
+  ffn_bias: bool = True
+  dropout: float = 0.0                 # embedding and residual dropout
+  kernels: str = "xla"                 # schema.KERNELS
+  vocab_size: int | None = None        # V (the LM)
+  dtype: Any = jnp.float32             # compute dtype (params stay float32)
 
 
 class ProjectionParams(nn.Module):
@@ -67,41 +93,32 @@ class SelfAttention(nn.Module):
   [B, H, T, T] float32. `kernels="pallas"`: one QKV matmul and
   `qkspec.kernels.attention`, unless "intermediates" is collected.
   """
-  num_heads: int = 1
-  head_dim: int | None = None          # D; None means d // H
-  qk_param: str = "factored"
-  use_bias: bool = True                # q/k/v(/out) biases, as fairseq
-  out_proj: bool = True                # False: concat heads (needs H*D == d)
-  causal: bool = True
-  temperature: float | None = None     # lambda; None means sqrt(D)
-  attn_dropout: float = 0.0
-  kernels: str = "xla"                 # schema.KERNELS
-  dtype: Any = jnp.float32
+  config: ModelConfig
 
   @nn.compact
   def __call__(self, x_BxTxd: jax.Array, deterministic: bool = True):
+    c = self.config
     B, T, d = x_BxTxd.shape
-    if self.kernels == "pallas" and (self.qk_param == "joint"
-                                     or self.attn_dropout):
+    if c.kernels == "pallas" and (c.qk_param == "joint" or c.attn_dropout):
       raise ValueError("kernels='pallas' needs qk_param='factored' and "
                        "attn_dropout=0.")
-    H = self.num_heads
-    D = self.head_dim or d // H
-    lam = float(softmax.temperature(self.temperature, D))
+    H = c.num_heads
+    D = c.head_dim or d // H
+    lam = float(softmax.temperature(c.temperature, D))
     measuring = self.is_mutable_collection("intermediates")
-    if self.kernels == "pallas" and not measuring:
+    if c.kernels == "pallas" and not measuring:
       qkv_BxTx3xHxD, biases = self._packed_qkv(x_BxTxd, H, D)
       return self._output(kernels_lib.attention(
-          qkv_BxTx3xHxD, lam, biases=biases, causal=self.causal), d)
+          qkv_BxTx3xHxD, lam, biases=biases, causal=c.causal), d)
     dense = lambda name: nn.DenseGeneral(  # noqa: E731
-        (H, D), use_bias=self.use_bias, dtype=self.dtype,
+        (H, D), use_bias=c.qkv_bias, dtype=c.dtype,
         kernel_init=_xavier_qkv, name=name)
-    if self.qk_param == "joint":
-      w_qk_HxDxd = self.param(
+    if c.qk_param == "joint":
+      w_qk_Hxdxd = self.param(
           "w_qk", nn.initializers.normal(0.5 / math.sqrt(d)), (H, d, d))
       # 0.5/sqrt(d): the std of W_Q^T W_K for two fairseq-initialised kernels.
       xw_BxTxHxd = jnp.einsum("bti,hij->bthj", x_BxTxd,
-                              w_qk_HxDxd.astype(self.dtype))
+                              w_qk_Hxdxd.astype(c.dtype))
       logits_BxHxTxT = jnp.einsum("bqhj,bkj->bhqk", xw_BxTxHxd, x_BxTxd)
     else:
       q_BxTxHxD = dense("query")(x_BxTxd)
@@ -111,13 +128,13 @@ class SelfAttention(nn.Module):
     logits_BxHxTxT = logits_BxHxTxT.astype(jnp.float32) / lam
     self.sow("intermediates", "logits", logits_BxHxTxT)
     masked = (jnp.where(causal_mask(T), logits_BxHxTxT,
-                        jnp.finfo(jnp.float32).min) if self.causal
+                        jnp.finfo(jnp.float32).min) if c.causal
               else logits_BxHxTxT)
     probs_BxHxTxT = jax.nn.softmax(masked, axis=-1)
     self.sow("intermediates", "probs", probs_BxHxTxT)
-    probs_BxHxTxT = nn.Dropout(self.attn_dropout)(
+    probs_BxHxTxT = nn.Dropout(c.attn_dropout)(
         probs_BxHxTxT, deterministic=deterministic)
-    u_BxTxHxD = jnp.einsum("bhqk,bkhd->bqhd", probs_BxHxTxT.astype(self.dtype),
+    u_BxTxHxD = jnp.einsum("bhqk,bkhd->bqhd", probs_BxHxTxT.astype(c.dtype),
                            v_BxTxHxD)
     return self._output(u_BxTxHxD, d)
 
@@ -125,21 +142,22 @@ class SelfAttention(nn.Module):
     """q, k, v by one matmul, [B, T, 3, H, D] without biases, and the
     biases (three [H, D], or None)."""
     B, T, d = x_BxTxd.shape
-    ws, biases = zip(*(ProjectionParams((H, D), self.use_bias, name=name)(d)
+    c = self.config
+    ws, biases = zip(*(ProjectionParams((H, D), c.qkv_bias, name=name)(d)
                        for name in ("query", "key", "value")))
     w_dx3HD = jnp.concatenate([w.reshape(d, H * D) for w in ws],
-                              axis=1).astype(self.dtype)
-    qkv_BxTx3HD = jnp.einsum("btd,de->bte", x_BxTxd.astype(self.dtype),
+                              axis=1).astype(c.dtype)
+    qkv_BxTx3HD = jnp.einsum("btd,de->bte", x_BxTxd.astype(c.dtype),
                              w_dx3HD)
     return (qkv_BxTx3HD.reshape(B, T, 3, H, D),
-            biases if self.use_bias else None)
+            biases if c.qkv_bias else None)
 
   def _output(self, u_BxTxHxD: jax.Array, d: int) -> jax.Array:
     """U [B, T, d]: the output projection, or the heads side by side (H D =
     d, as the schema requires)."""
-    if self.out_proj:
-      return nn.DenseGeneral(d, axis=(-2, -1), use_bias=self.use_bias,
-                             dtype=self.dtype, kernel_init=_xavier,
+    if self.config.out_proj:
+      return nn.DenseGeneral(d, axis=(-2, -1), use_bias=self.config.qkv_bias,
+                             dtype=self.config.dtype, kernel_init=_xavier,
                              name="out")(u_BxTxHxD)
     return u_BxTxHxD.reshape(*u_BxTxHxD.shape[:2], d)
 
@@ -169,60 +187,51 @@ class Block(nn.Module):
   Dropout after the attention and the FFN (fairseq); `kernels="pallas"`
   fuses each Post-LN residual (`PostLN`). Sows `out` [B, T, d].
   """
-  attention: dict
-  ffn_dim: int
-  activation: str = "relu"
-  norm: str = "post"
-  ffn_bias: bool = True
-  dropout: float = 0.0
-  kernels: str = "xla"
-  dtype: Any = jnp.float32
+  config: ModelConfig
 
   @nn.compact
   def __call__(self, x_BxTxd: jax.Array, deterministic: bool = True):
+    c = self.config
     d = x_BxTxd.shape[-1]
-    drop = nn.Dropout(self.dropout)
-    fused = self.kernels == "pallas" and self.norm == "post"
+    drop = nn.Dropout(c.dropout)
+    fused = c.kernels == "pallas" and c.norm == "post"
 
     def residual(name, x, u):
       """x + dropout(u), layer-normed under Post-LN."""
       if fused:    # the mask nn.Dropout draws, scaled by 1/keep
         mask = drop(jnp.ones(u.shape, jnp.float32), deterministic)
-        return PostLN(dtype=self.dtype, name=name)(x, u, mask)
+        return PostLN(dtype=c.dtype, name=name)(x, u, mask)
       z = x + drop(u, deterministic=deterministic)
-      return self._ln(name)(z) if self.norm == "post" else z
+      return self._ln(name)(z) if c.norm == "post" else z
 
-    h = self._ln("attn_ln")(x_BxTxd) if self.norm == "pre" else x_BxTxd
-    u = SelfAttention(**self.attention, kernels=self.kernels,
-                      dtype=self.dtype, name="attn")(h, deterministic)
+    h = self._ln("attn_ln")(x_BxTxd) if c.norm == "pre" else x_BxTxd
+    u = SelfAttention(c, name="attn")(h, deterministic)
     z_BxTxd = residual("attn_ln", x_BxTxd, u)
-    h = self._ln("ffn_ln")(z_BxTxd) if self.norm == "pre" else z_BxTxd
-    h_BxTxF = nn.Dense(self.ffn_dim, use_bias=self.ffn_bias, dtype=self.dtype,
+    h = self._ln("ffn_ln")(z_BxTxd) if c.norm == "pre" else z_BxTxd
+    h_BxTxF = nn.Dense(c.ffn_dim, use_bias=c.ffn_bias, dtype=c.dtype,
                        kernel_init=_xavier, name="ffn1")(h)
-    h_BxTxF = ACTIVATIONS[self.activation](h_BxTxF)
-    h = nn.Dense(d, use_bias=self.ffn_bias, dtype=self.dtype,
+    h_BxTxF = ACTIVATIONS[c.activation](h_BxTxF)
+    h = nn.Dense(d, use_bias=c.ffn_bias, dtype=c.dtype,
                  kernel_init=_xavier, name="ffn2")(h_BxTxF)
     x_BxTxd = residual("ffn_ln", z_BxTxd, h)
     self.sow("intermediates", "out", x_BxTxd)
     return x_BxTxd
 
   def _ln(self, name: str) -> nn.Module:
-    return nn.LayerNorm(epsilon=1e-5, dtype=self.dtype, name=name)
+    return nn.LayerNorm(epsilon=1e-5, dtype=self.config.dtype, name=name)
 
 
 class Decoder(nn.Module):
   """L blocks, plus a final LayerNorm for Pre-LN (fairseq's decoder)."""
-  num_layers: int
-  block: dict
-  dtype: Any = jnp.float32
+  config: ModelConfig
 
   @nn.compact
   def __call__(self, x_BxTxd: jax.Array, deterministic: bool = True):
-    for layer in range(self.num_layers):
-      x_BxTxd = Block(**self.block, dtype=self.dtype,
-                      name=f"block_{layer}")(x_BxTxd, deterministic)
-    if self.block.get("norm") == "pre":
-      x_BxTxd = nn.LayerNorm(epsilon=1e-5, dtype=self.dtype,
+    c = self.config
+    for layer in range(c.num_layers):
+      x_BxTxd = Block(c, name=f"block_{layer}")(x_BxTxd, deterministic)
+    if c.norm == "pre":
+      x_BxTxd = nn.LayerNorm(epsilon=1e-5, dtype=c.dtype,
                              name="final_ln")(x_BxTxd)
     return x_BxTxd
 
@@ -230,14 +239,12 @@ class Decoder(nn.Module):
 class TheoryModel(nn.Module):
   r"""Sec. 2's model: no embedding, :math:`F(X) = X^L` [B, T, d]; its last
   row :math:`F(X)_T` predicts :math:`x_{T+1}`."""
-  num_layers: int
-  block: dict
-  dtype: Any = jnp.float32
+  config: ModelConfig
 
   @nn.compact
   def __call__(self, x_BxTxd: jax.Array, deterministic: bool = True):
-    return Decoder(self.num_layers, self.block, self.dtype, name="decoder")(
-        x_BxTxd.astype(self.dtype), deterministic).astype(jnp.float32)
+    return Decoder(self.config, name="decoder")(
+        x_BxTxd.astype(self.config.dtype), deterministic).astype(jnp.float32)
 
 
 def sinusoidal_positions(seq_len: int, d: int, offset: int = 2) -> np.ndarray:
@@ -256,27 +263,26 @@ class OutputHead(nn.Module):
   """Untied output projection (no bias, as fairseq): the logits, or with
   targets (weighted loss sum, weight) by `qkspec.kernels.output_xent`,
   which never materialises the [B, T, V] logits."""
-  vocab_size: int
-  kernels: str = "xla"
-  dtype: Any = jnp.float32
+  config: ModelConfig
 
   @nn.compact
   def __call__(self, x_BxTxd: jax.Array, targets_BxT: jax.Array | None = None,
                weights_BxT: jax.Array | None = None):
+    c = self.config
     d = x_BxTxd.shape[-1]
     kernel_dxV = self.param("kernel", nn.initializers.normal(d**-0.5),
-                            (d, self.vocab_size))
+                            (d, c.vocab_size))
     if targets_BxT is None:
-      logits_BxTxV = jnp.einsum("btd,dv->btv", x_BxTxd.astype(self.dtype),
-                                kernel_dxV.astype(self.dtype),
+      logits_BxTxV = jnp.einsum("btd,dv->btv", x_BxTxd.astype(c.dtype),
+                                kernel_dxV.astype(c.dtype),
                                 preferred_element_type=jnp.float32)
       return logits_BxTxV.astype(jnp.float32)
     if weights_BxT is None:
       weights_BxT = jnp.ones(targets_BxT.shape, jnp.float32)
     loss_sum = kernels_lib.output_xent(
         x_BxTxd.reshape(-1, d), kernel_dxV, targets_BxT.reshape(-1),
-        weights_BxT.reshape(-1).astype(jnp.float32), impl=self.kernels,
-        compute_dtype=self.dtype)
+        weights_BxT.reshape(-1).astype(jnp.float32), impl=c.kernels,
+        compute_dtype=c.dtype)
     return loss_sum, jnp.sum(weights_BxT)
 
 
@@ -284,29 +290,23 @@ class LanguageModel(nn.Module):
   r"""fairseq `transformer_lm` (Sec. 7, App. D): embedding times
   :math:`\sqrt d`, sinusoidal positions, dropout, L causal blocks and
   `OutputHead`, tokens [B, T] -> logits."""
-  vocab_size: int
-  d_model: int
-  num_layers: int
-  block: dict
-  dropout: float = 0.0
-  dtype: Any = jnp.float32
+  config: ModelConfig
 
   @nn.compact
   def __call__(self, tokens_BxT: jax.Array, deterministic: bool = True,
                targets_BxT: jax.Array | None = None,
                weights_BxT: jax.Array | None = None):
-    d = self.d_model
-    embed = nn.Embed(self.vocab_size, d,
+    c = self.config
+    d = c.d_model
+    embed = nn.Embed(c.vocab_size, d,
                      embedding_init=nn.initializers.normal(d**-0.5),
                      name="embed")
     x_BxTxd = embed(tokens_BxT) * math.sqrt(d)
     x_BxTxd = x_BxTxd + sinusoidal_positions(tokens_BxT.shape[-1], d)[None]
-    x_BxTxd = nn.Dropout(self.dropout)(x_BxTxd, deterministic=deterministic)
-    x_BxTxd = Decoder(self.num_layers, self.block, self.dtype, name="decoder")(
-        x_BxTxd.astype(self.dtype), deterministic)
-    head = OutputHead(self.vocab_size, self.block.get("kernels", "xla"),
-                      self.dtype, name="output")
-    return head(x_BxTxd, targets_BxT, weights_BxT)
+    x_BxTxd = nn.Dropout(c.dropout)(x_BxTxd, deterministic=deterministic)
+    x_BxTxd = Decoder(c, name="decoder")(x_BxTxd.astype(c.dtype),
+                                         deterministic)
+    return OutputHead(c, name="output")(x_BxTxd, targets_BxT, weights_BxT)
 
 
 def attention_temperature(model_config) -> float:
@@ -316,22 +316,26 @@ def attention_temperature(model_config) -> float:
   return float(softmax.temperature(m.temperature, m.d_model // m.num_heads))
 
 
-def make_model(model_config, task: str, vocab_size: int | None = None,
+def model_config(config_model, vocab_size: int | None = None,
+                 dtype: Any = jnp.float32) -> ModelConfig:
+  """`config.model` (a training config's) as a `ModelConfig`, with its
+  head width and temperature worked out."""
+  m = config_model
+  return ModelConfig(
+      num_layers=m.num_layers, d_model=m.d_model, num_heads=m.num_heads,
+      head_dim=m.d_model // m.num_heads, qk_param=m.qk_param,
+      qkv_bias=m.qkv_bias, out_proj=m.out_proj, causal=m.causal,
+      temperature=attention_temperature(m), attn_dropout=m.attn_dropout,
+      ffn_dim=m.ffn_dim, activation=m.activation, norm=m.norm,
+      ffn_bias=m.ffn_bias, dropout=m.dropout, kernels=m.kernels,
+      vocab_size=vocab_size, dtype=dtype)
+
+
+def make_model(config_model, task: str, vocab_size: int | None = None,
                dtype: Any = jnp.float32) -> nn.Module:
-  """Builds the module of `task` ("theory" or "lm") from `config.model`."""
-  m = model_config
-  attention = dict(num_heads=m.num_heads, head_dim=m.d_model // m.num_heads,
-                   qk_param=m.qk_param, use_bias=m.qkv_bias,
-                   out_proj=m.out_proj, causal=m.causal,
-                   temperature=attention_temperature(m),
-                   attn_dropout=m.attn_dropout)
-  block = dict(attention=attention, ffn_dim=m.ffn_dim, activation=m.activation,
-               norm=m.norm, ffn_bias=m.ffn_bias, dropout=m.dropout,
-               kernels=m.kernels)
-  if task == "theory":
-    return TheoryModel(m.num_layers, block, dtype)
-  return LanguageModel(vocab_size, m.d_model, m.num_layers, block, m.dropout,
-                       dtype)
+  """The module of `task` ("theory" or "lm") for `config.model`."""
+  c = model_config(config_model, vocab_size, dtype)
+  return TheoryModel(c) if task == "theory" else LanguageModel(c)
 
 
 def attention_params(params) -> list[dict]:

@@ -68,11 +68,11 @@ def pack_metrics(metrics) -> jax.Array:
   return jnp.stack([x.astype(jnp.float32) for x in jax.tree.leaves(metrics)])
 
 
-def unpack_metrics(packed_kxMx, like):
+def unpack_metrics(packed_kxMx___, like):
   """`pack_metrics`' arrays of k steps, [k, metrics, ...], as `like`'s
   structure and dtypes, each leaf [k, ...]."""
   leaves, tree = jax.tree.flatten(like)
-  return jax.tree.unflatten(tree, [packed_kxMx[:, i].astype(x.dtype)
+  return jax.tree.unflatten(tree, [packed_kxMx___[:, i].astype(x.dtype)
                                    for i, x in enumerate(leaves)])
 
 

@@ -113,7 +113,8 @@ def outputs_summary(run, ckpt) -> str:
     metrics = os.path.join(os.path.abspath(run.dirs[0]), "metrics.jsonl")
   else:
     metrics = (os.path.join(workdir, "<member>", "metrics.jsonl")
-               + f" for the {len(run.dirs)} members " + " ".join(run.names))
+               + f" for the {len(run.dirs)} members "
+               + " ".join(run.plan.names))
   steps = ", ".join(map(str, ckpt.all_steps())) or "none"
   return "\n".join((
       f"outputs in {workdir}:",
@@ -183,9 +184,9 @@ def record_invocation(run, start: int, end: int, clock: PhaseClock,
           "device_kind": jax.devices()[0].device_kind,
           "device_count": jax.device_count(),
           "process_count": jax.process_count(),
-          "compute_dtype": run.config.compute_dtype,
+          "compute_dtype": run.plan.config.compute_dtype,
           "steps_per_call": run.steps.steps_per_call,
-          "members": len(run.members), "jax": jax.__version__,
+          "members": len(run.plan.members), "jax": jax.__version__,
           "interrupted": interrupted,
           "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
   with open(os.path.join(run.workdir, RUN_INFO), "a") as f:

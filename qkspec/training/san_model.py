@@ -15,6 +15,7 @@ projection folded in, optional skip and MLP, no LayerNorm). `san_params`,
 `attn/logits`, `attn/probs` [B, H, T, T] and `out` [B, T, d].
 """
 # pylint: disable=invalid-name
+import dataclasses
 import math
 
 import flax.linen as nn
@@ -22,6 +23,21 @@ import jax
 import jax.numpy as jnp
 
 from qkspec.theory import san
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SANConfig:
+  """The settings of the classifier and its blocks (`make_classifier`)."""
+  vocab_size: int          # V tokens = classes
+  seq_len: int             # T, the learned positions
+  d_model: int             # d
+  num_layers: int          # L
+  num_heads: int           # H
+  temperature: float       # lambda
+  skip: bool               # X + SA(X) instead of SA(X)
+  mlp: bool                # an MLP after each attention
+  mlp_dim: int             # F
+  mlp_gain: float = 1.0    # `SANMLP.out_gain`
 
 
 class SANAttention(nn.Module):
@@ -81,51 +97,43 @@ class SANMLP(nn.Module):
 
 class SANBlock(nn.Module):
   """`san.layer` without LayerNorm: X + SA(X) (or SA(X)), then the MLP."""
-  num_heads: int
-  temperature: float
-  skip: bool
-  mlp: bool
-  mlp_dim: int
-  mlp_gain: float = 1.0
+  config: SANConfig
 
   @nn.compact
   def __call__(self, x_BxTxd: jax.Array) -> jax.Array:
-    h = SANAttention(self.num_heads, self.temperature, name="attn")(x_BxTxd)
-    x_BxTxd = x_BxTxd + h if self.skip else h
-    if self.mlp:
-      h = SANMLP(self.mlp_dim, self.mlp_gain, name="mlp")(x_BxTxd)
-      x_BxTxd = x_BxTxd + h if self.skip else h
+    c = self.config
+    h = SANAttention(c.num_heads, c.temperature, name="attn")(x_BxTxd)
+    x_BxTxd = x_BxTxd + h if c.skip else h
+    if c.mlp:
+      h = SANMLP(c.mlp_dim, c.mlp_gain, name="mlp")(x_BxTxd)
+      x_BxTxd = x_BxTxd + h if c.skip else h
     self.sow("intermediates", "out", x_BxTxd)
     return x_BxTxd
 
 
 class SANDecoder(nn.Module):
-  num_layers: int
-  block: dict
+  config: SANConfig
 
   @nn.compact
   def __call__(self, x_BxTxd: jax.Array) -> jax.Array:
-    for layer in range(self.num_layers):
-      x_BxTxd = SANBlock(**self.block, name=f"block_{layer}")(x_BxTxd)
+    for layer in range(self.config.num_layers):
+      x_BxTxd = SANBlock(self.config, name=f"block_{layer}")(x_BxTxd)
     return x_BxTxd
 
 
 class SANClassifier(nn.Module):
   """Tokens [B, T] -> per-position class logits [B, T, V] (module docstring)."""
-  vocab_size: int
-  seq_len: int
-  d_model: int
-  num_layers: int
-  block: dict
+  config: SANConfig
 
   @nn.compact
   def __call__(self, tokens_BxT: jax.Array, deterministic: bool = True):
     del deterministic   # no dropout
-    d, V = self.d_model, self.vocab_size
+    c = self.config
+    d, V = c.d_model, c.vocab_size
     emb = self.param("embed", nn.initializers.normal(1.0), (V, d))
-    pos = self.param("pos", nn.initializers.normal(1.0), (self.seq_len, d))
+    pos = self.param("pos", nn.initializers.normal(1.0), (c.seq_len, d))
     x_BxTxd = emb[tokens_BxT] + pos[None, :tokens_BxT.shape[-1]]
-    x_BxTxd = SANDecoder(self.num_layers, self.block, name="decoder")(x_BxTxd)
+    x_BxTxd = SANDecoder(c, name="decoder")(x_BxTxd)
     return nn.Dense(V, kernel_init=nn.initializers.normal(d**-0.5),
                     name="output")(x_BxTxd)
 
@@ -135,10 +143,11 @@ def make_classifier(model_config, vocab_size: int, seq_len: int,
   """The module of `config.model` (num_layers, d_model, num_heads, ffn_dim,
   skip, mlp) for V = `vocab_size` classes and T = `seq_len`."""
   m = model_config
-  block = dict(num_heads=m.num_heads, temperature=temperature, skip=m.skip,
-               mlp=m.mlp, mlp_dim=m.ffn_dim,
-               mlp_gain=1.0 / math.sqrt(2 * m.num_layers))
-  return SANClassifier(vocab_size, seq_len, m.d_model, m.num_layers, block)
+  return SANClassifier(SANConfig(
+      vocab_size=vocab_size, seq_len=seq_len, d_model=m.d_model,
+      num_layers=m.num_layers, num_heads=m.num_heads, temperature=temperature,
+      skip=m.skip, mlp=m.mlp, mlp_dim=m.ffn_dim,
+      mlp_gain=1.0 / math.sqrt(2 * m.num_layers)))
 
 
 # ------------------------------------- the same parameters as pure arrays ----

@@ -15,13 +15,14 @@ hyperparameters held in the state), times a static factor :math:`s`:
 a sweep may train both readings side by side. AdamW, constant learning
 rate, no clipping, as the paper's fairseq setup.
 
-`build_steps` jit-compiles `train_step(state, batch, key)` over a ("data",)
-mesh: batch sharded, state replicated and donated, dropout key
-`fold_in(key, state.step)`; a sweep maps it over the stacked members, on a
-("members", "data") mesh where the members are sharded (`sweep.Layout`).
+`build_steps` jit-compiles `train_step(state, batch, key)` over the mesh of
+a `plan.Plan`: batch sharded over "data", state replicated and donated,
+dropout key `fold_in(key, state.step)`; a sweep maps it over the stacked
+members, sharded over "members" where the plan's layout says so.
 """
 # pylint: disable=invalid-name
 from concurrent import futures
+import dataclasses
 import functools
 from typing import Any, Callable
 
@@ -34,6 +35,7 @@ from qkspec.theory import locater
 from qkspec.training import layer_stats
 from qkspec.training import model as model_lib
 from qkspec.training import multi_step
+from qkspec.training import plan as plan_lib
 from qkspec.training import sweep as sweep_lib
 from qkspec.training import tasks
 
@@ -59,13 +61,13 @@ def member_keys(seed) -> tuple[jax.Array, jax.Array]:
   return tuple(jax.random.split(jax.random.key(seed)))
 
 
-def member_inputs(members: list[dict], stacked: bool
+def member_inputs(plan: plan_lib.Plan
                   ) -> tuple[jax.Array, jax.Array, locater.LocaterHParams]:
-  """(init keys, dropout keys, hparams) of `sweep.members(config)`, on a
-  leading member axis if `stacked`, else the one member's."""
+  """(init keys, dropout keys, hparams) of the plan's members, on a
+  leading member axis for a sweep, else the one member's."""
   per_member = [(*member_keys(m["seed"]), sweep_lib.hparams(m))
-                for m in members]
-  return sweep_lib.stack(per_member) if stacked else per_member[0]
+                for m in plan.members]
+  return sweep_lib.stack(per_member) if plan.vmapped else per_member[0]
 
 
 def init_state(init_key: jax.Array, hparams: locater.LocaterHParams, *,
@@ -99,10 +101,10 @@ def penalty_scale_of(config, added_to: str | None = None) -> float:
   return 1.0 if added_to == "mean_loss" else 1.0 / targets_per_batch(config)
 
 
-def penalty_scales(config) -> list[float]:
-  """`penalty_scale_of` each member of `sweep.members(config)`."""
-  return [penalty_scale_of(config, m["penalty_added_to"])
-          for m in sweep_lib.members(config)]
+def penalty_scales(plan: plan_lib.Plan) -> list[float]:
+  """`penalty_scale_of` each member of the plan."""
+  return [penalty_scale_of(plan.config, m["penalty_added_to"])
+          for m in plan.members]
 
 
 def objective(params, hparams: locater.LocaterHParams, batch, dropout_key, *,
@@ -156,7 +158,7 @@ def train_step(state: TrainState, batch, key: jax.Array, *, task: tasks.Task,
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   copies = (None if state.copies is None
-            else multi_step.copies(params, task.model.dtype))
+            else multi_step.copies(params, task.model.config.dtype))
   finite, grad_norm = update_checks(total, grads)
   metrics = {"loss": loss, "penalty": penalty, "finite": finite,
              "grad_norm": grad_norm}
@@ -183,39 +185,29 @@ def device_copy(tree):
   return jax.tree.map(jnp.copy, tree)
 
 
-class Steps(struct.PyTreeNode):
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Steps:
   """The compiled functions of a run (over the members for a sweep): keys,
   hparams, metrics and measurements of the N real members, a state of
-  `layout.padded`; `saved` copies its real members for a checkpoint,
+  `plan.layout.padded`; `saved` copies its real members for a checkpoint,
   `unsaved` pads them back, `real` is `saved` where members pad."""
-  task: Any = struct.field(pytree_node=False)
-  init: Any = struct.field(pytree_node=False)      # (init_keys, hparams)
-  train: Any = struct.field(pytree_node=False)     # (state, batch, keys)
-  eval: Any = struct.field(pytree_node=False)      # (params, batch)
-  measure: Any = struct.field(pytree_node=False)   # (params, batch)
-  replicated: Any = struct.field(pytree_node=False)
-  layout: Any = struct.field(pytree_node=False)    # sweep.Layout
-  state_sharding: Any = struct.field(pytree_node=False)
-  saved: Any = struct.field(pytree_node=False)     # (state) -> real members
-  saved_sharding: Any = struct.field(pytree_node=False)
-  unsaved: Any = struct.field(pytree_node=False)   # (saved) -> state
-  real: Any = struct.field(pytree_node=False)      # (state) -> real members
+  task: tasks.Task
+  init: Callable                      # (init_keys, hparams) -> state
+  train: Callable                     # (state, batch, keys) -> state, metrics
+  eval: Callable                      # (params, batch)
+  measure: Callable                   # (params, batch)
+  replicated: jax.sharding.Sharding
+  state_sharding: jax.sharding.Sharding
+  saved: Callable                     # (state) -> real members
+  saved_sharding: jax.sharding.Sharding
+  unsaved: Callable                   # (saved) -> state
+  real: Callable                      # (state) -> real members
   # k steps, and a split's eval, per call on batches built on the device
   # (multi_step; None without a feed): (state, feed.consts,
   # feed.train_inputs(step, k), keys), (params, feed.eval_tokens[s], indices)
-  train_many: Any = struct.field(pytree_node=False, default=None)
-  eval_many: Any = struct.field(pytree_node=False, default=None)
-  steps_per_call: int = struct.field(pytree_node=False, default=1)
-
-
-def make_mesh(layout: sweep_lib.Layout | None = None) -> jax.sharding.Mesh:
-  """The mesh of all devices, with automatic (GSPMD) sharding: ("data",),
-  or ("members", "data") where `layout` shards the members."""
-  if layout is None or layout.groups == 1:
-    return jax.make_mesh((jax.device_count(),), ("data",),
-                         axis_types=(jax.sharding.AxisType.Auto,))
-  return jax.make_mesh((layout.groups, layout.data), ("members", "data"),
-                       axis_types=(jax.sharding.AxisType.Auto,) * 2)
+  train_many: Callable | None = None
+  eval_many: Callable | None = None
+  steps_per_call: int = 1
 
 
 def member_batch(config) -> int:
@@ -227,41 +219,36 @@ def member_batch(config) -> int:
   return 1 if jax.default_backend() == "cpu" else 0
 
 
-def build_steps(config, mesh=None) -> Steps:
-  """The task and the jit-compiled (member-mapped for a sweep) functions;
-  `mesh` by default that of `sweep.config_layout` on all devices."""
-  vmapped = sweep_lib.is_sweep(config)
-  n = len(sweep_lib.members(config)) if vmapped else 1
-  mesh = mesh or make_mesh(sweep_lib.config_layout(
-      config, jax.device_count(), jax.process_count()))
-  lay = sweep_lib.Layout(n, dict(mesh.shape).get("members", 1),
-                         mesh.shape["data"])
-  replicated = jax.NamedSharding(mesh, jax.P())
-  state_sharding = jax.NamedSharding(
-      mesh, jax.P("members") if lay.groups > 1 else jax.P())
-  batch_sharding = jax.NamedSharding(mesh, jax.P("data"))
-  task = tasks.make_task(config, batch_sharding)
-  tx = make_optimizer(config.opt)
+def _member_functions(plan: plan_lib.Plan, task: tasks.Task, tx
+                      ) -> tuple[Callable, Callable, Callable, Callable]:
+  """init, train, eval and measure of one run, or mapped over the plan's
+  members (`sweep.padded_init`, `member_step`, `real_outputs`)."""
   init = functools.partial(init_state, task=task, tx=tx)
-  scales = penalty_scales(config)
+  scales = penalty_scales(plan)
   step = functools.partial(train_step, task=task, tx=tx,
                            penalty_scale=scales[0])
   evaluate = functools.partial(eval_step, task=task)
   measure = functools.partial(layer_stats.measure, task=task)
-  if vmapped:
-    batch = member_batch(config)
-    init = sweep_lib.padded_init(jax.vmap(init), lay)
-    step = sweep_lib.member_step(functools.partial(train_step, task=task,
-                                                   tx=tx),
-                                 scales, batch, mesh, lay)
-    evaluate = sweep_lib.real_outputs(evaluate, batch, mesh, lay)
-    measure = sweep_lib.real_outputs(measure, batch, mesh, lay)
+  if not plan.vmapped:
+    return init, step, evaluate, measure
+  batch, mesh, lay = member_batch(plan.config), plan.mesh, plan.layout
+  return (sweep_lib.padded_init(jax.vmap(init), lay),
+          sweep_lib.member_step(functools.partial(train_step, task=task,
+                                                  tx=tx),
+                                scales, batch, mesh, lay),
+          sweep_lib.real_outputs(evaluate, batch, mesh, lay),
+          sweep_lib.real_outputs(measure, batch, mesh, lay))
+
+
+def _many(task: tasks.Task, step, evaluate, state_sharding, batch_sharding,
+          replicated) -> dict[str, Any]:
+  """The train_many and eval_many fields of `Steps` (none without a feed)."""
   many = {}
   if task.feed is not None:
     xs_sharding = getattr(task.feed, "ids_sharding", replicated)
     many["train_many"] = jax.jit(
         multi_step.scan_train(step, task.feed, batch_sharding,
-                              copies_dtype=task.model.dtype),
+                              copies_dtype=task.model.config.dtype),
         in_shardings=(state_sharding, replicated, xs_sharding, replicated),
         out_shardings=(state_sharding, replicated), donate_argnums=0)
   if task.feed is not None and task.feed.eval_counts:
@@ -269,10 +256,23 @@ def build_steps(config, mesh=None) -> Steps:
         multi_step.scan_eval(evaluate, task.feed, batch_sharding),
         in_shardings=(state_sharding, replicated, replicated),
         out_shardings=replicated)
+  return many
+
+
+def build_steps(plan: plan_lib.Plan) -> Steps:
+  """The task and the jit-compiled (member-mapped for a sweep) functions
+  of `plan` on its mesh."""
+  mesh, lay = plan.mesh, plan.layout
+  replicated = jax.NamedSharding(mesh, jax.P())
+  state_sharding = jax.NamedSharding(
+      mesh, jax.P("members") if lay.groups > 1 else jax.P())
+  batch_sharding = jax.NamedSharding(mesh, jax.P("data"))
+  task = tasks.make_task(plan.config, batch_sharding)
+  init, step, evaluate, measure = _member_functions(
+      plan, task, make_optimizer(plan.config.opt))
   return Steps(
-      task=task, replicated=replicated, layout=lay,
-      state_sharding=state_sharding, **sweep_lib.saving(
-          lay, device_copy, state_sharding, replicated),
+      task=task, replicated=replicated, state_sharding=state_sharding,
+      **sweep_lib.saving(lay, device_copy, state_sharding, replicated),
       init=jax.jit(init, out_shardings=state_sharding),
       train=jax.jit(step, in_shardings=(state_sharding, batch_sharding,
                                         replicated),
@@ -282,7 +282,9 @@ def build_steps(config, mesh=None) -> Steps:
                    out_shardings=replicated),
       measure=jax.jit(measure, in_shardings=(state_sharding, batch_sharding),
                       out_shardings=replicated),
-      steps_per_call=multi_step.steps_per_call(config), **many)
+      steps_per_call=multi_step.steps_per_call(plan.config),
+      **_many(task, step, evaluate, state_sharding, batch_sharding,
+              replicated))
 
 
 class Warm:
@@ -333,5 +335,6 @@ def compile_ahead(steps, abstract_state, dropout_keys: jax.Array, batch):
   # last: the first checkpoint comes long after the first call and eval
   pool.submit(_compile, steps.saved, abstract_state)
   pool.shutdown(wait=False)          # the jobs run on; the threads then end
-  return steps.replace(**{name: Warm(getattr(steps, name), pending)
-                          for name, pending in jobs.items()})
+  return dataclasses.replace(steps, **{
+      name: Warm(getattr(steps, name), pending)
+      for name, pending in jobs.items()})

@@ -24,12 +24,9 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from qkspec.config import ConfigError
 from qkspec.config import schema
 from qkspec.theory import locater
-
-# kappa1, kappa2, target; the config's copy (schema.LOCATER_FIELDS, which
-# loads without jax) must match: tests/config/schema_test.py checks it.
-HPARAMS = locater.LocaterHParams._fields
 
 
 def swept_keys(config) -> list[str]:
@@ -37,15 +34,12 @@ def swept_keys(config) -> list[str]:
   return [k for k in schema.SWEEPABLE if sweep.get(k)]
 
 
-def is_sweep(config) -> bool:
-  return bool(swept_keys(config))
-
-
 def members(config) -> list[dict]:
   """[{seed, kappa1, kappa2, target, penalty_added_to}] per member (one if
   no sweep)."""
   base = {"seed": int(config.seed),
-          **{k: float(config.locater[k]) for k in HPARAMS},
+          **{k: float(config.locater[k])
+             for k in locater.LocaterHParams._fields},
           "penalty_added_to": str(config.locater.get("penalty_added_to",
                                                      "mean_loss"))}
   keys = swept_keys(config)
@@ -76,7 +70,8 @@ def member_config(config, member: dict) -> ml_collections.ConfigDict:
   """`config` with one member's values and no sweep (to train it alone)."""
   c = ml_collections.ConfigDict(config.to_dict())
   c.seed = member["seed"]
-  c.locater.update({k: member[k] for k in (*HPARAMS, "penalty_added_to")})
+  c.locater.update({k: member[k] for k in (*locater.LocaterHParams._fields,
+                                          "penalty_added_to")})
   c.sweep.update({k: () for k in schema.SWEEPABLE if k in c.sweep})
   return c
 
@@ -84,7 +79,7 @@ def member_config(config, member: dict) -> ml_collections.ConfigDict:
 def hparams(member: dict) -> locater.LocaterHParams:
   """The LocATER strengths of one member as float32 scalars."""
   return locater.LocaterHParams(
-      **{k: jnp.float32(member[k]) for k in HPARAMS})
+      **{k: jnp.float32(member[k]) for k in locater.LocaterHParams._fields})
 
 
 def stack(trees: list):
@@ -143,21 +138,15 @@ def layout(members: int, devices: int, shard: bool = True) -> Layout:
 
 def shards_members(config, devices: int, processes: int = 1) -> bool:
   """`config.sweep.shard_members` (None: on with several devices of one
-  process). Raises ValueError if True with several processes: each host
+  process). Raises ConfigError if True with several processes: each host
   builds only its rows of a batch (`qkspec.data.pipeline.host_rows`)."""
   shard = config.get("sweep", {}).get("shard_members", None)
   if shard is None:
     return devices > 1 and processes == 1
   if shard and processes > 1:
-    raise ValueError("config.sweep.shard_members=True needs one process "
-                     f"(got {processes}); set it to False or leave it auto.")
+    raise ConfigError("config.sweep.shard_members=True needs one process "
+                      f"(got {processes}); set it to False or leave it auto.")
   return bool(shard)
-
-
-def config_layout(config, devices: int, processes: int = 1) -> Layout:
-  """`layout` of `config`'s members (one for a single run)."""
-  n = len(members(config)) if is_sweep(config) else 1
-  return layout(n, devices, shards_members(config, devices, processes))
 
 
 def pad(tree, lay: Layout):

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from qkspec.config import ConfigError
 from qkspec.data import synthetic
 from qkspec.theory import randomwalk
 from qkspec.training import device_feed
@@ -32,9 +33,9 @@ from qkspec.training import san_model
 Batch = dict[str, jax.Array]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Task:
-  kind: str                                   # "theory" or "lm"
+  kind: str                                   # "theory", "lm" or "synthetic"
   model: nn.Module
   example_inputs: jax.Array                   # for model.init
   train_batch: Callable[[int], Batch]         # step -> global, sharded batch
@@ -107,11 +108,12 @@ def _theory_task(config, batch_sharding, dtype) -> Task:
     for i in range(num_valid):
       yield sample_jit(jax.random.fold_in(eval_key, 1000 + i))
 
-  return Task("theory", model_lib.make_model(config.model, "theory",
-                                             dtype=dtype),
-              jnp.zeros((1, T, d), jnp.float32), train_batch,
-              {"valid": valid}, squared_loss, config.model.causal,
-              model_lib.attention_temperature(config.model),
+  return Task(kind="theory",
+              model=model_lib.make_model(config.model, "theory", dtype=dtype),
+              example_inputs=jnp.zeros((1, T, d), jnp.float32),
+              train_batch=train_batch, eval_splits={"valid": valid},
+              loss=squared_loss, causal=config.model.causal,
+              temperature=model_lib.attention_temperature(config.model),
               eval_sizes={"valid": num_valid},
               feed=device_feed.TheoryFeed(train_key, sample))
 
@@ -158,11 +160,11 @@ def _lm_task(config, batch_sharding, dtype) -> Task:
   data = load_lm_data(config)
   T, B = dc.seq_len, dc.batch_size
   if data.train.shape[0] // T < B:
-    raise ValueError(
+    raise ConfigError(
         f"data.seq_len={T} x data.batch_size={B} is longer than the train "
         f"split ({data.train.shape[0]} tokens): not one batch fits.")
   if min(data.valid.shape[0], data.test.shape[0]) < 1:
-    raise ValueError("data: the valid/test splits are empty.")
+    raise ConfigError("data: the valid/test splits are empty.")
 
   def put(local):
     return {k: jax.make_array_from_process_local_data(batch_sharding, v)
@@ -196,13 +198,16 @@ def _lm_task(config, batch_sharding, dtype) -> Task:
       eval_counts=eval_sizes, seq_len=T, batch_size=B, seed=dc.seed,
       eos_id=data.eos_id,
       ids_sharding=jax.NamedSharding(mesh, jax.P(None, *batch_sharding.spec)))
-  return Task("lm", model_lib.make_model(config.model, "lm", data.vocab_size,
+  return Task(kind="lm",
+              model=model_lib.make_model(config.model, "lm", data.vocab_size,
                                          dtype),
-              jnp.zeros((1, T), jnp.int32), train_batch,
-              {"valid": make_eval("valid"), "test": make_eval("test")},
-              token_loss, config.model.causal,
-              model_lib.attention_temperature(config.model), data.vocab_size,
-              eval_sizes=eval_sizes, feed=feed)
+              example_inputs=jnp.zeros((1, T), jnp.int32),
+              train_batch=train_batch,
+              eval_splits={"valid": make_eval("valid"),
+                           "test": make_eval("test")},
+              loss=token_loss, causal=config.model.causal,
+              temperature=model_lib.attention_temperature(config.model),
+              vocab_size=data.vocab_size, eval_sizes=eval_sizes, feed=feed)
 
 
 # ------------------------------------------------------------- synthetic ----
@@ -230,22 +235,22 @@ def _synthetic_task(config, batch_sharding, dtype) -> Task:
   del dtype   # float32 throughout: the models are tiny
   m, dc = config.model, config.data
   if m.norm != "none" or m.dropout or m.attn_dropout or m.causal:
-    raise ValueError("config.task='synthetic' trains a SAN without "
-                     "LayerNorm, dropout or causal mask: set model.norm="
-                     "'none', model.dropout=model.attn_dropout=0, "
-                     "model.causal=False.")
+    raise ConfigError("config.task='synthetic' trains a SAN without "
+                      "LayerNorm, dropout or causal mask: set model.norm="
+                      "'none', model.dropout=model.attn_dropout=0, "
+                      "model.causal=False.")
   sample, evals = data_functions(dc)
   train_batch = jax.jit(sample, out_shardings=batch_sharding)
   evals = [jax.device_put(b) for b in evals]
   temperature = model_lib.attention_temperature(config.model)
   return Task(
-      "synthetic",
-      san_model.make_classifier(config.model, dc.vocab_size, dc.seq_len,
-                                temperature),
-      jnp.zeros((1, dc.seq_len), jnp.int32), train_batch,
-      {"valid": lambda: iter(evals)},
-      token_loss, False, temperature, dc.vocab_size,
-      eval_sizes={"valid": len(evals)})
+      kind="synthetic",
+      model=san_model.make_classifier(config.model, dc.vocab_size,
+                                      dc.seq_len, temperature),
+      example_inputs=jnp.zeros((1, dc.seq_len), jnp.int32),
+      train_batch=train_batch, eval_splits={"valid": lambda: iter(evals)},
+      loss=token_loss, causal=False, temperature=temperature,
+      vocab_size=dc.vocab_size, eval_sizes={"valid": len(evals)})
 
 
 def make_task(config, batch_sharding) -> Task:

@@ -5,6 +5,7 @@ import tempfile
 from absl.testing import absltest
 from absl.testing import parameterized
 
+from qkspec.config import ConfigError
 from qkspec.config import args
 import testutil
 
@@ -29,11 +30,12 @@ class ParseArgTest(parameterized.TestCase):
       ("smok", "unknown config argument 'smok'; known: \\['L', 'smoke'\\]"),
       ("L", "'L' needs a value \\(L=...\\)"))
   def test_bad_arguments_are_named(self, arg, message):
-    with self.assertRaisesRegex(ValueError, message):
+    with self.assertRaisesRegex(ConfigError, message):
       args.parse_arg(arg, smoke=False, L=1)
 
   def test_a_value_of_the_wrong_type_is_refused(self):
-    with self.assertRaises(ValueError):
+    with self.assertRaisesRegex(ConfigError,
+                                "'L' takes values like 1, got 'three'"):
       args.parse_arg("L=three", L=1)
 
 
@@ -55,7 +57,7 @@ class LoadConfigFileTest(absltest.TestCase):
       self.assertEqual(args.load_config_file(path), {"arg": None})
 
   def test_a_missing_file_is_named(self):
-    with self.assertRaisesRegex(ValueError, "no config file at .*nope.py"):
+    with self.assertRaisesRegex(ConfigError, "no config file at .*nope.py"):
       args.load_config_file("/nonexistent/nope.py")
 
 

@@ -23,6 +23,7 @@ from qkspec.config import schema
 from qkspec.report import run_cells
 from qkspec.report import writer
 from qkspec.training import loop
+from qkspec.training import plan as plan_lib
 from qkspec.training import step as step_lib
 from qkspec.training import sweep
 import testutil
@@ -36,16 +37,15 @@ def _smoke(arg: str = "", kappa2=(0.0, 1.0)):
   c = locater_wt2.get_config(",".join(filter(None, ("smoke", arg))))
   if c.sweep.mode == "product":
     c.sweep.kappa2 = kappa2
-  schema.validate(c, num_devices=1)
+  schema.validate(c)
   return c
 
 
 def _steps(c, n: int = 2):
   """(params, metrics) after `n` train steps of `c` on a fixed batch."""
-  steps = step_lib.build_steps(c)
-  members = sweep.members(c)
-  init_keys, dropout_keys, hparams = step_lib.member_inputs(
-      members, stacked=sweep.is_sweep(c))
+  plan = plan_lib.make_plan(c)
+  steps = step_lib.build_steps(plan)
+  init_keys, dropout_keys, hparams = step_lib.member_inputs(plan)
   state = steps.init(init_keys, hparams)
   for _ in range(n):
     state, metrics = steps.train(state, training_fixtures.lm_batch(c),
@@ -74,7 +74,7 @@ class MembersTest(parameterized.TestCase):
 
   def test_every_kappa2_under_both_readings(self):
     c = locater_wt2.get_config("both_readings")
-    schema.validate(c, num_devices=1)
+    schema.validate(c)
     members = sweep.members(c)
     self.assertLen(members, 2 * len(defaults.KAPPA2_SWEEP))
     self.assertEqual(
@@ -83,12 +83,12 @@ class MembersTest(parameterized.TestCase):
     self.assertEqual({m["seed"] for m in members}, {0})
     self.assertEqual(sweep.member_name(members[1], sweep.swept_keys(c)),
                      "kappa2=0,penalty_added_to=summed_loss")
-    self.assertEqual(step_lib.penalty_scales(c),
+    self.assertEqual(step_lib.penalty_scales(plan_lib.make_plan(c)),
                      [1.0, 1.0 / 4096] * len(defaults.KAPPA2_SWEEP))
 
   def test_contrast_member_once_per_seed(self):
     c = depth_width.get_config("L=1,d=32,both_readings,seeds=2,contrast")
-    schema.validate(c, num_devices=1)
+    schema.validate(c)
     members = sweep.members(c)
     self.assertLen(members, 2 * (2 * len(defaults.KAPPA2_SWEEP) + 1))
     for seed in (0, 1):
@@ -98,7 +98,7 @@ class MembersTest(parameterized.TestCase):
                             for k in defaults.KAPPA2_SWEEP]
                        + [(0.0, 0.0, "mean_loss")])
     fig7 = rho_training.get_config("both_readings,seeds=2")
-    schema.validate(fig7, num_devices=1)
+    schema.validate(fig7)
     self.assertEqual(
         [(m["seed"], m["kappa1"], m["penalty_added_to"])
          for m in sweep.members(fig7)],
@@ -111,7 +111,7 @@ class MembersTest(parameterized.TestCase):
     for arg in ("", "fairseq", "seeds=3,contrast", "fairseq,seeds=2"):
       c = locater_wt2.get_config(arg)
       self.assertEqual(tuple(c.sweep.penalty_added_to), (), arg)
-      self.assertLen(set(step_lib.penalty_scales(c)), 1)
+      self.assertLen(set(step_lib.penalty_scales(plan_lib.make_plan(c))), 1)
 
   @parameterized.parameters(
       ("both_readings,fairseq", "give one"),

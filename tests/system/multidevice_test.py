@@ -30,34 +30,26 @@ from absl.testing import absltest
 import numpy as np
 
 from qkspec.training import loop
+from qkspec.training import plan as plan_lib
 from qkspec.training import step as step_lib
-from qkspec.training import sweep
 import testutil
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 _RESULT = "QKSPEC_MULTIDEVICE_RESULT"
 
 
-def _mesh(n):
-  return jax.sharding.Mesh(np.array(jax.devices()[:n]), ("data",),
-                           axis_types=(jax.sharding.AxisType.Auto,))
+def _plan(config, n):
+  """The plan of `config` on the first `n` devices."""
+  return plan_lib.make_plan(config, jax.devices()[:n])
 
 
-def _members_mesh(lay):
-  """The ("members", "data") mesh of `lay` on the first devices."""
-  devices = np.array(jax.devices()[:lay.groups * lay.data])
-  return jax.sharding.Mesh(devices.reshape(lay.groups, lay.data),
-                           ("members", "data"),
-                           axis_types=(jax.sharding.AxisType.Auto,) * 2)
-
-
-def _sweep_run(config, mesh, singles, many):
+def _sweep_run(config, devices, singles, many):
   """A sweep's losses [steps][N], final params (the real members) and the
-  rows of the member axis each device holds: `singles` single steps, then
-  `many` steps in one `train_many` call."""
-  steps = step_lib.build_steps(config, mesh)
-  init_keys, dropout_keys, hparams = step_lib.member_inputs(
-      sweep.members(config), True)
+  rows of the member axis each device holds on the first `devices`:
+  `singles` single steps, then `many` steps in one `train_many` call."""
+  plan = _plan(config, devices)
+  steps = step_lib.build_steps(plan)
+  init_keys, dropout_keys, hparams = step_lib.member_inputs(plan)
   state, losses = steps.init(init_keys, hparams), []
   for step in range(singles):
     state, m = steps.train(state, steps.task.train_batch(step), dropout_keys)
@@ -74,10 +66,10 @@ def _sweep_run(config, mesh, singles, many):
               spec=str(tuple(leaf.sharding.spec)))
 
 
-def _run(config, mesh, num_steps):
-  steps = step_lib.build_steps(config, mesh)
-  init_key, dropout_key, hparams = step_lib.member_inputs(
-      sweep.members(config), False)
+def _run(config, devices, num_steps):
+  plan = _plan(config, devices)
+  steps = step_lib.build_steps(plan)
+  init_key, dropout_key, hparams = step_lib.member_inputs(plan)
   state = steps.init(init_key, hparams)
   metrics, shards = [], []
   for step in range(num_steps):
@@ -112,16 +104,16 @@ def _params(state):
 def _record_members(name, config, devices):
   """Records `_sweep_run` of `config` on `devices` devices (members
   sharded; 2 single steps, then 2 in a scan) and on 1 (4 single steps)."""
-  sharded = _members_mesh(sweep.config_layout(config, devices))
-  _record(**{f"members_{name}": _sweep_run(config, sharded, 2, 2),
-             f"members_{name}_1": _sweep_run(config, _mesh(1), 4, 0)})
+  _record(**{f"members_{name}": _sweep_run(config, devices, 2, 2),
+             f"members_{name}_1": _sweep_run(config, 1, 4, 0)})
 
 
 def _restore_on_one_device(config, workdir):
   """The newest checkpoint of `workdir`, restored onto 1 device."""
   from qkspec.training import checkpoint  # pylint: disable=g-import-not-at-top
-  steps = step_lib.build_steps(config, _mesh(1))
-  init_keys, _, hparams = step_lib.member_inputs(sweep.members(config), True)
+  plan = _plan(config, 1)
+  steps = step_lib.build_steps(plan)
+  init_keys, _, hparams = step_lib.member_inputs(plan)
   abstract = checkpoint.abstract_like(
       jax.eval_shape(steps.init, init_keys, hparams), steps.replicated)
   ckpt = checkpoint.Checkpointer(workdir)
@@ -208,8 +200,8 @@ class MultiDeviceTest(absltest.TestCase):
     c = testutil.get_config("locater_wt2", "smoke")   # dropout 0.1 on
     c.sweep.kappa2 = ()
     c.locater.kappa2 = 1.0
-    s4, m4, shards4, steps4 = _run(c, _mesh(4), 3)
-    s1, m1, shards1, _ = _run(c, _mesh(1), 3)
+    s4, m4, shards4, steps4 = _run(c, 4, 3)
+    s1, m1, shards1, _ = _run(c, 1, 3)
     batch = steps4.task.train_batch(7)
     e4 = jax.device_get(steps4.eval(s4.params, batch))
     _record(device_count=jax.device_count(), shards_4=shards4,
@@ -223,7 +215,8 @@ class MultiDeviceTest(absltest.TestCase):
 
   def test_train_and_evaluate_on_four_devices(self):
     config = testutil.get_config("theory_task", "smoke")
-    steps = step_lib.build_steps(config)
+    plan = plan_lib.make_plan(config)
+    steps = step_lib.build_steps(plan)
     with tempfile.TemporaryDirectory() as tmp:
       state = loop.train_and_evaluate(config, tmp)
       restored = _restore_on_one_device(config, tmp)
@@ -233,9 +226,9 @@ class MultiDeviceTest(absltest.TestCase):
     with self.assertRaises(ValueError) as caught:
       loop.train_and_evaluate(bad, "/nonexistent/never/written")
     bad.sweep.shard_members = None   # sharded: a group of 1 device per batch
-    split = loop._setup(bad, "/nonexistent/never/written").steps.layout
+    split = loop._setup(bad, "/nonexistent/never/written").plan.layout
     _record(train_and_evaluate_steps=np.asarray(state.step).tolist(),
-            train_and_evaluate_layout=[list(steps.layout),
+            train_and_evaluate_layout=[list(plan.layout),
                                        str(tuple(steps.state_sharding.spec))],
             restored_steps=np.asarray(restored.step).tolist(),
             restored_params=_params(restored), trained_params=_params(state),

@@ -18,8 +18,8 @@ import numpy as np
 
 from qkspec.config import defaults
 from qkspec.training import model as model_lib
+from qkspec.training import plan as plan_lib
 from qkspec.training import step as step_lib
-from qkspec.training import sweep as sweep_lib
 import testutil
 
 
@@ -32,8 +32,9 @@ def _train(compute_dtype, num_steps=300, **model):
   c.model.update(model)
   c.compute_dtype = compute_dtype
   c.num_steps = num_steps
-  steps = step_lib.build_steps(c)
-  ik, dk, hp = step_lib.member_inputs(sweep_lib.members(c), False)
+  plan = plan_lib.make_plan(c)
+  steps = step_lib.build_steps(plan)
+  ik, dk, hp = step_lib.member_inputs(plan)
   state = steps.init(ik, hp)
   losses = []
   for s in range(num_steps):

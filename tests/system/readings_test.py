@@ -18,6 +18,7 @@ from configs import rho_training
 from configs import theory_task
 from qkspec.config import defaults
 from qkspec.config import schema
+from qkspec.training import plan as plan_lib
 from qkspec.training import step as step_lib
 from qkspec.training import sweep
 from qkspec.training import tasks
@@ -40,9 +41,9 @@ def _smoke_lm(added_to, kappa1=KAPPA1, kappa2=KAPPA2):
 
 def _one_step(c):
   """(params, metrics) after one train step of `c` on a fixed batch."""
-  steps = step_lib.build_steps(c)
-  init_key, dropout_key, hparams = step_lib.member_inputs(
-      sweep.members(c), stacked=False)
+  plan = plan_lib.make_plan(c)
+  steps = step_lib.build_steps(plan)
+  init_key, dropout_key, hparams = step_lib.member_inputs(plan)
   state = steps.init(init_key, hparams)
   state, metrics = steps.train(state, training_fixtures.lm_batch(c),
                                dropout_key)
@@ -86,7 +87,7 @@ class GradientTest(absltest.TestCase):
     fairseq = _smoke_lm("summed_loss")
     n = fairseq.data.batch_size * fairseq.data.seq_len
     literal = _smoke_lm("mean_loss", KAPPA1 / n, KAPPA2 / n)
-    steps = step_lib.build_steps(fairseq)
+    steps = step_lib.build_steps(plan_lib.make_plan(fairseq))
     params = steps.init(jax.random.key(0), sweep.hparams(
         sweep.members(fairseq)[0])).params
     batch, key = training_fixtures.lm_batch(fairseq), jax.random.key(1)
@@ -160,7 +161,7 @@ class ConfigVariantTest(parameterized.TestCase):
     plain = module.get_config(arg)
     variant = module.get_config(",".join(filter(None, (arg, "fairseq"))))
     for c in (plain, variant):
-      schema.validate(c, num_devices=1)
+      schema.validate(c)
     self.assertEqual(plain.locater.penalty_added_to, "mean_loss")
     self.assertEqual(variant.locater.penalty_added_to, "summed_loss")
     self.assertEqual(step_lib.penalty_scale_of(variant), 1.0 / tokens)
@@ -185,7 +186,7 @@ class SeedsArgumentTest(parameterized.TestCase):
                             (depth_width, "L=3,d=32,"))
   def test_seeds_sweeps_every_kappa2_member_over_seeds(self, module, arg):
     c = module.get_config(arg + "seeds=3")
-    schema.validate(c, num_devices=1)
+    schema.validate(c)
     self.assertEqual(c.sweep.mode, "product")
     members = sweep.members(c)
     self.assertLen(members, 3 * len(defaults.KAPPA2_SWEEP))
@@ -201,7 +202,7 @@ class SeedsArgumentTest(parameterized.TestCase):
 
   def test_rho_training_repeats_both_members_per_seed(self):
     c = rho_training.get_config("smoke,seeds=2")
-    schema.validate(c, num_devices=1)
+    schema.validate(c)
     self.assertEqual(
         [(m["seed"], m["kappa1"], m["kappa2"]) for m in sweep.members(c)],
         [(0, 100.0, 1.0), (0, 0.0, 0.0), (1, 100.0, 1.0), (1, 0.0, 0.0)])

@@ -8,8 +8,8 @@ from qkspec.training import actions
 
 
 def _action(every, start, num_steps):
-  run = types.SimpleNamespace(config=types.SimpleNamespace(
-      num_steps=num_steps))
+  run = types.SimpleNamespace(plan=types.SimpleNamespace(
+      config=types.SimpleNamespace(num_steps=num_steps)))
   return actions.PeriodicAction(every, run, start)
 
 

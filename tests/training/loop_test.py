@@ -1,9 +1,13 @@
 """qkspec.training.loop end to end: smoke runs, NaN stop, a run refused
 before training, resuming."""
+import dataclasses
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import textwrap
 from unittest import mock
 
 from absl.testing import absltest
@@ -19,8 +23,8 @@ from qkspec.theory import locater
 from qkspec.training import checkpoint
 from qkspec.training import loop
 from qkspec.training import metric_writer
+from qkspec.training import plan as plan_lib
 from qkspec.training import step as step_lib
-from qkspec.training import sweep
 from qkspec.training import tasks
 import testutil
 import wikitext2_fixtures
@@ -123,9 +127,9 @@ class LogOverlapTest(absltest.TestCase):
       def __getattr__(self, name):      # .lower for the precompilation
         return getattr(self.jitted, name)
 
-    def recording_build(config, mesh=None):
-      steps = build(config, mesh)
-      return steps.replace(train=Recorded(steps.train))
+    def recording_build(plan):
+      steps = build(plan)
+      return dataclasses.replace(steps, train=Recorded(steps.train))
 
     write = metric_writer.MetricWriter.write_scalars
 
@@ -172,6 +176,30 @@ class ConfigCheckTest(absltest.TestCase):
         loop.train_and_evaluate(c, tmp)
       self.assertFalse(os.path.exists(os.path.join(tmp, "ckpt")))
 
+  def test_a_launch_validates_its_config_once(self):
+    # launch/run.py's command line on a training config: the command line
+    # (check_config), then training and plotting (loop), count the calls.
+    script = textwrap.dedent("""
+        import atexit
+        from unittest import mock
+        from qkspec.config import schema
+        from qkspec.experiments import cli
+        validate = mock.patch.object(schema, "validate",
+                                     wraps=schema.validate).start()
+        atexit.register(lambda: print("validated", validate.call_count))
+        cli.main(cli.run_experiment)
+        """)
+    with tempfile.TemporaryDirectory() as tmp:
+      r = subprocess.run(
+          [sys.executable, "-c", script, "--config",
+           "configs/theory_task.py:smoke", "--config.num_steps=1",
+           "--config.precompile=False", "--workdir", tmp],
+          capture_output=True, text=True, cwd=testutil.ROOT, timeout=300,
+          check=False)
+      self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+      self.assertTrue(os.path.exists(os.path.join(tmp, "ckpt")))
+    self.assertEqual(r.stdout.strip().splitlines()[-1], "validated 1")
+
 
 # Reruns of the same steps (straight vs resumed) hit the compilation cache.
 class ResumeTest(absltest.TestCase):
@@ -213,9 +241,9 @@ class ResumeTest(absltest.TestCase):
       straight = loop.train_and_evaluate(cfg, os.path.join(tmp, "a"))
       wd = os.path.join(tmp, "b")
       loop.train_and_evaluate(half, wd)
-      steps = step_lib.build_steps(half)
-      init_keys, _, hparams = step_lib.member_inputs(sweep.members(half),
-                                                     True)
+      plan = plan_lib.make_plan(half)
+      steps = step_lib.build_steps(plan)
+      init_keys, _, hparams = step_lib.member_inputs(plan)
       abstract = checkpoint.abstract_like(
           jax.eval_shape(steps.init, init_keys, hparams), steps.replicated)
       ckpt = checkpoint.Checkpointer(wd)

@@ -16,8 +16,8 @@ import numpy as np
 
 from qkspec.training import loop
 from qkspec.training import multi_step
+from qkspec.training import plan as plan_lib
 from qkspec.training import step as step_lib
-from qkspec.training import sweep as sweep_lib
 import testutil
 import training_fixtures
 
@@ -52,9 +52,9 @@ class ScanTest(parameterized.TestCase):
       c = testutil.get_config("theory_task", "smoke")
       c.sweep.kappa1, c.sweep.target = (), ()
       c.sweep.kappa2 = kappa2
-    steps = step_lib.build_steps(c)
-    vmapped = sweep_lib.is_sweep(c)
-    ik, dk, hp = step_lib.member_inputs(sweep_lib.members(c), vmapped)
+    plan = plan_lib.make_plan(c)
+    steps = step_lib.build_steps(plan)
+    ik, dk, hp = step_lib.member_inputs(plan)
     singles = steps.init(ik, hp)
     scanned = jax.tree.map(jnp.copy, singles)
     k, start = 3, 0
@@ -88,8 +88,9 @@ class ScanTest(parameterized.TestCase):
   def test_eval_program_equals_per_batch_eval(self):
     c = training_fixtures.lm_smoke()
     c.eval_max_batches = 3
-    steps = step_lib.build_steps(c)
-    ik, _, hp = step_lib.member_inputs(sweep_lib.members(c), True)
+    plan = plan_lib.make_plan(c)
+    steps = step_lib.build_steps(plan)
+    ik, _, hp = step_lib.member_inputs(plan)
     params = steps.init(ik, hp).params
     feed = steps.task.feed
     for split, batches in steps.task.eval_splits.items():

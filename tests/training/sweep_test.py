@@ -34,7 +34,7 @@ class MembersTest(absltest.TestCase):
     self.assertEqual(sweep.member_name(ms[-1], sweep.swept_keys(c)),
                      "seed=2,kappa2=1")
     alone = sweep.member_config(c, ms[-1])
-    self.assertFalse(sweep.is_sweep(alone))
+    self.assertEqual(sweep.swept_keys(alone), [])
     self.assertEqual((alone.seed, alone.locater.kappa2), (2, 1.0))
 
 
@@ -84,17 +84,15 @@ class LayoutTest(parameterized.TestCase):
     self.assertIs(sweep.pad(x, sweep.layout(4, 4)), x)
 
   def test_shard_members_auto_and_processes(self):
-    c = theory_task.get_config("smoke")             # 3 members
-    self.assertEqual(sweep.config_layout(c, 4), (3, 4, 1))
-    self.assertEqual(sweep.config_layout(c, 1), (3, 1, 1))
-    self.assertEqual(sweep.config_layout(c, 4, processes=2), (3, 1, 4))
+    c = theory_task.get_config("smoke")
+    self.assertTrue(sweep.shards_members(c, 4))
+    self.assertFalse(sweep.shards_members(c, 1))
+    self.assertFalse(sweep.shards_members(c, 4, processes=2))
     c.sweep.shard_members = False
-    self.assertEqual(sweep.config_layout(c, 4), (3, 1, 4))
+    self.assertFalse(sweep.shards_members(c, 4))
     c.sweep.shard_members = True
     with self.assertRaisesRegex(ValueError, "needs one process"):
-      sweep.config_layout(c, 4, processes=2)
-    c.sweep.kappa1 = c.sweep.kappa2 = c.sweep.target = ()   # a single run
-    self.assertEqual(sweep.config_layout(c, 4), (1, 1, 4))
+      sweep.shards_members(c, 4, processes=2)
 
 
 class VmappedSweepTest(parameterized.TestCase):
