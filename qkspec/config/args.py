@@ -7,14 +7,21 @@ import ml_collections
 
 def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
   """"smoke,L=3,d=32" -> ConfigDict(smoke=True, L=3, d=32) over `defaults`:
-  a bare name sets a bool to True, `k=v` takes the default's type; unknown
-  names raise ValueError."""
+  a bare name sets a bool to True, `k=v` takes the default's type; a tuple
+  default takes every value up to the next name, "kappa2=10,100,1000" ->
+  (10.0, 100.0, 1000.0) (of its entries' type, float if it has none);
+  unknown names raise ValueError."""
   out = ml_collections.ConfigDict(defaults)
+  listing = None             # the tuple argument still taking values
   for part in (arg or "").split(","):
     part = part.strip()
     if not part:
       continue
     key, sep, value = part.partition("=")
+    if not sep and key not in defaults and listing is not None:
+      out[listing] += (_entry(listing, defaults[listing], key),)
+      continue
+    listing = None
     if key not in defaults:
       raise ValueError(f"unknown config argument {key!r}; known: "
                        f"{sorted(defaults)}.")
@@ -25,9 +32,22 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
       out[key] = True
     elif isinstance(default, bool):
       out[key] = value.lower() in ("1", "true", "yes")
+    elif isinstance(default, tuple):
+      out[key] = (_entry(key, default, value),)
+      listing = key
     else:
       out[key] = type(default)(value)
   return out
+
+
+def _entry(key: str, default: tuple, text: str):
+  """`text` as an entry of tuple argument `key` (the type of `default`'s)."""
+  kind = type(default[0]) if default else float
+  try:
+    return kind(text)
+  except ValueError:
+    raise ValueError(f"config argument {key!r} takes {kind.__name__} values, "
+                     f"got {text!r} (an unknown argument?).") from None
 
 
 def load_config_file(path: str | pathlib.Path,
