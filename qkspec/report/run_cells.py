@@ -226,6 +226,7 @@ def summarize_runs(runs) -> list[dict]:
   for (label, reading), rs in cells(runs).items():
     counted, _ = cell_members(rs)
     for (kappa1, kappa2, target), ms in sorted(seed_groups(counted).items()):
+      ms = sorted(ms, key=lambda m: m["seed"])    # values in `seeds` order
       run_dirs = sorted({m["run_dir"] for m in ms})
       row = dict(figure=rs[0]["figure"], label=label, smoke=rs[0]["smoke"],
                  reading=reading, run_dirs=run_dirs,
