@@ -23,7 +23,7 @@ On a GPU add `--config.model.kernels=pallas --config.compute_dtype=bfloat16`
 steps/s, its ETA and wall time; the same command resumes it.
 
 The other arguments are locater_wt2's (`fairseq`, `both_readings`,
-`seeds=N`, `seed=S`, `contrast`, `none`, `smoke`), e.g.
+`seeds=N`, `seed=S`, `contrast`, `none`, `kappa2=A,B,...`, `smoke`), e.g.
 `depth_width.py:L=3,d=32,both_readings,seeds=3,contrast`.
 
 Expected (paper): the Fig. 6 trends at every depth and width. The panels
@@ -38,7 +38,8 @@ PAPER_LR = {32: 1e-4, 128: 2.5e-5}   # App. D
 def get_config(arg=None):
   arg = common.parse_arg(arg, L=1, d=128, smoke=False, fairseq=False,
                          seeds=1, contrast=False, seed=0,
-                         none=False, both_readings=False)
+                         none=False, both_readings=False,
+                         kappa2=common.KAPPA2_SWEEP)
   if arg.L not in (1, 3, 6) or arg.d not in PAPER_LR:
     raise ConfigError(f"depth_width: L must be 1, 3 or 6 and d 32 or 128, "
                       f"got L={arg.L}, d={arg.d}.")
@@ -52,7 +53,7 @@ def get_config(arg=None):
   c.eval_every = 2_500
   c.checkpoint_every = 5_000
   c.locater.kappa1 = 100.0
-  c.sweep.kappa2 = common.KAPPA2_SWEEP
+  c.sweep.kappa2 = tuple(arg.kappa2)   # the paper's, or kappa2=a,b,...
   common.wikitext2_variant(c, fairseq=arg.fairseq, seeds=arg.seeds,
                            contrast=arg.contrast, seed=arg.seed,
                            none=arg.none, both_readings=arg.both_readings)

@@ -24,7 +24,7 @@ reading of kappa (the penalty next to the summed loss, i.e. kappa / 4096
 next to the mean; default: next to the mean loss, as printed);
 `both_readings`, both side by side; `seeds=N`, seeds 0..N-1 in one program;
 `seed=S`, seed S alone; `contrast`, a no-LocATER member per seed; `none`,
-that member alone; `smoke`, synthetic data, d = 16, seconds on a CPU.
+that member alone; `kappa2=10,100,1000`, these kappa2; `smoke`, a CPU run.
 
 Expected: stronger kappa2 shrinks tr(W_QK^T W_QK) (Fig. 6B), keeps the
 attention entropy higher (6C) and lowers valid perplexity (6D): fig6_*.png.
@@ -35,7 +35,8 @@ from qkspec.config import defaults as common
 def get_config(arg=None):
   arg = common.parse_arg(arg, smoke=False, fairseq=False,
                          seeds=1, contrast=False, seed=0,
-                         none=False, both_readings=False)
+                         none=False, both_readings=False,
+                         kappa2=common.KAPPA2_SWEEP)
   c = common.lm_config()
   c.opt.lr = 2.5e-5          # constant (paper, d = 128)
   c.num_steps = 50_000       # updates (paper)
@@ -44,7 +45,7 @@ def get_config(arg=None):
   c.checkpoint_every = 5_000
   c.locater.kappa1 = 100.0   # fixed scale strength (paper)
   c.locater.target = 1.0     # tr(W_QK) target (paper)
-  c.sweep.kappa2 = common.KAPPA2_SWEEP
+  c.sweep.kappa2 = tuple(arg.kappa2)   # the paper's, or kappa2=a,b,...
   common.wikitext2_variant(c, fairseq=arg.fairseq, seeds=arg.seeds,
                            contrast=arg.contrast, seed=arg.seed,
                            none=arg.none, both_readings=arg.both_readings)

@@ -9,14 +9,21 @@ from qkspec.config.errors import ConfigError
 
 def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
   """"smoke,L=3,d=32" -> ConfigDict(smoke=True, L=3, d=32) over `defaults`:
-  a bare name sets a bool to True, `k=v` takes the default's type; unknown
-  names and values not of that type raise ConfigError."""
+  a bare name sets a bool to True, `k=v` takes the default's type; a tuple
+  default takes every value up to the next name, "kappa2=10,100,1000" ->
+  (10.0, 100.0, 1000.0) (of its entries' type, float if it has none);
+  unknown names and values not of that type raise ConfigError."""
   out = ml_collections.ConfigDict(defaults)
+  listing = None             # the tuple argument still taking values
   for part in (arg or "").split(","):
     part = part.strip()
     if not part:
       continue
     key, sep, value = part.partition("=")
+    if not sep and key not in defaults and listing is not None:
+      out[listing] += (_entry(listing, defaults[listing], key),)
+      continue
+    listing = None
     if key not in defaults:
       raise ConfigError(f"unknown config argument {key!r}; known: "
                         f"{sorted(defaults)}.")
@@ -28,6 +35,9 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
       out[key] = True
     elif isinstance(default, bool):
       out[key] = value.lower() in ("1", "true", "yes")
+    elif isinstance(default, tuple):
+      out[key] = (_entry(key, default, value),)
+      listing = key
     else:
       try:
         out[key] = type(default)(value)
@@ -35,6 +45,16 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
         raise ConfigError(f"config argument {key!r} takes values like "
                           f"{default!r}, got {value!r}.") from None
   return out
+
+
+def _entry(key: str, default: tuple, text: str):
+  """`text` as an entry of tuple argument `key` (the type of `default`'s)."""
+  kind = type(default[0]) if default else float
+  try:
+    return kind(text)
+  except ValueError:
+    raise ConfigError(f"config argument {key!r} takes {kind.__name__} "
+                      f"values, got {text!r} (an unknown argument?).") from None
 
 
 def load_config_file(path: str | pathlib.Path,

@@ -9,6 +9,8 @@ into each member's `maps.npz` as float16, thinned to `MAX_STEPS` steps
 (`compact`); the report reads a run's maps compacted too, so a record
 reports as its run. Records rebuilt when a run was lost say so ("source")
 and may hold final values only, stripe results or a replicate's "spread".
+A record whose command sets fields today's config no longer has also
+keeps the "commit" that first reported its run, whose code takes them.
 """
 import json
 import os

@@ -6,6 +6,7 @@ import numpy as np
 from qkspec.plots import style
 from qkspec.plots import training_figures
 from qkspec.records import rundir
+from qkspec.report import floors
 from qkspec.report import locater_minimum
 from qkspec.report import run_cells
 from qkspec.report import stats
@@ -24,66 +25,112 @@ def seed_words(members) -> str:
   return f"mean over seeds {', '.join(map(str, seeds))}"
 
 
-def kappa2_figure(rows, label):
-  """Final scale, entropy and valid ppl vs kappa2, a line per reading and
-  the no-LocATER member as a horizontal line."""
-  panels = [("scale", "scale tr$(W_{QK}^\\top W_{QK})$", "B"),
-            ("entropy", "attention entropy (nats)", "C"),
-            ("valid_ppl", "valid perplexity", "D")]
-  mine = [r for r in rows if r["label"] == label]
-  readings = sorted({r["reading"] for r in mine})
-  styles = [dict(ls="-", marker="o", lw=2.6, ms=7.1, mfc="none", zorder=2),
-            dict(ls="--", marker="s", lw=1.3, ms=5.8, mfc="none", zorder=3)]
-  fig, axes = style.plt.subplots(1, 3, figsize=(12, 3.8), layout="constrained")
-  curves = {q: [] for q, _, _ in panels}
+_PANELS = (("scale", "scale tr$(W_{QK}^\\top W_{QK})$", "B"),
+           ("entropy", "attention entropy (nats)", "C"),
+           ("valid_ppl", "valid perplexity", "D"))
+_STYLES = (dict(ls="-", marker="o", lw=2.6, ms=7.1, mfc="none", zorder=2),
+           dict(ls="--", marker="s", lw=1.3, ms=5.8, mfc="none", zorder=3))
+
+
+def paired_differences(base, alt, quantity) -> tuple[float, tuple | None]:
+  """(mean alt - base over common seeds, its 95% paired interval or None
+  with one seed)."""
+  _, d = floors.paired_values(quantity, base, alt)
+  if len(d) >= 2:
+    test = stats.paired_test(d)
+    return test["mean"], test["ci"]
+  return (float(d[0]) if len(d) else np.nan), None
+
+
+def _values_row(axes, mine, readings):
+  """Top row: final values (seed means) against kappa2, a line per
+  reading; the no-LocATER member as a horizontal line on every panel."""
+  curves = {q: [] for q, _, _ in _PANELS}
   for i, reading in enumerate(readings):
     rs = sorted((r for r in mine if r["reading"] == reading
                  and r["kappa1"] > 0), key=lambda r: r["kappa2"])
-    if not rs:               # its no-LocATER member alone: nothing to draw
-      continue
-    for ax, (q, ylabel, _) in zip(axes, panels):
+    for ax, (q, ylabel, _) in zip(axes, _PANELS):
       means = [r[f"{q}_mean"] for r in rs]
       curves[q].append(means)
-      ax.errorbar([r["kappa2"] for r in rs], means,
-                  yerr=[np.nan_to_num(r[f"{q}_std"]) for r in rs],
-                  capsize=3, color=f"C{i}",   # a reading's colour in all
-                  label=f"{i + 1}: {run_cells.reading_name(reading)}",
-                  **styles[i % len(styles)])
+      ax.plot([r["kappa2"] for r in rs], means, color=f"C{i}",
+              label=f"{i + 1}: {run_cells.reading_name(reading)}",
+              **_STYLES[i % len(_STYLES)])
       ax.set(xlabel=r"$\kappa_2$", ylabel=ylabel)
   none = next((r for r in mine if r["kappa1"] == 0),
               None)                  # trains the same under both readings
   span = sorted({r["kappa2"] for r in mine if r["kappa1"] > 0})
-  for ax, (q, _, _) in zip(axes[1:], panels[1:]):   # B: decades above
-    if none is not None and span:
+  if none is not None and span:
+    for ax, (q, _, _) in zip(axes, _PANELS):
       value = none[f"{q}_mean"]
-      ax.plot([span[0], span[-1]], [value, value], color="0.3", ls=":",
+      curves[q].append([value])
+      ax.plot([span[0], span[-1]], [value, value], color="C2", ls="-.",
               lw=1.5, label=f"no LocATER ({value:.4g})")
-      ax.legend(fontsize=8, loc="best")
   kappa2s, star = locater_minimum.star_curve(mine)
   if kappa2s:                  # the same W* under both readings
     axes[0].plot(kappa2s, star, ":", color="0.4", lw=1.5, zorder=1,
-                 label="LocATER alone (W* = cI)")
+                 label="LocATER alone (W* = cI)")   # 0 at kappa2 = 0
+  return curves
+
+
+def _difference_row(axes, mine, readings):
+  """Bottom row: alt - base (kappa2 = 0) paired over seeds, with its 95%
+  interval, on a band (a reading's colour) of the minimal effect."""
+  for i, reading in enumerate(readings):
+    rs = sorted((r for r in mine if r["reading"] == reading
+                 and r["kappa1"] > 0), key=lambda r: r["kappa2"])
+    base = next((r for r in rs if r["kappa2"] == 0), None)
+    if base is None:
+      continue
+    for ax, (q, ylabel, claim) in zip(axes, _PANELS):
+      swept = [r for r in rs if r["kappa2"] > 0]
+      found = [paired_differences(base, r, q) for r in swept]
+      lo = [m - ci[0] if ci else 0.0 for m, ci in found]
+      hi = [ci[1] - m if ci else 0.0 for m, ci in found]
+      ax.errorbar([r["kappa2"] for r in swept], [m for m, _ in found],
+                  yerr=[lo, hi], capsize=3, color=f"C{i}",
+                  **_STYLES[i % len(_STYLES)])
+      band = stats.min_effect(q, base[f"{q}_mean"], base[f"{q}_mean"])
+      ax.axhspan(-band, band, color=f"C{i}", alpha=0.1, lw=0, zorder=0)
+      ax.axhline(0.0, color="0.3", lw=0.8)
+      ax.set(xlabel=r"$\kappa_2$", ylabel=f"{ylabel.split(' (')[0]} - "
+             r"$\kappa_2 = 0$", title=f"{claim}: minus kappa2 = 0 (95% CI)",
+             xscale="log")
+
+
+def kappa2_figure(rows, label):
+  """Top: final scale, entropy and valid ppl vs kappa2, a line per reading,
+  no LocATER and (B) W* as lines. Bottom: each kappa2 > 0 minus kappa2 = 0,
+  paired over seeds, with its 95% interval (one seed: none)."""
+  mine = [r for r in rows if r["label"] == label]
+  readings = sorted({r["reading"] for r in mine if r["kappa1"] > 0})
+  fig, axes = style.subplots(2, 3, figsize=(12, 7.2))
+  curves = _values_row(axes[0], mine, readings)
+  _difference_row(axes[1], mine, readings)
   positive = [r["kappa2"] for r in rows if r["kappa2"] > 0]
-  for ax, (q, ylabel, claim) in zip(axes, panels):
-    ax.set_xscale("symlog", linthresh=min(positive) if positive else 1e-3)
-    ax.grid(alpha=0.3)
-    log = training_figures.set_yscale(ax, curves[q])   # readings decades apart
-    note = training_figures.coincide_note(curves[q], log, what="readings")
+  for ax, (q, ylabel, claim) in zip(axes[0], _PANELS):
+    log = training_figures.set_yscale(ax, curves[q])   # decades apart
+    note = training_figures.coincide_note(curves[q][:len(readings)], log,
+                                          what="readings")
     ax.set_title(f"{ylabel} ({claim})" + (f"\n{note}" if note else ""),
                  fontsize=10)
-  axes[0].legend(loc="lower right")  # W* rises with kappa2: that corner's free
+    ax.legend(fontsize=8, loc="best")
+  linthresh = min(positive) if positive else 1e-3
+  for ax in axes[0]:
+    ax.set_xscale("symlog", linthresh=linthresh)
+    ax.set_xlim(left=-0.5 * linthresh)      # kappa2 >= 0
+  for ax in axes.ravel():
+    ax.grid(alpha=0.3)
   seeds = {run_cells.reading_name(reading): sorted(
       {s for r in mine if r["reading"] == reading
        for s in r.get("seeds", ())}) for reading in readings}
   every = sorted({s for ss in seeds.values() for s in ss})
   if len(every) == 1:
-    fig.suptitle(f"{label}: final values, seed {every[0]} (one seed, no "
-                 "error bars)")
+    fig.suptitle(f"{label}: final values, seed {every[0]} (one seed: no "
+                 "intervals)")
   else:
-    fig.suptitle(f"{label}: final values, mean ± std over seeds" + (
-        " (" + "; ".join(f"{name}: {', '.join(map(str, ss))}"
-                         for name, ss in seeds.items()) + ")"
-        if every else ""))
+    fig.suptitle(f"{label}: final values, mean over seeds (" + "; ".join(
+        f"{name}: {', '.join(map(str, ss))}" for name, ss in seeds.items())
+                 + "), and paired differences with 95% intervals")
   return fig
 
 

@@ -103,6 +103,52 @@ def target_line(rows, readings: dict) -> str:
           "(section \"LocATER's own minimum\").")
 
 
+def uniform_entropy(seq_len: int) -> float:
+  r"""Mean entropy of uniform causal attention over `seq_len` = T queries:
+  query t sees t keys, :math:`\frac1T \sum_{t=1}^T \ln t = \ln(T!) / T`
+  (3.21 nats at T = 64), the mean `layer_stats` takes."""
+  return math.lgamma(seq_len + 1) / seq_len
+
+
+def _span(xs, fmt=".2g") -> str:
+  lo, hi = format(min(xs), fmt), format(max(xs), fmt)
+  return lo if lo == hi else f"{lo} to {hi}"
+
+
+def bias_line(rows, readings: dict) -> str:
+  """Where a reading's strongest kappa2 sits at W* in every figure: the
+  scale at kappa2 = 0 and W*, and the entropy against uniform attention
+  that the query bias then sets; "" where none does."""
+  cs = compare(rows)
+  out = []
+  for reading in sorted({c["reading"] for c in cs}):
+    mine = [c for c in cs if c["reading"] == reading]
+    top = max(c["kappa2"] for c in mine)
+    if not top or not all(c["at_minimum"] for c in mine
+                          if c["kappa2"] == top):
+      continue
+    groups = [r for r in rows if r["reading"] == reading and r["kappa1"] > 0]
+    zero = [r["scale_mean"] for r in groups if r["kappa2"] == 0]
+    t = {r.get("seq_len") for r in groups} - {None}
+    if not zero or len(t) != 1:
+      continue
+    t = t.pop()
+    out.append(
+        f"Under the {readings.get(reading, reading)} reading LocATER holds "
+        f"W_QK = W_Q^T W_K at its own minimum in every figure (scale "
+        f"{_span(zero)} at kappa2 = 0, W*'s "
+        f"{_span([c['star_scale'] for c in mine if c['kappa2'] == top])} "
+        f"at kappa2 = {top:g}; section \"LocATER's own minimum\"). Of the "
+        "logits (W_Q x_i + b_Q)^T (W_K x_j + b_K), what varies with the key "
+        "j is then x_i^T W_QK x_j ~ 0 and b_Q^T W_K x_j, which LocATER (a "
+        "penalty on W_QK alone) leaves free: the attention entropy, "
+        f"{_span([r['entropy_mean'] for r in groups], '.3g')} nats, below "
+        f"the {uniform_entropy(t):.3g} of uniform attention over T = {t} "
+        "causal keys (ln(T!) / T), is set by the query bias b_Q, not by "
+        "kappa2.")
+  return " ".join(out)
+
+
 def annotate(verdict_list, rows) -> list[dict]:
   """The verdicts, each with `at_minimum`: its stronger group at W*?"""
   at = {(c["label"], c["reading"], c["kappa1"], c["kappa2"])

@@ -14,8 +14,10 @@ import pathlib
 
 import numpy as np
 
+from qkspec.config import defaults
 from qkspec.records import rundir
 from qkspec.records import store
+from qkspec.report import commands
 
 PAPER_STEPS = 50_000
 FIGURES = {(1, 128): "6", (1, 32): "8", (3, 32): "9", (6, 32): "10",
@@ -46,8 +48,6 @@ def cell_order(item) -> tuple:
   return label_order(label), reading
 
 
-_REPO = pathlib.Path(__file__).resolve().parents[2]
-
 
 def load_config(run_dir):
   """A run's (or record's) config.json as a dict."""
@@ -74,6 +74,9 @@ def config_command(config: dict, run_dir: str) -> str:
   name, parts = config_file(fig, config["model"]["num_layers"],
                             config["model"]["d_model"] * (8 if smoke else 1))
   sweep = config.get("sweep", {})
+  kappa2 = swept_kappa2(config)
+  if fig != "7" and kappa2 and kappa2 != list(defaults.KAPPA2_SWEEP):
+    parts.append("kappa2=" + ",".join(f"{k:g}" for k in kappa2))
   seeds = set(sweep.get("seed") or ())
   if len(seeds) > 1:
     parts.append(f"seeds={len(seeds)}")
@@ -98,13 +101,22 @@ def config_command(config: dict, run_dir: str) -> str:
     # pylint: disable=g-import-not-at-top
     from qkspec.config import args as args_lib
     base = json.loads(args_lib.load_config_file(
-        _REPO / "configs" / f"{name}.py", arg).to_json())
+        commands.REPO / "configs" / f"{name}.py", arg).to_json())
     overrides = [f"--config.{k}={_flag_value(v)}"
                  for k, v in _diff(base, config)]
   except (ValueError, OSError, KeyError) as e:
     path += f" (not rebuilt exactly: {e})"
   return " ".join(["python launch/train.py", f"--config {path}", *overrides,
                    f"--workdir {run_dir}"])
+
+
+def swept_kappa2(config: dict) -> list[float]:
+  """The LocATER members' kappa2 (kappa1 > 0) in a config, each once."""
+  sweep = config.get("sweep", {})
+  kappa2 = list(sweep.get("kappa2") or ())
+  kappa1 = list(sweep.get("kappa1") or ()) or [
+      config["locater"]["kappa1"]] * len(kappa2)
+  return list(dict.fromkeys(k2 for k1, k2 in zip(kappa1, kappa2) if k1 > 0))
 
 
 def config_file(fig: str, layers: int, d: int) -> tuple[str, list[str]]:
@@ -150,8 +162,10 @@ def last_step(member) -> int:
 
 
 def load_runs(run_dirs) -> list[dict]:
-  """One dict per run dir and reading of kappa: figure, reading, command,
-  members (with their last step), steps run and planned.
+  """One dict per run dir and reading of kappa: figure, reading, command
+  (as today's code runs it, `commands`; `trained_command` as trained, with
+  the `commit` that first reported it), members (with their last step),
+  steps run and planned.
 
   A record loads as its run (`run_dir` names the run, `path` where it was
   read), and a run's maps are read compacted as a record keeps them.
@@ -171,10 +185,14 @@ def load_runs(run_dirs) -> list[dict]:
     run = dict(run_dir=run_dir, path=str(path), figure=fig, smoke=smoke,
                label=f"Fig. {fig}" + (" (smoke)" if smoke else ""),
                both_readings=len(by_reading) > 1,
-               command=(store.read(path).get("command")
-                        or config_command(config, run_dir)),
+               trained_command=(store.read(path).get("command")
+                                or config_command(config, run_dir)),
+               commit=store.read(path).get("commit"),
                d_model=int(config["model"]["d_model"]),
+               num_layers=int(config["model"]["num_layers"]),
+               seq_len=int(config["data"]["seq_len"]),
                num_steps=int(config["num_steps"]))
+    run["command"] = commands.as_run_today(run["trained_command"])
     for member_reading, members in (by_reading or {reading: []}).items():
       runs.append(dict(
           run, reading=member_reading, members=members,
@@ -226,10 +244,13 @@ def summarize_runs(runs) -> list[dict]:
   for (label, reading), rs in cells(runs).items():
     counted, _ = cell_members(rs)
     for (kappa1, kappa2, target), ms in sorted(seed_groups(counted).items()):
+      ms = sorted(ms, key=lambda m: m["seed"])    # values in `seeds` order
       run_dirs = sorted({m["run_dir"] for m in ms})
       row = dict(figure=rs[0]["figure"], label=label, smoke=rs[0]["smoke"],
                  reading=reading, run_dirs=run_dirs,
                  d_model=rs[0].get("d_model"),
+                 num_layers=rs[0].get("num_layers"),
+                 seq_len=rs[0].get("seq_len"),
                  kappa1=kappa1, kappa2=kappa2, target=target,
                  seeds=sorted(m["seed"] for m in ms), n_seeds=len(ms),
                  commands=list(dict.fromkeys(
@@ -270,12 +291,22 @@ def seed_mean(members) -> list[dict]:
   return out
 
 
+def _run_info_lines(run_dir) -> list[dict]:
+  path = pathlib.Path(run_dir) / "run_info.jsonl"
+  return ([json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+          if path.is_file() else [])
+
+
+def wall_minutes(run_dir) -> float:
+  """The wall minutes of every invocation of a run (`run_info.jsonl`), 0
+  without it."""
+  return sum(x["wall_s"] for x in _run_info_lines(run_dir)) / 60
+
+
 def run_info(run_dir) -> str:
   """Device, precision and wall time (by phase) summed over the lines of
   `<run_dir>/run_info.jsonl`; "" without it."""
-  path = pathlib.Path(run_dir) / "run_info.jsonl"
-  lines = ([json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-           if path.is_file() else [])
+  lines = _run_info_lines(run_dir)
   if not lines:
     return ""
   devices = sorted({f"{x['device_count']} x {x['device_kind']}"

@@ -8,13 +8,16 @@ from qkspec.plots import style
 from qkspec.plots import training_figures
 from qkspec.records import rundir
 from qkspec.report import answer
+from qkspec.report import backlog
 from qkspec.report import claims
+from qkspec.report import commands
 from qkspec.report import figures
+from qkspec.report import floors
 from qkspec.report import locater_minimum
 from qkspec.report import replicates
+from qkspec.report import rules
 from qkspec.report import run_cells
 from qkspec.report import stripes
-from qkspec.report import verdicts
 
 DEVIATIONS = (
     "Perplexity: the valid split's, as Fig. 6D (test perplexity: "
@@ -22,12 +25,11 @@ DEVIATIONS = (
     "Precision: float32 parameters, optimizer state, softmax and loss; the "
     "matmuls in each run's `compute_dtype` (listed under Runs): bfloat16 "
     "(fairseq used FP16 with loss scaling) or float32 at JAX's default "
-    "matmul precision (TF32 on recent NVIDIA GPUs); a run whose command sets "
-    "`model.loss_logits=compute` also rounds its logits to that dtype "
-    "before the float32 softmax (fairseq: FP16 logits before a float32 "
-    "log_softmax), and one whose `model.loss_pallas` has \"fa3\" forms its "
-    "training logits from float16 operands (FlashAttention-3, "
-    "qkspec/kernels/flash_xent.py, as `model.kernels=pallas` does now).",
+    "matmul precision (TF32 on recent NVIDIA GPUs); with "
+    "`model.kernels=pallas` the training logits are formed from float16 "
+    "operands (FlashAttention-3, qkspec/kernels/flash_xent.py; fairseq: FP16 "
+    "logits before a float32 log_softmax). Runs lists the kernel flags each "
+    "record was trained with.",
     "Data blocks: each split is one token stream with one `<eos>` per line "
     "of the WikiText-2 files, cut into blocks of T = 64 tokens as fairseq's "
     "`--sample-break-mode none` (qkspec/data/pipeline.py).",
@@ -66,16 +68,17 @@ def title(command: str, records_dir, page: Page) -> list[str]:
           f"[{page.rel}/summary.json]({page.rel}/summary.json)."]
 
 
-def answer_section(vs, stripe_vs, trends) -> list[str]:
+def answer_section(vs, stripe_vs, trends, tests) -> list[str]:
   """The answer in words, then the verdict table and its legend."""
-  return (["## Answer", ""] + answer.answer(vs, stripe_vs, trends) + [""]
-          + answer.verdict_table(vs) + ["", answer.legend()])
+  return (["## Answer", ""] + answer.answer(vs, stripe_vs, trends, tests)
+          + [""] + answer.verdict_table(vs) + ["", answer.legend()])
 
 
-def rules(rows) -> list[str]:
-  """How a verdict is reached, with the seed-spread reference."""
+def rules_section(rows, reruns, family) -> list[str]:
+  """How a verdict is reached: the rules, the floors, the family of tests
+  and which way each rule errs."""
   return (["## How a verdict is reached", ""]
-          + answer.rules(verdicts.seed_reference(rows)))
+          + rules.markdown(floors.seed_reference(rows), reruns, family))
 
 
 def every_verdict(vs, stripe_vs) -> list[str]:
@@ -149,12 +152,12 @@ def _rho_maps(run, name: str, page: Page) -> list[str]:
 def _figure_block(label, rows, by_cell, page: Page) -> list[str]:
   """One figure's block: final values against kappa2, then per reading
   the members left out, the curves and (Fig. 7) the rho maps."""
-  md = [f"### {label}", ""]
+  md = [f"### {label}"]              # each line a block of its own
   locater = any(r["label"] == label and r["kappa1"] > 0 for r in rows)
   if locater and not label.startswith("Fig. 7"):   # Fig. 7: heat maps
     link = page.save(figures.kappa2_figure(rows, label),
                      f"{_slug(label)}.png", 110)
-    md += [f"![{label}]({link})", ""]
+    md += [f"![{label}]({link})"]
   for reading in sorted({r["reading"] for r in rows if r["label"] == label}):
     cell = by_cell[(label, reading)]
     name = run_cells.reading_name(reading)
@@ -181,16 +184,20 @@ def figures_section(rows, by_cell, page: Page) -> list[str]:
   return md
 
 
-def still_to_run(rows) -> list[str]:
-  """What is left to train, each with its command."""
+def still_to_run(rows, runs, stripe_vs) -> list[str]:
+  """The GPU backlog in priority order, each item with its commands and
+  projected minutes (`backlog`)."""
   return ["## Still to run", "",
-          "Each with the command that trains it (add "
-          "`--config.data.manual_dir=DIR` where WikiText-2 cannot be "
-          "downloaded; on a GPU `python bench/gpu_figures.py`); a run "
-          "resumes with the same command, and `python launch/report.py "
-          "--runs DIR` adds it here:", ""] + (claims.still_to_run(rows) or [
-              "- nothing: every figure has both readings at full length "
-              "with the planned seeds."])
+          "The GPU backlog in priority order, each with the commands that "
+          "train it (add `--config.data.manual_dir=DIR` where WikiText-2 "
+          "cannot be downloaded) and its GPU minutes projected from the "
+          "records' `run_info.jsonl` wall times (the members it trains x "
+          "the median minutes per member of that architecture's recorded "
+          "runs nearest to it in members); a "
+          "run resumes with the same command, and `python launch/report.py "
+          "--runs DIR` adds it here:", ""] + (
+              backlog.still_to_run(rows, runs, stripe_vs) or [
+                  "- nothing: every item is done."])
 
 
 def rerun_spread(spread) -> list[str]:
@@ -215,10 +222,28 @@ def _steps_line(r):
   return line
 
 
+def _command_words(run) -> str:
+  """The run's command as it runs today, and as trained where that
+  differs (`commands`)."""
+  trained = run.get("trained_command", run["command"])
+  gone = commands.retired(trained) if trained != run["command"] else []
+  words = f"`{run['command']}`"
+  if gone:
+    flags = " ".join(f"--config.{k}={v}" for k, v in gone)
+    words += (f"; trained at commit {run.get('commit') or '(not recorded)'}"
+              f" (the first to report it) with `{flags}`")
+  return words
+
+
 def runs_section(runs) -> list[str]:
   """Every run once: steps, device, wall time and its command."""
   md = ["## Runs", "", "Device and wall time from each run's "
-        "`run_info.jsonl`.", ""]
+        "`run_info.jsonl`; each command as today's code runs it (the same "
+        "model, data and strengths; `--config.model.kernels=pallas` for the "
+        "fused kernels, whose rounding may differ from the kernels a run "
+        "was trained with), then the flags it was trained with where "
+        "today's config has no such fields. A workdir trained with those "
+        "fields does not resume under today's code.", ""]
   listed = set()
   for run in sorted(runs, key=lambda r: run_cells.label_order(r["label"])):
     if run["run_dir"] in listed:   # both readings' halves: one program
@@ -229,12 +254,13 @@ def runs_section(runs) -> list[str]:
     info = (run_cells.run_info(run["path"])
             or "device and wall time not recorded")
     md.append(f"- {run['label']}, {reading}: {_steps_line(run)}; {info}; "
-              f"`{run['command']}`")
+              f"{_command_words(run)}")
   return md
 
 
 def deviations(rows) -> list[str]:
   """Why the numbers may differ from the paper's."""
-  target = locater_minimum.target_line(rows, run_cells.READINGS)
+  found = [locater_minimum.target_line(rows, run_cells.READINGS),
+           locater_minimum.bias_line(rows, run_cells.READINGS)]
   return ["## Why this may differ from the paper", ""] + [
-      f"- {d}" for d in ((target,) if target else ()) + DEVIATIONS]
+      f"- {d}" for d in tuple(x for x in found if x) + DEVIATIONS]

@@ -4,10 +4,10 @@ Each claim is a difference d = alt - base between two members of one seed
 (same initialisation and batches), read through three rules: below the
 minimal effect (`min_effect`) it is "no practical effect"; with two seeds
 or more a paired t-test (`paired_test`) decides; with one seed |d| must
-exceed the seed spread measured on a figure with more seeds
-(`one_seed_floor`), and the verdict is only "indicative (one seed)".
-`time_average` reads two curves over training, `slope` and `bonferroni`
-a metric as a curve over kappa2.
+exceed a floor (`one_seed_floor`, measured as `floors` says), and the
+verdict is only "indicative (one seed)". `time_average` reads two curves
+over training, `slope` and `bonferroni` a metric as a curve over kappa2;
+`sign_test` and `holm` pool the cells of a claim (`pooled`).
 """
 import math
 
@@ -48,7 +48,7 @@ def paired_test(d, level: float = LEVEL) -> dict:
     t = math.copysign(math.inf, mean) if mean else 0.0
   half = crit * se
   return dict(n=n, mean=mean, std=std, t=t, t_crit=crit,
-              ci=(mean - half, mean + half),
+              ci=(mean - half, mean + half), p=t_p_value(t, n - 1),
               significant=bool(abs(mean) > half))
 
 
@@ -59,11 +59,40 @@ def min_effect(quantity: str, m0: float, m1: float) -> float:
   return size * (max(abs(m0), abs(m1)) if kind == "relative" else 1.0)
 
 
-def one_seed_floor(rel_std: float, n_ref: int, m0: float, m1: float,
+def t_p_value(t: float, dof: int) -> float:
+  """Two-sided p-value of Student's T with `dof` degrees of freedom."""
+  return float(2 * stats.t.sf(abs(t), dof))
+
+
+def one_seed_floor(rel: float, dof: int, m0: float, m1: float,
                    level: float = LEVEL) -> float:
-  """t_{n_ref - 1} (at `level`) x `rel_std` (the relative seed spread of
-  the contrast on a figure of `n_ref` seeds) x the larger of `m0`, `m1`."""
-  return t_critical(n_ref - 1, level) * rel_std * max(abs(m0), abs(m1))
+  """t_dof (at `level`) x `rel` (a relative noise measured with `dof`
+  degrees of freedom, `floors`) x the larger of `m0`, `m1`."""
+  return t_critical(dof, level) * rel * max(abs(m0), abs(m1))
+
+
+def sign_test(k: int, n: int) -> float:
+  """Exact two-sided binomial p-value of `k` of `n` signs one way, each
+  way equally likely under the null (n = 0: 1)."""
+  return float(stats.binomtest(k, n, 0.5).pvalue) if n else 1.0
+
+
+def holm(p_values) -> np.ndarray:
+  """Holm's step-down adjusted p-values of a family (in its order):
+  sorted p_(1) <= ... <= p_(m), adjusted max_{j <= i} min(1, (m - j + 1)
+  p_(j)); one holds at family-wise `LEVEL` where adjusted < 1 - LEVEL.
+
+  References:
+    Holm, A simple sequentially rejective multiple test procedure,
+    Scand. J. Statist. 6 (1979).
+  """
+  p = np.asarray(p_values, np.float64)
+  order = np.argsort(p, kind="stable")
+  m = len(p)
+  steps = np.minimum(1.0, (m - np.arange(m)) * p[order])
+  out = np.empty(m)
+  out[order] = np.maximum.accumulate(steps)
+  return out
 
 
 def decide(diff: float, sign: int, minimal: float, significant: bool,
@@ -79,11 +108,6 @@ def decide(diff: float, sign: int, minimal: float, significant: bool,
   if one_seed:
     return INDICATIVE
   return REPRODUCED if np.sign(diff) == sign else REVERSED
-
-
-def direction(diff: float, sign: int) -> str:
-  """"as the paper" or "opposite" for a difference of expected `sign`."""
-  return "as the paper" if np.sign(diff) == sign else "opposite"
 
 
 def step_differences(base, alt, start: int = 0
@@ -120,8 +144,9 @@ def slope(x, y) -> dict:
   xc = x - x.mean()
   b = float(np.sum(xc * (y - y.mean())) / np.sum(xc * xc))
   if len(x) < 3:
-    return dict(slope=b, ci=None)
+    return dict(slope=b, ci=None, p=None)
   resid = y - y.mean() - b * xc
   se = math.sqrt(np.sum(resid ** 2) / (len(x) - 2) / np.sum(xc * xc))
   half = t_critical(len(x) - 2) * se
-  return dict(slope=b, ci=(b - half, b + half))
+  t = b / se if se > 0 else (math.copysign(math.inf, b) if b else 0.0)
+  return dict(slope=b, ci=(b - half, b + half), p=t_p_value(t, len(x) - 2))

@@ -12,14 +12,17 @@ removes noise and spikes that move. The null shifts each step's
 departures circularly by its own random offset (keeping their correlation
 between neighbours, removing their alignment across steps); the p-value is
 the fraction of shifted maps whose D reaches the observed one. Stripes:
-p < `P_VALUE` and D >= `MIN_DEPARTURE` (a tenth of the heat map's range).
+p < `P_VALUE` and D >= `MIN_DEPARTURE` = 0.1, a tenth of the range [0, 1]
+that rho_i (a probability) can take, the heat map's colour scale: absolute,
+not a tenth of the map's own max - min, which would call a faint pattern
+on an otherwise flat map "salient" however little it stands out.
 A record may keep an `earlier` test's result instead: the spread over
 positions of the time-averaged profile, which counts smooth trends too.
 """
 import numpy as np
 
 P_VALUE = 0.01
-MIN_DEPARTURE = 0.1
+MIN_DEPARTURE = 0.1        # of rho's range [0, 1], not of the map's own
 RULE = (f"shift test p < {P_VALUE:g} and departure D >= "
         f"{MIN_DEPARTURE:g}")
 EARLIER_RULE = "permutation p < 0.01 and contrast C >= 0.05"

@@ -13,7 +13,9 @@ import pathlib
 
 from qkspec.records import store
 from qkspec.report import claims
+from qkspec.report import floors
 from qkspec.report import locater_minimum
+from qkspec.report import pooled
 from qkspec.report import replicates
 from qkspec.report import run_cells
 from qkspec.report import sections
@@ -67,15 +69,32 @@ def keep_records(run_dirs, records_dir, replicate_dirs=()
           store.listed(records_dir, "replicate"))
 
 
-def _spread(runs, replicate_dirs) -> dict:
-  """`replicates.by_reading` of the replicates (and spreads records kept)."""
+def _replicates(replicate_dirs) -> tuple[list[dict], list[dict]]:
+  """(the replicate runs loaded, the spreads records kept without runs)."""
   kept = [store.read(d).get("spread") for d in replicate_dirs]
-  loaded = run_cells.load_runs(
-      [d for d, s in zip(replicate_dirs, kept) if s is None])
+  return (run_cells.load_runs(
+      [d for d, s in zip(replicate_dirs, kept) if s is None]),
+          [s for s in kept if s is not None])
+
+
+def _spread(runs, loaded, kept) -> dict:
+  """`replicates.by_reading` of the replicates (and spreads records kept)."""
   quantities = [(n, k) for n, k, _ in run_cells.QUANTITIES]
   return replicates.by_reading(runs, loaded, quantities,
-                               {r["reading"] for r in runs},
-                               [s for s in kept if s is not None])
+                               {r["reading"] for r in runs}, kept)
+
+
+def _judge(runs, rows, by_cell, reruns) -> tuple:
+  """(cell verdicts, stripe verdicts, kappa2 curves, pooled tests with
+  Holm, the family of every test)."""
+  members = {k: run_cells.cell_members(c)[0] for k, c in by_cell.items()}
+  vs = locater_minimum.annotate(verdicts.verdicts(rows, members, reruns),
+                                rows)
+  stripe_vs = claims.stripe_verdicts(runs)
+  trends = verdicts.trends(rows, reruns)
+  tests = pooled.claim_tests(vs)
+  family = pooled.family(vs, trends, stripe_vs, tests)
+  return vs, stripe_vs, trends, pooled.with_holm(tests, family), family
 
 
 def _command(run_dirs, replicate_dirs, records_dir, out_path) -> str:
@@ -110,22 +129,21 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
   if not rows:
     raise ValueError("no members found in the run directories.")
   by_cell = run_cells.cells(runs)
-  members = {k: run_cells.cell_members(c)[0] for k, c in by_cell.items()}
-  vs = locater_minimum.annotate(verdicts.verdicts(rows, members), rows)
-  stripe_vs = claims.stripe_verdicts(runs)
-  trends = verdicts.trends(rows)
-  spread = _spread(runs, replicate_dirs)
+  loaded, kept = _replicates(replicate_dirs)
+  reruns = floors.rerun_reference(runs, loaded)
+  vs, stripe_vs, trends, tests, family = _judge(runs, rows, by_cell, reruns)
+  spread = _spread(runs, loaded, kept)
   page = sections.Page(out_path, _figures_dir(out_path, figures_dir))
-  summary = write_summary(rows, page.directory, vs + stripe_vs + trends,
-                          spread)
+  summary = write_summary(rows, page.directory,
+                          vs + stripe_vs + trends + tests, spread)
   parts = [sections.title(command, records_dir, page),
-           sections.answer_section(vs, stripe_vs, trends),
-           sections.rules(rows),
+           sections.answer_section(vs, stripe_vs, trends, tests),
+           sections.rules_section(rows, reruns, family),
            sections.every_verdict(vs, stripe_vs),
            sections.kappa2_curve(trends),
            sections.locater_minimum_section(rows),
            sections.figures_section(rows, by_cell, page),
-           sections.still_to_run(rows),
+           sections.still_to_run(rows, runs, stripe_vs),
            sections.rerun_spread(spread),
            sections.runs_section(runs),
            sections.deviations(rows)]

@@ -33,6 +33,21 @@ class ParseArgTest(parameterized.TestCase):
     with self.assertRaisesRegex(ConfigError, message):
       args.parse_arg(arg, smoke=False, L=1)
 
+  def test_a_tuple_takes_every_value_up_to_the_next_name(self):
+    defaults = dict(kappa2=(0.0, 1.0), both=False, seeds=1)
+    got = args.parse_arg("kappa2=10,100,1000,both,seeds=3", **defaults)
+    self.assertEqual(got.to_dict(), dict(kappa2=(10.0, 100.0, 1000.0),
+                                         both=True, seeds=3))
+    self.assertIsInstance(got.kappa2[0], float)
+    self.assertEqual(args.parse_arg("seeds=2,kappa2=5", **defaults).kappa2,
+                     (5.0,))
+    self.assertEqual(args.parse_arg("", **defaults).kappa2, (0.0, 1.0))
+    with self.assertRaisesRegex(ValueError, "'kappa2' takes float values, "
+                                "got 'smoke'"):
+      args.parse_arg("kappa2=1,smoke", **defaults)
+    with self.assertRaisesRegex(ValueError, "unknown config argument '10'"):
+      args.parse_arg("seeds=2,10", **defaults)   # no tuple open
+
   def test_a_value_of_the_wrong_type_is_refused(self):
     with self.assertRaisesRegex(ConfigError,
                                 "'L' takes values like 1, got 'three'"):

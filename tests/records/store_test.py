@@ -114,7 +114,7 @@ class RunRecordsTest(absltest.TestCase):
     record["command"] = "python launch/train.py --config.model.retired=1"
     pathlib.Path(old, "record.json").write_text(json.dumps(record))
     [run] = [r for r in run_cells.load_runs([old])]
-    self.assertEqual(run["command"], record["command"])
+    self.assertEqual(run["trained_command"], record["command"])
 
   def test_recording_again_replaces_the_record(self):
     records = os.path.join(self.tmp, "again")
@@ -161,7 +161,9 @@ class RunRecordsTest(absltest.TestCase):
     self.assertIn(f"- rho_i over training (`{self.run_dir}`): not drawn", md)
     self.assertIn("the maps and this verdict cannot be redrawn from them.\n",
                   md)
-    self.assertNotIn("counts a smooth gradient", md)   # the kept test's D
+    answer = md[:md.index("## How a verdict is reached")]
+    self.assertNotIn("superseded", answer)         # the kept test's D
+    self.assertIn("by the shift test", answer)
     verdicts = [x for x in self.md.splitlines()
                 if x.startswith(("| Fig. 7", "- Fig. 7"))]
     self.assertNotEmpty(verdicts)

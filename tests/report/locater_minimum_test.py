@@ -1,4 +1,6 @@
 """Tests for qkspec.report.locater_minimum (trained W_QK vs W*)."""
+import math
+
 from absl.testing import absltest
 
 from qkspec.report import locater_minimum
@@ -55,6 +57,34 @@ class LocaterMinimumTest(absltest.TestCase):
                kappa2=1.0) for reading in ("mean_loss", "summed_loss")]
     at = [v["at_minimum"] for v in locater_minimum.annotate(vs, rows)]
     self.assertEqual(at, [True, False])
+
+
+class BiasLineTest(absltest.TestCase):
+
+  def test_uniform_causal_entropy_against_a_loop(self):
+    for t in (1, 2, 64):
+      rows = [math.log(i) for i in range(1, t + 1)]   # query i sees i keys
+      self.assertAlmostEqual(locater_minimum.uniform_entropy(t),
+                             sum(rows) / t)
+    self.assertAlmostEqual(locater_minimum.uniform_entropy(64), 3.2058,
+                           places=4)
+
+  def test_a_reading_at_w_star_gets_the_line_one_off_it_none(self):
+    star = locater.penalty_minimum(4.0, 1.0, 8)
+
+    def rows(scale_at_1):
+      return [dict(_row(k, t, s), entropy_mean=e, seq_len=64)
+              for k, t, s, e in ((0.0, 0.0, 3e-6, 2.82),
+                                 (1.0, float(star.trace), scale_at_1, 2.83))]
+    line = locater_minimum.bias_line(rows(float(star.scale)),
+                                     {"mean_loss": "literal"})
+    self.assertIn("Under the literal reading LocATER holds W_QK = W_Q^T W_K "
+                  "at its own minimum in every figure (scale 3e-06 at "
+                  "kappa2 = 0, W*'s 0.056 at kappa2 = 1;", line)
+    self.assertIn("the attention entropy, 2.82 to 2.83 nats, below the 3.21 "
+                  "of uniform attention over T = 64 causal keys", line)
+    self.assertEqual(locater_minimum.bias_line(
+        rows(3 * float(star.scale)), {}), "")
 
 
 if __name__ == "__main__":

@@ -71,11 +71,11 @@ class MinimalEffectTest(parameterized.TestCase):
 class OneSeedTest(absltest.TestCase):
 
   def test_floor_is_t_times_the_relative_seed_spread(self):
-    floor = rs.one_seed_floor(0.001, 4, 240.0, 250.0)
+    floor = rs.one_seed_floor(0.001, 3, 240.0, 250.0)
     self.assertAlmostEqual(floor, stats.t.ppf(0.975, 3) * 0.25, places=9)
 
   def test_inside_the_floor_is_not_significant_beyond_is_indicative(self):
-    floor = rs.one_seed_floor(0.001, 4, 240.0, 250.0)     # ~0.80 ppl
+    floor = rs.one_seed_floor(0.001, 3, 240.0, 250.0)     # ~0.80 ppl
     for diff, want in ((0.95 * floor, rs.NOT_SIGNIFICANT),
                        (1.05 * floor, rs.INDICATIVE)):
       got = rs.decide(diff, -1, rs.min_effect("valid_ppl", 240, 250),
@@ -85,8 +85,33 @@ class OneSeedTest(absltest.TestCase):
   def test_one_seed_is_never_reproduced_or_reversed(self):
     for sign in (+1, -1):
       self.assertEqual(rs.decide(5.0, sign, 0.1, True, True), rs.INDICATIVE)
-    self.assertEqual(rs.direction(5.0, +1), "as the paper")
-    self.assertEqual(rs.direction(5.0, -1), "opposite")
+
+  def test_p_value_at_the_critical_value_is_the_level(self):
+    for dof in (1, 3, 5):
+      self.assertAlmostEqual(rs.t_p_value(rs.t_critical(dof), dof), 0.05)
+      self.assertAlmostEqual(rs.t_p_value(-rs.t_critical(dof), dof), 0.05)
+    self.assertAlmostEqual(rs.paired_test([0.3, 0.1, 0.25, 0.2])["p"],
+                           stats.ttest_1samp([0.3, 0.1, 0.25, 0.2], 0).pvalue)
+
+
+class PooledTest(absltest.TestCase):
+
+  def test_sign_test_is_the_exact_binomial(self):
+    self.assertAlmostEqual(rs.sign_test(12, 12), 2 / 4096)
+    self.assertAlmostEqual(rs.sign_test(0, 12), 2 / 4096)
+    self.assertAlmostEqual(rs.sign_test(11, 12), 2 * 13 / 4096)
+    self.assertAlmostEqual(rs.sign_test(6, 6), 2 / 64)
+    self.assertEqual(rs.sign_test(3, 6), 1.0)
+    self.assertEqual(rs.sign_test(0, 0), 1.0)
+
+  def test_holm_against_its_step_down_by_hand(self):
+    p = [0.01, 0.04, 0.03, 0.005]
+    # sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1: 0.02, 0.03, 0.06,
+    # 0.04 -> running max 0.02, 0.03, 0.06, 0.06, in the family's order
+    np.testing.assert_allclose(rs.holm(p), [0.03, 0.06, 0.06, 0.02])
+    # on each side of the family-wise 5%: 0.03 holds, 0.06 does not
+    self.assertEqual(list(rs.holm(p) < 0.05), [True, False, False, True])
+    np.testing.assert_allclose(rs.holm([0.5, 0.9]), [1.0, 1.0])
 
 
 class TimeAverageTest(absltest.TestCase):

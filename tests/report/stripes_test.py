@@ -67,6 +67,20 @@ class StripeTest(parameterized.TestCase):
     self.assertLess(r["p_value"], stripes.P_VALUE)       # persistent ...
     self.assertFalse(r["stripes"], r)                    # ... but faint
 
+  def test_the_salience_threshold_is_absolute_on_rho_s_range(self):
+    """Held-in-place stripes of height h on a flat 0.4: D = h, whatever the
+    map's own range; 0.1 of rho's [0, 1] divides salient from faint."""
+    for height, want in ((0.9 * stripes.MIN_DEPARTURE, False),
+                         (1.1 * stripes.MIN_DEPARTURE, True)):
+      rho = np.full((S, T), 0.4)
+      rho[:, [5, 11, 20]] += height
+      r = stripes.stripe_test(report_fixtures.rho_map(rho, noise=0.01))
+      self.assertLess(r["p_value"], stripes.P_VALUE)        # persistent
+      self.assertAlmostEqual(r["departure"], height, delta=0.01)
+      # a tenth of the map's own range would call both salient
+      self.assertGreater(r["departure"], 0.1 * np.ptp(rho))
+      self.assertEqual(r["stripes"], want, (height, r))
+
   def test_constant_and_linear_maps_depart_by_nothing(self):
     for rho in (np.ones((S, T)), np.linspace(0, 1, T) * np.ones((S, 1))):
       r = stripes.stripe_test(rho)

@@ -2,6 +2,7 @@
 from absl.testing import absltest
 import numpy as np
 
+from qkspec.report import floors
 from qkspec.report import stats as rs
 from qkspec.report import verdicts as rv
 import report_fixtures
@@ -78,8 +79,8 @@ class OneSeedVerdictTest(absltest.TestCase):
     return fig6 + fig8
 
   def test_floor_from_the_paired_seed_spread(self):
-    ref = rv.seed_reference(self._rows(0.0))[("mean_loss", "kappa2",
-                                               "valid_ppl")]
+    ref = floors.seed_reference(self._rows(0.0))[("mean_loss", "kappa2",
+                                                  "valid_ppl")]
     self.assertTrue(ref["paired"])
     self.assertEqual(ref["n"], 4)
     level = np.mean([max(240.0 * (1 + 0.01 * s), 240.0 * (1 + 0.01 * s) + d)
@@ -88,29 +89,30 @@ class OneSeedVerdictTest(absltest.TestCase):
                            / level)
 
   def test_within_the_floor_not_significant_beyond_indicative(self):
-    ref = rv.seed_reference(self._rows(0.0))[("mean_loss", "kappa2",
-                                               "valid_ppl")]
-    floor = rs.one_seed_floor(ref["rel"], ref["n"], 240.0, 240.6)
+    ref = floors.seed_reference(self._rows(0.0))[("mean_loss", "kappa2",
+                                                  "valid_ppl")]
+    self.assertEqual(ref["dof"], ref["n"] - 1)
+    floor = rs.one_seed_floor(ref["rel"], ref["dof"], 240.0, 240.6)
     for d, want in ((0.95 * floor, rs.NOT_SIGNIFICANT),
                     (1.05 * floor, rs.INDICATIVE)):
       v = _verdict(rv.verdicts(self._rows(d)), "D", label="Fig. 8")
       self.assertEqual(v["verdict"], want, (d, v))
-      self.assertEqual(v["direction"], "opposite")
+      self.assertEqual(rv.direction(v), "opposite")
     self.assertGreater(floor, 0.24)                   # above the 0.1% floor
 
   def test_no_unqualified_one_seed_verdict_and_no_floor_of_another_reading(
       self):
     v = _verdict(rv.verdicts(self._rows(5.0, reading="summed_loss")), "D",
                  label="Fig. 8")
-    self.assertIsNone(v["reference"])
+    self.assertIsNone(v["floor_ref"])
     self.assertEqual(v["verdict"], rs.INDICATIVE)
-    self.assertIn("no seed spread", rv.evidence(v))
+    self.assertIn("no floor to hold it to", rv.evidence(v))
     self.assertEqual(rv.short(v), "(**rev.**)")
 
   def test_none_contrast_without_paired_seeds_takes_the_group_spread(self):
     rows = self._rows(0.0) + [report_fixtures.seed_row(0.0, {}, kappa1=0.0,
                                                        label="Fig. 8")]
-    ref = rv.seed_reference(rows)[("mean_loss", "none", "valid_ppl")]
+    ref = floors.seed_reference(rows)[("mean_loss", "none", "valid_ppl")]
     alt = rows[1]
     self.assertFalse(ref["paired"])
     self.assertAlmostEqual(ref["rel"], np.sqrt(2) * alt["valid_ppl_std"]
@@ -135,13 +137,13 @@ class OverTrainingTest(absltest.TestCase):
     members = {("Fig. 6", "mean_loss"): [_member(0.0, 0, steps, base),
                                         _member(1.0, 0, steps, alt)]}
     v = _verdict(rv.verdicts(rows, members), "D")
-    self.assertEqual(v["direction"], "as the paper")
+    self.assertEqual(rv.direction(v), "as the paper")
     t = v["training"]
     self.assertEqual(t["start"], 5_000)
     self.assertEqual(t["evaluations"], 19)
     self.assertAlmostEqual(t["diff"], (18 * 1.0 - 1.0) / 19)
     self.assertAlmostEqual(t["same_sign"], 1 / 19)
-    self.assertEqual(t["direction"], "opposite")
+    self.assertEqual(rv.direction(t), "opposite")
 
   def test_members_without_curves_give_no_verdict_over_training(self):
     members = {("Fig. 6", "mean_loss"): [
@@ -191,12 +193,12 @@ class TrendTest(absltest.TestCase):
       self.assertEqual(t["verdict"], want, t)
 
   def test_one_seed_uses_the_floor_at_the_bonferroni_level(self):
-    ref = dict(rel=0.001, n=4)
+    ref = dict(rel=0.001, n=4, dof=3, transferred=False)
     floor = rs.t_critical(3, rs.bonferroni(4)) * 0.001 * 240.0
     for d, want in ((0.95 * floor, rs.NOT_SIGNIFICANT),
                     (1.05 * floor, rs.INDICATIVE)):
       ppl = [240.0, 240.0 - d, 241.0, 241.0, 241.0]
-      t = rv.trend(_trend_rows(ppl, seeds=(0,)), "valid_ppl", -1, ref)
+      t = rv.trend(_trend_rows(ppl, seeds=(0,)), "valid_ppl", -1, [ref])
       self.assertAlmostEqual(t["floor"], floor)
       self.assertEqual(t["verdict"], want)
 

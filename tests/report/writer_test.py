@@ -69,7 +69,8 @@ class WriteReportTest(absltest.TestCase):
         row = (f"| Fig. 6 (smoke) | {reading} | kappa2 | {claim} | ")
         self.assertEqual(self.md.count(row), 1, row)
     self.assertIn("SHORTENED: 2 of 50,000 steps", self.md)
-    self.assertIn("configs/locater_wt2.py:seeds=2,fairseq,smoke", self.md)
+    self.assertIn("configs/locater_wt2.py:kappa2=0,1,seeds=2,fairseq,smoke",
+                  self.md)
     self.assertIn("## Why this may differ from the paper", self.md)
     self.assertIn("- tr(W_QK) never reaches its target 1: at kappa2 = 1 ",
                   self.md)
@@ -79,7 +80,7 @@ class WriteReportTest(absltest.TestCase):
     self.assertIn("## Still to run", self.md)
     self.assertIn("- fairseq (summed_loss), curves over training: ![curves]"
                   "(reproduction/fig6_smoke_curves_summed_loss.png)", self.md)
-    self.assertIn("- Fig. 6, both readings: not run", self.md)  # smoke
+    self.assertIn("1. Fig. 7 with the rho maps kept, both readings", self.md)
 
   def test_rerun_spread_section_and_summary(self):
     self.assertIn("## Same config, same seed, run twice", self.md)
@@ -133,7 +134,7 @@ class WriteReportTest(absltest.TestCase):
       rows = list(csv.DictReader(f))
     self.assertLen(rows, 4)
     fairseq = [r for r in rows if r["reading"] == "summed_loss"]
-    self.assertIn("configs/locater_wt2.py:seeds=2,fairseq,smoke",
+    self.assertIn("configs/locater_wt2.py:kappa2=0,1,seeds=2,fairseq,smoke",
                   fairseq[0]["commands"])
     self.assertNotIn(" ; ", fairseq[0]["commands"])     # one run per cell
     self.assertEqual(summary["rows"][0]["commands"], [rows[0]["commands"]])
@@ -141,7 +142,7 @@ class WriteReportTest(absltest.TestCase):
 
   def test_rebuilt_command_names_the_overrides(self):
     command = run_cells.load_runs(self.runs[:1])[0]["command"]
-    self.assertIn("--config.sweep.kappa2=", command)
+    self.assertIn("configs/locater_wt2.py:kappa2=0,1,seeds=2,smoke ", command)
     self.assertIn("--config.num_steps=2", command)
     self.assertNotIn("--config.locater", command)
 
@@ -180,9 +181,11 @@ class ReadingLinesTest(absltest.TestCase):
                            return_value=([], [])):
       fig = figures.kappa2_figure(rows, "Fig. 6")
     labels = [ax.get_legend_handles_labels()[1] for ax in fig.axes]
-    self.assertEqual(labels[0], ["2: fairseq (summed_loss)"])
-    # C and D: the no-LocATER member as a line (B: decades above)
-    self.assertCountEqual(labels[1], ["2: fairseq (summed_loss)",
+    # the no-LocATER member as a line in B (on a log axis), C and D
+    self.assertEqual(labels[0], ["1: fairseq (summed_loss)",
+                                 "no LocATER (43)"])
+    self.assertEqual(fig.axes[0].get_yscale(), "log")
+    self.assertCountEqual(labels[1], ["1: fairseq (summed_loss)",
                                       "no LocATER (2.35)"])
     self.assertIn("no LocATER (201.7)", labels[2])
 
