@@ -202,7 +202,7 @@ class UsageErrorTest(absltest.TestCase):
         import os
         import numpy as np
         from qkspec.config import ConfigError
-        from qkspec.experiments import cli
+        from qkspec import cli
         def run(config, workdir):
           if os.environ["RAISE"] == "bug":
             np.reshape(np.arange(3), (2, 2))

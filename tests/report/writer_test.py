@@ -190,7 +190,7 @@ class ReadingLinesTest(absltest.TestCase):
     self.assertIn("no LocATER (201.7)", labels[2])
 
 
-@testutil.slow("a Fig. 7 smoke run trained and reported; run_records_test "
+@testutil.slow("a Fig. 7 smoke run trained and reported; store_test "
                "redraws Fig. 7 from recorded maps")
 class Fig7StripesTest(absltest.TestCase):
 

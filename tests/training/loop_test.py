@@ -183,7 +183,7 @@ class ConfigCheckTest(absltest.TestCase):
         import atexit
         from unittest import mock
         from qkspec.config import schema
-        from qkspec.experiments import cli
+        from qkspec import cli
         validate = mock.patch.object(schema, "validate",
                                      wraps=schema.validate).start()
         atexit.register(lambda: print("validated", validate.call_count))
