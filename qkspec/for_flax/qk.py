@@ -22,7 +22,6 @@ import numpy as np
 from qkspec.theory import locater
 from qkspec.theory import softmax
 from qkspec.theory import spectrum
-from qkspec.training import model as model_lib
 
 # A kernel in `qk_spec`: its path ("a/b/kernel") or a function of the
 # parameter tree returning it (e.g. a slice of a fused QKV kernel).
@@ -82,7 +81,7 @@ def _seen(tree: Mapping) -> str:
 
 def _from_kernels(wq_kernel, wk_kernel) -> QKLayer:
   """W_QK [H, d, d] from Flax kernels [d, H, D] (or [d, D]: one head)."""
-  w_qk = model_lib.qk_from_kernels(wq_kernel, wk_kernel)
+  w_qk = spectrum.qk_from_kernels(wq_kernel, wk_kernel)
   return QKLayer(w_qk.reshape(-1, *w_qk.shape[-2:]), jnp.shape(wq_kernel)[-1])
 
 
