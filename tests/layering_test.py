@@ -99,6 +99,22 @@ class LayeringTest(parameterized.TestCase):
           bad.append(f"{path.relative_to(ROOT)} imports {module}")
     self.assertEmpty(bad)
 
+  def test_for_flax_imports_no_training(self):
+    # for_flax is a contract with users' models: it stands on the maths,
+    # never on qkspec's own training stack.
+    bad = [f"{path.relative_to(ROOT)} imports {module}"
+           for path in sorted((PACKAGE / "for_flax").rglob("*.py"))
+           for module in _qkspec_imports(path)
+           if _layer(module) == "training"]
+    self.assertEmpty(bad)
+    probe = ("import sys\nimport qkspec.for_flax\n"
+             "print(sorted(m for m in sys.modules if m.startswith('qkspec.')))")
+    loaded = subprocess.run([sys.executable, "-c", probe], check=True,
+                            capture_output=True, text=True,
+                            cwd=ROOT).stdout.strip().splitlines()[-1]
+    self.assertIn("qkspec.for_flax.qk", loaded)     # the probe sees modules
+    self.assertNotIn("qkspec.training", loaded)
+
   def test_flat_package_holds_no_code_modules(self):
     flat = sorted(p.name for p in PACKAGE.glob("*.py"))
     self.assertEqual(flat, ["__init__.py"])
