@@ -84,8 +84,8 @@ GRID_MEANS = (0.0, 0.5, -0.3, 0.2)
 GRID_STDS = (1.0, 0.05, 0.2, 3.0)
 
 # The Flax attention models of the qkspec.for_flax tests: batch, sequence
-# length, width and heads.
-FLAX_B, FLAX_T, FLAX_D, FLAX_H = 3, 5, 8, 2
+# length, width, heads and stacked layers.
+FLAX_B, FLAX_T, FLAX_D, FLAX_H, FLAX_L = 3, 5, 8, 2, 2
 
 
 @functools.cache
@@ -122,6 +122,62 @@ def flax_nets() -> tuple[type, type]:
       return x
 
   return LinenNet, NnxNet
+
+
+@functools.cache
+def flax_stacks() -> tuple[type, type, type]:
+  """(LinenScan, LinenRemat, NnxScan): `FLAX_L` attention layers with skips,
+  `FLAX_H` heads on width `FLAX_D`. LinenScan(remat) is `nn.scan` over a
+  block (its kernels [L, d, H, D] under "layers/attn"), each block
+  `nn.remat`'d if `remat`; LinenRemat `nn.remat`s each of its blocks
+  "block_l"; NnxScan(rngs) builds its layers with `nnx.vmap` and runs them
+  with `nnx.scan` (kernels [L, d, H, D] under "layers"). Each takes
+  (x, mask=None)."""
+  # pylint: disable=g-import-not-at-top
+  import flax.linen as nn
+  from flax import nnx
+
+  class Block(nn.Module):
+    @nn.compact
+    def __call__(self, x, mask):
+      return x + nn.MultiHeadDotProductAttention(FLAX_H, name="attn")(
+          x, mask=mask), None
+
+  class LinenScan(nn.Module):
+    remat: bool = False
+
+    @nn.compact
+    def __call__(self, x, mask=None):
+      block = nn.remat(Block) if self.remat else Block
+      x, _ = nn.scan(block, variable_axes={"params": 0},
+                     split_rngs={"params": True}, in_axes=nn.broadcast,
+                     length=FLAX_L)(name="layers")(x, mask)
+      return x
+
+  class LinenRemat(nn.Module):
+    @nn.compact
+    def __call__(self, x, mask=None):
+      for l in range(FLAX_L):
+        x, _ = nn.remat(Block)(name=f"block_{l}")(x, mask)
+      return x
+
+  class NnxScan(nnx.Module):
+
+    def __init__(self, rngs):
+      @nnx.split_rngs(splits=FLAX_L)
+      @nnx.vmap(in_axes=(0,), out_axes=0)
+      def layers(rngs):
+        return nnx.MultiHeadAttention(FLAX_H, FLAX_D, decode=False,
+                                      rngs=rngs)
+      self.layers = layers(rngs)
+
+    def __call__(self, x, mask=None):
+      @nnx.scan(in_axes=(nnx.Carry, 0), out_axes=nnx.Carry)
+      def body(x, layer):
+        return x + layer(x, mask=mask, is_causal=True)
+      return body(x, self.layers)
+
+  return LinenScan, LinenRemat, NnxScan
 
 
 def flax_inputs() -> np.ndarray:

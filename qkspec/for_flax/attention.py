@@ -19,7 +19,7 @@ from flax import nnx
 import jax
 import jax.numpy as jnp
 
-from qkspec.for_flax import qk
+from qkspec.for_flax import layouts
 from qkspec.theory import diagnostics
 from qkspec.theory import propagation
 from qkspec.theory import softmax
@@ -76,13 +76,13 @@ def _record_linen(apply_fn, variables, args, kwargs) -> dict[str, dict]:
     if context.method_name != "__call__":
       return out
     if isinstance(module, nn.MultiHeadDotProductAttention):
-      record = records.setdefault(qk.join_path(module.path), {})
+      record = records.setdefault(layouts.join_path(module.path), {})
       record["output"] = out
       if "mask" in call_kwargs:    # SelfAttention passes it on by name
         record["mask"] = call_kwargs["mask"]
     elif (isinstance(module.parent, nn.MultiHeadDotProductAttention)
           and module.name in _PROJECTIONS):
-      records.setdefault(qk.join_path(module.parent.path), {})[
+      records.setdefault(layouts.join_path(module.parent.path), {})[
           _PROJECTIONS[module.name]] = out
     return out
 
@@ -108,7 +108,7 @@ def _record_nnx(apply_fn, module, args, kwargs) -> dict[str, dict]:
   records, layers = {}, {}
   for path, layer in nnx.iter_modules(clone):
     if isinstance(layer, nnx.MultiHeadAttention):
-      name = qk.join_path(path)
+      name = layouts.join_path(path)
       layer.attention_fn = _recording(layer.attention_fn,
                                       records.setdefault(name, {}))
       layers[name] = layer
