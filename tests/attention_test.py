@@ -4,6 +4,7 @@ from absl.testing import parameterized
 import flax.linen as nn
 from flax import nnx
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from qkspec import for_flax
@@ -227,6 +228,18 @@ class AttentionTableTest(parameterized.TestCase):
     self.assertEqual(sorted(layers), sorted(for_flax.qk_matrices(model)))
     _check_rows(self, rows, layers, list(layers), x.astype(np.float64),
                 CAUSAL)
+
+  def test_16bit_model_gives_float32_rows_close_to_float32(self):
+    x, model = _inputs(), LinenNet()
+    variables = model.init(jax.random.key(0), x)
+    want = for_flax.attention_table(model.apply, variables, x)
+    low = jax.tree.map(lambda a: a.astype(jnp.bfloat16), variables)
+    got = for_flax.attention_table(model.apply, low, x.astype(jnp.bfloat16))
+    for g, w in zip(got, want):
+      self.assertIsInstance(g["entropy"], float)
+      np.testing.assert_allclose(g["entropy"], w["entropy"], rtol=0.05)
+      np.testing.assert_allclose(g["rank_residual"], w["rank_residual"],
+                                 rtol=0.05)
 
   def test_what_it_cannot_measure_is_an_error_saying_what_to_do(self):
     x, model = _inputs(), LinenNet()

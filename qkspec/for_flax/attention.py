@@ -15,11 +15,13 @@ traces it anew. Where a layer runs traced (`nn.remat`, `nnx.jit`,
 stack scanned over layers (`nn.scan`, `nnx.scan`) gives one set of rows per
 layer, "path/l".
 
-Not seen: a custom `attention_fn`, attention that is not linen's
-`MultiHeadDotProductAttention` or nnx's `MultiHeadAttention` (Hugging
-Face's: use `attention_table_from_weights`), a decoding cache, a model
-vmapped over the batch. A layer called twice, not stacked, is measured on
-its last call.
+An error says what to do where a layer cannot be measured: attention
+other than linen's `MultiHeadDotProductAttention` and nnx's
+`MultiHeadAttention` (Hugging Face's: use `attention_table_from_weights`),
+a model vmapped over the batch, one layer looped over (no stack),
+`eval_shape`. Assumed, not checked: the layer's `attention_fn` is Flax's
+`dot_product_attention`, and no decoding cache. A layer called twice, not
+stacked, is measured on its last call.
 """
 # pylint: disable=invalid-name
 import functools

@@ -19,9 +19,9 @@ w_qk [H, d, d]                      qkspec's joint W_QK             read
 
 (`qkv_proj` is read as `qkv`, maxtext's name.) A leading axis L is a stack of
 layers (linen `nn.scan` with `variable_axes={"params": 0}`, nnx `vmap` or
-`scan`): query/key [L, d, H, D], or [L, d, d] when `num_heads` is given
-and is not the middle axis; c_attn [L, 3d, d]; qkv [L, d, 3d] or
-[L, d, 3, H, D].
+`scan`): query/key [L, d, H, D], or [L, d, d] when `num_heads` is given,
+is not the middle axis, and an `out` kernel beside them is [L, d, d] too;
+c_attn [L, 3d, d]; qkv [L, d, 3d] or [L, d, 3, H, D].
 
 Fused kernels hold q, k, v in that order: GPT-2's `FlaxConv1D` computes
 :math:`y = x K^\top` and `jnp.split(y, 3, axis=2)`, so :math:`K_q` =
