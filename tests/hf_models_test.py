@@ -2,14 +2,13 @@
 
 Tiny models from configs, random weights, nothing downloaded. Each is checked
 against NumPy from its raw kernels and against its own attention
-probabilities (`output_attentions=True`). The largest differences are
-logged: `pytest tests/hf_models_test.py -o log_cli=true --log-cli-level=INFO`.
+probabilities (`output_attentions=True`); `testutil.assert_close` logs the
+largest differences.
 """
 # pylint: disable=invalid-name
 import functools
 import unittest
 
-from absl import logging
 from absl.testing import absltest
 import jax
 import jax.numpy as jnp
@@ -17,6 +16,7 @@ import numpy as np
 
 from qkspec import for_flax
 from qkspec.theory import locater
+import testutil
 
 try:
   import transformers  # pylint: disable=g-import-not-at-top
@@ -27,13 +27,6 @@ B, T, d, H, L = 3, 5, 8, 2, 2          # batch, tokens, width, heads, layers
 D = d // H
 LENGTHS = np.array([5, 3, 4])          # tokens per sequence, then padding
 HP = locater.LocaterHParams(kappa1=0.3, kappa2=0.7, target=0.5)
-
-
-def _close(what, got, want, rtol=0.0, atol=0.0):
-  """assert_allclose, logging the largest difference."""
-  got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-  logging.info("%s: max |diff| %.3g", what, np.nanmax(np.abs(got - want)))
-  np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=what)
 
 
 def _random_params(model, seed=0):
@@ -105,6 +98,10 @@ class _Checks:
         return forward(*args)
     cls.forward = staticmethod(run)
 
+  def close(self, what, got, want, **tolerance):
+    testutil.assert_close(f"{type(self).__name__} {what}", got, want,
+                          **tolerance)
+
   def inputs(self, length=T):
     """Token ids [B, length] (an image [B, C, h, w] for ViT)."""
     return jnp.asarray(np.arange(B * length).reshape(B, length) % 16)
@@ -154,18 +151,17 @@ class _Checks:
       wq, _, wk, _ = self.kernels(params, l)
       q, k = wq.reshape(d, H, D), wk.reshape(d, H, D)
       want[path] = np.stack([q[:, h] @ k[:, h].T for h in range(H)])
-      _close(f"{type(self).__name__} W_QK {path}", got, want[path],
-             atol=1e-6)
+      self.close(f"W_QK {path}", got, want[path], atol=1e-6)
     penalty = sum(HP.kappa1 * np.sum(w**2) + HP.kappa2 * (np.trace(w)
                                                           - HP.target)**2
                   for ws in want.values() for w in ws)
-    _close(f"{type(self).__name__} penalty", for_flax.locater_penalty(
+    self.close("penalty", for_flax.locater_penalty(
         self.params, HP, num_heads=heads), penalty, rtol=1e-5)
     rows = for_flax.spectrum_table(self.params, num_heads=heads)
     self.assertLen(rows, L * H)
-    _close(f"{type(self).__name__} spectrum r", [r["r"] for r in rows],
-           [np.trace(w) / np.sqrt(D) for ws in want.values() for w in ws],
-           rtol=1e-5, atol=1e-6)
+    self.close("spectrum r", [r["r"] for r in rows],
+               [np.trace(w) / np.sqrt(D) for ws in want.values() for w in ws],
+               rtol=1e-5, atol=1e-6)
 
   def test_w_qk_gives_the_models_own_attention(self):
     # log A_tj = (x_t W_QK x_j + b_q W_K^T x_j) / sqrt(D) + c_t over the
@@ -189,8 +185,7 @@ class _Checks:
       center = lambda a: np.where(visible, a - np.sum(  # noqa: E731
           np.where(visible, a, 0), -1, keepdims=True) / np.maximum(
               visible.sum(-1, keepdims=True), 1), 0)
-      _close(f"{type(self).__name__} log A layer {l}", center(logp),
-             center(pred), atol=1e-4)
+      self.close(f"log A layer {l}", center(logp), center(pred), atol=1e-4)
 
   def test_from_weights_against_numpy(self):
     tokens = self._tokens()
@@ -200,10 +195,9 @@ class _Checks:
     for l, logits in enumerate(self._np_layers(out)):
       entropy, rho = np_table(logits, self._visible(tokens), tokens)
       got = [r for r in rows if r["layer"] == l]
-      _close(f"{type(self).__name__} entropy layer {l}",
-             [r["entropy"] for r in got], entropy, rtol=1e-4)
-      _close(f"{type(self).__name__} rho layer {l}", [r["rho"] for r in got],
-             rho, atol=1e-6)
+      self.close(f"entropy layer {l}", [r["entropy"] for r in got], entropy,
+                 rtol=1e-4)
+      self.close(f"rho layer {l}", [r["rho"] for r in got], rho, atol=1e-6)
 
   def test_padding_counts_nowhere(self):
     if not self.padded:

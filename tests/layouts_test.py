@@ -80,10 +80,13 @@ class LayoutsTest(parameterized.TestCase):
         fn(params)
     want = np_heads(wq, wk, H)
     got = for_flax.qk_matrices(params, num_heads=H)
-    np.testing.assert_allclose(got["enc/self"], want, rtol=1e-5, atol=1e-6)
+    testutil.assert_close("W_QK [d, H*D] kernels", got["enc/self"], want,
+                          rtol=1e-5, atol=1e-6)
     self.assertGreater(np.abs(want.sum(0) - want[0]).max(), 0.1)
-    np.testing.assert_allclose(for_flax.locater_penalty(
-        params, HP, num_heads={"enc/self": H}), np_penalty(want), rtol=1e-5)
+    testutil.assert_close("penalty [d, H*D] kernels",
+                          for_flax.locater_penalty(
+                              params, HP, num_heads={"enc/self": H}),
+                          np_penalty(want), rtol=1e-5)
     rows = for_flax.spectrum_table(params, num_heads=H)
     self.assertEqual([r["head"] for r in rows], list(range(H)))
     for r, w in zip(rows, want):     # at lambda = sqrt(D), D = d / H
@@ -120,8 +123,9 @@ class LayoutsTest(parameterized.TestCase):
     (path, w_qk), = for_flax.qk_matrices(params, num_heads=heads).items()
     self.assertEqual(path, "")
     logits = np.einsum("bti,hij,bsj->bhts", x, w_qk, x)
-    np.testing.assert_allclose(logits, model.apply({"params": params}, x),
-                               rtol=1e-4, atol=1e-4)
+    testutil.assert_close(f"logits {layout}", logits,
+                          model.apply({"params": params}, x),
+                          rtol=1e-4, atol=1e-4)
     kernel = np.asarray(params[layout]["kernel"], np.float64)
     if layout == "qkv":                 # y = x kernel, split in 3
       q, k = kernel[:, :d], kernel[:, d:2 * d]
@@ -129,7 +133,8 @@ class LayoutsTest(parameterized.TestCase):
       q, k = kernel[:d].T, kernel[d:2 * d].T
     else:                               # y[..., i, :, :] of [d, 3, H, D]
       q, k = kernel[:, 0].reshape(d, d), kernel[:, 1].reshape(d, d)
-    np.testing.assert_allclose(w_qk, np_heads(q, k, H), rtol=1e-5, atol=1e-6)
+    testutil.assert_close(f"W_QK {layout}", w_qk, np_heads(q, k, H),
+                          rtol=1e-5, atol=1e-6)
 
   def test_stacks_come_out_layer_by_layer(self):
     x = testutil.flax_inputs()
@@ -138,9 +143,11 @@ class LayoutsTest(parameterized.TestCase):
     qks = for_flax.qk_matrices(scan)
     self.assertEqual(list(qks), [f"layers/attn/{l}" for l in range(L)])
     for l in range(L):
-      np.testing.assert_allclose(qks[f"layers/attn/{l}"], np_heads(
-          attn["query"]["kernel"][l].reshape(d, d),
-          attn["key"]["kernel"][l].reshape(d, d), H), rtol=1e-5, atol=1e-6)
+      testutil.assert_close(
+          "W_QK linen scan", qks[f"layers/attn/{l}"],
+          np_heads(attn["query"]["kernel"][l].reshape(d, d),
+                   attn["key"]["kernel"][l].reshape(d, d), H),
+          rtol=1e-5, atol=1e-6)
     self.assertLen(for_flax.spectrum_table(scan), L * H)
     # nnx.vmap-built layers [L, d, H, D]: "layers/l"
     model = NnxScan(nnx.Rngs(0))
@@ -148,7 +155,7 @@ class LayoutsTest(parameterized.TestCase):
     kk = np.asarray(model.layers.key.kernel[...])
     qks = for_flax.qk_matrices(model)
     self.assertEqual(list(qks), [f"layers/{l}" for l in range(L)])
-    np.testing.assert_allclose(qks["layers/1"], np_heads(
+    testutil.assert_close("W_QK nnx vmap stack", qks["layers/1"], np_heads(
         kq[1].reshape(d, d), kk[1].reshape(d, d), H), rtol=1e-5, atol=1e-6)
     # Dense stacks [L, d, H*D] and a fused [L, d, 3d], given num_heads
     wq, wk = _normal(1, (L, d, d)), _normal(2, (L, d, d))
@@ -160,8 +167,9 @@ class LayoutsTest(parameterized.TestCase):
                                          for l in range(L)))
     for l in range(L):
       for n in stacks:
-        np.testing.assert_allclose(qks[f"{n}/{l}"], np_heads(wq[l], wk[l], H),
-                                   rtol=1e-5, atol=1e-6)
+        testutil.assert_close("W_QK [L, d, d] stacks", qks[f"{n}/{l}"],
+                              np_heads(wq[l], wk[l], H), rtol=1e-5,
+                              atol=1e-6)
 
   def test_a_stack_on_another_axis_is_refused(self):
     wq, wk = _normal(1, (d, L, H, D)), _normal(2, (d, L, H, D))
@@ -182,15 +190,15 @@ class LayoutsTest(parameterized.TestCase):
             for n in ("attn_0", "attn_1")}
     for n, w in qks.items():
       self.assertEqual(w.dtype, jnp.float32)
-      np.testing.assert_allclose(w, want[n], rtol=1e-5, atol=1e-6)
+      testutil.assert_close("W_QK 16-bit", w, want[n], rtol=1e-5, atol=1e-6)
     penalty = for_flax.locater_penalty(low, HP)
     self.assertEqual(penalty.dtype, jnp.float32)
-    np.testing.assert_allclose(penalty, np_penalty(
+    testutil.assert_close("penalty 16-bit", penalty, np_penalty(
         [w for ws in want.values() for w in ws]), rtol=1e-5)
     rows = for_flax.spectrum_table(low)
-    np.testing.assert_allclose([r["scale"] for r in rows],
-                               [np.sum(w**2) for ws in want.values()
-                                for w in ws], rtol=1e-5)
+    testutil.assert_close("scale 16-bit", [r["scale"] for r in rows],
+                          [np.sum(w**2) for ws in want.values()
+                           for w in ws], rtol=1e-5)
 
   def test_a_qk_spec_that_cannot_be_right_is_refused(self):
     params = {"attn": {"c_attn": {"kernel": _normal(1, (3 * d, d))},

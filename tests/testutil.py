@@ -8,6 +8,7 @@ import shutil
 import tempfile
 import unittest
 
+from absl import logging
 import jax
 import numpy as np
 
@@ -189,6 +190,18 @@ def flax_inputs() -> np.ndarray:
 def float64_tree(tree):
   """`tree` with each leaf a float64 NumPy array."""
   return jax.tree.map(lambda a: np.asarray(a, np.float64), tree)
+
+
+def assert_close(what: str, got, want, rtol=0.0, atol=0.0) -> None:
+  """np.testing.assert_allclose, logging the largest difference (shown by
+  `pytest ... -o log_cli=true --log-cli-level=INFO`)."""
+  got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+  diff = np.abs(got - want)
+  with np.errstate(divide="ignore", invalid="ignore"):
+    relative = np.nanmax(np.where(diff > 0, diff / np.abs(want), 0.0))
+  logging.info("%s: max |diff| %.3g, relative %.3g", what, np.nanmax(diff),
+               relative)
+  np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=what)
 
 
 def sweep_losses(config, steps: int) -> tuple:
