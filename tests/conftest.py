@@ -37,6 +37,7 @@ def pytest_terminal_summary(terminalreporter, config):
 # tests in collection order, so one of these drawn last by the random order
 # would leave the other worker idle at the end.
 _LONGEST = ("multidevice_test.py::RunInOwnProcess",
+            "readme_test.py::ReadmeTest",
             "sweep_test.py::VmappedSweepTest",
             "reliability_test.py::InterruptTest",
             "precision_test.py::", "writer_test.py::WriteReportTest",

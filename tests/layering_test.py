@@ -2,10 +2,10 @@
 
 qkspec/theory (the maths) imports only jax and numpy; qkspec/config only
 ml_collections; qkspec/kernels only jax (and the maths' checks);
-qkspec/records neither jax nor matplotlib; and no layer imports one below
-it in theory -> config -> data -> kernels -> training -> for_flax -> records
--> plots -> {experiments, report} -> cli, where experiments and report
-are siblings that never import each other.
+qkspec/records neither jax nor matplotlib; qkspec/for_flax only the maths;
+and no layer imports one below it in theory -> config -> data -> kernels
+-> training -> for_flax -> records -> plots -> {experiments, report} -> cli,
+where experiments and report are siblings that never import each other.
 """
 import ast
 import json
@@ -22,6 +22,8 @@ BELOW = ("theory", "config", "data", "kernels", "training", "for_flax",
          "records", "plots")
 # Each layer and the layers it may import.
 ALLOWED = {**{layer: BELOW[:i + 1] for i, layer in enumerate(BELOW)},
+           # a contract with users' models: on the maths alone
+           "for_flax": ("theory", "for_flax"),
            "experiments": BELOW + ("experiments",),
            "report": BELOW + ("report",),
            "cli": tuple(BELOW) + ("experiments", "report", "cli")}
@@ -115,6 +117,22 @@ class LayeringTest(parameterized.TestCase):
         if target is not None and target not in allowed:
           bad.append(f"{path.relative_to(ROOT)} imports {module}")
     self.assertEmpty(bad)
+
+  def test_for_flax_imports_no_training(self):
+    # for_flax is a contract with users' models: it stands on the maths,
+    # never on qkspec's own training stack.
+    bad = [f"{path.relative_to(ROOT)} imports {module}"
+           for path in sorted((PACKAGE / "for_flax").rglob("*.py"))
+           for module in _qkspec_imports(path)
+           if _layer(module) == "training"]
+    self.assertEmpty(bad)
+    probe = ("import sys\nimport qkspec.for_flax\n"
+             "print(sorted(m for m in sys.modules if m.startswith('qkspec.')))")
+    loaded = subprocess.run([sys.executable, "-c", probe], check=True,
+                            capture_output=True, text=True,
+                            cwd=ROOT).stdout.strip().splitlines()[-1]
+    self.assertIn("qkspec.for_flax.qk", loaded)     # the probe sees modules
+    self.assertNotIn("qkspec.training", loaded)
 
   def test_experiments_and_report_never_import_each_other(self):
     for a, b in (("experiments", "report"), ("report", "experiments")):

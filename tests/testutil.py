@@ -1,5 +1,4 @@
 """Helpers shared by the tests (not a test file)."""
-import functools
 import json
 import os
 import pathlib
@@ -64,58 +63,6 @@ def assert_files(test: unittest.TestCase, directory, names) -> None:
     path = directory / name
     test.assertTrue(path.is_file(), f"missing {path}")
     test.assertGreater(path.stat().st_size, 0, f"empty {path}")
-
-
-# The Flax attention models of the qkspec.for_flax tests: batch, sequence
-# length, width and heads.
-FLAX_B, FLAX_T, FLAX_D, FLAX_H = 3, 5, 8, 2
-
-
-@functools.cache
-def flax_nets() -> tuple[type, type]:
-  """(LinenNet, NnxNet): two Flax attention layers with skips, `FLAX_H`
-  heads on width `FLAX_D`. LinenNet(use_bias) stacks
-  `nn.MultiHeadDotProductAttention` and sows its weights; NnxNet(rngs)
-  stacks causal `nnx.MultiHeadAttention`. Imports flax only when used."""
-  # pylint: disable=g-import-not-at-top
-  import flax.linen as nn
-  from flax import nnx
-
-  class LinenNet(nn.Module):
-    use_bias: bool = True
-
-    @nn.compact
-    def __call__(self, x, mask=None):
-      for l in range(2):
-        x = x + nn.MultiHeadDotProductAttention(
-            FLAX_H, use_bias=self.use_bias, name=f"attn_{l}")(
-                x, mask=mask, sow_weights=True)
-      return x
-
-  class NnxNet(nnx.Module):
-
-    def __init__(self, rngs):
-      self.layers = nnx.List([nnx.MultiHeadAttention(FLAX_H, FLAX_D,
-                                                     decode=False, rngs=rngs)
-                              for _ in range(2)])
-
-    def __call__(self, x, mask=None, sow=False):
-      for layer in self.layers:
-        x = x + layer(x, mask=mask, is_causal=True, sow_weights=sow)
-      return x
-
-  return LinenNet, NnxNet
-
-
-def flax_inputs() -> np.ndarray:
-  """The for_flax tests' inputs [FLAX_B, FLAX_T, FLAX_D]."""
-  return np.asarray(jax.random.normal(jax.random.key(1),
-                                      (FLAX_B, FLAX_T, FLAX_D)))
-
-
-def float64_tree(tree):
-  """`tree` with each leaf a float64 NumPy array."""
-  return jax.tree.map(lambda a: np.asarray(a, np.float64), tree)
 
 
 def metric_records(directory, drop=("steps_per_sec",)) -> list[dict]:

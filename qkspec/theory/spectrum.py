@@ -1,6 +1,10 @@
 r"""QK-eigenspectrum statistics (Eqs. 5, 7, 8) and controlled spectra (Fig. 5).
 
-Shapes: d = token dimension; every function accepts leading batch axes.
+Shapes: d = token dimension, H = heads, D = head width; the statistics
+accept leading batch axes.
+
+:math:`W_{QK} = W_Q^\top W_K` of a model comes from its query and key
+kernels (`qk_from_kernels`).
 
 For :math:`W = \mathrm{sym}(W_{QK})\,\Sigma` (Lemma 1 uses the symmetric
 part): :math:`\xi = \mathrm{tr}W/\sqrt{\mathrm{tr}W^2}`, :math:`\eta =
@@ -46,6 +50,25 @@ def compose_qk(basis_dxd: jax.Array, eigenvalues_d: jax.Array) -> jax.Array:
   """
   return (basis_dxd * eigenvalues_d[..., None, :]) @ jnp.swapaxes(
       basis_dxd, -1, -2)
+
+
+def qk_from_kernels(wq_kernel: jax.Array, wk_kernel: jax.Array) -> jax.Array:
+  r""":math:`W_{QK} = W_Q^\top W_K` from Flax `Dense`/`DenseGeneral` kernels.
+
+  A Flax kernel maps rows (`q = x @ kernel`), so :math:`W_Q` is
+  `wq_kernel.T` and :math:`W_{QK}` = `wq_kernel @ wk_kernel.T`: [d, d] of
+  [d, D] kernels, [H, d, d] of [d, H, D] ones.
+  """
+  wq_kernel, wk_kernel = jnp.asarray(wq_kernel), jnp.asarray(wk_kernel)
+  if jnp.shape(wq_kernel) != jnp.shape(wk_kernel):
+    raise ValueError("wq_kernel and wk_kernel must have the same shape, got "
+                     f"{jnp.shape(wq_kernel)} and {jnp.shape(wk_kernel)}.")
+  if wq_kernel.ndim == 2:
+    return wq_kernel @ wk_kernel.T
+  if wq_kernel.ndim == 3:
+    return jnp.einsum("ihk,jhk->hij", wq_kernel, wk_kernel)
+  raise ValueError("kernels must be [d, D] or [d, H, D], got shape "
+                   f"{jnp.shape(wq_kernel)}.")
 
 
 def sample_qk(key: jax.Array, dim: int, eigen_mean: float | jax.Array,

@@ -23,6 +23,7 @@ import numpy as np
 from qkspec import kernels as kernels_lib
 from qkspec.config import schema
 from qkspec.theory import softmax
+from qkspec.theory import spectrum
 
 # sigma of each name of schema.ACTIVATIONS, in its order.
 ACTIVATIONS = dict(zip(schema.ACTIVATIONS,
@@ -345,25 +346,6 @@ def attention_params(params) -> list[dict]:
   return [decoder[f"block_{l}"]["attn"] for l in range(num_layers)]
 
 
-def qk_from_kernels(wq_kernel: jax.Array, wk_kernel: jax.Array) -> jax.Array:
-  r""":math:`W_{QK} = W_Q^\top W_K` from Flax `Dense`/`DenseGeneral` kernels.
-
-  A Flax kernel maps rows (`q = x @ kernel`), so :math:`W_Q` is
-  `wq_kernel.T` and :math:`W_{QK}` = `wq_kernel @ wk_kernel.T`: [d, d] of
-  [d, D] kernels, [H, d, d] of [d, H, D] ones.
-  """
-  wq_kernel, wk_kernel = jnp.asarray(wq_kernel), jnp.asarray(wk_kernel)
-  if jnp.shape(wq_kernel) != jnp.shape(wk_kernel):
-    raise ValueError("wq_kernel and wk_kernel must have the same shape, got "
-                     f"{jnp.shape(wq_kernel)} and {jnp.shape(wk_kernel)}.")
-  if wq_kernel.ndim == 2:
-    return wq_kernel @ wk_kernel.T
-  if wq_kernel.ndim == 3:
-    return jnp.einsum("ihk,jhk->hij", wq_kernel, wk_kernel)
-  raise ValueError("kernels must be [d, D] or [d, H, D], got shape "
-                   f"{jnp.shape(wq_kernel)}.")
-
-
 def qk_matrices(params) -> jax.Array:
   r""":math:`W_{QK} = W_Q^\top W_K` of every layer and head, [L, H, d, d].
 
@@ -374,4 +356,4 @@ def qk_matrices(params) -> jax.Array:
   if "w_qk" in attns[0]:        # qk_param="joint"
     return jnp.stack([attn["w_qk"] for attn in attns])
   stacked = lambda name: jnp.stack([a[name]["kernel"] for a in attns])  # noqa: E731
-  return jax.vmap(qk_from_kernels)(stacked("query"), stacked("key"))
+  return jax.vmap(spectrum.qk_from_kernels)(stacked("query"), stacked("key"))

@@ -5,13 +5,12 @@ import math
 from absl.testing import absltest
 from absl.testing import parameterized
 import chex
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from qkspec.config import defaults as common
-from qkspec.theory import locater
+from qkspec.theory import spectrum
 from qkspec.training import model as model_lib
 import testutil
 
@@ -39,53 +38,6 @@ def _sown(inter, layer, name):
   block = inter["decoder"][f"block_{layer}"]
   return (block["attn"][name] if name in ("logits", "probs")
           else block[name])[0]
-
-
-class QkFromKernelsTest(absltest.TestCase):
-  """W_QK from Flax kernels (moved here from tests/theory/locater_test.py)."""
-
-  def test_accepts_nested_lists(self):
-    wq = [[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]]          # [d=3, D=2]
-    wk = [[0.0, 1.0], [1.0, 0.0], [2.0, 0.0]]
-    np.testing.assert_allclose(model_lib.qk_from_kernels(wq, wk),
-                               np.asarray(wq) @ np.asarray(wk).T)
-
-  def test_matches_flax_dense_logits(self):
-    d_in, dh = 6, 4
-    x = jax.random.normal(jax.random.key(1), (5, d_in))
-    dense = nn.Dense(dh, use_bias=False)
-    pq = dense.init(jax.random.key(2), x)
-    pk = dense.init(jax.random.key(3), x)
-    logits = dense.apply(pq, x) @ dense.apply(pk, x).T
-    w_qk = model_lib.qk_from_kernels(pq["params"]["kernel"],
-                                     pk["params"]["kernel"])
-    np.testing.assert_allclose(logits, x @ w_qk @ x.T, rtol=1e-4, atol=1e-4)
-
-  def test_per_head(self):
-    d_in, h = 6, 3
-    kq = jax.random.normal(jax.random.key(4), (d_in, h, 2))
-    kk = jax.random.normal(jax.random.key(5), (d_in, h, 2))
-    out = model_lib.qk_from_kernels(kq, kk)
-    self.assertEqual(out.shape, (h, d_in, d_in))
-    for i in range(h):
-      np.testing.assert_allclose(
-          out[i], model_lib.qk_from_kernels(kq[:, i], kk[:, i]), rtol=1e-5,
-          atol=1e-5)
-    self.assertEqual(locater.locater_penalty(out, 1.0, 1.0).shape, (h,))
-
-  def test_paper_orientation(self):
-    # W_Q, W_K in R^{D x d} (paper): the kernels are their transposes.
-    kq, kk = jax.random.split(jax.random.key(0))
-    wq = jax.random.normal(kq, (4, 6))
-    wk = jax.random.normal(kk, (4, 6))
-    np.testing.assert_allclose(model_lib.qk_from_kernels(wq.T, wk.T),
-                               wq.T @ wk, rtol=1e-5, atol=1e-5)
-
-  def test_bad_arguments(self):
-    with self.assertRaisesRegex(ValueError, "same shape"):
-      model_lib.qk_from_kernels(jnp.ones((3, 2)), jnp.ones((3, 4)))
-    with self.assertRaisesRegex(ValueError, r"\[d, D\] or \[d, H, D\]"):
-      model_lib.qk_from_kernels(jnp.ones((3,)), jnp.ones((3,)))
 
 
 class ModelTest(parameterized.TestCase):
@@ -188,8 +140,8 @@ class ModelTest(parameterized.TestCase):
     params = m.init(jax.random.key(6), jnp.zeros((B, T), jnp.int32))["params"]
 
     def per_layer(p):                     # one product per layer
-      return jnp.stack([model_lib.qk_from_kernels(a["query"]["kernel"],
-                                                  a["key"]["kernel"])
+      return jnp.stack([spectrum.qk_from_kernels(a["query"]["kernel"],
+                                                 a["key"]["kernel"])
                         for a in model_lib.attention_params(p)])
     np.testing.assert_allclose(model_lib.qk_matrices(params),
                                per_layer(params), rtol=1e-6, atol=0)

@@ -11,13 +11,13 @@ from qkspec import for_flax
 from qkspec.config import defaults
 from qkspec.theory import locater
 from qkspec.training import model as model_lib
-import testutil
+import flax_fixtures
 
 
-T, d, H = testutil.FLAX_T, testutil.FLAX_D, testutil.FLAX_H
+T, d, H = flax_fixtures.FLAX_T, flax_fixtures.FLAX_D, flax_fixtures.FLAX_H
 D = d // H
-LinenNet, NnxNet = testutil.flax_nets()
-_inputs, _np = testutil.flax_inputs, testutil.float64_tree
+LinenNet, NnxNet = flax_fixtures.flax_nets()
+_inputs, _np = flax_fixtures.flax_inputs, flax_fixtures.float64_tree
 
 
 def np_qk(layer):
@@ -116,36 +116,37 @@ class QKTest(parameterized.TestCase):
                                  rtol=1e-6)
 
   def test_qk_spec_names_other_layouts(self):
-    # q_proj/k_proj Dense kernels [d, D] (one head), and a fused QKV kernel
-    # [d, 3, H, D] sliced by a function.
+    # q_proj/k_proj Dense kernels [d, D] (one head), and a fused kernel that
+    # interleaves q, k, v per head (BLOOM's query_key_value [d, H*3*D]),
+    # sliced by functions.
+    qkv = np.asarray(jax.random.normal(jax.random.key(2), (d, 3 * d)))
     params = {"attn": {"q_proj": {"kernel": np.ones((d, D))},
                        "k_proj": {"kernel": np.eye(d, D)}},
-              "fused": {"qkv": {"kernel": np.asarray(jax.random.normal(
-                  jax.random.key(2), (d, 3, H, D)))}}}
+              "fused": {"query_key_value": {"kernel": qkv}}}
     with self.assertRaisesRegex(ValueError, "query/kernel"):
       for_flax.qk_matrices(params)
+    per_head = lambda i: lambda p: p["fused"]["query_key_value"][  # noqa: E731
+        "kernel"].reshape(d, H, 3, D)[:, :, i]
     qks = for_flax.qk_matrices(params, qk_spec={
         "attn": ("attn/q_proj/kernel", "attn/k_proj/kernel"),
-        "fused": (lambda p: p["fused"]["qkv"]["kernel"][:, 0],
-                  lambda p: p["fused"]["qkv"]["kernel"][:, 1])})
+        "fused": (per_head(0), per_head(1))}, num_heads={"attn": 1})
     np.testing.assert_allclose(qks["attn"], (np.ones((d, D))
                                              @ np.eye(d, D).T)[None])
-    fused = params["fused"]["qkv"]["kernel"]
     np.testing.assert_allclose(qks["fused"], np_qk(
-        {"query": {"kernel": fused[:, 0]}, "key": {"kernel": fused[:, 1]}}),
+        {"query": {"kernel": qkv.reshape(d, H, 3, D)[:, :, 0]},
+         "key": {"kernel": qkv.reshape(d, H, 3, D)[:, :, 1]}}),
                                rtol=1e-5, atol=1e-6)
     with self.assertRaisesRegex(ValueError, "(?s)no parameter 'attn/q/kernel'"
                                 ".*attn/q_proj/kernel"):
-      for_flax.qk_matrices(params, {"x": ("attn/q/kernel", "attn/q/kernel")})
+      for_flax.qk_matrices(params, {"x": ("attn/q/kernel",
+                                          "attn/k_proj/kernel")})
 
   def test_nothing_found_names_what_and_the_paths_seen(self):
     variables = nn.Dense(4).init(jax.random.key(0), np.ones((1, d)))
     with self.assertRaisesRegex(
         ValueError, r"(?s)looked for .*`query/kernel` and `key/kernel`.*"
-        r"parameter paths seen:\n  kernel \(8, 4\)\n  bias \(4,\)"):
+        r"parameter paths seen:\n  bias \(4,\)\n  kernel \(8, 4\)"):
       for_flax.qk_matrices(variables)
-    with self.assertRaisesRegex(ValueError, "no attention layer ran"):
-      for_flax.attention_table(nn.Dense(4).apply, variables, np.ones((1, d)))
 
 
 if __name__ == "__main__":

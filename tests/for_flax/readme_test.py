@@ -1,0 +1,58 @@
+"""README.md's "On your own Flax model": its snippets run as written."""
+import contextlib
+import importlib.util
+import io
+import re
+
+from absl.testing import absltest
+import jax
+import numpy as np
+
+import testutil
+
+SECTION = "## On your own Flax model"
+STACK = ["attn/0", "attn/1", "attn/2"]
+
+
+def snippets() -> list[str]:
+  """The python blocks of README's `SECTION`, in order."""
+  text = (testutil.ROOT / "README.md").read_text()
+  start = text.index(SECTION)
+  end = text.find("\n## ", start + len(SECTION))
+  return re.findall(r"```python\n(.*?)```", text[start:end], re.S)
+
+
+class ReadmeTest(absltest.TestCase):
+
+  def check(self, i: int, ns: dict) -> None:
+    """What block i of the section leaves in its namespace `ns`."""
+    rows, qks = ns.get("rows", []), ns.get("qks", {})
+    self.assertTrue(all(np.isfinite(r["entropy"]) for r in rows), i)
+    self.assertTrue(all(np.all(np.isfinite(w)) for w in qks.values()), i)
+    want = [lambda: (len(rows), len(ns["spectrum"])) == (4, 4),   # H = 4
+            lambda: len(rows) == 4,
+            lambda: sorted(qks) == STACK == sorted({r["path"] for r in rows}),
+            lambda: (len(rows), sorted(qks)) == (8, ["h/0/attn", "h/1/attn"]),
+            lambda: qks["attn"].shape == (4, 16, 16)][i]
+    self.assertTrue(want(), f"README python block {i}")
+
+  def test_for_flax_snippets_run(self):
+    blocks = snippets()
+    self.assertLen(blocks, 5)
+    have_hf = importlib.util.find_spec("transformers") is not None
+    namespace = {}
+    for i, block in enumerate(blocks):
+      if "transformers" in block and not have_hf:
+        continue            # hf_models_test says why it skips
+      for name in ("rows", "qks"):
+        namespace.pop(name, None)
+      # as a user runs them: JAX's default rank promotion, and quiet
+      with jax.numpy_rank_promotion("allow"), contextlib.redirect_stdout(
+          io.StringIO()):
+        exec(compile(block, f"README.md python block {i}", "exec"),  # pylint: disable=exec-used
+             namespace)
+      self.check(i, namespace)
+
+
+if __name__ == "__main__":
+  absltest.main()
