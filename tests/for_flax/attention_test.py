@@ -9,6 +9,7 @@ import numpy as np
 
 from qkspec import for_flax
 import flax_fixtures
+import testutil
 
 
 T, d, H, L = (flax_fixtures.FLAX_T, flax_fixtures.FLAX_D, flax_fixtures.FLAX_H,
@@ -191,6 +192,9 @@ class AttentionTableTest(parameterized.TestCase):
                                   ("scan_remat", LinenScan, True),
                                   ("remat", LinenRemat, None))
   def test_linen_stacks_measured_layer_by_layer(self, cls, remat):
+    if remat is None:
+      testutil.skip_unless_slow(self, "nn.remat block by block, op by op; "
+                                "scan_remat measures nn.remat in the stack")
     x = _inputs()
     model = cls() if remat is None else cls(remat)
     variables = model.init(jax.random.key(0), x)
@@ -231,6 +235,8 @@ class AttentionTableTest(parameterized.TestCase):
     _check_rows(self, rows, layers, list(layers), x.astype(np.float64),
                 CAUSAL)
 
+  @testutil.slow("a bf16 model's attention table op by op; layouts_test and "
+                 "from_weights_test check 16-bit inputs give float32")
   def test_16bit_model_gives_float32_rows_close_to_float32(self):
     x, model = _inputs(), LinenNet()
     variables = model.init(jax.random.key(0), x)

@@ -36,14 +36,15 @@ class ReadmeTest(absltest.TestCase):
             lambda: qks["attn"].shape == (4, 16, 16)][i]
     self.assertTrue(want(), f"README python block {i}")
 
-  def test_for_flax_snippets_run(self):
+  def _run_blocks(self, hugging_face: bool) -> None:
+    """Runs the section's blocks in order in one namespace, the Hugging
+    Face one only if `hugging_face`."""
     blocks = snippets()
     self.assertLen(blocks, 5)
-    have_hf = importlib.util.find_spec("transformers") is not None
     namespace = {}
     for i, block in enumerate(blocks):
-      if "transformers" in block and not have_hf:
-        continue            # hf_models_test says why it skips
+      if "transformers" in block and not hugging_face:
+        continue
       for name in ("rows", "qks"):
         namespace.pop(name, None)
       # as a user runs them: JAX's default rank promotion, and quiet
@@ -53,6 +54,15 @@ class ReadmeTest(absltest.TestCase):
              namespace)
       self.check(i, namespace)
 
+  def test_for_flax_snippets_run(self):
+    self._run_blocks(hugging_face=False)
+
+  @testutil.slow("README's Hugging Face snippet builds and runs BERT and "
+                 "GPT-2 eagerly; hf_models_test checks the same calls")
+  def test_the_hugging_face_snippet_runs(self):
+    if importlib.util.find_spec("transformers") is None:
+      self.skipTest("transformers is not installed (the test extra has it)")
+    self._run_blocks(hugging_face=True)
 
 if __name__ == "__main__":
   absltest.main()
