@@ -20,11 +20,12 @@ CACHE_DIR = os.path.join(tempfile.gettempdir(), "qkspec_test_jax_cache")
 def configure_jax() -> None:
   """The JAX settings every test runs under, made once: by conftest.py for
   pytest, and by the child processes that tests start. Rank promotion
-  raises (a silent broadcast is a bug); compilations of 0.3 s or more are
-  cached on disk."""
+  raises (a silent broadcast is a bug); every compilation is cached on
+  disk, so that the two pytest workers and later tests reuse even the
+  small ones."""
   jax.config.update("jax_numpy_rank_promotion", "raise")
   jax.config.update("jax_compilation_cache_dir", CACHE_DIR)
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
 def slow(what: str):
