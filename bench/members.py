@@ -22,8 +22,8 @@ import time
 import jax
 
 from qkspec.config import defaults
-from qkspec.training import plan as plan_lib
 from qkspec.training import step as step_lib
+from qkspec.training import sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -41,7 +41,7 @@ class Sweep:
     c = defaults.load_config_file(
         os.path.join(ROOT, "configs", "locater_wt2.py"), "smoke")
     c.sweep.shard_members = shard
-    self.plan = plan_lib.make_plan(c)
+    self.plan = sweep.make_plan(c)
     self.built = step_lib.build_steps(self.plan)
     init_keys, self.keys, hparams = step_lib.member_inputs(self.plan)
     self.state = self.built.init(init_keys, hparams)

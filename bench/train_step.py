@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from qkspec.config import defaults
-from qkspec.training import plan as plan_lib
 from qkspec.training import step as step_lib
+from qkspec.training import sweep
 
 D, V, T, B = 128, 33_278, 64, 64
 
@@ -57,7 +57,7 @@ def qkspec_step(repeats):
                           eval_tokens=B * T)
   c.locater.kappa1, c.locater.kappa2 = 100.0, 1.0
   c.num_steps = 1000
-  plan = plan_lib.make_plan(c)
+  plan = sweep.make_plan(c)
   steps = step_lib.build_steps(plan)
   init_key, dropout_key, hparams = step_lib.member_inputs(plan)
   state = steps.init(init_key, hparams)

@@ -2,8 +2,8 @@
 
 `validate(config)` raises `ConfigError` naming the offending key: unknown, of
 the wrong type or impossible (negative kappa, heads not dividing d, ...).
-`check_batch_split` needs the devices (`qkspec.training.plan`), the checks
-that need the data run in `qkspec.training.tasks`.
+`check_batch_split` needs the devices (`qkspec.training.sweep.make_plan`),
+the checks that need the data run in `qkspec.training.tasks`.
 """
 from typing import Any, Callable
 

@@ -2,7 +2,7 @@ r"""The training loop: set up a run, restore or initialise it, train it.
 
 `train_and_evaluate(config, workdir)` runs:
 
-1. `_setup`: checks the config (once), makes its `plan.Plan` and builds
+1. `_setup`: checks the config (once), makes its `sweep.Plan` and builds
    the compiled steps;
 2. `_prepare_workdir`: refuses checkpoints of another config
    (`qkspec.config.resume`), writes `config.json` and `members.json`; the
@@ -36,16 +36,16 @@ from qkspec.theory import locater
 from qkspec.training import actions as actions_lib
 from qkspec.training import checkpoint as ckpt_lib
 from qkspec.training import metric_writer
-from qkspec.training import plan as plan_lib
 from qkspec.training import preemption
 from qkspec.training import progress
 from qkspec.training import step as step_lib
+from qkspec.training import sweep
 
 
 @dataclasses.dataclass(kw_only=True)
 class Run:
   """What a run is made of, built once by `_setup`."""
-  plan: plan_lib.Plan        # config, members, names, layout, mesh
+  plan: sweep.Plan        # config, members, names, layout, mesh
   workdir: str
   steps: step_lib.Steps
   dirs: list[str]            # each member's metrics directory
@@ -67,7 +67,7 @@ def _setup(config, workdir: str) -> Run:
   if config.multihost and not jax.distributed.is_initialized():
     # A command line may already have initialised it (--coordinator_address).
     jax.distributed.initialize()
-  plan = plan_lib.make_plan(config)
+  plan = sweep.make_plan(config)
   logging.info("devices: %s (process %d of %d)", jax.devices(),
                jax.process_index(), jax.process_count())
   steps = step_lib.build_steps(plan)

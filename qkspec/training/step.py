@@ -16,7 +16,7 @@ a sweep may train both readings side by side. AdamW, constant learning
 rate, no clipping, as the paper's fairseq setup.
 
 `build_steps` jit-compiles `train_step(state, batch, key)` over the mesh of
-a `plan.Plan`: batch sharded over "data", state replicated and donated,
+a `sweep.Plan`: batch sharded over "data", state replicated and donated,
 dropout key `fold_in(key, state.step)`; a sweep maps it over the stacked
 members, sharded over "members" where the plan's layout says so.
 """
@@ -35,7 +35,6 @@ from qkspec.theory import locater
 from qkspec.training import layer_stats
 from qkspec.training import model as model_lib
 from qkspec.training import multi_step
-from qkspec.training import plan as plan_lib
 from qkspec.training import sweep as sweep_lib
 from qkspec.training import tasks
 
@@ -61,7 +60,7 @@ def member_keys(seed) -> tuple[jax.Array, jax.Array]:
   return tuple(jax.random.split(jax.random.key(seed)))
 
 
-def member_inputs(plan: plan_lib.Plan
+def member_inputs(plan: sweep_lib.Plan
                   ) -> tuple[jax.Array, jax.Array, locater.LocaterHParams]:
   """(init keys, dropout keys, hparams) of the plan's members, on a
   leading member axis for a sweep, else the one member's."""
@@ -101,7 +100,7 @@ def penalty_scale_of(config, added_to: str | None = None) -> float:
   return 1.0 if added_to == "mean_loss" else 1.0 / targets_per_batch(config)
 
 
-def penalty_scales(plan: plan_lib.Plan) -> list[float]:
+def penalty_scales(plan: sweep_lib.Plan) -> list[float]:
   """`penalty_scale_of` each member of the plan."""
   return [penalty_scale_of(plan.config, m["penalty_added_to"])
           for m in plan.members]
@@ -219,7 +218,7 @@ def member_batch(config) -> int:
   return 1 if jax.default_backend() == "cpu" else 0
 
 
-def _member_functions(plan: plan_lib.Plan, task: tasks.Task, tx
+def _member_functions(plan: sweep_lib.Plan, task: tasks.Task, tx
                       ) -> tuple[Callable, Callable, Callable, Callable]:
   """init, train, eval and measure of one run, or mapped over the plan's
   members (`sweep.padded_init`, `member_step`, `real_outputs`)."""
@@ -259,7 +258,7 @@ def _many(task: tasks.Task, step, evaluate, state_sharding, batch_sharding,
   return many
 
 
-def build_steps(plan: plan_lib.Plan) -> Steps:
+def build_steps(plan: sweep_lib.Plan) -> Steps:
   """The task and the jit-compiled (member-mapped for a sweep) functions
   of `plan` on its mesh."""
   mesh, lay = plan.mesh, plan.layout

@@ -14,10 +14,16 @@ members on the whole batch, N padded with copies of the last member; the
 compiled functions take and return the N real members' keys, metrics and
 measurements, and checkpoints hold only those, so a run resumes on
 another device count.
+
+`make_plan(config)` works all of this out once: the `Plan` that the loop
+hands to `step.build_steps` holds the members and their names, whether
+their states stack on a member axis, their `Layout` on the devices and the
+mesh of that layout.
 """
+import dataclasses
 import functools
 import itertools
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -226,3 +232,44 @@ def saving(lay: Layout, copy, state_sharding, replicated) -> dict:
   return dict(saved=saved, saved_sharding=replicated, real=saved,
               unsaved=jax.jit(lambda s: pad(s, lay),
                               out_shardings=state_sharding))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
+class Plan:
+  """A run's members and their places (`make_plan`)."""
+  config: ml_collections.ConfigDict
+  members: tuple[dict, ...]   # {seed, kappa1, kappa2, target,
+                              #  penalty_added_to} per member (one if no sweep)
+  names: tuple[str, ...]      # "run", or the swept values ("kappa2=0.1")
+  vmapped: bool               # a sweep: states on a leading member axis
+  layout: Layout              # the members on the devices
+  mesh: jax.sharding.Mesh     # ("data",), or ("members", "data") if sharded
+
+
+def make_mesh(lay: Layout, devices: Sequence[jax.Device] | None = None
+              ) -> jax.sharding.Mesh:
+  """The mesh of `devices` (default all), with automatic (GSPMD)
+  sharding: ("data",), or ("members", "data") where `lay` shards the
+  members."""
+  if lay.groups == 1:
+    return jax.make_mesh((lay.data,), ("data",),
+                         axis_types=(jax.sharding.AxisType.Auto,),
+                         devices=devices)
+  return jax.make_mesh((lay.groups, lay.data), ("members", "data"),
+                       axis_types=(jax.sharding.AxisType.Auto,) * 2,
+                       devices=devices)
+
+
+def make_plan(config, devices: Sequence[jax.Device] | None = None) -> Plan:
+  """The plan of a validated `config` on `devices` (default: all of them,
+  over every process). Raises ConfigError if the batch does not split over
+  the devices of a member group."""
+  devices = jax.devices() if devices is None else list(devices)
+  ms = tuple(members(config))
+  swept = swept_keys(config)
+  shard = shards_members(config, len(devices), jax.process_count())
+  lay = layout(len(ms) if swept else 1, len(devices), shard)
+  schema.check_batch_split(config, lay.data)
+  return Plan(config=config, members=ms,
+              names=tuple(member_name(m, swept) for m in ms),
+              vmapped=bool(swept), layout=lay, mesh=make_mesh(lay, devices))

@@ -23,7 +23,6 @@ from qkspec.config import schema
 from qkspec.report import run_cells
 from qkspec.report import writer
 from qkspec.training import loop
-from qkspec.training import plan as plan_lib
 from qkspec.training import step as step_lib
 from qkspec.training import sweep
 import testutil
@@ -43,7 +42,7 @@ def _smoke(arg: str = "", kappa2=(0.0, 1.0)):
 
 def _steps(c, n: int = 2):
   """(params, metrics) after `n` train steps of `c` on a fixed batch."""
-  plan = plan_lib.make_plan(c)
+  plan = sweep.make_plan(c)
   steps = step_lib.build_steps(plan)
   init_keys, dropout_keys, hparams = step_lib.member_inputs(plan)
   state = steps.init(init_keys, hparams)
@@ -83,7 +82,7 @@ class MembersTest(parameterized.TestCase):
     self.assertEqual({m["seed"] for m in members}, {0})
     self.assertEqual(sweep.member_name(members[1], sweep.swept_keys(c)),
                      "kappa2=0,penalty_added_to=summed_loss")
-    self.assertEqual(step_lib.penalty_scales(plan_lib.make_plan(c)),
+    self.assertEqual(step_lib.penalty_scales(sweep.make_plan(c)),
                      [1.0, 1.0 / 4096] * len(defaults.KAPPA2_SWEEP))
 
   def test_contrast_member_once_per_seed(self):
@@ -111,7 +110,7 @@ class MembersTest(parameterized.TestCase):
     for arg in ("", "fairseq", "seeds=3,contrast", "fairseq,seeds=2"):
       c = locater_wt2.get_config(arg)
       self.assertEqual(tuple(c.sweep.penalty_added_to), (), arg)
-      self.assertLen(set(step_lib.penalty_scales(plan_lib.make_plan(c))), 1)
+      self.assertLen(set(step_lib.penalty_scales(sweep.make_plan(c))), 1)
 
   @parameterized.parameters(
       ("both_readings,fairseq", "give one"),

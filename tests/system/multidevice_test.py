@@ -30,8 +30,8 @@ from absl.testing import absltest
 import numpy as np
 
 from qkspec.training import loop
-from qkspec.training import plan as plan_lib
 from qkspec.training import step as step_lib
+from qkspec.training import sweep
 import testutil
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
@@ -40,7 +40,7 @@ _RESULT = "QKSPEC_MULTIDEVICE_RESULT"
 
 def _plan(config, n):
   """The plan of `config` on the first `n` devices."""
-  return plan_lib.make_plan(config, jax.devices()[:n])
+  return sweep.make_plan(config, jax.devices()[:n])
 
 
 def _sweep_run(config, devices, singles, many):
@@ -215,7 +215,7 @@ class MultiDeviceTest(absltest.TestCase):
 
   def test_train_and_evaluate_on_four_devices(self):
     config = testutil.get_config("theory_task", "smoke")
-    plan = plan_lib.make_plan(config)
+    plan = sweep.make_plan(config)
     steps = step_lib.build_steps(plan)
     with tempfile.TemporaryDirectory() as tmp:
       state = loop.train_and_evaluate(config, tmp)

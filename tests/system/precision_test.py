@@ -18,8 +18,8 @@ import numpy as np
 
 from qkspec.config import defaults
 from qkspec.training import model as model_lib
-from qkspec.training import plan as plan_lib
 from qkspec.training import step as step_lib
+from qkspec.training import sweep
 import testutil
 
 
@@ -32,7 +32,7 @@ def _train(compute_dtype, num_steps=300, **model):
   c.model.update(model)
   c.compute_dtype = compute_dtype
   c.num_steps = num_steps
-  plan = plan_lib.make_plan(c)
+  plan = sweep.make_plan(c)
   steps = step_lib.build_steps(plan)
   ik, dk, hp = step_lib.member_inputs(plan)
   state = steps.init(ik, hp)

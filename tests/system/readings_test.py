@@ -18,7 +18,6 @@ from configs import rho_training
 from configs import theory_task
 from qkspec.config import defaults
 from qkspec.config import schema
-from qkspec.training import plan as plan_lib
 from qkspec.training import step as step_lib
 from qkspec.training import sweep
 from qkspec.training import tasks
@@ -41,7 +40,7 @@ def _smoke_lm(added_to, kappa1=KAPPA1, kappa2=KAPPA2):
 
 def _one_step(c):
   """(params, metrics) after one train step of `c` on a fixed batch."""
-  plan = plan_lib.make_plan(c)
+  plan = sweep.make_plan(c)
   steps = step_lib.build_steps(plan)
   init_key, dropout_key, hparams = step_lib.member_inputs(plan)
   state = steps.init(init_key, hparams)
@@ -87,7 +86,7 @@ class GradientTest(absltest.TestCase):
     fairseq = _smoke_lm("summed_loss")
     n = fairseq.data.batch_size * fairseq.data.seq_len
     literal = _smoke_lm("mean_loss", KAPPA1 / n, KAPPA2 / n)
-    steps = step_lib.build_steps(plan_lib.make_plan(fairseq))
+    steps = step_lib.build_steps(sweep.make_plan(fairseq))
     params = steps.init(jax.random.key(0), sweep.hparams(
         sweep.members(fairseq)[0])).params
     batch, key = training_fixtures.lm_batch(fairseq), jax.random.key(1)

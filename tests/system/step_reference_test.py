@@ -22,8 +22,8 @@ import numpy as np
 import optax
 
 from qkspec.theory import locater
-from qkspec.training import plan as plan_lib
 from qkspec.training import step as step_lib
+from qkspec.training import sweep
 import testutil
 
 STEPS = 3
@@ -139,7 +139,7 @@ class _Shared:
 
   def __init__(self):
     config = _config()
-    self.task = step_lib.build_steps(plan_lib.make_plan(config)).task
+    self.task = step_lib.build_steps(sweep.make_plan(config)).task
     init_key, self.dropout_key = step_lib.member_keys(config.seed)
     self.params0 = jax.tree.map(np.asarray, self.task.model.init(
         init_key, self.task.example_inputs)["params"])

@@ -8,7 +8,6 @@ import jax.numpy as jnp
 
 from qkspec.theory import locater
 from qkspec.training import checkpoint
-from qkspec.training import plan as plan_lib
 from qkspec.training import step as step_lib
 from qkspec.training import sweep
 import testutil
@@ -30,7 +29,7 @@ class CheckpointerTest(absltest.TestCase):
       self.assertEqual(ckpt.all_steps(), [2, 3])          # max_to_keep
       self.assertFalse(ckpt.save(3, state))   # already there
       sharding = jax.NamedSharding(
-          plan_lib.make_mesh(sweep.layout(1, jax.device_count())), jax.P())
+          sweep.make_mesh(sweep.layout(1, jax.device_count())), jax.P())
       abstract = checkpoint.abstract_like(jax.eval_shape(lambda: state),
                                           sharding)
       restored, meta = ckpt.restore(3, abstract)

@@ -22,8 +22,8 @@ from qkspec.theory import locater
 from qkspec.training import checkpoint
 from qkspec.training import loop
 from qkspec.training import metric_writer
-from qkspec.training import plan as plan_lib
 from qkspec.training import step as step_lib
+from qkspec.training import sweep
 from qkspec.training import tasks
 import testutil
 import training_fixtures
@@ -230,7 +230,7 @@ class ResumeTest(absltest.TestCase):
       straight = loop.train_and_evaluate(cfg, os.path.join(tmp, "a"))
       wd = os.path.join(tmp, "b")
       loop.train_and_evaluate(half, wd)
-      plan = plan_lib.make_plan(half)
+      plan = sweep.make_plan(half)
       steps = step_lib.build_steps(plan)
       init_keys, _, hparams = step_lib.member_inputs(plan)
       abstract = checkpoint.abstract_like(

@@ -16,8 +16,8 @@ import numpy as np
 
 from qkspec.training import loop
 from qkspec.training import multi_step
-from qkspec.training import plan as plan_lib
 from qkspec.training import step as step_lib
+from qkspec.training import sweep
 import testutil
 import training_fixtures
 
@@ -52,7 +52,7 @@ class ScanTest(parameterized.TestCase):
       c = testutil.get_config("theory_task", "smoke")
       c.sweep.kappa1, c.sweep.target = (), ()
       c.sweep.kappa2 = kappa2
-    plan = plan_lib.make_plan(c)
+    plan = sweep.make_plan(c)
     steps = step_lib.build_steps(plan)
     ik, dk, hp = step_lib.member_inputs(plan)
     singles = steps.init(ik, hp)
@@ -88,7 +88,7 @@ class ScanTest(parameterized.TestCase):
   def test_eval_program_equals_per_batch_eval(self):
     c = training_fixtures.lm_smoke()
     c.eval_max_batches = 3
-    plan = plan_lib.make_plan(c)
+    plan = sweep.make_plan(c)
     steps = step_lib.build_steps(plan)
     ik, _, hp = step_lib.member_inputs(plan)
     params = steps.init(ik, hp).params

@@ -1,4 +1,5 @@
-"""qkspec.training.sweep: a vmapped member equals the same config alone."""
+"""qkspec.training.sweep: a vmapped member equals the same config alone;
+a run's plan (members, names, layout, mesh) is worked out once."""
 import json
 import os
 import tempfile
@@ -15,6 +16,7 @@ from qkspec.training import loop
 from qkspec.training import metric_writer
 from qkspec.training import sweep
 import testutil
+import training_fixtures
 
 
 
@@ -146,6 +148,30 @@ class VmappedSweepTest(parameterized.TestCase):
     self.assertGreater(float(np.abs(swept.params["output"]["kernel"][0]
                                     - swept.params["output"]["kernel"][2]
                                     ).max()), 1e-3)
+
+
+class PlanTest(absltest.TestCase):
+
+  def test_a_sweep(self):
+    c = testutil.get_config("theory_task", "smoke")       # 3 members, zipped
+    plan = sweep.make_plan(c)
+    self.assertIs(plan.config, c)
+    self.assertEqual(plan.members, tuple(sweep.members(c)))
+    self.assertEqual(plan.names[1], "kappa1=100,kappa2=1,target=1")
+    self.assertTrue(plan.vmapped)
+    n = jax.device_count()
+    self.assertEqual(plan.layout, sweep.layout(3, n, n > 1))
+    self.assertEqual(plan.mesh.devices.size, n)
+
+  def test_a_single_run_and_a_sweep_of_one(self):
+    c = training_fixtures.single_theory()
+    plan = sweep.make_plan(c)
+    self.assertEqual((plan.names, plan.vmapped), (("run",), False))
+    self.assertEqual((plan.layout.members, plan.layout.groups), (1, 1))
+    self.assertEqual(plan.mesh.axis_names, ("data",))
+    c.sweep.kappa2 = (0.5,)          # swept, with one value: stacked
+    plan = sweep.make_plan(c)
+    self.assertEqual((plan.names, plan.vmapped), (("kappa2=0.5",), True))
 
 
 if __name__ == "__main__":
