@@ -5,7 +5,7 @@ Hugging Face's Flax BERT, RoBERTa, ViT and GPT-2, qkspec's own models, or
 any layer whose query/key kernels `qk_spec` names; `params_or_module` is
 linen params or variables, an nnx Module or its State. Heads are never
 guessed: kernels that merge them ([d, H*D]) need `num_heads`, an int or
-{layer path: int} (README.md shows each case).
+{layer path: int} (qkspec/for_flax/README.md shows each case).
 
 * `qk_matrices`: :math:`W_{QK} = W_Q^\top W_K` [H, d, d] per layer;
 * `locater_penalty`: the Sec. 6 penalty summed over layers and heads;

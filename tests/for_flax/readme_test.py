@@ -1,4 +1,5 @@
-"""README.md's "On your own Flax model": its snippets run as written."""
+"""README.md's "On your own Flax model" and qkspec/for_flax/README.md,
+which goes on from it: their snippets run as written, in that order."""
 import contextlib
 import importlib.util
 import io
@@ -11,15 +12,21 @@ import numpy as np
 import testutil
 
 SECTION = "## On your own Flax model"
+GUIDE = "qkspec/for_flax/README.md"
 STACK = ["attn/0", "attn/1", "attn/2"]
 
 
+def _python_blocks(text: str) -> list[str]:
+  return re.findall(r"```python\n(.*?)```", text, re.S)
+
+
 def snippets() -> list[str]:
-  """The python blocks of README's `SECTION`, in order."""
+  """The python blocks of README's `SECTION`, then those of `GUIDE`."""
   text = (testutil.ROOT / "README.md").read_text()
   start = text.index(SECTION)
   end = text.find("\n## ", start + len(SECTION))
-  return re.findall(r"```python\n(.*?)```", text[start:end], re.S)
+  return (_python_blocks(text[start:end])
+          + _python_blocks((testutil.ROOT / GUIDE).read_text()))
 
 
 class ReadmeTest(absltest.TestCase):
@@ -34,11 +41,11 @@ class ReadmeTest(absltest.TestCase):
             lambda: sorted(qks) == STACK == sorted({r["path"] for r in rows}),
             lambda: (len(rows), sorted(qks)) == (8, ["h/0/attn", "h/1/attn"]),
             lambda: qks["attn"].shape == (4, 16, 16)][i]
-    self.assertTrue(want(), f"README python block {i}")
+    self.assertTrue(want(), f"python block {i} of README, then {GUIDE}")
 
   def _run_blocks(self, hugging_face: bool) -> None:
-    """Runs the section's blocks in order in one namespace, the Hugging
-    Face one only if `hugging_face`."""
+    """Runs the `snippets()` in order in one namespace, the Hugging Face
+    one only if `hugging_face`."""
     blocks = snippets()
     self.assertLen(blocks, 5)
     namespace = {}
@@ -50,14 +57,14 @@ class ReadmeTest(absltest.TestCase):
       # as a user runs them: JAX's default rank promotion, and quiet
       with jax.numpy_rank_promotion("allow"), contextlib.redirect_stdout(
           io.StringIO()):
-        exec(compile(block, f"README.md python block {i}", "exec"),  # pylint: disable=exec-used
+        exec(compile(block, f"python block {i}", "exec"),  # pylint: disable=exec-used
              namespace)
       self.check(i, namespace)
 
   def test_for_flax_snippets_run(self):
     self._run_blocks(hugging_face=False)
 
-  @testutil.slow("README's Hugging Face snippet builds and runs BERT and "
+  @testutil.slow("the guide's Hugging Face snippet builds and runs BERT and "
                  "GPT-2 eagerly; hf_models_test checks the same calls")
   def test_the_hugging_face_snippet_runs(self):
     if importlib.util.find_spec("transformers") is None:
