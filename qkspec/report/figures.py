@@ -74,7 +74,9 @@ def _values_row(axes, mine, readings):
 
 def _difference_row(axes, mine, readings):
   """Bottom row: alt - base (kappa2 = 0) paired over seeds, with its 95%
-  interval, on a band (a reading's colour) of the minimal effect."""
+  interval (one seed: none), on a band (a reading's colour) of the minimal
+  effect."""
+  intervals = False
   for i, reading in enumerate(readings):
     rs = sorted((r for r in mine if r["reading"] == reading
                  and r["kappa1"] > 0), key=lambda r: r["kappa2"])
@@ -84,6 +86,7 @@ def _difference_row(axes, mine, readings):
     for ax, (q, ylabel, claim) in zip(axes, _PANELS):
       swept = [r for r in rs if r["kappa2"] > 0]
       found = [paired_differences(base, r, q) for r in swept]
+      intervals |= any(ci for _, ci in found)
       lo = [m - ci[0] if ci else 0.0 for m, ci in found]
       hi = [ci[1] - m if ci else 0.0 for m, ci in found]
       ax.errorbar([r["kappa2"] for r in swept], [m for m, _ in found],
@@ -93,8 +96,11 @@ def _difference_row(axes, mine, readings):
       ax.axhspan(-band, band, color=f"C{i}", alpha=0.1, lw=0, zorder=0)
       ax.axhline(0.0, color="0.3", lw=0.8)
       ax.set(xlabel=r"$\kappa_2$", ylabel=f"{ylabel.split(' (')[0]} - "
-             r"$\kappa_2 = 0$", title=f"{claim}: minus kappa2 = 0 (95% CI)",
-             xscale="log")
+             r"$\kappa_2 = 0$", xscale="log")
+  for ax, (_, _, claim) in zip(axes, _PANELS):
+    ax.set_title(f"{claim}: minus $\\kappa_2 = 0$"
+                 + (" (95% CI)" if intervals else " (one seed)")
+                 + "\nshaded: below the minimal effect", fontsize=10)
 
 
 def kappa2_figure(rows, label):

@@ -40,6 +40,7 @@ class Kappa2FigureTest(absltest.TestCase):
     # the seeds' offsets (2.4 ppl a seed) would swamp the unpaired spread
     self.assertGreater(rows[2]["valid_ppl_std"],
                        test["ci"][1] - test["ci"][0])
+    self.assertStartsWith(ppl.get_title(), "D: minus $\\kappa_2 = 0$ (95% CI)")
 
   def test_one_seed_draws_the_difference_without_an_interval(self):
     rows = _rows([0])
@@ -50,6 +51,9 @@ class Kappa2FigureTest(absltest.TestCase):
     for seg in segments.get_segments():
       self.assertEqual(seg[0, 1], seg[1, 1])
     self.assertIn("one seed: no intervals", fig._suptitle.get_text())
+    for ax in fig.axes[3:]:                 # no panel claims an interval
+      self.assertIn("(one seed)", ax.get_title())
+      self.assertNotIn("CI", ax.get_title())
 
 
 if __name__ == "__main__":
