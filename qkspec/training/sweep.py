@@ -268,7 +268,7 @@ def make_plan(config, devices: Sequence[jax.Device] | None = None) -> Plan:
   ms = tuple(members(config))
   swept = swept_keys(config)
   shard = shards_members(config, len(devices), jax.process_count())
-  lay = layout(len(ms) if swept else 1, len(devices), shard)
+  lay = layout(len(ms), len(devices), shard)     # 1 member if not swept
   schema.check_batch_split(config, lay.data)
   return Plan(config=config, members=ms,
               names=tuple(member_name(m, swept) for m in ms),
