@@ -23,9 +23,9 @@ import numpy as np
 
 from qkspec.config import args as args_lib
 from qkspec.config import defaults
-from qkspec.config import schema
 from qkspec.report import commands
 from qkspec.report import run_cells
+from qkspec.training import sweep as sweep_lib
 
 SEEDS = 3
 STRONG = (10.0, 100.0, 1000.0)
@@ -110,17 +110,6 @@ def _runs(rows, fig, kappa2s, seeds) -> list[tuple[str, str, str]]:
           + [_item(fig, a) for a in _args("none", none)])
 
 
-def members(config) -> int:
-  """How many members `config` trains side by side."""
-  flat = schema.flatten(config)
-  lengths = [len(flat[f"sweep.{k}"]) for k in schema.SWEEPABLE
-             if flat.get(f"sweep.{k}")]
-  if not lengths:
-    return 1
-  return math.prod(lengths) if flat["sweep.mode"] == "product" else max(
-      lengths)
-
-
 def recorded_walls(runs) -> dict:
   """(layers, d) -> [(members, wall minutes)] of its recorded full-length
   runs (`run_cells.wall_minutes`)."""
@@ -167,7 +156,8 @@ def still_to_run(rows, runs, stripe_vs) -> list[str]:
     for fig, path, arg in configs:
       config = args_lib.load_config_file(commands.REPO / path, arg or None)
       item += project(walls.get((config.model.num_layers,
-                                 config.model.d_model)), members(config))
+                                 config.model.d_model)),
+                      len(sweep_lib.members(config)))
       parts.append(f"`{command(fig, path, arg)}`")
     total += item
     when = (f"≈ {math.ceil(item)} GPU min" if np.isfinite(item) else

@@ -8,6 +8,7 @@ from qkspec.config import defaults
 from qkspec.report import backlog
 from qkspec.report import commands
 from qkspec.report import run_cells
+from qkspec.training import sweep
 
 _FIGS = {"6": (1, 128), "7": (1, 128), "8": (1, 32), "9": (3, 32),
          "10": (6, 32), "11": (3, 128), "12": (6, 128)}
@@ -106,7 +107,7 @@ class CommandTest(absltest.TestCase):
       self.assertIn(backlog.GPU, command)
       config = commands.check(command)
       self.assertEqual(config.model.kernels, "pallas")
-      self.assertGreater(backlog.members(config), 0)
+      self.assertGreater(len(sweep.members(config)), 0)
     self.assertEqual(
         backlog.command("6", "configs/locater_wt2.py",
                         "kappa2=10,100,1000,both_readings,seeds=3"),
@@ -120,7 +121,7 @@ class CommandTest(absltest.TestCase):
                    ("both_readings,contrast,seed=1", 11)):
       config = commands.check(f"python launch/train.py --config "
                               f"configs/locater_wt2.py:{arg} --workdir w")
-      self.assertEqual(backlog.members(config), n, arg)
+      self.assertEqual(len(sweep.members(config)), n, arg)
 
 
 class ProjectionTest(absltest.TestCase):
