@@ -18,6 +18,9 @@ _WORKDIR = flags.DEFINE_string("workdir", "runs/demo",
 _SMOKE = flags.DEFINE_bool("smoke", False, "Tiny configs (a test run).")
 _ONLY = flags.DEFINE_list("only", list(cli.DEMO),
                           "Which experiments to run.")
+flags.register_validator(
+    "only", lambda names: set(names) <= set(cli.DEMO),
+    f"--only takes experiments of {', '.join(cli.DEMO)}")
 _CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 
 

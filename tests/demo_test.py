@@ -1,5 +1,7 @@
 """The README's main job (launch/demo.py) on tiny configs."""
 import pathlib
+import subprocess
+import sys
 import tempfile
 
 from absl.testing import absltest
@@ -29,6 +31,16 @@ class DemoTest(absltest.TestCase):
   def test_unknown_experiment(self):
     with self.assertRaisesRegex(ValueError, "unknown experiments"):
       cli.demo("/tmp/unused", testutil.ROOT / "configs", only=("fig99",))
+
+  def test_the_command_names_the_experiments_in_one_line(self):
+    r = subprocess.run([sys.executable, "launch/demo.py", "--only=fig99",
+                        "--workdir", "/nonexistent/never"],
+                       cwd=testutil.ROOT, capture_output=True, text=True,
+                       check=False)
+    self.assertNotEqual(r.returncode, 0)
+    self.assertNotIn("Traceback", r.stderr)
+    self.assertIn("--only takes experiments of " + ", ".join(cli.DEMO),
+                  r.stderr)
 
 
 if __name__ == "__main__":
