@@ -214,8 +214,7 @@ def _flag_error_message(error: flags.Error, argv: list[str]) -> str:
   root = _chain(error)[-1]
   if isinstance(root, ConfigError):
     return f"--config={_config_arg(argv)}: {root}"
-  return "; ".join(line.strip() for line in str(error).splitlines()
-                   if line.strip())
+  return _one_line(str(error))
 
 
 def _config_arg(argv: list[str]) -> str | None:
@@ -236,9 +235,13 @@ def _load_error_message(error: OSError, argv: list[str]) -> str:
   if not os.path.exists(path):
     return (f"--config={value}: no such file {path!r} (looked for "
             f"{os.path.abspath(path)})")
-  reason = "; ".join(line.strip() for line in str(_chain(error)[-1])
-                     .splitlines() if line.strip())
-  return f"--config={value}: cannot load {path!r}: {reason}"
+  return (f"--config={value}: cannot load {path!r}: "
+          f"{_one_line(str(_chain(error)[-1]))}")
+
+
+def _one_line(text: str) -> str:
+  """`text`'s non-blank lines, stripped, joined by "; "."""
+  return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def _wants_traceback(argv: list[str]) -> bool:
@@ -350,9 +353,6 @@ def main(run: Callable[..., Any], what: str = "config") -> None:
       check_config(config.value)
       start_processes(coordinator.value, num_processes.value,
                       process_id.value, bool(config.value.get("multihost")))
-    except ConfigError as e:
-      _fail(str(e), e, verbose.value)
-    try:
       with exit_on_interrupt(verbose.value, shlex.join(sys.orig_argv)):
         run(config.value, workdir.value)
     except ConfigError as e:
