@@ -176,6 +176,7 @@ def load_runs(run_dirs) -> list[dict]:
     fig, smoke = figure_of(config)
     reading = config["locater"].get("penalty_added_to", "mean_loss")
     run_dir = store.origin(path)
+    record = store.read(path)                # {} for a run directory
     by_reading = {}
     for m in rundir.load_members(path):
       m["metrics"] = {k: store.compact(*v) if np.ndim(v[1]) == 2
@@ -185,9 +186,9 @@ def load_runs(run_dirs) -> list[dict]:
     run = dict(run_dir=run_dir, path=str(path), figure=fig, smoke=smoke,
                label=f"Fig. {fig}" + (" (smoke)" if smoke else ""),
                both_readings=len(by_reading) > 1,
-               trained_command=(store.read(path).get("command")
+               trained_command=(record.get("command")
                                 or config_command(config, run_dir)),
-               commit=store.read(path).get("commit"),
+               commit=record.get("commit"),
                d_model=int(config["model"]["d_model"]),
                num_layers=int(config["model"]["num_layers"]),
                seq_len=int(config["data"]["seq_len"]),
