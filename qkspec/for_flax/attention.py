@@ -181,7 +181,7 @@ def _recording(cls: type) -> type:
     if record:
       capture.sink.measure(capture.path, record["query"], record["key"],
                            record["mask"], out, record["causal"],
-                           inputs_k is None or inputs_k is inputs_q)
+                           _is_self_attention((inputs_q, inputs_k), {}))
     return out
 
   return type(cls.__name__, (cls,), {"__call__": __call__})
