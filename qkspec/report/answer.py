@@ -82,13 +82,10 @@ def _per_reading(tests) -> str:
 
 def _range(vs) -> str:
   """The span of the differences (perplexity also relative)."""
-  def span(xs, fmt):
-    lo, hi = format(min(xs), fmt), format(max(xs), fmt)
-    return lo if lo == hi else f"{lo} to {hi}"
-  out = (span([v["diff"] for v in vs], "+.3g")
+  out = (rs.span([v["diff"] for v in vs], "+.3g")
          + UNITS.get(vs[0]["quantity"], ""))
   if vs[0]["quantity"] == "valid_ppl":
-    out += f" ({span([v['diff'] / v['base'] for v in vs], '+.2%')})"
+    out += f" ({rs.span([v['diff'] / v['base'] for v in vs], '+.2%')})"
   return out
 
 

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from qkspec.report import run_cells
+from qkspec.report import stats
 from qkspec.theory import locater
 from qkspec.theory import spectrum
 
@@ -87,13 +88,10 @@ def target_line(rows, readings: dict) -> str:
   top = max(c["kappa2"] for c in cs)
   cs = [c for c in cs if c["kappa2"] == top]
 
-  def span(xs):
-    lo, hi = f"{min(xs):.2g}", f"{max(xs):.2g}"
-    return lo if lo == hi else f"{lo} to {hi}"
   by_reading = {}
   for c in cs:
     by_reading.setdefault(c["reading"], []).append(c["trace"])
-  trained = "; ".join(f"{readings.get(r, r)} {span(t)}"
+  trained = "; ".join(f"{readings.get(r, r)} {stats.span(t)}"
                       for r, t in sorted(by_reading.items()))
   star = ", ".join(f"{c['star_trace']:.2g} (d = {c['d_model']})"
                    for c in {c["d_model"]: c for c in cs}.values())
@@ -108,11 +106,6 @@ def uniform_entropy(seq_len: int) -> float:
   query t sees t keys, :math:`\frac1T \sum_{t=1}^T \ln t = \ln(T!) / T`
   (3.21 nats at T = 64), the mean `layer_stats` takes."""
   return math.lgamma(seq_len + 1) / seq_len
-
-
-def _span(xs, fmt=".2g") -> str:
-  lo, hi = format(min(xs), fmt), format(max(xs), fmt)
-  return lo if lo == hi else f"{lo} to {hi}"
 
 
 def bias_line(rows, readings: dict) -> str:
@@ -136,13 +129,13 @@ def bias_line(rows, readings: dict) -> str:
     out.append(
         f"Under the {readings.get(reading, reading)} reading LocATER holds "
         f"W_QK = W_Q^T W_K at its own minimum in every figure (scale "
-        f"{_span(zero)} at kappa2 = 0, W*'s "
-        f"{_span([c['star_scale'] for c in mine if c['kappa2'] == top])} "
+        f"{stats.span(zero)} at kappa2 = 0, W*'s "
+        f"{stats.span([c['star_scale'] for c in mine if c['kappa2'] == top])} "
         f"at kappa2 = {top:g}; section \"LocATER's own minimum\"). Of the "
         "logits (W_Q x_i + b_Q)^T (W_K x_j + b_K), what varies with the key "
         "j is then x_i^T W_QK x_j ~ 0 and b_Q^T W_K x_j, which LocATER (a "
         "penalty on W_QK alone) leaves free: the attention entropy, "
-        f"{_span([r['entropy_mean'] for r in groups], '.3g')} nats, below "
+        f"{stats.span([r['entropy_mean'] for r in groups], '.3g')} nats, below "
         f"the {uniform_entropy(t):.3g} of uniform attention over T = {t} "
         "causal keys (ln(T!) / T), is set by the query bias b_Q, not by "
         "kappa2.")

@@ -150,3 +150,10 @@ def slope(x, y) -> dict:
   half = t_critical(len(x) - 2) * se
   t = b / se if se > 0 else (math.copysign(math.inf, b) if b else 0.0)
   return dict(slope=b, ci=(b - half, b + half), p=t_p_value(t, len(x) - 2))
+
+
+def span(xs, fmt: str = ".2g") -> str:
+  """"lo to hi" of the values `xs`, each formatted by `fmt`; "lo" alone
+  where both print alike."""
+  lo, hi = format(min(xs), fmt), format(max(xs), fmt)
+  return lo if lo == hi else f"{lo} to {hi}"

@@ -161,5 +161,13 @@ class GapTest(absltest.TestCase):
     np.testing.assert_allclose(d, [51.0])
 
 
+class SpanTest(absltest.TestCase):
+
+  def test_low_to_high_or_one_value_where_they_print_alike(self):
+    self.assertEqual(rs.span([0.31, 0.004, 0.2]), "0.004 to 0.31")
+    self.assertEqual(rs.span([1.001, 1.002]), "1")
+    self.assertEqual(rs.span([-0.05, 0.02], "+.2%"), "-5.00% to +2.00%")
+
+
 if __name__ == "__main__":
   absltest.main()
