@@ -15,6 +15,19 @@ def single_theory(**kw):
   return c
 
 
+def initialized(config, devices=None):
+  """The compiled steps of `config`'s plan on `devices` (default: all), its
+  initial state and its dropout keys."""
+  # pylint: disable=g-import-not-at-top
+  from qkspec.training import step as step_lib
+  from qkspec.training import sweep
+  # pylint: enable=g-import-not-at-top
+  plan = sweep.make_plan(config, devices)
+  steps = step_lib.build_steps(plan)
+  init_keys, dropout_keys, hparams = step_lib.member_inputs(plan)
+  return steps, steps.init(init_keys, hparams), dropout_keys
+
+
 def lm_smoke(kappa2=(0.0, 1.0)):
   """The LM smoke config, a sweep over `kappa2` at kappa1 = 1."""
   c = defaults.smoke(defaults.lm_config())

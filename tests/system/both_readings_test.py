@@ -42,10 +42,7 @@ def _smoke(arg: str = "", kappa2=(0.0, 1.0)):
 
 def _steps(c, n: int = 2):
   """(params, metrics) after `n` train steps of `c` on a fixed batch."""
-  plan = sweep.make_plan(c)
-  steps = step_lib.build_steps(plan)
-  init_keys, dropout_keys, hparams = step_lib.member_inputs(plan)
-  state = steps.init(init_keys, hparams)
+  steps, state, dropout_keys = training_fixtures.initialized(c)
   for _ in range(n):
     state, metrics = steps.train(state, training_fixtures.lm_batch(c),
                                  dropout_keys)

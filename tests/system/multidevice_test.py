@@ -33,6 +33,7 @@ from qkspec.training import loop
 from qkspec.training import step as step_lib
 from qkspec.training import sweep
 import testutil
+import training_fixtures
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 _RESULT = "QKSPEC_MULTIDEVICE_RESULT"
@@ -47,10 +48,9 @@ def _sweep_run(config, devices, singles, many):
   """A sweep's losses [steps][N], final params (the real members) and the
   rows of the member axis each device holds on the first `devices`:
   `singles` single steps, then `many` steps in one `train_many` call."""
-  plan = _plan(config, devices)
-  steps = step_lib.build_steps(plan)
-  init_keys, dropout_keys, hparams = step_lib.member_inputs(plan)
-  state, losses = steps.init(init_keys, hparams), []
+  steps, state, dropout_keys = training_fixtures.initialized(
+      config, jax.devices()[:devices])
+  losses = []
   for step in range(singles):
     state, m = steps.train(state, steps.task.train_batch(step), dropout_keys)
     losses.append(np.asarray(m["loss"]).tolist())
@@ -67,10 +67,8 @@ def _sweep_run(config, devices, singles, many):
 
 
 def _run(config, devices, num_steps):
-  plan = _plan(config, devices)
-  steps = step_lib.build_steps(plan)
-  init_key, dropout_key, hparams = step_lib.member_inputs(plan)
-  state = steps.init(init_key, hparams)
+  steps, state, dropout_key = training_fixtures.initialized(
+      config, jax.devices()[:devices])
   metrics, shards = [], []
   for step in range(num_steps):
     batch = steps.task.train_batch(step)

@@ -18,9 +18,8 @@ import numpy as np
 
 from qkspec.config import defaults
 from qkspec.training import model as model_lib
-from qkspec.training import step as step_lib
-from qkspec.training import sweep
 import testutil
+import training_fixtures
 
 
 
@@ -32,10 +31,7 @@ def _train(compute_dtype, num_steps=300, **model):
   c.model.update(model)
   c.compute_dtype = compute_dtype
   c.num_steps = num_steps
-  plan = sweep.make_plan(c)
-  steps = step_lib.build_steps(plan)
-  ik, dk, hp = step_lib.member_inputs(plan)
-  state = steps.init(ik, hp)
+  steps, state, dk = training_fixtures.initialized(c)
   losses = []
   for s in range(num_steps):
     state, m = steps.train(state, steps.task.train_batch(s), dk)

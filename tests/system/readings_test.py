@@ -40,10 +40,7 @@ def _smoke_lm(added_to, kappa1=KAPPA1, kappa2=KAPPA2):
 
 def _one_step(c):
   """(params, metrics) after one train step of `c` on a fixed batch."""
-  plan = sweep.make_plan(c)
-  steps = step_lib.build_steps(plan)
-  init_key, dropout_key, hparams = step_lib.member_inputs(plan)
-  state = steps.init(init_key, hparams)
+  steps, state, dropout_key = training_fixtures.initialized(c)
   state, metrics = steps.train(state, training_fixtures.lm_batch(c),
                                dropout_key)
   return jax.device_get(state.params), jax.device_get(metrics)
