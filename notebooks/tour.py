@@ -163,7 +163,8 @@ for ax, eta in zip(axes, (0.25, 0.5, 1.0)):
          f"{float(stats['xi']):.0f}, $\\eta$ = {float(stats['eta']):.2f},"
          f" r = {r:.0f}")
 axes[0].set_ylabel("$\\rho_i$")
-axes[2].legend(fontsize=8, loc="upper right")
+fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center",
+           ncol=5, fontsize=8)
 plt.show()
 
 # %% [markdown]
@@ -210,11 +211,10 @@ fig.suptitle(f"Fig. 5 on a {config.num_eigen_means} x "
              f"{config.num_draws} $W_{{QK}}$ draws x "
              f"{config.num_sequences} walks per point")
 plt.show()
-print(f"fewest tokens propagating: {int(width.min())}, at most "
-      f"{int(width.max())}; entropy from {grid['entropy'].min():.2f} to "
-      f"{grid['entropy'].max():.2f} nats (ln T = "
-      f"{np.log(config.seq_len):.2f}); {grid['compile_s']:.1f} s to "
-      f"compile, {grid['run_s']:.2f} s to run")
+print(f"tokens propagating: {int(width.min())} to {int(width.max())}; "
+      f"entropy {grid['entropy'].min():.2f} to {grid['entropy'].max():.2f} "
+      f"nats; {grid['compile_s']:.1f} s to compile, {grid['run_s']:.2f} s "
+      "to run")
 
 # %% [markdown]
 # ## 4. The Sec. 2 model without and with LocATER
