@@ -28,9 +28,13 @@ setuptools.setup(
         # tensorboard: so that the suite checks the event files too
         # transformers: Hugging Face's Flax BERT, GPT-2 and ViT for the
         #   for_flax tests (4.x, its last line with Flax models; no torch)
+        # nbclient, nbformat, ipykernel, jupytext: run notebooks/tour.py
+        #   headless (tests/notebooks/tour_test.py, notebooks/run_tour.py)
         "test": ["pytest>=8", "pytest-xdist>=3", "pytest-randomly>=3.15",
                  "chex>=0.1.87", "ruff>=0.6",
-                 "tensorboard>=2.18", "transformers>=4.40,<4.50"],
+                 "tensorboard>=2.18", "transformers>=4.40,<4.50",
+                 "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29",
+                 "jupytext>=1.16"],
         "cuda": ["jax[cuda13]"],   # NVIDIA GPUs (jax[cuda12] works too)
         "tpu": ["jax[tpu]"],
         "bench": ["torch"],  # reference implementations only, never at run time

@@ -41,6 +41,7 @@ _LONGEST = ("multidevice_test.py::RunInOwnProcess",
             "sweep_test.py::VmappedSweepTest",
             "reliability_test.py::InterruptTest",
             "precision_test.py::", "writer_test.py::WriteReportTest",
+            "tour_test.py::RunsHeadlessTest",
             "store_test.py::RunRecordsTest")
 
 
