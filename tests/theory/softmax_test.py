@@ -33,6 +33,17 @@ class SoftmaxTest(chex.TestCase):
            for e in (1e-2, 5e-3)]
     self.assertAlmostEqual(err[0] / err[1], 4.0, delta=0.2)
 
+  def test_a_mask_gives_the_score_over_the_visible_keys(self):
+    omega = np.asarray(jax.random.normal(jax.random.key(3), (7,))) * 4
+    mask = np.array([1, 0, 1, 1, 0, 1, 1], bool)
+    got = sm.linearized_score(np.where(mask, omega, -np.inf), mask=mask)
+    np.testing.assert_allclose(got[mask], sm.linearized_score(omega[mask]),
+                               rtol=1e-6)
+    event = sm.propagation_mask(np.where(mask, omega, -np.inf), mask=mask)
+    np.testing.assert_array_equal(event[mask],
+                                  sm.propagation_mask(omega[mask]))
+    self.assertFalse(np.any(event[~mask]))
+
   def test_piecewise_linear_softmax_matches_definition(self):
     omega = np.asarray(jax.random.normal(jax.random.key(2), (50, 6)) * 20)
     out = np.asarray(sm.piecewise_linear_softmax(omega))
