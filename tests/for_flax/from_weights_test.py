@@ -103,9 +103,10 @@ class FromWeightsTest(absltest.TestCase):
     for args, msg in (
         ((weights[0],), "sequence of"),
         (([weights[0][0]],), r"\[B, H, T, S\]"),
-        (([jnp.exp(w) for w in logits],), "pass the probabilities"),
-        ((logits,), "must be probabilities"),
-        ((weights, np.ones((3, T + 1))), r"mask must be \[B, S\]")):
+        (([jnp.exp(w) for w in logits],), "not logits"),
+        ((logits,), r"must be non-negative \(probabilities\)"),
+        ((weights, np.ones((3, T + 1))), r"mask must be \[B, S\]"),
+        ((weights, None, "BSTH"), "layout must be one of")):
       with self.assertRaisesRegex(ValueError, msg):
         for_flax.attention_table_from_weights(*args)
     with self.assertRaisesRegex(ValueError, "outside jax.jit"):
