@@ -50,7 +50,6 @@ from typing import Any, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 FORMS = ("layer", "rms", "rms_one_plus")
 QKNorm = str | Mapping[str, str] | None
@@ -159,9 +158,5 @@ def fold(kernel: jax.Array, norm: Norm | None) -> jax.Array:
     return kernel
   if norm.centred:    # K C = K - (K 1) 1^T / D
     kernel = kernel - jnp.mean(kernel, axis=-1, keepdims=True)
-  return kernel * norm.gain.astype(kernel.dtype)
-
-
-def stacked(norm: Norm | None) -> bool:
-  """Whether `norm`'s gains hold a stack of layers."""
-  return norm is not None and np.ndim(norm.gain) == 2
+  gain = norm.gain.astype(kernel.dtype)
+  return kernel * gain.reshape((1,) * (kernel.ndim - 1) + gain.shape)
