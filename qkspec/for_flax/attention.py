@@ -176,7 +176,17 @@ def _with_probabilities(fn: Callable, path: str, args, kwargs
         "attention_weights into `module`, so attention_table cannot see the "
         "probabilities it computes; pass `module` on to flax's "
         "dot_product_attention or sow them" + _USE_WEIGHTS + ".")
-  return out, recorder.value
+  query, key = args[:2]
+  batch, (T, N), S = query.shape[:-3], query.shape[-3:-1], key.shape[-3]
+  probs = recorder.value
+  # [..., N, T, S], or grouped [..., K, N/K, T, S] (query head k N/K + g)
+  if probs.shape[-2:] != (T, S) or probs.shape[:len(batch)] != batch or (
+      int(np.prod(probs.shape[len(batch):-2])) != N):
+    raise ValueError(
+        f"attention layer {path!r}: its attention_fn {name} sowed "
+        f"attention_weights of shape {probs.shape}, not [..., N, T, S] = "
+        f"{(*batch, N, T, S)}" + _USE_WEIGHTS + ".")
+  return out, probs.reshape(*batch, N, T, S)
 
 
 def _is_self_attention(call_args: tuple, call_kwargs: dict) -> bool:

@@ -62,7 +62,8 @@ def attention_table_from_weights(weights: Sequence[jax.Array],
     mask: None, or which keys each query sees, 1 or True where it does:
       the [B, S] padding mask the model was given (Hugging Face's
       `attention_mask`: keys, and when T = S the queries too), or a
-      per-query mask [B, T, S] or [B, H, T, S] (causal, sliding-window).
+      per-query mask [B, T, S] or [B, H, T, S] (causal, sliding-window);
+      or a list of them, one per layer (gemma's local and global layers).
       In self-attention (T = S) a query whose own position no query sees
       is padding.
     layout: "BHTS", or "BTHS" for probabilities [B, T, H, S] (gemma's).
@@ -79,11 +80,16 @@ def attention_table_from_weights(weights: Sequence[jax.Array],
     raise ValueError("weights must be a sequence of [B, H, T, S] arrays, one "
                      f"per layer, got {type(weights).__name__}.")
   _checks.choice("layout", layout, LAYOUTS)
-  if qk.is_traced((weights, mask)):
+  if qk.is_traced((list(weights), mask)):
     raise ValueError("attention_table_from_weights returns Python numbers: "
                      "call it outside jax.jit, grad or vmap.")
+  masks = list(mask) if isinstance(mask, (list, tuple)) else [mask] * len(
+      weights)
+  if len(masks) != len(weights):
+    raise ValueError(f"mask lists {len(masks)} masks for {len(weights)} "
+                     "layers: give one per layer, or one for all.")
   rows = []
-  for l, w in enumerate(weights):
+  for l, (w, mask) in enumerate(zip(weights, masks)):
     probs = np.asarray(w, np.float32)
     if probs.ndim != 4:
       raise ValueError(f"weights[{l}] must be [B, H, T, S] ({layout}), got "

@@ -69,7 +69,7 @@ class FromWeightsTest(absltest.TestCase):
     distance = np.arange(T)[:, None] - np.arange(S)[None]
     window = np.stack([(distance >= 0) & (distance < w) for w in (2, 4)])
     visible = window[None] & _tokens(LENGTHS)[:, None, None, :]
-    masked = np.where(visible, logits, -np.inf)
+    masked = np.where(visible, logits, -1e30)   # (a padded query: uniform)
     probs = np.exp(masked - masked.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
     hits, seen = np.zeros((H, S)), np.zeros((H, S))
@@ -96,9 +96,11 @@ class FromWeightsTest(absltest.TestCase):
       flax_fixtures.assert_close(f"rho {layout}", [r["rho"] for r in rows],
                                  rho, atol=1e-7)
     self.assertTrue(np.isnan(rows[0]["rho"][0]), "key 0 is out of window")
-    one = for_flax.attention_table_from_weights([probs[:, :1]],
-                                                visible[:, 0])
-    np.testing.assert_allclose(one[0]["rho"], rho[0])
+    per_layer = for_flax.attention_table_from_weights(
+        [probs[:, :1], probs[:, 1:]], [visible[:, 0], visible[:, 1:]])
+    np.testing.assert_allclose([r["rho"] for r in per_layer], rho)
+    with self.assertRaisesRegex(ValueError, "mask lists 1 masks for 2"):
+      for_flax.attention_table_from_weights([probs] * 2, [visible])
 
   def test_equals_attention_table_on_the_same_model(self):
     x, tokens = flax_fixtures.flax_inputs(), _tokens(LENGTHS)
