@@ -126,8 +126,9 @@ def assert_close(what: str, got, want, rtol=0.0, atol=0.0) -> None:
   diff = np.abs(got - want)
   with np.errstate(divide="ignore", invalid="ignore"):
     relative = np.nanmax(np.where(diff > 0, diff / np.abs(want), 0.0))
-  logging.info("%s: max |diff| %.3g, relative %.3g", what, np.nanmax(diff),
-               relative)
+    largest = np.nanmax(diff) / np.nanmax(np.abs(want))
+  logging.info("%s: max |diff| %.3g, relative %.3g, over the largest "
+               "|value| %.3g", what, np.nanmax(diff), relative, largest)
   np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=what)
 
 
