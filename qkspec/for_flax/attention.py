@@ -36,6 +36,7 @@ twice, not stacked, is measured on its last call.
 import functools
 import inspect
 import itertools
+import sys
 from typing import Any, Callable, Mapping
 
 import flax.linen as nn
@@ -84,6 +85,20 @@ def attention_stats(probs: jax.Array, mask: jax.Array | None,
                                                 jnp.any(ok_BxNxT, axis=1)))
 
 
+def _in_scan_shape_pass() -> bool:
+  """Whether this runs in the trace linen's `nn.scan` makes of its body
+  only to check which variables it broadcasts (`flax.core.axes_scan`,
+  `init_mode=True`): that computation never runs, and a callback in it
+  would fail flax's check (flax >= 0.12.10 keeps it in the trace)."""
+  frame = sys._getframe(1)  # pylint: disable=protected-access
+  while frame is not None:
+    if (frame.f_code.co_name == "body_fn" and frame.f_locals.get("init_mode")
+        and frame.f_globals.get("__name__") == "flax.core.axes_scan"):
+      return True
+    frame = frame.f_back
+  return False
+
+
 def _deliver(path: str, token: int, measured: dict) -> None:
   """A traced layer's measurements, to the attention_table call running."""
   if _SINKS:
@@ -106,6 +121,8 @@ class _Sink:
               self_attention: bool) -> None:
     """Measures one call of the layer at `path`, now if its values are
     concrete, else each time the traced computation runs."""
+    if _in_scan_shape_pass():
+      return
     token = next(_TOKENS)
     self.tokens.setdefault(path, set()).add(token)
     with jax.disable_jit(False):
@@ -122,8 +139,7 @@ class _Sink:
 
   def check(self, path: str, stack: int | None) -> None:
     """ValueError unless the layer at `path` sent one measurement per call
-    (or run of a trace), or one per layer of its `stack` (a scan may trace
-    its body once more, for shapes, without running it)."""
+    (or run of a trace), or one per layer of its `stack`."""
     n, started = len(self.calls.get(path, ())), len(self.tokens[path])
     if (n == started) if stack is None else (n == stack):
       return
