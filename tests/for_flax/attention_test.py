@@ -79,8 +79,10 @@ def np_residual(out, tokens):
   return np.mean(ratios)
 
 
-def _check_rows(test, rows, params, names, x, visible, transform=None):
-  """The attention table equals the NumPy forward pass layer by layer."""
+def _check_rows(test, rows, params, names, x, visible, transform=None,
+                label=""):
+  """The attention table equals the NumPy forward pass layer by layer
+  (`label` names the case in the closeness log)."""
   for name in names:
     heads = params[name]["query"]["kernel"].shape[-2]
     visible = np.broadcast_to(visible, (len(x), heads, T, T))
@@ -89,11 +91,12 @@ def _check_rows(test, rows, params, names, x, visible, transform=None):
                                                 transform)
     got = [r for r in rows if r["path"] == name]
     test.assertEqual([r["head"] for r in got], list(range(heads)))
-    flax_fixtures.assert_close(f"entropy {name}", [r["entropy"] for r in got],
+    flax_fixtures.assert_close(f"entropy {label}{name}",
+                               [r["entropy"] for r in got],
                                np_entropy(w, visible), rtol=1e-4)
-    flax_fixtures.assert_close(f"rho {name}", [r["rho"] for r in got],
+    flax_fixtures.assert_close(f"rho {label}{name}", [r["rho"] for r in got],
                                np_rho(logits, visible), atol=1e-6)
-    flax_fixtures.assert_close(f"rank residual {name}",
+    flax_fixtures.assert_close(f"rank residual {label}{name}",
                                [r["rank_residual"] for r in got],
                                [np_residual(out, tokens)] * heads, rtol=1e-4)
     x = x + out
@@ -277,6 +280,7 @@ class TodaysAttentionTest(parameterized.TestCase):
       ("rope", dict(attention_fn="rope"), "rope"),
       ("soft_cap", dict(attention_fn="soft_cap"), "soft_cap"))
   def test_nnx_against_numpy(self, kwargs, transform):
+    label = f"nnx {kwargs}"
     x = 4 * _inputs()                    # logits large enough to matter
     layer = flax_fixtures.nnx_attention(**kwargs)
     window = np.abs(np.arange(T)[:, None] - np.arange(T)[None]) < 2
@@ -284,7 +288,7 @@ class TodaysAttentionTest(parameterized.TestCase):
     rows = for_flax.attention_table(lambda m, x: m(x, mask=mask), layer, x)
     params = {"": _np(nnx.to_pure_dict(nnx.state(layer, nnx.Param)))}
     _check_rows(self, rows, params, [""], x.astype(np.float64), mask,
-                transform)
+                transform, label)
     self.assertTrue(np.isnan(rows[0]["rho"][0]), "key 0 is outside the "
                     "last query's window")
     if transform:   # measuring the unrotated, uncapped logits would fail
@@ -300,7 +304,7 @@ class TodaysAttentionTest(parameterized.TestCase):
     mask = _pair_mask() & CAUSAL
     rows = for_flax.attention_table(model.apply, variables, x, mask=mask)
     _check_rows(self, rows, {"": _np(variables["params"])}, [""],
-                x.astype(np.float64), mask, "rope")
+                x.astype(np.float64), mask, "rope", "linen rope")
 
   def test_an_attention_fn_that_hides_its_probabilities_is_refused(self):
     x = _inputs()
