@@ -233,7 +233,8 @@ class RhoTest(parameterized.TestCase):
       u = (omega[keys] - omega[keys].mean()) / len(keys) + 1 / len(keys)
       hits[keys] += (u >= 0) & (u <= 1)
       seen[keys] += 1
-    got = prop.empirical_rho(np.where(mask, logits, -np.inf), mask=mask)
+    got = jax.jit(lambda o, m: prop.empirical_rho(o, mask=m))(
+        np.where(mask, logits, -np.inf), mask)
     with np.errstate(invalid="ignore"):
       np.testing.assert_allclose(got, hits / seen, rtol=1e-6)
     self.assertTrue(np.isnan(got[5]))
