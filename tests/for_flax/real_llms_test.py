@@ -132,6 +132,13 @@ class RealLLMsTest(absltest.TestCase):
                                atol=1e-7)
     return want
 
+  def check_penalty(self, name, params, w_qks):
+    """locater_penalty against NumPy from every layer's W_QK [N, d, d]."""
+    flax_fixtures.assert_close(
+        f"penalty {name}", for_flax.locater_penalty(params, HP),
+        sum(HP.kappa1 * np.sum(w**2) + HP.kappa2 * (np.trace(w) - HP.target)
+            ** 2 for ws in w_qks for w in ws), rtol=1e-5)
+
   def _gemma_layers(self, version, model, config, norms, scalar):
     """Checks each layer of a gemma `model` (norms: the query/key norm
     names and the offset of their gains; scalar: the query's factor)."""
@@ -142,6 +149,7 @@ class RealLLMsTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "no attention layer ran.*"
                                 "attention_table_from_weights"):
       for_flax.attention_table(model.apply, variables, tokens)
+    w_qks = []
     for i, kind in enumerate(config.attention_types):
       layer, is_local = f"layer_{i}", kind.name == "LOCAL_SLIDING"
       attn = variables["params"][layer]["attn"]
@@ -164,8 +172,10 @@ class RealLLMsTest(absltest.TestCase):
       flax_fixtures.assert_close(f"{version} {layer} probabilities", own,
                                  np_softmax(logits, _visible(window)),
                                  atol=1e-5)
-      self.check_layer(f"{version} {layer}", variables, f"{layer}/attn", wq,
-                       wk, gains, own, logits, 1 / scalar, window)
+      w_qks.append(self.check_layer(f"{version} {layer}", variables,
+                                    f"{layer}/attn", wq, wk, gains, own,
+                                    logits, 1 / scalar, window))
+    self.check_penalty(version, variables, w_qks)
 
   def test_gemma(self):
     from gemma import gm
@@ -273,6 +283,7 @@ class RealLLMsTest(absltest.TestCase):
       decoder = variables["params"]["decoder"]
       mult = config.head_dim ** -0.5 if kwargs["decoder_block"] == "qwen3" \
           else 1.0
+      w_qks = []
       for i in range(config.num_decoder_layers):
         stack = decoder["layers" if config.scan_layers else f"layers_{i}"][
             "self_attention"]
@@ -293,8 +304,10 @@ class RealLLMsTest(absltest.TestCase):
                                    atol=1e-4)
         path = (f"decoder/layers/self_attention/{i}" if config.scan_layers
                 else f"decoder/layers_{i}/self_attention")
-        self.check_layer(f"{name} layer {i}", variables, path, wq, wk, gains,
-                         np_softmax(own, visible), logits, 1 / mult, None)
+        w_qks.append(self.check_layer(
+            f"{name} layer {i}", variables, path, wq, wk, gains,
+            np_softmax(own, visible), logits, 1 / mult, None))
+      self.check_penalty(name, variables, w_qks)
 
 
 if __name__ == "__main__":
