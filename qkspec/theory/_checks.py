@@ -98,11 +98,12 @@ def covariance(name: str, cov: Any, tol: float = 1e-5) -> None:
                      f"its smallest eigenvalue is {evals.min():.3g}.")
 
 
-def probabilities(name: str, probs: Any, mask: Any) -> None:
+def probabilities(name: str, probs: Any, mask: Any, tol: float = 1e-3
+                  ) -> None:
   """Raises ValueError unless concrete `probs` [..., keys] are rows of
   probabilities over the keys where `mask` is True (all if None): no
-  negative entry, and every row with a visible key sums to 1 within 1e-3.
-  NaN passes.
+  negative entry, and every row with a visible key sums to 1 within `tol`
+  (16-bit probabilities need a looser one). NaN passes.
   """
   if not (is_concrete(probs) and is_concrete(mask)):
     return
@@ -113,8 +114,8 @@ def probabilities(name: str, probs: Any, mask: Any) -> None:
     raise ValueError(f"{name} must be non-negative (probabilities), got a "
                      f"minimum of {arr[visible].min():.3g}.")
   sums = np.sum(np.where(visible, arr, 0.0), axis=-1)
-  bad = np.any(visible, axis=-1) & (np.abs(sums - 1.0) > 1e-3)
+  bad = np.any(visible, axis=-1) & (np.abs(sums - 1.0) > tol)
   if np.any(bad):
     raise ValueError(f"{name} rows must sum to 1 over the visible keys "
-                     f"(within 1e-3), got a row sum of "
-                     f"{sums[bad].flat[0]:.6g}.")
+                     f"(within {tol:.2g}), got a row sum of "
+                     f"{sums[bad].flat[0]:.6g}: probabilities, not logits?")

@@ -87,19 +87,31 @@ def _composite_argmin(x_Txd, num_steps):
 
 
 def rank_collapse_residual(x: jax.Array, method: str = "mean",
-                           num_steps: int = 300) -> jax.Array:
+                           num_steps: int = 300,
+                           mask: jax.Array | None = None) -> jax.Array:
   r"""Norm of Dong et al.'s residual :math:`X - \mathbf 1 x^\top`, [...].
 
   Of x [..., T, d], by `method`: "mean", the Frobenius norm with x the
   token mean (as Dong et al.'s code); "svd", the Frobenius distance to the
   best rank-1 matrix, :math:`\sqrt{\sum_{k \ge 2}\sigma_k^2}`;
   "composite", :math:`\min_x \|X - \mathbf 1 x^\top\|_{1,\infty}` (their
-  Sec. 2) from above, by `num_steps` of subgradient descent.
+  Sec. 2) from above, by `num_steps` of subgradient descent. `mask`
+  [..., T] ("mean" only): the rows that are tokens, the others (padding)
+  left out.
   """
   _checks.choice("method", method, RESIDUAL_METHODS)
   _checks.min_ndim("x", x, 2, "[..., T, d]")
+  if mask is not None and method != "mean":
+    raise ValueError(f"a mask is taken with method='mean' only, got "
+                     f"method={method!r}.")
   if method == "mean":
-    res = x - jnp.mean(x, axis=-2, keepdims=True)
+    if mask is None:
+      res = x - jnp.mean(x, axis=-2, keepdims=True)
+      return jnp.sqrt(jnp.sum(res**2, axis=(-2, -1)))
+    rows = jnp.broadcast_to(mask, jnp.shape(x)[:-1]).astype(bool)[..., None]
+    n = jnp.maximum(jnp.sum(rows, axis=-2, keepdims=True), 1)
+    mean = jnp.sum(jnp.where(rows, x, 0.0), axis=-2, keepdims=True) / n
+    res = jnp.where(rows, x - mean, 0.0)
     return jnp.sqrt(jnp.sum(res**2, axis=(-2, -1)))
   if method == "svd":
     sigma = jnp.linalg.svd(x, compute_uv=False)
@@ -110,10 +122,14 @@ def rank_collapse_residual(x: jax.Array, method: str = "mean",
 
 
 def relative_residual(x: jax.Array, method: str = "mean",
-                      num_steps: int = 300) -> jax.Array:
+                      num_steps: int = 300,
+                      mask: jax.Array | None = None) -> jax.Array:
   r""":math:`\|\mathrm{res}(X)\| / \|X\|` in `method`'s norm (Dong et al.);
-  0 when the tokens have collapsed to one row."""
-  res = rank_collapse_residual(x, method, num_steps)
+  0 when the tokens have collapsed to one row. `mask` [..., T] ("mean"
+  only): the token rows, as `rank_collapse_residual`; NaN where none is."""
+  res = rank_collapse_residual(x, method, num_steps, mask)
   if method == "composite":
     return res / composite_norm(x)
+  if mask is not None:
+    x = jnp.where(jnp.broadcast_to(mask, jnp.shape(x)[:-1])[..., None], x, 0.0)
   return res / jnp.sqrt(jnp.sum(x**2, axis=(-2, -1)))

@@ -33,14 +33,40 @@ def locater_penalty(w_qk: jax.Array, kappa1: float, kappa2: float,
   """
   w_qk = jnp.asarray(w_qk)
   _checks.square_matrix("w_qk", w_qk)
-  _checks.nonnegative("kappa1", kappa1)
-  _checks.nonnegative("kappa2", kappa2)
   # tr(W_QK^T W_QK) and tr(W_QK) = sum(W_QK * I) as one reduction (one
   # GPU kernel, not two)
   eye = jnp.broadcast_to(jnp.eye(w_qk.shape[-1], dtype=w_qk.dtype),
                          w_qk.shape)
   scale, trace = jnp.sum(jnp.stack([w_qk**2, w_qk * eye]), axis=(-2, -1))
-  return kappa1 * scale + kappa2 * (trace - target)**2
+  return penalty_from_traces(scale, trace, kappa1, kappa2, target)
+
+
+def kernel_locater_penalty(wq_kernel: jax.Array, wk_kernel: jax.Array,
+                           kappa1: float, kappa2: float,
+                           target: float = 1.0) -> jax.Array:
+  r"""`locater_penalty` of :math:`W_{QK}` = `wq_kernel @ wk_kernel.T` per
+  head, from the kernels alone.
+
+  Kernels as `spectrum.qk_from_kernels` ([d, D], or [d, N, D] and
+  [d, K, D]); the scale and trace come from `spectrum.kernel_scale` and
+  `spectrum.kernel_qk_trace`, [D, D] products, so its value and gradient
+  are those of `locater_penalty(qk_from_kernels(...))` without d x d
+  matrices. [N] (or []).
+  """
+  return penalty_from_traces(spectrum.kernel_scale(wq_kernel, wk_kernel),
+                             spectrum.kernel_qk_trace(wq_kernel, wk_kernel),
+                             kappa1, kappa2, target)
+
+
+def penalty_from_traces(scale: jax.Array, qk_trace: jax.Array,
+                        kappa1: float, kappa2: float,
+                        target: float = 1.0) -> jax.Array:
+  r""":math:`\kappa_1 s + \kappa_2 (t - \tau)^2` of the scale
+  :math:`s = \mathrm{tr}(W_{QK}^\top W_{QK})` and trace :math:`t =
+  \mathrm{tr}\,W_{QK}` (Sec. 6); kappas checked non-negative."""
+  _checks.nonnegative("kappa1", kappa1)
+  _checks.nonnegative("kappa2", kappa2)
+  return kappa1 * scale + kappa2 * (qk_trace - target)**2
 
 
 class PenaltyMinimum(NamedTuple):

@@ -66,15 +66,26 @@ def rho_monte_carlo(key: jax.Array, w_qk: jax.Array, *, num_sequences: int,
   return empirical_rho(query_logits(x_NxTxd, w_qk, temperature))
 
 
-def empirical_rho(logits: jax.Array, axis: int = -1) -> jax.Array:
+def empirical_rho(logits: jax.Array, axis: int = -1,
+                  mask: jax.Array | None = None) -> jax.Array:
   r"""Frequency of :math:`u_i \in [0,1]` over every axis but `axis` (Fig. 7).
 
-  `logits`: query logits, keys along `axis`. Returns rho [T] float32.
+  `logits`: query logits, keys along `axis`. `mask` (broadcast to
+  `logits`): the keys each query sees; then :math:`u_i` is over a query's
+  visible keys (`softmax.linearized_score`) and :math:`\rho_i` the
+  frequency over the queries that see key i, NaN where none does. Returns
+  rho [T] float32.
   """
   _checks.seq_axis_length("logits", logits, axis)
-  mask = softmax.propagation_mask(logits, axis=axis)
-  mask = jnp.moveaxis(mask, axis, -1).reshape(-1, mask.shape[axis])
-  return jnp.mean(mask.astype(jnp.float32), axis=0)
+  event = jnp.moveaxis(softmax.propagation_mask(logits, axis=axis, mask=mask),
+                       axis, -1)
+  event = event.reshape(-1, event.shape[-1]).astype(jnp.float32)
+  if mask is None:
+    return jnp.mean(event, axis=0)
+  seen = jnp.moveaxis(jnp.broadcast_to(mask, jnp.shape(logits)), axis, -1)
+  count = jnp.sum(seen.reshape(event.shape), axis=0)
+  return jnp.where(count > 0, jnp.sum(event, axis=0) / jnp.maximum(count, 1),
+                   jnp.nan)
 
 
 def _positions(seq_len):

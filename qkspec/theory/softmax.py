@@ -39,15 +39,26 @@ def softmax(omega: jax.Array, axis: int = -1) -> jax.Array:
   return jax.nn.softmax(omega, axis=axis)
 
 
-def linearized_score(omega: jax.Array, axis: int = -1) -> jax.Array:
+def linearized_score(omega: jax.Array, axis: int = -1,
+                     mask: jax.Array | None = None) -> jax.Array:
   r"""Softmax's first-order Taylor expansion at 0 (Sec. 2).
 
   .. math:: u_i = \langle \gamma^i, \omega\rangle + \gamma_0^i
                 = (\omega_i - \bar\omega) / T + 1/T
+
+  With `mask` (True where a key is visible, broadcast to `omega`), the
+  softmax runs over the n visible keys alone: T becomes n and
+  :math:`\bar\omega` their mean; a hidden key's :math:`\omega` is never
+  read (it may be -inf) and its u is 1/n.
   """
   t = _checks.seq_axis_length("omega", omega, axis, minimum=1)
-  mean = jnp.mean(omega, axis=axis, keepdims=True)
-  return (omega - mean) / t + 1.0 / t
+  if mask is None:
+    mean = jnp.mean(omega, axis=axis, keepdims=True)
+    return (omega - mean) / t + 1.0 / t
+  mask = jnp.broadcast_to(mask, jnp.shape(omega)).astype(bool)
+  n = jnp.maximum(jnp.sum(mask, axis=axis, keepdims=True), 1)
+  mean = jnp.sum(jnp.where(mask, omega, 0.0), axis=axis, keepdims=True) / n
+  return (jnp.where(mask, omega, mean) - mean) / n + 1.0 / n
 
 
 def piecewise_linear_softmax(omega: jax.Array, axis: int = -1) -> jax.Array:
@@ -58,7 +69,12 @@ def piecewise_linear_softmax(omega: jax.Array, axis: int = -1) -> jax.Array:
   return jnp.clip(linearized_score(omega, axis), 0.0, 1.0)
 
 
-def propagation_mask(omega: jax.Array, axis: int = -1) -> jax.Array:
-  r"""Boolean event :math:`u_i \in [0, 1]` of Definition 1 (closed interval)."""
-  u = linearized_score(omega, axis)
-  return (u >= 0.0) & (u <= 1.0)
+def propagation_mask(omega: jax.Array, axis: int = -1,
+                     mask: jax.Array | None = None) -> jax.Array:
+  r"""Boolean event :math:`u_i \in [0, 1]` of Definition 1 (closed
+  interval); with `mask`, over the visible keys (`linearized_score`), and
+  False for a hidden one."""
+  u = linearized_score(omega, axis, mask)
+  event = (u >= 0.0) & (u <= 1.0)
+  return event if mask is None else event & jnp.broadcast_to(
+      mask, event.shape).astype(bool)

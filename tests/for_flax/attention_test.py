@@ -14,7 +14,6 @@ import testutil
 
 T, d, H, L = (flax_fixtures.FLAX_T, flax_fixtures.FLAX_D, flax_fixtures.FLAX_H,
               flax_fixtures.FLAX_L)
-D = d // H
 LENGTHS = np.array([5, 3, 4])           # tokens per sequence, then padding
 LinenNet, NnxNet = flax_fixtures.flax_nets()
 LinenScan, LinenRemat, NnxScan = flax_fixtures.flax_stacks()
@@ -36,21 +35,6 @@ def _pair_mask(lengths=LENGTHS):
 def _key_mask(lengths=LENGTHS):
   """Bool [B, 1, 1, T]: the key is a token (padded queries not marked)."""
   return _tokens(lengths)[:, None, None, :]
-
-
-def np_attention(layer, x, visible):
-  """One Flax attention layer: raw logits, weights, output (NumPy)."""
-  def project(name):
-    p = layer[name]
-    return np.einsum("btd,dhk->bthk", x, p["kernel"]) + p.get("bias", 0.0)
-  q, k, v = project("query"), project("key"), project("value")
-  logits = np.einsum("bthk,bshk->bhts", q, k) / np.sqrt(D)
-  masked = np.where(visible, logits, -1e30)
-  w = np.exp(masked - masked.max(-1, keepdims=True))
-  w /= w.sum(-1, keepdims=True)
-  out = np.einsum("bthk,hkd->btd", np.einsum("bhts,bshk->bthk", w, v),
-                  layer["out"]["kernel"]) + layer["out"].get("bias", 0.0)
-  return logits, w, out
 
 
 def np_queries(visible):
@@ -95,21 +79,26 @@ def np_residual(out, tokens):
   return np.mean(ratios)
 
 
-def _check_rows(test, rows, params, names, x, visible):
-  """The attention table equals the NumPy forward pass layer by layer."""
-  visible = np.broadcast_to(visible, (len(x), H, T, T))
-  tokens = np_queries(visible).any(1)
+def _check_rows(test, rows, params, names, x, visible, transform=None,
+                label=""):
+  """The attention table equals the NumPy forward pass layer by layer
+  (`label` names the case in the closeness log)."""
   for name in names:
-    logits, w, out = np_attention(params[name], x, visible)
+    heads = params[name]["query"]["kernel"].shape[-2]
+    visible = np.broadcast_to(visible, (len(x), heads, T, T))
+    tokens = np_queries(visible).any(1)
+    logits, w, out = flax_fixtures.np_attention(params[name], x, visible,
+                                                transform)
     got = [r for r in rows if r["path"] == name]
-    test.assertEqual([r["head"] for r in got], list(range(H)))
-    flax_fixtures.assert_close(f"entropy {name}", [r["entropy"] for r in got],
+    test.assertEqual([r["head"] for r in got], list(range(heads)))
+    flax_fixtures.assert_close(f"entropy {label}{name}",
+                               [r["entropy"] for r in got],
                                np_entropy(w, visible), rtol=1e-4)
-    flax_fixtures.assert_close(f"rho {name}", [r["rho"] for r in got],
+    flax_fixtures.assert_close(f"rho {label}{name}", [r["rho"] for r in got],
                                np_rho(logits, visible), atol=1e-6)
-    flax_fixtures.assert_close(f"rank residual {name}",
+    flax_fixtures.assert_close(f"rank residual {label}{name}",
                                [r["rank_residual"] for r in got],
-                               [np_residual(out, tokens)] * H, rtol=1e-4)
+                               [np_residual(out, tokens)] * heads, rtol=1e-4)
     x = x + out
 
 
@@ -162,6 +151,10 @@ class AttentionTableTest(parameterized.TestCase):
       ("linen_key_mask", "linen", _key_mask),
       ("nnx_causal_key_mask", "nnx", _key_mask))
   def test_padding_counts_nowhere(self, kind, make_mask):
+    if make_mask is _key_mask and kind == "linen":
+      testutil.skip_unless_slow(self, "linen with a key-only mask; "
+                                "nnx_causal_key_mask checks such a mask, "
+                                "linen_pair_mask linen's padding")
     # Right-padded to T, with its mask, a batch measures as it does unpadded
     # (its sequences are of one length n, so unpadded is one array).
     n, x = 3, _inputs()
@@ -195,6 +188,9 @@ class AttentionTableTest(parameterized.TestCase):
     if remat is None:
       testutil.skip_unless_slow(self, "nn.remat block by block, op by op; "
                                 "scan_remat measures nn.remat in the stack")
+    if remat is False:
+      testutil.skip_unless_slow(self, "the nn.scan stack op by op; "
+                                "scan_remat measures the same stack remat'd")
     x = _inputs()
     model = cls() if remat is None else cls(remat)
     variables = model.init(jax.random.key(0), x)
@@ -271,6 +267,76 @@ class AttentionTableTest(parameterized.TestCase):
                                                              rngs=nnx.Rngs(0)),
                                x)
 
+
+
+def _linen_rope(query, key, value, mask=None, module=None):
+  """A linen attention_fn with rotary positions, passing `module` on."""
+  return nn.dot_product_attention(flax_fixtures.rope(query, jnp),
+                                  flax_fixtures.rope(key, jnp), value,
+                                  mask=mask, module=module)
+
+
+class TodaysAttentionTest(parameterized.TestCase):
+  """flax's grouped-query and QK-norm attention, custom attention functions
+  and windows, against NumPy from the raw kernels."""
+
+  @parameterized.named_parameters(
+      ("gqa", dict(num_kv_heads=2), None),
+      ("mqa", dict(num_kv_heads=1), None),
+      ("qk_norm", dict(num_kv_heads=2, normalize_qk=True), None),
+      ("rope", dict(attention_fn="rope"), "rope"),
+      ("soft_cap", dict(attention_fn="soft_cap"), "soft_cap"))
+  def test_nnx_against_numpy(self, kwargs, transform):
+    label = f"nnx {kwargs}"
+    x = 4 * _inputs()                    # logits large enough to matter
+    layer = flax_fixtures.nnx_attention(**kwargs)
+    window = np.abs(np.arange(T)[:, None] - np.arange(T)[None]) < 2
+    mask = _pair_mask() & window & CAUSAL          # local, causal, padded
+    rows = for_flax.attention_table(lambda m, x: m(x, mask=mask), layer, x)
+    params = {"": _np(nnx.to_pure_dict(nnx.state(layer, nnx.Param)))}
+    _check_rows(self, rows, params, [""], x.astype(np.float64), mask,
+                transform, label)
+    self.assertTrue(np.isnan(rows[0]["rho"][0]), "key 0 is outside the "
+                    "last query's window")
+    if transform:   # measuring the unrotated, uncapped logits would fail
+      _, plain, _ = flax_fixtures.np_attention(params[""], x, np.broadcast_to(
+          mask, (len(x), flax_fixtures.GQA_N, T, T)))
+      self.assertGreater(np.abs(np_entropy(plain, mask) - [
+          r["entropy"] for r in rows]).max(), 0.02)
+
+  def test_linen_attention_fn_with_rope(self):
+    x, model = 4 * _inputs(), nn.MultiHeadDotProductAttention(
+        H, attention_fn=_linen_rope)
+    variables = model.init(jax.random.key(0), x)
+    mask = _pair_mask() & CAUSAL
+    rows = for_flax.attention_table(model.apply, variables, x, mask=mask)
+    _check_rows(self, rows, {"": _np(variables["params"])}, [""],
+                x.astype(np.float64), mask, "rope", "linen rope")
+
+  def test_an_attention_fn_that_hides_its_probabilities_is_refused(self):
+    x = _inputs()
+    layer = flax_fixtures.nnx_attention(attention_fn="unsown")
+    with self.assertRaisesRegex(ValueError, "sowed no attention_weights.*"
+                                "attention_table_from_weights"):
+      for_flax.attention_table(lambda m, x: m(x), layer, x)
+    model = nn.MultiHeadDotProductAttention(     # linen passes no `module`
+        H, attention_fn=lambda q, k, v, mask=None: nn.dot_product_attention(
+            q, k, v, mask=mask))
+    with self.assertRaisesRegex(ValueError, "takes no `module`.*"
+                                "attention_table_from_weights"):
+      for_flax.attention_table(model.apply, model.init(jax.random.key(0), x),
+                               x)
+
+  def test_a_jitted_nnx_apply_compiles_once_per_shape(self):
+    # (nnx_scanned_stack's nnx_jit case checks a jitted table's numbers)
+    x, model = _inputs(), NnxNet(nnx.Rngs(0))
+    traces = []
+    apply_fn = nnx.jit(lambda m, x: (traces.append(x.shape), m(x))[1])
+    want = for_flax.attention_table(apply_fn, model, x)
+    for _ in range(2):
+      self.assertEqual(for_flax.attention_table(apply_fn, model, x), want)
+    for_flax.attention_table(apply_fn, model, x[:, :3])
+    self.assertEqual(traces, [x.shape, x[:, :3].shape])
 
 if __name__ == "__main__":
   absltest.main()

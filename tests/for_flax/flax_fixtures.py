@@ -1,6 +1,7 @@
 """Fixtures of the qkspec.for_flax tests: small linen and nnx attention
-models, plain and stacked, their inputs, and a closeness check that logs
-its largest difference from NumPy."""
+models, plain, stacked, grouped-query, with QK-norm or a custom attention
+function, their inputs, a NumPy forward pass from their raw kernels, and a
+closeness check that logs its largest difference from NumPy."""
 import functools
 
 from absl import logging
@@ -10,6 +11,9 @@ import numpy as np
 # The Flax attention models of the qkspec.for_flax tests: batch, sequence
 # length, width, heads and stacked layers.
 FLAX_B, FLAX_T, FLAX_D, FLAX_H, FLAX_L = 3, 5, 8, 2, 2
+# Query heads of the grouped-query models (head width FLAX_D / GQA_N = 2),
+# the soft cap of their soft-capped attention and the RoPE base.
+GQA_N, SOFT_CAP, ROPE_BASE = 4, 0.5, 10.0
 
 
 @functools.cache
@@ -122,6 +126,110 @@ def assert_close(what: str, got, want, rtol=0.0, atol=0.0) -> None:
   diff = np.abs(got - want)
   with np.errstate(divide="ignore", invalid="ignore"):
     relative = np.nanmax(np.where(diff > 0, diff / np.abs(want), 0.0))
-  logging.info("%s: max |diff| %.3g, relative %.3g", what, np.nanmax(diff),
-               relative)
+    largest = np.nanmax(diff) / np.nanmax(np.abs(want))
+  logging.info("%s: max |diff| %.3g, relative %.3g, over the largest "
+               "|value| %.3g", what, np.nanmax(diff), relative, largest)
   np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=what)
+
+
+def rope(x, xp=np):
+  """Rotary positions on [..., T, H, D] (rotate-half), in NumPy or jnp."""
+  T, D = x.shape[-3], x.shape[-1]
+  angle = np.arange(T)[:, None] * ROPE_BASE ** (-np.arange(D // 2) / (D // 2))
+  shape = (1,) * (x.ndim - 3) + (T, 1, D // 2)
+  sin, cos = (f(angle).reshape(shape).astype(np.float32)
+              for f in (np.sin, np.cos))
+  x1, x2 = x[..., :D // 2], x[..., D // 2:]
+  return xp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def soft_cap(logits, xp=np):
+  """Gemma 2's logit soft-capping, cap tanh(logits / cap)."""
+  return SOFT_CAP * xp.tanh(logits / SOFT_CAP)
+
+
+@functools.cache
+def attention_fns() -> dict:
+  """Custom nnx `attention_fn`s: "rope" rotates q and k and calls flax's
+  dot_product_attention (passing `module` on); "soft_cap" computes its own
+  soft-capped probabilities and sows them; "unsown" sows nothing."""
+  # pylint: disable=g-import-not-at-top
+  from flax import nnx
+  import jax.numpy as jnp
+
+  def rope_attention(query, key, value, module=None, **kwargs):
+    return nnx.dot_product_attention(rope(query, jnp), rope(key, jnp), value,
+                                     module=module, **kwargs)
+
+  def soft_cap_attention(query, key, value, mask=None, module=None,
+                         **kwargs):
+    del kwargs
+    logits = soft_cap(jnp.einsum("...tnd,...snd->...nts", query, key)
+                      / np.sqrt(query.shape[-1]), jnp)
+    if mask is not None:
+      logits = jnp.where(jnp.broadcast_to(mask, logits.shape), logits,
+                         jnp.finfo(logits.dtype).min)
+    probs = jax.nn.softmax(logits)
+    if module is not None:
+      module.sow(nnx.Intermediate, "attention_weights", probs)
+    return jnp.einsum("...nts,...snd->...tnd", probs, value)
+
+  def unsown_attention(query, key, value, mask=None, **kwargs):
+    del kwargs
+    return nnx.dot_product_attention(query, key, value, mask=mask)
+
+  return dict(rope=rope_attention, soft_cap=soft_cap_attention,
+              unsown=unsown_attention)
+
+
+def nnx_attention(num_kv_heads=None, normalize_qk=False, attention_fn=None,
+                  seed=0):
+  """nnx.MultiHeadAttention, `GQA_N` heads on width `FLAX_D`, with
+  `num_kv_heads` key heads, QK-norm whose gains are moved off 1, and a
+  custom `attention_fn` (a name of `attention_fns`) if asked."""
+  # pylint: disable=g-import-not-at-top
+  from flax import nnx
+  kwargs = {} if attention_fn is None else dict(
+      attention_fn=attention_fns()[attention_fn])
+  layer = nnx.MultiHeadAttention(GQA_N, FLAX_D, num_kv_heads=num_kv_heads,
+                                 normalize_qk=normalize_qk, decode=False,
+                                 rngs=nnx.Rngs(seed), **kwargs)
+  if normalize_qk:
+    for i, norm in enumerate((layer.query_ln, layer.key_ln)):
+      norm.scale[...] = 1 + 0.5 * jax.random.normal(jax.random.key(9 + i),
+                                                     norm.scale.shape)
+  return layer
+
+
+def np_layer_norm(x, scale, eps=1e-6):
+  """flax's LayerNorm without bias over the last axis."""
+  mean = x.mean(-1, keepdims=True)
+  var = ((x - mean)**2).mean(-1, keepdims=True)
+  return (x - mean) / np.sqrt(var + eps) * scale
+
+
+def np_attention(layer, x, visible, transform=None):
+  """A Flax attention layer's raw logits [B, N, T, S], probabilities and
+  output in NumPy from its parameters (float64): query head h reads key
+  head h // (N/K); `query_ln`/`key_ln` if present; `transform` "rope"
+  (before the logits) or "soft_cap" (on them)."""
+  def project(name):
+    p = layer[name]
+    return np.einsum("btd,dhk->bthk", x, p["kernel"]) + p.get("bias", 0.0)
+  q, k, v = project("query"), project("key"), project("value")
+  if "query_ln" in layer:
+    q = np_layer_norm(q, layer["query_ln"]["scale"])
+    k = np_layer_norm(k, layer["key_ln"]["scale"])
+  if transform == "rope":
+    q, k = rope(q), rope(k)
+  group = q.shape[2] // k.shape[2]
+  k, v = np.repeat(k, group, axis=2), np.repeat(v, group, axis=2)
+  logits = np.einsum("bthk,bshk->bhts", q, k) / np.sqrt(q.shape[-1])
+  if transform == "soft_cap":
+    logits = soft_cap(logits)
+  masked = np.where(visible, logits, -1e30)
+  w = np.exp(masked - masked.max(-1, keepdims=True))
+  w /= w.sum(-1, keepdims=True)
+  out = np.einsum("bthk,hkd->btd", np.einsum("bhts,bshk->bthk", w, v),
+                  layer["out"]["kernel"]) + layer["out"].get("bias", 0.0)
+  return logits, w, out

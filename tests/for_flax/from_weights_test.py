@@ -59,6 +59,49 @@ class FromWeightsTest(absltest.TestCase):
       seen[:, :n] += 1
     np.testing.assert_allclose([r["rho"] for r in rows], hits / seen)
 
+  def test_per_query_masks_and_gemmas_layout_against_numpy(self):
+    # A causal sliding window per head (widths 2 and 4) over right-padded
+    # sequences, given as [B, H, T, S] and, for one width, [B, T, S];
+    # probabilities [B, T, H, S] as gemma returns them.
+    B, S = len(LENGTHS), T
+    logits = np.asarray(jax.random.normal(jax.random.key(4), (B, H, T, S)),
+                        np.float64) * 3
+    distance = np.arange(T)[:, None] - np.arange(S)[None]
+    window = np.stack([(distance >= 0) & (distance < w) for w in (2, 4)])
+    visible = window[None] & _tokens(LENGTHS)[:, None, None, :]
+    masked = np.where(visible, logits, -1e30)   # (a padded query: uniform)
+    probs = np.exp(masked - masked.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    hits, seen = np.zeros((H, S)), np.zeros((H, S))
+    entropy, count = np.zeros(H), np.zeros(H)
+    for b, n in enumerate(LENGTHS):
+      for h in range(H):
+        for t in range(n):
+          p = probs[b, h, t, visible[b, h, t]]
+          entropy[h] -= np.sum(p * np.log(p))
+          count[h] += 1
+        keys = np.flatnonzero(visible[b, h, n - 1])
+        omega = logits[b, h, n - 1, keys]
+        u = (omega - omega.mean()) / len(keys) + 1 / len(keys)
+        hits[h, keys] += (u >= 0) & (u <= 1)
+        seen[h, keys] += 1
+    with np.errstate(invalid="ignore"):
+      rho = hits / seen
+    for mask, layout in ((visible, "BHTS"), (visible, "BTHS")):
+      weights = probs if layout == "BHTS" else np.swapaxes(probs, 1, 2)
+      rows = for_flax.attention_table_from_weights([weights], mask, layout)
+      flax_fixtures.assert_close(f"entropy {layout}", [r["entropy"]
+                                                       for r in rows],
+                                 entropy / count, rtol=1e-5)
+      flax_fixtures.assert_close(f"rho {layout}", [r["rho"] for r in rows],
+                                 rho, atol=1e-7)
+    self.assertTrue(np.isnan(rows[0]["rho"][0]), "key 0 is out of window")
+    per_layer = for_flax.attention_table_from_weights(
+        [probs[:, :1], probs[:, 1:]], [visible[:, 0], visible[:, 1:]])
+    np.testing.assert_allclose([r["rho"] for r in per_layer], rho)
+    with self.assertRaisesRegex(ValueError, "mask lists 1 masks for 2"):
+      for_flax.attention_table_from_weights([probs] * 2, [visible])
+
   def test_equals_attention_table_on_the_same_model(self):
     x, tokens = flax_fixtures.flax_inputs(), _tokens(LENGTHS)
     mask = _pair(tokens) & np.tril(np.ones((T, T), bool))
@@ -103,9 +146,10 @@ class FromWeightsTest(absltest.TestCase):
     for args, msg in (
         ((weights[0],), "sequence of"),
         (([weights[0][0]],), r"\[B, H, T, S\]"),
-        (([jnp.exp(w) for w in logits],), "pass the probabilities"),
-        ((logits,), "must be probabilities"),
-        ((weights, np.ones((3, T + 1))), r"mask must be \[B, S\]")):
+        (([jnp.exp(w) for w in logits],), "not logits"),
+        ((logits,), r"must be non-negative \(probabilities\)"),
+        ((weights, np.ones((3, T + 1))), r"mask must be \[B, S\]"),
+        ((weights, None, "BSTH"), "layout must be one of")):
       with self.assertRaisesRegex(ValueError, msg):
         for_flax.attention_table_from_weights(*args)
     with self.assertRaisesRegex(ValueError, "outside jax.jit"):

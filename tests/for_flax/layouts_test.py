@@ -58,8 +58,8 @@ class Fused(nn.Module):
   @nn.compact
   def __call__(self, x):
     B = x.shape[0]
-    if self.layout == "qkv_proj":   # maxtext: DenseGeneral((3, H, D))
-      y = nn.DenseGeneral((3, H, D), use_bias=False, name="qkv_proj")(x)
+    if self.layout == "qkv_3hd":   # DenseGeneral((3, H, D))
+      y = nn.DenseGeneral((3, H, D), use_bias=False, name="qkv")(x)
       q, k = y[:, :, 0], y[:, :, 1]
     else:
       y = (Conv1D(3 * d, name="c_attn")(x) if self.layout == "c_attn" else
@@ -104,20 +104,21 @@ class LayoutsTest(parameterized.TestCase):
     self.assertEqual(got["b"].shape, (H, d, d))
     for bad, msg in (({"a": 4, "c": 2}, r"names \['c'\], which are no"),
                      ({"a": 0}, "positive int"), (True, "positive int"),
-                     ({"a": 3}, "does not divide"),
-                     ({"a": 2, "b": 4}, r"'b'.*hold 2 heads")):
+                     ({"a": 3}, "does not divide"), ((4, 3), "do not divide"),
+                     ({"a": 2, "b": 4}, r"'b'.*hold 2 query heads"),
+                     ({"a": 2, "b": (2, 1)}, r"'b'.*and 2 key heads")):
       with self.assertRaisesRegex(ValueError, msg, msg=str(bad)):
         for_flax.qk_matrices(params, num_heads=bad)
-    params["b"]["key"]["kernel"] = _normal(4, (d, 1, D))   # grouped-query
-    with self.assertRaisesRegex(ValueError, "'b'.*differ in shape"):
+    params["b"]["key"]["kernel"] = _normal(4, (d, 3, D))   # 3 does not divide 2
+    with self.assertRaisesRegex(ValueError, "'b'.*with K dividing N"):
       for_flax.qk_matrices(params, num_heads={"a": 2})
 
-  @parameterized.parameters("qkv", "qkv_proj", "c_attn")
+  @parameterized.parameters("qkv", "qkv_3hd", "c_attn")
   def test_fused_kernels_give_the_logits_they_compute(self, layout):
     x = _normal(0, (2, T, d))
     model = Fused(layout)
     params = model.init(jax.random.key(1), x)["params"]
-    heads = None if layout == "qkv_proj" else H
+    heads = None if layout == "qkv_3hd" else H
     if heads:
       with self.assertRaisesRegex(ValueError, "pass num_heads="):
         for_flax.qk_matrices(params)
@@ -127,7 +128,8 @@ class LayoutsTest(parameterized.TestCase):
     flax_fixtures.assert_close(f"logits {layout}", logits,
                                model.apply({"params": params}, x),
                                rtol=1e-4, atol=1e-4)
-    kernel = np.asarray(params[layout]["kernel"], np.float64)
+    kernel = np.asarray(params["qkv" if layout == "qkv_3hd" else layout][
+        "kernel"], np.float64)
     if layout == "qkv":                 # y = x kernel, split in 3
       q, k = kernel[:, :d], kernel[:, d:2 * d]
     elif layout == "c_attn":            # y = x kernel^T, split in 3
@@ -172,12 +174,28 @@ class LayoutsTest(parameterized.TestCase):
                                    np_heads(wq[l], wk[l], H), rtol=1e-5,
                                    atol=1e-6)
 
-  def test_a_stack_on_another_axis_is_refused(self):
-    wq, wk = _normal(1, (d, L, H, D)), _normal(2, (d, L, H, D))
+  def test_stacks_on_the_second_axis_are_read_where_the_out_kernel_says(
+      self):
+    # MaxText's scan: query [d, L, N, D], key [d, L, K, D], out [N, L, D, d].
+    wq, wk = _normal(1, (d, L, 4, D)), _normal(2, (d, L, 2, D))
     params = {"attn": {"query": {"kernel": wq}, "key": {"kernel": wk},
-                       "out": {"kernel": _normal(3, (H, L, D, d))}}}
-    with self.assertRaisesRegex(ValueError, "stacked axis must come first"):
-      for_flax.qk_matrices(params)
+                       "out": {"kernel": _normal(3, (4, L, D, d))}}}
+    qks = for_flax.qk_matrices(params)
+    self.assertEqual(list(qks), [f"attn/{l}" for l in range(L)])
+    for l in range(L):
+      flax_fixtures.assert_close("W_QK scanned on axis 1", qks[f"attn/{l}"],
+                                 [wq[:, l, h] @ wk[:, l, h // 2].T
+                                  for h in range(4)], rtol=1e-5, atol=1e-6)
+    for out, msg in ((None, "no out kernel beside it says which"),
+                     (_normal(3, (4, L + 1, D, d)), "fits neither")):
+      params["attn"]["out"] = {"kernel": out}
+      with self.assertRaisesRegex(ValueError, "stack of layers.*" + msg):
+        for_flax.qk_matrices(params)
+    square = {"query": {"kernel": _normal(1, (H, H, H, D))},   # L = d = N
+              "key": {"kernel": _normal(2, (H, H, H, D))},
+              "out": {"kernel": _normal(3, (H, H, D, d))}}
+    with self.assertRaisesRegex(ValueError, "fits both"):
+      for_flax.qk_matrices(square)
 
   @parameterized.parameters(jnp.bfloat16, jnp.float16)
   def test_16bit_params_give_float32(self, dtype):
@@ -205,14 +223,14 @@ class LayoutsTest(parameterized.TestCase):
   def test_a_qk_spec_that_cannot_be_right_is_refused(self):
     params = {"attn": {"c_attn": {"kernel": _normal(1, (3 * d, d))},
                        "q": {"kernel": _normal(2, (d, d))},
-                       "k": {"kernel": _normal(3, (d, D))},
+                       "k3": {"kernel": _normal(3, (d, 3))},
                        "flat": {"kernel": _normal(4, (d,))},
                        "deep": {"kernel": _normal(5, (1, 1, d, H, D))}}}
     kernel = lambda name: lambda p: p["attn"][name]["kernel"]  # noqa: E731
     for spec, msg in (
         ({"x": ("attn/c_attn/kernel",) * 2}, "for both query and key"),
         ({"x": (kernel("c_attn"), kernel("c_attn"))}, "the same array"),
-        ({"x": ("attn/q/kernel", "attn/k/kernel")}, "differ in shape"),
+        ({"x": ("attn/q/kernel", "attn/k3/kernel")}, "no whole number"),
         ({"x": (lambda p: p["attn"]["flat"]["kernel"] + 0,
                 kernel("flat"))}, r"2-, 3- or 4-D.*\(8,\)"),
         ({"x": (kernel("deep"), lambda p: p["attn"]["deep"]["kernel"] + 0)},

@@ -116,19 +116,19 @@ class QKTest(parameterized.TestCase):
                                  rtol=1e-6)
 
   def test_qk_spec_names_other_layouts(self):
-    # q_proj/k_proj Dense kernels [d, D] (one head), and a fused kernel that
+    # wq/wk Dense kernels [d, D] (one head), and a fused kernel that
     # interleaves q, k, v per head (BLOOM's query_key_value [d, H*3*D]),
     # sliced by functions.
     qkv = np.asarray(jax.random.normal(jax.random.key(2), (d, 3 * d)))
-    params = {"attn": {"q_proj": {"kernel": np.ones((d, D))},
-                       "k_proj": {"kernel": np.eye(d, D)}},
+    params = {"attn": {"wq": {"kernel": np.ones((d, D))},
+                       "wk": {"kernel": np.eye(d, D)}},
               "fused": {"query_key_value": {"kernel": qkv}}}
     with self.assertRaisesRegex(ValueError, "query/kernel"):
       for_flax.qk_matrices(params)
     per_head = lambda i: lambda p: p["fused"]["query_key_value"][  # noqa: E731
         "kernel"].reshape(d, H, 3, D)[:, :, i]
     qks = for_flax.qk_matrices(params, qk_spec={
-        "attn": ("attn/q_proj/kernel", "attn/k_proj/kernel"),
+        "attn": ("attn/wq/kernel", "attn/wk/kernel"),
         "fused": (per_head(0), per_head(1))}, num_heads={"attn": 1})
     np.testing.assert_allclose(qks["attn"], (np.ones((d, D))
                                              @ np.eye(d, D).T)[None])
@@ -137,9 +137,9 @@ class QKTest(parameterized.TestCase):
          "key": {"kernel": qkv.reshape(d, H, 3, D)[:, :, 1]}}),
                                rtol=1e-5, atol=1e-6)
     with self.assertRaisesRegex(ValueError, "(?s)no parameter 'attn/q/kernel'"
-                                ".*attn/q_proj/kernel"):
+                                ".*attn/wq/kernel"):
       for_flax.qk_matrices(params, {"x": ("attn/q/kernel",
-                                          "attn/k_proj/kernel")})
+                                          "attn/wk/kernel")})
 
   def test_nothing_found_names_what_and_the_paths_seen(self):
     variables = nn.Dense(4).init(jax.random.key(0), np.ones((1, d)))

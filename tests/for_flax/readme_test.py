@@ -38,19 +38,26 @@ class ReadmeTest(absltest.TestCase):
     self.assertTrue(all(np.all(np.isfinite(w)) for w in qks.values()), i)
     want = [lambda: (len(rows), len(ns["spectrum"])) == (4, 4),   # H = 4
             lambda: len(rows) == 4,
+            lambda: (qks[""].shape, len(rows), len(ns["spectrum"])) == (
+                (4, 16, 16), 4, 4),                          # GQA, N = 4
             lambda: sorted(qks) == STACK == sorted({r["path"] for r in rows}),
             lambda: (len(rows), sorted(qks)) == (8, ["h/0/attn", "h/1/attn"]),
+            lambda: len(rows) == 4 * 18 == len(ns["spectrum"]),   # gemma
+            lambda: sorted(qks) == [f"decoder/layers/self_attention/{l}"
+                                    for l in range(2)],           # MaxText
             lambda: qks["attn"].shape == (4, 16, 16)][i]
     self.assertTrue(want(), f"python block {i} of README, then {GUIDE}")
 
   def _run_blocks(self, hugging_face: bool) -> None:
     """Runs the `snippets()` in order in one namespace, the Hugging Face
-    one only if `hugging_face`."""
+    one only if `hugging_face`, gemma's and MaxText's where installed."""
     blocks = snippets()
-    self.assertLen(blocks, 5)
+    self.assertLen(blocks, 8)
     namespace = {}
     for i, block in enumerate(blocks):
-      if "transformers" in block and not hugging_face:
+      needs = re.findall(r"^from (gemma|maxtext)\b", block, re.M)
+      if ("transformers" in block and not hugging_face) or any(
+          importlib.util.find_spec(n) is None for n in needs):
         continue
       for name in ("rows", "qks"):
         namespace.pop(name, None)

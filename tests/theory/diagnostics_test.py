@@ -206,6 +206,18 @@ class RankCollapseTest(parameterized.TestCase):
     median = float(dg.composite_norm(x - np.median(x, 0)))
     self.assertLessEqual(got, median)
 
+  def test_a_mask_leaves_out_the_padded_rows(self):
+    x = np.asarray(jax.random.normal(jax.random.key(7), (2, 6, 4)))
+    tokens = np.arange(6)[None, :] < np.array([[6], [3]])
+    got = jax.jit(lambda x, m: dg.relative_residual(x, mask=m))(
+        x * 1e3 * ~tokens[..., None] + x, tokens)
+    for b, n in enumerate((6, 3)):
+      rows = x[b, :n]
+      self.assertAlmostEqual(float(got[b]), np.linalg.norm(
+          rows - rows.mean(0)) / np.linalg.norm(rows), places=5)
+    with self.assertRaisesRegex(ValueError, "method='mean' only"):
+      dg.relative_residual(x, "svd", mask=tokens)
+
   def test_bad_method(self):
     with self.assertRaisesRegex(ValueError, "method"):
       dg.rank_collapse_residual(jnp.ones((3, 2)), "max")

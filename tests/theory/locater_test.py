@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from qkspec.theory import locater
+from qkspec.theory import spectrum
 
 
 
@@ -54,6 +55,31 @@ class LocaterTest(absltest.TestCase):
                                atol=1e-4)
     printed = (tr - target) * tr * self.wk      # Sec. 6 as printed
     self.assertGreater(float(jnp.abs(gq - printed).max()), 1e-2)
+
+  def test_from_kernels_equals_the_dense_value_and_gradient(self):
+    # Grouped-query kernels [d, N, D], [d, K, D]: value and gradient as
+    # those of the d x d W_QK per head.
+    kq, kk = jax.random.split(jax.random.key(1))
+    wq = jax.random.normal(kq, (self.d, 4, 3))
+    wk = jax.random.normal(kk, (self.d, 2, 3))
+
+    def dense(wq, wk):
+      return locater.locater_penalty(spectrum.qk_from_kernels(wq, wk), 0.3,
+                                     0.7, 0.5)
+
+    def small(wq, wk):
+      return locater.kernel_locater_penalty(wq, wk, 0.3, 0.7, 0.5)
+
+    def value_and_grad(f):
+      return jax.jit(jax.value_and_grad(lambda *a: jnp.sum(f(*a)), (0, 1)))(
+          wq, wk)
+
+    (value, grads), (want_value, want_grads) = map(value_and_grad,
+                                                   (small, dense))
+    np.testing.assert_allclose(value, want_value, rtol=1e-5)
+    np.testing.assert_allclose(small(wq, wk), dense(wq, wk), rtol=1e-5)
+    for g, want in zip(grads, want_grads):
+      np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-4)
 
   def test_locater_hparams(self):
     self.assertEqual(locater.LocaterHParams._fields,

@@ -221,6 +221,25 @@ class RhoTest(parameterized.TestCase):
     np.testing.assert_allclose(prop.empirical_rho(logits), expect.mean(0))
 
 
+  def test_empirical_rho_with_a_mask_against_a_loop(self):
+    # Each query sees its own keys (some hidden as -inf): u_i over those,
+    # rho_i over the queries that see key i, NaN for a key none sees.
+    logits = np.asarray(jax.random.normal(jax.random.key(9), (5, 6))) * 3
+    mask = np.array(jax.random.bernoulli(jax.random.key(10), 0.6, (5, 6)))
+    mask[:, 0], mask[:, 5] = True, False
+    hits, seen = np.zeros(6), np.zeros(6)
+    for omega, m in zip(logits, mask):
+      keys = np.flatnonzero(m)
+      u = (omega[keys] - omega[keys].mean()) / len(keys) + 1 / len(keys)
+      hits[keys] += (u >= 0) & (u <= 1)
+      seen[keys] += 1
+    got = jax.jit(lambda o, m: prop.empirical_rho(o, mask=m))(
+        np.where(mask, logits, -np.inf), mask)
+    with np.errstate(invalid="ignore"):
+      np.testing.assert_allclose(got, hits / seen, rtol=1e-6)
+    self.assertTrue(np.isnan(got[5]))
+
+
 class Lemma2Test(parameterized.TestCase):
   """Every case of Lemma 2, under the printed and the corrected variance."""
 

@@ -33,6 +33,18 @@ class SoftmaxTest(chex.TestCase):
            for e in (1e-2, 5e-3)]
     self.assertAlmostEqual(err[0] / err[1], 4.0, delta=0.2)
 
+  def test_a_mask_gives_the_score_over_the_visible_keys(self):
+    omega = np.asarray(jax.random.normal(jax.random.key(3), (7,))) * 4
+    mask = np.array([1, 0, 1, 1, 0, 1, 1], bool)
+    hidden = np.where(mask, omega, -np.inf)
+    got, event = jax.jit(lambda o, m: (sm.linearized_score(o, mask=m),
+                                       sm.propagation_mask(o, mask=m)))(
+                                           hidden, mask)
+    u = (omega[mask] - omega[mask].mean()) / mask.sum() + 1 / mask.sum()
+    np.testing.assert_allclose(got[mask], u, rtol=1e-6)
+    np.testing.assert_array_equal(event[mask], (u >= 0) & (u <= 1))
+    self.assertFalse(np.any(event[~mask]))
+
   def test_piecewise_linear_softmax_matches_definition(self):
     omega = np.asarray(jax.random.normal(jax.random.key(2), (50, 6)) * 20)
     out = np.asarray(sm.piecewise_linear_softmax(omega))

@@ -187,11 +187,64 @@ class QkFromKernelsTest(absltest.TestCase):
     np.testing.assert_allclose(spectrum.qk_from_kernels(wq.T, wk.T),
                                wq.T @ wk, rtol=1e-5, atol=1e-5)
 
+  def test_grouped_query_heads_read_key_head_h_over_group(self):
+    # N = 6 query heads, K = 2 key heads: heads 0-2 read key 0, 3-5 key 1.
+    kq = np.asarray(jax.random.normal(jax.random.key(4), (5, 6, 3)))
+    kk = np.asarray(jax.random.normal(jax.random.key(5), (5, 2, 3)))
+    out = spectrum.qk_from_kernels(kq, kk)
+    np.testing.assert_allclose(out, [kq[:, h] @ kk[:, h // 3].T
+                                     for h in range(6)], rtol=1e-5, atol=1e-5)
+
   def test_bad_arguments(self):
-    with self.assertRaisesRegex(ValueError, "same shape"):
-      spectrum.qk_from_kernels(jnp.ones((3, 2)), jnp.ones((3, 4)))
+    for q, k in (((3, 2), (3, 4)), ((3, 4, 2), (3, 3, 2)),
+                 ((3, 4, 2), (3, 2, 3)), ((3, 4, 2), (3, 2))):
+      with self.assertRaisesRegex(ValueError, r"\[d, K, D\]", msg=str(q)):
+        spectrum.qk_from_kernels(jnp.ones(q), jnp.ones(k))
     with self.assertRaisesRegex(ValueError, r"\[d, D\] or \[d, H, D\]"):
       spectrum.qk_from_kernels(jnp.ones((3,)), jnp.ones((3,)))
+
+
+class KernelStatsTest(parameterized.TestCase):
+  """The statistics from [D, D] products equal those of the d x d W_QK."""
+
+  @parameterized.named_parameters(("one_head", None, None), ("gqa", 4, 2))
+  def test_equal_the_dense_statistics(self, N, K):
+    d, D = 7, 3
+    kq, kk = jax.random.split(jax.random.key(6))
+    wq = np.asarray(jax.random.normal(kq, (d, D) if N is None else (d, N, D)),
+                    np.float64)
+    wk = np.asarray(jax.random.normal(kk, (d, D) if K is None else (d, K, D)),
+                    np.float64)
+    heads = [(wq, wk)] if N is None else [(wq[:, h], wk[:, h // (N // K)])
+                                          for h in range(N)]
+    w = np.stack([q @ k.T for q, k in heads])             # NumPy, dense
+    sym = (w + np.swapaxes(w, -1, -2)) / 2
+    want = dict(trace=np.trace(w, axis1=1, axis2=2),
+                trace_sq=np.einsum("hij,hji->h", sym, sym),
+                scale=np.sum(w**2, axis=(1, 2)))
+    want.update(xi=want["trace"] / np.sqrt(want["trace_sq"]),
+                eta=np.sqrt(want["trace_sq"]) / 2.0, r=want["trace"] / 2.0)
+    got = jax.jit(spectrum.kernel_spectrum_stats)(wq.astype(np.float32),
+                                                  wk.astype(np.float32), 2.0)
+    self.assertEqual(sorted(got), sorted(want))
+    for name, value in want.items():
+      np.testing.assert_allclose(np.reshape(got[name], -1), value, rtol=1e-5,
+                                 err_msg=name)
+
+  def test_no_d_by_d_array_is_traced(self):
+    # Every intermediate of the statistics and of the penalty's gradient
+    # is at most [D, D] per head: none has two axes of width d.
+    d, N, K, D = 64, 4, 2, 8
+    q = jax.ShapeDtypeStruct((d, N, D), jnp.bfloat16)
+    k = jax.ShapeDtypeStruct((d, K, D), jnp.bfloat16)
+    grad = jax.grad(lambda q, k: jnp.sum(locater.kernel_locater_penalty(
+        q.astype(jnp.float32), k.astype(jnp.float32), 0.3, 0.7)))
+    for fn in (spectrum.kernel_spectrum_stats, grad):
+      shapes = [v.aval.shape for e in jax.make_jaxpr(fn)(q, k).eqns
+                for v in e.outvars]
+      self.assertNotIn(2, [s.count(d) for s in shapes], shapes)
+    dense = jax.make_jaxpr(spectrum.qk_from_kernels)(q, k)
+    self.assertIn((N, d, d), [v.aval.shape for v in dense.jaxpr.outvars])
 
 
 if __name__ == "__main__":
