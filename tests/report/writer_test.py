@@ -25,6 +25,7 @@ from qkspec.report import stripes
 from qkspec.report import verdicts
 from qkspec.report import writer
 from qkspec.training import loop
+import report_trip
 import testutil
 
 # Each derived quantity of the report, and where it is derived: once.
@@ -213,6 +214,24 @@ class Fig7StripesTest(absltest.TestCase):
         f"training, none -> LocATER): **{verdict}**: stripes in "
         f"{int(found[True])} of 1 LocATER map and {int(found[False])} of 1 ",
         md)
+
+
+@testutil.slow("the committed records read and judged under a profiler; "
+               "WriteReportTest checks that each derived quantity is "
+               "computed once")
+class TripTest(absltest.TestCase):
+
+  def test_from_the_run_directories_to_the_verdicts(self):
+    """Read, then judge, before anything renders: at most 10 report files
+    on the way, the writer left once and entered again only at the end."""
+    rooms = report_trip.trip()
+    files, _ = report_trip.counts(rooms)
+    self.assertLessEqual(files, 10, rooms)
+    writer_at = [i for i, r in enumerate(rooms)
+                 if r == "qkspec/report/writer.py"]
+    self.assertEqual(writer_at, [0, len(rooms) - 1], rooms)
+    render = {"answer.py", "rules.py", "figures.py", "sections.py"}
+    self.assertEmpty([r for r in rooms if r.split("/")[-1] in render])
 
 
 if __name__ == "__main__":
