@@ -31,11 +31,11 @@ def seed_mean(members) -> list[dict]:
   return out
 
 
-def curves_figure(members, figure: str, title: str):
-  """Scale, entropy and perplexity over training of `members` (each
-  averaged over its seeds), as the paper's Fig. 6B-D."""
-  fig = training_figures.fig6_figure(seed_mean(members), figure)
-  fig.suptitle(f"{title}: over training, {seed_words(members)}")
+def curves_figure(means, figure: str, title: str):
+  """Scale, entropy and perplexity over training of the members averaged
+  over seeds (`seed_mean`), as the paper's Fig. 6B-D."""
+  fig = training_figures.fig6_figure(means, figure)
+  fig.suptitle(title)
   return fig
 
 
@@ -174,16 +174,15 @@ def kappa2_figure(groups, label, minimum=()):
   return fig
 
 
-def gap_figure(members, title: str):
-  """C and D minus the kappa2 = 0 member's over training; None without
-  that member's curves.
+def gap_figure(groups, title: str):
+  """C and D minus the kappa2 = 0 member's over training, of the members
+  averaged over seeds (`seed_mean`); None without that member's curves.
 
   Fig. 6C-D's claims rest on gaps far smaller than the curves' range: each
   member's seed-averaged curve minus the kappa2 = 0 member's, on a
   symmetric-log axis whose linear band is the minimal effect
   (`stats.MIN_EFFECT`).
   """
-  groups = seed_mean(members)
   base = next((m for m in groups if m["kappa1"] > 0 and m["kappa2"] == 0),
               None)
   if base is None or not all(k in base["metrics"] for k, *_ in _GAP_PANELS):

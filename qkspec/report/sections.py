@@ -130,11 +130,12 @@ def _curves(cell, title_, name, page: Page) -> list[str]:
     return [f"- curves over training: not drawn (the records of "
             f"{len(counted)} member{'s' * (len(counted) > 1)} hold final "
             "values only)"]
-  link = page.save(figures.curves_figure(drawn, cell.figure, title_), name,
-                   90)
+  means, seeds = figures.seed_mean(drawn), figures.seed_words(drawn)
+  link = page.save(figures.curves_figure(
+      means, cell.figure, f"{title_}: over training, {seeds}"), name, 90)
   gaps = ""
-  fig = figures.gap_figure(drawn, f"{title_}: against kappa2 = 0 over "
-                           f"training, {figures.seed_words(drawn)}")
+  fig = figures.gap_figure(means, f"{title_}: against kappa2 = 0 over "
+                           f"training, {seeds}")
   if fig is not None:
     gap_link = page.save(fig, name.replace("_curves_", "_gaps_"), 90)
     gaps = f"; against kappa2 = 0: ![gaps]({gap_link})"
