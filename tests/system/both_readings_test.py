@@ -195,8 +195,8 @@ class ReportTest(absltest.TestCase):
       config = json.load(f)
     command = commands.config_command(config, run_dir,
                                       *run_cells.figure_of(config))
-    self.assertIn("configs/locater_wt2.py:seeds=2,both_readings,smoke "
-                  "--config.sweep.kappa2=", command)
+    self.assertIn("configs/locater_wt2.py:kappa2=0,1,seeds=2,both_readings,"
+                  "smoke --config.num_steps=2 ", command)
     out = os.path.join(self.tmp, "REPRODUCTION.md")
     writer.write_report([run_dir], out)
     with open(out) as f:
