@@ -27,9 +27,12 @@ from qkspec.report import verdicts
 
 
 def _plain(x):
-  """`x` with its typed records as dicts, for summary.json."""
+  """`x` for summary.json: a typed record as a dict, the fields of its
+  `test` (a `verdicts.Test`) among its own."""
   if dataclasses.is_dataclass(x):
-    return _plain(dataclasses.asdict(x))
+    fields = {f.name: getattr(x, f.name) for f in dataclasses.fields(x)}
+    test = fields.pop("test", None)
+    return _plain({**fields, **({} if test is None else _plain(test))})
   if isinstance(x, dict):
     return {k: _plain(v) for k, v in x.items()}
   if isinstance(x, (list, tuple, frozenset)):
