@@ -423,8 +423,8 @@ def paired_differences(summary, figure="6"):
 
 def pooled(summary):
   """The claims pooled over every cell: {(kind, quantity): row}."""
-  return {(v["kind"], v["quantity"]): v for v in summary["verdicts"]
-          if v.get("reading") == "both"}
+  return {(v["kind"], v["quantity"]): v for v in summary["pooled"]
+          if v["reading"] == "both"}
 
 
 with open(ROOT / "reproduction" / "summary.json") as f:
@@ -463,7 +463,8 @@ plt.show()
 
 # %% [markdown]
 # The first screen of REPRODUCTION.md in two sentences, pooled over the
-# twelve figure x reading cells of Figs. 6 and 8-12:
+# twelve figure x reading cells of Figs. 6 and 8-12, counted in independent
+# units (cells that start from one initialisation count once):
 
 # %%
 claims = pooled(summary)
@@ -477,15 +478,17 @@ def majority(row, toward, against):
 
 
 contrast = fig6["scale", "mean_loss"]
-holding = sum(claims["kappa2", q]["holds"] for q in quantities)
+primary = [claims["kappa2", q] for q in quantities]
+holding = sum(t["holds"] for t in primary)
 print(f"kappa2 = 0 -> {contrast['kappa2']:g} at kappa1 = "
       f"{contrast['kappa1']:g} moves the " + ", the ".join(
           f"{word} " + majority(claims["kappa2", q], "as the paper",
                                 "against the paper")
           for q, word in quantities.items())
-      + f"; {holding or 'none'} of these directions holds after Holm's "
-      f"correction over the report's {claims['kappa2', 'scale']['family']} "
-      "tests.")
+      + f"; over {primary[0]['units']} independent units, "
+      f"{holding or 'none'} of these directions holds after Holm's "
+      f"correction over these {primary[0]['size']} primary claims (sign "
+      "test p = " + ", ".join(f"{t['p']:.2g}" for t in primary) + ").")
 print("Beyond the paper, against no LocATER, LocATER gives the "
       + ", the ".join(
           f"{word} " + majority(claims["none", q],

@@ -6,6 +6,8 @@ qkspec/records neither jax nor matplotlib; qkspec/for_flax only the maths;
 and no layer imports one below it in theory -> config -> data -> kernels
 -> training -> for_flax -> records -> plots -> {experiments, report} -> cli,
 where experiments and report are siblings that never import each other.
+Inside the report, each module belongs to one phase, read -> judge ->
+render -> write, and imports none of a later phase.
 """
 import ast
 import json
@@ -28,6 +30,13 @@ ALLOWED = {**{layer: BELOW[:i + 1] for i, layer in enumerate(BELOW)},
            "report": BELOW + ("report",),
            "cli": tuple(BELOW) + ("experiments", "report", "cli")}
 LAYERS = tuple(ALLOWED)
+# The report's phases in order, and their modules (qkspec/report/*.py).
+REPORT_PHASES = (
+    ("read", ("run_cells", "commands")),
+    ("judge", ("stats", "floors", "verdicts", "pooled", "stripes",
+               "locater_minimum", "backlog", "evidence")),
+    ("render", ("answer", "rules", "figures", "sections")),
+    ("write", ("writer",)))
 HEAVY = ("flax", "optax", "orbax", "grain", "tensorflow_datasets",
          "tensorflow", "ml_collections", "matplotlib", "clu", "torch")
 
@@ -138,6 +147,22 @@ class LayeringTest(parameterized.TestCase):
     for a, b in (("experiments", "report"), ("report", "experiments")):
       self.assertNotIn(b, ALLOWED[a])
     self.assertIn("report", ALLOWED["cli"])     # the check is not vacuous
+
+  def test_report_phases_import_no_later_phase(self):
+    phase = {m: i for i, (_, ms) in enumerate(REPORT_PHASES) for m in ms}
+    files = sorted((PACKAGE / "report").glob("*.py"))
+    self.assertEqual(sorted(phase), sorted(p.stem for p in files
+                                           if p.stem != "__init__"))
+    bad = []
+    for path in files:
+      for module in _qkspec_imports(path):
+        parts = module.split(".")
+        if path.stem in phase and parts[:2] == ["qkspec", "report"] and (
+            phase[parts[2]] > phase[path.stem]):
+          bad.append(f"{path.stem} ({REPORT_PHASES[phase[path.stem]][0]}) "
+                     f"imports {parts[2]} "
+                     f"({REPORT_PHASES[phase[parts[2]]][0]})")
+    self.assertEmpty(bad)
 
   def test_flat_package_holds_only_the_command_line(self):
     flat = sorted(p.name for p in PACKAGE.glob("*.py"))

@@ -40,6 +40,15 @@ def final_value(metrics: dict, key: str) -> float:
   return float(np.asarray(values[1][-1]).reshape(-1)[0])
 
 
+def last_step(member) -> int:
+  """The member's last step: train/loss's, else any metric's; 0 if none."""
+  metrics = member["metrics"]
+  loss = metrics.get("train/loss")
+  if loss is not None and len(loss[0]):
+    return int(loss[0][-1])
+  return max((int(s[-1]) for s, _ in metrics.values() if len(s)), default=0)
+
+
 def varying_fields(members) -> list[str]:
   """The `DEFAULTS` fields whose values differ between members, in order."""
   return [f for f in DEFAULTS

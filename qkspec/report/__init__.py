@@ -1,14 +1,15 @@
 """REPRODUCTION.md from training runs (paper Sec. 7, Figs. 6-12).
 
-* `run_cells`: the runs read back and grouped into figure x reading cells;
-* `stats`, `floors`, `verdicts`, `pooled`, `claims`, `stripes`,
-  `replicates`, `locater_minimum`: how each claim is judged, one cell and
-  pooled over cells;
-* `commands`: the launch commands as today's code runs them; `backlog`:
-  what is still to run, in priority order;
-* `answer`, `rules`, `sections`, `figures`: the first screen, the rules,
-  the other sections and the figures;
-* `writer`: `write_report`, the report, its summary files and figures.
+The report runs in four phases, each module in one:
+
+* read: `run_cells` (the runs and their cells), `commands` (the launch
+  commands as trained and as today's code runs them);
+* judge: `evidence` builds one typed `Evidence` from `stats`, `floors`,
+  `verdicts`, `pooled`, `stripes`, `replicates`, `locater_minimum` and
+  `backlog`;
+* render: `answer` (the first screen), `rules`, `figures` and `sections`
+  read the evidence;
+* write: `writer.write_report`, the report, its summary files and figures.
 
 Imports no experiment; `launch/report.py` is its command.
 """

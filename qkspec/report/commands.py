@@ -9,12 +9,17 @@ them chose a Pallas kernel) and `retired` the flags as trained, which the
 report prints only beside the commit they ran at (the record's "commit").
 `check` loads a command's config as `launch/train.py` would, without
 training: its file and argument, each `--config.x=y`, the schema.
+`config_command` rebuilds the command of a run directory from its
+config.json, as the record of the run keeps it; `by_run` gives each run's
+command as today's code runs it, once per run.
 """
 import ast
+import json
 import pathlib
 import shlex
 
 from qkspec.config import args as args_lib
+from qkspec.config import defaults
 from qkspec.config import schema
 
 # retired field -> the value that chose a Pallas kernel (model.kernels=pallas)
@@ -57,7 +62,8 @@ def _known(config) -> set[str]:
 def retired(command: str) -> list[tuple[str, str]]:
   """The `--config.x=y` of `command` that today's config lacks."""
   c = parse(command)
-  known = _known(_load(c))
+  config = _load(c)
+  known = _known(config)
   return [(k, v) for k, v in c["overrides"] if k not in known]
 
 
@@ -124,3 +130,95 @@ def check(command: str):
   if "task" in config:
     schema.validate(config)
   return config
+
+
+def config_file(fig: str, layers: int, d: int) -> tuple[str, list[str]]:
+  """(configs/ module, its arguments) of figure `fig` (model L x d)."""
+  if fig in ("6", "7"):
+    return ("locater_wt2" if fig == "6" else "rho_training"), []
+  return "depth_width", [f"L={layers}", f"d={d}"]
+
+
+def swept_kappa2(config) -> list[float]:
+  """The LocATER members' kappa2 (kappa1 > 0) in a config, each once."""
+  sweep = config.get("sweep", {})
+  kappa2 = list(sweep.get("kappa2") or ())
+  kappa1 = list(sweep.get("kappa1") or ()) or [
+      config["locater"]["kappa1"]] * len(kappa2)
+  return list(dict.fromkeys(k2 for k1, k2 in zip(kappa1, kappa2) if k1 > 0))
+
+
+def _argument(config, fig: str, parts: list[str], smoke: bool) -> str:
+  """The config file's argument that rebuilds `config` (figure `fig`),
+  after its own `parts`."""
+  sweep = config.get("sweep", {})
+  kappa2 = swept_kappa2(config)
+  if fig != "7" and kappa2 and kappa2 != list(defaults.KAPPA2_SWEEP):
+    parts.append("kappa2=" + ",".join(f"{k:g}" for k in kappa2))
+  seeds = set(sweep.get("seed") or ())
+  if len(seeds) > 1:
+    parts.append(f"seeds={len(seeds)}")
+  elif config.get("seed"):
+    parts.append(f"seed={config['seed']}")     # one seed alone
+  if fig != "7" and 0.0 in (sweep.get("kappa1") or ()):
+    parts.append("contrast")                   # a no-LocATER member
+  elif (fig != "7" and not sweep.get("kappa1") and not sweep.get("kappa2")
+        and config["locater"]["kappa1"] == 0
+        and config["locater"]["kappa2"] == 0):
+    parts.append("none")                       # that member alone
+  if sweep.get("penalty_added_to"):
+    parts.append("both_readings")              # side by side, one program
+  elif config["locater"].get("penalty_added_to") == "summed_loss":
+    parts.append("fairseq")
+  return ",".join(parts + ["smoke"] * smoke)
+
+
+def config_command(config, run_dir: str, fig: str, smoke: bool) -> str:
+  """The launch command that rebuilds `config` (a config.json dict of
+  figure `fig`, `run_cells.figure_of`): its config file and argument, and a
+  `--config.x=y` per field that differs."""
+  name, parts = config_file(fig, config["model"]["num_layers"],
+                            config["model"]["d_model"] * (8 if smoke else 1))
+  arg = _argument(config, fig, parts, smoke)
+  path = f"configs/{name}.py" + (f":{arg}" if arg else "")
+  overrides = []
+  try:
+    base = json.loads(args_lib.load_config_file(
+        REPO / "configs" / f"{name}.py", arg).to_json())
+    overrides = [f"--config.{k}={_flag_value(v)}"
+                 for k, v in _diff(base, config)]
+  except (ValueError, OSError, KeyError) as e:
+    path += f" (not rebuilt exactly: {e})"
+  return " ".join(["python launch/train.py", f"--config {path}", *overrides,
+                   f"--workdir {run_dir}"])
+
+
+def _diff(base, new, prefix=""):
+  out = []
+  for k, v in new.items():
+    key = f"{prefix}{k}"
+    if isinstance(v, dict) and isinstance(base.get(k), dict):
+      out += _diff(base[k], v, key + ".")
+    elif base.get(k, object()) != v:
+      out.append((key, v))
+  return out
+
+
+def _flag_value(v):
+  """A `--config.x=` value: a tuple as the shell should pass it, quoted."""
+  if isinstance(v, (list, tuple)):
+    return '"(' + ", ".join(repr(x) for x in v) + ("," * (len(v) == 1)) + ')"'
+  return repr(v) if isinstance(v, str) and not v else str(v)
+
+
+def by_run(runs) -> dict[str, str]:
+  """Run directory -> its command as today's code runs it (`as_run_today`
+  of the command its record kept, or of one rebuilt from its config), once
+  per run of `runs` (`run_cells.Run`)."""
+  out = {}
+  for r in runs:
+    if r.run_dir not in out:
+      trained = r.trained_command or config_command(
+          r.config, r.run_dir, r.figure, r.smoke)
+      out[r.run_dir] = as_run_today(trained)
+  return out

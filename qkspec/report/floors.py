@@ -1,169 +1,272 @@
-r"""What a one-seed verdict is held to (paper Sec. 7, Figs. 6-12).
+r"""The noise the records measure, and what a one-seed verdict is held to
+(paper Sec. 7, Figs. 6-12).
 
 A cell with one seed has no spread of its own. Its difference d = alt -
-base is held to the larger of two floors, each t x rel x max(|base|,
-|alt|) at the verdict's level:
+base is held to every noise the records measure for its reading of kappa
+and its contrast (`candidates`), each as a floor t x rel x max(|base|,
+|alt|) at the verdict's level (`one_seed`): beyond the largest it is
+significant; beyond some but not the largest, *undetermined* (the records
+cannot tell which noise holds on the cell's architecture); else not
+significant. The noises (`Reference`):
 
-* the seed spread (`seed_reference`): rel = std of the paired difference
+* the seed spread (`seed_references`): rel = std of the paired difference
   over the seeds of the figure with the most (Fig. 6: d = 128, 1 layer) /
   its level, t with n - 1 dof. A "none" contrast without no-LocATER seeds
-  to pair takes sqrt(2) x the stronger group's spread, which ignores the
-  positive covariance of two runs of one seed and so overstates the noise.
-* the rerun noise of the cell's architecture and reading
-  (`rerun_reference`; per reading, as `replicates` keeps the spread: the
-  readings' W_QK sit decades apart): the same config and seed trained
-  twice moves each
-  member by a relative r; with the members' changes independent, a paired
-  difference moves by sqrt(2) x theirs, whose relative size is
+  to pair takes sqrt(2) x the LocATER group's spread (`paired` False): it
+  ignores the covariance of two runs of one seed, which overstates a
+  paired difference's noise, and the spread of the no-LocATER member,
+  which understates it where that member varies more over seeds; it errs
+  both ways, by quantity.
+* the rerun noise of each architecture rerun in that reading
+  (`rerun_references`; per reading, as the readings' W_QK sit decades
+  apart): the same config and seed trained twice moves each member by a
+  relative r; with the members' changes independent, a paired difference
+  moves by sqrt(2) x theirs, whose relative size is
 
   .. math:: \mathrm{rel} = \sqrt{\tfrac1n \textstyle\sum_k r_k^2}
 
   over the n member pairs (t with n dof: a rerun changes nothing on
   average).
 
-A floor of Fig. 6's seed spread on another architecture with no rerun of
-its own is *transferred*: nothing measured says that architecture is as
-quiet, and Fig. 10's rerun (d = 32, 6 layers) is noisier than Fig. 6's seed
-spread.
+A cell whose architecture has no noise of its own measured (`here` False)
+is held to noises measured on others only.
+
+A replicate run repeats a run's config and seed as another program: other
+members trained side by side, the code at another commit (`Rerun` says
+which), so its differences hold more than XLA's nondeterminism. Its member
+`pairs` give the rerun noise above and the spread the report prints, the
+largest relative difference |a - b| / mean(|a|, |b|) per reading of kappa
+(`by_reading`): the two readings' tr(W^T W) sit decades apart, so one's
+spread is no floor for the other.
 """
+import dataclasses
 import math
 
 import numpy as np
 
-from qkspec.records import rundir
-from qkspec.report import replicates
 from qkspec.report import run_cells
 from qkspec.report import stats as rs
 
-QUANTITIES = (("scale", "mean/qk_scale"), ("entropy", "mean/entropy"),
-              ("valid_ppl", "valid/ppl"))
+QUANTITIES = ("scale", "entropy", "valid_ppl")         # one-seed floors
+SPREAD = tuple(name for name, _, _ in run_cells.QUANTITIES)  # rerun spread
 
 
-def arch(row) -> tuple[int, int]:
-  """(layers, d) of a summary row or run."""
-  return int(row.get("num_layers") or 1), int(row.get("d_model") or 0)
+@dataclasses.dataclass(frozen=True)
+class Reference:
+  """A noise the records measure, relative to the level it moves."""
+  rel: float
+  n: int                     # seeds, or member pairs of a rerun
+  dof: int
+  label: str                 # the figure it was measured on
+  arch: tuple[int, int]      # (layers, d) it was measured on
+  source: str                # "seeds" or "rerun"
+  paired: bool = True        # False: sqrt(2) x a group's spread
 
 
-def contrast_pairs(rows) -> list[tuple[str, dict, dict]]:
-  """(kind, base row, alt row) of one figure and reading's groups: "kappa2"
-  0 -> 1 at kappa1 > 0, and "none" no LocATER -> kappa2 = 1 (else the
-  strongest)."""
-  out = []
-  base, alt = [next((r for r in rows if r["kappa1"] > 0
-                     and r["kappa2"] == k), None) for k in (0.0, 1.0)]
-  if base and alt:
-    out.append(("kappa2", base, alt))
-  none = next((r for r in rows if r["kappa1"] == 0 and r["kappa2"] == 0),
-              None)
-  locater = [r for r in rows if r["kappa1"] > 0]
-  if none and locater:
-    out.append(("none", none, alt or max(locater, key=lambda r: r["kappa2"])))
-  return out
-
-
-def seed_values(row, quantity) -> dict:
-  """{seed: final value} of a quantity in a summary row."""
-  return dict(zip(row.get("seeds", ()), row.get(f"{quantity}_values", ())))
-
-
-def paired_values(quantity, base, alt) -> tuple[list, np.ndarray]:
-  """(common seeds, per-seed alt - base) of a quantity's final values."""
-  b, a = seed_values(base, quantity), seed_values(alt, quantity)
-  seeds = sorted(set(a) & set(b))
-  return seeds, np.array([a[s] - b[s] for s in seeds], np.float64)
-
-
-def by_cell(rows) -> dict:
-  """(label, reading) -> its rows, in figure order."""
-  out = {}
-  for r in rows:
-    out.setdefault((r["label"], r["reading"]), []).append(r)
-  return dict(sorted(out.items(), key=run_cells.cell_order))
-
-
-def seed_reference(rows) -> dict:
-  """(reading, kind, quantity) -> the seed spread one-seed cells are held
-  to: dict(rel, n, dof, label, arch, paired) from the figure with the most
-  seeds (see the module doc)."""
-  out = {}
-  for (label, reading), cell in by_cell(rows).items():
-    for kind, base, alt in contrast_pairs(cell):
-      for quantity, _ in QUANTITIES:
-        seeds, d = paired_values(quantity, base, alt)
-        if len(d) < 2 or not np.all(np.isfinite(d)):
-          continue
-        b, a = seed_values(base, quantity), seed_values(alt, quantity)
-        level = np.mean([max(abs(b[s]), abs(a[s])) for s in seeds])
-        _keep(out, (reading, kind, quantity), dict(
-            rel=float(np.std(d, ddof=1) / level), n=len(d), label=label,
-            arch=arch(alt), paired=True))
-  for (label, reading), cell in by_cell(rows).items():
-    locater = [r for r in cell if r["kappa1"] > 0 and r["n_seeds"] >= 2]
-    if not locater:
-      continue
-    alt = max(locater, key=lambda r: r["kappa2"])
-    for quantity, _ in QUANTITIES:
-      key = (reading, "none", quantity)
-      mean, std = alt[f"{quantity}_mean"], alt[f"{quantity}_std"]
-      if key in out and out[key]["paired"] or not np.isfinite(std):
-        continue
-      _keep(out, key, dict(rel=math.sqrt(2) * std / abs(mean),
-                           n=alt["n_seeds"], label=label, arch=arch(alt),
-                           paired=False))
-  return out
-
-
-def _keep(out, key, ref):
-  """Keeps `ref` (dof n - 1) where it has more seeds than the one held."""
-  ref.update(dof=ref["n"] - 1, source="seeds")
-  if key not in out or ref["n"] > out[key]["n"]:
+def _keep(out, key, ref: Reference):
+  """Keeps `ref` where it has more seeds than the one held."""
+  if key not in out or ref.n > out[key].n:
     out[key] = ref
 
 
-def rerun_reference(runs, replicate_runs) -> dict:
-  """((layers, d), reading, quantity) -> the rerun noise of a paired
-  difference: dict(rel, n, dof, label, arch), from the replicate members
-  with a twin in `runs` (`replicates.pairs`)."""
-  found = {}
-  for run, m, _, twin in replicates.pairs(runs, replicate_runs):
-    for quantity, key in QUANTITIES:
-      a = rundir.final_value(m["metrics"], key)
-      b = rundir.final_value(twin["metrics"], key)
-      level = max(abs(a), abs(b))
-      if np.isfinite(a - b) and level > 0:
-        found.setdefault((arch(run), run["reading"], quantity, run["label"]),
-                         []).append((a - b) / level)
-  return {(a, reading, quantity): dict(
-      rel=float(np.sqrt(np.mean(np.square(r)))), n=len(r), dof=len(r),
-      label=label, arch=a, source="rerun")
-          for (a, reading, quantity, label), r in sorted(found.items())}
-
-
-def references(seed_ref, reruns, cell_arch, reading, kind, quantity
-               ) -> list[dict]:
-  """The floors a one-seed cell of `cell_arch` is held to; each marked
-  `transferred` when it is a seed spread of another architecture and the
-  cell's has no rerun."""
-  seed = seed_ref.get((reading, kind, quantity))
-  rerun = reruns.get((cell_arch, reading, quantity))
-  out = [dict(r) for r in (seed, rerun) if r]
-  for r in out:
-    r["transferred"] = (r["source"] == "seeds" and rerun is None
-                        and r["arch"] != cell_arch)
+def seed_references(cells) -> dict:
+  """(reading, kind, quantity) -> the seed spread `Reference` of the
+  figure with the most seeds (see the module doc), over the cells'
+  `run_cells.Contrast`s."""
+  out = {}
+  for (label, reading), cell in cells.items():
+    for c in cell.contrasts:
+      for quantity in QUANTITIES:
+        d = c.diffs[quantity]
+        if len(d) < 2 or not np.all(np.isfinite(d)):
+          continue
+        b = dict(zip(c.base.seeds, c.base.values[quantity]))
+        a = dict(zip(c.alt.seeds, c.alt.values[quantity]))
+        level = np.mean([max(abs(b[s]), abs(a[s])) for s in c.seeds])
+        _keep(out, (reading, c.kind, quantity), Reference(
+            rel=float(np.std(d, ddof=1) / level), n=len(d), dof=len(d) - 1,
+            label=label, arch=c.alt.arch, source="seeds"))
+  for (label, reading), cell in cells.items():
+    locater = [g for g in cell.groups if g.kappa1 > 0 and g.n_seeds >= 2]
+    if not locater:
+      continue
+    alt = max(locater, key=lambda g: g.kappa2)
+    for quantity in QUANTITIES:
+      key = (reading, "none", quantity)
+      std = alt.std[quantity]
+      if key in out and out[key].paired or not np.isfinite(std):
+        continue
+      _keep(out, key, Reference(
+          rel=math.sqrt(2) * std / abs(alt.mean[quantity]), n=alt.n_seeds,
+          dof=alt.n_seeds - 1, label=label, arch=alt.arch, source="seeds",
+          paired=False))
   return out
 
 
-def one_seed(diff, refs, m0, m1, level: float = rs.LEVEL) -> dict:
-  """The larger floor of `refs` at `level` and the test's p-value (the
-  largest of the floors', which all must be passed); floor None without
-  refs."""
+def rerun_references(pairs) -> dict:
+  """((layers, d), reading, quantity) -> the rerun noise `Reference` of a
+  paired difference, from the replicate members and their twins
+  (`pairs`)."""
+  found = {}
+  for run, m, _, twin in pairs:
+    for quantity in QUANTITIES:
+      a, b = m["final"][quantity], twin["final"][quantity]
+      level = max(abs(a), abs(b))
+      if np.isfinite(a - b) and level > 0:
+        found.setdefault((run.arch, run.reading, quantity, run.label),
+                         []).append((a - b) / level)
+  return {(arch, reading, quantity): Reference(
+      rel=float(np.sqrt(np.mean(np.square(r)))), n=len(r), dof=len(r),
+      label=label, arch=arch, source="rerun")
+          for (arch, reading, quantity, label), r in sorted(found.items())}
+
+
+def candidates(seed_refs, reruns) -> dict:
+  """(reading, kind, quantity) -> every noise the records measure for a
+  one-seed cell of that reading, contrast and quantity: the seed spread,
+  then the rerun noise of each architecture rerun in that reading."""
+  out = {}
+  for reading, kind, quantity in sorted(
+      set(seed_refs) | {(r, k, q) for (_, r, q) in reruns
+                        for k in ("kappa2", "none")}):
+    seed = seed_refs.get((reading, kind, quantity))
+    out[reading, kind, quantity] = tuple([seed] * (seed is not None) + [
+        r for (_, rr, q), r in sorted(reruns.items())
+        if (rr, q) == (reading, quantity)])
+  return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Floor:
+  """A one-seed difference against its floors (`one_seed`)."""
+  floor: float | None        # the largest: what significance needs
+  ref: Reference | None      # the largest's noise
+  lowest: float | None       # the smallest
+  p: float | None            # the test's p: the largest of the floors'
+  outcome: str               # stats.SIGNIFICANT, BETWEEN or BELOW
+  here: bool                 # a noise measured on the cell's architecture
+
+
+def one_seed(diff, refs, m0, m1, arch, level: float = rs.LEVEL) -> Floor:
+  """`diff` between group means `m0` -> `m1` of a cell of `arch` against
+  the floors of `refs` at `level` (significant without refs)."""
   if not refs:
-    return dict(floor=None, p=None, significant=True, floor_ref=None)
+    return Floor(floor=None, ref=None, lowest=None, p=None,
+                 outcome=rs.SIGNIFICANT, here=False)
   size = max(abs(m0), abs(m1))
-  floors = [rs.one_seed_floor(r["rel"], r["dof"], m0, m1, level)
-            for r in refs]
+  floors = [rs.one_seed_floor(r.rel, r.dof, m0, m1, level) for r in refs]
   top = int(np.argmax(floors))
-  p = max(rs.t_p_value(abs(diff) / (r["rel"] * size), r["dof"])
-          if r["rel"] * size > 0 else (0.0 if diff else 1.0) for r in refs)
-  return dict(floor=floors[top], p=p, significant=abs(diff) > floors[top],
-              floor_ref=refs[top])
+  p = max(rs.t_p_value(abs(diff) / (r.rel * size), r.dof)
+          if r.rel * size > 0 else (0.0 if diff else 1.0) for r in refs)
+  outcome = (rs.SIGNIFICANT if abs(diff) > floors[top] else
+             rs.BETWEEN if abs(diff) > min(floors) else rs.BELOW)
+  return Floor(floor=floors[top], ref=refs[top], lowest=min(floors), p=p,
+               outcome=outcome, here=any(r.arch == arch for r in refs))
+
+
+def _key(run, member):
+  return (run.label, run.reading, member["kappa1"], member["kappa2"],
+          member["target"], member["seed"])
+
+
+def pairs(runs, replicates) -> list[tuple]:
+  """(run, member, replicate run, replicate member) of every replicate
+  member with a twin in `runs` (same `_key` and last step)."""
+  twins = {_key(r, m): (r, m) for r in runs for m in r.members}
+  out = []
+  for rep in replicates:
+    for m in rep.members:
+      twin = twins.get(_key(rep, m))
+      if twin and twin[1]["last_step"] == m["last_step"]:
+        out.append((*twin, rep, m))
+  return out
+
+
+def spread(found, quantities=SPREAD) -> dict:
+  """name -> dict(rel: the largest relative difference, where: its pair,
+  n: the pairs) of the `pairs` `found`, for each of `quantities` (the
+  members' `final` values)."""
+  out = {}
+  for name in quantities:
+    diffs = []                       # (relative difference, where)
+    for run, m, rep, r in found:
+      a, b = m["final"][name], r["final"][name]
+      if not (np.isfinite(a) and np.isfinite(b)):
+        continue
+      scale = (abs(a) + abs(b)) / 2
+      diffs.append((abs(a - b) / scale if scale else 0.0,
+                    f"`{run.run_dir}` vs `{rep.run_dir}`, kappa1 = "
+                    f"{m['kappa1']:g}, kappa2 = {m['kappa2']:g}, seed "
+                    f"{m['seed']}"))
+    if diffs:
+      rel, where = max(diffs, key=lambda x: x[0])   # the first of a tie
+      out[name] = dict(rel=rel, where=where, n=len(diffs))
+  return out
+
+
+def merge(*spreads: dict) -> dict:
+  """`spread` dicts of disjoint pairs as one: per quantity the largest
+  `rel` (with its `where`) and the pairs counted over all of them."""
+  out = {}
+  for s in spreads:
+    for name, x in s.items():
+      n = x["n"] + out.get(name, {}).get("n", 0)
+      if name not in out or x["rel"] > out[name]["rel"]:
+        out[name] = dict(x)
+      out[name]["n"] = n
+  return out
+
+
+def by_reading(found, kept=()) -> dict:
+  """reading -> the `spread` of its `pairs` `found`, merged with the
+  spreads records `kept` without their members ((reading, run directory,
+  spread) each)."""
+  readings = sorted({run.reading for run, *_ in found}
+                    | {reading for reading, _, _ in kept})
+  out = {}
+  for reading in readings:
+    s = merge(spread([p for p in found if p[0].reading == reading]),
+              *(s for r, _, s in kept if r == reading))
+    if s:
+      out[reading] = s
+  return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Rerun:
+  """A replicate run against its twin: two programs of one config and
+  seed."""
+  reading: str
+  replicate: str                 # its run directory
+  pairs: int                     # members with a twin
+  twin: str | None = None        # None: a spread kept without members
+  members: tuple = (None, None)  # trained side by side: replicate, twin
+  commits: tuple = (None, None)  # (replicate's, twin's), None unrecorded
+  one_way: tuple[str, ...] = ()  # quantities whose pairs all moved one way
+
+
+def reruns(runs, found, kept=()) -> tuple[Rerun, ...]:
+  """What each replicate of the `pairs` `found` compares, per reading,
+  then the spreads `kept` alone (`by_reading`); `runs`: every run and
+  replicate run (their members count)."""
+  sizes = {}
+  for run in runs:
+    sizes[run.run_dir] = sizes.get(run.run_dir, 0) + len(run.members)
+  by_pair = {}
+  for run, m, rep, r in found:
+    by_pair.setdefault((run.reading, rep.run_dir, run.run_dir),
+                       (rep, run, []))[2].append((m, r))
+  out = []
+  for (reading, _, _), (rep, run, ms) in by_pair.items():
+    signs = {name: {np.sign(r["final"][name] - m["final"][name])
+                    for m, r in ms} for name in SPREAD}
+    out.append(Rerun(
+        reading=reading, replicate=rep.run_dir, twin=run.run_dir,
+        pairs=len(ms), members=(sizes[rep.run_dir], sizes[run.run_dir]),
+        commits=(rep.commit, run.commit),
+        one_way=tuple(n for n, s in signs.items()
+                      if len(ms) > 2 and len(s) == 1 and 0 not in s)))
+  out += [Rerun(reading=reading, replicate=run_dir,
+                pairs=max(x["n"] for x in s.values()))
+          for reading, run_dir, s in kept]
+  return tuple(out)

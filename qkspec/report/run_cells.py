@@ -1,23 +1,24 @@
-"""The report's runs: what of each run it reads, merged per figure and reading.
+"""The report's runs read back, and merged per figure and reading of kappa.
 
-`load_runs` reads each training workdir (or its `records.store` record) into
-one dict per run and reading of kappa; `summarize_runs` makes one row per
-figure, reading and member group (members that differ only in seed): mean
-and std over seeds of the final `QUANTITIES`. `figure_of` names the paper
-figure from the config: configs/rho_training.py's sweep is Fig. 7, else
-(num_layers, d) picks Figs. 6, 8-12 (smoke runs: d / 8).
+The read phase of the report (read -> judge -> render -> write): the only
+module that opens a run's files. `load_runs` reads each training workdir
+(or its `records.store` record) into one `Run` per reading of kappa;
+`cells` merges them into one `Cell` per figure and reading: its counted
+members (each member once) and its member `Group`s (members that differ
+only in seed), with mean and std over seeds of the final `QUANTITIES`.
+`figure_of` names the paper figure from the config: configs/rho_training.py's
+sweep is Fig. 7, else (num_layers, d) picks Figs. 6, 8-12 (smoke runs: d / 8).
 """
-import collections
+import dataclasses
 import json
 import math
 import pathlib
+from typing import Mapping
 
 import numpy as np
 
-from qkspec.config import defaults
 from qkspec.records import rundir
 from qkspec.records import store
-from qkspec.report import commands
 
 PAPER_STEPS = 50_000
 FIGURES = {(1, 128): "6", (1, 32): "8", (3, 32): "9", (6, 32): "10",
@@ -42,19 +43,18 @@ def label_order(label: str) -> tuple:
   return (int(number) if number.isdigit() else math.inf, label)
 
 
-def cell_order(item) -> tuple:
-  """Sort key of a ((label, reading), value) item."""
-  (label, reading), _ = item
+def cell_order(key) -> tuple:
+  """Sort key of a (label, reading) cell key."""
+  label, reading = key
   return label_order(label), reading
 
 
-
-def load_config(run_dir):
+def load_config(run_dir) -> dict:
   """A run's (or record's) config.json as a dict."""
   return json.loads((pathlib.Path(run_dir) / "config.json").read_text())
 
 
-def figure_of(config: dict) -> tuple[str, bool]:
+def figure_of(config: Mapping) -> tuple[str, bool]:
   """(paper figure id, smoke?) of a run's config.json dict."""
   smoke = config.get("data", {}).get("name") == "synthetic"
   sweep = config.get("sweep", {})
@@ -67,266 +67,363 @@ def figure_of(config: dict) -> tuple[str, bool]:
                      f"L={model['num_layers']},d={model['d_model']}"), smoke
 
 
-def config_command(config: dict, run_dir: str) -> str:
-  """The launch command that rebuilds `config`: its figure's config file
-  and argument, and a `--config.x=y` per field that differs."""
-  fig, smoke = figure_of(config)
-  name, parts = config_file(fig, config["model"]["num_layers"],
-                            config["model"]["d_model"] * (8 if smoke else 1))
-  sweep = config.get("sweep", {})
-  kappa2 = swept_kappa2(config)
-  if fig != "7" and kappa2 and kappa2 != list(defaults.KAPPA2_SWEEP):
-    parts.append("kappa2=" + ",".join(f"{k:g}" for k in kappa2))
-  seeds = set(sweep.get("seed") or ())
-  if len(seeds) > 1:
-    parts.append(f"seeds={len(seeds)}")
-  elif config.get("seed"):
-    parts.append(f"seed={config['seed']}")     # one seed alone
-  if fig != "7" and 0.0 in (sweep.get("kappa1") or ()):
-    parts.append("contrast")                   # a no-LocATER member
-  elif (fig != "7" and not sweep.get("kappa1") and not sweep.get("kappa2")
-        and config["locater"]["kappa1"] == 0
-        and config["locater"]["kappa2"] == 0):
-    parts.append("none")                       # that member alone
-  if sweep.get("penalty_added_to"):
-    parts.append("both_readings")              # side by side, one program
-  elif config["locater"].get("penalty_added_to") == "summed_loss":
-    parts.append("fairseq")
-  if smoke:
-    parts.append("smoke")
-  arg = ",".join(parts)
-  path = f"configs/{name}.py" + (f":{arg}" if arg else "")
-  overrides = []
-  try:
-    # pylint: disable=g-import-not-at-top
-    from qkspec.config import args as args_lib
-    base = json.loads(args_lib.load_config_file(
-        commands.REPO / "configs" / f"{name}.py", arg).to_json())
-    overrides = [f"--config.{k}={_flag_value(v)}"
-                 for k, v in _diff(base, config)]
-  except (ValueError, OSError, KeyError) as e:
-    path += f" (not rebuilt exactly: {e})"
-  return " ".join(["python launch/train.py", f"--config {path}", *overrides,
-                   f"--workdir {run_dir}"])
+def member_key(member) -> tuple:
+  """(kappa1, kappa2, target, seed): what tells members of a figure apart."""
+  return (member["kappa1"], member["kappa2"], member["target"],
+          member["seed"])
 
 
-def swept_kappa2(config: dict) -> list[float]:
-  """The LocATER members' kappa2 (kappa1 > 0) in a config, each once."""
-  sweep = config.get("sweep", {})
-  kappa2 = list(sweep.get("kappa2") or ())
-  kappa1 = list(sweep.get("kappa1") or ()) or [
-      config["locater"]["kappa1"]] * len(kappa2)
-  return list(dict.fromkeys(k2 for k1, k2 in zip(kappa1, kappa2) if k1 > 0))
+def is_locater(member) -> bool:
+  """Does the member train with LocATER (either strength > 0)?"""
+  return member["kappa1"] > 0 or member["kappa2"] > 0
 
 
-def config_file(fig: str, layers: int, d: int) -> tuple[str, list[str]]:
-  """(configs/ module, its arguments) of figure `fig` (model L x d)."""
-  if fig in ("6", "7"):
-    return ("locater_wt2" if fig == "6" else "rho_training"), []
-  return "depth_width", [f"L={layers}", f"d={d}"]
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One training run under one reading of kappa, as read.
+
+  `members`: rundir's entries, each with its `last_step`, its `final`
+  values of the `QUANTITIES`, its `run_dir` and a `key` (run_dir, index)
+  that names it wherever it is viewed; `shared_from`: a view of another
+  reading's run, its no-LocATER member alone (`cells`).
+  """
+  run_dir: str                 # the run it came from (a record names it)
+  path: str                    # where it was read
+  config: Mapping
+  record: Mapping              # record.json ({} for a run directory)
+  info: tuple                  # run_info.jsonl's lines
+  reading: str
+  members: tuple
+  both_readings: bool
+  figure: str
+  smoke: bool
+  shared_from: str | None = None
+
+  @property
+  def label(self) -> str:
+    return f"Fig. {self.figure}" + (" (smoke)" if self.smoke else "")
+
+  @property
+  def arch(self) -> tuple[int, int]:
+    """(layers, d)."""
+    return self.num_layers, self.d_model
+
+  @property
+  def num_layers(self) -> int:
+    return int(self.config["model"]["num_layers"])
+
+  @property
+  def d_model(self) -> int:
+    return int(self.config["model"]["d_model"])
+
+  @property
+  def seq_len(self) -> int:
+    return int(self.config["data"]["seq_len"])
+
+  @property
+  def num_steps(self) -> int:
+    return int(self.config["num_steps"])
+
+  @property
+  def data_seed(self) -> int:
+    """The seed of the batch order (`data.seed`), the same for every
+    member of the run."""
+    return int(self.config["data"].get("seed", 0))
+
+  @property
+  def trained_command(self) -> str | None:
+    """The command its record kept (None for a run directory: see
+    `commands.today`)."""
+    return self.record.get("command")
+
+  @property
+  def commit(self) -> str | None:
+    return self.record.get("commit")
+
+  @property
+  def final_step(self) -> int:
+    return min((m["last_step"] for m in self.members), default=0)
+
+  @property
+  def devices(self) -> tuple[str, ...]:
+    """The device kinds its invocations ran on."""
+    return tuple(sorted({x["device_kind"] for x in self.info}))
+
+  @property
+  def wall_minutes(self) -> float:
+    """The wall minutes of every invocation (`run_info.jsonl`), 0 without
+    it."""
+    return sum(x["wall_s"] for x in self.info) / 60
 
 
-def _diff(base, new, prefix=""):
-  out = []
-  for k, v in new.items():
-    key = f"{prefix}{k}"
-    if isinstance(v, dict) and isinstance(base.get(k), dict):
-      out += _diff(base[k], v, key + ".")
-    elif base.get(k, object()) != v:
-      out.append((key, v))
-  return out
+def _members(path, reading) -> dict[str, list[dict]]:
+  """reading -> the run's members, each with its last step and final
+  values; a run's maps compacted as a record keeps them."""
+  by_reading = {}
+  for m in rundir.load_members(path):
+    m.update(last_step=rundir.last_step(m), final={
+        name: rundir.final_value(m["metrics"], key)
+        for name, key, _ in QUANTITIES})
+    m["metrics"] = {k: store.compact(*v) if np.ndim(v[1]) == 2
+                    else v for k, v in m["metrics"].items()}
+    by_reading.setdefault(m.get("penalty_added_to", reading), []).append(m)
+  return by_reading
 
 
-def _flag_value(v):
-  """A `--config.x=` value: a tuple as the shell should pass it, quoted."""
-  if isinstance(v, (list, tuple)):
-    return '"(' + ", ".join(repr(x) for x in v) + ("," * (len(v) == 1)) + ')"'
-  return repr(v) if isinstance(v, str) and not v else str(v)
+def _run_info(path) -> tuple[dict, ...]:
+  f = pathlib.Path(path) / "run_info.jsonl"
+  return tuple(json.loads(x) for x in f.read_text().splitlines()
+               if x.strip()) if f.is_file() else ()
 
 
-def seed_groups(members) -> dict:
-  """(kappa1, kappa2, target) -> the members that differ only in seed."""
-  groups = {}
-  for m in members:
-    groups.setdefault((m["kappa1"], m["kappa2"], m["target"]), []).append(m)
-  return groups
-
-
-def last_step(member) -> int:
-  """The member's last step: train/loss's, else any metric's; 0 if none."""
-  metrics = member["metrics"]
-  loss = metrics.get("train/loss")
-  if loss is not None and len(loss[0]):
-    return int(loss[0][-1])
-  return max((int(s[-1]) for s, _ in metrics.values() if len(s)), default=0)
-
-
-def load_runs(run_dirs) -> list[dict]:
-  """One dict per run dir and reading of kappa: figure, reading, command
-  (as today's code runs it, `commands`; `trained_command` as trained, with
-  the `commit` that first reported it), members (with their last step),
-  steps run and planned.
+def load_runs(run_dirs) -> tuple[Run, ...]:
+  """One `Run` per run dir (or record) and reading of kappa, in order.
 
   A record loads as its run (`run_dir` names the run, `path` where it was
-  read), and a run's maps are read compacted as a record keeps them.
+  read), and a run's maps are read compacted as a record keeps them. Each
+  member gets its `run_dir` and a `key` (run_dir, index) that names it
+  wherever it is viewed.
   """
   runs = []
   for path in run_dirs:
-    config = load_config(path)
+    config, info = load_config(path), _run_info(path)
     fig, smoke = figure_of(config)
     reading = config["locater"].get("penalty_added_to", "mean_loss")
-    run_dir = store.origin(path)
-    record = store.read(path)                # {} for a run directory
-    by_reading = {}
-    for m in rundir.load_members(path):
-      m["metrics"] = {k: store.compact(*v) if np.ndim(v[1]) == 2
-                      else v for k, v in m["metrics"].items()}
-      m["last_step"] = last_step(m)
-      by_reading.setdefault(m.get("penalty_added_to", reading), []).append(m)
-    run = dict(run_dir=run_dir, path=str(path), figure=fig, smoke=smoke,
-               label=f"Fig. {fig}" + (" (smoke)" if smoke else ""),
-               both_readings=len(by_reading) > 1,
-               trained_command=(record.get("command")
-                                or config_command(config, run_dir)),
-               commit=record.get("commit"),
-               d_model=int(config["model"]["d_model"]),
-               num_layers=int(config["model"]["num_layers"]),
-               seq_len=int(config["data"]["seq_len"]),
-               num_steps=int(config["num_steps"]))
-    run["command"] = commands.as_run_today(run["trained_command"])
-    for member_reading, members in (by_reading or {reading: []}).items():
-      runs.append(dict(
-          run, reading=member_reading, members=members,
-          final_step=min((m["last_step"] for m in members), default=0)))
-  return runs
+    by_reading = _members(path, reading) or {reading: []}
+    run_dir, record = store.origin(path), store.read(path)
+    i = 0
+    for member_reading, members in by_reading.items():
+      runs.append(Run(run_dir=run_dir, path=str(path), config=config,
+                      record=record, info=info, reading=member_reading,
+                      members=tuple(dict(m, run_dir=run_dir,
+                                         key=(run_dir, i + j))
+                                    for j, m in enumerate(members)),
+                      both_readings=len(by_reading) > 1, figure=fig,
+                      smoke=smoke))
+      i += len(members)
+  return tuple(runs)
 
 
-def cells(runs) -> dict:
-  """(label, reading) -> the runs of that figure and reading of kappa.
+def load_replicates(replicate_dirs) -> tuple[tuple[Run, ...], tuple]:
+  """(the replicate runs loaded, the (reading, run directory, spread) of
+  each record kept as its spread alone, without members)."""
+  records = [(d, store.read(d)) for d in replicate_dirs]
+  for d, record in records:
+    if "spread" in record and record.get("reading") not in READINGS:
+      raise ValueError(f"{d}: a replicate record kept as its spread alone "
+                       "names its reading of kappa (\"reading\": one of "
+                       f"{sorted(READINGS)}).")
+  return (load_runs([d for d, record in records if "spread" not in record]),
+          tuple((record["reading"], record["run_dir"], record["spread"])
+                for _, record in records if "spread" in record))
+
+
+_ROW = ("figure", "label", "smoke", "reading", "run_dirs", "d_model",
+        "num_layers", "seq_len", "kappa1", "kappa2", "target", "seeds",
+        "n_seeds", "commands", "final_step", "num_steps")    # summary.csv
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+  """Members of one figure and reading that differ only in seed: a row of
+  summary.csv (`row`). `values`: quantity -> the final values in `seeds`
+  order; `mean`, `std`: quantity -> their mean and std over the finite
+  ones (`group`)."""
+  figure: str
+  label: str
+  smoke: bool
+  reading: str
+  run_dirs: tuple[str, ...]
+  d_model: int
+  num_layers: int
+  seq_len: int
+  kappa1: float
+  kappa2: float
+  target: float
+  seeds: tuple[int, ...]
+  final_step: int
+  num_steps: int
+  values: Mapping[str, tuple[float, ...]]
+  mean: Mapping[str, float]
+  std: Mapping[str, float]
+
+  @property
+  def n_seeds(self) -> int:
+    return len(self.seeds)
+
+  @property
+  def arch(self) -> tuple[int, int]:
+    return self.num_layers, self.d_model
+
+  @property
+  def locater(self) -> bool:
+    return self.kappa1 > 0 or self.kappa2 > 0
+
+  @property
+  def identity(self) -> tuple:
+    """Which members it is: architecture, strengths and seeds, and its
+    reading unless it has no LocATER (that member trains the same under
+    either reading). Two copies of a member (the same config and seed
+    trained twice) are one."""
+    return (self.arch, self.kappa1, self.kappa2, self.target, self.seeds,
+            self.reading if self.locater else None)
+
+  def row(self, commands: Mapping[str, str]) -> dict:
+    """summary.csv's and summary.json's row, with its runs' `commands`
+    (run directory -> command)."""
+    lists = dict(run_dirs=list(self.run_dirs), seeds=list(self.seeds),
+                 n_seeds=self.n_seeds, commands=list(dict.fromkeys(
+                     commands[d] for d in self.run_dirs)))
+    out = {k: lists[k] if k in lists else getattr(self, k) for k in _ROW}
+    for name, _, _ in QUANTITIES:
+      out.update({f"{name}_mean": self.mean[name],
+                  f"{name}_std": self.std[name],
+                  f"{name}_values": list(self.values[name])})
+    return out
+
+
+def group(values: Mapping[str, tuple], **fields) -> Group:
+  """A `Group` of `fields` whose `values` (quantity -> per-seed final
+  values) give its mean and std over the finite ones."""
+  finite = {q: [v for v in vs if np.isfinite(v)] for q, vs in values.items()}
+  return Group(values={q: tuple(vs) for q, vs in values.items()},
+               mean={q: float(np.mean(f)) if f else math.nan
+                     for q, f in finite.items()},
+               std={q: float(np.std(f, ddof=1)) if len(f) > 1 else math.nan
+                    for q, f in finite.items()}, **fields)
+
+
+def paired(base: Group, alt: Group, quantity: str
+           ) -> tuple[tuple[int, ...], np.ndarray]:
+  """(common seeds, per-seed alt - base) of a quantity's final values."""
+  b = dict(zip(base.seeds, base.values[quantity]))
+  a = dict(zip(alt.seeds, alt.values[quantity]))
+  seeds = tuple(sorted(set(a) & set(b)))
+  return seeds, np.array([a[s] - b[s] for s in seeds], np.float64)
+
+
+@dataclasses.dataclass(frozen=True)
+class Contrast:
+  """Two groups of a cell compared: "kappa2", kappa2 = 0 -> 1 at
+  kappa1 > 0, or "none", no LocATER -> kappa2 = 1 (else the strongest),
+  paired by seed (`diffs`: quantity -> per-seed alt - base)."""
+  kind: str
+  base: Group
+  alt: Group
+  seeds: tuple[int, ...]
+  diffs: Mapping[str, np.ndarray]
+
+
+def contrasts(groups) -> tuple[Contrast, ...]:
+  """The `Contrast`s of one cell's groups."""
+  pairs = []
+  base, alt = [next((g for g in groups if g.kappa1 > 0 and g.kappa2 == k),
+                    None) for k in (0.0, 1.0)]
+  if base and alt:
+    pairs.append(("kappa2", base, alt))
+  none = next((g for g in groups if not g.locater), None)
+  locater = [g for g in groups if g.kappa1 > 0]
+  if none and locater:
+    pairs.append(("none", none, alt or max(locater, key=lambda g: g.kappa2)))
+  out = []
+  for kind, b, a in pairs:
+    found = {q: paired(b, a, q) for q in a.values}
+    out.append(Contrast(kind=kind, base=b, alt=a,
+                        seeds=next(iter(found.values()))[0] if found else (),
+                        diffs={q: d for q, (_, d) in found.items()}))
+  return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+  """One figure and reading of kappa: its runs (a no-LocATER member of the
+  other reading's run as a view), its counted members (each
+  (kappa1, kappa2, target, seed) once, at the cell's longest step), those
+  left out (stopped earlier), its `Group`s and their `Contrast`s."""
+  label: str
+  figure: str
+  reading: str
+  runs: tuple[Run, ...]
+  counted: tuple[dict, ...]
+  left_out: tuple[dict, ...]
+  groups: tuple[Group, ...]
+  contrasts: tuple[Contrast, ...]
+
+
+def _views(runs) -> dict[tuple[str, str], list[tuple[int, Run]]]:
+  """(label, reading) -> (position in `runs`, run or view) of its runs.
 
   A no-LocATER member trains the same under either reading
-  (tests/system/readings_test.py), so it also joins the other reading's cell, as
-  a view of its run marked `shared_from`.
+  (tests/system/readings_test.py), so it also joins the other reading's
+  cell, as a view of its run marked `shared_from`.
   """
   out = {}
-  for run in runs:
-    out.setdefault((run["label"], run["reading"]), []).append(run)
-  for run in runs:
-    shared = [m for m in run["members"]
-              if m["kappa1"] == 0 and m["kappa2"] == 0]
+  for i, run in enumerate(runs):
+    out.setdefault((run.label, run.reading), []).append((i, run))
+  for i, run in enumerate(runs):
+    shared = [m for m in run.members if not is_locater(m)]
     for reading in READINGS:
-      if shared and reading != run["reading"]:
-        out.setdefault((run["label"], reading), []).append(dict(
-            run, members=[dict(m, penalty_added_to=reading)
-                          for m in shared], reading=reading,
-            shared_from=run["reading"],
-            final_step=min(m["last_step"] for m in shared)))
+      if shared and reading != run.reading:
+        out.setdefault((run.label, reading), []).append((i, dataclasses.replace(
+            run, members=tuple(dict(m, penalty_added_to=reading)
+                               for m in shared),
+            reading=reading, shared_from=run.reading)))
   return out
 
 
-def cell_members(cell_runs) -> tuple[list, list]:
-  """(counted, left-out) members of one cell's runs: each (kappa1, kappa2,
-  target, seed) once (the longest), counted only at the cell's longest
-  step."""
-  chosen = {}
-  for run in cell_runs:
-    for m in run["members"]:
-      key = (m["kappa1"], m["kappa2"], m["target"], m["seed"])
-      if key not in chosen or m["last_step"] > chosen[key]["last_step"]:
-        chosen[key] = {**m, "run_dir": run["run_dir"]}
-  full = max((m["last_step"] for m in chosen.values()), default=0)
-  counted = [m for m in chosen.values() if m["last_step"] == full]
-  return counted, [m for m in chosen.values() if m["last_step"] < full]
+def cell_members(placed) -> tuple[list, list]:
+  """(counted, left out) of a cell's (position, run) pairs: each
+  (kappa1, kappa2, target, seed) once, the longest copy, of two as long the
+  one of the run listed first (a member trained twice is one member);
+  counted only at the cell's longest step."""
+  chosen = {}                          # key -> (-last step, position, member)
+  for i, run in placed:
+    for m in run.members:
+      copy = (-m["last_step"], i, m)
+      key = member_key(m)
+      if key not in chosen or copy[:2] < chosen[key][:2]:
+        chosen[key] = copy
+  ms = [m for _, _, m in chosen.values()]
+  full = max((m["last_step"] for m in ms), default=0)
+  return ([m for m in ms if m["last_step"] == full],
+          [m for m in ms if m["last_step"] < full])
 
 
-def summarize_runs(runs) -> list[dict]:
-  """One row per figure, reading and member group, over every run."""
-  rows = []
-  for (label, reading), rs in cells(runs).items():
-    counted, _ = cell_members(rs)
-    for (kappa1, kappa2, target), ms in sorted(seed_groups(counted).items()):
-      ms = sorted(ms, key=lambda m: m["seed"])    # values in `seeds` order
-      run_dirs = sorted({m["run_dir"] for m in ms})
-      row = dict(figure=rs[0]["figure"], label=label, smoke=rs[0]["smoke"],
-                 reading=reading, run_dirs=run_dirs,
-                 d_model=rs[0].get("d_model"),
-                 num_layers=rs[0].get("num_layers"),
-                 seq_len=rs[0].get("seq_len"),
-                 kappa1=kappa1, kappa2=kappa2, target=target,
-                 seeds=sorted(m["seed"] for m in ms), n_seeds=len(ms),
-                 commands=list(dict.fromkeys(
-                     r["command"] for r in rs if r["run_dir"] in run_dirs)),
-                 final_step=min(m["last_step"] for m in ms),
-                 num_steps=max(r["num_steps"] for r in rs
-                               if r["run_dir"] in run_dirs))
-      for name, key, _ in QUANTITIES:
-        vals = [rundir.final_value(m["metrics"], key) for m in ms]
-        finite = np.asarray([v for v in vals if np.isfinite(v)], float)
-        row[f"{name}_mean"] = (float(finite.mean()) if finite.size
-                               else math.nan)
-        row[f"{name}_std"] = (float(finite.std(ddof=1)) if finite.size > 1
-                              else math.nan)
-        row[f"{name}_values"] = vals
-      rows.append(row)
-  return rows
+def _group(label, reading, rs, members) -> Group:
+  """The `Group` of one cell's members that differ only in seed."""
+  ms = sorted(members, key=lambda m: m["seed"])    # values in seed order
+  run_dirs = tuple(sorted({m["run_dir"] for m in ms}))
+  mine = [r for r in rs if r.run_dir in run_dirs]
+  return group(
+      {name: tuple(m["final"][name] for m in ms) for name, _, _ in QUANTITIES},
+      figure=rs[0].figure, label=label, smoke=rs[0].smoke, reading=reading,
+      run_dirs=run_dirs, d_model=rs[0].d_model, num_layers=rs[0].num_layers,
+      seq_len=rs[0].seq_len, kappa1=ms[0]["kappa1"], kappa2=ms[0]["kappa2"],
+      target=ms[0]["target"], seeds=tuple(m["seed"] for m in ms),
+      final_step=min(m["last_step"] for m in ms),
+      num_steps=max(r.num_steps for r in mine))
 
 
-def summarize(run_dirs) -> list[dict]:
-  """`summarize_runs(load_runs(run_dirs))`."""
-  return summarize_runs(load_runs(run_dirs))
-
-
-def seed_mean(members) -> list[dict]:
-  """Members differing only in seed -> one each, each metric averaged over
-  seeds at the steps all logged."""
-  out = []
-  for ms in seed_groups(members).values():
-    metrics = {}
-    for key in set.intersection(*(set(m["metrics"]) for m in ms)):
-      n = min(len(m["metrics"][key][0]) for m in ms)
-      steps = [np.asarray(m["metrics"][key][0][:n]) for m in ms]
-      if n and all(np.array_equal(steps[0], st) for st in steps):
-        metrics[key] = (steps[0], np.mean(
-            [np.asarray(m["metrics"][key][1][:n]) for m in ms], axis=0))
-    out.append({**ms[0], "metrics": metrics, "n_seeds": len(ms)})
+def cells(runs) -> dict[tuple[str, str], Cell]:
+  """(label, reading) -> its `Cell`, in figure order, over every run."""
+  out = {}
+  for (label, reading), placed in sorted(_views(runs).items(),
+                                         key=lambda kv: cell_order(kv[0])):
+    counted, left_out = cell_members(placed)
+    rs = tuple(run for _, run in placed)
+    groups = {}
+    for m in counted:
+      groups.setdefault(member_key(m)[:3], []).append(m)
+    made = tuple(_group(label, reading, rs, ms)
+                 for _, ms in sorted(groups.items()))
+    out[label, reading] = Cell(
+        label=label, figure=rs[0].figure, reading=reading, runs=rs,
+        counted=tuple(counted), left_out=tuple(left_out), groups=made,
+        contrasts=contrasts(made))
   return out
 
 
-def _run_info_lines(run_dir) -> list[dict]:
-  path = pathlib.Path(run_dir) / "run_info.jsonl"
-  return ([json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-          if path.is_file() else [])
-
-
-def wall_minutes(run_dir) -> float:
-  """The wall minutes of every invocation of a run (`run_info.jsonl`), 0
-  without it."""
-  return sum(x["wall_s"] for x in _run_info_lines(run_dir)) / 60
-
-
-def run_info(run_dir) -> str:
-  """Device, precision and wall time (by phase) summed over the lines of
-  `<run_dir>/run_info.jsonl`; "" without it."""
-  lines = _run_info_lines(run_dir)
-  if not lines:
-    return ""
-  devices = sorted({f"{x['device_count']} x {x['device_kind']}"
-                    for x in lines})
-  dtypes = sorted({x.get("compute_dtype", "float32") for x in lines})
-  wall = sum(x["wall_s"] for x in lines)
-  n = sum(x.get("invocations", 1) for x in lines)
-  phases = "setup, compilation and evaluation included"   # before phases_s
-  if all("phases_s" in x for x in lines):
-    total = collections.Counter()
-    for x in lines:
-      total.update(x["phases_s"])
-    phases = ", ".join(f"{k} {v:.0f} s" for k, v in total.items())
-  return (f"{', '.join(devices)}; compute {'/'.join(dtypes)}; wall "
-          f"{wall / 60:.1f} min in {n} invocation"
-          f"{'s' if n > 1 else ''} ({phases})")
-
-
-def record_keys(config: dict) -> list[str]:
+def record_keys(config: Mapping) -> list[str]:
   """The metrics the report reads: the QUANTITIES, valid/loss, train/loss
   and Fig. 7's layer-0 rho_i."""
   keys = [k for _, k, _ in QUANTITIES] + ["valid/loss", "train/loss"]

@@ -1,20 +1,21 @@
-"""The sections of REPRODUCTION.md, in order, each a list of markdown lines
-that starts with its heading (`writer.write_report` joins them with a
-blank line). `Page` saves the figures a section draws and links them."""
+"""The sections of REPRODUCTION.md, in order, from one `evidence.Evidence`.
+
+The render phase of the report: each section is a list of markdown lines
+that starts with its heading (`render` joins them with a blank line); it
+reads the evidence and derives nothing again. `Page` saves the figures
+(`figures`) a section draws and links them.
+"""
+import collections
+import math
 import os
 import pathlib
 
 from qkspec.plots import style
-from qkspec.plots import training_figures
 from qkspec.records import rundir
 from qkspec.report import answer
-from qkspec.report import backlog
-from qkspec.report import claims
 from qkspec.report import commands
 from qkspec.report import figures
-from qkspec.report import floors
 from qkspec.report import locater_minimum
-from qkspec.report import replicates
 from qkspec.report import rules
 from qkspec.report import run_cells
 from qkspec.report import stripes
@@ -68,61 +69,73 @@ def title(command: str, records_dir, page: Page) -> list[str]:
           f"[{page.rel}/summary.json]({page.rel}/summary.json)."]
 
 
-def answer_section(vs, stripe_vs, trends, tests) -> list[str]:
+def answer_section(ev) -> list[str]:
   """The answer in words, then the verdict table and its legend."""
-  return (["## Answer", ""] + answer.answer(vs, stripe_vs, trends, tests)
-          + [""] + answer.verdict_table(vs) + ["", answer.legend()])
+  return (["## Answer", ""] + answer.answer(ev) + [""]
+          + answer.verdict_table(ev.verdicts) + ["", answer.legend()])
 
 
-def rules_section(rows, reruns, family) -> list[str]:
-  """How a verdict is reached: the rules, the floors, the family of tests
-  and which way each rule errs."""
-  return (["## How a verdict is reached", ""]
-          + rules.markdown(floors.seed_reference(rows), reruns, family))
+def rules_section(ev) -> list[str]:
+  """How a verdict is reached: the rules, the floors, the families and
+  which way each rule errs."""
+  return ["## How a verdict is reached", ""] + rules.markdown(ev)
 
 
-def every_verdict(vs, stripe_vs) -> list[str]:
+def _stripe_text(v) -> str:
+  """One reading's Fig. 7 verdict with its counts and rule."""
+  (n1, s1), (n0, s0) = v.locater, v.without
+  return (f"{v.label}, {run_cells.reading_name(v.reading)}, claim stripes "
+          f"(rho_i over training, none -> LocATER): **{v.verdict}**: "
+          f"stripes in {s1} of {n1} LocATER map{'s' * (n1 > 1)} and {s0} of "
+          f"{n0} without LocATER ("
+          + (stripes.EARLIER_RULE if v.earlier else stripes.RULE)
+          + ("" if v.steps >= run_cells.PAPER_STEPS else
+             f"; shortened: {v.steps:,} of {run_cells.PAPER_STEPS:,} steps")
+          + ")")
+
+
+def every_verdict(ev) -> list[str]:
   """Every verdict with its evidence, then the stripe tests."""
-  return (["## Every verdict", ""] + answer.detail_table(vs) + [""]
-          + [f"- {v['text']}" for v in stripe_vs])
+  return (["## Every verdict", ""] + answer.detail_table(ev.verdicts) + [""]
+          + [f"- {_stripe_text(v)}" for v in ev.stripes])
 
 
-def kappa2_curve(trends) -> list[str]:
+def kappa2_curve(ev) -> list[str]:
   """kappa2 as a curve (Fig. 6C-D); nothing without trends."""
-  if not trends:
+  if not ev.trends:
     return []
   return ["## kappa2 as a curve (Fig. 6C-D)", "",
           "The slope of each metric against log10 kappa2 over kappa2 > 0, "
           "and the best kappa2 > 0 against kappa2 = 0, its interval or "
           "floor at the Bonferroni level for the kappa2 it was chosen "
           "from (the rules above otherwise):", ""] + answer.kappa2_table(
-              trends)
+              ev.trends)
 
 
-def locater_minimum_section(rows) -> list[str]:
+def locater_minimum_section(ev) -> list[str]:
   """Where LocATER's own minimum W* = cI sits against the trained W_QK."""
-  return locater_minimum.markdown(rows, run_cells.READINGS)
+  return locater_minimum.markdown(ev.minimum, run_cells.READINGS)
 
 
 def _slug(label):
   return label.lower().replace(". ", "").replace(" (", "_").strip(")")
 
 
-def _curves(cell, counted, title_, name, page: Page) -> list[str]:
+def _curves(cell, title_, name, page: Page) -> list[str]:
   """Markdown for the cell's B-D curves over training, drawn to `name`,
   and their gaps to kappa2 = 0."""
+  counted = cell.counted
   drawn = [m for m in counted if figures.has_curves(m)]
   if not drawn:
     return [f"- curves over training: not drawn (the records of "
             f"{len(counted)} member{'s' * (len(counted) > 1)} hold final "
             "values only)"]
-  fig = training_figures.fig6_figure(run_cells.seed_mean(drawn),  # B-D
-                                     cell[0]["figure"])
-  fig.suptitle(f"{title_}: over training, {figures.seed_words(drawn)}")
-  link = page.save(fig, name, 90)
+  means, seeds = figures.seed_mean(drawn), figures.seed_words(drawn)
+  link = page.save(figures.curves_figure(
+      means, cell.figure, f"{title_}: over training, {seeds}"), name, 90)
   gaps = ""
-  fig = figures.gap_figure(drawn, f"{title_}: against kappa2 = 0 over "
-                           f"training, {figures.seed_words(drawn)}")
+  fig = figures.gap_figure(means, f"{title_}: against kappa2 = 0 over "
+                           f"training, {seeds}")
   if fig is not None:
     gap_link = page.save(fig, name.replace("_curves_", "_gaps_"), 90)
     gaps = f"; against kappa2 = 0: ![gaps]({gap_link})"
@@ -134,86 +147,160 @@ def _curves(cell, counted, title_, name, page: Page) -> list[str]:
           "members not drawn: their records hold final values only)"]
 
 
-def _rho_maps(run, name: str, page: Page) -> list[str]:
+def _rho_maps(ev, run, name: str, page: Page) -> list[str]:
   """Fig. 7's rho_i maps of one run to `name`, and its stripe tests."""
-  what = f"rho_i over training (`{run['run_dir']}`)"
-  if any(k in m["metrics"] for m in run["members"]
-         for k in rundir.rho_keys(0)):
-    link = page.save(training_figures.rho_heatmap_figure(run["members"]),
-                     name, 110)
+  what = f"rho_i over training (`{run.run_dir}`)"
+  if any(k in m["metrics"] for m in run.members for k in rundir.rho_keys(0)):
+    link = page.save(figures.rho_figure(run.members), name, 110)
     md = [f"- {what}: ![rho]({link})"]
   else:
     md = [f"- {what}: not drawn (the record keeps the stripe test's results, "
           "not the rho maps)"]
-  return md + [f"  - {member}: {stripes.describe(result)}"
-               for member, result in claims.rho_stripes(run["members"])]
+  names = rundir.member_names(list(run.members))
+  return md + [f"  - {n}: {stripes.describe(ev.stripe_results[m['key']])}"
+               for n, m in zip(names, run.members)
+               if m["key"] in ev.stripe_results]
 
 
-def _figure_block(label, rows, by_cell, page: Page) -> list[str]:
+def _figure_block(ev, label, page: Page) -> list[str]:
   """One figure's block: final values against kappa2, then per reading
   the members left out, the curves and (Fig. 7) the rho maps."""
   md = [f"### {label}"]              # each line a block of its own
-  locater = any(r["label"] == label and r["kappa1"] > 0 for r in rows)
-  if locater and not label.startswith("Fig. 7"):   # Fig. 7: heat maps
-    link = page.save(figures.kappa2_figure(rows, label),
+  if any(g.label == label and g.kappa1 > 0 for g in ev.groups) and (
+      not label.startswith("Fig. 7")):                 # Fig. 7: heat maps
+    link = page.save(figures.kappa2_figure(ev.groups, label, ev.minimum),
                      f"{_slug(label)}.png", 110)
     md += [f"![{label}]({link})"]
-  for reading in sorted({r["reading"] for r in rows if r["label"] == label}):
-    cell = by_cell[(label, reading)]
+  for (cell_label, reading), cell in ev.cells.items():
+    if cell_label != label:
+      continue
     name = run_cells.reading_name(reading)
-    counted, left_out = run_cells.cell_members(cell)
-    if left_out:
+    if cell.left_out:
       md.append(f"- {name}: left out (stopped before step "
-                f"{max(m['last_step'] for m in counted):,}): " + ", ".join(
-                    f"seed {m['seed']}, kappa2 = {m['kappa2']:g} at step "
-                    f"{m['last_step']:,}" for m in left_out))
+                f"{max(m['last_step'] for m in cell.counted):,}): "
+                + ", ".join(f"seed {m['seed']}, kappa2 = {m['kappa2']:g} at "
+                            f"step {m['last_step']:,}" for m in cell.left_out))
     md += [f"- {name}, " + line[2:] for line in _curves(
-        cell, counted, f"{label}, {name}",
-        f"{_slug(label)}_curves_{reading}.png", page)]
-    for i, run in enumerate(cell):
-      if run["figure"] == "7" and "shared_from" not in run:  # rho maps
-        md += _rho_maps(run, f"{_slug(label)}_rho_{reading}_{i}.png", page)
+        cell, f"{label}, {name}", f"{_slug(label)}_curves_{reading}.png",
+        page)]
+    for i, run in enumerate(cell.runs):
+      if run.figure == "7" and run.shared_from is None:      # rho maps
+        md += _rho_maps(ev, run, f"{_slug(label)}_rho_{reading}_{i}.png",
+                        page)
   return md
 
 
-def figures_section(rows, by_cell, page: Page) -> list[str]:
+def figures_section(ev, page: Page) -> list[str]:
   """Every figure's block, in the paper's order."""
   md = ["## Figures"]
-  for label in sorted({r["label"] for r in rows}, key=run_cells.label_order):
-    md += [""] + _figure_block(label, rows, by_cell, page)
+  for label in dict.fromkeys(label for label, _ in ev.cells):
+    md += [""] + _figure_block(ev, label, page)
   return md
 
 
-def still_to_run(rows, runs, stripe_vs) -> list[str]:
+def still_to_run(ev) -> list[str]:
   """The GPU backlog in priority order, each item with its commands and
   projected minutes (`backlog`)."""
+  b = ev.backlog
+  lines, total = [], 0.0
+  for i, item in enumerate(b.items, 1):
+    total += item.minutes
+    when = (f"≈ {math.ceil(item.minutes)} GPU min"
+            if math.isfinite(item.minutes) else
+            "no recorded run of its architecture to project from")
+    lines.append(f"{i}. {item.what[0].upper()}{item.what[1:]} ({when}): "
+                 + "; ".join(f"`{c}`" for c in item.commands))
+  if lines and math.isfinite(total):
+    slower = ("" if not b.slower else
+              f" (the records' runs on other GPUs took "
+              f"{_ratio_span(b.slower)} x as long per member)")
+    lines.append(f"\nIn all ≈ {math.ceil(total)} GPU minutes on "
+                 f"{b.device}{slower}.")
   return ["## Still to run", "",
           "The GPU backlog in priority order, each with the commands that "
           "train it (add `--config.data.manual_dir=DIR` where WikiText-2 "
           "cannot be downloaded) and its GPU minutes projected from the "
           "records' `run_info.jsonl` wall times (the members it trains x "
           "the median minutes per member of that architecture's recorded "
-          "runs nearest to it in members); a "
-          "run resumes with the same command, and `python launch/report.py "
-          "--runs DIR` adds it here:", ""] + (
-              backlog.still_to_run(rows, runs, stripe_vs) or [
-                  "- nothing: every item is done."])
+          "runs nearest to it in members, on the GPU most ran on). A seed=S "
+          "run of a whole sweep with its no-LocATER member sets data.seed = "
+          "S, so that its batch order varies with the seed as fairseq's "
+          "--seed does; a run that pairs with members already trained keeps "
+          "their data.seed, as a pair needs one batch order, and the seeds of "
+          "one program share one batch stream. A run resumes with the same "
+          "command, and `python launch/report.py --runs DIR` adds it here:",
+          ""] + (lines or ["- nothing: every item is done."])
 
 
-def rerun_spread(spread) -> list[str]:
-  """What running one config and seed twice moves, per reading."""
+def _ratio_span(xs) -> str:
+  lo, hi = f"{min(xs):.1f}", f"{max(xs):.1f}"
+  return lo if lo == hi else f"{lo} to {hi}"
+
+
+def _rerun_words(r) -> str:
+  """What one replicate compares: two programs, by members and commit."""
+  def program(run_dir, members, commit):
+    return (f"`{run_dir}` ({members} member{'s' * (members > 1)}, commit "
+            f"{commit or 'not recorded'})")
+  if r.twin is None:
+    return (f"  - {r.pairs} pairs: `{r.replicate}`, a record of its spread "
+            "alone (its members and commit not kept)")
+  one_way = "".join(f"; all {r.pairs} {q} changes one way" for q in r.one_way)
+  return (f"  - {r.pairs} pairs: "
+          f"{program(r.replicate, r.members[0], r.commits[0])} against "
+          f"{program(r.twin, r.members[1], r.commits[1])}{one_way}")
+
+
+def _spread_line(spreads, titles, name) -> str:
+  """One reading's spread: the largest relative difference per quantity."""
+  n = max(s["n"] for s in spreads.values())
+  return (f"- {name}: " + ", ".join(
+      f"{titles.get(q, q)} {s['rel']:.2g}" for q, s in spreads.items())
+          + f" (largest relative difference of {n} pair{'s' * (n > 1)})")
+
+
+def rerun_spread(ev) -> list[str]:
+  """What running one config and seed twice moves, per reading, and what
+  each rerun compares."""
   titles = {n: t for n, _, t in run_cells.QUANTITIES}
+  lines = []
+  for reading, s in ev.spread.items():
+    lines.append(_spread_line(s, titles, run_cells.reading_name(reading)))
+    lines += [_rerun_words(r) for r in ev.rerun_pairs if r.reading == reading]
   return ["## Same config, same seed, run twice", "",
-          "Two GPU runs of one config and seed are not bit-identical "
-          "(XLA's GPU scatter-adds and some reductions may sum in another "
-          "order); the largest relative difference of the final values, "
-          "per reading of kappa (which pairs: summary.json):", ""] + (
-              [replicates.markdown(s, titles, run_cells.reading_name(r))
-               for r, s in spread.items()] or [replicates.markdown({}, {})])
+          "Two runs of one config and seed, each pair two programs (other "
+          "members trained side by side, the code at another commit), so "
+          "their differences hold more than XLA's nondeterminism: the "
+          "largest relative difference of the final values, per reading of "
+          "kappa (which pairs: summary.json):", ""] + (
+              lines or ["- no replicate runs given (`launch/report.py "
+                        "--replicates`)."])
+
+
+def run_info(run) -> str:
+  """Device, precision and wall time (by phase) summed over the lines of
+  the run's `run_info.jsonl`; "" without it."""
+  lines = run.info
+  if not lines:
+    return ""
+  devices = sorted({f"{x['device_count']} x {x['device_kind']}"
+                    for x in lines})
+  dtypes = sorted({x.get("compute_dtype", "float32") for x in lines})
+  wall = sum(x["wall_s"] for x in lines)
+  n = sum(x.get("invocations", 1) for x in lines)
+  phases = "setup, compilation and evaluation included"   # before phases_s
+  if all("phases_s" in x for x in lines):
+    total = collections.Counter()
+    for x in lines:
+      total.update(x["phases_s"])
+    phases = ", ".join(f"{k} {v:.0f} s" for k, v in total.items())
+  return (f"{', '.join(devices)}; compute {'/'.join(dtypes)}; wall "
+          f"{wall / 60:.1f} min in {n} invocation"
+          f"{'s' if n > 1 else ''} ({phases})")
 
 
 def _steps_line(r):
-  k, planned = r["final_step"], r["num_steps"]
+  k, planned = r.final_step, r.num_steps
   line = f"{k:,} steps run of {planned:,} planned"
   if k < run_cells.PAPER_STEPS:
     line = f"**SHORTENED: {k:,} of {run_cells.PAPER_STEPS:,} steps** ({line})"
@@ -222,20 +309,20 @@ def _steps_line(r):
   return line
 
 
-def _command_words(run) -> str:
-  """The run's command as it runs today, and as trained where that
+def _command_words(run, today: str) -> str:
+  """The run's command as it runs `today`, and as trained where that
   differs (`commands`)."""
-  trained = run.get("trained_command", run["command"])
-  gone = commands.retired(trained) if trained != run["command"] else []
-  words = f"`{run['command']}`"
+  trained = run.trained_command or today
+  gone = commands.retired(trained) if trained != today else []
+  words = f"`{today}`"
   if gone:
     flags = " ".join(f"--config.{k}={v}" for k, v in gone)
-    words += (f"; trained at commit {run.get('commit') or '(not recorded)'}"
+    words += (f"; trained at commit {run.commit or '(not recorded)'}"
               f" (the first to report it) with `{flags}`")
   return words
 
 
-def runs_section(runs) -> list[str]:
+def runs_section(ev) -> list[str]:
   """Every run once: steps, device, wall time and its command."""
   md = ["## Runs", "", "Device and wall time from each run's "
         "`run_info.jsonl`; each command as today's code runs it (the same "
@@ -245,22 +332,37 @@ def runs_section(runs) -> list[str]:
         "today's config has no such fields. A workdir trained with those "
         "fields does not resume under today's code.", ""]
   listed = set()
-  for run in sorted(runs, key=lambda r: run_cells.label_order(r["label"])):
-    if run["run_dir"] in listed:   # both readings' halves: one program
+  for run in sorted(ev.runs, key=lambda r: run_cells.label_order(r.label)):
+    if run.run_dir in listed:   # both readings' halves: one program
       continue
-    listed.add(run["run_dir"])
-    reading = ("both readings side by side" if run["both_readings"]
-               else run_cells.reading_name(run["reading"]))
-    info = (run_cells.run_info(run["path"])
-            or "device and wall time not recorded")
-    md.append(f"- {run['label']}, {reading}: {_steps_line(run)}; {info}; "
-              f"{_command_words(run)}")
+    listed.add(run.run_dir)
+    reading = ("both readings side by side" if run.both_readings
+               else run_cells.reading_name(run.reading))
+    info = run_info(run) or "device and wall time not recorded"
+    md.append(f"- {run.label}, {reading}: {_steps_line(run)}; {info}; "
+              f"{_command_words(run, ev.commands[run.run_dir])}")
   return md
 
 
-def deviations(rows) -> list[str]:
+def deviations(ev) -> list[str]:
   """Why the numbers may differ from the paper's."""
-  found = [locater_minimum.target_line(rows, run_cells.READINGS),
-           locater_minimum.bias_line(rows, run_cells.READINGS)]
+  found = [locater_minimum.target_line(ev.minimum, run_cells.READINGS),
+           locater_minimum.bias_line(ev.minimum, ev.groups,
+                                     run_cells.READINGS)]
   return ["## Why this may differ from the paper", ""] + [
       f"- {d}" for d in tuple(x for x in found if x) + DEVIATIONS]
+
+
+def render(ev, page: Page, command: str, records_dir=None) -> list[str]:
+  """REPRODUCTION.md's lines: the sections in order, a blank line between
+  (figures saved on `page`)."""
+  parts = [title(command, records_dir, page), answer_section(ev),
+           rules_section(ev), every_verdict(ev), kappa2_curve(ev),
+           locater_minimum_section(ev), figures_section(ev, page),
+           still_to_run(ev), rerun_spread(ev), runs_section(ev),
+           deviations(ev)]
+  md = parts[0]
+  for part in parts[1:]:
+    if part:
+      md += [""] + part
+  return md

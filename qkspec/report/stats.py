@@ -4,8 +4,9 @@ Each claim is a difference d = alt - base between two members of one seed
 (same initialisation and batches), read through three rules: below the
 minimal effect (`min_effect`) it is "no practical effect"; with two seeds
 or more a paired t-test (`paired_test`) decides; with one seed |d| must
-exceed a floor (`one_seed_floor`, measured as `floors` says), and the
-verdict is only "indicative (one seed)". `time_average` reads two curves
+exceed every floor the records measure (`one_seed_floor`, `floors`), and
+the verdict is only "indicative (one seed)"; "undetermined" where |d|
+clears some of them but not all. `time_average` reads two curves
 over training, `slope` and `bonferroni` a metric as a curve over kappa2;
 `sign_test` and `holm` pool the cells of a claim (`pooled`).
 """
@@ -25,6 +26,9 @@ WARMUP = 0.1     # the first 10% of the planned steps are left out
 REPRODUCED, REVERSED = "reproduced", "reversed"
 NOT_SIGNIFICANT, NO_EFFECT = "not significant", "no practical effect"
 INDICATIVE = "indicative (one seed)"
+UNDETERMINED = "undetermined"
+# a one-seed difference against its floors (`floors.one_seed`)
+SIGNIFICANT, BETWEEN, BELOW = "beyond every floor", "between", "below"
 
 
 def t_critical(dof: int, level: float = LEVEL) -> float:
@@ -95,15 +99,18 @@ def holm(p_values) -> np.ndarray:
   return out
 
 
-def decide(diff: float, sign: int, minimal: float, significant: bool,
+def decide(diff: float, sign: int, minimal: float, outcome: str,
            one_seed: bool) -> str:
   """The verdict on `diff` of expected `sign`: `NO_EFFECT` below
-  `minimal`, else by `significant`; `INDICATIVE` with one seed."""
+  `minimal`, else by the test's `outcome` (`SIGNIFICANT`, `BETWEEN` its
+  floors: `UNDETERMINED`, `BELOW`); `INDICATIVE` with one seed."""
   if not np.isfinite(diff):
     return NOT_SIGNIFICANT
   if abs(diff) < minimal:
     return NO_EFFECT
-  if not significant:
+  if outcome == BETWEEN:
+    return UNDETERMINED
+  if outcome != SIGNIFICANT:
     return NOT_SIGNIFICANT
   if one_seed:
     return INDICATIVE

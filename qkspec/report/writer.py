@@ -1,30 +1,49 @@
 """REPRODUCTION.md from training run directories (paper Sec. 7, Figs. 6-12).
 
-`write_report(run_dirs, out_path)` reads the runs (`run_cells`), judges
-the claims (`verdicts`, `claims`), opens with the answer (`answer`) and
-writes the report with `summary.csv`, `summary.json` and the figures. With
+`write_report(run_dirs, out_path)` runs the report's phases once each:
+read the runs (`run_cells`), judge them into one frozen
+`evidence.Evidence`, render its sections (`sections`, figures saved on the
+way) and write the markdown with `summary.csv` and `summary.json`. With
 `records_dir` it records each run first (`qkspec.records.store`) and
 reports on every record there, so it regenerates without the runs.
 """
 import csv
+import dataclasses
 import json
 import os
 import pathlib
 
 from qkspec.records import store
-from qkspec.report import claims
+from qkspec.report import backlog
+from qkspec.report import commands
+from qkspec.report import evidence
 from qkspec.report import floors
 from qkspec.report import locater_minimum
 from qkspec.report import pooled
-from qkspec.report import replicates
 from qkspec.report import run_cells
 from qkspec.report import sections
+from qkspec.report import stripes
 from qkspec.report import verdicts
 
 
-def write_summary(rows, directory, judged, spread) -> list[str]:
+def _plain(x):
+  """`x` for summary.json: a typed record as a dict, the fields of its
+  `test` (a `verdicts.Test`) among its own."""
+  if dataclasses.is_dataclass(x):
+    fields = {f.name: getattr(x, f.name) for f in dataclasses.fields(x)}
+    test = fields.pop("test", None)
+    return _plain({**fields, **({} if test is None else _plain(test))})
+  if isinstance(x, dict):
+    return {k: _plain(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple, frozenset)):
+    return [_plain(v) for v in (sorted(x) if isinstance(x, frozenset) else x)]
+  return x
+
+
+def write_summary(ev, directory) -> list[str]:
   """Writes summary.csv and summary.json in `directory`; their paths."""
   os.makedirs(directory, exist_ok=True)
+  rows = [g.row(ev.commands) for g in ev.groups]
   csv_path = os.path.join(directory, "summary.csv")
   fields = [k for k in rows[0] if not k.endswith("_values")]
   with open(csv_path, "w", newline="") as f:
@@ -36,8 +55,11 @@ def write_summary(rows, directory, judged, spread) -> list[str]:
                   "commands": " ; ".join(r["commands"])})
   json_path = os.path.join(directory, "summary.json")
   with open(json_path, "w") as f:
-    json.dump(dict(rows=rows, verdicts=judged, rerun_spread=spread), f,
-              indent=1, default=str)
+    json.dump(dict(rows=rows, verdicts=_plain(ev.verdicts),
+                   stripes=_plain(ev.stripes), trends=_plain(ev.trends),
+                   pooled=[dict(_plain(t), holds=t.holds)
+                           for t in ev.pooled],
+                   rerun_spread=ev.spread), f, indent=1, default=str)
   return [csv_path, json_path]
 
 
@@ -62,39 +84,12 @@ def keep_records(run_dirs, records_dir, replicate_dirs=()
                        "record is named after its run directory's basename.")
     for d in dirs:
       config = run_cells.load_config(d)
-      command = run_cells.config_command(config, store.origin(d))
+      command = commands.config_command(config, store.origin(d),
+                                        *run_cells.figure_of(config))
       store.write(d, records_dir, run_cells.record_keys(config),
-                        role, command=command)
+                  role, command=command)
   return (store.listed(records_dir, "run"),
           store.listed(records_dir, "replicate"))
-
-
-def _replicates(replicate_dirs) -> tuple[list[dict], list[dict]]:
-  """(the replicate runs loaded, the spreads records kept without runs)."""
-  kept = [store.read(d).get("spread") for d in replicate_dirs]
-  return (run_cells.load_runs(
-      [d for d, s in zip(replicate_dirs, kept) if s is None]),
-          [s for s in kept if s is not None])
-
-
-def _spread(runs, loaded, kept) -> dict:
-  """`replicates.by_reading` of the replicates (and spreads records kept)."""
-  quantities = [(n, k) for n, k, _ in run_cells.QUANTITIES]
-  return replicates.by_reading(runs, loaded, quantities,
-                               {r["reading"] for r in runs}, kept)
-
-
-def _judge(runs, rows, by_cell, reruns) -> tuple:
-  """(cell verdicts, stripe verdicts, kappa2 curves, pooled tests with
-  Holm, the family of every test)."""
-  members = {k: run_cells.cell_members(c)[0] for k, c in by_cell.items()}
-  vs = locater_minimum.annotate(verdicts.verdicts(rows, members, reruns),
-                                rows)
-  stripe_vs = claims.stripe_verdicts(runs)
-  trends = verdicts.trends(rows, reruns)
-  tests = pooled.claim_tests(vs)
-  family = pooled.family(vs, trends, stripe_vs, tests)
-  return vs, stripe_vs, trends, pooled.with_holm(tests, family), family
 
 
 def _command(run_dirs, replicate_dirs, records_dir, out_path) -> str:
@@ -124,33 +119,33 @@ def write_report(run_dirs, out_path, figures_dir=None, command=None,
     if not run_dirs:
       raise ValueError(f"no run records in {records_dir}: give run "
                        "directories (launch/report.py --runs).")
-  runs = run_cells.load_runs(run_dirs)
-  rows = run_cells.summarize_runs(runs)
-  if not rows:
+  runs = run_cells.load_runs(run_dirs)                        # read
+  if not any(r.members for r in runs):
     raise ValueError("no members found in the run directories.")
-  by_cell = run_cells.cells(runs)
-  loaded, kept = _replicates(replicate_dirs)
-  reruns = floors.rerun_reference(runs, loaded)
-  vs, stripe_vs, trends, tests, family = _judge(runs, rows, by_cell, reruns)
-  spread = _spread(runs, loaded, kept)
+  replicate_runs, kept = run_cells.load_replicates(replicate_dirs)
+  cells = run_cells.cells(runs)
+  groups = tuple(g for c in cells.values() for g in c.groups)
+  pairs = floors.pairs(runs, replicate_runs)                  # judge
+  seed_refs = floors.seed_references(cells)
+  reruns = floors.rerun_references(pairs)
+  held = floors.candidates(seed_refs, reruns)
+  spread, rerun_pairs = (floors.by_reading(pairs, kept),
+                         floors.reruns(runs + replicate_runs, pairs, kept))
+  minimum = locater_minimum.compare(groups)
+  vs = verdicts.verdicts(cells, held, locater_minimum.at_minimum(minimum))
+  trends = verdicts.trends(cells, held)
+  found = stripes.results(runs)
+  stripe_vs = stripes.stripe_verdicts(cells, found)
+  ev = evidence.Evidence(
+      runs=runs, commands=commands.by_run(runs), cells=cells, groups=groups,
+      seed_refs=seed_refs, reruns=reruns, spread=spread,
+      rerun_pairs=rerun_pairs, verdicts=vs, trends=trends,
+      pooled=pooled.claim_tests(vs), stripe_results=found,
+      stripes=stripe_vs, minimum=minimum,
+      backlog=backlog.plan(groups, stripe_vs, runs))
   page = sections.Page(out_path, _figures_dir(out_path, figures_dir))
-  summary = write_summary(rows, page.directory,
-                          vs + stripe_vs + trends + tests, spread)
-  parts = [sections.title(command, records_dir, page),
-           sections.answer_section(vs, stripe_vs, trends, tests),
-           sections.rules_section(rows, reruns, family),
-           sections.every_verdict(vs, stripe_vs),
-           sections.kappa2_curve(trends),
-           sections.locater_minimum_section(rows),
-           sections.figures_section(rows, by_cell, page),
-           sections.still_to_run(rows, runs, stripe_vs),
-           sections.rerun_spread(spread),
-           sections.runs_section(runs),
-           sections.deviations(rows)]
-  md = parts[0]
-  for part in parts[1:]:
-    if part:                            # a section, after a blank line
-      md += [""] + part
+  summary = write_summary(ev, page.directory)                 # write
+  md = sections.render(ev, page, command, records_dir)        # render
   out_path.parent.mkdir(parents=True, exist_ok=True)
   out_path.write_text("\n".join(md) + "\n")
   return [str(out_path)] + summary + page.paths

@@ -13,8 +13,9 @@ import numpy as np
 from configs import rho_training
 from qkspec.records import rundir
 from qkspec.records import store
-from qkspec.report import claims
+from qkspec.report import commands
 from qkspec.report import run_cells
+from qkspec.report import stripes
 from qkspec.report import writer
 from qkspec.training import loop
 from qkspec.training import metric_writer
@@ -33,9 +34,11 @@ def _final_values_only(record, dest):
   shutil.copytree(record, dest)
   members = rundir.load_members(record)
   entries = json.loads(_read(os.path.join(record, "members.json")))
-  for entry, m, (_, result) in zip(entries, members,
-                                   claims.rho_stripes(members)):
-    step = run_cells.last_step(m)
+  [run] = run_cells.load_runs([record])
+  found = stripes.results([run])
+  for entry, m, loaded in zip(entries, members, run.members):
+    result = found[loaded["key"]]
+    step = rundir.last_step(m)
     finals = {k: rundir.final_value(m["metrics"], k)
               for _, k, _ in run_cells.QUANTITIES}
     pathlib.Path(dest, m["dir"], "metrics.jsonl").write_text(
@@ -105,8 +108,8 @@ class RunRecordsTest(absltest.TestCase):
     # field the code later drops does not change an old run's command.
     config = json.loads(_read(os.path.join(self.run_dir, "config.json")))
     command = store.read(self.record)["command"]
-    self.assertEqual(command, run_cells.config_command(config,
-                                                         self.run_dir))
+    self.assertEqual(command, commands.config_command(
+        config, self.run_dir, *run_cells.figure_of(config)))
     self.assertIn(f"`{command}`", self.md)
     old = os.path.join(self.tmp, "old_record")
     shutil.copytree(self.record, old)
@@ -114,7 +117,7 @@ class RunRecordsTest(absltest.TestCase):
     record["command"] = "python launch/train.py --config.model.retired=1"
     pathlib.Path(old, "record.json").write_text(json.dumps(record))
     [run] = [r for r in run_cells.load_runs([old])]
-    self.assertEqual(run["trained_command"], record["command"])
+    self.assertEqual(run.trained_command, record["command"])
 
   def test_recording_again_replaces_the_record(self):
     records = os.path.join(self.tmp, "again")
@@ -163,7 +166,7 @@ class RunRecordsTest(absltest.TestCase):
                   md)
     answer = md[:md.index("## How a verdict is reached")]
     self.assertNotIn("superseded", answer)         # the kept test's D
-    self.assertIn("by the shift test", answer)
+    self.assertIn("By the shift test", answer)
     verdicts = [x for x in self.md.splitlines()
                 if x.startswith(("| Fig. 7", "- Fig. 7"))]
     self.assertNotEmpty(verdicts)
@@ -246,10 +249,14 @@ class RunRecordsTest(absltest.TestCase):
     rep = pathlib.Path(records, "replicates", "fig7_again")
     rep.mkdir(parents=True)
     where = "`a` vs `b`, kappa1 = 100, kappa2 = 1, seed 0"
-    (rep / "record.json").write_text(json.dumps(dict(
-        run_dir="fig7_again", role="replicate",
-        spread={"valid_ppl": dict(rel=0.012, where=where, n=2)})))
+    record = dict(run_dir="fig7_again", role="replicate",
+                  spread={"valid_ppl": dict(rel=0.012, where=where, n=2)})
+    (rep / "record.json").write_text(json.dumps(record))
     out = os.path.join(tmp, "REPRODUCTION.md")
+    with self.assertRaisesRegex(ValueError, "names its reading of kappa"):
+      writer.write_report([], out, records_dir=records)
+    (rep / "record.json").write_text(json.dumps(dict(record,
+                                                     reading="mean_loss")))
     writer.write_report([], out, records_dir=records)
     self.assertIn("- literal (mean_loss): valid ppl 0.012 (largest relative "
                   "difference of 2 pairs)", _read(out))

@@ -1,6 +1,6 @@
 """Tests for qkspec.report.backlog: the GPU backlog in priority order."""
-import re
-from unittest import mock
+import dataclasses
+import math
 
 from absl.testing import absltest
 
@@ -8,7 +8,9 @@ from qkspec.config import defaults
 from qkspec.report import backlog
 from qkspec.report import commands
 from qkspec.report import run_cells
+from qkspec.report import stripes
 from qkspec.training import sweep
+import report_fixtures
 
 _FIGS = {"6": (1, 128), "7": (1, 128), "8": (1, 32), "9": (3, 32),
          "10": (6, 32), "11": (3, 128), "12": (6, 128)}
@@ -16,17 +18,21 @@ _FIGS = {"6": (1, 128), "7": (1, 128), "8": (1, 32), "9": (3, 32),
 
 def _rows(fig, seeds, kappa2s=defaults.KAPPA2_SWEEP, none=True,
           final_step=50_000, smoke=False):
-  """Summary rows of `fig` under both readings: LocATER at `kappa2s` and
+  """Member groups of `fig` under both readings: LocATER at `kappa2s` and
   (`none`) the no-LocATER member, each with `seeds`."""
-  groups = [(100.0, k) for k in kappa2s] + [(0.0, 0.0)] * none
-  return [dict(figure=fig, reading=reading, kappa1=k1, kappa2=k2,
-               seeds=list(seeds), n_seeds=len(seeds), final_step=final_step,
-               smoke=smoke) for reading in run_cells.READINGS
-          for k1, k2 in groups]
+  pairs = [(100.0, k) for k in kappa2s] + [(0.0, 0.0)] * none
+  return [run_cells.group(
+      {}, figure=fig, label=f"Fig. {fig}", smoke=smoke, reading=reading,
+      run_dirs=(), d_model=0, num_layers=0, seq_len=64, kappa1=k1,
+      kappa2=k2, target=1.0, seeds=tuple(seeds), final_step=final_step,
+      num_steps=50_000) for reading in run_cells.READINGS for k1, k2 in pairs]
 
 
 def _maps(kept=False, steps=50_000):
-  return [dict(reading=r, kept=kept, steps=steps) for r in run_cells.READINGS]
+  return [stripes.StripeVerdict(
+      label="Fig. 7", reading=r, verdict="reproduced", locater=(1, 1),
+      without=(1, 0), kept=kept, earlier=kept, steps=steps, p_values=())
+          for r in run_cells.READINGS]
 
 
 def _complete():
@@ -77,7 +83,7 @@ class ItemsTest(absltest.TestCase):
 
   def test_a_shortened_or_smoke_group_is_not_done(self):
     for change in (dict(final_step=20_000), dict(smoke=True)):
-      rows = [dict(r, **change) if r["figure"] == "9" else r
+      rows = [dataclasses.replace(r, **change) if r.figure == "9" else r
               for r in _complete()]
       [(_, cs)] = backlog.items(rows, _maps())
       self.assertEqual(cs, [("9", "configs/depth_width.py",
@@ -85,7 +91,7 @@ class ItemsTest(absltest.TestCase):
 
   def test_only_the_none_member_missing_trains_it_alone(self):
     rows = [r for r in _complete()
-            if not (r["figure"] == "11" and r["kappa1"] == 0)]
+            if not (r.figure == "11" and r.kappa1 == 0)]
     rows += _rows("11", [0], kappa2s=(), none=True)
     [(_, cs)] = backlog.items(rows, _maps())
     self.assertEqual(cs, [("11", "configs/depth_width.py",
@@ -131,24 +137,43 @@ class ProjectionTest(absltest.TestCase):
     self.assertAlmostEqual(backlog.project(walls, 12), 12 * 0.4)
     self.assertAlmostEqual(backlog.project(walls, 6), 6 * 0.55)   # median
     self.assertAlmostEqual(backlog.project(walls, 1), 1.6)
-    self.assertTrue(backlog.project([], 3) != backlog.project([], 3))  # NaN
+    self.assertTrue(math.isnan(backlog.project([], 3)))
 
-  def test_lines_number_the_items_and_sum_the_minutes(self):
-    run = dict(smoke=False, final_step=50_000, path="p", num_layers=1,
-               d_model=128, members=[{}] * 5)
-    with mock.patch.object(run_cells, "wall_minutes", return_value=2.5):
-      lines = backlog.still_to_run(_rows("6", range(3), none=False),
-                                   [run], _maps())
-    self.assertTrue(lines[0].startswith("1. The no-LocATER member"), lines)
-    # none,seeds=3: 3 members x 0.5 min; Fig. 10's: no run to project from
-    self.assertIn("(no recorded run of its architecture to project from)",
-                  lines[0])
-    self.assertRegex(lines[1], r"^2\. Fig\. 6 with kappa2 = 10, 100, 1000, "
-                     r"both readings, until tr\(W_QK\) reaches its target "
-                     r"\(≈ 9 GPU min\): `python launch/train.py")
-    self.assertLen(re.findall(r"`python launch/train.py", "\n".join(lines)),
-                   len(_commands(backlog.items(
-                       _rows("6", range(3), none=False), _maps()))))
+  def test_projected_on_the_device_most_runs_ran_on(self):
+    """Two Fig. 6 runs of 5 members on the H200 (2.5 and 3.5 min), one on
+    an H100 (8 min): minutes per member 0.6 on the H200, the H100 run 8 /
+    5 / 0.6 = 2.7 times as long."""
+    def run(path, minutes, device):
+      return report_fixtures.run(path, [report_fixtures.member(
+          100.0, k) for k in defaults.KAPPA2_SWEEP], "Fig. 6", info=[dict(
+              wall_s=60 * minutes, device_kind=device, device_count=1)])
+    runs = [run("a", 2.5, "H200"), run("b", 3.5, "H200"),
+            run("c", 8.0, "H100")]
+    plan = backlog.plan(_rows("6", range(3), none=False), _maps(), runs)
+    self.assertEqual(plan.device, "H200")
+    [ratio] = plan.slower
+    self.assertAlmostEqual(ratio, 8.0 / 5 / 0.6)
+    first = plan.items[0]
+    self.assertStartsWith(first.what, "the no-LocATER member")
+    # none,seeds=3: 3 members x 0.6 min; Fig. 10's: no run to project from
+    self.assertTrue(math.isnan(first.minutes))
+    self.assertAlmostEqual(plan.items[1].minutes, 18 * 0.6)   # 18 members
+    self.assertEqual(first.commands[0], backlog.command(
+        "6", "configs/locater_wt2.py", "none,seeds=3"))
+
+
+class BatchSeedTest(absltest.TestCase):
+
+  def test_a_whole_sweep_of_one_seed_varies_the_batch_order(self):
+    self.assertEqual(backlog.batch_seed("L=1,d=32,both_readings,contrast,"
+                                        "seed=2"), 2)
+    for arg in ("none,seed=1", "kappa2=10,both_readings,seed=1",
+                "both_readings,contrast,seeds=3", "both_readings"):
+      self.assertEqual(backlog.batch_seed(arg), 0, arg)
+    command = backlog.command("8", "configs/depth_width.py",
+                              "L=1,d=32,both_readings,contrast,seed=2")
+    self.assertIn(" --config.data.seed=2 --workdir ", command)
+    self.assertEqual(commands.check(command).data.seed, 2)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,22 @@
-"""Tests for qkspec.report.commands: commands that run under today's code."""
+"""Tests for qkspec.report.commands: commands that run under today's code,
+and the commands that rebuild a run's config."""
+import dataclasses
+import json
 import re
 
 from absl.testing import absltest
 
+from configs import depth_width
+from configs import locater_wt2
+from configs import rho_training
 from qkspec import cli
+from qkspec.config import defaults
+from qkspec.config import schema
 from qkspec.report import commands
+from qkspec.report import run_cells
 from qkspec.report import sections
+from qkspec.training import sweep
+import report_fixtures
 import testutil
 
 _OLD = ("python launch/train.py --config configs/depth_width.py:L=6,d=32,"
@@ -82,23 +93,118 @@ class CommandsTest(absltest.TestCase):
 class RunsSectionTest(absltest.TestCase):
 
   def test_today_s_command_then_the_flags_as_trained_at_their_commit(self):
-    run = dict(run_dir="runs/fig10_both", path="/nonexistent", label="Fig. 10",
-               reading="mean_loss", both_readings=True, final_step=50_000,
-               num_steps=50_000, command=commands.as_run_today(_OLD),
-               trained_command=_OLD, commit="0efd96a")
-    [line] = sections.runs_section([run])[4:]
+    run = report_fixtures.run(
+        "runs/fig10_both", [report_fixtures.member(100.0, 0.0)], "Fig. 10",
+        record=dict(command=_OLD, commit="0efd96a"))
+    today = commands.by_run([run])
+    self.assertEqual(today, {"runs/fig10_both": commands.today(_OLD)})
+    ev = report_fixtures.evidence_of([run])
+    [line] = sections.runs_section(dataclasses.replace(ev, commands=today))[4:]
     self.assertIn(f"`{commands.today(_OLD)}`; trained at commit 0efd96a (the "
                   "first to report it) with `--config.model.attention_impl="
                   "pallas --config.model.fused_qkv=True --config.model."
                   "loss_impl=pallas --config.model.loss_pallas=64x128x4x2x4/"
                   "fa3/fa3x2`", line)
-    today = commands.today(_OLD)
-    [line] = sections.runs_section([dict(run, command=today,
-                                         trained_command=today)])[4:]
-    self.assertNotIn("trained at", line)
+    same = dataclasses.replace(ev, commands={run.run_dir: _OLD})
+    self.assertNotIn("trained at", sections.runs_section(same)[4])
     # a command whose config cannot be loaded is printed as it is
     odd = "python launch/train.py --config configs/nope.py --workdir w"
     self.assertEqual(commands.as_run_today(odd), odd)
+
+  def test_a_run_without_a_record_is_rebuilt_from_its_config(self):
+    config = json.loads(locater_wt2.get_config("fairseq").to_json())
+    run = report_fixtures.run("w", [], record={})
+    run = dataclasses.replace(run, config=config)
+    self.assertEqual(commands.by_run([run, run]), {
+        "w": _rebuilt(config, "w")})
+    self.assertIn("configs/locater_wt2.py:fairseq --workdir w",
+                  _rebuilt(config, "w"))
+
+
+def _rebuilt(config, run_dir):
+  return commands.config_command(config, run_dir,
+                                 *run_cells.figure_of(config))
+
+
+class SeedArgumentTest(absltest.TestCase):
+
+  def test_one_seed_alone_and_the_command_rebuilds(self):
+    for module, arg in ((locater_wt2, "seed=2,fairseq"),
+                        (depth_width, "L=3,d=32,seed=2,fairseq"),
+                        (rho_training, "seed=2,fairseq")):
+      c = module.get_config(arg)
+      schema.validate(c)
+      self.assertEqual({m["seed"] for m in sweep.members(c)}, {2}, arg)
+      command = _rebuilt(json.loads(c.to_json()), "/tmp/w")
+      self.assertIn(f":{arg} --workdir", command)       # no overrides
+      with self.assertRaisesRegex(ValueError, "give one"):
+        module.get_config(arg.replace("seed=2", "seed=2,seeds=3"))
+    self.assertEqual(locater_wt2.get_config().seed, 0)
+
+
+class NoneArgumentTest(absltest.TestCase):
+
+  def test_the_no_locater_member_alone_and_the_command_rebuilds(self):
+    for module, arg, fig in ((depth_width, "L=3,d=32,none,seed=1", "9"),
+                             (locater_wt2, "none,fairseq", "6")):
+      c = module.get_config(arg)
+      schema.validate(c)
+      [member] = sweep.members(c)
+      self.assertEqual((member["kappa1"], member["kappa2"]), (0.0, 0.0))
+      config = json.loads(c.to_json())
+      self.assertEqual(run_cells.figure_of(config), (fig, False))
+      self.assertIn(f":{arg.replace('none,seed=1', 'seed=1,none')} "
+                    "--workdir", _rebuilt(config, "/tmp/w"))
+    two = depth_width.get_config("L=3,d=32,none,seeds=2")
+    self.assertEqual([(m["seed"], m["kappa1"]) for m in sweep.members(two)],
+                     [(0, 0.0), (1, 0.0)])
+    with self.assertRaisesRegex(ValueError, "give one"):
+      depth_width.get_config("L=3,d=32,none,contrast")
+
+  def test_a_swept_tuple_is_passed_quoted_whatever_its_length(self):
+    config = json.loads(locater_wt2.get_config().to_json())
+    for target, flag in (([0.5], '"(0.5,)"'), ([0.5, 1.0], '"(0.5, 1.0)"')):
+      config["sweep"]["target"] = target
+      self.assertIn(f" --config.sweep.target={flag} ",
+                    _rebuilt(config, "/tmp/w"))
+
+
+class Kappa2ArgumentTest(absltest.TestCase):
+
+  def test_other_kappa2_train_and_the_command_rebuilds(self):
+    for module, arg in ((locater_wt2, "kappa2=10,100,1000,seeds=3,"
+                         "both_readings"),
+                        (depth_width, "L=6,d=32,kappa2=0,1,seed=1,contrast")):
+      c = module.get_config(arg)
+      schema.validate(c)
+      kappa2 = {m["kappa2"] for m in sweep.members(c) if m["kappa1"] > 0}
+      self.assertEqual(kappa2, {10.0, 100.0, 1000.0} if "seeds" in arg
+                       else {0.0, 1.0})
+      command = _rebuilt(json.loads(c.to_json()), "/tmp/w")
+      self.assertIn(f":{arg} --workdir", command)        # no overrides
+
+
+class ContrastArgumentTest(absltest.TestCase):
+
+  def test_one_no_locater_member_per_seed_and_the_command_rebuilds(self):
+    c = depth_width.get_config("L=3,d=32,seeds=2,contrast")
+    schema.validate(c)
+    members = sweep.members(c)
+    self.assertLen(members, 12)
+    for seed in (0, 1):
+      pairs = [(m["kappa1"], m["kappa2"]) for m in members
+               if m["seed"] == seed]
+      self.assertEqual(pairs, [(100.0, k) for k in defaults.KAPPA2_SWEEP]
+                       + [(0.0, 0.0)])
+    config = json.loads(c.to_json())
+    self.assertEqual(run_cells.figure_of(config), ("9", False))
+    command = _rebuilt(config, "/tmp/w")
+    self.assertIn("--config configs/depth_width.py:L=3,d=32,seeds=2,"
+                  "contrast --workdir", command)       # no overrides
+    one = json.loads(depth_width.get_config("L=1,d=32,contrast").to_json())
+    self.assertLen(one["sweep"]["kappa1"], 6)
+    self.assertIn("configs/depth_width.py:L=1,d=32,contrast --workdir",
+                  _rebuilt(one, "/tmp/w"))
 
 
 class DocumentedCommandsTest(absltest.TestCase):

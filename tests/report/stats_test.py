@@ -57,15 +57,15 @@ class MinimalEffectTest(parameterized.TestCase):
       self, quantity, level, below, above):
     for diff, want in ((below, rs.NO_EFFECT), (above, rs.REPRODUCED)):
       m = rs.min_effect(quantity, level, level + diff)
-      self.assertEqual(rs.decide(diff, +1, m, True, False), want)
+      self.assertEqual(rs.decide(diff, +1, m, rs.SIGNIFICANT, False), want)
 
   def test_significant_but_tiny_is_no_practical_effect(self):
     d = np.full(4, 0.0017) + [0, 1e-4, -1e-4, 0]   # +0.0017 nats, t ~ 30
     test = rs.paired_test(d)
     self.assertTrue(test["significant"])
     self.assertEqual(rs.decide(test["mean"], +1,
-                               rs.min_effect("entropy", 2.8, 2.8), True,
-                               False), rs.NO_EFFECT)
+                               rs.min_effect("entropy", 2.8, 2.8),
+                               rs.SIGNIFICANT, False), rs.NO_EFFECT)
 
 
 class OneSeedTest(absltest.TestCase):
@@ -79,12 +79,17 @@ class OneSeedTest(absltest.TestCase):
     for diff, want in ((0.95 * floor, rs.NOT_SIGNIFICANT),
                        (1.05 * floor, rs.INDICATIVE)):
       got = rs.decide(diff, -1, rs.min_effect("valid_ppl", 240, 250),
-                      abs(diff) > floor, one_seed=True)
+                      rs.SIGNIFICANT if abs(diff) > floor else rs.BELOW,
+                      one_seed=True)
       self.assertEqual(got, want)
 
-  def test_one_seed_is_never_reproduced_or_reversed(self):
+  def test_between_floors_is_undetermined_one_seed_never_reproduced(self):
     for sign in (+1, -1):
-      self.assertEqual(rs.decide(5.0, sign, 0.1, True, True), rs.INDICATIVE)
+      self.assertEqual(rs.decide(5.0, sign, 0.1, rs.SIGNIFICANT, True),
+                       rs.INDICATIVE)
+      self.assertEqual(rs.decide(5.0, sign, 0.1, rs.BETWEEN, True),
+                       rs.UNDETERMINED)
+    self.assertEqual(rs.decide(0.05, 1, 0.1, rs.BETWEEN, True), rs.NO_EFFECT)
 
   def test_p_value_at_the_critical_value_is_the_level(self):
     for dof in (1, 3, 5):

@@ -3,6 +3,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
+from qkspec.report import run_cells
 from qkspec.report import stripes
 import report_fixtures
 
@@ -103,9 +104,73 @@ class StripeTest(parameterized.TestCase):
          "stripes": True}),
                      "stripes (D = 0.25 at key 12, shift test p = 0.005)")
     kept = {"contrast": 0.206, "p_value": 0.00498, "stripes": True}
-    self.assertTrue(stripes.earlier(kept))
+    self.assertTrue(stripes.earlier_result(kept))
     self.assertEqual(stripes.describe(kept),
                      "stripes (C = 0.206, permutation p = 0.00498)")
+
+
+def _fig7(locater, none, reading="mean_loss", step=50_000):
+  """A Fig. 7 run: LocATER's and no LocATER's rho maps (or, where a map
+  is None, a record's kept result of the earlier test)."""
+  members = []
+  for kappa1, rho in ((100.0, locater), (0.0, none)):
+    m = report_fixtures.member(kappa1, kappa1 / 100, step=step,
+                               reading=reading)
+    if rho is None:
+      m["stripes"] = {"contrast": 0.2, "p_value": 0.00498, "stripes": True}
+    else:
+      m["metrics"]["l0/rho"] = (
+          np.linspace(step / len(rho), step, len(rho)).astype(int), rho)
+    members.append(m)
+  return report_fixtures.run("rho", members, "Fig. 7", reading)
+
+
+_STRIPED = report_fixtures.rho_map(report_fixtures.striped_profile())
+_GRADIENT = report_fixtures.rho_map(0.1 + 0.8 * _X)
+
+
+def _verdicts(*runs):
+  return stripes.stripe_verdicts(run_cells.cells(runs), stripes.results(runs))
+
+
+class StripeVerdictTest(absltest.TestCase):
+
+  def test_stripes_with_locater_only_is_reproduced(self):
+    cases = {(True, False): "reproduced", (False, True): "reversed",
+             (True, True): "not reproduced", (False, False): "not reproduced"}
+    for (with_, without), want in cases.items():
+      [v] = _verdicts(_fig7(_STRIPED if with_ else _GRADIENT,
+                            _STRIPED if without else _GRADIENT))
+      self.assertEqual(v.verdict, want, (with_, without))
+      self.assertEqual((v.locater, v.without), ((1, with_), (1, without)))
+      self.assertFalse(v.kept or v.earlier)
+    [v] = _verdicts(_fig7(_STRIPED, _GRADIENT, step=5_000))
+    self.assertEqual(v.steps, 5_000)
+
+  def test_each_map_is_tested_once(self):
+    run = _fig7(_STRIPED, _GRADIENT)
+    found = stripes.results([run])
+    self.assertEqual(sorted(found), [("rho", 0), ("rho", 1)])
+    self.assertEqual(found["rho", 0], stripes.stripe_test(_STRIPED))
+    [v] = stripes.stripe_verdicts(run_cells.cells([run]), found)
+    self.assertEqual(v.p_values, (found["rho", 0]["p_value"],
+                                  found["rho", 1]["p_value"]))
+
+  def test_the_earlier_test_s_stripes_leave_it_undetermined(self):
+    """It calls a smooth gradient stripes: stripes in both maps may be
+    stripes in neither; a LocATER map without them still says "not
+    reproduced", as the earlier test finds too many, not too few."""
+    [v] = _verdicts(_fig7(None, None))
+    self.assertEqual(v.verdict, stripes.UNDECIDED)
+    self.assertTrue(v.kept and v.earlier)
+    run = _fig7(None, None)
+    run.members[0]["stripes"] = dict(run.members[0]["stripes"],
+                                     stripes=False)
+    [v] = _verdicts(run)
+    self.assertEqual(v.verdict, "not reproduced")
+
+  def test_no_fig7_run_no_verdict(self):
+    self.assertEqual(_verdicts(*report_fixtures.sweep("s", "Fig. 6")), ())
 
 
 if __name__ == "__main__":

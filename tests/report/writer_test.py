@@ -1,4 +1,5 @@
 """Tests for qkspec.report.writer: REPRODUCTION.md and its figures."""
+import contextlib
 import csv
 import json
 import math
@@ -8,20 +9,34 @@ import tempfile
 from unittest import mock
 
 from absl.testing import absltest
-import numpy as np
 
 from configs import locater_wt2
 from configs import rho_training
 from qkspec.plots import training_figures
 from qkspec.records import rundir
-from qkspec.report import claims
-from qkspec.report import figures
+from qkspec.report import backlog
+from qkspec.report import commands
+from qkspec.report import floors
 from qkspec.report import locater_minimum
+from qkspec.report import pooled
 from qkspec.report import run_cells
+from qkspec.report import sections
+from qkspec.report import stripes
+from qkspec.report import verdicts
 from qkspec.report import writer
 from qkspec.training import loop
-import report_fixtures
+import report_trip
 import testutil
+
+# Each derived quantity of the report, and where it is derived: once.
+_DERIVED = ((run_cells, "load_runs"), (run_cells, "cells"),
+            (commands, "by_run"), (floors, "pairs"),
+            (floors, "seed_references"), (floors, "rerun_references"),
+            (floors, "candidates"), (floors, "by_reading"),
+            (floors, "reruns"), (locater_minimum, "compare"),
+            (verdicts, "verdicts"), (verdicts, "trends"),
+            (pooled, "claim_tests"), (stripes, "results"),
+            (stripes, "stripe_verdicts"), (backlog, "plan"))
 
 
 class WriteReportTest(absltest.TestCase):
@@ -42,13 +57,24 @@ class WriteReportTest(absltest.TestCase):
     cls.replicate = os.path.join(cls.tmp, "rerun")
     shutil.copytree(cls.runs[0], cls.replicate)
     cls.out = os.path.join(cls.tmp, "REPRODUCTION.md")
-    cls.paths = writer.write_report(cls.runs, cls.out,
-                                    replicate_dirs=[cls.replicate])
+    cls.calls = {}
+    with contextlib.ExitStack() as stack:
+      for module, name in _DERIVED:
+        cls.calls[name] = stack.enter_context(mock.patch.object(
+            module, name, wraps=getattr(module, name)))
+      cls.paths = writer.write_report(cls.runs, cls.out,
+                                      replicate_dirs=[cls.replicate])
     with open(cls.out) as f:
       cls.md = f.read()
 
+  def test_each_derived_quantity_once_per_report(self):
+    for (_, name), call in zip(_DERIVED, self.calls.values()):
+      self.assertEqual(call.call_count, 1 + (name == "load_runs"), name)
+    # load_runs: the runs, then the replicates
+
   def test_summary_rows_per_reading_and_kappa2(self):
-    rows = run_cells.summarize(self.runs)
+    with open(os.path.join(self.tmp, "reproduction", "summary.json")) as f:
+      rows = json.load(f)["rows"]
     self.assertLen(rows, 4)
     for r in rows:
       self.assertEqual((r["label"], r["n_seeds"], r["final_step"],
@@ -95,32 +121,11 @@ class WriteReportTest(absltest.TestCase):
 
   def test_runs_list_device_precision_and_wall_time(self):
     # The loop wrote one run_info.jsonl line per run (this CPU, float32).
-    info = run_cells.run_info(self.runs[0])
+    info = sections.run_info(run_cells.load_runs(self.runs[:1])[0])
     self.assertRegex(info, r"^1 x .+; compute float32; wall \d+\.\d min "
                      r"in 1 invocation \(setup \d+ s, compile \d+ s, steps "
                      r"\d+ s, .*other \d+ s\)$")
     self.assertIn(info, self.md)
-    # A resumed run: its invocations' wall times add up.
-    d = tempfile.mkdtemp()
-    with open(os.path.join(d, "run_info.jsonl"), "w") as f:
-      for wall, dtype in ((60.0, "bfloat16"), (30.0, "bfloat16")):
-        f.write(json.dumps({"wall_s": wall, "device_kind": "H100",
-                            "device_count": 1, "compute_dtype": dtype}) + "\n")
-    self.assertEqual(run_cells.run_info(d),
-                     "1 x H100; compute bfloat16; wall 1.5 min in 2 "
-                     "invocations (setup, compilation and evaluation "
-                     "included)")
-    # with the loop's phases: summed over the invocations
-    with open(os.path.join(d, "run_info.jsonl"), "w") as f:
-      for steps in (50.0, 20.0):
-        f.write(json.dumps({
-            "wall_s": steps + 10, "device_kind": "H100", "device_count": 1,
-            "phases_s": {"setup": 4.0, "compile": 6.0, "steps": steps}}
-                           ) + "\n")
-    self.assertEqual(run_cells.run_info(d),
-                     "1 x H100; compute float32; wall 1.5 min in 2 "
-                     "invocations (setup 8 s, compile 12 s, steps 70 s)")
-    self.assertEqual(run_cells.run_info(tempfile.mkdtemp()), "")
 
   def test_artefacts_exist(self):
     figures_dir = os.path.join(self.tmp, "reproduction")
@@ -138,10 +143,14 @@ class WriteReportTest(absltest.TestCase):
                   fairseq[0]["commands"])
     self.assertNotIn(" ; ", fairseq[0]["commands"])     # one run per cell
     self.assertEqual(summary["rows"][0]["commands"], [rows[0]["commands"]])
-    self.assertEqual(set(summary), {"rows", "verdicts", "rerun_spread"})
+    self.assertEqual(set(summary), {"rows", "verdicts", "stripes", "trends",
+                                    "pooled", "rerun_spread"})
+    self.assertEqual({t["family"] for t in summary["pooled"]},
+                     {"primary", None})          # no no-LocATER member
 
   def test_rebuilt_command_names_the_overrides(self):
-    command = run_cells.load_runs(self.runs[:1])[0]["command"]
+    command = commands.by_run(run_cells.load_runs(self.runs[:1]))[
+        self.runs[0]]
     self.assertIn("configs/locater_wt2.py:kappa2=0,1,seeds=2,smoke ", command)
     self.assertIn("--config.num_steps=2", command)
     self.assertNotIn("--config.locater", command)
@@ -167,29 +176,6 @@ class NoneOnlyReportTest(absltest.TestCase):
       self.assertNotIn("![Fig. 6 (smoke)](", f.read())
 
 
-class ReadingLinesTest(absltest.TestCase):
-
-  def test_a_reading_with_its_no_locater_member_alone_draws_no_line(self):
-    def fairseq(*a, **k):
-      return dict(report_fixtures.summary_row(*a, **k), reading="summed_loss")
-
-    rows = [report_fixtures.summary_row(0.0, 43.0, 2.35, 201.7, n_seeds=1,
-                                        kappa1=0.0),
-            fairseq(0.0, 0.054, 2.784, 213.6, n_seeds=1),
-            fairseq(1.0, 0.057, 2.788, 213.6, n_seeds=1)]
-    with mock.patch.object(locater_minimum, "star_curve",
-                           return_value=([], [])):
-      fig = figures.kappa2_figure(rows, "Fig. 6")
-    labels = [ax.get_legend_handles_labels()[1] for ax in fig.axes]
-    # the no-LocATER member as a line in B (on a log axis), C and D
-    self.assertEqual(labels[0], ["1: fairseq (summed_loss)",
-                                 "no LocATER (43)"])
-    self.assertEqual(fig.axes[0].get_yscale(), "log")
-    self.assertCountEqual(labels[1], ["1: fairseq (summed_loss)",
-                                      "no LocATER (2.35)"])
-    self.assertIn("no LocATER (201.7)", labels[2])
-
-
 @testutil.slow("a Fig. 7 smoke run trained and reported; store_test "
                "redraws Fig. 7 from recorded maps")
 class Fig7StripesTest(absltest.TestCase):
@@ -207,7 +193,10 @@ class Fig7StripesTest(absltest.TestCase):
     with open(out) as f:
       md = f.read()
     loaded = rundir.load_members(workdir)
-    members = claims.rho_stripes(loaded)
+    [run] = run_cells.load_runs([workdir])
+    found = stripes.results([run])
+    members = [(n, found[m["key"]]) for n, m in zip(
+        rundir.member_names(loaded), run.members)]
     self.assertLen(members, 2)                 # LocATER and none
     for name, result in members:
       self.assertIn(f"  - {name}: ", md)
@@ -227,24 +216,22 @@ class Fig7StripesTest(absltest.TestCase):
         md)
 
 
-class GapTest(absltest.TestCase):
+@testutil.slow("the committed records read and judged under a profiler; "
+               "WriteReportTest checks that each derived quantity is "
+               "computed once")
+class TripTest(absltest.TestCase):
 
-  def test_one_line_per_member_on_a_band_of_the_minimal_effect(self):
-    fig = figures.gap_figure(
-        [report_fixtures.gap_member(100.0, 0.0, [300.0, 250.0, 240.0]),
-         report_fixtures.gap_member(100.0, 1.0, [300.0, 250.2, 240.1]),
-         report_fixtures.gap_member(0.0, 0.0, [290.0, 235.0, 230.0],
-                                    entropy=2.5)], "t")
-    for ax, band in zip(fig.axes[:2], (0.01, 0.24)):
-      self.assertEqual(ax.get_yscale(), "symlog")
-      self.assertLen(ax.get_lines(), 3)            # zero line + 2 members
-      self.assertAlmostEqual(ax.patches[0].get_y() + 0, -band)
-    np.testing.assert_allclose(fig.axes[1].get_lines()[2].get_ydata(),
-                               [-10.0, -15.0, -10.0])
-
-  def test_no_figure_without_the_kappa2_zero_member(self):
-    self.assertIsNone(figures.gap_figure(
-        [report_fixtures.gap_member(100.0, 1.0, [1.0, 1.0, 1.0])], "t"))
+  def test_from_the_run_directories_to_the_verdicts(self):
+    """Read, then judge, before anything renders: at most 10 report files
+    on the way, the writer left once and entered again only at the end."""
+    rooms = report_trip.trip()
+    files, _ = report_trip.counts(rooms)
+    self.assertLessEqual(files, 10, rooms)
+    writer_at = [i for i, r in enumerate(rooms)
+                 if r == "qkspec/report/writer.py"]
+    self.assertEqual(writer_at, [0, len(rooms) - 1], rooms)
+    render = {"answer.py", "rules.py", "figures.py", "sections.py"}
+    self.assertEmpty([r for r in rooms if r.split("/")[-1] in render])
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from configs import locater_wt2
 from configs import rho_training
 from qkspec.config import defaults
 from qkspec.config import schema
+from qkspec.report import commands
 from qkspec.report import run_cells
 from qkspec.report import writer
 from qkspec.training import loop
@@ -173,25 +174,29 @@ class ReportTest(absltest.TestCase):
       loop.train_and_evaluate(c, cls.dirs[arg])
 
   def test_one_program_reports_as_the_two_runs(self):
-    packed = run_cells.summarize([self.dirs["seeds=2,both_readings"]])
-    apart = run_cells.summarize([self.dirs["seeds=2"],
-                              self.dirs["seeds=2,fairseq"]])
-    key = lambda r: (r["reading"], r["kappa1"], r["kappa2"])  # noqa: E731
-    self.assertEqual([key(r) for r in sorted(packed, key=key)],
-                     [key(r) for r in sorted(apart, key=key)])
-    self.assertEqual({r["reading"] for r in packed}, set(BOTH))
+    def groups(dirs):
+      cells = run_cells.cells(run_cells.load_runs(dirs))
+      return [g for c in cells.values() for g in c.groups]
+    packed = groups([self.dirs["seeds=2,both_readings"]])
+    apart = groups([self.dirs["seeds=2"], self.dirs["seeds=2,fairseq"]])
+    key = lambda g: (g.reading, g.kappa1, g.kappa2)  # noqa: E731
+    self.assertEqual([key(g) for g in sorted(packed, key=key)],
+                     [key(g) for g in sorted(apart, key=key)])
+    self.assertEqual({g.reading for g in packed}, set(BOTH))
     for a, b in zip(sorted(packed, key=key), sorted(apart, key=key)):
-      self.assertEqual((a["n_seeds"], a["final_step"]), (2, 2))
+      self.assertEqual((a.n_seeds, a.final_step), (2, 2))
       for name, _, _ in run_cells.QUANTITIES:
-        np.testing.assert_allclose(a[f"{name}_values"], b[f"{name}_values"],
+        np.testing.assert_allclose(a.values[name], b.values[name],
                                    rtol=1e-5, err_msg=f"{key(a)} {name}")
 
   def test_command_rebuilds_and_the_run_is_listed_once(self):
     run_dir = self.dirs["seeds=2,both_readings"]
     with open(os.path.join(run_dir, "config.json")) as f:
-      command = run_cells.config_command(json.load(f), run_dir)
-    self.assertIn("configs/locater_wt2.py:seeds=2,both_readings,smoke "
-                  "--config.sweep.kappa2=", command)
+      config = json.load(f)
+    command = commands.config_command(config, run_dir,
+                                      *run_cells.figure_of(config))
+    self.assertIn("configs/locater_wt2.py:kappa2=0,1,seeds=2,both_readings,"
+                  "smoke --config.num_steps=2 ", command)
     out = os.path.join(self.tmp, "REPRODUCTION.md")
     writer.write_report([run_dir], out)
     with open(out) as f:
