@@ -272,8 +272,10 @@ print(outputs.format_table(rows))
 # ## 5. Your own Flax model
 #
 # `qkspec.for_flax` finds the attention layers of a Flax model by their
-# query and key kernels. Below, a small causal transformer of Flax's own
-# `nnx.MultiHeadAttention`, written without qkspec, learns to write out the
+# query and key kernels. Below, a small Llama-style causal transformer
+# (RMSNorm, grouped-query attention with Flax's own
+# `nnx.MultiHeadAttention(num_kv_heads=...)`: 4 query heads read 2 key
+# heads, and a SwiGLU MLP), written without qkspec, learns to write out the
 # sorted copy of its first $n$ tokens. LocATER is one more term of its loss;
 # `spectrum_table` reads the spectra from the parameters, and
 # `attention_table` measures entropy and $\rho_i$ per layer and head from
@@ -284,30 +286,33 @@ print(outputs.format_table(rows))
 
 # %%
 class Block(nnx.Module):
-  """x + attention(LN(x)), then x + MLP(LN(x))."""
+  """x + attention(RMSNorm(x)), then x + SwiGLU(RMSNorm(x))."""
 
-  def __init__(self, d, heads, *, rngs):
-    self.norm1 = nnx.LayerNorm(d, rngs=rngs)
-    self.attn = nnx.MultiHeadAttention(num_heads=heads, in_features=d,
-                                       decode=False, rngs=rngs)
-    self.norm2 = nnx.LayerNorm(d, rngs=rngs)
-    self.up = nnx.Linear(d, 4 * d, rngs=rngs)
-    self.down = nnx.Linear(4 * d, d, rngs=rngs)
+  def __init__(self, d, heads, kv_heads, *, rngs):
+    self.norm1 = nnx.RMSNorm(d, rngs=rngs)
+    self.attn = nnx.MultiHeadAttention(
+        num_heads=heads, num_kv_heads=kv_heads, in_features=d,
+        use_bias=False, decode=False, rngs=rngs)
+    self.norm2 = nnx.RMSNorm(d, rngs=rngs)
+    self.gate = nnx.Linear(d, 2 * d, use_bias=False, rngs=rngs)
+    self.up = nnx.Linear(d, 2 * d, use_bias=False, rngs=rngs)
+    self.down = nnx.Linear(2 * d, d, use_bias=False, rngs=rngs)
 
   def __call__(self, x, mask):
     x = x + self.attn(self.norm1(x), mask=mask)
-    return x + self.down(nnx.gelu(self.up(self.norm2(x))))
+    h = self.norm2(x)
+    return x + self.down(nnx.silu(self.gate(h)) * self.up(h))
 
 
 class TinyLM(nnx.Module):
   """Token and position embeddings, causal blocks, logits [B, T, V]."""
 
-  def __init__(self, vocab, d, heads, layers, max_len, *, rngs):
+  def __init__(self, vocab, d, heads, kv_heads, layers, max_len, *, rngs):
     self.embed = nnx.Embed(vocab, d, rngs=rngs)
     self.pos = nnx.Embed(max_len, d, rngs=rngs)
-    self.blocks = nnx.List([Block(d, heads, rngs=rngs)
+    self.blocks = nnx.List([Block(d, heads, kv_heads, rngs=rngs)
                             for _ in range(layers)])
-    self.norm = nnx.LayerNorm(d, rngs=rngs)
+    self.norm = nnx.RMSNorm(d, rngs=rngs)
     self.head = nnx.Linear(d, vocab, rngs=rngs)
 
   def __call__(self, tokens):
@@ -352,7 +357,7 @@ models = {}
 for name, hparams in (
     ("without LocATER", locater.LocaterHParams(0.0, 0.0, 1.0)),
     ("with LocATER", locater.LocaterHParams(1e-2, 1e-2, 1.0))):
-  model = TinyLM(V, 32, 4, 2, 2 * n, rngs=nnx.Rngs(0))   # the same init
+  model = TinyLM(V, 32, 4, 2, 2, 2 * n, rngs=nnx.Rngs(0))  # the same init
   optimizer = nnx.Optimizer(model, adam, wrt=nnx.Param)
   hparams = jax.tree.map(jnp.float32, hparams)   # traced: one compile
   for step in range(num_steps):
