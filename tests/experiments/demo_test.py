@@ -1,12 +1,12 @@
-"""The README's main job (launch/demo.py) on tiny configs."""
+"""Tests for qkspec.experiments.demo: README's main job on tiny configs."""
 import pathlib
-import subprocess
-import sys
 import tempfile
 
 from absl.testing import absltest
 
-from qkspec import cli
+from qkspec.config import ConfigError
+from qkspec.experiments import EXPERIMENTS
+from qkspec.experiments import demo
 import testutil
 
 
@@ -19,8 +19,8 @@ class DemoTest(absltest.TestCase):
   def test_runs_and_lists_figures(self):
     with tempfile.TemporaryDirectory() as tmp:
       # One experiment config and the training config, as the demo runs
-      # them (both through cli.run_experiment).
-      figures = cli.demo(tmp, testutil.ROOT / "configs", smoke=True,
+      # them (both through experiments.runner).
+      figures = demo.run(tmp, testutil.ROOT / "configs", smoke=True,
                          only=("entropy_bound", "theory_task"))
       self.assertEqual(list(figures), ["entropy_bound", "theory_task"])
       for name in figures:
@@ -32,19 +32,17 @@ class DemoTest(absltest.TestCase):
       self.assertTrue((pathlib.Path(tmp) / "entropy_bound"
                        / "config.json").is_file())
 
-  def test_unknown_experiment(self):
-    with self.assertRaisesRegex(ValueError, "unknown experiments"):
-      cli.demo("/tmp/unused", testutil.ROOT / "configs", only=("fig99",))
-
-  def test_the_command_names_the_experiments_in_one_line(self):
-    r = subprocess.run([sys.executable, "launch/demo.py", "--only=fig99",
-                        "--workdir", "/nonexistent/never"],
-                       cwd=testutil.ROOT, capture_output=True, text=True,
-                       check=False)
-    self.assertNotEqual(r.returncode, 0)
-    self.assertNotIn("Traceback", r.stderr)
-    self.assertIn("--only takes experiments of " + ", ".join(cli.DEMO),
-                  r.stderr)
+  def test_the_rest_needs_no_data_either_and_runs_with_launch_run(self):
+    self.assertCountEqual(demo.DEMO[:3] + demo.OTHERS, EXPERIMENTS)
+    with self.assertRaisesRegex(
+        ConfigError, r"^--only=simulate_grid,fig99: the demo runs theory_rho,"
+        r" entropy_bound, simulate_rho, theory_task, not simulate_grid, "
+        r"fig99; run simulate_grid with python launch/run.py --config "
+        r"configs/simulate_grid.py --workdir DIR.$"):
+      demo.run("/tmp/unused", testutil.ROOT / "configs",
+               only=("simulate_grid", "fig99"))
+    with self.assertRaisesRegex(ConfigError, "not fig99.$"):
+      demo.check(("theory_rho", "fig99"))
 
 
 if __name__ == "__main__":
