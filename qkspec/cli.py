@@ -70,12 +70,9 @@ def _parse(argv: list[str], help_lines: Callable[[], list[str]]) -> list[str]:
   booleans = [name for name in flags.FLAGS if flags.FLAGS[name].boolean]
   found, _ = argv_lib.parse(argv[1:], booleans)
   if any(f.name in _HELP for f in found):
-    print(usage.help_text(
-        sys.modules["__main__"].__doc__ or "",
-        [(f.name, f.boolean, f.help, None if f.default in (None, False)
-          else f.default_as_str)
-         for f in flags.FLAGS.get_key_flags_for_module(sys.argv[0])],
-        help_lines()))
+    print(usage.help_text(sys.modules["__main__"].__doc__ or "",
+                          flags.FLAGS.get_key_flags_for_module(sys.argv[0]),
+                          help_lines()))
     sys.exit(0)
   verbose, value = (argv_lib.boolean(found, "verbose_errors"),
                     argv_lib.value(found, "config"))

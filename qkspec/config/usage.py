@@ -87,14 +87,14 @@ def missing_config(launcher: str) -> str:
           "configs/<name>.py --workdir DIR (--help lists the configs)")
 
 
-def help_text(doc: str, flags: list[tuple[str, bool, str, str | None]],
-              extra: list[str]) -> str:
-  """`doc`, then each (name, boolean, help, default) of `flags` wrapped,
-  then `extra`'s lines."""
+def help_text(doc: str, flags: list[Any], extra: list[str]) -> str:
+  """`doc`, then each of `flags` (absl's: name, boolean, help, default,
+  default_as_str) on its lines, then `extra`'s lines."""
   lines = [doc.strip(), "", "flags:"]
-  for name, boolean, text, default in flags:
-    text = f"--{'[no]' if boolean else ''}{name}: {text}" + (
-        f" (default: {default})" if default else "")
+  for f in flags:
+    text = f"--{'[no]' if f.boolean else ''}{f.name}: {f.help}" + (
+        "" if f.default in (None, False) else
+        f" (default: {f.default_as_str})")
     lines.append(textwrap.fill(text, 79, initial_indent="  ",
                                subsequent_indent="      "))
   return "\n".join(lines + extra)
@@ -103,8 +103,9 @@ def help_text(doc: str, flags: list[tuple[str, bool, str, str | None]],
 def config_help(configs_dir: str | pathlib.Path,
                 training_only: bool) -> list[str]:
   """The lines --help adds about the configs (`config_lines`)."""
-  return ["", f"configs in {configs_dir} (their arguments after a colon, "
-          "comma-separated: a name sets a flag, name=value a value):"
+  return ["", textwrap.fill(
+      f"configs in {configs_dir} (their arguments after a colon, comma-"
+      "separated: a name sets a flag, name=value a value):", 79)
           ] + config_lines(configs_dir, training_only)
 
 
@@ -123,7 +124,9 @@ def config_lines(configs_dir: str | pathlib.Path,
     out.append(f"  {path.name}  {title.partition(': ')[2] or title}")
     arguments = " ".join(_argument(k, v)
                           for k, v in args.arguments(path).items())
-    out.append(f"      :{arguments}" if arguments else "      (no arguments)")
+    out.append(textwrap.fill(f":{arguments}", 79, initial_indent=" " * 6,
+                             subsequent_indent=" " * 7)
+               if arguments else "      (no arguments)")
   return out
 
 
