@@ -183,28 +183,35 @@ def _records_once(test, workdir) -> list[int]:
   return sorted({r["step"] for r in records})
 
 
+def _start_two(workdir, num_steps, tag, config):
+  """Processes 0 and 1 of a 2-process run of `config` (2 devices each)."""
+  address = f"127.0.0.1:{_free_port()}"
+  return [_start(workdir, 2, f"--config.num_steps={num_steps}",
+                 "--coordinator_address", address, "--num_processes", "2",
+                 "--process_id", str(i), tag=f".{tag}{i}", config=config)
+          for i in range(2)]
+
+
+def _wait_for_step(test, workdir, step, procs) -> None:
+  """Waits until process 0 has written the metrics of `step`."""
+  jsonl = os.path.join(workdir, "metrics.jsonl")
+  deadline = time.time() + _TIMEOUT_S
+  while time.time() < deadline and all(p.poll() is None for p, _ in procs):
+    if os.path.exists(jsonl) and f'"step": {step},' in open(jsonl).read():
+      return
+    time.sleep(0.1)
+  test.fail(f"no step {step} in {jsonl}")
+
+
 @testutil.slow("two processes stopped by SIGTERM to one, then resumed")
 class PreemptionTest(absltest.TestCase):
 
   def test_sigterm_to_one_process_stops_both_at_one_checkpoint(self):
     with tempfile.TemporaryDirectory() as tmp:
       wd = os.path.join(tmp, "run")
-
-      def start(num_steps, tag):
-        address = f"127.0.0.1:{_free_port()}"
-        return [_start(wd, 2, f"--config.num_steps={num_steps}",
-                       "--coordinator_address", address, "--num_processes",
-                       "2", "--process_id", str(i), tag=f".{tag}{i}",
-                       config=_THEORY) for i in range(2)]
-
-      procs = start(100_000, "first")   # stopped long before the end
-      jsonl = os.path.join(wd, "metrics.jsonl")
-      deadline = time.time() + _TIMEOUT_S
-      while time.time() < deadline and all(p.poll() is None
-                                           for p, _ in procs):
-        if os.path.exists(jsonl) and '"step": 3,' in open(jsonl).read():
-          break
-        time.sleep(0.1)
+      # stopped long before the end
+      procs = _start_two(wd, 100_000, "first", _THEORY)
+      _wait_for_step(self, wd, 3, procs)
       procs[1][0].send_signal(signal.SIGTERM)
       sent = time.time()
       logs = _finish(procs)
@@ -227,7 +234,7 @@ class PreemptionTest(absltest.TestCase):
       self.assertEqual(os.listdir(os.path.join(wd, "ckpt")), [str(stopped)])
       self.assertEqual(_records_once(self, wd), list(range(stopped + 1)))
 
-      procs = start(stopped + 2, "resumed")
+      procs = _start_two(wd, stopped + 2, "resumed", _THEORY)
       logs = _finish(procs)
       for (proc, _), log in zip(procs, logs):
         self.assertEqual(proc.returncode, 0, log[-6000:])
@@ -241,17 +248,6 @@ class PreemptionTest(absltest.TestCase):
 _LOSSY = _THEORY + ("--config.checkpoint_every=5",)
 
 
-def _wait_for_step(test, workdir, step, procs) -> None:
-  """Waits until process 0 has written the metrics of `step`."""
-  jsonl = os.path.join(workdir, "metrics.jsonl")
-  deadline = time.time() + _TIMEOUT_S
-  while time.time() < deadline and all(p.poll() is None for p, _ in procs):
-    if os.path.exists(jsonl) and f'"step": {step},' in open(jsonl).read():
-      return
-    time.sleep(0.1)
-  test.fail(f"no step {step} in {jsonl}")
-
-
 @testutil.slow("two processes, one killed, then both resumed")
 class LostProcessTest(parameterized.TestCase):
 
@@ -261,15 +257,7 @@ class LostProcessTest(parameterized.TestCase):
     from qkspec.training import peers  # pylint: disable=g-import-not-at-top
     with tempfile.TemporaryDirectory() as tmp:
       wd = os.path.join(tmp, "run")
-
-      def start(num_steps, tag):
-        address = f"127.0.0.1:{_free_port()}"
-        return [_start(wd, 2, f"--config.num_steps={num_steps}",
-                       "--coordinator_address", address, "--num_processes",
-                       "2", "--process_id", str(i), tag=f".{tag}{i}",
-                       config=_LOSSY) for i in range(2)]
-
-      procs = start(100_000, "first")
+      procs = _start_two(wd, 100_000, "first", _LOSSY)
       _wait_for_step(self, wd, 12, procs)
       procs[victim][0].kill()
       killed = time.time()
@@ -292,7 +280,7 @@ class LostProcessTest(parameterized.TestCase):
       self.assertGreaterEqual(int(last.split("after step ")[1].split(";")[0]),
                               saved)
 
-      procs = start(saved + 3, "resumed")
+      procs = _start_two(wd, saved + 3, "resumed", _LOSSY)
       logs = _finish(procs)
       for (proc, _), log in zip(procs, logs):
         self.assertEqual(proc.returncode, 0, log[-6000:])
