@@ -13,9 +13,10 @@ import testutil
 class DemoTest(absltest.TestCase):
 
   @testutil.slow("demo's two experiments run again; quick: both through "
-                 "cli.run_experiment, what demo calls for each "
-                 "(cli_test.py test_run_dispatches_to_the_named_experiment, "
-                 "loop_test.py test_a_launch_validates_its_config_once)")
+                 "experiments.runner.run, what demo calls for each "
+                 "(runner_test.py test_run_dispatches_to_the_named_experiment,"
+                 " loop_test.py test_a_launch_validates_its_config_before_"
+                 "processes_start_and_once_more)")
   def test_runs_and_lists_figures(self):
     with tempfile.TemporaryDirectory() as tmp:
       # One experiment config and the training config, as the demo runs
