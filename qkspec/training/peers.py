@@ -1,9 +1,9 @@
 """Noticing a lost process of a multi-host run within seconds, in one line.
 
 Every process runs a `Watchdog`: a thread publishes its heartbeat (a
-count) in the coordination service's key-value store every `tick`
-seconds and reads everyone's; a second
-thread, which never waits on the service, judges. A process whose
+count) in the coordination service's key-value store every `tick` seconds
+and reads everyone's; a second thread, which never waits on the service,
+judges. A process whose
 heartbeat has not changed for `timeout_s` seconds is lost, and so is
 process 0 when the service (which runs beside it) has not answered for
 that long. Every other process then prints one line,
@@ -122,13 +122,15 @@ class Watchdog:
     this process reached (every step is a collective of all)."""
     after = ("before the first step" if self._step is None
              else f"after step {self._step}")
+    who = (f"process {process}" if process != self.process_id else
+           "the coordination service beside process 0")
     checkpoint = self._checkpoint()
     if checkpoint is None:
       saved, to = "no checkpoint was written yet", "start again"
     else:
       saved, to = f"the last checkpoint is step {checkpoint}", "resume"
-    return (f"qkspec: process {process} stopped answering {after}; {saved}; "
-            f"rerun the same command on every host to {to}")
+    return (f"qkspec: {who} stopped answering {after}; {saved}; rerun the "
+            f"same command on every host to {to}")
 
   def report(self, process: int) -> None:
     """Prints `line(process)` and exits with `LOST` (once)."""

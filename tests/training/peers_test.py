@@ -124,6 +124,8 @@ class WatchdogTest(absltest.TestCase):
                      "after step 46; the last checkpoint is step 44; rerun "
                      "the same command on every host to resume\n")
     self.assertEqual(exits, [peers.LOST])
+    self.assertStartsWith(dog.line(0), "qkspec: the coordination service "
+                          "beside process 0 stopped answering after step 46")
 
   def test_watched_says_done_on_success_a_signal_or_a_usage_error(self):
     for error in (None, KeyboardInterrupt, ConfigError):
