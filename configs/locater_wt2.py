@@ -16,8 +16,7 @@ Launch (from the repository root; without manual_dir it downloads)::
   python launch/train.py --config configs/locater_wt2.py:smoke --workdir /tmp/w
 
 On a GPU add `--config.model.kernels=pallas --config.compute_dtype=bfloat16`
-(`python bench/gpu_figures.py` trains Figs. 6 and 8-12). The run logs
-steps/s, its ETA and wall time; the same command resumes it.
+(`bench/gpu_figures.py`). The same command resumes the run.
 
 Arguments (e.g. `locater_wt2.py:seeds=3,fairseq`): `fairseq`, fairseq's
 reading of kappa (the penalty next to the summed loss, i.e. kappa / 4096
@@ -26,8 +25,9 @@ next to the mean; default: next to the mean loss, as printed);
 `seed=S`, seed S alone; `contrast`, a no-LocATER member per seed; `none`,
 that member alone; `kappa2=10,100,1000`, these kappa2; `smoke`, a CPU run.
 
-Expected: stronger kappa2 shrinks tr(W_QK^T W_QK) (Fig. 6B), keeps the
-attention entropy higher (6C) and lowers valid perplexity (6D): fig6_*.png.
+Expected (paper): stronger kappa2 shrinks tr(W_QK^T W_QK) (Fig. 6B), keeps
+the attention entropy higher (6C) and lowers valid perplexity (6D):
+fig6_*.png. qkspec finds otherwise (README, REPRODUCTION.md).
 """
 from qkspec.config import defaults as common
 

@@ -22,9 +22,10 @@ log r_l = a + b 3^l; an exponential fit log r_l = a + b l),
 `cubic_bound.csv` (the pure SAN against ||res|| <= c ||res||^3) and
 `path_lengths.csv`.
 
-Expected result: the pure SAN (and +MLP, +LN) collapse to the float64 floor
-within ~4-5 layers with order q ~ 3 (Dong's cubic rate), the skip and block
-nets decay with q ~ 1 (at most exponentially, no collapse in 24 layers).
+Expected (Dong et al.): the pure SAN (and +MLP, +LN) collapse to the
+float64 floor within ~4-5 layers with order q ~ 3 (Dong's cubic rate), the
+skip and block nets decay with q ~ 1 (at most exponentially, no collapse in
+24 layers).
 
 `temperature` = None means lambda = sqrt(head_dim).
 """

@@ -24,7 +24,7 @@ Writes fig5_simulation.png, fig5_gaussian_vs_mc.png, simulate_rho.csv (per
 position), simulate_pairs.csv (per pair: regime, r, xi, eta, entropy) and
 simulate_errors.csv (Lemma 1's Gaussian approximations against Monte Carlo).
 
-Expected (Lemma 2, qkspec/experiments/simulate_rho.py): uniform for
+Expected (paper, Lemma 2; qkspec/experiments/simulate_rho.py): uniform for
 eigen_mean 0; late site for (0.1, 0.01), early for (-0.1, 0.01); a middle
 band for (0.5, 0.01) and (1, 0.01); vanishing for (0.5, 5) and (0, 20). At
 a fixed eigen_mean the entropy falls as eigen_std grows.

@@ -22,10 +22,13 @@ with the default they join the repository's records and report.
 """
 import sys
 
-from absl import app
 from absl import flags
 from absl import logging
 
+from qkspec import cli
+from qkspec.config import ConfigError
+from qkspec.config import argv
+from qkspec.records import rundir
 from qkspec.report import writer
 
 _RUNS = flags.DEFINE_list("runs", [], "launch/train.py workdirs, "
@@ -45,32 +48,19 @@ _RECORDS_DIR = flags.DEFINE_string(
     "--figures_dir.")
 
 
-def _without_runs(argv: list[str]) -> list[str]:
-  """`argv` less its --runs/--replicates flags (and their values)."""
-  out, skip = [], False
-  for a in argv:
-    if skip:
-      skip = False
-    elif a in ("--runs", "--replicates"):
-      skip = True
-    elif not a.startswith(("--runs=", "--replicates=")):
-      out.append(a)
-  return out
-
-
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+def main():
+  for run_dir in _RUNS.value + _REPLICATES.value:
+    rundir.check(run_dir)
   records_dir = None
+  words = sys.argv[1:]
   if _RECORDS.value:
     records_dir = _RECORDS_DIR.value or writer.default_records_dir(
         _OUT.value, _FIGURES_DIR.value)
-    args = _without_runs(sys.argv[1:])     # regenerates from the records
+    words = argv.without(words, ("runs", "replicates"),   # from the records
+                         booleans=("records",))
   elif not _RUNS.value:
-    raise app.UsageError("--norecords needs --runs.")
-  else:
-    args = sys.argv[1:]
-  command = " ".join(["python launch/report.py"] + args)
+    raise ConfigError("--norecords reports on --runs alone: give --runs.")
+  command = " ".join(["python launch/report.py"] + words)
   for path in writer.write_report(_RUNS.value, _OUT.value,
                                   _FIGURES_DIR.value, command=command,
                                   replicate_dirs=_REPLICATES.value,
@@ -79,4 +69,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.command(main)

@@ -1,10 +1,25 @@
-"""The `--config file.py:ARG` grammar and loading a config file."""
+"""The `--config file.py:ARG` grammar and loading a config file.
+
+`arguments(path)` reads which arguments a config file takes, for --help.
+"""
 import importlib.util
 import pathlib
+from typing import Any
 
 import ml_collections
 
 from qkspec.config.errors import ConfigError
+
+
+class _Declared(Exception):
+  """What `parse_arg` raises when `arguments` asks: the `defaults`."""
+
+  def __init__(self, defaults: dict[str, Any]):
+    super().__init__()
+    self.defaults = defaults
+
+
+_ASK = object()   # the `arg` with which `arguments` calls get_config
 
 
 def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
@@ -13,6 +28,8 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
   default takes every value up to the next name, "kappa2=10,100,1000" ->
   (10.0, 100.0, 1000.0) (of its entries' type, float if it has none);
   unknown names and values not of that type raise ConfigError."""
+  if arg is _ASK:
+    raise _Declared(defaults)
   out = ml_collections.ConfigDict(defaults)
   listing = None             # the tuple argument still taking values
   for part in (arg or "").split(","):
@@ -67,3 +84,13 @@ def load_config_file(path: str | pathlib.Path,
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module.get_config(arg)
+
+
+def arguments(path: str | pathlib.Path) -> dict[str, Any]:
+  """The arguments a config file's `get_config` takes (`parse_arg`'s
+  defaults), {} if it takes none."""
+  try:
+    load_config_file(path, _ASK)
+  except _Declared as declared:
+    return dict(declared.defaults)
+  return {}

@@ -55,7 +55,8 @@ def _training(c):
                              # -1 auto: 1 on a CPU, else the largest divisor
                              # <= 250 of the gcd of the three *_every
   c.precompile = True        # compile on threads while the state initialises
-  c.multihost = False        # call jax.distributed.initialize() first
+  c.multihost = False        # join a TPU pod slice's, SLURM or Open MPI job's
+                             # processes (qkspec.training.processes)
   return c
 
 

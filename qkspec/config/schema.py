@@ -155,7 +155,7 @@ _SYNTHETIC = {                            # qkspec.training.tasks (synthetic)
     "data.eval_sequences": _int(1),       # sorting: held-out sequences
 }
 _LM_DATA = {
-    "data.name": _str,
+    "data.name": _choice("wikitext2", "synthetic"),   # qkspec.data | smoke
     "data.data_dir": _str,
     "data.manual_dir": _str,
     "data.verify_checksums": _bool,       # tests with fixtures only
@@ -178,14 +178,33 @@ def flatten(config, prefix: str = "") -> dict:
 
 def validate(config) -> None:
   """Raises ConfigError naming the key of the first problem in `config`."""
+  if "task" not in config and "experiment" in config:
+    raise ConfigError(
+        f"an experiment config (config.experiment={config.experiment!r}): "
+        "run it with python launch/run.py (launch/train.py trains the "
+        "configs with config.task).")
   flat = flatten(config)
   _check_fields(flat)
   _check_model(config.model, flat["task"], config.data.seq_len)
   if flat["task"] == "lm" and config.data.name == "synthetic":
-    for key in ("vocab_size", "train_tokens", "eval_tokens"):
-      if f"data.{key}" not in flat:
-        raise ConfigError(f"config.data.{key} is missing (synthetic data).")
+    _check_synthetic(flat)
   _check_sweep(flat)
+
+
+def _check_synthetic(flat: dict) -> None:
+  """A synthetic LM stream: its fields, and no data set named beside it
+  (`:smoke` sets data.name='synthetic'; a manual_dir or data_dir given
+  with it would go unread)."""
+  for key in ("vocab_size", "train_tokens", "eval_tokens"):
+    if f"data.{key}" not in flat:
+      raise ConfigError(f"config.data.{key} is missing (synthetic data).")
+  for key in ("data.manual_dir", "data.data_dir"):
+    if flat.get(key):
+      raise ConfigError(
+          f"config.{key}={flat[key]!r} names a data set, but the config "
+          "trains on a synthetic stream (config.data.name='synthetic', as "
+          ":smoke sets it): add --config.data.name=wikitext2 for a small "
+          f"run on that data, or leave {key} out.")
 
 
 def _check_fields(flat: dict) -> None:

@@ -21,6 +21,8 @@ import jax
 import ml_collections
 import numpy as np
 
+from qkspec.config import ConfigError
+
 Batch = dict[str, np.ndarray]
 
 
@@ -52,8 +54,10 @@ def load_splits(config: ml_collections.ConfigDict, *,
   The first call builds the array_record files (from `config.manual_dir`,
   else by downloading; checksums verified unless `verify_checksums=False`);
   later calls only read them. On several hosts, prepare once beforehand or
-  give each host its `data_dir`. Raises FileNotFoundError when a set
-  `manual_dir` is no directory or lacks the files.
+  give each host its `data_dir`. Raises ConfigError, in one line naming
+  `manual_dir`, when a set `manual_dir` is no directory or lacks the files,
+  or when the data set is not built and cannot be downloaded (at once, on
+  an offline machine).
   """
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   from qkspec.data.wikitext2 import wikitext2  # pylint: disable=g-import-not-at-top
@@ -61,15 +65,19 @@ def load_splits(config: ml_collections.ConfigDict, *,
   data_dir = os.path.expanduser(config.data_dir) or None
   manual_dir = os.path.expanduser(config.manual_dir) or None
   if manual_dir and not os.path.isdir(manual_dir):
-    raise FileNotFoundError(
-        f"config.data.manual_dir={config.manual_dir!r} is no directory (to "
-        "use a data set already built in config.data.data_dir, leave "
-        "manual_dir empty).\n"
-        + wikitext2.expected_files_message(manual_dir, "no such directory"))
+    raise ConfigError(wikitext2.expected_files(
+        f"config.data.manual_dir={config.manual_dir!r}", "no such directory"))
   tfds.disable_progress_bar()
   builder = tfds.builder(config.name, data_dir=data_dir,
                          file_format="array_record",
                          verify_checksums=verify_checksums)
+  built = os.path.isfile(os.path.join(builder.data_dir, "dataset_info.json"))
+  if not built and not manual_dir:
+    problem = wikitext2.download_problem()
+    if problem:
+      raise ConfigError(wikitext2.expected_files(
+          "WikiText-2", f"not built in {builder.data_dir} and cannot be "
+          f"downloaded ({problem})"))
   builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
       manual_dir=manual_dir, try_download_gcs=False))
   sources = builder.as_data_source()

@@ -9,6 +9,7 @@ import os
 
 import numpy as np
 
+from qkspec.config import ConfigError
 from qkspec.records import store
 from qkspec.training import metric_writer
 
@@ -21,8 +22,31 @@ SYMBOLS = {"seed": "seed", "kappa1": r"$\kappa_1$", "kappa2": r"$\kappa_2$",
 READING_NAMES = {"mean_loss": "literal", "summed_loss": "fairseq"}
 
 
+def check(workdir: str) -> None:
+  """Raises ConfigError, in one line, unless `workdir` is a training run
+  (a `launch/train.py` workdir, or its record): it has members.json."""
+  if os.path.isfile(os.path.join(workdir, "members.json")):
+    return
+  if not os.path.isdir(workdir):
+    problem = "no such directory"
+  else:
+    experiment = None
+    try:
+      with open(os.path.join(workdir, "config.json")) as f:
+        experiment = json.load(f).get("experiment")
+    except (OSError, ValueError, AttributeError):
+      pass
+    problem = (f"the workdir of the experiment {experiment!r} "
+               "(launch/run.py), not a training run" if experiment else
+               "no training run (it has no members.json)")
+  raise ConfigError(f"{workdir}: {problem}; give a launch/train.py "
+                    "--workdir.")
+
+
 def load_members(workdir: str) -> list[dict]:
-  """members.json entries, each with its `metrics` {name: (steps, values)}."""
+  """members.json entries, each with its `metrics` {name: (steps, values)};
+  ConfigError if `workdir` is no training run."""
+  check(workdir)
   with open(os.path.join(workdir, "members.json")) as f:
     members = json.load(f)
   for m in members:

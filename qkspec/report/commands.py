@@ -19,6 +19,7 @@ import pathlib
 import shlex
 
 from qkspec.config import args as args_lib
+from qkspec.config import argv
 from qkspec.config import defaults
 from qkspec.config import schema
 
@@ -36,23 +37,16 @@ def parse(command: str) -> dict:
   if len(words) < 2 or words[0] != "python" or not words[1].startswith(
       "launch/"):
     raise ValueError(f"not a launch command: {command!r}.")
-  out = dict(launcher=words[1], config=None, arg=None, overrides=[],
-             workdir=None)
-  flags = iter(words[2:])
-  for word in flags:
-    name, eq, value = word.partition("=")
-    if not eq and name in ("--config", "--workdir"):
-      value = next(flags, "")
-    if name == "--config":
-      out["config"], _, arg = value.partition(":")
-      out["arg"] = arg or None
-    elif name == "--workdir":
-      out["workdir"] = value
-    elif name.startswith("--config."):
-      out["overrides"].append((name[len("--config."):], value))
-    else:
-      raise ValueError(f"{command!r}: unknown flag {word!r}.")
-  return out
+  found, rest = argv.parse(words[2:])
+  unknown = [f.words[0] for f in found
+             if f.name not in ("config", "workdir")
+             and not f.name.startswith("config.")] + rest
+  if unknown:
+    raise ValueError(f"{command!r}: unknown flag {unknown[0]!r}.")
+  config, _, arg = (argv.value(found, "config") or "").partition(":")
+  return dict(launcher=words[1], config=config or None, arg=arg or None,
+              overrides=argv.overrides(found),
+              workdir=argv.value(found, "workdir"))
 
 
 def _known(config) -> set[str]:

@@ -3,47 +3,20 @@
 A checkpoint at step s holds `state` (the TrainState, with a leading member
 axis for a sweep) and `meta` (JSON: the step and the data position, which is
 the step, as batches are pure functions of (data seed, step)). A damaged
-checkpoint is named in a warning and moved to `<workdir>/ckpt_damaged/`.
+checkpoint is named in one warning line (nothing else of it reaches the
+terminal: `qkspec.training.logs`) and moved to `<workdir>/ckpt_damaged/`.
 """
-import contextlib
-import logging
 import os
 import shutil
-import sys
 from typing import Any
 
 from absl import logging as absl_logging
 import jax
 import orbax.checkpoint as ocp
 
+from qkspec.training import logs
 
-class _QuietOrbax(logging.Filter):
-  """Drops orbax's per-save INFO chatter (dozens of lines per checkpoint)."""
-
-  def filter(self, record: logging.LogRecord) -> bool:
-    return (record.levelno >= logging.WARNING
-            or f"{os.sep}orbax{os.sep}" not in record.pathname)
-
-
-absl_logging.get_absl_logger().addFilter(_QuietOrbax())
-
-
-@contextlib.contextmanager
-def _quiet_closed_event_loop():
-  """Drops the "Event loop is closed" errors of a failed restore (orbax
-  closes its loop while tensorstore completes the other reads)."""
-  previous = sys.unraisablehook
-
-  def hook(unraisable):
-    if not (isinstance(unraisable.exc_value, RuntimeError)
-            and "Event loop is closed" in str(unraisable.exc_value)):
-      previous(unraisable)
-
-  sys.unraisablehook = hook
-  try:
-    yield
-  finally:
-    sys.unraisablehook = previous
+logs.install()
 
 
 class _Manager(ocp.CheckpointManager):
@@ -63,11 +36,12 @@ class Checkpointer:
   def __init__(self, workdir: str, *, max_to_keep: int = 3):
     self.directory = os.path.join(os.path.abspath(workdir), "ckpt")
     self.damaged_directory = self.directory + "_damaged"
-    self._manager = _Manager(
-        self.directory,
-        options=ocp.CheckpointManagerOptions(
-            max_to_keep=max_to_keep, create=True,
-            cleanup_tmp_directories=True))
+    with logs.orbax_silenced():     # it reads each checkpoint's metadata
+      self._manager = _Manager(
+          self.directory,
+          options=ocp.CheckpointManagerOptions(
+              max_to_keep=max_to_keep, create=True,
+              cleanup_tmp_directories=True))
 
   def latest_step(self) -> int | None:
     return self._manager.latest_step()
@@ -97,21 +71,19 @@ class Checkpointer:
 
   def restore_newest(self, abstract_state: Any) -> tuple[int, Any] | None:
     """(step, state) of the newest checkpoint that restores, or None;
-    newer ones are named and moved to `ckpt_damaged/` (so a later save at
-    their step is not skipped); RuntimeError if none restores."""
+    newer ones are moved to `ckpt_damaged/` (so a later save at their step
+    is not skipped), each named in one warning line; RuntimeError if none
+    restores."""
     failed = []
     for step in sorted(self.all_steps(), reverse=True):
       try:
-        with _quiet_closed_event_loop():
+        with logs.orbax_silenced():
           state, _ = self.restore(step, abstract_state)
       except Exception as e:  # pylint: disable=broad-except
-        reason = first_line(e)
-        absl_logging.warning(
-            "checkpoint %s cannot be restored (%s); trying the one before.",
-            self.step_dir(step), reason)
-        failed.append((step, reason))
+        logs.quiet_abandoned_reads()
+        failed.append((step, first_line(_root(e))))
         continue
-      self._set_aside([s for s, _ in failed])
+      self._set_aside(failed, step)
       return step, state
     if failed:
       raise RuntimeError(
@@ -125,24 +97,38 @@ class Checkpointer:
   def step_dir(self, step: int) -> str:
     return os.path.join(self.directory, str(step))
 
-  def _set_aside(self, steps: list[int]) -> None:
-    """Moves checkpoints `steps` to `damaged_directory` (process 0)."""
-    if not steps:
+  def completed_step(self) -> int | None:
+    """The newest checkpoint on disk that was completed, read from the
+    directory (orbax writes into a temporary folder and renames it to the
+    step when every process has written its part); None if none."""
+    try:
+      names = os.listdir(self.directory)
+    except FileNotFoundError:
+      return None
+    return max((int(n) for n in names if n.isdigit()), default=None)
+
+  def _set_aside(self, failed: list[tuple[int, str]], restored: int) -> None:
+    """Moves the `failed` (step, reason) checkpoints to `damaged_directory`
+    (process 0), one warning line each."""
+    if not failed:
       return
-    if jax.process_index() == 0:
-      os.makedirs(self.damaged_directory, exist_ok=True)
-      for step in steps:
+    for step, reason in failed:
+      absl_logging.warning(
+          "checkpoint %s cannot be restored (%s): moved to %s, resuming from "
+          "step %d", self.step_dir(step), reason, self.damaged_directory,
+          restored)
+      if jax.process_index() == 0 and os.path.exists(self.step_dir(step)):
         dest = os.path.join(self.damaged_directory, str(step))
         while os.path.exists(dest):
           dest += "_"
-        if os.path.exists(self.step_dir(step)):
-          shutil.move(self.step_dir(step), dest)
-          absl_logging.warning("moved checkpoint %d to %s", step, dest)
+        os.makedirs(self.damaged_directory, exist_ok=True)
+        shutil.move(self.step_dir(step), dest)
     if jax.process_count() > 1:
       # pylint: disable-next=g-import-not-at-top
       from jax.experimental import multihost_utils
       multihost_utils.sync_global_devices("qkspec_ckpt_set_aside")
-    self._manager.reload()
+    with logs.orbax_silenced():
+      self._manager.reload()
 
   def describe(self) -> str:
     """"the newest checkpoint is step s (<dir>)", or that there is none."""
@@ -156,6 +142,13 @@ class Checkpointer:
 
   def close(self):
     self._manager.close()
+
+
+def _root(e: BaseException) -> BaseException:
+  """The innermost cause of `e` (orbax wraps tensorstore's error)."""
+  while e.__cause__ is not None:
+    e = e.__cause__
+  return e
 
 
 def first_line(e: BaseException, limit: int = 200) -> str:

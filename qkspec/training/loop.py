@@ -2,10 +2,10 @@ r"""The training loop: set up a run, restore or initialise it, train it.
 
 `train_and_evaluate(config, workdir)` runs:
 
-1. `_setup`: checks the config (once), makes its `sweep.Plan` and builds
-   the compiled steps;
-2. `_prepare_workdir`: refuses checkpoints of another config
-   (`qkspec.config.resume`), writes `config.json` and `members.json`; the
+1. `_setup`: checks the config (once) and refuses checkpoints of another
+   config (`qkspec.config.resume`), both before it logs anything; makes
+   its `sweep.Plan` and builds the compiled steps (which reads the data);
+2. `_prepare_workdir`: writes `config.json` and `members.json`; the
    programs then compile on threads while the state is built
    (`config.precompile`);
 3. `_restore_or_init`: the newest checkpoint that restores (damaged newer
@@ -16,7 +16,9 @@ r"""The training loop: set up a run, restore or initialise it, train it.
    checkpoint (`actions`).
 
 Ctrl-C and SIGTERM stop every process at a call boundary with a checkpoint
-(`preemption`); a second Ctrl-C interrupts at once.
+(`preemption`); a second Ctrl-C interrupts at once. With several processes
+(joined first by `processes.start`), each boundary and the checkpoints are
+told to `peers`, which names them if another process is lost.
 """
 # pylint: disable=invalid-name
 import contextlib
@@ -36,6 +38,7 @@ from qkspec.theory import locater
 from qkspec.training import actions as actions_lib
 from qkspec.training import checkpoint as ckpt_lib
 from qkspec.training import metric_writer
+from qkspec.training import peers
 from qkspec.training import preemption
 from qkspec.training import progress
 from qkspec.training import step as step_lib
@@ -60,17 +63,19 @@ class Run:
 
 
 def _setup(config, workdir: str) -> Run:
-  """Checks `config` (then logs it), makes its plan and builds the steps
-  (writes nothing)."""
+  """Checks `config` and the workdir's checkpoints, makes its plan and
+  builds the steps, then logs the config (writes nothing)."""
   schema.validate(config)
-  logging.info("config:\n%s", config)
+  _check_resume(config, workdir)
   if config.multihost and not jax.distributed.is_initialized():
-    # A command line may already have initialised it (--coordinator_address).
-    jax.distributed.initialize()
+    raise ConfigError("config.multihost=True: join the processes first "
+                      "(qkspec.training.processes.start; launch/train.py "
+                      "does).")
   plan = sweep.make_plan(config)
+  steps = step_lib.build_steps(plan)
+  logging.info("config:\n%s", config)
   logging.info("devices: %s (process %d of %d)", jax.devices(),
                jax.process_index(), jax.process_count())
-  steps = step_lib.build_steps(plan)
   dirs = [os.path.join(workdir, n) if plan.vmapped else workdir
           for n in plan.names]
   init_keys, dropout_keys, hparams = step_lib.member_inputs(plan)
@@ -92,17 +97,20 @@ def _replicate(x: jax.Array, sharding) -> jax.Array:
   return jax.make_array_from_process_local_data(sharding, np.asarray(x))
 
 
-def _prepare_workdir(run: Run) -> None:
-  """Writes `config.json` and `members.json`; raises ConfigError first if
-  the workdir holds checkpoints of a config (its config.json) that differs
-  beyond `qkspec.config.resume.SAFE`."""
-  path = os.path.join(run.workdir, "config.json")
-  ckpt_dir = os.path.join(run.workdir, "ckpt")
+def _check_resume(config, workdir: str) -> None:
+  """Raises ConfigError if `workdir` holds checkpoints of a config (its
+  config.json) that differs beyond `qkspec.config.resume.SAFE`."""
+  path = os.path.join(workdir, "config.json")
+  ckpt_dir = os.path.join(workdir, "ckpt")
   if os.path.isfile(path) and os.path.isdir(ckpt_dir) and any(
       name.isdigit() for name in os.listdir(ckpt_dir)):
     with open(path) as f:
-      resume.check(json.load(f), json.loads(run.plan.config.to_json()),
-                   run.workdir)
+      resume.check(json.load(f), json.loads(config.to_json()), workdir)
+
+
+def _prepare_workdir(run: Run) -> None:
+  """Writes `config.json` and `members.json`."""
+  path = os.path.join(run.workdir, "config.json")
   if not run.lead:
     return
   os.makedirs(run.workdir, exist_ok=True)
@@ -191,6 +199,7 @@ def _run(run: Run, state, start: int, actions: list[actions_lib.PeriodicAction],
           if left is not None:
             rest.append((action.phase, left))
       boundary = step          # every action due at `step` has run
+      peers.at_step(step)
       if step >= run.plan.config.num_steps or stop.at_boundary():
         _run_rest(rest, clock)
         if step >= run.plan.config.num_steps:
@@ -260,6 +269,7 @@ def train_and_evaluate(config, workdir: str) -> step_lib.TrainState:
   with contextlib.ExitStack() as stack:
     ckpt = stack.enter_context(contextlib.closing(ckpt_lib.Checkpointer(
         workdir, max_to_keep=config.max_to_keep)))
+    peers.watch_checkpoints(ckpt.completed_step)
     state = _restore_or_init(run, ckpt)
     start, fresh = _host_step(state), ckpt.latest_step() is None
     writers = [stack.enter_context(w) for w in metric_writer.open_writers(

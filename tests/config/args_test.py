@@ -75,6 +75,18 @@ class LoadConfigFileTest(absltest.TestCase):
     with self.assertRaisesRegex(ConfigError, "no config file at .*nope.py"):
       args.load_config_file("/nonexistent/nope.py")
 
+  def test_arguments_are_parse_args_defaults(self):
+    self.assertEqual(
+        args.arguments(testutil.ROOT / "configs" / "depth_width.py"),
+        dict(L=1, d=128, smoke=False, fairseq=False, seeds=1, contrast=False,
+             seed=0, none=False, both_readings=False,
+             kappa2=(0.0, 1e-3, 1e-2, 1e-1, 1.0)))
+    with tempfile.TemporaryDirectory() as tmp:
+      path = os.path.join(tmp, "plain.py")
+      with open(path, "w") as f:
+        f.write("def get_config(arg=None):\n  return {}\n")
+      self.assertEqual(args.arguments(path), {})
+
 
 if __name__ == "__main__":
   absltest.main()

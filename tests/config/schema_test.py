@@ -32,6 +32,27 @@ class ConfigCheckTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, "unknown config argument 'X'"):
       depth_width.get_config("X=3")
 
+  def test_an_experiment_config_is_sent_to_launch_run(self):
+    self._check(ml_collections.ConfigDict({"experiment": "simulate_rho",
+                                           "aniso_half_width": 2.5}),
+                r"^an experiment config \(config.experiment='simulate_rho'\)"
+                r": run it with python launch/run.py")
+
+  def test_smoke_keeps_a_named_data_set_or_says_why_not(self):
+    c = locater_wt2.get_config("smoke")
+    self.assertEqual(c.data.name, "synthetic")
+    for key in ("manual_dir", "data_dir"):
+      named = ml_collections.ConfigDict(c.to_dict())
+      named.data[key] = "/data/wikitext-2"
+      self._check(named, rf"config.data.{key}='/data/wikitext-2' names a "
+                  r"data set, but the config trains on a synthetic stream "
+                  r".*add --config.data.name=wikitext2")
+      named.data.name = "wikitext2"        # a small run on the real data
+      schema.validate(named)
+    named.data.name = "wikitext"
+    self._check(named, r"data.name must be one of \('wikitext2', "
+                r"'synthetic'\)")
+
   def test_unknown_key(self):
     c = ml_collections.ConfigDict(training_fixtures.single_theory().to_dict())
     c.locater.kapa2 = 1.0

@@ -1,13 +1,17 @@
 """Tests for qkspec.data.pipeline: reading splits, train and eval batches."""
 import pathlib
+import socket
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
+from qkspec.config import ConfigError
 from qkspec.data import pipeline as qdata
 from qkspec.data.wikitext2 import wikitext2
+import testutil
 import wikitext2_fixtures
 
 
@@ -20,21 +24,40 @@ class PipelineTest(wikitext2_fixtures.BuiltWikitext2Tiny,
                    parameterized.TestCase):
   """The splits of the hand-written fixture (built once, in setUpClass)."""
 
-  def test_missing_manual_dir_error_names_files_and_checksums(self):
+  def test_missing_manual_dir_error_is_one_line_naming_the_files(self):
     with tempfile.TemporaryDirectory() as tmp:
-      with self.assertRaises(FileNotFoundError) as cm:
+      with self.assertRaises(ConfigError) as cm:
         qdata.load_splits(_config(tmp, pathlib.Path(tmp) / "nowhere"))
     msg = str(cm.exception)
-    for split, names in wikitext2.FILE_NAMES.items():
+    self.assertNotIn("\n", msg)
+    self.assertIn("manual_dir=", msg)
+    for names in wikitext2.FILE_NAMES.values():
       for name in names:
         self.assertIn(name, msg)
-      self.assertIn(wikitext2.SHA256[split], msg)
 
   def test_missing_manual_dir_is_an_error_even_when_data_is_built(self):
     missing = pathlib.Path(self._tmp) / "no_such_dir"
-    with self.assertRaisesRegex(FileNotFoundError,
-                                f"manual_dir='{missing}' is no directory"):
+    with self.assertRaisesRegex(ConfigError,
+                                f"manual_dir='{missing}': no such directory"):
       qdata.load_splits(_config(self._tmp, missing), verify_checksums=False)
+
+  def test_offline_without_manual_dir_fails_at_once_naming_it(self):
+    with tempfile.TemporaryDirectory() as tmp, mock.patch.object(
+        wikitext2, "download_problem", return_value="s3: unreachable"):
+      with self.assertRaisesRegex(
+          ConfigError, r"^WikiText-2: not built in .* and cannot be "
+          r"downloaded \(s3: unreachable\); --config.data.manual_dir takes"):
+        qdata.load_splits(_config(tmp, ""))
+    with mock.patch.object(socket, "create_connection",
+                           side_effect=OSError(101, "Network unreachable")):
+      self.assertEqual(wikitext2.download_problem(),
+                       "s3.amazonaws.com: Network unreachable; "
+                       "wikitext.smerity.com: Network unreachable")
+
+  def test_smoke_reads_a_data_set_named_beside_it(self):
+    c = testutil.get_config("locater_wt2", "smoke").data
+    c.name, c.data_dir = "wikitext2", self._tmp     # built from the fixture
+    np.testing.assert_array_equal(qdata.load_splits(c).valid, _VALID_IDS)
     d = qdata.load_splits(_config(self._tmp, ""))        # built: read only
     np.testing.assert_array_equal(d.valid, _VALID_IDS)
 

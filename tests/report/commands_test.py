@@ -9,9 +9,9 @@ from absl.testing import absltest
 from configs import depth_width
 from configs import locater_wt2
 from configs import rho_training
-from qkspec import cli
 from qkspec.config import defaults
 from qkspec.config import schema
+from qkspec.experiments import runner
 from qkspec.report import commands
 from qkspec.report import run_cells
 from qkspec.report import sections
@@ -220,7 +220,7 @@ class DocumentedCommandsTest(absltest.TestCase):
     for name, lines in found.items():
       for command in lines:
         try:
-          cli.check_config(commands.check(command))
+          runner.check(commands.check(command))
         except ValueError as e:
           self.fail(f"{name}: {command}: {e}")
 

@@ -12,6 +12,9 @@ would append every record twice to the shared metrics.jsonl).
 
 SIGTERM to one process of two stops both at the same step with one
 checkpoint there (JAX's preemption sync point), and both resume from it.
+SIGKILL to one (process 1, or process 0, the coordinator) makes the other
+exit within --peer_timeout_s with status 75 and one line naming the lost
+process and the last checkpoint; both resume from that checkpoint.
 """
 import collections
 import json
@@ -25,6 +28,7 @@ import tempfile
 import time
 
 from absl.testing import absltest
+from absl.testing import parameterized
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
@@ -179,28 +183,35 @@ def _records_once(test, workdir) -> list[int]:
   return sorted({r["step"] for r in records})
 
 
+def _start_two(workdir, num_steps, tag, config):
+  """Processes 0 and 1 of a 2-process run of `config` (2 devices each)."""
+  address = f"127.0.0.1:{_free_port()}"
+  return [_start(workdir, 2, f"--config.num_steps={num_steps}",
+                 "--coordinator_address", address, "--num_processes", "2",
+                 "--process_id", str(i), tag=f".{tag}{i}", config=config)
+          for i in range(2)]
+
+
+def _wait_for_step(test, workdir, step, procs) -> None:
+  """Waits until process 0 has written the metrics of `step`."""
+  jsonl = os.path.join(workdir, "metrics.jsonl")
+  deadline = time.time() + _TIMEOUT_S
+  while time.time() < deadline and all(p.poll() is None for p, _ in procs):
+    if os.path.exists(jsonl) and f'"step": {step},' in open(jsonl).read():
+      return
+    time.sleep(0.1)
+  test.fail(f"no step {step} in {jsonl}")
+
+
 @testutil.slow("two processes stopped by SIGTERM to one, then resumed")
 class PreemptionTest(absltest.TestCase):
 
   def test_sigterm_to_one_process_stops_both_at_one_checkpoint(self):
     with tempfile.TemporaryDirectory() as tmp:
       wd = os.path.join(tmp, "run")
-
-      def start(num_steps, tag):
-        address = f"127.0.0.1:{_free_port()}"
-        return [_start(wd, 2, f"--config.num_steps={num_steps}",
-                       "--coordinator_address", address, "--num_processes",
-                       "2", "--process_id", str(i), tag=f".{tag}{i}",
-                       config=_THEORY) for i in range(2)]
-
-      procs = start(100_000, "first")   # stopped long before the end
-      jsonl = os.path.join(wd, "metrics.jsonl")
-      deadline = time.time() + _TIMEOUT_S
-      while time.time() < deadline and all(p.poll() is None
-                                           for p, _ in procs):
-        if os.path.exists(jsonl) and '"step": 3,' in open(jsonl).read():
-          break
-        time.sleep(0.1)
+      # stopped long before the end
+      procs = _start_two(wd, 100_000, "first", _THEORY)
+      _wait_for_step(self, wd, 3, procs)
       procs[1][0].send_signal(signal.SIGTERM)
       sent = time.time()
       logs = _finish(procs)
@@ -223,7 +234,7 @@ class PreemptionTest(absltest.TestCase):
       self.assertEqual(os.listdir(os.path.join(wd, "ckpt")), [str(stopped)])
       self.assertEqual(_records_once(self, wd), list(range(stopped + 1)))
 
-      procs = start(stopped + 2, "resumed")
+      procs = _start_two(wd, stopped + 2, "resumed", _THEORY)
       logs = _finish(procs)
       for (proc, _), log in zip(procs, logs):
         self.assertEqual(proc.returncode, 0, log[-6000:])
@@ -231,6 +242,50 @@ class PreemptionTest(absltest.TestCase):
       self.assertEqual(sorted(os.listdir(os.path.join(wd, "ckpt"))),
                        sorted([str(stopped), str(stopped + 2)]))
       self.assertEqual(_records_once(self, wd), list(range(stopped + 3)))
+
+
+# A checkpoint every 5 steps of the theory run above.
+_LOSSY = _THEORY + ("--config.checkpoint_every=5",)
+
+
+@testutil.slow("two processes, one killed, then both resumed")
+class LostProcessTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(("process_1", 1), ("coordinator", 0))
+  def test_the_survivor_names_the_lost_process_and_the_run_resumes(
+      self, victim):
+    from qkspec.training import peers  # pylint: disable=g-import-not-at-top
+    with tempfile.TemporaryDirectory() as tmp:
+      wd = os.path.join(tmp, "run")
+      procs = _start_two(wd, 100_000, "first", _LOSSY)
+      _wait_for_step(self, wd, 12, procs)
+      procs[victim][0].kill()
+      killed = time.time()
+      survivor, _ = procs[1 - victim]
+      survivor.wait(timeout=_TIMEOUT_S)
+      took = time.time() - killed
+      log = _finish(procs)[1 - victim]
+      self.assertEqual(survivor.returncode, peers.LOST, log[-6000:])
+      self.assertLess(took, peers.TIMEOUT_S + 15)
+      self.assertNotIn("Traceback", log)
+      self.assertNotIn("Check failure stack trace", log)   # no native dump
+      saved = max(int(n) for n in os.listdir(os.path.join(wd, "ckpt"))
+                  if n.isdigit())
+      self.assertGreaterEqual(saved, 5)
+      last = log.strip().splitlines()[-1]
+      self.assertRegex(
+          last, rf"^qkspec: process {victim} stopped answering after step "
+          rf"\d+; the last checkpoint is step {saved}; rerun the same command "
+          r"on every host to resume$")
+      self.assertGreaterEqual(int(last.split("after step ")[1].split(";")[0]),
+                              saved)
+
+      procs = _start_two(wd, saved + 3, "resumed", _LOSSY)
+      logs = _finish(procs)
+      for (proc, _), log in zip(procs, logs):
+        self.assertEqual(proc.returncode, 0, log[-6000:])
+        self.assertIn(f"resumed from step {saved}", log)
+      self.assertEqual(_records_once(self, wd), list(range(saved + 4)))
 
 
 if __name__ == "__main__":

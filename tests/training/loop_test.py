@@ -14,9 +14,9 @@ import numpy as np
 
 from configs import locater_wt2
 from configs import theory_task
-from qkspec import cli
 from qkspec.config import defaults as common
 from qkspec.config import schema
+from qkspec.experiments import runner
 from qkspec.plots import training_figures
 from qkspec.theory import locater
 from qkspec.training import checkpoint
@@ -175,18 +175,20 @@ class ConfigCheckTest(absltest.TestCase):
         loop.train_and_evaluate(c, tmp)
       self.assertFalse(os.path.exists(os.path.join(tmp, "ckpt")))
 
-  def test_a_launch_validates_its_config_once(self):
+  def test_a_launch_validates_its_config_before_processes_start_and_once_more(
+      self):
     # What launch/run.py does with a training config once its flags are
-    # parsed (cli.main): the command line's checks, then training and
-    # plotting; schema.validate runs once among them.
+    # parsed (cli.main): its check, before any process joins, then
+    # training (the loop validates what a library caller hands it) and
+    # plotting; schema.validate runs nowhere else.
     c = theory_task.get_config("smoke")
     c.num_steps, c.precompile = 1, False
     workdir = str(testutil.workdir(self))
     with mock.patch.object(schema, "validate",
                            wraps=schema.validate) as validate:
-      cli.check_config(c)
-      cli.run_experiment(c, workdir)
-    self.assertEqual(validate.call_count, 1)
+      runner.check(c)
+      runner.run(c, workdir)
+    self.assertEqual(validate.call_count, 2)
     self.assertTrue(os.path.exists(os.path.join(workdir, "ckpt")))
 
 

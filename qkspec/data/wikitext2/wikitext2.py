@@ -22,12 +22,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 import hashlib
 import os
+import socket
 from typing import Any
+from urllib import parse
 
 from absl import logging
 from etils import epath
 import numpy as np
 import tensorflow_datasets as tfds
+
+from qkspec.config import ConfigError
 
 EOS = "<eos>"
 UNK = "<unk>"
@@ -54,16 +58,37 @@ ZIP_SHA256 = "92675f1d63015c1c8b51f1656a52d5bdbc33aafa60cc47a218a66e7ee817488c"
 ZIP_SUBDIR = "wikitext-2"
 
 
-def expected_files_message(where: str, problem: str) -> str:
-  """An error message naming the expected files and their sha256 checksums."""
+def expected_files(where: str, problem: str) -> str:
+  """One line: `where`, its `problem`, and what `manual_dir` must hold."""
+  official, short = zip(*FILE_NAMES.values())
+  return (f"{where}: {problem}; --config.data.manual_dir takes a directory "
+          f"holding WikiText-2's word-level token files {', '.join(official)}"
+          f" (or {', '.join(short)}), from wikitext-2-v1.zip.")
+
+
+def _instructions() -> str:
+  """The files and their sha256, for tfds's manual download note."""
   rows = "\n".join(
       f"  {split:5s}: {' or '.join(names):31s} sha256 {SHA256[split]}"
       for split, names in FILE_NAMES.items())
-  return (
-      f"WikiText-2: {problem} in {where}.\nExpected the three word-level v1 "
-      f"token files (from wikitext-2-v1.zip, folder {ZIP_SUBDIR}/), each "
-      f"under either name:\n{rows}\nPut them in one directory and pass it as "
-      "`--config.data.manual_dir=DIR`.")
+  return (f"Put the three word-level v1 token files (from wikitext-2-v1.zip, "
+          f"folder {ZIP_SUBDIR}/) in one directory, each under either "
+          f"name:\n{rows}\nand pass it as `--config.data.manual_dir=DIR`.")
+
+
+def download_problem(timeout_s: float = 5.0) -> str | None:
+  """None if a host of `URLS` accepts a connection within `timeout_s`,
+  else why none does (so that an offline machine fails at once, where the
+  download would retry for minutes)."""
+  reasons = []
+  for url in URLS:
+    host = parse.urlsplit(url).hostname
+    try:
+      socket.create_connection((host, 443), timeout=timeout_s).close()
+      return None
+    except OSError as e:
+      reasons.append(f"{host}: {e.strerror or e}")
+  return "; ".join(reasons)
 
 
 def sha256_file(path: os.PathLike[str] | str) -> str:
@@ -75,13 +100,12 @@ def find_token_files(root: os.PathLike[str] | str, *,
                      verify_checksums: bool = True) -> dict[str, str]:
   """{"train": path, "valid": path, "test": path} in `root`.
 
-  Raises FileNotFoundError for a missing `root` or file, ValueError for a
-  sha256 other than `SHA256`'s (with `verify_checksums`).
+  Raises ConfigError for a missing `root` or file, or a sha256 other than
+  `SHA256`'s (with `verify_checksums`).
   """
   root = os.fspath(root)
   if not os.path.isdir(root):
-    raise FileNotFoundError(expected_files_message(
-        repr(root), "directory does not exist"))
+    raise ConfigError(expected_files(repr(root), "no such directory"))
   found, missing = {}, []
   for split, names in FILE_NAMES.items():
     paths = [os.path.join(root, n) for n in names]
@@ -91,15 +115,20 @@ def find_token_files(root: os.PathLike[str] | str, *,
     else:
       missing.append(" / ".join(names))
   if missing:
-    raise FileNotFoundError(expected_files_message(
-        repr(root), "missing " + ", ".join(missing)))
+    raise ConfigError(expected_files(repr(root),
+                                     "missing " + ", ".join(missing)))
   if verify_checksums:
-    bad = [f"{p} has sha256 {digest}" for split, p in found.items()
+    bad = [f"{os.path.basename(p)} has sha256 {digest}, not {SHA256[split]}"
+           for split, p in found.items()
            if (digest := sha256_file(p)) != SHA256[split]]
     if bad:
-      raise ValueError(expected_files_message(
+      raise ConfigError(expected_files(
           repr(root), "wrong file contents (" + "; ".join(bad) + ")"))
   return found
+
+
+def _one_line(text: str) -> str:
+  return " ".join(text.split())
 
 
 def read_lines(path: os.PathLike[str] | str) -> list[str]:
@@ -183,8 +212,7 @@ class Wikitext2(tfds.core.GeneratorBasedBuilder):
   RELEASE_NOTES = {
       "1.0.0": "Articles of token ids; vocabulary in metadata.json.",
   }
-  MANUAL_DOWNLOAD_INSTRUCTIONS = expected_files_message(
-      "the manual directory", "offline build")
+  MANUAL_DOWNLOAD_INSTRUCTIONS = _instructions()
 
   def __init__(self, *, verify_checksums: bool = True, **kwargs: Any):
     """`kwargs` go to `tfds.core.GeneratorBasedBuilder` (`data_dir`, ...)."""
@@ -236,11 +264,9 @@ class Wikitext2(tfds.core.GeneratorBasedBuilder):
         path = epath.Path(dl_manager.download_and_extract(url))
         return str(path / ZIP_SUBDIR)
       except Exception as e:  # pylint: disable=broad-except
-        errors.append(f"{url}: {type(e).__name__}: {e}")
-    raise FileNotFoundError(
-        expected_files_message("no manual_dir", "the download failed and no "
-                               "files were given")
-        + "\nDownload errors:\n" + "\n".join(errors))
+        errors.append(f"{url}: {type(e).__name__}: {_one_line(str(e))}")
+    raise ConfigError(expected_files(
+        "no manual_dir", "the download failed (" + "; ".join(errors) + ")"))
 
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
     root = self._source_dir(dl_manager)
