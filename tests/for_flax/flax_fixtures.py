@@ -132,6 +132,17 @@ def assert_close(what: str, got, want, rtol=0.0, atol=0.0) -> None:
   np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=what)
 
 
+def trace_atol(w_qk, rtol=1e-5) -> float:
+  """An absolute tolerance for tr(W_QK) (and r, xi) of the [..., d, d]
+  matrices `w_qk`: `rtol` times the largest trace their size allows,
+  sqrt(d) ||W_QK||_F (Cauchy-Schwarz). A trace that nearly cancels is
+  summed in float32 from terms of that size, so a tolerance relative to
+  the trace itself would fail on rounding alone."""
+  w_qk = np.asarray(w_qk, np.float64)
+  return rtol * np.sqrt(w_qk.shape[-1]) * np.linalg.norm(
+      w_qk.reshape(-1, w_qk.shape[-1] ** 2), axis=-1).max()
+
+
 def rope(x, xp=np):
   """Rotary positions on [..., T, H, D] (rotate-half), in NumPy or jnp."""
   T, D = x.shape[-3], x.shape[-1]

@@ -92,7 +92,7 @@ class LayoutsTest(parameterized.TestCase):
     self.assertEqual([r["head"] for r in rows], list(range(H)))
     for r, w in zip(rows, want):     # at lambda = sqrt(D), D = d / H
       np.testing.assert_allclose(r["r"], np.trace(w) / np.sqrt(D),
-                                 rtol=1e-5)
+                                 atol=flax_fixtures.trace_atol(w) / np.sqrt(D))
 
   def test_head_counts_are_checked(self):
     params = {"a": {"query": {"kernel": _normal(1, (d, d))},
