@@ -73,7 +73,7 @@ class Verdict:
   base: float                  # group means
   alt: float
   seeds: tuple[int, ...]
-  base_id: tuple               # `member_id`s
+  base_id: tuple               # `run_cells.Group.identity`s
   alt_id: tuple
   inits: frozenset             # (layers, d, seed) its members start from
   final_step: int
