@@ -233,8 +233,7 @@ def _curve_note(trends, claim) -> str:
   slopes = [t.slope for t in mine]
   return (f" The best kappa2 > 0 against 0 (Bonferroni): "
           f"{counts([t.test for t in mine], 'kappa2')}; slope "
-          f"{min(slopes):+.3g} to {max(slopes):+.3g}"
-          f"{UNITS[mine[0].quantity]} per decade.")
+          f"{rs.span(slopes, '+.3g')}{UNITS[mine[0].quantity]} per decade.")
 
 
 def _units_words(ev) -> str:

@@ -18,6 +18,7 @@ from qkspec.report import figures
 from qkspec.report import locater_minimum
 from qkspec.report import rules
 from qkspec.report import run_cells
+from qkspec.report import stats
 from qkspec.report import stripes
 
 DEVIATIONS = (
@@ -213,7 +214,7 @@ def still_to_run(ev) -> list[str]:
   if lines and math.isfinite(total):
     slower = ("" if not b.slower else
               f" (the records' runs on other GPUs took "
-              f"{_ratio_span(b.slower)} x as long per member)")
+              f"{stats.span(b.slower, '.1f')} x as long per member)")
     lines.append(f"\nIn all ≈ {math.ceil(total)} GPU minutes on "
                  f"{b.device}{slower}.")
   return ["## Still to run", "",
@@ -230,11 +231,6 @@ def still_to_run(ev) -> list[str]:
           "one program share one batch stream. A run resumes with the same "
           "command, and `python launch/report.py --runs DIR` adds it here:",
           ""] + (lines or ["- nothing: every item is done."])
-
-
-def _ratio_span(xs) -> str:
-  lo, hi = f"{min(xs):.1f}", f"{max(xs):.1f}"
-  return lo if lo == hi else f"{lo} to {hi}"
 
 
 def _rerun_words(r) -> str:
