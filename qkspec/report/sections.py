@@ -282,7 +282,6 @@ def run_info(run) -> str:
   devices = sorted({f"{x['device_count']} x {x['device_kind']}"
                     for x in lines})
   dtypes = sorted({x.get("compute_dtype", "float32") for x in lines})
-  wall = sum(x["wall_s"] for x in lines)
   n = sum(x.get("invocations", 1) for x in lines)
   phases = "setup, compilation and evaluation included"   # before phases_s
   if all("phases_s" in x for x in lines):
@@ -291,7 +290,7 @@ def run_info(run) -> str:
       total.update(x["phases_s"])
     phases = ", ".join(f"{k} {v:.0f} s" for k, v in total.items())
   return (f"{', '.join(devices)}; compute {'/'.join(dtypes)}; wall "
-          f"{wall / 60:.1f} min in {n} invocation"
+          f"{run.wall_minutes:.1f} min in {n} invocation"
           f"{'s' if n > 1 else ''} ({phases})")
 
 
