@@ -3,9 +3,8 @@ noises one-seed cells are held to (`floors`), the families the pooled
 claims are corrected in (`pooled`) and which way each rule errs, in words
 of its own, from an `evidence.Evidence`."""
 from qkspec.records import rundir
+from qkspec.report import floors
 from qkspec.report import stats as rs
-
-_QUANTITIES = ("scale", "entropy", "valid_ppl")
 
 # rule -> which way it errs, and why
 ERRS = (
@@ -50,15 +49,17 @@ ERRS = (
 
 
 def _rel_row(what, refs, how) -> str:
-  cells = [f"{refs[q].rel:.2g}" if q in refs else "-" for q in _QUANTITIES]
+  cells = [f"{refs[q].rel:.2g}" if q in refs else "-"
+           for q in floors.QUANTITIES]
   return f"| {what} | {' | '.join(cells)} | {how} |"
 
 
 def floor_table(seed_refs, reruns) -> list[str]:
   """One row per seed reference (reading, contrast) and per rerun
   (architecture, reading): rel of each quantity, what it was measured on."""
-  out = ["| floor | rel: " + " | rel: ".join(_QUANTITIES) + " | measured on |",
-         "|" + "---|" * (len(_QUANTITIES) + 2)]
+  out = ["| floor | rel: " + " | rel: ".join(floors.QUANTITIES)
+         + " | measured on |",
+         "|" + "---|" * (len(floors.QUANTITIES) + 2)]
   seeds, rerun = {}, {}
   for (reading, kind, q), r in sorted(seed_refs.items()):
     seeds.setdefault((reading, kind), {})[q] = r
@@ -95,7 +96,7 @@ def _steps() -> str:
   mins = ", ".join(
       f"{q} {size:.1%} of the larger mean" if kind == "relative"
       else f"{q} {size:g}" + (" nats" if q == "entropy" else "")
-      for q, (kind, size) in rs.MIN_EFFECT.items() if q in _QUANTITIES)
+      for q, (kind, size) in rs.MIN_EFFECT.items() if q in floors.QUANTITIES)
   return (
       "Each claim is the difference alt - base between members of one seed "
       "(same initialisation and batches). Its verdict, in order: (1) |mean "
