@@ -218,17 +218,12 @@ def load_replicates(replicate_dirs) -> tuple[tuple[Run, ...], tuple]:
                 for _, record in records if "spread" in record))
 
 
-_ROW = ("figure", "label", "smoke", "reading", "run_dirs", "d_model",
-        "num_layers", "seq_len", "kappa1", "kappa2", "target", "seeds",
-        "n_seeds", "commands", "final_step", "num_steps")    # summary.csv
-
-
 @dataclasses.dataclass(frozen=True)
 class Group:
   """Members of one figure and reading that differ only in seed: a row of
-  summary.csv (`row`). `values`: quantity -> the final values in `seeds`
-  order; `mean`, `std`: quantity -> their mean and std over the finite
-  ones (`group`)."""
+  summary.csv (`writer.summary_row`). `values`: quantity -> the final
+  values in `seeds` order; `mean`, `std`: quantity -> their mean and std
+  over the finite ones (`group`)."""
   figure: str
   label: str
   smoke: bool
@@ -267,19 +262,6 @@ class Group:
     trained twice) are one."""
     return (self.arch, self.kappa1, self.kappa2, self.target, self.seeds,
             self.reading if self.locater else None)
-
-  def row(self, commands: Mapping[str, str]) -> dict:
-    """summary.csv's and summary.json's row, with its runs' `commands`
-    (run directory -> command)."""
-    lists = dict(run_dirs=list(self.run_dirs), seeds=list(self.seeds),
-                 n_seeds=self.n_seeds, commands=list(dict.fromkeys(
-                     commands[d] for d in self.run_dirs)))
-    out = {k: lists[k] if k in lists else getattr(self, k) for k in _ROW}
-    for name, _, _ in QUANTITIES:
-      out.update({f"{name}_mean": self.mean[name],
-                  f"{name}_std": self.std[name],
-                  f"{name}_values": list(self.values[name])})
-    return out
 
 
 def group(values: Mapping[str, tuple], **fields) -> Group:

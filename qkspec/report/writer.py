@@ -40,10 +40,28 @@ def _plain(x):
   return x
 
 
+_ROW = ("figure", "label", "smoke", "reading", "run_dirs", "d_model",
+        "num_layers", "seq_len", "kappa1", "kappa2", "target", "seeds",
+        "n_seeds", "commands", "final_step", "num_steps")    # summary.csv
+
+
+def summary_row(g, commands) -> dict:
+  """summary.csv's and summary.json's row of a `run_cells.Group`, with its
+  runs' `commands` (run directory -> command)."""
+  lists = dict(run_dirs=list(g.run_dirs), seeds=list(g.seeds),
+               n_seeds=g.n_seeds, commands=list(dict.fromkeys(
+                   commands[d] for d in g.run_dirs)))
+  out = {k: lists[k] if k in lists else getattr(g, k) for k in _ROW}
+  for name, _, _ in run_cells.QUANTITIES:
+    out.update({f"{name}_mean": g.mean[name], f"{name}_std": g.std[name],
+                f"{name}_values": list(g.values[name])})
+  return out
+
+
 def write_summary(ev, directory) -> list[str]:
   """Writes summary.csv and summary.json in `directory`; their paths."""
   os.makedirs(directory, exist_ok=True)
-  rows = [g.row(ev.commands) for g in ev.groups]
+  rows = [summary_row(g, ev.commands) for g in ev.groups]
   csv_path = os.path.join(directory, "summary.csv")
   fields = [k for k in rows[0] if not k.endswith("_values")]
   with open(csv_path, "w", newline="") as f:
