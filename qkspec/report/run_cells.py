@@ -37,6 +37,11 @@ def reading_name(reading: str) -> str:
   return READINGS.get(reading, reading)
 
 
+def figure_label(figure: str, smoke: bool) -> str:
+  """"Fig. 6", "Fig. 6 (smoke)": the label of a figure's runs and cells."""
+  return f"Fig. {figure}" + (" (smoke)" if smoke else "")
+
+
 def label_order(label: str) -> tuple:
   """Sort key: "Fig. 6", "Fig. 6 (smoke)", "Fig. 10"."""
   number = label.split()[1] if len(label.split()) > 1 else ""
@@ -101,7 +106,7 @@ class Run:
 
   @property
   def label(self) -> str:
-    return f"Fig. {self.figure}" + (" (smoke)" if self.smoke else "")
+    return figure_label(self.figure, self.smoke)
 
   @property
   def arch(self) -> tuple[int, int]:
@@ -225,7 +230,6 @@ class Group:
   values in `seeds` order; `mean`, `std`: quantity -> their mean and std
   over the finite ones (`group`)."""
   figure: str
-  label: str
   smoke: bool
   reading: str
   run_dirs: tuple[str, ...]
@@ -241,6 +245,10 @@ class Group:
   values: Mapping[str, tuple[float, ...]]
   mean: Mapping[str, float]
   std: Mapping[str, float]
+
+  @property
+  def label(self) -> str:
+    return figure_label(self.figure, self.smoke)
 
   @property
   def n_seeds(self) -> int:
@@ -371,14 +379,14 @@ def cell_members(placed) -> tuple[list, list]:
           [m for m in ms if m["last_step"] < full])
 
 
-def _group(label, reading, rs, members) -> Group:
+def _group(reading, rs, members) -> Group:
   """The `Group` of one cell's members that differ only in seed."""
   ms = sorted(members, key=lambda m: m["seed"])    # values in seed order
   run_dirs = tuple(sorted({m["run_dir"] for m in ms}))
   mine = [r for r in rs if r.run_dir in run_dirs]
   return group(
       {name: tuple(m["final"][name] for m in ms) for name, _, _ in QUANTITIES},
-      figure=rs[0].figure, label=label, smoke=rs[0].smoke, reading=reading,
+      figure=rs[0].figure, smoke=rs[0].smoke, reading=reading,
       run_dirs=run_dirs, d_model=rs[0].d_model, num_layers=rs[0].num_layers,
       seq_len=rs[0].seq_len, kappa1=ms[0]["kappa1"], kappa2=ms[0]["kappa2"],
       target=ms[0]["target"], seeds=tuple(m["seed"] for m in ms),
@@ -396,7 +404,7 @@ def cells(runs) -> dict[tuple[str, str], Cell]:
     groups = {}
     for m in counted:
       groups.setdefault(member_key(m)[:3], []).append(m)
-    made = tuple(_group(label, reading, rs, ms)
+    made = tuple(_group(reading, rs, ms)
                  for _, ms in sorted(groups.items()))
     out[label, reading] = Cell(
         label=label, figure=rs[0].figure, reading=reading, runs=rs,

@@ -22,7 +22,7 @@ def _rows(fig, seeds, kappa2s=defaults.KAPPA2_SWEEP, none=True,
   (`none`) the no-LocATER member, each with `seeds`."""
   pairs = [(100.0, k) for k in kappa2s] + [(0.0, 0.0)] * none
   return [run_cells.group(
-      {}, figure=fig, label=f"Fig. {fig}", smoke=smoke, reading=reading,
+      {}, figure=fig, smoke=smoke, reading=reading,
       run_dirs=(), d_model=0, num_layers=0, seq_len=64, kappa1=k1,
       kappa2=k2, target=1.0, seeds=tuple(seeds), final_step=final_step,
       num_steps=50_000) for reading in run_cells.READINGS for k1, k2 in pairs]

@@ -12,7 +12,7 @@ def _row(kappa2, trace, scale, d=8, kappa1=4.0, reading="mean_loss",
          entropy=2.8):
   return run_cells.group(
       {"trace": (trace,), "scale": (scale,), "entropy": (entropy,)},
-      figure="6", label="Fig. 6", smoke=False, reading=reading, run_dirs=(),
+      figure="6", smoke=False, reading=reading, run_dirs=(),
       d_model=d, num_layers=1, seq_len=64, kappa1=kappa1, kappa2=kappa2,
       target=1.0, seeds=(0,), final_step=50_000, num_steps=50_000)
 

@@ -103,7 +103,7 @@ def seed_group(kappa2, deltas, label="Fig. 6", kappa1=100.0,
     ds = np.broadcast_to(deltas.get(q, 0.0), (len(seeds),))
     values[q] = tuple(level * (1 + 0.01 * s) + x for s, x in zip(seeds, ds))
   return run_cells.group(
-      values, figure=label.split()[1], label=label, smoke=False,
+      values, figure=label.split()[1], smoke=False,
       reading=reading, run_dirs=(label,), d_model=d, num_layers=layers,
       seq_len=64, kappa1=kappa1, kappa2=kappa2, target=1.0,
       seeds=tuple(seeds), final_step=50_000, num_steps=50_000)

@@ -137,7 +137,7 @@ def _trend_groups(ppl_by_kappa2, seeds=(0, 1, 2)):
     ppl = tuple(np.broadcast_to(ppl, (len(seeds),)))
     out.append(run_cells.group(
         {"valid_ppl": ppl, "entropy": (2.8,) * len(seeds)}, figure="6",
-        label="Fig. 6", smoke=False, reading="mean_loss", run_dirs=("r",),
+        smoke=False, reading="mean_loss", run_dirs=("r",),
         d_model=128, num_layers=1, seq_len=64, kappa1=100.0, kappa2=kappa2,
         target=1.0, seeds=tuple(seeds), final_step=50_000,
         num_steps=50_000))
