@@ -259,7 +259,7 @@ def _units_words(ev) -> str:
 def _none_intro(ev, mine) -> str:
   distinct = len({(v.base_id[0], s) for v in mine for s in v.base_id[4]})
   copies = sum(not run_cells.is_locater(m) for r in ev.runs
-               if r.shared_from is None for m in r.members)
+               for m in r.members)
   twice = (f" ({copies} trained: a member trained twice counts once)"
            * (copies > distinct))
   rule = any(v.test.sqrt2 for v in mine)
