@@ -107,14 +107,20 @@ def rerun_references(pairs) -> dict:
   """((layers, d), reading, quantity) -> the rerun noise `Reference` of a
   paired difference, from the replicate members and their twins
   (`pairs`)."""
-  found = {}
+  found, labels = {}, {}
   for run, m, _, twin in pairs:
+    labels.setdefault((run.arch, run.reading), set()).add(run.label)
     for quantity in QUANTITIES:
       a, b = m["final"][quantity], twin["final"][quantity]
       level = max(abs(a), abs(b))
       if np.isfinite(a - b) and level > 0:
         found.setdefault((run.arch, run.reading, quantity, run.label),
                          []).append((a - b) / level)
+  for (arch, reading), names in labels.items():
+    if len(names) > 1:   # one Reference per key: one would hide the other
+      raise ValueError(f"reruns of {sorted(names)} share the architecture "
+                       f"{arch} and the reading {reading}: their rerun "
+                       "noise would be one figure's alone.")
   return {(arch, reading, quantity): Reference(
       rel=float(np.sqrt(np.mean(np.square(r)))), n=len(r), dof=len(r),
       label=label, arch=arch, source="rerun")

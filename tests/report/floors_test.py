@@ -66,6 +66,20 @@ class RerunReferenceTest(absltest.TestCase):
         100.0, 0.0, step=20_000)], "Fig. 10")
     self.assertEqual(floors.pairs([run], [other, short]), [])
 
+  def test_two_figures_of_one_architecture_are_refused(self):
+    # Figs. 6 and 7 share (1, 128): one reference per architecture and
+    # reading would keep one figure's reruns and drop the other's
+    runs, reruns = [], []
+    for label in ("Fig. 6", "Fig. 7"):
+      runs.append(report_fixtures.run(label, [
+          report_fixtures.member(100.0, 0.0)], label))
+      reruns.append(report_fixtures.run(label + " again", [
+          report_fixtures.member(100.0, 0.0, valid_ppl=241.0)], label))
+    with self.assertRaisesRegex(ValueError, r"Fig\. 6.*Fig\. 7"):
+      floors.rerun_references(floors.pairs(runs, reruns))
+    self.assertLen(floors.rerun_references(floors.pairs(runs[:1],
+                                                        reruns[:1])), 3)
+
   def test_a_paired_difference_moves_by_sqrt2_a_member(self):
     """Independent member changes of sd s move a paired difference by
     sqrt(2) s: the RMS of the members' changes estimates that."""
