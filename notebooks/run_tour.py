@@ -50,6 +50,12 @@ def execute(notebook: nbformat.NotebookNode, quick: bool,
   return client.execute(env=env)
 
 
+def pngs(cell: nbformat.NotebookNode) -> list[str]:
+  """The PNG outputs of a code cell, base64-encoded, in order."""
+  return [o["data"]["image/png"] for o in cell.get("outputs", ())
+          if "image/png" in o.get("data", {})]
+
+
 def figure_png(notebook: nbformat.NotebookNode, tag: str = README_TAG
                ) -> bytes:
   """The PNG output of the one code cell tagged `tag`."""
@@ -57,12 +63,11 @@ def figure_png(notebook: nbformat.NotebookNode, tag: str = README_TAG
            if tag in c.get("metadata", {}).get("tags", ())]
   if len(cells) != 1:
     raise ValueError(f"{len(cells)} cells are tagged {tag!r}, not one.")
-  pngs = [o["data"]["image/png"] for o in cells[0].get("outputs", ())
-          if "image/png" in o.get("data", {})]
-  if len(pngs) != 1:
-    raise ValueError(f"the cell tagged {tag!r} has {len(pngs)} PNG "
+  images = pngs(cells[0])
+  if len(images) != 1:
+    raise ValueError(f"the cell tagged {tag!r} has {len(images)} PNG "
                      "outputs, not one.")
-  return base64.b64decode(pngs[0])
+  return base64.b64decode(images[0])
 
 
 def main() -> None:

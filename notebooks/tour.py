@@ -192,7 +192,7 @@ config.update(dict(covariances=("isotropic",), dim=32, seq_len=16,
                    eigen_std_range=(0.01, 3.0), points_per_chunk=128))
 grid = simulate_grid.compute(config)
 width = simulate_grid.summaries(grid, config)["width"][0]      # [M, S]
-lam = softmax.temperature(None, config.dim)
+edges = simulate_grid.r_edges(config)[0]        # Lemma 2: E r = -2, +2
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
 panels = ((width, f"tokens with $\\rho_i > 1/2$ (of T = {config.seq_len})",
            "viridis", (0, config.seq_len)),
@@ -202,8 +202,11 @@ for ax, (values, label, cmap, (lo, hi)) in zip(axes, panels):
   mesh = ax.pcolormesh(grid["eigen_means"], grid["eigen_stds"], values.T,
                        cmap=cmap, vmin=lo, vmax=hi, shading="nearest")
   ax.set_yscale("log")
-  for r_edge in (-2, 2):            # E r = eigen_mean * d / lambda = +-2
-    ax.axvline(r_edge * lam / config.dim, color="w", ls="--", lw=1)
+  for edge in edges:                  # labelled on their outer side
+    ax.axvline(edge, color="w", ls="--", lw=1)
+    ax.text(edge, 0.03, f" $E\\,r = {2 * np.sign(edge):+.0f}$ ", color="w",
+            fontsize=9, ha="right" if edge < 0 else "left",
+            transform=ax.get_xaxis_transform())
   ax.set(xlabel="eigen_mean", ylabel="eigen_std", title=label)
   fig.colorbar(mesh, ax=ax)
 fig.suptitle(f"Fig. 5 on a {config.num_eigen_means} x "

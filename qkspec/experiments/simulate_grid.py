@@ -165,15 +165,23 @@ def _heatmap(fig, ax, out, values, title, r_lines, **kwargs):
   fig.colorbar(image, ax=ax)
 
 
+def r_edges(config: ml_collections.ConfigDict) -> list[list[float]]:
+  """Per covariance, the eigen_means within `eigen_mean_range` on Lemma 2's
+  boundary E r = tr(Sigma) eigen_mean / lambda = -2 and +2."""
+  lam = softmax.temperature(config.temperature, config.dim)
+  lo, hi = config.eigen_mean_range
+  edges = []
+  for cov in np.asarray(inputs.covariances(config)):
+    mean = float(2 * lam / np.trace(cov))
+    edges.append([m for m in (-mean, mean) if lo <= m <= hi])
+  return edges
+
+
 def plot(out, summary, config, workdir):
   """Two figures: localization summaries and rho_i at chosen positions."""
   t = config.seq_len
   lam = softmax.temperature(config.temperature, config.dim)
-  lo, hi = config.eigen_mean_range
-  r_lines = []              # per covariance, the eigen_means where E r = +-2
-  for cov in np.asarray(inputs.covariances(config)):
-    mean = 2 * lam / np.trace(cov)    # E r = tr(Sigma) eigen_mean / lambda
-    r_lines.append([m for m in (-mean, mean) if lo <= m <= hi])
+  r_lines = r_edges(config)
   localization = [
       (summary["width"], f"#positions with rho_i > 1/2 (of {t})",
        dict(cmap="viridis", vmin=0, vmax=t)),

@@ -59,6 +59,16 @@ class SmokeRunTest(absltest.TestCase):
     slope = ((out["r"][0, 1:] - out["r"][0, :1])
              / (means[1:] - means[0])[:, None])
     np.testing.assert_allclose(slope, math.sqrt(config.dim), rtol=1e-4)
+    # r_edges: where the measured r's slope in eigen_mean, for each
+    # covariance, reaches Lemma 2's E r = -2 and +2
+    edges = simulate_grid.r_edges(config)
+    self.assertLen(edges, len(config.covariances))
+    for c, pair in enumerate(edges):
+      r_slope = np.polyfit(means, out["r"][c], 1)[0]            # [S]
+      self.assertLen(pair, 2)
+      np.testing.assert_allclose(np.multiply.outer(pair, r_slope),
+                                 [[-2] * len(r_slope), [2] * len(r_slope)],
+                                 rtol=1e-4)
     # rho_exact: at each point the mean over the K draws of the Gaussian
     # rho on each draw's exact moments, recomputed from its W_QK
     key = jax.random.fold_in(inputs.shared_key(jax.random.key(config.seed)),
