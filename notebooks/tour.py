@@ -67,6 +67,8 @@ from qkspec.config import args
 from qkspec.data import synthetic
 from qkspec.experiments import outputs, simulate_grid
 from qkspec.records import rundir
+from qkspec.report import answer
+from qkspec.report import pooled as pooled_tests
 from qkspec.training import loop
 
 # the checkout: its configs/ and reproduction/ (in Colab, the clone above)
@@ -430,9 +432,11 @@ def paired_differences(summary, figure="6"):
 
 
 def pooled(summary):
-  """The claims pooled over every cell: {(kind, quantity): row}."""
-  return {(v["kind"], v["quantity"]): v for v in summary["pooled"]
-          if v["reading"] == "both"}
+  """The claims pooled over every cell: {(kind, quantity): Pooled}, the
+  report's own record of each test (summary.json adds only `holds`)."""
+  return {(v["kind"], v["quantity"]): pooled_tests.Pooled(**{
+      k: x for k, x in v.items() if k != "holds"})
+          for v in summary["pooled"] if v["reading"] == "both"}
 
 
 with open(ROOT / "reproduction" / "summary.json") as f:
@@ -476,31 +480,16 @@ plt.show()
 
 # %%
 claims = pooled(summary)
-
-
-def majority(row, toward, against):
-  """The direction most cells of a pooled row took, and in how many."""
-  if row["toward"] >= row["against"]:
-    return f"{toward} in {row['toward']} of {row['cells']} cells"
-  return f"{against} in {row['against']} of {row['cells']} cells"
-
-
 contrast = fig6["scale", "mean_loss"]
 primary = [claims["kappa2", q] for q in quantities]
-holding = sum(t["holds"] for t in primary)
+holding = sum(t.holds for t in primary)
 print(f"kappa2 = 0 -> {contrast['kappa2']:g} at kappa1 = "
-      f"{contrast['kappa1']:g} moves the " + ", the ".join(
-          f"{word} " + majority(claims["kappa2", q], "as the paper",
-                                "against the paper")
+      f"{contrast['kappa1']:g} moves the " + "; the ".join(
+          f"{word} {answer.ways(claims['kappa2', q])}"
           for q, word in quantities.items())
-      + f"; over {primary[0]['units']} independent units, "
-      f"{holding or 'none'} of these directions holds after Holm's "
-      f"correction over these {primary[0]['size']} primary claims (sign "
-      "test p = " + ", ".join(f"{t['p']:.2g}" for t in primary) + ").")
-print("Beyond the paper, against no LocATER, LocATER gives the "
-      + ", the ".join(
-          f"{word} " + majority(claims["none", q],
-                                *(("lower", "higher") if
-                                  claims["none", q]["sign"] < 0
-                                  else ("higher", "lower")))
-          for q, word in quantities.items()) + ".")
+      + f". {holding or 'None'} of these directions holds after Holm's "
+      f"correction over these {primary[0].size} primary claims (sign "
+      "test p = " + ", ".join(f"{t.p:.2g}" for t in primary) + ").")
+print("Beyond the paper, no LocATER -> LocATER moves the " + "; the ".join(
+    f"{word} {answer.ways(claims['none', q])}"
+    for q, word in quantities.items()) + ".")

@@ -122,7 +122,7 @@ def _n(k: int, what: str) -> str:
   return f"{k} {what}{'s' * (k != 1)}"
 
 
-def _ways(t, units: bool = True) -> str:
+def ways(t, units: bool = True) -> str:
   """"against the paper in 9 of 12 cells and 3 of 3 units, 3 split", or
   both ways where the cells tie."""
   if t.toward == t.against:
@@ -151,7 +151,7 @@ def _per_reading(tests) -> str:
   """"literal: against the paper in 6 of 6 cells (p = 0.031), ..."."""
   return ", ".join(
       f"{rundir.READING_NAMES[t.reading]}: "
-      f"{_ways(t, units=t.units != t.cells)} (p = {t.p:.2g})" for t in tests)
+      f"{ways(t, units=t.units != t.cells)} (p = {t.p:.2g})" for t in tests)
 
 
 def _range(vs) -> str:
@@ -184,7 +184,7 @@ def _claim_line(vs, tests, claim, what, kind) -> str:
   both, *readings = mine_tests
   name = (f"{_NAMES[claim]} ({claim}, {what})" if kind == "kappa2"
           else _NAMES[claim])
-  line = (f"- **{name}: {_ways(both)} (sign test p = {both.p:.2g}; "
+  line = (f"- **{name}: {ways(both)} (sign test p = {both.p:.2g}; "
           f"{_family(both)}).** "
           + (f"{_per_reading(readings)}. " if len(readings) > 1 else "")
           + f"By cell: {counts([v.test for v in mine], kind)}; difference "
