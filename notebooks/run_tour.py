@@ -29,8 +29,13 @@ QUICK_VARIABLE = "QKSPEC_TOUR_QUICK"
 
 
 def read_source() -> nbformat.NotebookNode:
-  """The notebook of `tour.py`'s cells, without outputs."""
-  return jupytext.read(SOURCE)
+  """The notebook of `tour.py`'s cells, without outputs; each cell's id is
+  its position (jupytext draws new random ids, a diff in every cell at
+  every regeneration)."""
+  notebook = jupytext.read(SOURCE)
+  for i, cell in enumerate(notebook.cells):
+    cell.id = f"cell-{i}"
+  return notebook
 
 
 def execute(notebook: nbformat.NotebookNode, quick: bool,
