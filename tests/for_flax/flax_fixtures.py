@@ -1,6 +1,7 @@
 """Fixtures of the qkspec.for_flax tests: small linen and nnx attention
 models, plain, stacked, grouped-query, with QK-norm or a custom attention
-function, their inputs, a NumPy forward pass from their raw kernels, and a
+function, their inputs, a NumPy forward pass from their raw kernels, the
+entropy and rho_i of attention probabilities by NumPy loops, and a
 closeness check that logs its largest difference from NumPy."""
 import functools
 
@@ -244,3 +245,36 @@ def np_attention(layer, x, visible, transform=None):
   out = np.einsum("bthk,hkd->btd", np.einsum("bhts,bshk->bthk", w, v),
                   layer["out"]["kernel"]) + layer["out"].get("bias", 0.0)
   return logits, w, out
+
+
+def np_queries(visible):
+  """[B, H, T]: a query that sees a key and whose own key some query sees
+  (self-attention)."""
+  return visible.any(-1) & visible.any(-2)
+
+
+def np_entropy(w, visible):
+  """Mean entropy per head over the batch's token queries [H]."""
+  visible = np.broadcast_to(visible, w.shape)
+  ok = np_queries(visible)
+  terms = np.where(visible & (w > 0), -w * np.log(np.where(w > 0, w, 1)), 0)
+  return (terms.sum(-1) * ok).sum((0, 2)) / ok.sum((0, 2))
+
+
+def np_rho(logits, visible):
+  """Empirical rho_i [H, S] (Definition 1) of each sequence's last token
+  query over its visible keys, NaN where no sequence sees key i."""
+  visible = np.broadcast_to(visible, logits.shape)
+  ok = np_queries(visible)
+  B, nh, _, S = logits.shape
+  hits, seen = np.zeros((nh, S)), np.zeros((nh, S))
+  for b in range(B):
+    for h in range(nh):
+      t = np.flatnonzero(ok[b, h])[-1]
+      keys = np.flatnonzero(visible[b, h, t])
+      omega = logits[b, h, t, keys]
+      u = (omega - omega.mean()) / len(keys) + 1 / len(keys)
+      hits[h, keys] += (u >= 0) & (u <= 1)
+      seen[h, keys] += 1
+  with np.errstate(invalid="ignore"):
+    return hits / seen
