@@ -246,7 +246,7 @@ def _linen_rope(query, key, value, mask=None, module=None):
                                   mask=mask, module=module)
 
 
-class TodaysAttentionTest(parameterized.TestCase):
+class GroupedQKNormAndCustomAttentionTest(parameterized.TestCase):
   """flax's grouped-query and QK-norm attention, custom attention functions
   and windows, against NumPy from the raw kernels."""
 
