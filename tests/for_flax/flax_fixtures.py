@@ -1,8 +1,9 @@
 """Fixtures of the qkspec.for_flax tests: small linen and nnx attention
 models, plain, stacked, grouped-query, with QK-norm or a custom attention
 function, their inputs, a NumPy forward pass from their raw kernels, the
-entropy and rho_i of attention probabilities by NumPy loops, and a
-closeness check that logs its largest difference from NumPy."""
+entropy and rho_i of attention probabilities by NumPy loops, W_QK, the
+LocATER penalty and the spectrum statistics in NumPy, and a closeness
+check that logs its largest difference from NumPy."""
 import functools
 
 from absl import logging
@@ -278,3 +279,29 @@ def np_rho(logits, visible):
       seen[h, keys] += 1
   with np.errstate(invalid="ignore"):
     return hits / seen
+
+
+def np_qk(wq, wk):
+  """W_QK [N, d, d] of kernels [d, N, D], [d, K, D] head by head: query
+  head h reads key head h // (N/K)."""
+  group = wq.shape[1] // wk.shape[1]
+  return np.stack([wq[:, h] @ wk[:, h // group].T
+                   for h in range(wq.shape[1])])
+
+
+def np_penalty(w_qks, hp):
+  """The LocATER penalty (Sec. 6) summed over matrices W_QK [d, d]:
+  kappa1 ||W||_F^2 + kappa2 (tr W - target)^2, `hp` = (kappa1, kappa2,
+  target)."""
+  return sum(hp.kappa1 * np.sum(w**2) + hp.kappa2 * (np.trace(w)
+                                                     - hp.target)**2
+             for w in w_qks)
+
+
+def np_spectrum(w, lam):
+  """scale, trace, xi, eta and r (Eqs. 5-8, Sigma = I) of W_QK [N, d, d]
+  at the logit scale `lam`, per head."""
+  sym = (w + np.swapaxes(w, -1, -2)) / 2
+  tr, tr2 = np.trace(w, axis1=1, axis2=2), np.einsum("hij,hji->h", sym, sym)
+  return dict(scale=np.sum(w**2, axis=(1, 2)), trace=tr,
+              xi=tr / np.sqrt(tr2), eta=np.sqrt(tr2) / lam, r=tr / lam)
