@@ -140,26 +140,6 @@ def _qk_square_trace(wq_kernel: jax.Array, wk_kernel: jax.Array
                 wq_kernel)
 
 
-def kernel_sym_trace_sq(wq_kernel: jax.Array, wk_kernel: jax.Array
-                        ) -> jax.Array:
-  r""":math:`\mathrm{tr}(W^2)` of :math:`W = \mathrm{sym}(W_{QK})` per head
-  from [D, D] products.
-
-  :math:`W^2 = (W_{QK}^2 + W_{QK}W_{QK}^\top + W_{QK}^\top W_{QK} +
-  W_{QK}^{\top 2})/4`, whose four traces pair up:
-
-  .. math:: \mathrm{tr}(W^2) = \tfrac12\big(\mathrm{tr}(W_{QK}^2)
-            + \mathrm{tr}(W_{QK}^\top W_{QK})\big),\qquad
-            \mathrm{tr}(W_{QK}^2) = \mathrm{tr}(QK^\top QK^\top)
-            = \mathrm{tr}\big((K^\top Q)^2\big),
-
-  the second term being `kernel_scale`. Kernels and heads as
-  `kernel_qk_trace`.
-  """
-  return 0.5 * (_qk_square_trace(wq_kernel, wk_kernel)
-                + kernel_scale(wq_kernel, wk_kernel))
-
-
 def kernel_spectrum_stats(wq_kernel: jax.Array, wk_kernel: jax.Array,
                           temperature: float | jax.Array | None = None
                           ) -> dict[str, jax.Array]:
@@ -167,11 +147,18 @@ def kernel_spectrum_stats(wq_kernel: jax.Array, wk_kernel: jax.Array,
   at :math:`\Sigma = I` from the kernels, never building :math:`W_{QK}`.
 
   Per head of `qk_from_kernels`' kernels: :math:`\mathrm{tr}\,W =
-  \mathrm{tr}\,W_{QK}` (`kernel_qk_trace`), `kernel_sym_trace_sq`,
-  `kernel_scale`; `temperature` :math:`\lambda`, None = :math:`\sqrt D`.
-  Each is a function of the [D, D] products :math:`Q^\top Q`,
-  :math:`K^\top K`, :math:`K^\top Q`: at d = 4096, N = 32, D = 128 a
-  layer needs 32 x 3 such products, not 32 matrices of 4096 x 4096.
+  \mathrm{tr}\,W_{QK}` (`kernel_qk_trace`), the scale (`kernel_scale`)
+  and :math:`\mathrm{tr}(W^2)`: :math:`W^2 = (W_{QK}^2 + W_{QK}W_{QK}^\top
+  + W_{QK}^\top W_{QK} + W_{QK}^{\top 2})/4`, whose four traces pair up,
+
+  .. math:: \mathrm{tr}(W^2) = \tfrac12\big(\mathrm{tr}(W_{QK}^2)
+            + \mathrm{tr}(W_{QK}^\top W_{QK})\big),\qquad
+            \mathrm{tr}(W_{QK}^2) = \mathrm{tr}\big((K^\top Q)^2\big);
+
+  `temperature` :math:`\lambda`, None = :math:`\sqrt D`. Each is a
+  function of the [D, D] products :math:`Q^\top Q`, :math:`K^\top K`,
+  :math:`K^\top Q`: at d = 4096, N = 32, D = 128 a layer needs 32 x 3
+  such products, not 32 matrices of 4096 x 4096.
   """
   lam = softmax.temperature(temperature, jnp.shape(wq_kernel)[-1])
   trace = kernel_qk_trace(wq_kernel, wk_kernel)

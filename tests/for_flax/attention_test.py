@@ -18,6 +18,9 @@ LENGTHS = np.array([5, 3, 4])           # tokens per sequence, then padding
 LinenNet, NnxNet = flax_fixtures.flax_nets()
 LinenScan, LinenRemat, NnxScan = flax_fixtures.flax_stacks()
 _inputs, _np = flax_fixtures.flax_inputs, flax_fixtures.float64_tree
+np_queries, np_entropy, np_rho = (flax_fixtures.np_queries,
+                                   flax_fixtures.np_entropy,
+                                   flax_fixtures.np_rho)
 CAUSAL = np.tril(np.ones((T, T), bool))
 
 
@@ -35,39 +38,6 @@ def _pair_mask(lengths=LENGTHS):
 def _key_mask(lengths=LENGTHS):
   """Bool [B, 1, 1, T]: the key is a token (padded queries not marked)."""
   return _tokens(lengths)[:, None, None, :]
-
-
-def np_queries(visible):
-  """[B, H, T]: a query that sees a key and whose own key some query sees
-  (self-attention)."""
-  return visible.any(-1) & visible.any(-2)
-
-
-def np_entropy(w, visible):
-  """Mean entropy per head over the batch's token queries [H]."""
-  visible = np.broadcast_to(visible, w.shape)
-  ok = np_queries(visible)
-  terms = np.where(visible & (w > 0), -w * np.log(np.where(w > 0, w, 1)), 0)
-  return (terms.sum(-1) * ok).sum((0, 2)) / ok.sum((0, 2))
-
-
-def np_rho(logits, visible):
-  """Empirical rho_i [H, S] (Definition 1) of each sequence's last token
-  query over its visible keys, NaN where no sequence sees key i."""
-  visible = np.broadcast_to(visible, logits.shape)
-  ok = np_queries(visible)
-  B, nh, _, S = logits.shape
-  hits, seen = np.zeros((nh, S)), np.zeros((nh, S))
-  for b in range(B):
-    for h in range(nh):
-      t = np.flatnonzero(ok[b, h])[-1]
-      keys = np.flatnonzero(visible[b, h, t])
-      omega = logits[b, h, t, keys]
-      u = (omega - omega.mean()) / len(keys) + 1 / len(keys)
-      hits[h, keys] += (u >= 0) & (u <= 1)
-      seen[h, keys] += 1
-  with np.errstate(invalid="ignore"):
-    return hits / seen
 
 
 def np_residual(out, tokens):
@@ -276,7 +246,7 @@ def _linen_rope(query, key, value, mask=None, module=None):
                                   mask=mask, module=module)
 
 
-class TodaysAttentionTest(parameterized.TestCase):
+class GroupedQKNormAndCustomAttentionTest(parameterized.TestCase):
   """flax's grouped-query and QK-norm attention, custom attention functions
   and windows, against NumPy from the raw kernels."""
 

@@ -1,7 +1,9 @@
 """Fixtures of the qkspec.for_flax tests: small linen and nnx attention
 models, plain, stacked, grouped-query, with QK-norm or a custom attention
-function, their inputs, a NumPy forward pass from their raw kernels, and a
-closeness check that logs its largest difference from NumPy."""
+function, their inputs, a NumPy forward pass from their raw kernels, the
+entropy and rho_i of attention probabilities by NumPy loops, W_QK, the
+LocATER penalty and the spectrum statistics in NumPy, and a closeness
+check that logs its largest difference from NumPy."""
 import functools
 
 from absl import logging
@@ -244,3 +246,62 @@ def np_attention(layer, x, visible, transform=None):
   out = np.einsum("bthk,hkd->btd", np.einsum("bhts,bshk->bthk", w, v),
                   layer["out"]["kernel"]) + layer["out"].get("bias", 0.0)
   return logits, w, out
+
+
+def np_queries(visible):
+  """[B, H, T]: a query that sees a key and whose own key some query sees
+  (self-attention)."""
+  return visible.any(-1) & visible.any(-2)
+
+
+def np_entropy(w, visible):
+  """Mean entropy per head over the batch's token queries [H]."""
+  visible = np.broadcast_to(visible, w.shape)
+  ok = np_queries(visible)
+  terms = np.where(visible & (w > 0), -w * np.log(np.where(w > 0, w, 1)), 0)
+  return (terms.sum(-1) * ok).sum((0, 2)) / ok.sum((0, 2))
+
+
+def np_rho(logits, visible):
+  """Empirical rho_i [H, S] (Definition 1) of each sequence's last token
+  query over its visible keys, NaN where no sequence sees key i."""
+  visible = np.broadcast_to(visible, logits.shape)
+  ok = np_queries(visible)
+  B, nh, _, S = logits.shape
+  hits, seen = np.zeros((nh, S)), np.zeros((nh, S))
+  for b in range(B):
+    for h in range(nh):
+      t = np.flatnonzero(ok[b, h])[-1]
+      keys = np.flatnonzero(visible[b, h, t])
+      omega = logits[b, h, t, keys]
+      u = (omega - omega.mean()) / len(keys) + 1 / len(keys)
+      hits[h, keys] += (u >= 0) & (u <= 1)
+      seen[h, keys] += 1
+  with np.errstate(invalid="ignore"):
+    return hits / seen
+
+
+def np_qk(wq, wk):
+  """W_QK [N, d, d] of kernels [d, N, D], [d, K, D] head by head: query
+  head h reads key head h // (N/K)."""
+  group = wq.shape[1] // wk.shape[1]
+  return np.stack([wq[:, h] @ wk[:, h // group].T
+                   for h in range(wq.shape[1])])
+
+
+def np_penalty(w_qks, hp):
+  """The LocATER penalty (Sec. 6) summed over matrices W_QK [d, d]:
+  kappa1 ||W||_F^2 + kappa2 (tr W - target)^2, `hp` = (kappa1, kappa2,
+  target)."""
+  return sum(hp.kappa1 * np.sum(w**2) + hp.kappa2 * (np.trace(w)
+                                                     - hp.target)**2
+             for w in w_qks)
+
+
+def np_spectrum(w, lam):
+  """scale, trace, xi, eta and r (Eqs. 5-8, Sigma = I) of W_QK [N, d, d]
+  at the logit scale `lam`, per head."""
+  sym = (w + np.swapaxes(w, -1, -2)) / 2
+  tr, tr2 = np.trace(w, axis1=1, axis2=2), np.einsum("hij,hji->h", sym, sym)
+  return dict(scale=np.sum(w**2, axis=(1, 2)), trace=tr,
+              xi=tr / np.sqrt(tr2), eta=np.sqrt(tr2) / lam, r=tr / lam)

@@ -72,27 +72,14 @@ class FromWeightsTest(absltest.TestCase):
     masked = np.where(visible, logits, -1e30)   # (a padded query: uniform)
     probs = np.exp(masked - masked.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
-    hits, seen = np.zeros((H, S)), np.zeros((H, S))
-    entropy, count = np.zeros(H), np.zeros(H)
-    for b, n in enumerate(LENGTHS):
-      for h in range(H):
-        for t in range(n):
-          p = probs[b, h, t, visible[b, h, t]]
-          entropy[h] -= np.sum(p * np.log(p))
-          count[h] += 1
-        keys = np.flatnonzero(visible[b, h, n - 1])
-        omega = logits[b, h, n - 1, keys]
-        u = (omega - omega.mean()) / len(keys) + 1 / len(keys)
-        hits[h, keys] += (u >= 0) & (u <= 1)
-        seen[h, keys] += 1
-    with np.errstate(invalid="ignore"):
-      rho = hits / seen
+    entropy = flax_fixtures.np_entropy(probs, visible)
+    rho = flax_fixtures.np_rho(logits, visible)
     for mask, layout in ((visible, "BHTS"), (visible, "BTHS")):
       weights = probs if layout == "BHTS" else np.swapaxes(probs, 1, 2)
       rows = for_flax.attention_table_from_weights([weights], mask, layout)
       flax_fixtures.assert_close(f"entropy {layout}", [r["entropy"]
                                                        for r in rows],
-                                 entropy / count, rtol=1e-5)
+                                 entropy, rtol=1e-5)
       flax_fixtures.assert_close(f"rho {layout}", [r["rho"] for r in rows],
                                  rho, atol=1e-7)
     self.assertTrue(np.isnan(rows[0]["rho"][0]), "key 0 is out of window")

@@ -34,12 +34,6 @@ def np_heads(wq, wk, heads):
   return np.stack([q[:, h] @ k[:, h].T for h in range(heads)])
 
 
-def np_penalty(w_qks):
-  return sum(HP.kappa1 * np.sum(w**2) + HP.kappa2 * (np.trace(w)
-                                                     - HP.target)**2
-             for w in w_qks)
-
-
 class Conv1D(nn.Module):
   """Hugging Face's FlaxConv1D: kernel [features, d], y = x kernel^T."""
   features: int
@@ -87,7 +81,7 @@ class LayoutsTest(parameterized.TestCase):
     flax_fixtures.assert_close("penalty [d, H*D] kernels",
                                for_flax.locater_penalty(
                               params, HP, num_heads={"enc/self": H}),
-                               np_penalty(want), rtol=1e-5)
+                               flax_fixtures.np_penalty(want, HP), rtol=1e-5)
     rows = for_flax.spectrum_table(params, num_heads=H)
     self.assertEqual([r["head"] for r in rows], list(range(H)))
     for r, w in zip(rows, want):     # at lambda = sqrt(D), D = d / H
@@ -213,8 +207,10 @@ class LayoutsTest(parameterized.TestCase):
                                  atol=1e-6)
     penalty = for_flax.locater_penalty(low, HP)
     self.assertEqual(penalty.dtype, jnp.float32)
-    flax_fixtures.assert_close("penalty 16-bit", penalty, np_penalty(
-        [w for ws in want.values() for w in ws]), rtol=1e-5)
+    flax_fixtures.assert_close("penalty 16-bit", penalty,
+                               flax_fixtures.np_penalty(
+                                   [w for ws in want.values() for w in ws],
+                                   HP), rtol=1e-5)
     rows = for_flax.spectrum_table(low)
     flax_fixtures.assert_close("scale 16-bit", [r["scale"] for r in rows],
                                [np.sum(w**2) for ws in want.values()

@@ -20,18 +20,11 @@ import flax_fixtures
 d, N, K, D, L = 8, 4, 2, 2, 3      # width, query / key heads, head width
 HP = locater.LocaterHParams(kappa1=0.3, kappa2=0.7, target=0.5)
 _rng = np.random.default_rng(0)
+np_qk = flax_fixtures.np_qk
 
 
 def _normal(*shape):
   return _rng.standard_normal(shape)
-
-
-def np_qk(wq, wk):
-  """W_QK [N, d, d] of kernels [d, N, D], [d, K, D]: head h reads key head
-  h // (N/K)."""
-  group = wq.shape[1] // wk.shape[1]
-  return np.stack([wq[:, h] @ wk[:, h // group].T
-                   for h in range(wq.shape[1])])
 
 
 def gemma_logits(x, q_w, kv_w):
@@ -80,8 +73,7 @@ class GemmaTest(parameterized.TestCase):
         "layer_0/attn"], np_qk(q, k), rtol=1e-5, atol=1e-6)
     flax_fixtures.assert_close(
         "penalty gemma 3", for_flax.locater_penalty(params, HP),
-        sum(HP.kappa1 * np.sum(w**2) + HP.kappa2 * (np.trace(w) - HP.target)
-            ** 2 for w in np_qk(q, k)), rtol=1e-5)
+        flax_fixtures.np_penalty(np_qk(q, k), HP), rtol=1e-5)
 
   def test_gemma4_k_einsum_and_its_scale_norms(self):
     q_w, k_w, gq = _normal(N, d, D), _normal(K, d, D), _normal(D)

@@ -30,13 +30,6 @@ def np_folded(wq, wk, gq, gk, centred):
                    for h in range(wq.shape[1])])
 
 
-def np_spectrum(w, lam):
-  sym = (w + np.swapaxes(w, -1, -2)) / 2
-  tr, tr2 = np.trace(w, axis1=1, axis2=2), np.einsum("hij,hji->h", sym, sym)
-  return dict(scale=np.sum(w**2, axis=(1, 2)), trace=tr,
-              xi=tr / np.sqrt(tr2), eta=np.sqrt(tr2) / lam, r=tr / lam)
-
-
 def _tree(q_norm_name, k_norm_name, gains=(1.5, 0.5), K=2):
   """One layer, q_proj/k_proj kernels [d, N, D], [d, K, D] and two norms."""
   rng = np.random.default_rng(0)
@@ -74,13 +67,10 @@ class QKNormTest(parameterized.TestCase):
         rtol=1e-6, atol=1e-9)
     raw = np_folded(p["query"]["kernel"], p["key"]["kernel"], 1, 1, False)
     self.assertGreater(np.abs(raw - want).max() / np.abs(want).max(), 0.3)
-    penalty = sum(HP.kappa1 * np.sum(w**2) + HP.kappa2 * (np.trace(w)
-                                                          - HP.target)**2
-                  for w in want)
     flax_fixtures.assert_close("penalty normalize_qk", for_flax.locater_penalty(
-        layer, HP), penalty, rtol=1e-5)
+        layer, HP), flax_fixtures.np_penalty(want, HP), rtol=1e-5)
     rows = for_flax.spectrum_table(layer, temperature=2.0)
-    for column, value in np_spectrum(want, 2.0).items():
+    for column, value in flax_fixtures.np_spectrum(want, 2.0).items():
       flax_fixtures.assert_close(f"{column} normalize_qk",
                                  [r[column] for r in rows], value, rtol=1e-5)
 

@@ -103,32 +103,23 @@ class RealLLMsTest(absltest.TestCase):
     wq, wk = np.asarray(wq, np.float64), np.asarray(wk, np.float64)
     if gains is not None:
       wq, wk = wq * gains[0], wk * gains[1]
-    group = wq.shape[1] // wk.shape[1]
-    want = np.stack([wq[:, h] @ wk[:, h // group].T
-                     for h in range(wq.shape[1])])
+    want = flax_fixtures.np_qk(wq, wk)
     flax_fixtures.assert_close(f"W_QK {name}", for_flax.qk_matrices(params)[
         path], want, rtol=1e-5, atol=1e-6)
-    sym = (want + np.swapaxes(want, 1, 2)) / 2
-    tr = np.trace(want, axis1=1, axis2=2)
-    eta = np.sqrt(np.einsum("hij,hji->h", sym, sym)) / temperature
+    spectrum = flax_fixtures.np_spectrum(want, temperature)
     rows = [r for r in for_flax.spectrum_table(
         params, temperature=temperature) if r["path"] == path]
-    for column, value in (("scale", np.sum(want**2, axis=(1, 2))),
-                          ("r", tr / temperature), ("eta", eta)):
+    for column in ("scale", "r", "eta"):
       flax_fixtures.assert_close(f"{column} {name}",
-                                 [r[column] for r in rows], value, rtol=1e-5)
+                                 [r[column] for r in rows], spectrum[column],
+                                 rtol=1e-5)
     visible = np.broadcast_to(_visible(window), (B, 1, T, T))
     table = for_flax.attention_table_from_weights([probs], visible)
     flax_fixtures.assert_close(
         f"entropy {name}", [r["entropy"] for r in table],
-        -np.sum(np.where(visible, probs * np.log(np.where(
-            probs > 0, probs, 1)), 0), -1).mean((0, 2)), rtol=1e-4)
-    keys = np.flatnonzero(visible[0, 0, -1])
-    omega = logits[:, :, -1, keys]
-    u = (omega - omega.mean(-1, keepdims=True)) / len(keys) + 1 / len(keys)
-    rho = np.full((wq.shape[1], T), np.nan)
-    rho[:, keys] = ((u >= 0) & (u <= 1)).mean(0)
-    flax_fixtures.assert_close(f"rho {name}", [r["rho"] for r in table], rho,
+        flax_fixtures.np_entropy(probs, visible), rtol=1e-4)
+    flax_fixtures.assert_close(f"rho {name}", [r["rho"] for r in table],
+                               flax_fixtures.np_rho(logits, visible),
                                atol=1e-7)
     return want
 
@@ -136,8 +127,8 @@ class RealLLMsTest(absltest.TestCase):
     """locater_penalty against NumPy from every layer's W_QK [N, d, d]."""
     flax_fixtures.assert_close(
         f"penalty {name}", for_flax.locater_penalty(params, HP),
-        sum(HP.kappa1 * np.sum(w**2) + HP.kappa2 * (np.trace(w) - HP.target)
-            ** 2 for ws in w_qks for w in ws), rtol=1e-5)
+        flax_fixtures.np_penalty([w for ws in w_qks for w in ws], HP),
+        rtol=1e-5)
 
   def _gemma_layers(self, version, model, config, norms, scalar):
     """Checks each layer of a gemma `model` (norms: the query/key norm
