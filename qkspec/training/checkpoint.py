@@ -4,7 +4,7 @@ A checkpoint at step s holds `state` (the TrainState, with a leading member
 axis for a sweep) and `meta` (JSON: the step and the data position, which is
 the step, as batches are pure functions of (data seed, step)). A damaged
 checkpoint is named in one warning line (nothing else of it reaches the
-terminal: `qkspec.training.logs`) and moved to `<workdir>/ckpt_damaged/`.
+terminal: `qkspec.runtime.logs`) and moved to `<workdir>/ckpt_damaged/`.
 """
 import os
 import shutil
@@ -14,7 +14,7 @@ from absl import logging as absl_logging
 import jax
 import orbax.checkpoint as ocp
 
-from qkspec.training import logs
+from qkspec.runtime import logs
 
 logs.install()
 

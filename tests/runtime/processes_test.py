@@ -1,12 +1,12 @@
-"""Tests for qkspec.training.processes and coordinator: the flags checked
+"""Tests for qkspec.runtime.processes and coordinator: the flags checked
 before any process joins (tests/system/multihost_test.py joins two)."""
 import socket
 
 from absl.testing import absltest
 
 from qkspec.config import ConfigError
-from qkspec.training import coordinator
-from qkspec.training import processes
+from qkspec.runtime import coordinator
+from qkspec.runtime import processes
 import testutil
 
 
@@ -37,7 +37,7 @@ class StartTest(absltest.TestCase):
              for path in sorted((testutil.ROOT / "qkspec").rglob("*.py"))
              for line in path.read_text().splitlines()
              if "distributed.initialize(" in line]
-    self.assertEqual(calls, ["qkspec/training/processes.py"])
+    self.assertEqual(calls, ["qkspec/runtime/processes.py"])
 
 
 class CoordinatorTest(absltest.TestCase):

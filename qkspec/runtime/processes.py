@@ -13,8 +13,8 @@ from absl import logging
 import jax
 
 from qkspec.config import ConfigError
-from qkspec.training import coordinator
-from qkspec.training import peers
+from qkspec.runtime import coordinator
+from qkspec.runtime import peers
 
 def _from_cluster() -> tuple[str, int, int, list[int] | None]:
   """(coordinator address, process count, process id, local device ids)
