@@ -20,7 +20,9 @@ class StartTest(absltest.TestCase):
     for flags, want in (
         ((None, 2, None), "--coordinator_address, --process_id missing"),
         (("h:1", 2, 2), r"--process_id=2 must be in \[0, --num_processes=2\)"),
-        (("h", 2, 0), "--coordinator_address=h must be HOST:PORT")):
+        (("h", 2, 0), "--coordinator_address=h must be HOST:PORT"),
+        (("h:x", 2, 0), "--coordinator_address=h:x must be HOST:PORT"),
+        (("1234", 2, 0), "--coordinator_address=1234 must be HOST:PORT")):
       with self.assertRaisesRegex(ConfigError, want):
         processes.start(*flags)
     with self.assertRaisesRegex(ConfigError, "--peer_timeout_s=0 must be"):
@@ -30,7 +32,6 @@ class StartTest(absltest.TestCase):
     with self.assertRaisesRegex(ConfigError, "--config.multihost=True: jax "
                                 "found no cluster to join"):
       processes.start(cluster=True)
-
 
   def test_processes_join_in_one_place(self):
     calls = [str(path.relative_to(testutil.ROOT))
