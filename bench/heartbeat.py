@@ -7,7 +7,7 @@ r"""What a multi-host run's peer timeout must outlast, measured on a config.
 
 Trains `--steps` steps of the config in a fresh workdir, in this process,
 with a checkpoint, a log and an evaluation every 2 steps, while a thread
-that wakes every 50 ms, as `qkspec.training.peers` does to beat, records
+that wakes every 50 ms, as `qkspec.runtime.peers` does to beat, records
 how late each wake-up comes (the time Python's lock kept it waiting).
 Prints the compilation, a step, a checkpoint write (its blocking part,
 then saved to the end), an evaluation, and the longest wait of the
@@ -26,9 +26,9 @@ from absl import flags
 import jax
 from ml_collections import config_flags
 
+from qkspec.runtime import peers
 from qkspec.training import checkpoint
 from qkspec.training import loop
-from qkspec.training import peers
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "A training "
                                           "config.", lock_config=False)

@@ -24,8 +24,8 @@ from ml_collections import config_flags
 from qkspec.config import ConfigError
 from qkspec.config import argv as argv_lib
 from qkspec.config import usage
-from qkspec.training import logs
-from qkspec.training import peers
+from qkspec.runtime import logs
+from qkspec.runtime import peers
 
 _HELP = ("help", "helpshort", "helpfull", "h", "?")
 
@@ -152,7 +152,7 @@ def main(run: Callable[[Any, str], Any], check: Callable[[Any], None],
       return
     if not workdir.value:
       raise ConfigError("--workdir is required (the run's directory).")
-    from qkspec.training import processes  # pylint: disable=g-import-not-at-top
+    from qkspec.runtime import processes  # pylint: disable=g-import-not-at-top
     processes.start(address.value, count.value, index.value,
                     cluster=bool(config.value.get("multihost")),
                     peer_timeout_s=patience.value)

@@ -28,7 +28,7 @@ import json, os, runpy, sys, traceback
 from absl import app, flags                       # what every command loads
 from ml_collections import config_flags
 import qkspec.cli, qkspec.config.schema, qkspec.experiments.runner
-import qkspec.training.loop, qkspec.training.processes, threading
+import qkspec.runtime.processes, qkspec.training.loop, threading
 assert threading.active_count() == 1, threading.enumerate()
 out = []
 for argv in json.loads(sys.stdin.read()):

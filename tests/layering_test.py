@@ -3,8 +3,9 @@
 qkspec/theory (the maths) imports only jax and numpy; qkspec/config only
 ml_collections; qkspec/kernels only jax (and the maths' checks);
 qkspec/records neither jax nor matplotlib; qkspec/for_flax only the maths;
-and no layer imports one below it in theory -> config -> data -> kernels
--> training -> for_flax -> records -> plots -> {experiments, report} -> cli,
+and no layer imports one below it in theory -> config -> runtime -> data
+-> kernels -> training -> for_flax -> records -> plots -> {experiments,
+report} -> cli,
 where experiments and report are siblings that never import each other.
 Inside the report, each module belongs to one phase, read -> judge ->
 render -> write, and imports none of a later phase.
@@ -20,8 +21,8 @@ from absl.testing import parameterized
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "qkspec"
-BELOW = ("theory", "config", "data", "kernels", "training", "for_flax",
-         "records", "plots")
+BELOW = ("theory", "config", "runtime", "data", "kernels", "training",
+         "for_flax", "records", "plots")
 # Each layer and the layers it may import.
 ALLOWED = {**{layer: BELOW[:i + 1] for i, layer in enumerate(BELOW)},
            # a contract with users' models: on the maths alone

@@ -28,10 +28,10 @@ class Flag:
 def parse(words: Sequence[str],
           booleans: Collection[str] = ()) -> tuple[list[Flag], list[str]]:
   """(the flags, the other words) of `words` (without the program)."""
-  flags = [f for _, f in _scan(words, booleans)]
-  taken = {i for at, f in _scan(words, booleans)
-           for i in range(at, at + len(f.words))}
-  return flags, [w for i, w in enumerate(words) if i not in taken]
+  scanned = list(_scan(words, booleans))
+  taken = {i for at, f in scanned for i in range(at, at + len(f.words))}
+  return [f for _, f in scanned], [w for i, w in enumerate(words)
+                                   if i not in taken]
 
 
 def _scan(words: Sequence[str], booleans: Collection[str]):

@@ -56,7 +56,7 @@ def _training(c):
                              # <= 250 of the gcd of the three *_every
   c.precompile = True        # compile on threads while the state initialises
   c.multihost = False        # join a TPU pod slice's, SLURM or Open MPI job's
-                             # processes (qkspec.training.processes)
+                             # processes (qkspec.runtime.processes)
   return c
 
 

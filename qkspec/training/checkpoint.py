@@ -4,7 +4,7 @@ A checkpoint at step s holds `state` (the TrainState, with a leading member
 axis for a sweep) and `meta` (JSON: the step and the data position, which is
 the step, as batches are pure functions of (data seed, step)). A damaged
 checkpoint is named in one warning line (nothing else of it reaches the
-terminal: `qkspec.training.logs`) and moved to `<workdir>/ckpt_damaged/`.
+terminal: `qkspec.runtime.logs`) and moved to `<workdir>/ckpt_damaged/`.
 """
 import os
 import shutil
@@ -14,7 +14,8 @@ from absl import logging as absl_logging
 import jax
 import orbax.checkpoint as ocp
 
-from qkspec.training import logs
+from qkspec.config import usage
+from qkspec.runtime import logs
 
 logs.install()
 
@@ -81,7 +82,8 @@ class Checkpointer:
           state, _ = self.restore(step, abstract_state)
       except Exception as e:  # pylint: disable=broad-except
         logs.quiet_abandoned_reads()
-        failed.append((step, first_line(_root(e))))
+        # orbax wraps tensorstore's error: the innermost one says what failed
+        failed.append((step, first_line(usage.root(e))))
         continue
       self._set_aside(failed, step)
       return step, state
@@ -142,13 +144,6 @@ class Checkpointer:
 
   def close(self):
     self._manager.close()
-
-
-def _root(e: BaseException) -> BaseException:
-  """The innermost cause of `e` (orbax wraps tensorstore's error)."""
-  while e.__cause__ is not None:
-    e = e.__cause__
-  return e
 
 
 def first_line(e: BaseException, limit: int = 200) -> str:

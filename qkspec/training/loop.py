@@ -34,11 +34,11 @@ import numpy as np
 from qkspec.config import ConfigError
 from qkspec.config import resume
 from qkspec.config import schema
+from qkspec.runtime import peers
 from qkspec.theory import locater
 from qkspec.training import actions as actions_lib
 from qkspec.training import checkpoint as ckpt_lib
 from qkspec.training import metric_writer
-from qkspec.training import peers
 from qkspec.training import preemption
 from qkspec.training import progress
 from qkspec.training import step as step_lib
@@ -69,7 +69,7 @@ def _setup(config, workdir: str) -> Run:
   _check_resume(config, workdir)
   if config.multihost and not jax.distributed.is_initialized():
     raise ConfigError("config.multihost=True: join the processes first "
-                      "(qkspec.training.processes.start; launch/train.py "
+                      "(qkspec.runtime.processes.start; launch/train.py "
                       "does).")
   plan = sweep.make_plan(config)
   steps = step_lib.build_steps(plan)

@@ -40,6 +40,8 @@ class PipelineTest(wikitext2_fixtures.BuiltWikitext2Tiny,
     with self.assertRaisesRegex(ConfigError,
                                 f"manual_dir='{missing}': no such directory"):
       qdata.load_splits(_config(self._tmp, missing), verify_checksums=False)
+    d = qdata.load_splits(_config(self._tmp, ""))        # built: read only
+    np.testing.assert_array_equal(d.valid, _VALID_IDS)
 
   def test_offline_without_manual_dir_fails_at_once_naming_it(self):
     with tempfile.TemporaryDirectory() as tmp, mock.patch.object(
@@ -58,8 +60,6 @@ class PipelineTest(wikitext2_fixtures.BuiltWikitext2Tiny,
     c = testutil.get_config("locater_wt2", "smoke").data
     c.name, c.data_dir = "wikitext2", self._tmp     # built from the fixture
     np.testing.assert_array_equal(qdata.load_splits(c).valid, _VALID_IDS)
-    d = qdata.load_splits(_config(self._tmp, ""))        # built: read only
-    np.testing.assert_array_equal(d.valid, _VALID_IDS)
 
   def test_train_blocks_are_contiguous_and_targets_shift_inputs(self):
     d = self.data

@@ -254,7 +254,7 @@ class LostProcessTest(parameterized.TestCase):
   @parameterized.named_parameters(("process_1", 1), ("coordinator", 0))
   def test_the_survivor_names_the_lost_process_and_the_run_resumes(
       self, victim):
-    from qkspec.training import peers  # pylint: disable=g-import-not-at-top
+    from qkspec.runtime import peers  # pylint: disable=g-import-not-at-top
     with tempfile.TemporaryDirectory() as tmp:
       wd = os.path.join(tmp, "run")
       procs = _start_two(wd, 100_000, "first", _LOSSY)

@@ -32,6 +32,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from qkspec.config import ConfigError
+from qkspec.config import usage
 
 EOS = "<eos>"
 UNK = "<unk>"
@@ -125,10 +126,6 @@ def find_token_files(root: os.PathLike[str] | str, *,
       raise ConfigError(expected_files(
           repr(root), "wrong file contents (" + "; ".join(bad) + ")"))
   return found
-
-
-def _one_line(text: str) -> str:
-  return " ".join(text.split())
 
 
 def read_lines(path: os.PathLike[str] | str) -> list[str]:
@@ -264,7 +261,7 @@ class Wikitext2(tfds.core.GeneratorBasedBuilder):
         path = epath.Path(dl_manager.download_and_extract(url))
         return str(path / ZIP_SUBDIR)
       except Exception as e:  # pylint: disable=broad-except
-        errors.append(f"{url}: {type(e).__name__}: {_one_line(str(e))}")
+        errors.append(f"{url}: {type(e).__name__}: {usage.one_line(str(e))}")
     raise ConfigError(expected_files(
         "no manual_dir", "the download failed (" + "; ".join(errors) + ")"))
 

@@ -1,4 +1,4 @@
-"""Tests for qkspec.training.peers: a lost process noticed, one line said.
+"""Tests for qkspec.runtime.peers: a lost process noticed, one line said.
 
 The watchdog is driven by hand here (`beat`, `lost`, `report`) on a fake
 key-value store and clock; tests/system/multihost_test.py kills a real
@@ -10,7 +10,7 @@ import io
 from absl.testing import absltest
 
 from qkspec.config import ConfigError
-from qkspec.training import peers
+from qkspec.runtime import peers
 
 
 class _Store:

@@ -5,13 +5,13 @@ the other processes lose the service at once and jax aborts them with a
 native crash dump before anything can say what happened. `spawn` runs the
 service beside process 0 in a small process of its own instead (process
 0's jax is handed a service of its own that no process uses): it outlives
-process 0, so the others notice the loss (`qkspec.training.peers`), say so
+process 0, so the others notice the loss (`qkspec.runtime.peers`), say so
 in one line and exit. Its tasks are recoverable, so that it never aborts
 the living for the dead. It ignores Ctrl-C and SIGTERM (the run stops on
 them and then ends it) and exits once process 0 has gone and no process is
 connected, or `linger_s` after process 0 has gone.
 
-  python -m qkspec.training.coordinator PORT NUM_PROCESSES TIMEOUT_S
+  python -m qkspec.runtime.coordinator PORT NUM_PROCESSES TIMEOUT_S
 """
 import os
 import select
@@ -41,7 +41,7 @@ def spawn(address: str, num_processes: int, timeout_s: float,
   port = int(address.rsplit(":", 1)[1])
   with open(log_path(port), "w") as log:
     child = subprocess.Popen(
-        [sys.executable, "-m", "qkspec.training.coordinator", str(port),
+        [sys.executable, "-m", "qkspec.runtime.coordinator", str(port),
          str(num_processes), str(timeout_s)],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
         text=True)

@@ -13,8 +13,8 @@ from absl import logging
 import jax
 
 from qkspec.config import ConfigError
-from qkspec.training import coordinator
-from qkspec.training import peers
+from qkspec.runtime import coordinator
+from qkspec.runtime import peers
 
 def _from_cluster() -> tuple[str, int, int, list[int] | None]:
   """(coordinator address, process count, process id, local device ids)
@@ -52,7 +52,8 @@ def _checked(coordinator_address: str | None, num_processes: int | None,
   if not 0 <= process_id < num_processes:
     raise ConfigError(f"--process_id={process_id} must be in [0, "
                       f"--num_processes={num_processes}).")
-  if ":" not in coordinator_address:
+  _, colon, port = coordinator_address.rpartition(":")
+  if not colon or not port.isdigit():
     raise ConfigError(f"--coordinator_address={coordinator_address} must be "
                       "HOST:PORT.")
   return True

@@ -1,12 +1,12 @@
-"""Tests for qkspec.training.processes and coordinator: the flags checked
+"""Tests for qkspec.runtime.processes and coordinator: the flags checked
 before any process joins (tests/system/multihost_test.py joins two)."""
 import socket
 
 from absl.testing import absltest
 
 from qkspec.config import ConfigError
-from qkspec.training import coordinator
-from qkspec.training import processes
+from qkspec.runtime import coordinator
+from qkspec.runtime import processes
 import testutil
 
 
@@ -20,7 +20,9 @@ class StartTest(absltest.TestCase):
     for flags, want in (
         ((None, 2, None), "--coordinator_address, --process_id missing"),
         (("h:1", 2, 2), r"--process_id=2 must be in \[0, --num_processes=2\)"),
-        (("h", 2, 0), "--coordinator_address=h must be HOST:PORT")):
+        (("h", 2, 0), "--coordinator_address=h must be HOST:PORT"),
+        (("h:x", 2, 0), "--coordinator_address=h:x must be HOST:PORT"),
+        (("1234", 2, 0), "--coordinator_address=1234 must be HOST:PORT")):
       with self.assertRaisesRegex(ConfigError, want):
         processes.start(*flags)
     with self.assertRaisesRegex(ConfigError, "--peer_timeout_s=0 must be"):
@@ -31,13 +33,12 @@ class StartTest(absltest.TestCase):
                                 "found no cluster to join"):
       processes.start(cluster=True)
 
-
   def test_processes_join_in_one_place(self):
     calls = [str(path.relative_to(testutil.ROOT))
              for path in sorted((testutil.ROOT / "qkspec").rglob("*.py"))
              for line in path.read_text().splitlines()
              if "distributed.initialize(" in line]
-    self.assertEqual(calls, ["qkspec/training/processes.py"])
+    self.assertEqual(calls, ["qkspec/runtime/processes.py"])
 
 
 class CoordinatorTest(absltest.TestCase):

@@ -1,11 +1,11 @@
-"""Tests for qkspec.training.logs: the libraries' noise kept out of the logs."""
+"""Tests for qkspec.runtime.logs: the libraries' noise kept out of the logs."""
 import logging
 import sys
 import types
 
 from absl.testing import absltest
 
-from qkspec.training import logs
+from qkspec.runtime import logs
 
 
 def _unraisable(error, source=None):

@@ -2,8 +2,8 @@
 
 Every process runs a `Watchdog`: a thread publishes its heartbeat (a
 count) in the coordination service's key-value store every `tick` seconds
-and reads everyone's; a second thread, which never waits on the service,
-judges. A process whose
+and reads everyone's; a second thread, which never waits on the service
+(so that a call that hangs is noticed too), judges. A process whose
 heartbeat has not changed for `timeout_s` seconds is lost, and so is
 process 0 when the service (which runs beside it) has not answered for
 that long. Every other process then prints one line,
@@ -58,15 +58,11 @@ class Watchdog:
     self._called = self._since            # when the last call began
     self._heard = {}                      # process -> (value, when it changed)
     self._stop = threading.Event()
-    self._lock = threading.Lock()
-    self._threads = []
 
   def start(self) -> "Watchdog":
     for target in (self._beat_loop, self._judge_loop):
-      thread = threading.Thread(target=target, daemon=True,
-                                name=f"qkspec-{target.__name__[1:]}")
-      thread.start()
-      self._threads.append(thread)
+      threading.Thread(target=target, daemon=True,
+                       name=f"qkspec-{target.__name__[1:]}").start()
     return self
 
   def at_step(self, step: int) -> None:
@@ -133,11 +129,10 @@ class Watchdog:
             f"same command on every host to {to}")
 
   def report(self, process: int) -> None:
-    """Prints `line(process)` and exits with `LOST` (once)."""
-    with self._lock:
-      sys.stderr.write(self.line(process) + "\n")
-      sys.stderr.flush()
-      self._exit(LOST)
+    """Prints `line(process)` and exits with `LOST`."""
+    sys.stderr.write(self.line(process) + "\n")
+    sys.stderr.flush()
+    self._exit(LOST)
 
   def settle(self) -> None:
     """Waits long enough for a lost process to be noticed (then the
