@@ -77,12 +77,12 @@ def today(command: str) -> str:
   if not gone:
     return command
   words = shlex.split(command)
-  flags = {f"--config.{k}={v}" for k, v in gone}
-  kept = [w for w in words if w not in flags]
+  kept = argv.without(words[2:], {f"{no}config.{k}" for k, _ in gone
+                                  for no in ("", "no")})
   if any(PALLAS.get(k) == v for k, v in gone) and KERNELS not in kept:
-    at = kept.index(next(w for w in kept if w.startswith("--config")))
-    kept.insert(at + (1 if kept[at] == "--config" else 0) + 1, KERNELS)
-  return shlex.join(kept)
+    config = next(f for f in argv.parse(kept)[0] if f.name == "config")
+    kept.insert(kept.index(config.words[0]) + len(config.words), KERNELS)
+  return shlex.join(words[:2] + kept)
 
 
 def _load(c: dict):

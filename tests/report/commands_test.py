@@ -70,6 +70,13 @@ class CommandsTest(absltest.TestCase):
                      "--config configs/locater_wt2.py --workdir w")
     self.assertEqual(commands.today(commands.today(_OLD)),
                      commands.today(_OLD))
+    # every form absl takes: two words, one dash, a two-word --config
+    spaced = ("python launch/train.py --config configs/locater_wt2.py "
+              "--config.model.loss_chunk 4096 -config.model.fused_qkv=True "
+              "--workdir w")
+    self.assertEqual(commands.today(spaced), "python launch/train.py "
+                     "--config configs/locater_wt2.py "
+                     "--config.model.kernels=pallas --workdir w")
 
   def test_check_refuses_what_todays_code_refuses(self):
     with self.assertRaisesRegex(ValueError, "unknown config key "
